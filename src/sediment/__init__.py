@@ -1,0 +1,32 @@
+"""Sediment: a log-structured-merge table store of sorted Parquet files on object storage.
+
+>>> import pyarrow as pa, sediment as sd
+>>> store = sd.Store.open("memory://doctest")
+>>> schema = sd.Schema(row_keys=[("key", pa.string())], values=[("value", pa.int64())])
+>>> table = store.create_table("events", schema)
+>>> table.version
+1
+"""
+
+from sediment.catalog import Store
+from sediment.core.model import FileReference, Partition, Region
+from sediment.core.ranges import Range
+from sediment.errors import SedimentError
+from sediment.schema import Schema
+from sediment.state.log import HistoryEntry
+from sediment.table import Table
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FileReference",
+    "HistoryEntry",
+    "Partition",
+    "Range",
+    "Region",
+    "Schema",
+    "SedimentError",
+    "Store",
+    "Table",
+    "__version__",
+]

@@ -1,0 +1,101 @@
+"""Values of the model: regions of the row-key space, partitions and file references."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from sediment.core.keys import Key, decode_key, encode_key
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """Half-open interval ``[min, max)`` of row-key tuples; ``None`` ends are unbounded."""
+
+    min: Key | None = None
+    max: Key | None = None
+
+    def contains(self, key: Key) -> bool:
+        if self.min is not None and key < self.min:
+            return False
+        return self.max is None or key < self.max
+
+    def is_strictly_inside(self, key: Key) -> bool:
+        """True when ``key`` can split this region into two non-empty halves."""
+        if self.min is not None and key <= self.min:
+            return False
+        return self.max is None or key < self.max
+
+    def to_json(self) -> dict[str, Any]:
+        return {"min": encode_key(self.min), "max": encode_key(self.max)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Region:
+        return cls(decode_key(doc.get("min")), decode_key(doc.get("max")))
+
+    def __str__(self) -> str:
+        lo = "-inf" if self.min is None else repr(self.min if len(self.min) > 1 else self.min[0])
+        hi = "+inf" if self.max is None else repr(self.max if len(self.max) > 1 else self.max[0])
+        return f"[{lo}, {hi})"
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A node of the partition tree. Leaves tile the key space; a split makes two children."""
+
+    id: str
+    parent_id: str | None
+    region: Region
+    children: tuple[str, ...] = field(default=())
+    split_key: Key | None = None
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "parent_id": self.parent_id,
+            "region": self.region.to_json(),
+            "children": list(self.children),
+            "split_key": encode_key(self.split_key),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Partition:
+        return cls(
+            id=doc["id"],
+            parent_id=doc.get("parent_id"),
+            region=Region.from_json(doc["region"]),
+            children=tuple(doc.get("children", ())),
+            split_key=decode_key(doc.get("split_key")),
+        )
+
+
+class FileReference(NamedTuple):
+    """The part of one data file inside one partition's region.
+
+    A NamedTuple rather than a frozen dataclass: states hold up to millions of these and a
+    tuple is several times cheaper to build when a snapshot is loaded.
+    """
+
+    filename: str
+    partition_id: str
+    records: int
+    approximate: bool = False
+    job_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"file": self.filename, "partition": self.partition_id,
+                             "records": self.records}
+        if self.approximate:
+            d["approximate"] = True
+        if self.job_id is not None:
+            d["job_id"] = self.job_id
+        return d
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> FileReference:
+        return cls(doc["file"], doc["partition"], int(doc["records"]),
+                   bool(doc.get("approximate", False)), doc.get("job_id"))

@@ -1,0 +1,451 @@
+"""Transactions: the only way a table's state changes.
+
+Each kind is a small frozen value that validates itself against the state it would follow
+(``validate``) and applies itself (``apply``). The state store writes a transaction to the log at
+the next version only after ``validate`` passed on the state at the current head, so replaying the
+log from version 1 always reproduces the state.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from sediment.core.keys import Key, decode_key, encode_key
+from sediment.core.model import FileReference, Partition
+from sediment.core.state import ROOT_PARTITION_ID, TableState
+from sediment.errors import CorruptMetadataError, TransactionInvalidError
+from sediment.properties import validate_properties
+from sediment.schema import Schema
+
+
+class Transaction(ABC):
+    """Base class: subclasses set ``kind`` and implement the four abstract methods."""
+
+    kind: ClassVar[str] = ""
+
+    @abstractmethod
+    def validate(self, state: TableState) -> None:
+        """Raise TransactionInvalidError when this cannot follow ``state``."""
+
+    @abstractmethod
+    def apply(self, state: TableState, time: float) -> None:
+        """Change ``state`` in place (the caller owns it: see TableState.copy)."""
+
+    @abstractmethod
+    def to_json(self) -> dict[str, Any]:
+        """The JSON body written to the log."""
+
+    @classmethod
+    @abstractmethod
+    def from_json(cls, doc: dict[str, Any]) -> Transaction:
+        """Inverse of ``to_json``."""
+
+    def summary(self) -> str:
+        """One line for ``history``."""
+        return self.kind
+
+
+def _fail(state: TableState, msg: str) -> TransactionInvalidError:
+    return TransactionInvalidError(f"table {state.table_id} at version {state.version}: {msg}")
+
+
+def _require_initialised(state: TableState) -> None:
+    if state.schema is None:
+        raise _fail(state, "table is not initialised")
+
+
+def _require_partition(state: TableState, pid: str) -> Partition:
+    p = state.partitions.get(pid)
+    if p is None:
+        raise _fail(state, f"no partition {pid!r}")
+    return p
+
+
+@dataclass(frozen=True, slots=True)
+class InitialiseTable(Transaction):
+    """Version 1 of every table: schema, properties and the initial partition tree."""
+
+    kind: ClassVar[str] = "initialise"
+    schema: Schema
+    properties: Mapping[str, Any]
+    partitions: Sequence[Partition]
+
+    def validate(self, state: TableState) -> None:
+        if state.schema is not None or state.version != 0:
+            raise _fail(state, "table is already initialised")
+        ids = {p.id for p in self.partitions}
+        if ROOT_PARTITION_ID not in ids or len(ids) != len(self.partitions):
+            raise _fail(state, "partition tree needs one root and unique ids")
+        validate_properties(self.properties, context=f"table {state.table_id}")
+
+    def apply(self, state: TableState, time: float) -> None:
+        state.schema = self.schema
+        state.properties = dict(self.properties)
+        state.partitions = {p.id: p for p in self.partitions}
+        state.online = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": self.schema.to_json(), "properties": dict(self.properties),
+                "partitions": [p.to_json() for p in self.partitions]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> InitialiseTable:
+        return cls(Schema.from_json(doc["schema"]), doc.get("properties", {}),
+                   [Partition.from_json(p) for p in doc["partitions"]])
+
+    def summary(self) -> str:
+        return f"created with {len(self.schema.field_names)} fields, " \
+               f"{sum(p.is_leaf for p in self.partitions)} leaf partitions"
+
+
+@dataclass(frozen=True, slots=True)
+class AddFiles(Transaction):
+    """New data files, each with one or more references (ingest, bulk import, load)."""
+
+    kind: ClassVar[str] = "add_files"
+    references: Sequence[FileReference]
+
+    def validate(self, state: TableState) -> None:
+        _require_initialised(state)
+        seen: set[tuple[str, str]] = set()
+        for r in self.references:
+            _require_partition(state, r.partition_id)
+            if r.filename in state.refcount or r.filename in state.unreferenced:
+                raise _fail(state, f"file {r.filename} is already in the table")
+            if (r.filename, r.partition_id) in seen:
+                raise _fail(state, f"file {r.filename} referenced twice in {r.partition_id}")
+            if r.records < 0:
+                raise _fail(state, f"file {r.filename}: negative record count")
+            if r.job_id is not None:
+                raise _fail(state, f"file {r.filename}: new references carry no job id")
+            seen.add((r.filename, r.partition_id))
+
+    def apply(self, state: TableState, time: float) -> None:
+        for r in self.references:
+            state.put_reference(r)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"references": [r.to_json() for r in self.references]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> AddFiles:
+        return cls([FileReference.from_json(r) for r in doc["references"]])
+
+    def summary(self) -> str:
+        files = len({r.filename for r in self.references})
+        return f"{files} files, {sum(r.records for r in self.references)} records"
+
+
+@dataclass(frozen=True, slots=True)
+class SplitReference:
+    """Replace one file's reference in a partition by references in descendant partitions."""
+
+    filename: str
+    from_partition: str
+    to: Sequence[FileReference]
+
+
+@dataclass(frozen=True, slots=True)
+class SplitFileReferences(Transaction):
+    """Push references down the tree (before compaction, or to spread a loaded file)."""
+
+    kind: ClassVar[str] = "split_file_references"
+    splits: Sequence[SplitReference]
+
+    def validate(self, state: TableState) -> None:
+        _require_initialised(state)
+        for s in self.splits:
+            ref = state.references(s.from_partition).get(s.filename)
+            if ref is None:
+                raise _fail(state, f"no reference to {s.filename} in {s.from_partition}")
+            if ref.job_id is not None:
+                raise _fail(state, f"{s.filename} in {s.from_partition} is assigned to "
+                                   f"job {ref.job_id}")
+            for t in s.to:
+                _require_partition(state, t.partition_id)
+                if t.filename != s.filename or not state.is_descendant(t.partition_id,
+                                                                       s.from_partition):
+                    raise _fail(state, f"{s.filename}: {t.partition_id} is not below "
+                                       f"{s.from_partition}")
+                if s.filename in state.references(t.partition_id):
+                    raise _fail(state, f"{s.filename} already referenced in {t.partition_id}")
+
+    def apply(self, state: TableState, time: float) -> None:
+        for s in self.splits:
+            for t in s.to:
+                state.put_reference(t)
+            state.remove_reference(s.from_partition, s.filename, time)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"splits": [{"file": s.filename, "from": s.from_partition,
+                            "to": [t.to_json() for t in s.to]} for s in self.splits]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SplitFileReferences:
+        return cls([SplitReference(s["file"], s["from"],
+                                   [FileReference.from_json(t) for t in s["to"]])
+                    for s in doc["splits"]])
+
+    def summary(self) -> str:
+        return f"{len(self.splits)} references pushed down"
+
+
+@dataclass(frozen=True, slots=True)
+class JobAssignment:
+    """Files of one partition given to one compaction job."""
+
+    job_id: str
+    partition_id: str
+    filenames: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AssignJobIds(Transaction):
+    """Claim input files for compaction jobs, so no two jobs take the same reference."""
+
+    kind: ClassVar[str] = "assign_job_ids"
+    assignments: Sequence[JobAssignment]
+
+    def validate(self, state: TableState) -> None:
+        _require_initialised(state)
+        new_ids = [a.job_id for a in self.assignments]
+        if len(set(new_ids)) != len(new_ids):
+            raise _fail(state, "duplicate job ids in one assignment")
+        existing = state.job_ids()
+        for a in self.assignments:
+            if a.job_id in existing:
+                raise _fail(state, f"job id {a.job_id} is already in use")
+            refs = state.references(a.partition_id)
+            for f in a.filenames:
+                ref = refs.get(f)
+                if ref is None:
+                    raise _fail(state, f"job {a.job_id}: no reference to {f} in "
+                                       f"{a.partition_id}")
+                if ref.job_id is not None:
+                    raise _fail(state, f"job {a.job_id}: {f} in {a.partition_id} is already "
+                                       f"assigned to job {ref.job_id}")
+
+    def apply(self, state: TableState, time: float) -> None:
+        for a in self.assignments:
+            refs = state.references(a.partition_id)
+            for f in a.filenames:
+                state.put_reference(refs[f]._replace(job_id=a.job_id))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"assignments": [{"job_id": a.job_id, "partition": a.partition_id,
+                                 "files": list(a.filenames)} for a in self.assignments]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> AssignJobIds:
+        return cls([JobAssignment(a["job_id"], a["partition"], a["files"])
+                    for a in doc["assignments"]])
+
+    def summary(self) -> str:
+        return f"{len(self.assignments)} jobs assigned"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceFileReferences(Transaction):
+    """A compaction commit: inputs of a job replaced by its output, if still assigned to it."""
+
+    kind: ClassVar[str] = "replace_file_references"
+    job_id: str
+    partition_id: str
+    inputs: Sequence[str]
+    output: FileReference | None
+
+    def validate(self, state: TableState) -> None:
+        _require_initialised(state)
+        refs = state.references(self.partition_id)
+        for f in self.inputs:
+            ref = refs.get(f)
+            if ref is None or ref.job_id != self.job_id:
+                raise _fail(state, f"job {self.job_id}: input {f} is no longer assigned to it "
+                                   f"in {self.partition_id}")
+        if self.output is not None:
+            if self.output.partition_id != self.partition_id:
+                raise _fail(state, f"job {self.job_id}: output is in another partition")
+            name = self.output.filename
+            if name in state.refcount or name in state.unreferenced:
+                raise _fail(state, f"job {self.job_id}: output {name} is already in the table")
+
+    def apply(self, state: TableState, time: float) -> None:
+        for f in self.inputs:
+            state.remove_reference(self.partition_id, f, time)
+        if self.output is not None:
+            state.put_reference(self.output._replace(job_id=None))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "partition": self.partition_id,
+                "inputs": list(self.inputs),
+                "output": None if self.output is None else self.output.to_json()}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ReplaceFileReferences:
+        out = doc.get("output")
+        return cls(doc["job_id"], doc["partition"], doc["inputs"],
+                   None if out is None else FileReference.from_json(out))
+
+    def summary(self) -> str:
+        return f"job {self.job_id}: {len(self.inputs)} files -> 1 in {self.partition_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class SplitPartition(Transaction):
+    """Turn a leaf into a parent of two leaves at ``split_key``, if it is still a leaf."""
+
+    kind: ClassVar[str] = "split_partition"
+    partition_id: str
+    split_key: Key
+    left_id: str
+    right_id: str
+
+    def validate(self, state: TableState) -> None:
+        _require_initialised(state)
+        p = _require_partition(state, self.partition_id)
+        if not p.is_leaf:
+            raise _fail(state, f"partition {self.partition_id} is no longer a leaf")
+        if not p.region.is_strictly_inside(self.split_key):
+            raise _fail(state, f"split key {self.split_key!r} is not inside {p.region}")
+        for cid in (self.left_id, self.right_id):
+            if cid in state.partitions:
+                raise _fail(state, f"partition id {cid} is already used")
+        if self.left_id == self.right_id:
+            raise _fail(state, "children need distinct ids")
+
+    def apply(self, state: TableState, time: float) -> None:
+        from sediment.core.model import Region
+
+        p = state.partitions[self.partition_id]
+        state.partitions[self.partition_id] = Partition(
+            p.id, p.parent_id, p.region, (self.left_id, self.right_id), self.split_key)
+        state.partitions[self.left_id] = Partition(
+            self.left_id, p.id, Region(p.region.min, self.split_key))
+        state.partitions[self.right_id] = Partition(
+            self.right_id, p.id, Region(self.split_key, p.region.max))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"partition": self.partition_id, "split_key": encode_key(self.split_key),
+                "left": self.left_id, "right": self.right_id}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SplitPartition:
+        key = decode_key(doc["split_key"])
+        assert key is not None
+        return cls(doc["partition"], key, doc["left"], doc["right"])
+
+    def summary(self) -> str:
+        return f"{self.partition_id} split at {self.split_key!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteFiles(Transaction):
+    """Garbage collection: files with no reference were deleted from storage."""
+
+    kind: ClassVar[str] = "delete_files"
+    filenames: Sequence[str]
+
+    def validate(self, state: TableState) -> None:
+        _require_initialised(state)
+        for f in self.filenames:
+            if f in state.refcount:
+                raise _fail(state, f"file {f} is still referenced")
+            if f not in state.unreferenced:
+                raise _fail(state, f"file {f} is not an unreferenced file of this table")
+
+    def apply(self, state: TableState, time: float) -> None:
+        for f in self.filenames:
+            del state.unreferenced[f]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": list(self.filenames)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> DeleteFiles:
+        return cls(doc["files"])
+
+    def summary(self) -> str:
+        return f"{len(self.filenames)} files deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class SetProperties(Transaction):
+    """Change table properties (validated); ``removed`` falls back to defaults."""
+
+    kind: ClassVar[str] = "set_properties"
+    updates: Mapping[str, Any]
+    removed: Sequence[str] = field(default=())
+
+    def validate(self, state: TableState) -> None:
+        _require_initialised(state)
+        validate_properties(self.updates, context=f"table {state.table_id}")
+        validate_properties({k: _default_of(k) for k in self.removed},
+                            context=f"table {state.table_id}")
+
+    def apply(self, state: TableState, time: float) -> None:
+        state.properties.update(validate_properties(self.updates))
+        for k in self.removed:
+            state.properties.pop(k, None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"updates": dict(self.updates), "removed": list(self.removed)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SetProperties:
+        return cls(doc.get("updates", {}), doc.get("removed", []))
+
+    def summary(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.updates.items()] + [f"-{k}" for k in self.removed]
+        return "set " + ", ".join(parts)
+
+
+def _default_of(name: str) -> Any:
+    from sediment.properties import PROPERTIES
+
+    spec = PROPERTIES.get(name)
+    return None if spec is None else spec.default
+
+
+@dataclass(frozen=True, slots=True)
+class SetOnline(Transaction):
+    """Take a table offline (maintenance skips it) or bring it back online."""
+
+    kind: ClassVar[str] = "set_online"
+    online: bool
+
+    def validate(self, state: TableState) -> None:
+        _require_initialised(state)
+
+    def apply(self, state: TableState, time: float) -> None:
+        state.online = self.online
+
+    def to_json(self) -> dict[str, Any]:
+        return {"online": self.online}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SetOnline:
+        return cls(bool(doc["online"]))
+
+    def summary(self) -> str:
+        return "online" if self.online else "offline"
+
+
+TRANSACTION_KINDS: dict[str, type[Transaction]] = {
+    t.kind: t for t in (InitialiseTable, AddFiles, SplitFileReferences, AssignJobIds,
+                        ReplaceFileReferences, SplitPartition, DeleteFiles, SetProperties,
+                        SetOnline)
+}
+
+
+def transaction_from_json(kind: str, doc: dict[str, Any], *, where: str) -> Transaction:
+    """Decode one logged transaction; ``where`` names the log entry in errors."""
+    cls = TRANSACTION_KINDS.get(kind)
+    if cls is None:
+        raise CorruptMetadataError(f"{where}: unknown transaction kind {kind!r}")
+    try:
+        return cls.from_json(doc)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptMetadataError(f"{where}: malformed {kind} transaction: {e!r}") from e

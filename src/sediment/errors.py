@@ -1,0 +1,103 @@
+"""Sediment's exceptions: one root, so callers can catch everything Sediment raises.
+
+Backend errors (OS errors, botocore errors, Arrow errors) are translated at the edge where they
+happen into one of these, with a message naming the table, field, file or row concerned.
+
+    SedimentError
+    ├── StorageError                 an object store failed (I/O, permissions, network)
+    │   ├── ObjectNotFoundError      a key that should exist does not
+    │   └── ObjectExistsError        put-if-absent found the key taken (a commit race)
+    ├── CatalogError
+    │   ├── InvalidTableNameError    empty, separators, traversal, bad characters
+    │   ├── TableExistsError
+    │   └── TableNotFoundError
+    ├── SchemaError                  bad schema definition (no row key, duplicate names, ...)
+    ├── PropertyError                unknown property or invalid value
+    ├── TransactionError
+    │   ├── TransactionInvalidError  a transaction does not validate against the state it follows
+    │   └── CommitConflictError      retries exhausted while racing other writers
+    ├── CorruptMetadataError         unreadable / corrupt log entry, snapshot or catalog entry
+    │   └── UnsupportedFormatError   written by a newer format version
+    ├── TableOfflineError            the operation needs an online table
+    ├── DataError                    input records that do not fit the schema (field, row named)
+    ├── QueryError                   an invalid query (bad range, unknown column, bad version)
+    └── JobError                     a job (compaction, dump, ...) failed
+"""
+
+from __future__ import annotations
+
+
+class SedimentError(Exception):
+    """Root of every error Sediment raises on purpose."""
+
+
+class StorageError(SedimentError):
+    """An object store operation failed."""
+
+
+class ObjectNotFoundError(StorageError):
+    """The object at a key does not exist."""
+
+
+class ObjectExistsError(StorageError):
+    """put_if_absent found the key already taken."""
+
+
+class CatalogError(SedimentError):
+    """A problem with the store's catalog of tables."""
+
+
+class InvalidTableNameError(CatalogError):
+    """A table name that could escape its folder or is otherwise unusable."""
+
+
+class TableExistsError(CatalogError):
+    """create_table for a name that is taken."""
+
+
+class TableNotFoundError(CatalogError):
+    """No table of that name in the store."""
+
+
+class SchemaError(SedimentError):
+    """A schema definition that Sediment cannot accept."""
+
+
+class PropertyError(SedimentError):
+    """An unknown table/store property or an invalid value for one."""
+
+
+class TransactionError(SedimentError):
+    """A transaction could not be committed."""
+
+
+class TransactionInvalidError(TransactionError):
+    """The transaction does not validate against the state it would follow."""
+
+
+class CommitConflictError(TransactionError):
+    """Too many other writers won the race for the next version."""
+
+
+class CorruptMetadataError(SedimentError):
+    """A log entry, snapshot, catalog entry or manifest could not be read or parsed."""
+
+
+class UnsupportedFormatError(CorruptMetadataError):
+    """Metadata written by a newer, unknown format version."""
+
+
+class TableOfflineError(SedimentError):
+    """The table is offline and the operation needs it online."""
+
+
+class DataError(SedimentError):
+    """Input records that do not match the table's schema."""
+
+
+class QueryError(SedimentError):
+    """A query that cannot be answered as asked."""
+
+
+class JobError(SedimentError):
+    """A background job failed."""

@@ -1,0 +1,163 @@
+"""Every table and store property, its type, default and meaning, in one place.
+
+Store properties (set at ``Store.open``/``sediment init``) give defaults for the tables of the
+store; table properties override them. Unknown names and invalid values raise PropertyError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sediment.errors import PropertyError
+
+
+@dataclass(frozen=True, slots=True)
+class PropertySpec:
+    """One property: name, Python type, default, documentation and constraints."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    check: Callable[[Any], bool] | None = None
+
+    def parse(self, value: Any, *, context: str = "") -> Any:
+        """Coerce a value (possibly a string from the CLI) and validate it."""
+        where = f" of {context}" if context else ""
+        try:
+            if self.type is bool and isinstance(value, str):
+                low = value.strip().lower()
+                if low not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(value)
+                v: Any = low in ("true", "1", "yes")
+            elif self.type is bool:
+                if not isinstance(value, bool):
+                    raise ValueError(value)
+                v = value
+            elif self.type is int:
+                if isinstance(value, bool):
+                    raise ValueError(value)
+                if isinstance(value, float):
+                    if not value.is_integer():
+                        raise ValueError(value)
+                    v = int(value)
+                elif isinstance(value, str):
+                    v = int(float(value)) if "e" in value.lower() else int(value)
+                else:
+                    v = int(value)
+            elif self.type is float:
+                if isinstance(value, bool):
+                    raise ValueError(value)
+                v = float(value)
+            else:
+                if not isinstance(value, str):
+                    raise ValueError(value)
+                v = value
+        except (TypeError, ValueError):
+            raise PropertyError(
+                f"property {self.name!r}{where}: {value!r} is not a valid {self.type.__name__}"
+            ) from None
+        if self.choices is not None and v not in self.choices:
+            raise PropertyError(
+                f"property {self.name!r}{where}: {v!r} is not one of "
+                f"{', '.join(map(str, self.choices))}"
+            )
+        if self.minimum is not None and v < self.minimum:
+            raise PropertyError(f"property {self.name!r}{where}: {v!r} is below {self.minimum}")
+        return v
+
+
+_SPECS = [
+    # --- state store -------------------------------------------------------------------
+    PropertySpec("state.snapshot.interval", int, 100,
+                 "Transactions between state snapshots; loading replays at most this many.",
+                 minimum=1),
+    PropertySpec("state.commit.max_attempts", int, 200,
+                 "Attempts at the next log version before a commit gives up (CommitConflictError).",
+                 minimum=1),
+    PropertySpec("state.commit.backoff_seconds", float, 0.005,
+                 "Base of the jittered exponential backoff between commit attempts.", minimum=0),
+    PropertySpec("state.cache.refresh_seconds", float, 1.0,
+                 "How long a table's cached state is used by queries before checking the log.",
+                 minimum=0),
+    PropertySpec("retention.seconds", float, 7 * 24 * 3600.0,
+                 "Versions younger than this stay readable (log, snapshots and their files kept).",
+                 minimum=0),
+    # --- data files ----------------------------------------------------------------------
+    PropertySpec("parquet.row_group_rows", int, 16384,
+                 "Rows per Parquet row group: small groups make exact-key reads fast.",
+                 minimum=128),
+    PropertySpec("parquet.page_size_bytes", int, 64 * 1024,
+                 "Target Parquet data page size.", minimum=1024),
+    PropertySpec("parquet.compression", str, "zstd", "Parquet compression codec.",
+                 choices=("zstd", "snappy", "lz4", "gzip", "none")),
+    PropertySpec("parquet.compression_level", int, 1,
+                 "Codec level (zstd 1 keeps writes fast; raise for smaller files).", minimum=0),
+    PropertySpec("sample.size", int, 1024,
+                 "Keys kept in each data file's sidecar sample (every k-th key, with counts).",
+                 minimum=2),
+    # --- ingest -------------------------------------------------------------------------
+    PropertySpec("ingest.memory_limit_bytes", int, 512 * 1024 * 1024,
+                 "In-memory buffer of one ingest; past it sorted runs spill to local disk.",
+                 minimum=1024 * 1024),
+    PropertySpec("ingest.write_strategy", str, "per_partition",
+                 "per_partition: one file per touched leaf; shared_file: one sorted file "
+                 "referenced from every leaf it covers.",
+                 choices=("per_partition", "shared_file")),
+    PropertySpec("ingest.spill_dir", str, "",
+                 "Local folder for spilled sorted runs (empty: the system temp folder)."),
+    # --- query --------------------------------------------------------------------------
+    PropertySpec("query.threads", int, 0,
+                 "Threads for parallel sub-queries (0: number of CPUs).", minimum=0),
+    # --- partitions, compaction, gc -------------------------------------------------------
+    PropertySpec("partition.split.threshold", int, 1_000_000_000,
+                 "A leaf partition holding more records than this is split at its median.",
+                 minimum=1),
+    PropertySpec("compaction.strategy", str, "size_ratio", "Compaction strategy.",
+                 choices=("size_ratio", "basic")),
+    PropertySpec("compaction.ratio", float, 3.0, "size_ratio: size ratio between files.",
+                 minimum=1),
+    PropertySpec("compaction.batch_size", int, 12, "Files per compaction job.", minimum=2),
+    PropertySpec("compaction.max_concurrent_jobs_per_partition", int, 0,
+                 "Cap on running compaction jobs per partition (0: no cap).", minimum=0),
+    PropertySpec("gc.delay_seconds", float, 900.0,
+                 "Unreferenced files younger than this are kept (readers may still use them).",
+                 minimum=0),
+    PropertySpec("gc.orphan_timeout_seconds", float, 3600.0,
+                 "Files no transaction added are deleted once older than this.", minimum=0),
+]
+
+PROPERTIES: dict[str, PropertySpec] = {p.name: p for p in _SPECS}
+"""All properties by name."""
+
+
+def defaults() -> dict[str, Any]:
+    """The built-in default of every property."""
+    return {p.name: p.default for p in _SPECS}
+
+
+def validate_properties(values: Mapping[str, Any], *, context: str = "") -> dict[str, Any]:
+    """Check names and coerce values; returns a new dict of parsed values."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        spec = PROPERTIES.get(name)
+        if spec is None:
+            where = f" for {context}" if context else ""
+            raise PropertyError(
+                f"unknown property {name!r}{where}; see `sediment properties` for the list"
+            )
+        out[name] = spec.parse(value, context=context)
+    return out
+
+
+def describe_properties() -> list[dict[str, Any]]:
+    """Rows for documentation and the CLI's property listing."""
+    return [
+        {"name": p.name, "type": p.type.__name__, "default": p.default, "doc": p.doc,
+         "choices": list(p.choices) if p.choices else None}
+        for p in _SPECS
+    ]

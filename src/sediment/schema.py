@@ -1,0 +1,245 @@
+"""Table schemas: row keys, sort keys and values as Arrow types.
+
+Records are ordered by the tuple (row keys..., sort keys...). Strings and binaries order by their
+bytes (for ``str`` this equals Python's code-point order), integers numerically. Key fields are
+never null; value fields may be.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from sediment.errors import SchemaError
+
+KEY_TYPES: dict[str, pa.DataType] = {
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "timestamp[us]": pa.timestamp("us"),
+    "timestamp[ms]": pa.timestamp("ms"),
+    "timestamp[ns]": pa.timestamp("ns"),
+    "date32": pa.date32(),
+}
+"""Types a row or sort key may have, by the name used in JSON schemas and the CLI."""
+
+_SIMPLE_TYPES: dict[str, pa.DataType] = {
+    **KEY_TYPES,
+    "bool": pa.bool_(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "uint8": pa.uint8(),
+    "uint16": pa.uint16(),
+    "uint32": pa.uint32(),
+    "uint64": pa.uint64(),
+    "float": pa.float32(),
+    "float32": pa.float32(),
+    "double": pa.float64(),
+    "float64": pa.float64(),
+    "large_string": pa.large_string(),
+    "large_binary": pa.large_binary(),
+    "timestamp[s]": pa.timestamp("s"),
+    "date64": pa.date64(),
+}
+
+FieldSpec = pa.Field | tuple[str, pa.DataType] | tuple[str, pa.DataType, bool]
+
+
+def parse_type(text: str) -> pa.DataType:
+    """Parse a type name such as ``int64``, ``list<string>`` or ``map<string, int64>``."""
+    t = text.strip()
+    if t in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[t]
+    m = re.fullmatch(r"list<(.+)>", t)
+    if m:
+        return pa.list_(parse_type(m.group(1)))
+    m = re.fullmatch(r"map<(.+)>", t)
+    if m:
+        key, value = _split_top_level(m.group(1))
+        return pa.map_(parse_type(key), parse_type(value))
+    raise SchemaError(f"unknown type {text!r}; known: {', '.join(sorted(_SIMPLE_TYPES))}, "
+                      "list<T>, map<K, V>")
+
+
+def _split_top_level(text: str) -> tuple[str, str]:
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return text[:i], text[i + 1 :]
+    raise SchemaError(f"map type needs two type arguments: map<{text}>")
+
+
+def _as_field(spec: FieldSpec, *, role: str) -> pa.Field:
+    if isinstance(spec, pa.Field):
+        return spec
+    if isinstance(spec, tuple) and len(spec) in (2, 3):
+        name, typ = spec[0], spec[1]
+        nullable = bool(spec[2]) if len(spec) == 3 else role == "value"
+        if isinstance(typ, str):
+            typ = parse_type(typ)
+        if not isinstance(name, str) or not isinstance(typ, pa.DataType):
+            raise SchemaError(f"{role} field {spec!r} must be (name, pyarrow type)")
+        return pa.field(name, typ, nullable=nullable)
+    raise SchemaError(f"{role} field {spec!r} must be a pyarrow Field or (name, type)")
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """The fields of a table: row keys (partitioning), sort keys (order within a row key), values.
+
+    Accepts pyarrow fields or ``(name, type[, nullable])`` tuples. A tuple key field defaults to
+    non-nullable; a key field declared nullable (``pa.field`` defaults to nullable) is rejected,
+    because a null key has no place in the order.
+    """
+
+    row_keys: tuple[pa.Field, ...]
+    sort_keys: tuple[pa.Field, ...]
+    values: tuple[pa.Field, ...]
+
+    def __init__(
+        self,
+        row_keys: Sequence[FieldSpec],
+        sort_keys: Sequence[FieldSpec] = (),
+        values: Sequence[FieldSpec] = (),
+    ) -> None:
+        rk = tuple(_as_field(f, role="row key") for f in row_keys)
+        sk = tuple(_as_field(f, role="sort key") for f in sort_keys)
+        vs = tuple(_as_field(f, role="value") for f in values)
+        if not rk:
+            raise SchemaError("a schema needs at least one row key field")
+        for role, fields in (("row key", rk), ("sort key", sk)):
+            for f in fields:
+                if f.nullable:
+                    raise SchemaError(
+                        f"{role} field {f.name!r} must not be nullable "
+                        "(declare it with pa.field(name, type, nullable=False) or a tuple)"
+                    )
+                if not any(f.type.equals(t) for t in KEY_TYPES.values()):
+                    raise SchemaError(
+                        f"{role} field {f.name!r} has unsupported type {f.type}; "
+                        f"key types: {', '.join(KEY_TYPES)}"
+                    )
+        seen: set[str] = set()
+        for f in (*rk, *sk, *vs):
+            if not f.name:
+                raise SchemaError("field names must not be empty")
+            if f.name in seen:
+                raise SchemaError(f"duplicate field name {f.name!r}")
+            seen.add(f.name)
+        object.__setattr__(self, "row_keys", rk)
+        object.__setattr__(self, "sort_keys", sk)
+        object.__setattr__(self, "values", vs)
+
+    # ---- views -------------------------------------------------------------------------
+    @property
+    def row_key_names(self) -> list[str]:
+        return [f.name for f in self.row_keys]
+
+    @property
+    def sort_key_names(self) -> list[str]:
+        return [f.name for f in self.sort_keys]
+
+    @property
+    def key_names(self) -> list[str]:
+        """Row keys then sort keys: the order records are sorted by."""
+        return self.row_key_names + self.sort_key_names
+
+    @property
+    def value_names(self) -> list[str]:
+        return [f.name for f in self.values]
+
+    @property
+    def field_names(self) -> list[str]:
+        return self.key_names + self.value_names
+
+    def to_arrow(self) -> pa.Schema:
+        """The Arrow schema of the table's data files, keys first."""
+        return pa.schema([*self.row_keys, *self.sort_keys, *self.values])
+
+    def field(self, name: str) -> pa.Field:
+        for f in (*self.row_keys, *self.sort_keys, *self.values):
+            if f.name == name:
+                return f
+        raise SchemaError(f"no field {name!r}; fields: {', '.join(self.field_names)}")
+
+    def check_row_key(self, value: Any, *, what: str = "key") -> tuple[Any, ...]:
+        """A user's row key (scalar, tuple or prefix tuple) checked against the row key types."""
+        key = value if isinstance(value, tuple) else tuple(value) if isinstance(value, list) \
+            else (value,)
+        if not key or len(key) > len(self.row_keys):
+            raise SchemaError(f"{what} {value!r} must have 1..{len(self.row_keys)} fields "
+                              f"({', '.join(self.row_key_names)})")
+        for v, f in zip(key, self.row_keys, strict=False):
+            if not _fits(v, f.type):
+                raise SchemaError(f"{what} {value!r}: {v!r} is not a valid {f.type} "
+                                  f"for row key field {f.name!r}")
+        return key
+
+    # ---- serialisation -----------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able description: readable type strings plus the exact Arrow schema."""
+        def fields(fs: Iterable[pa.Field]) -> list[dict[str, Any]]:
+            return [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in fs]
+
+        return {
+            "row_keys": fields(self.row_keys),
+            "sort_keys": fields(self.sort_keys),
+            "values": fields(self.values),
+            "arrow": base64.b64encode(self.to_arrow().serialize().to_pybytes()).decode(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Schema:
+        """Read :meth:`to_json` output, or a hand-written ``{"row_keys": [{"name", "type"}]}``."""
+        try:
+            if "arrow" in doc:
+                arrow = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["arrow"])))
+                nr, ns = len(doc["row_keys"]), len(doc.get("sort_keys", []))
+                fs = list(arrow)
+                return cls(fs[:nr], fs[nr : nr + ns], fs[nr + ns :])
+
+            def fields(key: str, role: str) -> list[pa.Field]:
+                out = []
+                for f in doc.get(key, []):
+                    nullable = f.get("nullable", role == "value")
+                    out.append(pa.field(f["name"], parse_type(f["type"]), nullable=nullable))
+                return out
+
+            return cls(fields("row_keys", "key"), fields("sort_keys", "key"),
+                       fields("values", "value"))
+        except SchemaError:
+            raise
+        except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
+            raise SchemaError(f"invalid schema document: {e}") from e
+
+
+
+_INT_BOUNDS = {32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
+
+
+def _fits(v: Any, t: pa.DataType) -> bool:
+    """Is a Python value a valid key value of Arrow type ``t``?"""
+    if pa.types.is_string(t):
+        return isinstance(v, str)
+    if pa.types.is_binary(t):
+        return isinstance(v, bytes)
+    if pa.types.is_integer(t):
+        lo, hi = _INT_BOUNDS[t.bit_width]
+        return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        try:
+            pa.array([v], type=t)
+            return True
+        except (pa.ArrowException, TypeError, ValueError):
+            return False
+    return False

@@ -1,0 +1,130 @@
+"""The per-table transaction log: ``log/<version:020d>.json``, one transaction each."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from sediment.core.transactions import Transaction, transaction_from_json
+from sediment.errors import CorruptMetadataError, ObjectNotFoundError, UnsupportedFormatError
+from sediment.storage.base import ObjectStore
+
+FORMAT_VERSION = 1
+"""Version of the on-storage metadata format this code writes and understands."""
+
+LOG_PREFIX = "log/"
+_WRITER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def log_key(version: int) -> str:
+    return f"{LOG_PREFIX}{version:020d}.json"
+
+
+def version_of_key(key: str, prefix: str) -> int | None:
+    name = key[len(prefix):]
+    stem = name.split(".", 1)[0]
+    return int(stem) if stem.isdigit() and len(stem) == 20 else None
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One committed transaction with its version and commit time."""
+
+    version: int
+    time: float
+    transaction: Transaction
+    writer: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """A row of ``table.history()``."""
+
+    version: int
+    time: float
+    kind: str
+    summary: str
+
+
+def check_format(doc: dict[str, Any], where: str) -> None:
+    fmt = doc.get("format")
+    if not isinstance(fmt, int):
+        raise CorruptMetadataError(f"{where}: missing format version")
+    if fmt > FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"{where}: written in format {fmt}, this Sediment understands up to "
+            f"{FORMAT_VERSION}; upgrade Sediment to read it")
+
+
+class TransactionLog:
+    """Reads and conditionally writes log entries of one table."""
+
+    def __init__(self, objects: ObjectStore, table_id: str) -> None:
+        self.objects = objects
+        self.table_id = table_id
+
+    def encode(self, version: int, time: float, txn: Transaction) -> bytes:
+        doc = {"format": FORMAT_VERSION, "table_id": self.table_id, "version": version,
+               "time": time, "writer": _WRITER, "kind": txn.kind,
+               "transaction": txn.to_json()}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    def try_append(self, version: int, time: float, txn: Transaction) -> bool:
+        """Write ``txn`` as ``version`` unless another writer already has; True on success."""
+        return self.objects.put_if_absent(log_key(version), self.encode(version, time, txn))
+
+    def decode(self, version: int, data: bytes) -> LogEntry:
+        where = f"log entry {version} of table {self.table_id} ({log_key(version)})"
+        try:
+            doc = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CorruptMetadataError(f"{where} is not valid JSON: {e}") from e
+        if not isinstance(doc, dict):
+            raise CorruptMetadataError(f"{where} is not a JSON object")
+        check_format(doc, where)
+        if doc.get("version") != version:
+            raise CorruptMetadataError(f"{where} claims version {doc.get('version')}")
+        try:
+            txn = transaction_from_json(str(doc["kind"]), doc["transaction"], where=where)
+            return LogEntry(version, float(doc["time"]), txn, str(doc.get("writer", "")))
+        except KeyError as e:
+            raise CorruptMetadataError(f"{where} lacks field {e}") from e
+
+    def read(self, version: int) -> LogEntry:
+        try:
+            return self.decode(version, self.objects.get(log_key(version)))
+        except ObjectNotFoundError:
+            raise CorruptMetadataError(
+                f"log entry {version} of table {self.table_id} is missing") from None
+
+    def versions_after(self, version: int) -> list[int]:
+        """Committed versions greater than ``version``, in order (one listing)."""
+        out = []
+        for o in self.objects.list(LOG_PREFIX, start_after=log_key(version)):
+            v = version_of_key(o.key, LOG_PREFIX)
+            if v is not None and v > version:
+                out.append(v)
+        return out
+
+    def read_after(self, version: int, *, upto: int | None = None) -> Iterator[LogEntry]:
+        """Entries after ``version`` (up to ``upto``), checked to be gap-free."""
+        versions = [v for v in self.versions_after(version) if upto is None or v <= upto]
+        expected = version + 1
+        for v in versions:
+            if v != expected:
+                raise CorruptMetadataError(
+                    f"log of table {self.table_id} has a gap: version {expected} is missing")
+            expected += 1
+        if not versions:
+            return
+        workers = min(16, len(versions))
+        if workers == 1:
+            yield self.read(versions[0])
+            return
+        with ThreadPoolExecutor(workers) as pool:
+            yield from pool.map(self.read, versions)

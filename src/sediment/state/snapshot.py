@@ -1,0 +1,250 @@
+"""Content-addressed snapshots of a table state, graveler style.
+
+A snapshot at version ``v`` is a small pointer ``snapshots/<v>.json`` naming a *metarange*: a
+Parquet object listing *ranges* (first/last partition id, row count, digest). Each range is a
+Parquet object of file references, sorted by (partition id, filename) and named by the SHA-256 of
+its bytes under ``objects/``. Range boundaries fall between partitions, chosen by a hash of the
+partition id, so a commit that touches one partition changes one range: every other range keeps
+its digest and its object is not written again. ``diff`` skips equal digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zlib
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sediment.core.model import Partition
+from sediment.core.state import TableState, partition_runs
+from sediment.errors import CorruptMetadataError, ObjectNotFoundError
+from sediment.schema import Schema
+from sediment.state.log import FORMAT_VERSION, check_format, version_of_key
+from sediment.storage.base import ObjectStore
+
+SNAPSHOT_PREFIX = "snapshots/"
+OBJECT_PREFIX = "objects/"
+RANGE_MIN_ROWS = 20_000
+"""A range closes after a partition boundary whose hash says so, once it has this many rows."""
+RANGE_MAX_ROWS = 100_000
+"""A range never holds more rows than this (a huge partition is cut into several)."""
+_BOUNDARY_MODULUS = 4
+
+REFERENCE_SCHEMA = pa.schema([
+    ("partition_id", pa.string()), ("filename", pa.string()), ("records", pa.int64()),
+    ("approximate", pa.bool_()), ("job_id", pa.string()),
+])
+_STATE_COLUMNS = ["filename", "partition_id", "records", "approximate", "job_id"]
+METARANGE_SCHEMA = pa.schema([
+    ("first_partition", pa.string()), ("last_partition", pa.string()),
+    ("rows", pa.int64()), ("digest", pa.string()),
+])
+
+
+def snapshot_key(version: int) -> str:
+    return f"{SNAPSHOT_PREFIX}{version:020d}.json"
+
+
+def object_key(digest: str) -> str:
+    return f"{OBJECT_PREFIX}{digest}.parquet"
+
+
+@dataclass(frozen=True, slots=True)
+class RangeInfo:
+    """One entry of a metarange."""
+
+    first_partition: str
+    last_partition: str
+    rows: int
+    digest: str
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=False)
+    return buf.getvalue()
+
+
+def _state_references_table(state: TableState) -> pa.Table:
+    """All references as one Arrow table sorted by (partition id, filename)."""
+    parts: list[pa.Table] = []
+    for pid in state.partitions_with_references():
+        lazy = state._lazy.get(pid)
+        if lazy is not None:
+            parts.append(lazy.select(REFERENCE_SCHEMA.names).cast(REFERENCE_SCHEMA))
+            continue
+        refs = state.references(pid)
+        names = sorted(refs)
+        rows = [refs[n] for n in names]
+        parts.append(pa.table({
+            "partition_id": [pid] * len(rows), "filename": names,
+            "records": [r.records for r in rows], "approximate": [r.approximate for r in rows],
+            "job_id": [r.job_id for r in rows],
+        }, schema=REFERENCE_SCHEMA))
+    if not parts:
+        return REFERENCE_SCHEMA.empty_table()
+    return pa.concat_tables(parts).combine_chunks()
+
+
+def _cut_ranges(table: pa.Table) -> list[tuple[int, int]]:
+    """[start, end) row spans of ranges, content-defined at partition boundaries."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for pid, i, j in partition_runs(table):
+        if j - start > RANGE_MAX_ROWS:
+            if i > start:
+                spans.append((start, i))
+                start = i
+            while j - start > RANGE_MAX_ROWS:
+                spans.append((start, start + RANGE_MAX_ROWS))
+                start += RANGE_MAX_ROWS
+        if j - start >= RANGE_MIN_ROWS and zlib.crc32(pid.encode()) % _BOUNDARY_MODULUS == 0:
+            spans.append((start, j))
+            start = j
+    if start < table.num_rows:
+        spans.append((start, table.num_rows))
+    return spans
+
+
+def _json_object(objects: ObjectStore, doc: Any, known: set[str]) -> str:
+    data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    key = f"{OBJECT_PREFIX}{digest}.json"
+    if digest not in known:
+        objects.put(key, data)
+        known.add(digest)
+    return digest
+
+
+def write_snapshot(objects: ObjectStore, state: TableState, known: set[str]) -> dict[str, Any]:
+    """Write the snapshot of ``state``; ``known`` holds digests already stored (updated).
+
+    Returns the pointer document. Only ranges whose digest is not known are written.
+    """
+    refs = _state_references_table(state)
+    ranges: list[RangeInfo] = []
+    to_write: list[tuple[str, bytes]] = []
+    for start, end in _cut_ranges(refs):
+        part = refs.slice(start, end - start)
+        data = _parquet_bytes(part)
+        digest = hashlib.sha256(data).hexdigest()
+        pids = part.column("partition_id")
+        ranges.append(RangeInfo(pids[0].as_py(), pids[-1].as_py(), end - start, digest))
+        if digest not in known:
+            to_write.append((digest, data))
+    if to_write:
+        with ThreadPoolExecutor(min(8, len(to_write))) as pool:
+            list(pool.map(lambda dd: objects.put(object_key(dd[0]), dd[1]), to_write))
+        known.update(d for d, _ in to_write)
+    meta = pa.table({
+        "first_partition": [r.first_partition for r in ranges],
+        "last_partition": [r.last_partition for r in ranges],
+        "rows": [r.rows for r in ranges], "digest": [r.digest for r in ranges],
+    }, schema=METARANGE_SCHEMA)
+    meta_bytes = _parquet_bytes(meta)
+    meta_digest = hashlib.sha256(meta_bytes).hexdigest()
+    if meta_digest not in known:
+        objects.put(object_key(meta_digest), meta_bytes)
+        known.add(meta_digest)
+    assert state.schema is not None
+    pointer = {
+        "format": FORMAT_VERSION, "table_id": state.table_id, "version": state.version,
+        "schema": state.schema.to_json(), "properties": state.properties,
+        "online": state.online, "last_update": state.last_update,
+        "metarange": meta_digest,
+        "partitions": _json_object(objects, [p.to_json() for p in
+                                             sorted(state.partitions.values(),
+                                                    key=lambda p: p.id)], known),
+        "unreferenced": _json_object(objects, sorted(state.unreferenced.items()), known),
+    }
+    objects.put(snapshot_key(state.version), json.dumps(pointer).encode())
+    return pointer
+
+
+def read_metarange(objects: ObjectStore, digest: str, where: str) -> list[RangeInfo]:
+    t = _read_parquet(objects, object_key(digest), where)
+    return [RangeInfo(*row) for row in zip(*(t.column(n).to_pylist()
+                                            for n in METARANGE_SCHEMA.names), strict=True)]
+
+
+def _read_parquet(objects: ObjectStore, key: str, where: str) -> pa.Table:
+    try:
+        return pq.read_table(io.BytesIO(objects.get(key)))
+    except ObjectNotFoundError:
+        raise CorruptMetadataError(f"{where}: object {key} is missing") from None
+    except (pa.ArrowException, OSError) as e:
+        raise CorruptMetadataError(f"{where}: object {key} is corrupt: {e}") from e
+
+
+def _read_json(objects: ObjectStore, key: str, where: str) -> Any:
+    try:
+        return json.loads(objects.get(key))
+    except ObjectNotFoundError:
+        raise CorruptMetadataError(f"{where}: {key} is missing") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptMetadataError(f"{where}: {key} is not valid JSON: {e}") from e
+
+
+def read_pointer(objects: ObjectStore, version: int, table_id: str) -> dict[str, Any]:
+    where = f"snapshot {version} of table {table_id}"
+    doc = _read_json(objects, snapshot_key(version), where)
+    check_format(doc, where)
+    return doc
+
+
+def read_snapshot(objects: ObjectStore, version: int, table_id: str,
+                  known: set[str] | None = None) -> TableState:
+    """Load the state stored by the snapshot at ``version``."""
+    where = f"snapshot {version} of table {table_id}"
+    doc = read_pointer(objects, version, table_id)
+    try:
+        ranges = read_metarange(objects, doc["metarange"], where)
+        with ThreadPoolExecutor(8) as pool:
+            tables = list(pool.map(
+                lambda r: _read_parquet(objects, object_key(r.digest), where), ranges))
+        state = TableState(table_id)
+        state.version = int(doc["version"])
+        state.schema = Schema.from_json(doc["schema"])
+        state.properties = dict(doc["properties"])
+        state.online = bool(doc["online"])
+        state.last_update = float(doc.get("last_update", 0.0))
+        parts = _read_json(objects, f"{OBJECT_PREFIX}{doc['partitions']}.json", where)
+        state.partitions = {p["id"]: Partition.from_json(p) for p in parts}
+        unref = _read_json(objects, f"{OBJECT_PREFIX}{doc['unreferenced']}.json", where)
+        state.unreferenced = {f: float(t) for f, t in unref}
+        if tables:
+            refs = pa.concat_tables(tables).select(_STATE_COLUMNS)
+            state.load_references(refs)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptMetadataError(f"{where} is malformed: {e!r}") from e
+    if known is not None:
+        known.update(r.digest for r in ranges)
+        known.update((doc["metarange"], doc["partitions"], doc["unreferenced"]))
+    return state
+
+
+def snapshot_versions(objects: ObjectStore) -> list[int]:
+    """Versions that have a snapshot, ascending."""
+    out = []
+    for o in objects.list(SNAPSHOT_PREFIX):
+        v = version_of_key(o.key, SNAPSHOT_PREFIX)
+        if v is not None:
+            out.append(v)
+    return out
+
+
+def range_digests(objects: ObjectStore, version: int, table_id: str) -> list[RangeInfo]:
+    """The metarange of a snapshot (for diff and reuse checks)."""
+    doc = read_pointer(objects, version, table_id)
+    return read_metarange(objects, doc["metarange"], f"snapshot {version} of table {table_id}")
+
+
+def iter_digests(ranges: Iterable[RangeInfo]) -> list[str]:
+    return [r.digest for r in ranges]

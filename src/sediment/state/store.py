@@ -1,0 +1,143 @@
+"""StateStore: load a table's state at any version and commit transactions optimistically.
+
+Commit: validate against the cached head, try ``put_if_absent(log/<head+1>)``; if another writer
+took that version, read the new entries, re-validate (the transaction may no longer apply, e.g. a
+compaction whose inputs changed) and retry after a jittered exponential backoff. Every
+``state.snapshot.interval`` versions the committer writes a content-addressed snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sediment.core.state import TableState
+from sediment.core.transactions import Transaction
+from sediment.errors import CommitConflictError, QueryError, SedimentError
+from sediment.properties import PROPERTIES
+from sediment.state.log import HistoryEntry, LogEntry, TransactionLog
+from sediment.state.snapshot import read_snapshot, snapshot_versions, write_snapshot
+from sediment.storage.base import ObjectStore
+
+log = logging.getLogger(__name__)
+
+TransactionSource = Transaction | Callable[[TableState], Transaction]
+"""A transaction, or a function building one from the current head (re-run on each retry)."""
+
+
+def _prop(state: TableState, name: str) -> Any:
+    return state.properties.get(name, PROPERTIES[name].default)
+
+
+class StateStore:
+    """The state of one table, backed by its log and snapshots in ``objects`` (table-rooted)."""
+
+    def __init__(self, objects: ObjectStore, table_id: str) -> None:
+        self.objects = objects
+        self.table_id = table_id
+        self.log = TransactionLog(objects, table_id)
+        self._head: TableState | None = None
+        self._known_digests: set[str] = set()
+        self._lock = threading.Lock()
+
+    # ---- reading -----------------------------------------------------------------------
+    def _apply(self, state: TableState, entry: LogEntry) -> None:
+        entry.transaction.apply(state, entry.time)
+        state.version = entry.version
+        state.last_update = entry.time
+
+    def _load_from_storage(self, version: int | None) -> TableState:
+        snaps = [v for v in snapshot_versions(self.objects) if version is None or v <= version]
+        state: TableState | None = None
+        for v in reversed(snaps):
+            try:
+                state = read_snapshot(self.objects, v, self.table_id, self._known_digests)
+                break
+            except SedimentError as e:  # a damaged snapshot: fall back to an older one
+                log.warning("ignoring snapshot %s of table %s: %s", v, self.table_id, e)
+        if state is None:
+            state = TableState(self.table_id)
+        for entry in self.log.read_after(state.version, upto=version):
+            self._apply(state, entry)
+        return state
+
+    def head(self, *, refresh: bool = True) -> TableState:
+        """The latest state (a private copy the caller may keep)."""
+        with self._lock:
+            if self._head is None:
+                self._head = self._load_from_storage(None)
+            elif refresh:
+                self._refresh_locked()
+            return self._head.copy()
+
+    def _refresh_locked(self) -> None:
+        assert self._head is not None
+        entries = list(self.log.read_after(self._head.version))
+        if entries:
+            state = self._head.copy()
+            for e in entries:
+                self._apply(state, e)
+            self._head = state
+
+    def load(self, version: int | None = None) -> TableState:
+        """The state at ``version`` (None: latest): newest snapshot at or below it + replay."""
+        if version is None:
+            return self.head()
+        head = self.head()
+        if version < 1 or version > head.version:
+            raise QueryError(f"table {self.table_id} has no version {version} "
+                             f"(versions 1..{head.version})")
+        if version == head.version:
+            return head
+        return self._load_from_storage(version)
+
+    def history(self) -> list[HistoryEntry]:
+        return [HistoryEntry(e.version, e.time, e.transaction.kind, e.transaction.summary())
+                for e in self.log.read_after(0)]
+
+    # ---- committing --------------------------------------------------------------------
+    def commit(self, source: TransactionSource) -> TableState:
+        """Append one transaction at the next version; returns the new state."""
+        with self._lock:
+            if self._head is None:
+                self._head = self._load_from_storage(None)
+            attempts = int(_prop(self._head, "state.commit.max_attempts"))
+            base = float(_prop(self._head, "state.commit.backoff_seconds"))
+            for attempt in range(attempts):
+                head = self._head
+                txn = source(head) if callable(source) else source
+                txn.validate(head)  # raises TransactionInvalidError: not retried
+                version = head.version + 1
+                now = time.time()
+                if self.log.try_append(version, now, txn):
+                    state = head.copy()
+                    txn.apply(state, now)
+                    state.version = version
+                    state.last_update = now
+                    self._head = state
+                    self._maybe_snapshot(state)
+                    return state.copy()
+                delay = min(1.0, base * (2 ** min(attempt, 8))) * random.uniform(0.5, 1.5)
+                time.sleep(delay)
+                self._refresh_locked()
+            raise CommitConflictError(
+                f"table {self.table_id}: gave up after {attempts} attempts to commit "
+                f"{source.kind if isinstance(source, Transaction) else 'a transaction'}")
+
+    def _maybe_snapshot(self, state: TableState) -> None:
+        interval = int(_prop(state, "state.snapshot.interval"))
+        if state.version % interval == 0:
+            self.write_snapshot(state)
+
+    def write_snapshot(self, state: TableState | None = None) -> None:
+        """Write a snapshot of ``state`` (default: the head). Failures are logged, not raised:
+        a missing snapshot only makes loading replay more."""
+        st = state if state is not None else self.head()
+        try:
+            write_snapshot(self.objects, st, self._known_digests)
+        except SedimentError as e:
+            log.warning("snapshot of table %s at %s failed: %s", self.table_id, st.version, e)

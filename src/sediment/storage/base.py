@@ -1,0 +1,149 @@
+"""The ObjectStore interface: keys are '/'-separated paths relative to the store's root."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One listed object."""
+
+    key: str
+    size: int
+    mtime: float
+
+
+class ObjectStore(ABC):
+    """Get, put, put-if-absent, list and delete objects under one root.
+
+    ``put_if_absent`` is the only coordination primitive Sediment needs: it must be atomic
+    (exactly one of many concurrent callers for a key wins) and never expose a partial object.
+    """
+
+    uri: str
+    """The normalised root URI (``file:///abs/path``, ``s3://bucket/prefix``, ``memory://x``)."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The whole object; ObjectNotFoundError when missing."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Write (or overwrite) an object atomically: readers see old or new, never partial."""
+
+    @abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object only if no object has the key; False when it was taken."""
+
+    @abstractmethod
+    def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Objects whose key starts with ``prefix``, sorted by key, after ``start_after``."""
+
+    @abstractmethod
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete objects (missing keys are ignored), in batches."""
+
+    @abstractmethod
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size and time of an object, or None when it does not exist."""
+
+    @abstractmethod
+    def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """A pyarrow filesystem and the base path of this store's root within it."""
+
+    def exists(self, key: str) -> bool:
+        return self.head(key) is not None
+
+    def path(self, key: str) -> str:
+        """Path of ``key`` in :meth:`arrow_filesystem` (for Parquet reads and writes)."""
+        _, base = self.arrow_filesystem()
+        return f"{base}/{key}" if base else key
+
+    def child(self, prefix: str) -> ObjectStore:
+        """The same store rooted at ``prefix`` (a table's own folder, say)."""
+        return PrefixedObjectStore(self, prefix)
+
+
+class PrefixedObjectStore(ObjectStore):
+    """A view of another store under a key prefix."""
+
+    def __init__(self, inner: ObjectStore, prefix: str) -> None:
+        self.inner = inner
+        self.prefix = prefix.strip("/") + "/"
+        self.uri = inner.uri.rstrip("/") + "/" + prefix.strip("/")
+
+    def _k(self, key: str) -> str:
+        return self.prefix + key
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(self._k(key))
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        return self.inner.get_range(self._k(key), start, end)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.inner.put(self._k(key), data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        return self.inner.put_if_absent(self._k(key), data)
+
+    def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        n = len(self.prefix)
+        sa = None if start_after is None else self._k(start_after)
+        for o in self.inner.list(self._k(prefix), start_after=sa):
+            yield ObjectInfo(o.key[n:], o.size, o.mtime)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        self.inner.delete_many(self._k(k) for k in keys)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        o = self.inner.head(self._k(key))
+        return None if o is None else ObjectInfo(key, o.size, o.mtime)
+
+    def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
+        fs, base = self.inner.arrow_filesystem()
+        return fs, (f"{base}/" if base else "") + self.prefix.rstrip("/")
+
+
+def open_object_store(uri: str, **options: Any) -> ObjectStore:
+    """Open the store for a URI: local path, ``file://``, ``s3://bucket/prefix``, ``memory://``.
+
+    S3 options: ``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``,
+    ``session_token``; when omitted they come from the usual AWS environment variables
+    (``AWS_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID``, ...).
+    """
+    from sediment.errors import StorageError
+
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3":
+        from sediment.storage.s3 import S3ObjectStore
+
+        if not parsed.netloc:
+            raise StorageError(f"S3 URI {uri!r} names no bucket")
+        return S3ObjectStore(parsed.netloc, parsed.path.strip("/"), **options)
+    if parsed.scheme == "memory":
+        from sediment.storage.memory import MemoryObjectStore
+
+        return MemoryObjectStore.named(parsed.netloc + parsed.path)
+    if parsed.scheme == "file":
+        from sediment.storage.local import LocalObjectStore
+
+        return LocalObjectStore(parsed.path)
+    if parsed.scheme in ("", ) or (len(parsed.scheme) == 1 and os.name == "nt"):
+        from sediment.storage.local import LocalObjectStore
+
+        return LocalObjectStore(uri)
+    raise StorageError(f"unsupported store URI scheme {parsed.scheme!r} in {uri!r}; "
+                       "use a path, file://, s3:// or memory://")

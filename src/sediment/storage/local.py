@@ -1,0 +1,126 @@
+"""Local-disk object store. put-if-absent is an atomic hard link of a fully written temp file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from sediment.errors import ObjectNotFoundError, StorageError
+from sediment.storage.base import ObjectInfo, ObjectStore
+
+_TMP = ".tmp-"
+
+
+class LocalObjectStore(ObjectStore):
+    """Objects are files under a root folder; keys map to relative paths."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.uri = self.root.as_uri()
+        self._fs = pafs.LocalFileSystem()
+
+    def _p(self, key: str) -> Path:
+        if not key or key.startswith("/") or any(p in ("..", ".") for p in key.split("/")):
+            raise StorageError(f"invalid object key {key!r} in store {self.uri}")
+        return self.root / key
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._p(key).read_bytes()
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
+        except OSError as e:
+            raise StorageError(f"reading {key!r} in {self.uri}: {e}") from e
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        try:
+            with open(self._p(key), "rb") as f:
+                f.seek(start)
+                return f.read(max(0, end - start))
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
+        except OSError as e:
+            raise StorageError(f"reading {key!r} in {self.uri}: {e}") from e
+
+    def _write_temp(self, path: Path, data: bytes) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f"{_TMP}{uuid.uuid4().hex}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._p(key)
+        try:
+            tmp = self._write_temp(path, data)
+            os.replace(tmp, path)
+        except OSError as e:
+            raise StorageError(f"writing {key!r} in {self.uri}: {e}") from e
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._p(key)
+        try:
+            tmp = self._write_temp(path, data)
+        except OSError as e:
+            raise StorageError(f"writing {key!r} in {self.uri}: {e}") from e
+        try:
+            os.link(tmp, path)  # atomic: fails if the name exists; content is complete
+            return True
+        except FileExistsError:
+            return False
+        except OSError as e:
+            raise StorageError(f"creating {key!r} in {self.uri}: {e}") from e
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        # Walk only the folder that holds the prefix; sort keys as S3 does (by full key).
+        folder, _, _ = prefix.rpartition("/")
+        base = self.root / folder if folder else self.root
+        if not base.is_dir():
+            return
+        out: list[ObjectInfo] = []
+        for dirpath, _dirs, files in os.walk(base):
+            rel = os.path.relpath(dirpath, self.root)
+            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            for name in files:
+                if name.startswith(_TMP):
+                    continue
+                key = rel + name
+                if not key.startswith(prefix) or (start_after is not None
+                                                  and key <= start_after):
+                    continue
+                try:
+                    st = os.stat(os.path.join(dirpath, name))
+                except FileNotFoundError:
+                    continue
+                out.append(ObjectInfo(key, st.st_size, st.st_mtime))
+        out.sort(key=lambda o: o.key)
+        yield from out
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            try:
+                self._p(key).unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise StorageError(f"deleting {key!r} in {self.uri}: {e}") from e
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            st = self._p(key).stat()
+        except FileNotFoundError:
+            return None
+        return ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
+        return self._fs, str(self.root)

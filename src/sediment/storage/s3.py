@@ -1,0 +1,167 @@
+"""S3 (and S3-compatible) object store over boto3, with ``If-None-Match: *`` for put-if-absent."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from sediment.errors import ObjectNotFoundError, StorageError
+from sediment.storage.base import ObjectInfo, ObjectStore
+
+_DELETE_BATCH = 1000  # S3's DeleteObjects limit
+
+
+class S3ObjectStore(ObjectStore):
+    """Objects under ``s3://bucket/prefix``. Credentials, region and endpoint come from the
+    options or the usual AWS environment variables."""
+
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
+                 region: str | None = None, access_key_id: str | None = None,
+                 secret_access_key: str | None = None, session_token: str | None = None,
+                 **_: Any) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.uri = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or \
+            os.environ.get("AWS_ENDPOINT_URL")
+        self.region = region or os.environ.get("AWS_REGION") or \
+            os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        self._creds = {
+            "aws_access_key_id": access_key_id or os.environ.get("AWS_ACCESS_KEY_ID"),
+            "aws_secret_access_key": secret_access_key or os.environ.get("AWS_SECRET_ACCESS_KEY"),
+            "aws_session_token": session_token or os.environ.get("AWS_SESSION_TOKEN"),
+        }
+        self._client = boto3.session.Session().client(
+            "s3", endpoint_url=self.endpoint_url, region_name=self.region,
+            config=Config(retries={"max_attempts": 5, "mode": "standard"},
+                          max_pool_connections=32),
+            **{k: v for k, v in self._creds.items() if v},
+        )
+        self._fs: pafs.S3FileSystem | None = None
+
+    # ---- helpers ---------------------------------------------------------------------
+    def _k(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _strip(self, full: str) -> str:
+        return full[len(self.prefix) + 1 :] if self.prefix else full
+
+    def _error(self, op: str, key: str, e: Exception) -> StorageError:
+        return StorageError(f"S3 {op} of {key!r} in {self.uri} failed: {e}")
+
+    @staticmethod
+    def _code(e: Exception) -> str:
+        resp = getattr(e, "response", None) or {}
+        return str(resp.get("Error", {}).get("Code", ""))
+
+    # ---- interface -------------------------------------------------------------------
+    def get(self, key: str) -> bytes:
+        try:
+            return self._client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()
+        except Exception as e:
+            if self._code(e) in ("NoSuchKey", "404", "NotFound"):
+                raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
+            raise self._error("get", key, e) from e
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        try:
+            r = self._client.get_object(Bucket=self.bucket, Key=self._k(key),
+                                        Range=f"bytes={start}-{end - 1}")
+            return r["Body"].read()
+        except Exception as e:
+            if self._code(e) in ("NoSuchKey", "404", "NotFound"):
+                raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
+            if self._code(e) == "InvalidRange":
+                return b""
+            raise self._error("ranged get", key, e) from e
+
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data)
+        except Exception as e:
+            raise self._error("put", key, e) from e
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data,
+                                    IfNoneMatch="*")
+            return True
+        except Exception as e:
+            if self._code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict",
+                                 "409"):
+                return False
+            raise self._error("conditional put", key, e) from e
+
+    def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._k(prefix)}
+        if start_after is not None:
+            kwargs["StartAfter"] = self._k(start_after)
+        try:
+            for page in self._client.get_paginator("list_objects_v2").paginate(**kwargs):
+                for o in page.get("Contents", []):
+                    yield ObjectInfo(self._strip(o["Key"]), int(o["Size"]),
+                                     o["LastModified"].timestamp())
+        except Exception as e:
+            raise self._error("list", prefix, e) from e
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        batch: list[str] = []
+
+        def flush() -> None:
+            if not batch:
+                return
+            try:
+                r = self._client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": self._k(k)} for k in batch], "Quiet": True})
+            except Exception as e:
+                raise self._error("delete", batch[0], e) from e
+            errors = r.get("Errors", [])
+            if errors:
+                raise StorageError(f"S3 delete in {self.uri} failed for "
+                                   f"{errors[0].get('Key')}: {errors[0].get('Message')}")
+            batch.clear()
+
+        for k in keys:
+            batch.append(k)
+            if len(batch) >= _DELETE_BATCH:
+                flush()
+        flush()
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            r = self._client.head_object(Bucket=self.bucket, Key=self._k(key))
+        except Exception as e:
+            if self._code(e) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise self._error("head", key, e) from e
+        return ObjectInfo(key, int(r["ContentLength"]), r["LastModified"].timestamp())
+
+    def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
+        if self._fs is None:
+            kwargs: dict[str, Any] = {"region": self.region}
+            if self.endpoint_url:
+                scheme, _, host = self.endpoint_url.partition("://")
+                kwargs["endpoint_override"] = host or scheme
+                kwargs["scheme"] = scheme if host else "https"
+            if self._creds["aws_access_key_id"]:
+                kwargs["access_key"] = self._creds["aws_access_key_id"]
+                kwargs["secret_key"] = self._creds["aws_secret_access_key"]
+                if self._creds["aws_session_token"]:
+                    kwargs["session_token"] = self._creds["aws_session_token"]
+            self._fs = pafs.S3FileSystem(**kwargs)
+        base = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
+        return self._fs, base
+
+    def options(self) -> dict[str, Any]:
+        """Options that reopen this store elsewhere (e.g. in a Spark task)."""
+        return {"endpoint_url": self.endpoint_url, "region": self.region,
+                **{k.replace("aws_", ""): v for k, v in self._creds.items() if v}}
