@@ -24,6 +24,7 @@ class PropertySpec:
     choices: tuple[Any, ...] | None = None
     minimum: float | None = None
     check: Callable[[Any], bool] | None = None
+    """Extra validation: raises PropertyError for a bad value."""
 
     def parse(self, value: Any, *, context: str = "") -> Any:
         """Coerce a value (possibly a string from the CLI) and validate it."""
@@ -46,13 +47,21 @@ class PropertySpec:
                         raise ValueError(value)
                     v = int(value)
                 elif isinstance(value, str):
-                    v = int(float(value)) if "e" in value.lower() else int(value)
+                    if "e" in value.lower():  # "1e6"; but "1.5e0" is no integer
+                        f = float(value)
+                        if not f.is_integer():
+                            raise ValueError(value)
+                        v = int(f)
+                    else:
+                        v = int(value)
                 else:
                     v = int(value)
             elif self.type is float:
                 if isinstance(value, bool):
                     raise ValueError(value)
                 v = float(value)
+                if v != v:  # NaN passes every minimum check
+                    raise ValueError(value)
             else:
                 if not isinstance(value, str):
                     raise ValueError(value)
@@ -66,6 +75,8 @@ class PropertySpec:
                 f"property {self.name!r}{where}: {v!r} is not one of "
                 f"{', '.join(map(str, self.choices))}"
             )
+        if self.check is not None:
+            self.check(v)
         if self.minimum is not None and v < self.minimum:
             raise PropertyError(f"property {self.name!r}{where}: {v!r} is below {self.minimum}")
         return v
@@ -111,6 +122,11 @@ _SPECS = [
     PropertySpec("ingest.spill_dir", str, "",
                  "Local folder for spilled sorted runs (empty: the system temp folder)."),
     # --- query --------------------------------------------------------------------------
+    PropertySpec("query.iterators", str, "",
+                 "JSON list of iterators applied at query time (see sediment.iterators).",
+                 check=lambda v: _check_iterators(v)),
+    PropertySpec("query.footer_cache_files", int, 4096,
+                 "Parquet footers kept in memory per table (0 disables the cache).", minimum=0),
     PropertySpec("query.threads", int, 0,
                  "Threads for parallel sub-queries (0: number of CPUs).", minimum=0),
     # --- partitions, compaction, gc -------------------------------------------------------
@@ -130,6 +146,13 @@ _SPECS = [
     PropertySpec("gc.orphan_timeout_seconds", float, 3600.0,
                  "Files no transaction added are deleted once older than this.", minimum=0),
 ]
+
+def _check_iterators(text: str) -> bool:
+    from sediment.iterators import iterators_from_property
+
+    iterators_from_property(text, where="property query.iterators")
+    return True
+
 
 PROPERTIES: dict[str, PropertySpec] = {p.name: p for p in _SPECS}
 """All properties by name."""

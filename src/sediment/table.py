@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
 
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import SetOnline, SetProperties
-from sediment.errors import PropertyError
+from sediment.errors import PropertyError, QueryError
+from sediment.iterators.base import RecordIterator
 from sediment.properties import PROPERTIES, defaults
 from sediment.schema import Schema
 from sediment.state.log import HistoryEntry
@@ -16,6 +21,9 @@ from sediment.state.store import StateStore
 
 if TYPE_CHECKING:
     from sediment.catalog import Store
+    from sediment.ingest import IngestResult
+    from sediment.query.executor import Executor
+    from sediment.query.planner import QueryPlan
 
 
 class Table:
@@ -27,6 +35,9 @@ class Table:
         self.table_id = table_id
         self.states = states
         self.objects = states.objects
+        self._cache_lock = threading.Lock()
+        self._cached: tuple[TableState, float] | None = None
+        self._executor: Executor | None = None
 
     # ---- state ---------------------------------------------------------------------------
     def state(self, version: int | None = None) -> TableState:
@@ -101,6 +112,113 @@ class Table:
             "records": sum(r.records for r in refs),
             "unreferenced_files": len(st.unreferenced),
         }
+
+    # ---- ingest ----------------------------------------------------------------------------
+    def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None
+               ) -> IngestResult:
+        """Ingest records (pyarrow Table/RecordBatch/RecordBatchReader, pandas DataFrame or an
+        iterable of them) in one transaction."""
+        from sediment.ingest import ingest
+
+        return ingest(self, data, progress=progress)
+
+    def ingest_files(self, paths: Sequence[str] | str, *,
+                     progress: Callable[[int], None] | None = None) -> IngestResult:
+        """Ingest Parquet, CSV or JSON-lines files (local or S3; globs) in one transaction."""
+        from sediment.ingest import ingest_files
+
+        return ingest_files(self, paths, progress=progress)
+
+    # ---- queries ---------------------------------------------------------------------------
+    def _invalidate_cache(self) -> None:
+        with self._cache_lock:
+            self._cached = None
+
+    def _query_state(self, version: int | None) -> TableState:
+        """The state a query reads: cached for ``state.cache.refresh_seconds``."""
+        if version is not None:
+            return self.state(version)
+        now = time.monotonic()
+        with self._cache_lock:
+            cached = self._cached
+        if cached is not None:
+            state, at = cached
+            if now - at < float(state.properties.get(
+                    "state.cache.refresh_seconds",
+                    PROPERTIES["state.cache.refresh_seconds"].default)):
+                return state
+        state = self.states.head()
+        with self._cache_lock:
+            self._cached = (state, now)
+        return state
+
+    def _query_executor(self, state: TableState) -> Executor:
+        from sediment.query.executor import Executor, FooterCache
+
+        if self._executor is None:
+            props = {**defaults(), **state.properties}
+            assert state.schema is not None
+            footers = FooterCache(self.objects, state.schema.row_key_names[0],
+                                  int(props["query.footer_cache_files"]))
+            self._executor = Executor(self.objects, state.schema, footers,
+                                      int(props["query.threads"]))
+        return self._executor
+
+    def _prepare(self, keys: Sequence[Any] | None, ranges: Any, columns: Sequence[str] | None,
+                 version: int | None, iterators: Sequence[Any] | None
+                 ) -> tuple[Executor, QueryPlan, list[str], list[str], list[RecordIterator]]:
+        from sediment.iterators import iterator_from_config, iterators_from_property
+        from sediment.query.planner import normalise_ranges, plan_query
+
+        state = self._query_state(version)
+        schema = state.schema
+        assert schema is not None
+        wanted = list(columns) if columns is not None else schema.field_names
+        for c in wanted:
+            if c not in schema.field_names:
+                raise QueryError(f"table {self.name} has no column {c!r} "
+                                 f"(columns: {', '.join(schema.field_names)})")
+        props = {**defaults(), **state.properties}
+        its = iterators_from_property(str(props["query.iterators"]), schema,
+                                      where=f"table {self.name} property query.iterators")
+        for it in iterators or ():
+            its.append(it if isinstance(it, RecordIterator) else iterator_from_config(it, schema))
+        extra = set().union(*(it.fields() for it in its)) if its else set()
+        read = [c for c in schema.field_names
+                if c in wanted or c in schema.key_names or c in extra]
+        plan = plan_query(state, normalise_ranges(state, keys, ranges))
+        return self._query_executor(state), plan, read, wanted, its
+
+    def query(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+              columns: Sequence[str] | None = None, version: int | None = None,
+              iterators: Sequence[Any] | None = None) -> pa.Table:
+        """Records with the given exact row keys and/or in the given ranges, sorted by key.
+
+        ``keys``: row-key values (or tuples; a shorter tuple is a prefix). ``ranges``: Range
+        values. Neither: the whole table. ``version``: read an older version.
+        """
+        executor, plan, read, wanted, its = self._prepare(keys, ranges, columns, version,
+                                                          iterators)
+        return executor.run(plan, read, its).select(wanted)
+
+    def scan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+             columns: Sequence[str] | None = None, version: int | None = None,
+             iterators: Sequence[Any] | None = None) -> pa.RecordBatchReader:
+        """Like :meth:`query`, streamed as a RecordBatchReader in bounded memory."""
+        executor, plan, read, wanted, its = self._prepare(keys, ranges, columns, version,
+                                                          iterators)
+        out_schema = pa.schema([self.schema.field(c) for c in wanted])
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for b in executor.stream(plan, read, its):
+                yield b.select(wanted)
+
+        return pa.RecordBatchReader.from_batches(out_schema, batches())
+
+    def plan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+             version: int | None = None) -> QueryPlan:
+        """The query plan (leaves and files a query would read), for inspection."""
+        return self._prepare(keys, ranges, None, version, None)[1]
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, store={self.store.uri!r})"

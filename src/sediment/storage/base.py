@@ -71,6 +71,10 @@ class ObjectStore(ABC):
         _, base = self.arrow_filesystem()
         return f"{base}/{key}" if base else key
 
+    def root(self) -> ObjectStore:
+        """The underlying store when this is a prefixed view (a table's folder), else self."""
+        return self
+
     def child(self, prefix: str) -> ObjectStore:
         """The same store rooted at ``prefix`` (a table's own folder, say)."""
         return PrefixedObjectStore(self, prefix)
@@ -86,6 +90,9 @@ class PrefixedObjectStore(ObjectStore):
 
     def _k(self, key: str) -> str:
         return self.prefix + key
+
+    def root(self) -> ObjectStore:
+        return self.inner.root()
 
     def get(self, key: str) -> bytes:
         return self.inner.get(self._k(key))

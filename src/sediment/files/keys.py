@@ -1,0 +1,110 @@
+"""Vectorised key operations on sorted Arrow data: row access, bisection, range masks.
+
+Bisection touches O(log n) rows per call; masks are computed with Arrow compute kernels, so no
+path here loops over records in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sediment.core.keys import Key
+from sediment.core.model import Region
+from sediment.core.ranges import Range
+
+Columnar = pa.Table | pa.RecordBatch
+
+
+def row_key(data: Columnar, i: int, names: Sequence[str]) -> Key:
+    """The key tuple of row ``i``."""
+    return tuple(data.column(n)[i].as_py() for n in names)
+
+
+def bisect_key(data: Columnar, key: Key, names: Sequence[str], *, right: bool = False,
+               lo: int = 0, hi: int | None = None) -> int:
+    """First row whose key prefix is >= key (or > key with ``right``), for sorted data.
+
+    ``key`` may be shorter than ``names`` (a prefix): rows are compared on ``len(key)`` fields.
+    """
+    n = len(key)
+    cols = [data.column(c) for c in names[:n]]
+    hi = data.num_rows if hi is None else hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        k = tuple(c[mid].as_py() for c in cols)
+        if k < key or (right and k == key):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _lex_compare(data: Columnar, names: Sequence[str], key: Key, op: str) -> pa.Array:
+    """Mask of rows whose key prefix compares to ``key`` by op ('<', '<=', '>', '>=')."""
+    strict = {"<": "less", "<=": "less", ">": "greater", ">=": "greater"}[op]
+    inclusive = op in ("<=", ">=")
+    result: pa.Array | None = None
+    eq_so_far: pa.Array | None = None
+    for i, (name, value) in enumerate(zip(names, key, strict=False)):
+        col = data.column(name)
+        scalar = pa.scalar(value, type=col.type)
+        part = getattr(pc, strict)(col, scalar)
+        if eq_so_far is not None:
+            part = pc.and_(eq_so_far, part)
+        result = part if result is None else pc.or_(result, part)
+        eq = pc.equal(col, scalar)
+        eq_so_far = eq if eq_so_far is None else pc.and_(eq_so_far, eq)
+        if i == len(key) - 1 and inclusive:
+            result = pc.or_(result, eq_so_far)
+    assert result is not None
+    return result
+
+
+def region_mask(data: Columnar, names: Sequence[str], region: Region) -> pa.Array | None:
+    """Rows inside a partition region, or None when the region is unbounded."""
+    mask = None
+    if region.min is not None:
+        mask = _lex_compare(data, names, region.min, ">=")
+    if region.max is not None:
+        m = _lex_compare(data, names, region.max, "<")
+        mask = m if mask is None else pc.and_(mask, m)
+    return mask
+
+
+def range_mask(data: Columnar, names: Sequence[str], rng: Range) -> pa.Array | None:
+    mask = None
+    if rng.start is not None:
+        mask = _lex_compare(data, names, rng.start, ">=" if rng.start_inclusive else ">")
+    if rng.end is not None:
+        m = _lex_compare(data, names, rng.end, "<=" if rng.end_inclusive else "<")
+        mask = m if mask is None else pc.and_(mask, m)
+    return mask
+
+
+def rows_in(data: Columnar, names: Sequence[str], region: Region,
+            ranges: Sequence[Range] | None) -> Any:
+    """Filter ``data`` to rows inside ``region`` and any of ``ranges`` (None: all ranges)."""
+    mask = region_mask(data, names, region)
+    if ranges is not None:
+        any_range = None
+        for r in ranges:
+            m = range_mask(data, names, r)
+            if m is None:
+                any_range = None
+                break
+            any_range = m if any_range is None else pc.or_(any_range, m)
+        else:
+            if any_range is None:
+                return data.slice(0, 0)
+        if any_range is not None:
+            mask = any_range if mask is None else pc.and_(mask, any_range)
+    return data if mask is None else data.filter(mask)
+
+
+def sort_indices(data: Columnar, names: Sequence[str]) -> pa.Array:
+    """Indices that sort ``data`` by ``names`` ascending (strings by bytes)."""
+    return pc.sort_indices(data, sort_keys=[(n, "ascending") for n in names])

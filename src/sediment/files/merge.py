@@ -1,0 +1,62 @@
+"""K-way merge of sorted record-batch streams, vectorised chunk by chunk.
+
+Each round takes, from every stream's current batch, the rows whose key is <= the smallest "last
+key" among those batches (found by bisection), sorts that slab (it holds only the overlapping
+rows) and emits it. Memory holds one batch per stream plus one slab, whatever the stream sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import pyarrow as pa
+
+from sediment.files.keys import bisect_key, row_key, sort_indices
+
+
+def merge_sorted(streams: Sequence[Iterable[pa.RecordBatch]], names: Sequence[str],
+                 schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Merge streams each sorted by ``names`` into one sorted stream."""
+    iters = [iter(s) for s in streams]
+    heads: list[pa.RecordBatch | None] = [_next_nonempty(it) for it in iters]
+    if sum(h is not None for h in heads) <= 1:
+        for i, h in enumerate(heads):
+            if h is not None:
+                yield h
+                yield from (b for b in iters[i] if b.num_rows)
+        return
+    while True:
+        active = [i for i, h in enumerate(heads) if h is not None]
+        if not active:
+            return
+        if len(active) == 1:
+            i = active[0]
+            yield heads[i]  # type: ignore[misc]
+            yield from (b for b in iters[i] if b.num_rows)
+            return
+        cutoff = min(row_key(heads[i], heads[i].num_rows - 1, names)  # type: ignore[union-attr]
+                     for i in active)
+        pieces: list[pa.RecordBatch] = []
+        for i in active:
+            h = heads[i]
+            assert h is not None
+            cut = bisect_key(h, cutoff, names, right=True)
+            if cut:
+                pieces.append(h.slice(0, cut))
+            if cut >= h.num_rows:
+                heads[i] = _next_nonempty(iters[i])
+            else:
+                heads[i] = h.slice(cut)
+        if len(pieces) == 1:
+            yield pieces[0]
+            continue
+        slab = pa.Table.from_batches(pieces, schema=schema).combine_chunks()
+        slab = slab.take(sort_indices(slab, names))
+        yield from slab.to_batches()
+
+
+def _next_nonempty(it: Iterator[pa.RecordBatch]) -> pa.RecordBatch | None:
+    for b in it:
+        if b.num_rows:
+            return b
+    return None

@@ -1,0 +1,99 @@
+"""Sidecar samples: an exact equi-depth sample of a sorted file's row keys, with counts.
+
+Row ``i`` of a sample holds the row key of the file's row ``i*k`` and ``count`` = the number of
+file rows it stands for (``k``, the last one the remainder). From samples we estimate how many
+records of a file fall in a key range (error below ``k`` per end) and, merged across files, find
+quantiles such as the median used to split partitions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sediment.core.keys import Key
+from sediment.core.model import Region
+from sediment.files.keys import bisect_key, row_key, sort_indices
+
+COUNT = "__count"
+
+
+def build_sample(sorted_keys: pa.Table, size: int) -> pa.Table:
+    """Every k-th row key of sorted data (k = ceil(rows / size)) with the rows each stands for."""
+    n = sorted_keys.num_rows
+    if n == 0:
+        return sorted_keys.append_column(COUNT, pa.array([], pa.int64()))
+    k = max(1, math.ceil(n / size))
+    idx = np.arange(0, n, k, dtype=np.int64)
+    counts = np.minimum(k, n - idx)
+    picked = sorted_keys.take(pa.array(idx))
+    return picked.append_column(COUNT, pa.array(counts, pa.int64()))
+
+
+class KeySampler:
+    """Keeps the row key of every k-th row of a sorted stream, k doubling as rows arrive."""
+
+    def __init__(self, names: Sequence[str], size: int) -> None:
+        self.names = list(names)
+        self.size = size
+        self.k = 1
+        self.rows = 0
+        self._parts: list[pa.Table] = []
+        self._held = 0
+
+    def add(self, data: pa.Table) -> None:
+        n = data.num_rows
+        first = (-self.rows) % self.k
+        idx = np.arange(first, n, self.k, dtype=np.int64)
+        if len(idx):
+            picked = data.select(self.names).take(pa.array(idx))
+            self._parts.append(picked.append_column("__idx", pa.array(idx + self.rows)))
+            self._held += len(idx)
+        self.rows += n
+        while self._held > 2 * self.size:
+            self.k *= 2
+            t = pa.concat_tables(self._parts).combine_chunks()
+            keep = pc.equal(pc.bit_wise_and(t.column("__idx"), self.k - 1), 0)
+            t = t.filter(keep)
+            self._parts = [t]
+            self._held = t.num_rows
+
+    def sample(self, key_schema: pa.Schema) -> pa.Table:
+        """The sample: keys plus the count of rows each kept key stands for."""
+        if not self._parts:
+            return key_schema.empty_table().append_column(COUNT, pa.array([], pa.int64()))
+        t = pa.concat_tables(self._parts).combine_chunks()
+        idx = t.column("__idx").to_numpy()
+        counts = np.minimum(self.k, self.rows - idx)
+        return t.drop_columns(["__idx"]).append_column(COUNT, pa.array(counts, pa.int64()))
+
+
+def merge_samples(samples: Sequence[pa.Table], names: Sequence[str]) -> pa.Table:
+    """One sample standing for all the given files: concatenated and sorted by key."""
+    if not samples:
+        raise ValueError("no samples to merge")
+    t = pa.concat_tables([s.select([*names, COUNT]) for s in samples]).combine_chunks()
+    return t.take(sort_indices(t, names))
+
+
+def estimate_count(sample: pa.Table, names: Sequence[str], region: Region) -> int:
+    """Estimated records of the sampled data inside ``region``."""
+    lo = 0 if region.min is None else bisect_key(sample, region.min, names)
+    hi = sample.num_rows if region.max is None else bisect_key(sample, region.max, names)
+    if hi <= lo:
+        return 0
+    return int(pc.sum(sample.column(COUNT).slice(lo, hi - lo)).as_py() or 0)
+
+
+def quantile(sample: pa.Table, names: Sequence[str], q: float) -> Key | None:
+    """The key at quantile ``q`` (0..1) of a (merged, sorted) sample; None when empty."""
+    if sample.num_rows == 0:
+        return None
+    cum = np.cumsum(sample.column(COUNT).to_numpy())
+    target = q * cum[-1]
+    i = int(np.searchsorted(cum, target, side="left"))
+    return row_key(sample, min(i, sample.num_rows - 1), names)

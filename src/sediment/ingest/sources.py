@@ -1,0 +1,184 @@
+"""Turning user input into validated record batches of the table's schema.
+
+Accepted: pyarrow Table, RecordBatch, RecordBatchReader, pandas DataFrame, or an iterable of any
+of these; and files (Parquet, CSV, JSON lines; local or S3; globs). Every batch is checked: a
+missing or unknown field, a value that cannot be cast, or a null in a key raises DataError naming
+the table, the field and (where it applies) the row, before anything is written.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+
+from sediment.errors import DataError
+from sediment.schema import Schema
+from sediment.storage.base import ObjectStore
+
+IngestInput = Any  # pa.Table | pa.RecordBatch | pa.RecordBatchReader | DataFrame | Iterable
+
+
+def iter_input(data: IngestInput) -> Iterator[pa.RecordBatch]:
+    """Record batches from any accepted input type (no copies for Arrow input)."""
+    if isinstance(data, pa.RecordBatch):
+        yield data
+    elif isinstance(data, pa.Table):
+        yield from data.to_batches()
+    elif isinstance(data, pa.RecordBatchReader):
+        yield from data
+    elif _is_dataframe(data):
+        yield from pa.Table.from_pandas(data, preserve_index=False).to_batches()
+    elif hasattr(data, "__arrow_c_stream__"):
+        yield from pa.RecordBatchReader.from_stream(data)
+    elif isinstance(data, Iterable) and not isinstance(data, str | bytes | dict):
+        for item in data:
+            if isinstance(item, pa.RecordBatchReader | pa.Table | pa.RecordBatch) or \
+                    _is_dataframe(item):
+                yield from iter_input(item)
+            else:
+                raise DataError(f"cannot ingest an element of type {type(item).__name__}; "
+                                "give Arrow tables/batches or pandas DataFrames")
+    else:
+        raise DataError(f"cannot ingest {type(data).__name__}; give a pyarrow Table, "
+                        "RecordBatch, RecordBatchReader, pandas DataFrame or an iterable of them")
+
+
+def _is_dataframe(obj: Any) -> bool:
+    return type(obj).__name__ == "DataFrame" and hasattr(obj, "columns") and \
+        type(obj).__module__.startswith("pandas")
+
+
+def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
+            source: str = "input") -> pa.RecordBatch:
+    """The batch with the table's fields in order and types, or DataError."""
+    names = batch.schema.names
+    wanted = schema.to_arrow()
+    extra = [n for n in names if n not in wanted.names]
+    if extra:
+        raise DataError(f"ingest into table {table}: {source} has field {extra[0]!r} which is "
+                        f"not in the table's schema ({', '.join(wanted.names)})")
+    cols = []
+    for f in wanted:
+        if f.name not in names:
+            raise DataError(f"ingest into table {table}: {source} has no field {f.name!r}")
+        col = batch.column(names.index(f.name))
+        if not col.type.equals(f.type):
+            try:
+                col = col.cast(f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                row = _first_bad_row(col, f.type)
+                at = f" at row {row_offset + row}" if row is not None else ""
+                raise DataError(f"ingest into table {table}: field {f.name!r}{at} of {source} "
+                                f"cannot be cast from {col.type} to {f.type}: {e}") from None
+        if not f.nullable and col.null_count:
+            row = pc.indices_nonzero(pc.is_null(col))[0].as_py()
+            raise DataError(f"ingest into table {table}: key field {f.name!r} is null at row "
+                            f"{row_offset + row} of {source}")
+        cols.append(col)
+    return pa.RecordBatch.from_arrays(cols, schema=wanted)
+
+
+def _first_bad_row(col: pa.Array, typ: pa.DataType) -> int | None:
+    """Find the first row that fails to cast, by bisection on slices (O(log n) casts)."""
+    lo, hi = 0, len(col)
+    if hi == 0:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            col.slice(lo, mid - lo).cast(typ, safe=True)
+            lo = mid
+        except (pa.ArrowException, TypeError, ValueError):
+            hi = mid
+    try:
+        col.slice(lo, 1).cast(typ, safe=True)
+        return None
+    except (pa.ArrowException, TypeError, ValueError):
+        return lo
+
+
+# ---- files ---------------------------------------------------------------------------------
+def _filesystem_for(path: str, store: ObjectStore) -> tuple[pafs.FileSystem, str]:
+    """Filesystem and path for an input file; S3 inputs reuse the store's S3 settings."""
+    parsed = urlparse(path)
+    if parsed.scheme == "s3":
+        from sediment.storage.s3 import S3ObjectStore
+
+        root = store.root()
+        s3 = root if isinstance(root, S3ObjectStore) else S3ObjectStore(parsed.netloc)
+        fs, _ = s3.arrow_filesystem()
+        return fs, parsed.netloc + parsed.path
+    if parsed.scheme == "file":
+        return pafs.LocalFileSystem(), parsed.path
+    return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
+def expand_paths(paths: Sequence[str], store: ObjectStore) -> list[tuple[pafs.FileSystem, str]]:
+    """Files named by paths and globs, in order; DataError for a pattern matching nothing."""
+    out: list[tuple[pafs.FileSystem, str]] = []
+    for p in paths:
+        fs, path = _filesystem_for(str(p), store)
+        if any(ch in path for ch in "*?["):
+            if isinstance(fs, pafs.LocalFileSystem):
+                matches = sorted(glob.glob(path, recursive=True))
+            else:
+                base = path.split("*")[0].split("?")[0].split("[")[0].rsplit("/", 1)[0]
+                infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+                matches = sorted(i.path for i in infos
+                                 if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path))
+            if not matches:
+                raise DataError(f"no files match {p!r}")
+            out.extend((fs, m) for m in matches)
+        else:
+            info = fs.get_file_info(path)
+            if info.type != pafs.FileType.File:
+                raise DataError(f"input file {p!r} does not exist")
+            out.append((fs, path))
+    return out
+
+
+def file_format(path: str) -> str:
+    low = path.lower()
+    for suffix, fmt in ((".parquet", "parquet"), (".pq", "parquet"), (".csv", "csv"),
+                        (".csv.gz", "csv"), (".jsonl", "json"), (".json", "json"),
+                        (".ndjson", "json"), (".jsonl.gz", "json")):
+        if low.endswith(suffix):
+            return fmt
+    raise DataError(f"cannot tell the format of {path!r}: use .parquet, .csv or .jsonl")
+
+
+def read_file(fs: pafs.FileSystem, path: str, schema: Schema) -> Iterator[pa.RecordBatch]:
+    """Stream a Parquet/CSV/JSON-lines file as batches (types guided by the table schema)."""
+    import pyarrow.csv as pacsv
+    import pyarrow.json as pajson
+    import pyarrow.parquet as pq
+
+    fmt = file_format(path)
+    arrow = schema.to_arrow()
+    try:
+        if fmt == "parquet":
+            pf = pq.ParquetFile(fs.open_input_file(path))
+            for i in range(pf.num_row_groups):  # row group by row group: bounded memory
+                yield from pf.read_row_group(i).to_batches()
+        elif fmt == "csv":
+            simple = {f.name: f.type for f in arrow if not pa.types.is_nested(f.type)}
+            stream = fs.open_input_stream(path, compression="detect")
+            reader = pacsv.open_csv(
+                stream, convert_options=pacsv.ConvertOptions(column_types=simple,
+                                                             strings_can_be_null=True))
+            yield from reader
+        else:
+            stream = fs.open_input_stream(path, compression="detect")
+            yield from pajson.read_json(
+                stream, parse_options=pajson.ParseOptions(
+                    explicit_schema=arrow, unexpected_field_behavior="error")).to_batches()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
+        raise DataError(f"cannot read {fmt} file {path!r}: {e}") from e

@@ -1,0 +1,245 @@
+"""Standard ingest (Sleeper's, with AutoMQ's shared files as an option).
+
+Batches are validated and buffered up to ``ingest.memory_limit_bytes``; a full buffer is sorted
+and spilled as a sorted run to a local temp folder. At the end the runs (and what is still in
+memory) are merged into one sorted stream, cut at leaf-partition boundaries, and written as one
+file per touched leaf (``per_partition``) or as one file referenced from every leaf it covers
+(``shared_file``). All files commit in one AddFiles transaction; on any failure the written
+files are deleted and nothing is committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sediment.core.model import FileReference, Partition
+from sediment.core.state import TableState
+from sediment.core.transactions import AddFiles
+from sediment.files.keys import bisect_key, sort_indices
+from sediment.files.merge import merge_sorted
+from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename, sample_name
+from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
+
+if TYPE_CHECKING:
+    from sediment.table import Table
+
+Progress = Callable[[int], None]
+"""Called with the number of rows just accepted (for progress bars)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What an ingest did: rows and files written, bytes, the committed version, time taken."""
+
+    rows: int
+    files: int
+    bytes: int
+    version: int
+    seconds: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+class _SortedRuns:
+    """Buffer of validated batches; spills sorted runs past the memory limit."""
+
+    def __init__(self, schema: pa.Schema, keys: Sequence[str], limit: int, spill_dir: str,
+                 row_group_rows: int) -> None:
+        self.schema = schema
+        self.keys = list(keys)
+        self.limit = limit
+        self.spill_dir = spill_dir
+        self.row_group_rows = row_group_rows
+        self.buffer: list[pa.RecordBatch] = []
+        self.buffered = 0
+        self.runs: list[str] = []
+        self._tmp: str | None = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.buffer.append(batch)
+        self.buffered += batch.nbytes
+        if self.buffered >= self.limit:
+            self._spill()
+
+    def _sorted_buffer(self) -> pa.Table:
+        t = pa.Table.from_batches(self.buffer, schema=self.schema).combine_chunks()
+        self.buffer, self.buffered = [], 0
+        return t.take(sort_indices(t, self.keys))
+
+    def _spill(self) -> None:
+        if self._tmp is None:
+            self._tmp = tempfile.mkdtemp(prefix="sediment-ingest-", dir=self.spill_dir or None)
+        path = os.path.join(self._tmp, f"run-{len(self.runs):05d}.parquet")
+        pq.write_table(self._sorted_buffer(), path, row_group_size=self.row_group_rows,
+                       compression="lz4")
+        self.runs.append(path)
+
+    def sorted_stream(self) -> Iterator[pa.RecordBatch]:
+        """Everything added, as one sorted stream (merging spilled runs in bounded memory)."""
+        memory = self._sorted_buffer() if self.buffer else None
+        if not self.runs:
+            if memory is not None:
+                yield from memory.to_batches(max_chunksize=self.row_group_rows * 4)
+            return
+        streams: list[Iterator[pa.RecordBatch]] = [_read_run(p) for p in self.runs]
+        if memory is not None:
+            streams.append(iter(memory.to_batches(max_chunksize=self.row_group_rows)))
+        yield from merge_sorted(streams, self.keys, self.schema)
+
+    def cleanup(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+def _read_run(path: str) -> Iterator[pa.RecordBatch]:
+    pf = pq.ParquetFile(path)
+    for i in range(pf.num_row_groups):
+        yield from pf.read_row_group(i).to_batches()
+
+
+class _LeafCutter:
+    """Cuts a sorted stream at leaf boundaries: yields (leaf, slice) in key order."""
+
+    def __init__(self, state: TableState, row_keys: Sequence[str]) -> None:
+        self.leaves = state.leaf_partitions()
+        self.row_keys = list(row_keys)
+
+    def cut(self, stream: Iterator[pa.RecordBatch]) -> Iterator[tuple[Partition, pa.RecordBatch]]:
+        li = 0
+        for batch in stream:
+            start = 0
+            while start < batch.num_rows:
+                leaf = self.leaves[li]
+                if leaf.region.max is None:
+                    end = batch.num_rows
+                else:
+                    end = bisect_key(batch, leaf.region.max, self.row_keys, lo=start)
+                if end > start:
+                    yield leaf, batch.slice(start, end - start)
+                if end < batch.num_rows:
+                    li += 1
+                start = end
+
+
+def _write_partitioned(table: Table, state: TableState, stream: Iterator[pa.RecordBatch],
+                       strategy: str) -> tuple[list[FileReference], list[WrittenFile]]:
+    schema = state.schema
+    assert schema is not None
+    props = {**table.properties}
+    cutter = _LeafCutter(state, schema.row_key_names)
+    refs: list[FileReference] = []
+    written: list[WrittenFile] = []
+    writer: SortedFileWriter | None = None
+    current: Partition | None = None
+    counts: dict[str, int] = {}
+    try:
+        for leaf, piece in cutter.cut(stream):
+            if strategy == "shared_file":
+                if writer is None:
+                    writer = SortedFileWriter(table.objects, new_data_filename("shared"),
+                                              schema, props)
+                writer.write(piece)
+                counts[leaf.id] = counts.get(leaf.id, 0) + piece.num_rows
+                continue
+            if current is None or leaf.id != current.id:
+                if writer is not None:
+                    w = writer.close()
+                    written.append(w)
+                    refs.append(FileReference(w.filename, current.id, w.rows))  # type: ignore
+                writer = SortedFileWriter(table.objects, new_data_filename(leaf.id), schema,
+                                          props)
+                current = leaf
+            writer.write(piece)
+        if writer is not None:
+            w = writer.close()
+            written.append(w)
+            writer = None
+            if strategy == "shared_file":
+                refs.extend(FileReference(w.filename, pid, n) for pid, n in counts.items())
+            else:
+                assert current is not None
+                refs.append(FileReference(w.filename, current.id, w.rows))
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        _delete_files(table, written)
+        raise
+    return refs, written
+
+
+def _delete_files(table: Table, written: Sequence[WrittenFile]) -> None:
+    with contextlib.suppress(Exception):
+        table.objects.delete_many([k for w in written for k in (w.filename,
+                                                                 sample_name(w.filename))])
+
+
+def ingest(table: Table, data: IngestInput, *, progress: Progress | None = None,
+           source: str = "input") -> IngestResult:
+    """Ingest records into ``table`` as one transaction (see module docs)."""
+    return _ingest_batches(table, ((source, b) for b in iter_input(data)), progress)
+
+
+def ingest_files(table: Table, paths: Sequence[str] | str, *,
+                 progress: Progress | None = None) -> IngestResult:
+    """Ingest Parquet, CSV and JSON-lines files (local or S3, globs allowed) in one transaction."""
+    if isinstance(paths, str):
+        paths = [paths]
+    files = expand_paths(paths, table.objects)
+    schema = table.schema
+
+    def batches() -> Iterator[tuple[str, pa.RecordBatch]]:
+        for fs, path in files:
+            for b in read_file(fs, path, schema):
+                yield path, b
+
+    return _ingest_batches(table, batches(), progress)
+
+
+def _ingest_batches(table: Table, batches: Iterator[tuple[str, pa.RecordBatch]],
+                    progress: Progress | None) -> IngestResult:
+    started = time.perf_counter()
+    state = table.states.head()
+    schema = state.schema
+    assert schema is not None
+    props = {**table.properties}
+    runs = _SortedRuns(schema.to_arrow(), schema.key_names,
+                       int(props["ingest.memory_limit_bytes"]), str(props["ingest.spill_dir"]),
+                       int(props["parquet.row_group_rows"]))
+    rows = 0
+    offsets: dict[str, int] = {}
+    try:
+        for src, batch in batches:
+            offset = offsets.get(src, 0)
+            runs.add(conform(batch, schema, table.name, offset, src))
+            offsets[src] = offset + batch.num_rows
+            rows += batch.num_rows
+            if progress is not None:
+                progress(batch.num_rows)
+        if rows == 0:
+            return IngestResult(0, 0, 0, state.version, time.perf_counter() - started)
+        refs, written = _write_partitioned(table, state, runs.sorted_stream(),
+                                           str(props["ingest.write_strategy"]))
+    finally:
+        runs.cleanup()
+    try:
+        new_state = table.states.commit(AddFiles(refs))
+    except BaseException:
+        _delete_files(table, written)
+        raise
+    table._invalidate_cache()
+    return IngestResult(rows, len(written), sum(w.bytes for w in written), new_state.version,
+                        time.perf_counter() - started)
+

@@ -1,0 +1,148 @@
+"""The iterator interface and the row-local built-ins (age-off, row filters)."""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sediment.errors import PropertyError
+from sediment.schema import Schema
+
+
+class RecordIterator(ABC):
+    """Transforms a sorted stream of batches of one partition; output stays sorted."""
+
+    @abstractmethod
+    def apply(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Yield the transformed stream."""
+
+    def fields(self) -> set[str]:
+        """Fields the iterator reads (so queries fetch them even when not requested)."""
+        return set()
+
+
+class _RowLocal(RecordIterator):
+    """An iterator that keeps or drops each row on its own: a mask per batch."""
+
+    @abstractmethod
+    def mask(self, batch: pa.RecordBatch) -> pa.Array:
+        """Rows to keep."""
+
+    def apply(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            out = b.filter(self.mask(b))
+            if out.num_rows:
+                yield out
+
+
+_UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+@dataclass(frozen=True)
+class AgeOff(_RowLocal):
+    """Drop records older than ``ttl_seconds`` by ``field`` (timestamp or integer epoch)."""
+
+    field: str
+    ttl_seconds: float
+    unit: str = "ms"
+    now: Callable[[], float] = time.time
+
+    def fields(self) -> set[str]:
+        return {self.field}
+
+    def mask(self, batch: pa.RecordBatch) -> pa.Array:
+        col = batch.column(self.field)
+        cutoff_s = self.now() - self.ttl_seconds
+        if pa.types.is_timestamp(col.type):
+            scale = _UNITS[col.type.unit]
+            col = col.cast(pa.int64())
+        else:
+            scale = _UNITS[self.unit]
+        return pc.fill_null(pc.greater_equal(col, pa.scalar(int(cutoff_s * scale), col.type)),
+                            True)
+
+
+_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "==": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
+    ">": pc.greater, ">=": pc.greater_equal,
+}
+
+
+@dataclass(frozen=True)
+class RowFilter(_RowLocal):
+    """Keep rows where ``field op value`` holds (nulls compare false except for is_null)."""
+
+    field: str
+    op: str
+    value: Any = None
+
+    def __post_init__(self) -> None:
+        if self.op not in (*_OPS, "in", "not_in", "is_null", "not_null"):
+            raise PropertyError(f"filter on {self.field!r}: unknown op {self.op!r}")
+
+    def fields(self) -> set[str]:
+        return {self.field}
+
+    def mask(self, batch: pa.RecordBatch) -> pa.Array:
+        col = batch.column(self.field)
+        if self.op == "is_null":
+            return pc.is_null(col)
+        if self.op == "not_null":
+            return pc.is_valid(col)
+        if self.op in ("in", "not_in"):
+            m = pc.is_in(col, value_set=pa.array(list(self.value), type=col.type))
+            return m if self.op == "in" else pc.invert(m)
+        return pc.fill_null(_OPS[self.op](col, pa.scalar(self.value, type=col.type)), False)
+
+
+def iterator_from_config(cfg: Mapping[str, Any], schema: Schema | None = None,
+                         *, where: str = "iterator") -> RecordIterator:
+    """Build an iterator from its JSON config (see the package docs)."""
+    kind = cfg.get("type")
+    try:
+        if kind == "age_off":
+            it: RecordIterator = AgeOff(str(cfg["field"]), float(cfg["ttl_seconds"]),
+                                        str(cfg.get("unit", "ms")))
+            if it.unit not in _UNITS:  # type: ignore[attr-defined]
+                raise PropertyError(f"{where}: unknown unit {cfg.get('unit')!r}")
+        elif kind == "filter":
+            it = RowFilter(str(cfg["field"]), str(cfg["op"]), cfg.get("value"))
+        else:
+            from sediment.iterators.registry import build_registered
+
+            it = build_registered(cfg, where=where)
+    except KeyError as e:
+        raise PropertyError(f"{where}: {kind} iterator needs {e}") from None
+    if schema is not None:
+        for f in it.fields():
+            if f not in schema.field_names:
+                raise PropertyError(f"{where}: iterator {kind} names unknown field {f!r}")
+    return it
+
+
+def iterators_from_property(text: str, schema: Schema | None = None, *,
+                            where: str = "iterators") -> list[RecordIterator]:
+    """Parse a ``*.iterators`` property: a JSON list of configs ('' or '[]' for none)."""
+    if not text.strip():
+        return []
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PropertyError(f"{where}: not valid JSON: {e}") from None
+    if not isinstance(doc, list) or not all(isinstance(d, dict) for d in doc):
+        raise PropertyError(f"{where}: must be a JSON list of iterator objects")
+    return [iterator_from_config(d, schema, where=where) for d in doc]
+
+
+def apply_iterators(batches: Iterator[pa.RecordBatch],
+                    iterators: Sequence[RecordIterator]) -> Iterator[pa.RecordBatch]:
+    for it in iterators:
+        batches = it.apply(batches)
+    return batches

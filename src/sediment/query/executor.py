@@ -1,0 +1,216 @@
+"""Query execution: read planned files with row-group pruning, filter, merge, iterate.
+
+Parquet footers are cached per table together with the min/max of the first row-key field of
+every row group, so an exact-key lookup reads one footer-free row group per file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sediment.core.model import FileReference, Region
+from sediment.core.ranges import Range
+from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
+from sediment.files.keys import rows_in, sort_indices
+from sediment.files.merge import merge_sorted
+from sediment.iterators.base import RecordIterator, apply_iterators
+from sediment.query.planner import QueryPlan, SubQuery
+from sediment.schema import Schema
+from sediment.storage.base import ObjectStore
+
+
+@dataclass(frozen=True, slots=True)
+class FileFooter:
+    """A file's Parquet metadata and per-row-group bounds of the first row-key field."""
+
+    metadata: pq.FileMetaData
+    mins: list[Any]
+    maxs: list[Any]
+
+
+class FooterCache:
+    """LRU cache of FileFooter by filename (data files are immutable, so never stale)."""
+
+    def __init__(self, objects: ObjectStore, first_key: str, capacity: int) -> None:
+        self.objects = objects
+        self.first_key = first_key
+        self.capacity = capacity
+        self._items: OrderedDict[str, FileFooter] = OrderedDict()
+        self._lock = threading.Lock()
+        self.fs, _ = objects.arrow_filesystem()
+
+    def open(self, filename: str) -> tuple[pq.ParquetFile, FileFooter]:
+        path = self.objects.path(filename)
+        with self._lock:
+            footer = self._items.get(filename)
+            if footer is not None:
+                self._items.move_to_end(filename)
+        try:
+            source = self.fs.open_input_file(path)
+            if footer is None:
+                pf = pq.ParquetFile(source)
+                footer = self._bounds(pf.metadata)
+                if self.capacity:
+                    with self._lock:
+                        self._items[filename] = footer
+                        while len(self._items) > self.capacity:
+                            self._items.popitem(last=False)
+            else:
+                pf = pq.ParquetFile(source, metadata=footer.metadata)
+            return pf, footer
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"data file {filename} is missing from "
+                                      f"{self.objects.uri}") from None
+        except pa.ArrowInvalid as e:
+            raise CorruptMetadataError(f"data file {filename} in {self.objects.uri} is not "
+                                       f"valid Parquet: {e}") from e
+        except OSError as e:
+            raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
+
+    def _bounds(self, md: pq.FileMetaData) -> FileFooter:
+        col = md.schema.names.index(self.first_key)
+        mins, maxs = [], []
+        for i in range(md.num_row_groups):
+            st = md.row_group(i).column(col).statistics
+            if st is None or not st.has_min_max:
+                mins.append(None)
+                maxs.append(None)
+            else:
+                mins.append(st.min)
+                maxs.append(st.max)
+        return FileFooter(md, mins, maxs)
+
+
+def _bounds_on_first(region: Region, ranges: tuple[Range, ...] | None) -> list[tuple[Any, Any]]:
+    """Closed intervals on the first key field that may hold wanted rows (None: unbounded)."""
+    lo_r = None if region.min is None else region.min[0]
+    hi_r = None if region.max is None else region.max[0]
+    if ranges is None:
+        return [(lo_r, hi_r)]
+    out = []
+    for r in ranges:
+        lo = None if r.start is None else r.start[0]
+        hi = None if r.end is None else r.end[0]
+        lo = lo_r if lo is None else (lo if lo_r is None else max(lo, lo_r))
+        hi = hi_r if hi is None else (hi if hi_r is None else min(hi, hi_r))
+        if lo is not None and hi is not None and lo > hi:
+            continue
+        out.append((lo, hi))
+    return out
+
+
+def _row_groups(footer: FileFooter, intervals: list[tuple[Any, Any]]) -> list[int]:
+    """Row groups whose [min, max] on the first key field meets any interval."""
+    n = len(footer.mins)
+    if any(m is None for m in footer.mins):
+        return list(range(n))
+    keep: set[int] = set()
+    for lo, hi in intervals:
+        # row groups are sorted: first whose max >= lo, last whose min <= hi
+        a = 0 if lo is None else bisect.bisect_left(footer.maxs, lo)
+        b = n if hi is None else bisect.bisect_right(footer.mins, hi)
+        keep.update(range(a, b))
+    return sorted(keep)
+
+
+def _exact_single_keys(ranges: tuple[Range, ...] | None) -> list[Any] | None:
+    if not ranges:
+        return None
+    keys = []
+    for r in ranges:
+        if r.start is None or r.start != r.end or len(r.start) != 1 or \
+                not (r.start_inclusive and r.end_inclusive):
+            return None
+        keys.append(r.start[0])
+    return keys
+
+
+class Executor:
+    """Runs query plans for one table."""
+
+    def __init__(self, objects: ObjectStore, schema: Schema, footers: FooterCache,
+                 threads: int) -> None:
+        self.objects = objects
+        self.schema = schema
+        self.footers = footers
+        self.threads = threads or (os.cpu_count() or 2)
+        self.single_field_key = len(schema.row_keys) == 1
+
+    def _filter(self, data: pa.Table, sub: SubQuery) -> pa.Table:
+        names = self.schema.row_key_names
+        keys = _exact_single_keys(sub.ranges) if self.single_field_key else None
+        if keys is not None:
+            col = data.column(names[0])
+            data = data.filter(pc.is_in(col, value_set=pa.array(keys, type=col.type)))
+            return rows_in(data, names, sub.region, None)
+        return rows_in(data, names, sub.region, sub.ranges)
+
+    def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str]
+                         ) -> Iterator[pa.Table]:
+        """The file's wanted rows, one (filtered) run of row groups at a time."""
+        pf, footer = self.footers.open(ref.filename)
+        groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
+        try:
+            for g in groups:
+                t = self._filter(pf.read_row_group(g, columns=columns), sub)
+                if t.num_rows:
+                    yield t
+        except (pa.ArrowInvalid, OSError) as e:
+            raise CorruptMetadataError(f"data file {ref.filename} in {self.objects.uri} "
+                                       f"cannot be read: {e}") from e
+
+    def read_subquery(self, sub: SubQuery, columns: list[str],
+                      iterators: Sequence[RecordIterator]) -> pa.Table:
+        """All wanted rows of one leaf, sorted, iterators applied."""
+        arrow = self.schema.to_arrow()
+        schema = pa.schema([arrow.field(c) for c in columns])
+        pieces = [t for ref in sub.references for t in self._file_row_groups(ref, sub, columns)]
+        if not pieces:
+            return schema.empty_table()
+        data = pa.concat_tables(pieces)
+        if len(pieces) > 1:
+            data = data.combine_chunks()
+            data = data.take(sort_indices(data, self.schema.key_names))
+        if iterators:
+            batches = apply_iterators(iter(data.to_batches()), iterators)
+            data = pa.Table.from_batches(list(batches), schema=schema)
+        return data
+
+    def run(self, plan: QueryPlan, columns: list[str],
+            iterators: Sequence[RecordIterator]) -> pa.Table:
+        arrow = self.schema.to_arrow()
+        schema = pa.schema([arrow.field(c) for c in columns])
+        subs = plan.subqueries
+        if len(subs) <= 1 or self.threads == 1:
+            tables = [self.read_subquery(s, columns, iterators) for s in subs]
+        else:
+            with ThreadPoolExecutor(min(self.threads, len(subs))) as pool:
+                tables = list(pool.map(lambda s: self.read_subquery(s, columns, iterators),
+                                       subs))
+        if not tables:
+            return schema.empty_table()
+        return pa.concat_tables(tables)
+
+    def stream(self, plan: QueryPlan, columns: list[str],
+               iterators: Sequence[RecordIterator]) -> Iterator[pa.RecordBatch]:
+        """Leaf by leaf, a k-way merge of each file's row-group stream: bounded memory."""
+        arrow = self.schema.to_arrow()
+        schema = pa.schema([arrow.field(c) for c in columns])
+        for sub in plan.subqueries:
+            streams = [
+                (b for t in self._file_row_groups(ref, sub, columns) for b in t.to_batches())
+                for ref in sub.references
+            ]
+            merged = merge_sorted(streams, self.schema.key_names, schema)
+            yield from apply_iterators(merged, iterators)

@@ -1,0 +1,83 @@
+"""Query planning, a pure function of a TableState.
+
+A query names exact keys and/or ranges. The plan has one sub-query per leaf partition that
+overlaps a range; each reads the file references of the leaf and of its ancestors, keeping only
+rows inside the leaf's region (leaves do not overlap, so no row is read twice) and the ranges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sediment.core.model import FileReference, Region
+from sediment.core.ranges import Range
+from sediment.core.state import TableState
+from sediment.errors import QueryError
+
+
+@dataclass(frozen=True, slots=True)
+class SubQuery:
+    """Read ``references`` restricted to ``region`` and ``ranges`` (None: everything)."""
+
+    leaf_id: str
+    region: Region
+    references: tuple[FileReference, ...]
+    ranges: tuple[Range, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueryPlan:
+    version: int
+    subqueries: tuple[SubQuery, ...]
+
+    @property
+    def files(self) -> set[str]:
+        return {r.filename for s in self.subqueries for r in s.references}
+
+
+def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
+                     ranges: Sequence[Range] | Range | None) -> tuple[Range, ...] | None:
+    """Keys and ranges as one tuple of Ranges checked against the schema (None: all rows)."""
+    schema = state.schema
+    assert schema is not None
+    if keys is None and ranges is None:
+        return None
+    out: list[Range] = []
+    for k in keys or ():
+        try:
+            out.append(Range.exact(schema.check_row_key(k, what="query key")))
+        except Exception as e:  # SchemaError -> QueryError with the same message
+            raise QueryError(str(e)) from None
+    if isinstance(ranges, Range):
+        ranges = [ranges]
+    for r in ranges or ():
+        if not isinstance(r, Range):
+            raise QueryError(f"ranges must be sediment.Range values, got {r!r}")
+        for end in (r.start, r.end):
+            if end is not None:
+                try:
+                    schema.check_row_key(end, what="range end")
+                except Exception as e:
+                    raise QueryError(str(e)) from None
+        out.append(r)
+    return tuple(r for r in out if not r.is_empty())
+
+
+def plan_query(state: TableState, ranges: tuple[Range, ...] | None) -> QueryPlan:
+    """Sub-queries for the leaves the ranges touch, in key order."""
+    subs: list[SubQuery] = []
+    for leaf in state.leaf_partitions():
+        if ranges is not None:
+            hit = tuple(r for r in ranges if r.overlaps(leaf.region))
+            if not hit:
+                continue
+        else:
+            hit = None
+        refs: list[FileReference] = list(state.references(leaf.id).values())
+        for anc in state.ancestors(leaf.id):
+            refs.extend(state.references(anc.id).values())
+        if refs:
+            subs.append(SubQuery(leaf.id, leaf.region, tuple(refs), hit))
+    return QueryPlan(state.version, tuple(subs))
