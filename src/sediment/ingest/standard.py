@@ -25,8 +25,9 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles
-from sediment.files.keys import bisect_key, sort_indices
+from sediment.files.keys import bisect_key
 from sediment.files.merge import merge_sorted
+from sediment.files.sort import sort_table
 from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename, sample_name
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 
@@ -74,9 +75,9 @@ class _SortedRuns:
             self._spill()
 
     def _sorted_buffer(self) -> pa.Table:
-        t = pa.Table.from_batches(self.buffer, schema=self.schema).combine_chunks()
+        t = pa.Table.from_batches(self.buffer, schema=self.schema)
         self.buffer, self.buffered = [], 0
-        return t.take(sort_indices(t, self.keys))
+        return sort_table(t, self.keys)
 
     def _spill(self) -> None:
         if self._tmp is None:
