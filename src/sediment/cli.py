@@ -1,0 +1,425 @@
+"""The ``sediment`` command: store and table administration from a shell.
+
+One typer ``app`` holds every command. Commands live in this module (store and table admin) and
+in further modules (ingest, query, compaction, ...) that do ``from sediment.cli import app`` and
+register with ``@app.command()``; list such modules in :data:`COMMAND_MODULES` at the bottom of
+this file so they are imported whenever the CLI is. Shared options and output helpers are in
+:mod:`sediment.cli_format`: take ``store: StoreOption = None`` and, for commands that print data,
+``json_out: JsonOption = False``, then ``open_store(store)`` / ``emit(data, json_out, render)``.
+
+Errors: any :class:`~sediment.errors.SedimentError` or :class:`~sediment.cli_format.CliError`
+escaping a command is printed as ``error: <message>`` on stderr with exit code 1 by
+:class:`SedimentGroup`, so command bodies never need their own try/except for that.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import pyarrow as pa
+import typer
+from rich.console import RenderableType
+from rich.padding import Padding
+from rich.text import Text
+from typer.core import TyperGroup
+
+from sediment.cli_format import (
+    CliError,
+    JsonOption,
+    StoreOption,
+    emit,
+    is_interactive,
+    iso_time,
+    key_value_table,
+    make_table,
+    open_store,
+    open_table,
+    parse_assignments,
+    report_error,
+    resolve_store_uri,
+    store_exists,
+)
+from sediment.errors import PropertyError, SchemaError, SedimentError
+from sediment.properties import PROPERTIES, defaults, describe_properties, validate_properties
+from sediment.schema import Schema, parse_type
+
+
+class SedimentGroup(TyperGroup):
+    """The root command group: turns expected errors into ``error: ...`` and exit code 1.
+
+    Catching here, around every subcommand, means commands added in other modules get the same
+    behaviour without a decorator, and a SedimentError never shows a traceback.
+    """
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (SedimentError, CliError) as exc:
+            report_error(exc)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    name="sediment",
+    cls=SedimentGroup,
+    help="Sediment: an LSM table store of sorted Parquet files on object storage.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from sediment import __version__
+
+        typer.echo(f"sediment {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback,
+                                          is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """Sediment: an LSM table store of sorted Parquet files on object storage.
+
+    Every command takes --store URI (or the SEDIMENT_STORE environment variable).
+    """
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+TableArg = Annotated[str, typer.Argument(metavar="TABLE", help="Table name.")]
+PropertyOption = Annotated[
+    list[str] | None,
+    typer.Option("--property", "-p", metavar="NAME=VALUE",
+                 help="A property (repeatable); see `sediment properties`."),
+]
+
+
+def _parse_field(spec: str, *, option: str, nullable: bool) -> pa.Field:
+    """``name:type`` from --row-key/--sort-key/--value into an Arrow field.
+
+    Splits on the first ':' only: type names (``map<string, int64>``) never contain one.
+    """
+    name, sep, type_text = spec.partition(":")
+    if not sep or not name.strip() or not type_text.strip():
+        raise CliError(f"{option} {spec!r} must be NAME:TYPE (e.g. key:string)")
+    try:
+        typ = parse_type(type_text)
+    except SchemaError as exc:
+        raise SchemaError(f"{option} {spec!r}: {exc}") from None
+    return pa.field(name.strip(), typ, nullable=nullable)
+
+
+def _schema_from_file(path: Path) -> Schema:
+    """Read a schema JSON file in the format ``Schema.from_json`` accepts."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CliError(f"cannot read schema file {str(path)!r}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CliError(f"schema file {str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise CliError(f"schema file {str(path)!r} must hold a JSON object with row_keys")
+    try:
+        return Schema.from_json(doc)
+    except SchemaError as exc:
+        raise SchemaError(f"schema file {str(path)!r}: {exc}") from None
+
+
+def convert_split_point(text: str, field: pa.Field) -> Any:
+    """A split point typed on the command line, as a value of the first row key's type.
+
+    Integers parse as int, strings stay str, binary is the UTF-8 bytes of the text; timestamp
+    and date keys accept ISO 8601 (or, for timestamps, the raw integer value).
+    """
+    t = field.type
+    try:
+        if pa.types.is_integer(t):
+            return int(text)
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return text
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return text.encode("utf-8")
+        if pa.types.is_timestamp(t):
+            try:
+                return int(text)
+            except ValueError:
+                return dt.datetime.fromisoformat(text)
+        if pa.types.is_date(t):
+            return dt.date.fromisoformat(text)
+    except ValueError:
+        pass
+    raise CliError(f"split point {text!r} is not a valid {t} for row key field {field.name!r}")
+
+
+def _changed_properties(props: dict[str, Any]) -> dict[str, Any]:
+    """The properties whose value differs from the built-in default (what a reader cares about)."""
+    base = defaults()
+    return {k: v for k, v in props.items() if base.get(k, object()) != v}
+
+
+# ---- store commands -----------------------------------------------------------------------------
+@app.command()
+def init(
+    store: StoreOption = None,
+    prop: PropertyOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Create the store (or open an existing one), setting store-wide property defaults.
+
+    Store properties are the defaults for tables created afterwards; existing tables keep theirs.
+    """
+    uri = resolve_store_uri(store)
+    props = validate_properties(parse_assignments(prop or [], what="--property"),
+                                context=f"store {uri}")
+    existed = store_exists(uri)
+    st = open_store(uri, create=True, properties=props)
+    data = {"uri": st.uri, "created": not existed,
+            "properties": _changed_properties(st.properties)}
+    emit(data, json_out, lambda d: d["uri"])
+
+
+@app.command("properties")
+def properties_cmd(
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """List every table/store property with its type, default and meaning.
+
+    With a store, also shows the store's own default for each property (it applies to tables
+    created from now on).
+    """
+    rows = describe_properties()
+    if store:
+        store_props = open_store(store).properties
+        for row in rows:
+            row["store_value"] = store_props.get(row["name"], row["default"])
+
+    def render(data: list[dict[str, Any]]) -> list[RenderableType]:
+        # One heading line per property and its description indented below: stays readable
+        # at any terminal width, where a four-column table squeezes the descriptions.
+        out: list[RenderableType] = []
+        for r in data:
+            head = Text.assemble((r["name"], "bold"), f" ({r['type']})  default {r['default']}")
+            if store and r["store_value"] != r["default"]:
+                head.append(f"  store {r['store_value']}", style="bold")
+            doc = r["doc"] + (f" One of: {', '.join(map(str, r['choices']))}."
+                              if r["choices"] else "")
+            out += [head, Padding(Text(doc), (0, 0, 0, 4), expand=False)]
+        return out
+
+    emit(rows, json_out, render)
+
+
+# ---- table commands -----------------------------------------------------------------------------
+@app.command("tables")
+def tables_cmd(
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """List the tables of the store, one name per line."""
+    names = open_store(store).tables()
+    emit(names, json_out, lambda ns: "\n".join(ns) if ns else None)
+
+
+@app.command("create-table")
+def create_table(
+    name: TableArg,
+    store: StoreOption = None,
+    schema_file: Annotated[Path | None, typer.Option(
+        "--schema", metavar="FILE.json",
+        help='Schema JSON: {"row_keys": [{"name": "key", "type": "string"}], "sort_keys": '
+             '[...], "values": [{"name": ..., "type": ..., "nullable": true}]}.')] = None,
+    row_key: Annotated[list[str] | None, typer.Option(
+        "--row-key", metavar="NAME:TYPE", help="Row key field (repeatable, in order).")] = None,
+    sort_key: Annotated[list[str] | None, typer.Option(
+        "--sort-key", metavar="NAME:TYPE", help="Sort key field (repeatable).")] = None,
+    value: Annotated[list[str] | None, typer.Option(
+        "--value", metavar="NAME:TYPE", help="Value field, nullable (repeatable).")] = None,
+    split_point: Annotated[list[str] | None, typer.Option(
+        "--split-point", metavar="V",
+        help="Initial partition boundary on the first row key (repeatable, increasing).")] = None,
+    prop: PropertyOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Create a table from a schema file or --row-key/--sort-key/--value fields.
+
+    Creates the store too when it does not exist yet.
+    """
+    if schema_file is not None and (row_key or sort_key or value):
+        raise CliError("give either --schema FILE or --row-key/--sort-key/--value, not both")
+    if schema_file is not None:
+        schema = _schema_from_file(schema_file)
+    elif row_key:
+        schema = Schema(
+            [_parse_field(s, option="--row-key", nullable=False) for s in row_key],
+            [_parse_field(s, option="--sort-key", nullable=False) for s in sort_key or []],
+            [_parse_field(s, option="--value", nullable=True) for s in value or []],
+        )
+    else:
+        raise CliError("a table needs a schema: pass --schema FILE.json or at least one "
+                       "--row-key NAME:TYPE")
+    splits = [convert_split_point(s, schema.row_keys[0]) for s in split_point or []]
+    props = parse_assignments(prop or [], what="--property")
+    st = open_store(store, create=True)
+    table = st.create_table(name, schema, split_points=splits or None, properties=props)
+    info = table.describe()
+    emit(info, json_out,
+         lambda d: f"created table {d['name']} in {st.uri} (version {d['version']}, "
+                   f"{d['leaf_partitions']} leaf partition{'s' * (d['leaf_partitions'] != 1)})")
+
+
+@app.command()
+def describe(
+    name: TableArg,
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Show a table's schema, non-default properties, version and partition/file counts."""
+    info = open_table(store, name).describe()
+    emit(info, json_out, _render_describe)
+
+
+def _render_describe(d: dict[str, Any]) -> list[RenderableType]:
+    """Describe output for people: summary, schema, counts, then the properties that matter."""
+    out: list[RenderableType] = [
+        key_value_table([("table", d["name"]), ("uri", d["uri"]), ("version", d["version"]),
+                         ("status", "online" if d["online"] else "offline")]),
+    ]
+    schema_rows = [
+        (role, f["name"], f["type"], "yes" if f["nullable"] else "no")
+        for role, key in (("row key", "row_keys"), ("sort key", "sort_keys"), ("value", "values"))
+        for f in d["schema"].get(key, [])
+    ]
+    out.append(make_table(["role", "name", "type", "nullable"], schema_rows, title="Schema"))
+    out.append(make_table(
+        ["partitions", "leaves", "files", "references", "records", "unreferenced"],
+        [[d["partitions"], d["leaf_partitions"], d["files"], d["references"], d["records"],
+          d["unreferenced_files"]]],
+        title="Contents",
+        numeric=["partitions", "leaves", "files", "references", "records", "unreferenced"]))
+    changed = _changed_properties(d["properties"])
+    if changed:
+        base = defaults()
+        out.append(make_table(["property", "value", "default"],
+                              [(k, v, base[k]) for k, v in sorted(changed.items())],
+                              title="Properties (differing from defaults)"))
+    else:
+        out.append("Properties: all defaults")
+    return out
+
+
+@app.command("drop-table")
+def drop_table(
+    name: TableArg,
+    store: StoreOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y",
+                                      help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a table and all its data. Asks first unless --yes (required when not a terminal)."""
+    st = open_store(store)
+    st.table(name)  # fail on an unknown table before asking anything
+    if not yes:
+        if not is_interactive():
+            raise CliError(f"refusing to drop table {name!r} without --yes "
+                           "(not running on a terminal, so cannot ask)")
+        typer.confirm(f"Drop table {name!r} from {st.uri} and delete all its data?", abort=True)
+    st.drop_table(name)
+    typer.echo(f"dropped table {name}")
+
+
+@app.command()
+def history(
+    name: TableArg,
+    store: StoreOption = None,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", "-n", min=1, help="Show only the most recent N versions.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """List the table's committed versions: version, time (UTC), kind and summary."""
+    entries = open_table(store, name).history()
+    if limit is not None:
+        entries = entries[-limit:]
+    rows = [{"version": e.version, "time": iso_time(e.time), "kind": e.kind,
+             "summary": e.summary} for e in entries]
+    emit(rows, json_out, lambda rs: make_table(
+        ["version", "time", "kind", "summary"],
+        [[r["version"], r["time"], r["kind"], r["summary"]] for r in rs],
+        numeric=["version"], no_wrap=["version", "time", "kind"]))
+
+
+@app.command("set-properties")
+def set_properties(
+    name: TableArg,
+    assignments: Annotated[list[str] | None, typer.Argument(
+        metavar="NAME=VALUE...", help="Properties to set.")] = None,
+    store: StoreOption = None,
+    remove: Annotated[list[str] | None, typer.Option(
+        "--remove", metavar="NAME",
+        help="Reset a property to the default (repeatable).")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Set and/or reset table properties, all in one transaction (one new version)."""
+    updates = parse_assignments(assignments or [], what="property")
+    removed = list(remove or [])
+    if not updates and not removed:
+        raise CliError("nothing to change: give NAME=VALUE arguments and/or --remove NAME")
+    both = sorted(set(updates) & set(removed))
+    if both:
+        raise CliError(f"property {both[0]!r} is both set and removed")
+    # Validate here so the message names the table (the transaction only knows its id).
+    parsed = validate_properties(updates, context=f"table {name}")
+    for r in removed:
+        if r not in PROPERTIES:
+            raise PropertyError(f"unknown property {r!r} for table {name}; "
+                                "see `sediment properties` for the list")
+    table = open_table(store, name)
+    version = table.set_properties(parsed, remove=removed)
+    data = {"table": name, "version": version, "set": parsed, "removed": removed}
+    emit(data, json_out, lambda d: f"table {name}: "
+         + ", ".join([f"{k}={v}" for k, v in parsed.items()] + [f"reset {r}" for r in removed])
+         + f" (version {version})")
+
+
+def _set_online(store: str | None, name: str, online: bool, json_out: bool) -> None:
+    table = open_table(store, name)
+    version = table.set_online(online)
+    state = "online" if online else "offline"
+    emit({"table": name, "online": online, "version": version}, json_out,
+         lambda d: f"table {name} is {state} (version {version})")
+
+
+@app.command()
+def online(name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Bring a table online: background maintenance works on it again."""
+    _set_online(store, name, True, json_out)
+
+
+@app.command()
+def offline(name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Take a table offline: background maintenance (compaction, splitting, GC) skips it."""
+    _set_online(store, name, False, json_out)
+
+
+# ---- other command modules ----------------------------------------------------------------------
+COMMAND_MODULES: tuple[str, ...] = ()
+"""Modules that add commands to ``app`` (e.g. ``"sediment.cli_ingest"``), imported below so the
+commands exist whenever ``sediment.cli`` is imported (the console script, tests)."""
+
+for _module in COMMAND_MODULES:
+    importlib.import_module(_module)
+
+
+def main() -> None:
+    """Entry point of the ``sediment`` console script."""
+    app(prog_name="sediment")
+
+
+if __name__ == "__main__":
+    main()
