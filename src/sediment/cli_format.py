@@ -141,7 +141,7 @@ def iso_time(epoch_seconds: float) -> str:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
 
 
-def _json_default(obj: Any) -> Any:
+def json_default(obj: Any) -> Any:
     """JSON for the few non-JSON types commands may hand to :func:`emit`."""
     if isinstance(obj, bytes):
         try:
@@ -161,7 +161,7 @@ def _json_default(obj: Any) -> Any:
 
 def to_json(data: Any) -> str:
     """The exact text ``--json`` prints (indented, keys in insertion order)."""
-    return json.dumps(data, indent=2, default=_json_default)
+    return json.dumps(data, indent=2, default=json_default)
 
 
 T = TypeVar("T")
