@@ -46,6 +46,9 @@ _SIMPLE_TYPES: dict[str, pa.DataType] = {
     "large_binary": pa.large_binary(),
     "timestamp[s]": pa.timestamp("s"),
     "date64": pa.date64(),
+    # the names ``str(pa.DataType)`` gives, so ``Schema.to_json`` type strings parse back
+    "date32[day]": pa.date32(),
+    "date64[ms]": pa.date64(),
 }
 
 FieldSpec = pa.Field | tuple[str, pa.DataType] | tuple[str, pa.DataType, bool]
@@ -56,27 +59,42 @@ def parse_type(text: str) -> pa.DataType:
     t = text.strip()
     if t in _SIMPLE_TYPES:
         return _SIMPLE_TYPES[t]
-    m = re.fullmatch(r"list<(.+)>", t)
+    m = re.fullmatch(r"(large_)?list<(?:item: )?(.+)>", t)
     if m:
-        return pa.list_(parse_type(m.group(1)))
+        item = parse_type(m.group(2))
+        return pa.large_list(item) if m.group(1) else pa.list_(item)
     m = re.fullmatch(r"map<(.+)>", t)
     if m:
-        key, value = _split_top_level(m.group(1))
-        return pa.map_(parse_type(key), parse_type(value))
+        parts = _split_top_level(m.group(1))
+        if len(parts) != 2:
+            raise SchemaError(f"map type needs two type arguments: {text!r}")
+        return pa.map_(parse_type(parts[0]), parse_type(parts[1]))
+    m = re.fullmatch(r"struct<(.*)>", t)
+    if m:
+        fields = []
+        for part in _split_top_level(m.group(1)) if m.group(1).strip() else []:
+            name, sep, typ = part.partition(":")
+            if not sep or not name.strip():
+                raise SchemaError(f"struct field {part.strip()!r} must be 'name: type' in {text!r}")
+            fields.append(pa.field(name.strip(), parse_type(typ)))
+        return pa.struct(fields)
     raise SchemaError(f"unknown type {text!r}; known: {', '.join(sorted(_SIMPLE_TYPES))}, "
-                      "list<T>, map<K, V>")
+                      "list<T>, map<K, V>, struct<name: T, ...>")
 
 
-def _split_top_level(text: str) -> tuple[str, str]:
-    depth = 0
+def _split_top_level(text: str) -> list[str]:
+    """Split ``text`` at commas outside ``<...>``."""
+    parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth -= 1
         elif ch == "," and depth == 0:
-            return text[:i], text[i + 1 :]
-    raise SchemaError(f"map type needs two type arguments: map<{text}>")
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
 
 
 def _as_field(spec: FieldSpec, *, role: str) -> pa.Field:
@@ -173,17 +191,23 @@ class Schema:
         raise SchemaError(f"no field {name!r}; fields: {', '.join(self.field_names)}")
 
     def check_row_key(self, value: Any, *, what: str = "key") -> tuple[Any, ...]:
-        """A user's row key (scalar, tuple or prefix tuple) checked against the row key types."""
+        """A user's row key (scalar, tuple or prefix tuple) checked against the row key types.
+
+        Temporal values (``datetime``, ``date`` or int) come back as ints, the form keys take
+        in the model (see ``sediment.core.keys``).
+        """
         key = value if isinstance(value, tuple) else tuple(value) if isinstance(value, list) \
             else (value,)
         if not key or len(key) > len(self.row_keys):
             raise SchemaError(f"{what} {value!r} must have 1..{len(self.row_keys)} fields "
                               f"({', '.join(self.row_key_names)})")
+        out = []
         for v, f in zip(key, self.row_keys, strict=False):
             if not _fits(v, f.type):
                 raise SchemaError(f"{what} {value!r}: {v!r} is not a valid {f.type} "
                                   f"for row key field {f.name!r}")
-        return key
+            out.append(_temporal_as_int(v, f.type))
+        return tuple(out)
 
     # ---- serialisation -----------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -237,9 +261,19 @@ def _fits(v: Any, t: pa.DataType) -> bool:
         lo, hi = _INT_BOUNDS[t.bit_width]
         return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        if isinstance(v, bool | float):  # Arrow would silently truncate a float
+            return False
         try:
             pa.array([v], type=t)
             return True
         except (pa.ArrowException, TypeError, ValueError):
             return False
     return False
+
+
+def _temporal_as_int(v: Any, t: pa.DataType) -> Any:
+    """A timestamp or date key value as its Arrow integer (other values unchanged)."""
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        storage = pa.int32() if pa.types.is_date32(t) else pa.int64()
+        return pa.array([v], type=t).cast(storage)[0].as_py()
+    return v

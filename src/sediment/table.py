@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -21,9 +22,15 @@ from sediment.state.store import StateStore
 
 if TYPE_CHECKING:
     from sediment.catalog import Store
+    from sediment.compaction.runner import CompactionResult
+    from sediment.files.samples_io import SampleReader
+    from sediment.gc import GcResult
     from sediment.ingest import IngestResult
+    from sediment.maintenance import MaintenanceResult
     from sediment.query.executor import Executor
     from sediment.query.planner import QueryPlan
+    from sediment.splitting import SplitResult
+    from sediment.status import StatusStore
 
 
 class Table:
@@ -113,6 +120,52 @@ class Table:
             "unreferenced_files": len(st.unreferenced),
         }
 
+    # ---- maintenance -----------------------------------------------------------------------
+    @functools.cached_property
+    def samples(self) -> SampleReader:
+        """Reader (with cache) of the sidecar samples of this table's data files."""
+        from sediment.files.samples_io import SampleReader
+
+        return SampleReader(self.objects)
+
+    @functools.cached_property
+    def status(self) -> StatusStore:
+        """Job and task events of this table (for reports)."""
+        from sediment.status import StatusStore
+
+        return StatusStore(self.objects)
+
+    def compaction_iterators(self) -> list[RecordIterator]:
+        from sediment.iterators import iterators_from_property
+
+        return iterators_from_property(str(self.properties["compaction.iterators"]),
+                                       self.schema,
+                                       where=f"table {self.name} property compaction.iterators")
+
+    def compact(self) -> CompactionResult:
+        """One compaction pass: push references down, create jobs, run them in parallel."""
+        from sediment.compaction.runner import compact
+
+        return compact(self)
+
+    def split(self) -> SplitResult:
+        """Split every leaf partition over ``partition.split.threshold`` at its median."""
+        from sediment.splitting import split
+
+        return split(self)
+
+    def gc(self) -> GcResult:
+        """Delete unreferenced files past the GC delay and orphans past the orphan timeout."""
+        from sediment.gc import gc
+
+        return gc(self)
+
+    def maintain(self) -> MaintenanceResult:
+        """Split, compact and collect garbage until there is nothing left to do."""
+        from sediment.maintenance import maintain
+
+        return maintain(self)
+
     # ---- ingest ----------------------------------------------------------------------------
     def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None
                ) -> IngestResult:
@@ -179,8 +232,10 @@ class Table:
                 raise QueryError(f"table {self.name} has no column {c!r} "
                                  f"(columns: {', '.join(schema.field_names)})")
         props = {**defaults(), **state.properties}
-        its = iterators_from_property(str(props["query.iterators"]), schema,
-                                      where=f"table {self.name} property query.iterators")
+        its = iterators_from_property(str(props["compaction.iterators"]), schema,
+                                      where=f"table {self.name} property compaction.iterators")
+        its += iterators_from_property(str(props["query.iterators"]), schema,
+                                       where=f"table {self.name} property query.iterators")
         for it in iterators or ():
             its.append(it if isinstance(it, RecordIterator) else iterator_from_config(it, schema))
         extra = set().union(*(it.fields() for it in its)) if its else set()

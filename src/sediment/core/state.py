@@ -35,6 +35,8 @@ class TableState:
         """Filename -> number of references; files with no reference are in ``unreferenced``."""
         self.unreferenced: dict[str, float] = {}
         """Filename -> time its last reference went away (for the GC delay)."""
+        self.jobs: dict[str, tuple[str, float]] = {}
+        """Compaction job id -> (partition id, time assigned), until the job commits."""
         self._refs: dict[str, dict[str, FileReference]] = {}
         self._lazy: dict[str, pa.Table] = {}
         self._owned: set[str] = set()
@@ -52,6 +54,7 @@ class TableState:
         c.partitions = dict(self.partitions)
         c.refcount = dict(self.refcount)
         c.unreferenced = dict(self.unreferenced)
+        c.jobs = dict(self.jobs)
         c._refs = dict(self._refs)
         c._lazy = dict(self._lazy)
         c._owned = set()
@@ -154,7 +157,12 @@ class TableState:
 
     # ---- job ids -------------------------------------------------------------------------
     def job_ids(self) -> set[str]:
-        return {r.job_id for r in self.all_references() if r.job_id is not None}
+        return set(self.jobs)
+
+    def job_inputs(self, job_id: str) -> list[FileReference]:
+        """The references still assigned to a job."""
+        pid = self.jobs[job_id][0]
+        return [r for r in self.references(pid).values() if r.job_id == job_id]
 
     # ---- comparison ----------------------------------------------------------------------
     def canonical(self) -> dict[str, Any]:
@@ -169,6 +177,7 @@ class TableState:
             "references": [tuple(r) for r in self.all_references()],
             "refcount": dict(sorted(self.refcount.items())),
             "unreferenced": dict(sorted(self.unreferenced.items())),
+            "jobs": dict(sorted(self.jobs.items())),
         }
 
     def __eq__(self, other: object) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from sediment.core.keys import Key, decode_key, encode_key
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import ROOT_PARTITION_ID, TableState
-from sediment.errors import CorruptMetadataError, TransactionInvalidError
+from sediment.errors import CorruptMetadataError, SchemaError, TransactionInvalidError
 from sediment.properties import validate_properties
 from sediment.schema import Schema
 
@@ -83,7 +83,7 @@ class InitialiseTable(Transaction):
 
     def apply(self, state: TableState, time: float) -> None:
         state.schema = self.schema
-        state.properties = dict(self.properties)
+        state.properties = validate_properties(self.properties)
         state.partitions = {p.id: p for p in self.partitions}
         state.online = True
 
@@ -157,7 +157,11 @@ class SplitFileReferences(Transaction):
 
     def validate(self, state: TableState) -> None:
         _require_initialised(state)
+        seen: set[tuple[str, str]] = set()
         for s in self.splits:
+            if (s.filename, s.from_partition) in seen:
+                raise _fail(state, f"{s.filename} in {s.from_partition} is split twice")
+            seen.add((s.filename, s.from_partition))
             ref = state.references(s.from_partition).get(s.filename)
             if ref is None:
                 raise _fail(state, f"no reference to {s.filename} in {s.from_partition}")
@@ -172,6 +176,10 @@ class SplitFileReferences(Transaction):
                                        f"{s.from_partition}")
                 if s.filename in state.references(t.partition_id):
                     raise _fail(state, f"{s.filename} already referenced in {t.partition_id}")
+                if t.records < 0:
+                    raise _fail(state, f"{s.filename}: negative record count")
+                if t.job_id is not None:
+                    raise _fail(state, f"{s.filename}: new references carry no job id")
 
     def apply(self, state: TableState, time: float) -> None:
         for s in self.splits:
@@ -215,11 +223,16 @@ class AssignJobIds(Transaction):
         if len(set(new_ids)) != len(new_ids):
             raise _fail(state, "duplicate job ids in one assignment")
         existing = state.job_ids()
+        claimed: set[tuple[str, str]] = set()
         for a in self.assignments:
             if a.job_id in existing:
                 raise _fail(state, f"job id {a.job_id} is already in use")
             refs = state.references(a.partition_id)
             for f in a.filenames:
+                if (a.partition_id, f) in claimed:
+                    raise _fail(state, f"job {a.job_id}: {f} in {a.partition_id} is claimed "
+                                       "twice in one assignment")
+                claimed.add((a.partition_id, f))
                 ref = refs.get(f)
                 if ref is None:
                     raise _fail(state, f"job {a.job_id}: no reference to {f} in "
@@ -233,6 +246,7 @@ class AssignJobIds(Transaction):
             refs = state.references(a.partition_id)
             for f in a.filenames:
                 state.put_reference(refs[f]._replace(job_id=a.job_id))
+            state.jobs[a.job_id] = (a.partition_id, time)
 
     def to_json(self) -> dict[str, Any]:
         return {"assignments": [{"job_id": a.job_id, "partition": a.partition_id,
@@ -259,6 +273,9 @@ class ReplaceFileReferences(Transaction):
 
     def validate(self, state: TableState) -> None:
         _require_initialised(state)
+        _require_partition(state, self.partition_id)
+        if len(set(self.inputs)) != len(self.inputs):
+            raise _fail(state, f"job {self.job_id}: an input is listed twice")
         refs = state.references(self.partition_id)
         for f in self.inputs:
             ref = refs.get(f)
@@ -271,10 +288,13 @@ class ReplaceFileReferences(Transaction):
             name = self.output.filename
             if name in state.refcount or name in state.unreferenced:
                 raise _fail(state, f"job {self.job_id}: output {name} is already in the table")
+            if self.output.records < 0:
+                raise _fail(state, f"job {self.job_id}: negative record count")
 
     def apply(self, state: TableState, time: float) -> None:
         for f in self.inputs:
             state.remove_reference(self.partition_id, f, time)
+        state.jobs.pop(self.job_id, None)
         if self.output is not None:
             state.put_reference(self.output._replace(job_id=None))
 
@@ -308,6 +328,14 @@ class SplitPartition(Transaction):
         p = _require_partition(state, self.partition_id)
         if not p.is_leaf:
             raise _fail(state, f"partition {self.partition_id} is no longer a leaf")
+        assert state.schema is not None
+        try:
+            key = state.schema.check_row_key(self.split_key, what="split key")
+        except SchemaError as e:
+            raise _fail(state, str(e)) from None
+        if not isinstance(self.split_key, tuple) or key != self.split_key:
+            raise _fail(state, f"split key {self.split_key!r} must be a tuple of key values "
+                               f"(temporal values as int: {key!r})")
         if not p.region.is_strictly_inside(self.split_key):
             raise _fail(state, f"split key {self.split_key!r} is not inside {p.region}")
         for cid in (self.left_id, self.right_id):
@@ -350,6 +378,8 @@ class DeleteFiles(Transaction):
 
     def validate(self, state: TableState) -> None:
         _require_initialised(state)
+        if len(set(self.filenames)) != len(self.filenames):
+            raise _fail(state, "a file is listed twice")
         for f in self.filenames:
             if f in state.refcount:
                 raise _fail(state, f"file {f} is still referenced")

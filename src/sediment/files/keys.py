@@ -19,9 +19,20 @@ from sediment.core.ranges import Range
 Columnar = pa.Table | pa.RecordBatch
 
 
+_TEMPORAL_SCALARS = (pa.TimestampScalar, pa.Date32Scalar, pa.Date64Scalar)
+
+
+def key_value(scalar: pa.Scalar) -> Any:
+    """One key value in the model's form: temporal values as their Arrow integer (see
+    ``sediment.core.keys``), others as Python values."""
+    if isinstance(scalar, _TEMPORAL_SCALARS):
+        return scalar.value
+    return scalar.as_py()
+
+
 def row_key(data: Columnar, i: int, names: Sequence[str]) -> Key:
     """The key tuple of row ``i``."""
-    return tuple(data.column(n)[i].as_py() for n in names)
+    return tuple(key_value(data.column(n)[i]) for n in names)
 
 
 def bisect_key(data: Columnar, key: Key, names: Sequence[str], *, right: bool = False,
@@ -35,7 +46,7 @@ def bisect_key(data: Columnar, key: Key, names: Sequence[str], *, right: bool = 
     hi = data.num_rows if hi is None else hi
     while lo < hi:
         mid = (lo + hi) // 2
-        k = tuple(c[mid].as_py() for c in cols)
+        k = tuple(key_value(c[mid]) for c in cols)
         if k < key or (right and k == key):
             lo = mid + 1
         else:

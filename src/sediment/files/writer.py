@@ -75,17 +75,36 @@ class SortedFileWriter:
         self._writer = pq.ParquetWriter(self._sink, self.arrow_schema,
                                         **writer_options(schema, properties))
         self._sampler = KeySampler(schema.row_key_names, self.sample_size)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
         self.rows = 0
 
     def write(self, data: pa.Table | pa.RecordBatch) -> None:
         if data.num_rows == 0:
             return
         t = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
-        self._writer.write_table(t, row_group_size=self.row_group_rows)
         self._sampler.add(t)
         self.rows += t.num_rows
+        # every write_table call ends a row group: buffer small pieces (a merge yields many)
+        # so that row groups hold exactly parquet.row_group_rows rows, the last one fewer
+        self._pending.append(t)
+        self._pending_rows += t.num_rows
+        if self._pending_rows >= self.row_group_rows:
+            self._flush(final=False)
+
+    def _flush(self, *, final: bool) -> None:
+        if not self._pending_rows:
+            return
+        t = pa.concat_tables(self._pending)
+        full = t.num_rows if final else t.num_rows - t.num_rows % self.row_group_rows
+        if full:
+            self._writer.write_table(t.slice(0, full), row_group_size=self.row_group_rows)
+        rest = t.slice(full)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
 
     def close(self) -> WrittenFile:
+        self._flush(final=True)
         self._writer.close()
         self._sink.close()
         sample = self._sampler.sample(pa.schema(list(self.schema.row_keys)))

@@ -174,7 +174,17 @@ def read_file(fs: pafs.FileSystem, path: str, schema: Schema) -> Iterator[pa.Rec
             reader = pacsv.open_csv(
                 stream, convert_options=pacsv.ConvertOptions(column_types=simple,
                                                              strings_can_be_null=True))
-            yield from reader
+            # an empty cell in a string/binary key field is the empty key (keys are never null)
+            empty_keys = [f for f in arrow if not f.nullable and
+                          (pa.types.is_string(f.type) or pa.types.is_binary(f.type))]
+            for batch in reader:
+                for f in empty_keys:
+                    i = batch.schema.get_field_index(f.name)
+                    if i >= 0 and batch.column(i).null_count:
+                        batch = batch.set_column(i, f.name, pc.fill_null(
+                            batch.column(i), pa.scalar(b"" if pa.types.is_binary(f.type)
+                                                       else "", batch.column(i).type)))
+                yield batch
         else:
             stream = fs.open_input_stream(path, compression="detect")
             yield from pajson.read_json(

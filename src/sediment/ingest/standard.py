@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles
+from sediment.errors import DataError
 from sediment.files.keys import bisect_key
 from sediment.files.merge import merge_sorted
 from sediment.files.sort import sort_table
@@ -81,6 +82,8 @@ class _SortedRuns:
 
     def _spill(self) -> None:
         if self._tmp is None:
+            if self.spill_dir:
+                os.makedirs(self.spill_dir, exist_ok=True)
             self._tmp = tempfile.mkdtemp(prefix="sediment-ingest-", dir=self.spill_dir or None)
         path = os.path.join(self._tmp, f"run-{len(self.runs):05d}.parquet")
         pq.write_table(self._sorted_buffer(), path, row_group_size=self.row_group_rows,
@@ -199,6 +202,8 @@ def ingest_files(table: Table, paths: Sequence[str] | str, *,
     if isinstance(paths, str):
         paths = [paths]
     files = expand_paths(paths, table.objects)
+    if not files:
+        raise DataError(f"ingest into table {table.name}: no input files given")
     schema = table.schema
 
     def batches() -> Iterator[tuple[str, pa.RecordBatch]]:

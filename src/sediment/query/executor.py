@@ -80,12 +80,17 @@ class FooterCache:
 
     def _bounds(self, md: pq.FileMetaData) -> FileFooter:
         col = md.schema.names.index(self.first_key)
+        # temporal keys are integers in the model (sediment.core.keys): use the raw statistics
+        raw = md.schema.column(col).logical_type.type in ("TIMESTAMP", "DATE")
         mins, maxs = [], []
         for i in range(md.num_row_groups):
             st = md.row_group(i).column(col).statistics
             if st is None or not st.has_min_max:
                 mins.append(None)
                 maxs.append(None)
+            elif raw:
+                mins.append(st.min_raw)
+                maxs.append(st.max_raw)
             else:
                 mins.append(st.min)
                 maxs.append(st.max)

@@ -55,13 +55,14 @@ def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
     for r in ranges or ():
         if not isinstance(r, Range):
             raise QueryError(f"ranges must be sediment.Range values, got {r!r}")
+        ends = []
         for end in (r.start, r.end):
-            if end is not None:
-                try:
-                    schema.check_row_key(end, what="range end")
-                except Exception as e:
-                    raise QueryError(str(e)) from None
-        out.append(r)
+            try:  # checked, and temporal values as the model's integers
+                ends.append(None if end is None else schema.check_row_key(end, what="range end"))
+            except Exception as e:
+                raise QueryError(str(e)) from None
+        out.append(Range(ends[0], ends[1], start_inclusive=r.start_inclusive,
+                         end_inclusive=r.end_inclusive))
     return tuple(r for r in out if not r.is_empty())
 
 

@@ -120,6 +120,9 @@ class TransactionLog:
                 raise CorruptMetadataError(
                     f"log of table {self.table_id} has a gap: version {expected} is missing")
             expected += 1
+        if upto is not None and expected <= upto:  # the last wanted entries are missing
+            raise CorruptMetadataError(
+                f"log of table {self.table_id} has a gap: version {expected} is missing")
         if not versions:
             return
         workers = min(16, len(versions))

@@ -163,6 +163,7 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: set[str]) -> 
                                              sorted(state.partitions.values(),
                                                     key=lambda p: p.id)], known),
         "unreferenced": _json_object(objects, sorted(state.unreferenced.items()), known),
+        "jobs": {j: list(v) for j, v in sorted(state.jobs.items())},
     }
     objects.put(snapshot_key(state.version), json.dumps(pointer).encode())
     return pointer
@@ -195,6 +196,8 @@ def _read_json(objects: ObjectStore, key: str, where: str) -> Any:
 def read_pointer(objects: ObjectStore, version: int, table_id: str) -> dict[str, Any]:
     where = f"snapshot {version} of table {table_id}"
     doc = _read_json(objects, snapshot_key(version), where)
+    if not isinstance(doc, dict):
+        raise CorruptMetadataError(f"{where}: {snapshot_key(version)} is not a JSON object")
     check_format(doc, where)
     return doc
 
@@ -219,6 +222,7 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
         state.partitions = {p["id"]: Partition.from_json(p) for p in parts}
         unref = _read_json(objects, f"{OBJECT_PREFIX}{doc['unreferenced']}.json", where)
         state.unreferenced = {f: float(t) for f, t in unref}
+        state.jobs = {j: (str(p), float(t)) for j, (p, t) in doc.get("jobs", {}).items()}
         if tables:
             refs = pa.concat_tables(tables).select(_STATE_COLUMNS)
             state.load_references(refs)

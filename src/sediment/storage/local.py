@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -14,25 +15,27 @@ from sediment.errors import ObjectNotFoundError, StorageError
 from sediment.storage.base import ObjectInfo, ObjectStore
 
 _TMP = ".tmp-"
+_MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+"""Errors meaning "no object at this key" (a folder, or a path through a file, is no object)."""
 
 
 class LocalObjectStore(ObjectStore):
     """Objects are files under a root folder; keys map to relative paths."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root).expanduser().resolve()
-        self.uri = self.root.as_uri()
+        self.directory = Path(root).expanduser().resolve()
+        self.uri = self.directory.as_uri()
         self._fs = pafs.LocalFileSystem()
 
     def _p(self, key: str) -> Path:
         if not key or key.startswith("/") or any(p in ("..", ".") for p in key.split("/")):
             raise StorageError(f"invalid object key {key!r} in store {self.uri}")
-        return self.root / key
+        return self.directory / key
 
     def get(self, key: str) -> bytes:
         try:
             return self._p(key).read_bytes()
-        except FileNotFoundError:
+        except _MISSING:
             raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
         except OSError as e:
             raise StorageError(f"reading {key!r} in {self.uri}: {e}") from e
@@ -42,7 +45,7 @@ class LocalObjectStore(ObjectStore):
             with open(self._p(key), "rb") as f:
                 f.seek(start)
                 return f.read(max(0, end - start))
-        except FileNotFoundError:
+        except _MISSING:
             raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
         except OSError as e:
             raise StorageError(f"reading {key!r} in {self.uri}: {e}") from e
@@ -84,12 +87,12 @@ class LocalObjectStore(ObjectStore):
     def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
         # Walk only the folder that holds the prefix; sort keys as S3 does (by full key).
         folder, _, _ = prefix.rpartition("/")
-        base = self.root / folder if folder else self.root
+        base = self.directory / folder if folder else self.directory
         if not base.is_dir():
             return
         out: list[ObjectInfo] = []
         for dirpath, _dirs, files in os.walk(base):
-            rel = os.path.relpath(dirpath, self.root)
+            rel = os.path.relpath(dirpath, self.directory)
             rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
             for name in files:
                 if name.startswith(_TMP):
@@ -110,7 +113,7 @@ class LocalObjectStore(ObjectStore):
         for key in keys:
             try:
                 self._p(key).unlink()
-            except FileNotFoundError:
+            except _MISSING:
                 pass
             except OSError as e:
                 raise StorageError(f"deleting {key!r} in {self.uri}: {e}") from e
@@ -118,9 +121,13 @@ class LocalObjectStore(ObjectStore):
     def head(self, key: str) -> ObjectInfo | None:
         try:
             st = self._p(key).stat()
-        except FileNotFoundError:
+        except _MISSING:
+            return None
+        except OSError as e:
+            raise StorageError(f"reading {key!r} in {self.uri}: {e}") from e
+        if not stat.S_ISREG(st.st_mode):
             return None
         return ObjectInfo(key, st.st_size, st.st_mtime)
 
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
-        return self._fs, str(self.root)
+        return self._fs, str(self.directory)

@@ -1,0 +1,1 @@
+"""Compaction: pure job planning (strategies), job execution (merge), and the local runner."""

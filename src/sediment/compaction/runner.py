@@ -1,0 +1,180 @@
+"""The local compaction runner: push references down, create jobs, run them, commit each.
+
+``compact(table)`` runs one pass: one SplitFileReferences transaction for references in
+non-leaf partitions, one AssignJobIds transaction for the jobs a strategy picks, then the jobs in
+parallel threads; each job commits a ReplaceFileReferences transaction that only succeeds if its
+inputs are still assigned to it. A job that fails, or whose commit no longer validates, leaves at
+most an orphan file for GC; its inputs stay assigned, so another runner never double-commits.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sediment.compaction.job import JobOutput, run_compaction_job
+from sediment.compaction.strategy import (
+    CompactionJob,
+    assignments,
+    plan_compaction_jobs,
+    plan_reference_splits,
+)
+from sediment.core.model import FileReference, Region
+from sediment.core.state import TableState
+from sediment.core.transactions import (
+    AssignJobIds,
+    ReplaceFileReferences,
+    SplitFileReferences,
+    Transaction,
+)
+from sediment.errors import SedimentError, TransactionInvalidError
+from sediment.files.sample import estimate_count
+
+if TYPE_CHECKING:
+    from sediment.table import Table
+
+JobRunner = Callable[["Table", TableState, Sequence[CompactionJob]], list["JobResult"]]
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    job: CompactionJob
+    committed: bool
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """One compaction pass: references pushed down, jobs created/committed/failed, rows."""
+
+    references_pushed_down: int = 0
+    jobs_created: int = 0
+    jobs_committed: int = 0
+    jobs_failed: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    seconds: float = 0.0
+    errors: tuple[str, ...] = field(default=())
+
+    @property
+    def did_work(self) -> bool:
+        return bool(self.references_pushed_down or self.jobs_created)
+
+
+def push_down_references(table: Table) -> int:
+    """Move references in non-leaf partitions one level down; returns how many moved."""
+    schema = table.schema
+    samples = table.samples
+
+    def estimate(ref: FileReference, region: Region) -> int:
+        return estimate_count(samples.sample(ref.filename), schema.row_key_names, region)
+
+    moved = 0
+
+    def build(head: TableState) -> Transaction:
+        nonlocal moved
+        splits = plan_reference_splits(head, estimate)
+        moved = len(splits)
+        return SplitFileReferences(splits)
+
+    head = table.states.head()
+    if not plan_reference_splits(head, lambda r, g: 0):
+        return 0
+    table.states.commit(build)
+    return moved
+
+
+def create_jobs(table: Table) -> list[CompactionJob]:
+    """Pick jobs with the table's strategy and assign them in one transaction."""
+    props = table.properties
+    jobs: list[CompactionJob] = []
+
+    def build(head: TableState) -> Transaction:
+        nonlocal jobs
+        jobs = plan_compaction_jobs(head, props)
+        return AssignJobIds(assignments(jobs))
+
+    if not plan_compaction_jobs(table.states.head(), props):
+        return []
+    table.states.commit(build)
+    return jobs
+
+
+def stale_jobs(state: TableState, timeout: float, *, exclude: set[str],
+               now: float | None = None) -> list[CompactionJob]:
+    """Jobs assigned more than ``timeout`` seconds ago that never committed (to run again)."""
+    now = time.time() if now is None else now
+    return [CompactionJob(job_id, pid, tuple(state.job_inputs(job_id)))
+            for job_id, (pid, at) in sorted(state.jobs.items())
+            if job_id not in exclude and now - at >= timeout]
+
+
+def run_job(table: Table, state: TableState, job: CompactionJob) -> JobResult:
+    """Run one job and commit it; records status events; never raises for a job failure."""
+    status = table.status
+    status.record("compaction", job.job_id, "started", partition_id=job.partition_id,
+                  inputs=len(job.inputs), records_in=job.records)
+    try:
+        region = state.partitions[job.partition_id].region
+        out: JobOutput = run_compaction_job(table.objects, table.schema, table.properties, job,
+                                            region, table.compaction_iterators())
+        rows_out = out.written.rows if out.written else 0
+        status.record("compaction", job.job_id, "finished", partition_id=job.partition_id,
+                      rows_in=out.rows_in, rows_out=rows_out,
+                      bytes_out=out.written.bytes if out.written else 0,
+                      seconds=out.seconds,
+                      rows_per_second=out.rows_in / out.seconds if out.seconds else 0.0)
+        output = None if out.written is None else FileReference(
+            out.written.filename, job.partition_id, out.written.rows)
+        table.states.commit(ReplaceFileReferences(
+            job.job_id, job.partition_id, tuple(r.filename for r in job.inputs), output))
+        status.record("compaction", job.job_id, "committed", partition_id=job.partition_id)
+        return JobResult(job, True, out.rows_in, rows_out,
+                         out.written.bytes if out.written else 0, out.seconds)
+    except (SedimentError, OSError) as e:
+        reason = f"{type(e).__name__}: {e}"
+        status.record("compaction", job.job_id, "failed", partition_id=job.partition_id,
+                      reason=reason)
+        return JobResult(job, False, error=reason)
+
+
+def run_jobs_locally(table: Table, state: TableState,
+                     jobs: Sequence[CompactionJob]) -> list[JobResult]:
+    threads = int(table.properties["compaction.threads"]) or (os.cpu_count() or 2)
+    if len(jobs) <= 1 or threads == 1:
+        return [run_job(table, state, j) for j in jobs]
+    with ThreadPoolExecutor(min(threads, len(jobs))) as pool:
+        return list(pool.map(lambda j: run_job(table, state, j), jobs))
+
+
+def compact(table: Table, *, runner: JobRunner | None = None) -> CompactionResult:
+    """One compaction pass over ``table`` (nothing for an offline table)."""
+    started = time.perf_counter()
+    if not table.states.head().online:
+        return CompactionResult()
+    try:
+        moved = push_down_references(table)
+    except TransactionInvalidError:
+        moved = 0  # raced with another runner: next pass
+    jobs = create_jobs(table)
+    for j in jobs:
+        table.status.record("compaction", j.job_id, "created", partition_id=j.partition_id,
+                            inputs=len(j.inputs), records_in=j.records)
+    state = table.states.head()
+    jobs = jobs + stale_jobs(state, float(table.properties["compaction.job_timeout_seconds"]),
+                             exclude={j.job_id for j in jobs})
+    results = (runner or run_jobs_locally)(table, state, jobs) if jobs else []
+    table._invalidate_cache()
+    ok = [r for r in results if r.committed]
+    return CompactionResult(
+        moved, len(jobs), len(ok), len(results) - len(ok),
+        sum(r.rows_in for r in ok), sum(r.rows_out for r in ok),
+        time.perf_counter() - started, tuple(r.error for r in results if r.error))

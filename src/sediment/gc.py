@@ -1,0 +1,73 @@
+"""Garbage collection: delete unreferenced files after a delay, and orphans after a timeout.
+
+Unreferenced files (their last reference went away at least ``gc.delay_seconds`` ago, so no
+running query still reads them) are deleted from storage in batches, then each batch is recorded
+by a DeleteFiles transaction. Orphans are files under ``data/`` that no transaction ever added
+(a failed ingest or compaction, a killed job) older than ``gc.orphan_timeout_seconds``. The
+listing happens before the state is loaded, so every file committed by then is known; a
+referenced file is never deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sediment.core.transactions import DeleteFiles
+from sediment.errors import TransactionInvalidError
+from sediment.files.writer import sample_name
+
+if TYPE_CHECKING:
+    from sediment.table import Table
+
+BATCH = 1000
+_SAMPLE_SUFFIX = ".sample.parquet"
+
+
+@dataclass(frozen=True, slots=True)
+class GcResult:
+    deleted: int = 0
+    orphans_deleted: int = 0
+    seconds: float = 0.0
+
+    @property
+    def did_work(self) -> bool:
+        return bool(self.deleted or self.orphans_deleted)
+
+
+def gc(table: Table, *, now: float | None = None) -> GcResult:
+    """One garbage-collection pass over ``table``."""
+    started = time.perf_counter()
+    now = time.time() if now is None else now
+    listed = list(table.objects.list("data/"))
+    state = table.states.head()
+    props = {**table.properties}
+    delay = max(float(props["gc.delay_seconds"]), float(props["retention.seconds"]))
+    ready = sorted(f for f, t in state.unreferenced.items() if now - t >= delay)
+    deleted = 0
+    for i in range(0, len(ready), BATCH):
+        batch = ready[i : i + BATCH]
+        table.objects.delete_many([k for f in batch for k in (f, sample_name(f))])
+        try:
+            table.states.commit(DeleteFiles(batch))
+        except TransactionInvalidError:
+            break  # another collector recorded them first
+        deleted += len(batch)
+
+    known = set(state.refcount) | set(state.unreferenced)
+    timeout = float(props["gc.orphan_timeout_seconds"])
+    orphans = []
+    for o in listed:
+        data = o.key[: -len(_SAMPLE_SUFFIX)] + ".parquet" if o.key.endswith(_SAMPLE_SUFFIX) \
+            else o.key
+        if data not in known and now - o.mtime >= timeout:
+            orphans.append(o.key)
+    if orphans:
+        table.objects.delete_many(orphans)
+    n_orphans = sum(1 for k in orphans if not k.endswith(_SAMPLE_SUFFIX))
+    result = GcResult(deleted, n_orphans, time.perf_counter() - started)
+    if result.did_work:
+        table.status.record("gc", f"gc-{int(now)}", "finished", deleted=deleted,
+                            orphans_deleted=n_orphans, seconds=result.seconds)
+    return result

@@ -1,0 +1,64 @@
+"""Maintenance passes: split, compact and collect garbage, for one table or a whole store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sediment.compaction.runner import CompactionResult, compact
+from sediment.gc import GcResult, gc
+from sediment.splitting import SplitResult, split
+
+if TYPE_CHECKING:
+    from sediment.catalog import Store
+    from sediment.table import Table
+
+MAX_PASSES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceResult:
+    passes: int
+    splits: int
+    jobs_committed: int
+    jobs_failed: int
+    files_deleted: int
+    seconds: float
+
+
+def maintain_pass(table: Table) -> tuple[SplitResult, CompactionResult, GcResult]:
+    """One pass: split leaves over the threshold, compact, collect garbage."""
+    s = split(table)
+    c = compact(table)
+    g = gc(table)
+    return s, c, g
+
+
+def maintain(table: Table, *, max_passes: int = MAX_PASSES,
+             on_pass: Callable[[int, SplitResult, CompactionResult, GcResult], None] | None
+             = None) -> MaintenanceResult:
+    """Run passes until one does nothing (or ``max_passes``)."""
+    started = time.perf_counter()
+    splits = committed = failed = deleted = 0
+    passes = 0
+    for passes in range(1, max_passes + 1):  # noqa: B007 - used after the loop
+        s, c, g = maintain_pass(table)
+        splits += s.splits
+        committed += c.jobs_committed
+        failed += c.jobs_failed
+        deleted += g.deleted + g.orphans_deleted
+        if on_pass is not None:
+            on_pass(passes, s, c, g)
+        if not (s.did_work or c.did_work):
+            break
+    return MaintenanceResult(passes, splits, committed, failed, deleted,
+                             time.perf_counter() - started)
+
+
+def maintain_store(store: Store, *, table: str | None = None, **kwargs: object
+                   ) -> dict[str, MaintenanceResult]:
+    """Maintain one table or every table of the store."""
+    names = [table] if table else store.tables()
+    return {n: maintain(store.table(n), **kwargs) for n in names}  # type: ignore[arg-type]

@@ -1,0 +1,127 @@
+"""Partition splitting: leaves over the threshold split at the median of their samples.
+
+Planning is pure (``plan_splits`` over a TableState and a sample lookup); the split is committed
+as a SplitPartition transaction that only validates while the partition is still a leaf. A leaf
+whose records all share one row key cannot split; it is reported, not retried forever.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sediment.core.keys import Key
+from sediment.core.model import Partition
+from sediment.core.state import TableState
+from sediment.core.transactions import SplitPartition
+from sediment.errors import TransactionInvalidError
+from sediment.files.keys import bisect_key, region_mask, row_key
+from sediment.files.sample import COUNT, merge_samples, quantile
+
+if TYPE_CHECKING:
+    from sediment.table import Table
+
+SampleLookup = Callable[[str], pa.Table]
+
+
+@dataclass(frozen=True, slots=True)
+class SplitDecision:
+    """A leaf to split at ``split_key``, or (``split_key`` None) one that cannot split."""
+
+    partition_id: str
+    records: int
+    split_key: Key | None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SplitResult:
+    splits: int = 0
+    unsplittable: tuple[str, ...] = field(default=())
+    seconds: float = 0.0
+
+    @property
+    def did_work(self) -> bool:
+        return self.splits > 0
+
+
+def leaf_records(state: TableState, leaf: Partition) -> int:
+    """Records referenced in a leaf (its own references; ancestors' are pushed down first)."""
+    return sum(r.records for r in state.references(leaf.id).values())
+
+
+def choose_split_key(leaf: Partition, samples: Sequence[pa.Table],
+                     names: Sequence[str]) -> Key | None:
+    """The median row key of the leaf's samples, strictly inside its region, or None."""
+    if not samples:
+        return None
+    merged = merge_samples(samples, names)
+    mask = region_mask(merged, names, leaf.region)
+    if mask is not None:
+        merged = merged.filter(mask)
+    if merged.num_rows == 0:
+        return None
+    key = quantile(merged, names, 0.5)
+    if key is not None and leaf.region.is_strictly_inside(key):
+        return key
+    # Many rows share the region's min key: take the first sampled key above it.
+    lo = leaf.region.min
+    i = 0 if lo is None else bisect_key(merged, lo, names, right=True)
+    if i < merged.num_rows:
+        k = row_key(merged, i, names)
+        if leaf.region.is_strictly_inside(k):
+            return k
+    return None
+
+
+def plan_splits(state: TableState, properties: Mapping[str, Any],
+                sample_of: SampleLookup) -> list[SplitDecision]:
+    """Leaves over ``partition.split.threshold`` records, with their split keys."""
+    if not state.online:
+        return []
+    assert state.schema is not None
+    names = state.schema.row_key_names
+    threshold = int(properties["partition.split.threshold"])
+    out = []
+    for leaf in state.leaf_partitions():
+        n = leaf_records(state, leaf)
+        if n <= threshold:
+            continue
+        samples = [sample_of(f) for f in state.references(leaf.id)]
+        key = choose_split_key(leaf, [s.select([*names, COUNT]) for s in samples], names)
+        out.append(SplitDecision(leaf.id, n, key,
+                                 "" if key is not None else "every record has one row key"))
+    return out
+
+
+def split(table: Table) -> SplitResult:
+    """Split every leaf over the threshold once (one transaction per split)."""
+    started = time.perf_counter()
+    state = table.states.head()
+    decisions = plan_splits(state, table.properties, table.samples.sample)
+    done, stuck = 0, []
+    for d in decisions:
+        if d.split_key is None:
+            stuck.append(d.partition_id)
+            table.status.record("split", d.partition_id, "unsplittable",
+                                partition_id=d.partition_id, records=d.records, reason=d.reason)
+            continue
+        left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
+        try:
+            table.states.commit(SplitPartition(d.partition_id, d.split_key, left, right))
+        except TransactionInvalidError as e:  # split by someone else meanwhile
+            table.status.record("split", d.partition_id, "failed",
+                                partition_id=d.partition_id, reason=str(e))
+            continue
+        done += 1
+        table.status.record("split", d.partition_id, "committed", partition_id=d.partition_id,
+                            records=d.records, split_key=list(d.split_key), left=left,
+                            right=right)
+    if done:
+        table._invalidate_cache()
+    return SplitResult(done, tuple(stuck), time.perf_counter() - started)
