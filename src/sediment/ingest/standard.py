@@ -246,6 +246,10 @@ def _ingest_batches(table: Table, batches: Iterator[tuple[str, pa.RecordBatch]],
         _delete_files(table, written)
         raise
     table._invalidate_cache()
-    return IngestResult(rows, len(written), sum(w.bytes for w in written), new_state.version,
-                        time.perf_counter() - started)
+    result = IngestResult(rows, len(written), sum(w.bytes for w in written), new_state.version,
+                          time.perf_counter() - started)
+    table.status.record("ingest", f"v{result.version}", "committed", rows=rows,
+                        files=result.files, bytes=result.bytes, seconds=result.seconds,
+                        rows_per_second=result.rows_per_second)
+    return result
 

@@ -1,0 +1,187 @@
+"""CLI commands of maintenance and reports: compact, split, gc, maintain, report."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from rich.console import RenderableType
+from rich.tree import Tree
+
+from sediment.cli import app
+from sediment.cli_format import (
+    CliError,
+    JsonOption,
+    StoreOption,
+    emit,
+    iso_time,
+    make_table,
+    open_store,
+    open_table,
+)
+from sediment.table import Table
+
+TableOption = Annotated[str | None, typer.Option("--table", "-t",
+                                                 help="One table (default: every table).")]
+LoopOption = Annotated[bool, typer.Option("--loop", help="Repeat until interrupted.")]
+IntervalOption = Annotated[float, typer.Option("--interval", help="Seconds between loop "
+                                               "passes.")]
+PassesOption = Annotated[int, typer.Option("--max-loops", help="Stop --loop after this many "
+                                           "passes (0: never).")]
+
+
+def _each_table(store: str | None, table: str | None, *, online_only: bool) -> list[Table]:
+    st = open_store(store)
+    names = [table] if table else st.tables()
+    tables = [st.table(n) for n in names]
+    return [t for t in tables if t.online] if online_only and not table else tables
+
+
+def _run(store: str | None, table: str | None, loop: bool, interval: float, max_loops: int,
+         json_out: bool, action: Callable[[Table], dict[str, Any]], *, online_only: bool
+         ) -> None:
+    passes = 0
+    while True:
+        passes += 1
+        rows = []
+        for t in _each_table(store, table, online_only=online_only):
+            started = time.perf_counter()
+            if not t.online and online_only:
+                rows.append({"table": t.name, "skipped": "offline"})
+                continue
+            rows.append({"table": t.name, **action(t),
+                         "seconds": round(time.perf_counter() - started, 3)})
+        emit(rows, json_out, lambda r: make_table(
+            list(dict.fromkeys(k for row in r for k in row)),
+            [[row.get(k, "") for k in dict.fromkeys(k for row in r for k in row)]
+             for row in r]))
+        if not loop or (max_loops and passes >= max_loops):
+            return
+        time.sleep(interval)
+
+
+@app.command()
+def compact(table: TableOption = None, loop: LoopOption = False, interval: IntervalOption = 10.0,
+            max_loops: PassesOption = 0, store: StoreOption = None,
+            json_out: JsonOption = False) -> None:
+    """One compaction pass (jobs run in parallel); offline tables are skipped."""
+    def act(t: Table) -> dict[str, Any]:
+        r = t.compact()
+        return {"pushed_down": r.references_pushed_down, "jobs": r.jobs_created,
+                "committed": r.jobs_committed, "failed": r.jobs_failed, "rows_in": r.rows_in,
+                "rows_out": r.rows_out}
+    _run(store, table, loop, interval, max_loops, json_out, act, online_only=True)
+
+
+@app.command()
+def split(table: TableOption = None, loop: LoopOption = False, interval: IntervalOption = 10.0,
+          max_loops: PassesOption = 0, store: StoreOption = None,
+          json_out: JsonOption = False) -> None:
+    """Split leaf partitions over the threshold at their medians; offline tables skipped."""
+    def act(t: Table) -> dict[str, Any]:
+        r = t.split()
+        return {"splits": r.splits, "unsplittable": len(r.unsplittable)}
+    _run(store, table, loop, interval, max_loops, json_out, act, online_only=True)
+
+
+@app.command()
+def gc(table: TableOption = None, loop: LoopOption = False, interval: IntervalOption = 60.0,
+       max_loops: PassesOption = 0, store: StoreOption = None,
+       json_out: JsonOption = False) -> None:
+    """Delete unreferenced files past the GC delay and orphans past the orphan timeout."""
+    def act(t: Table) -> dict[str, Any]:
+        r = t.gc()
+        return {"deleted": r.deleted, "orphans_deleted": r.orphans_deleted}
+    _run(store, table, loop, interval, max_loops, json_out, act, online_only=False)
+
+
+@app.command()
+def maintain(table: TableOption = None, loop: LoopOption = False,
+             interval: IntervalOption = 10.0, max_loops: PassesOption = 0,
+             store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Split, compact and collect garbage until nothing is left to do (offline tables:
+    GC only)."""
+    def act(t: Table) -> dict[str, Any]:
+        if not t.online:
+            r = t.gc()
+            return {"passes": 1, "splits": 0, "jobs": 0, "failed": 0,
+                    "deleted": r.deleted + r.orphans_deleted}
+        show = not json_out and sys.stderr.isatty()
+        if show:
+            typer.echo(f"maintaining {t.name} ...", err=True)
+        r = t.maintain()
+        return {"passes": r.passes, "splits": r.splits, "jobs": r.jobs_committed,
+                "failed": r.jobs_failed, "deleted": r.files_deleted}
+    _run(store, table, loop, interval, max_loops, json_out, act, online_only=False)
+
+
+# ---- reports --------------------------------------------------------------------------------
+def _partition_rows(t: Table) -> list[dict[str, Any]]:
+    st = t.state()
+    out = []
+    for p in t.partitions():
+        refs = st.references(p.id)
+        out.append({"id": p.id, "parent": p.parent_id, "leaf": p.is_leaf,
+                    "region": str(p.region), "files": len(refs),
+                    "records": sum(r.records for r in refs.values()),
+                    "children": list(p.children)})
+    return out
+
+
+def _partition_tree(rows: list[dict[str, Any]]) -> RenderableType:
+    by_id = {r["id"]: r for r in rows}
+
+    def label(r: dict[str, Any]) -> str:
+        kind = "leaf" if r["leaf"] else "node"
+        return (f"{r['id']} {kind} {r['region']}  records={r['records']:,} "
+                f"files={r['files']}")
+
+    root = next(r for r in rows if r["parent"] is None)
+    tree = Tree(label(root))
+
+    def add(node: Tree, r: dict[str, Any]) -> None:
+        for c in r["children"]:
+            child = by_id[c]
+            add(node.add(label(child)), child)
+
+    add(tree, root)
+    return tree
+
+
+@app.command()
+def report(
+    what: Annotated[str, typer.Argument(help="partitions, files, jobs or tasks")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Table to report on.")],
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Reports: the partition tree, file references, compaction jobs, or all job events."""
+    t = open_table(store, table)
+    if what == "partitions":
+        emit(_partition_rows(t), json_out, _partition_tree)
+    elif what == "files":
+        rows = [r._asdict() for r in t.files()]
+        emit(rows, json_out, lambda rs: make_table(
+            ["filename", "partition_id", "records", "approximate", "job_id"],
+            [[r[k] for k in ("filename", "partition_id", "records", "approximate", "job_id")]
+             for r in rs], title=f"{len(rs)} file references"))
+    elif what == "jobs":
+        rows = t.status.jobs("compaction")
+        cols = ["job_id", "partition_id", "status", "created", "inputs", "rows_in", "rows_out",
+                "seconds", "rows_per_second", "reason"]
+        emit(rows, json_out, lambda rs: make_table(cols, [
+            [iso_time(r[c]) if c == "created" else r.get(c, "") for c in cols] for r in rs],
+            title=f"{len(rs)} compaction jobs"))
+    elif what == "tasks":
+        rows = [e.to_json() for e in t.status.events()]
+        emit(rows, json_out, lambda rs: make_table(
+            ["time", "kind", "job_id", "status", "partition_id", "details"],
+            [[iso_time(r["time"]), r["kind"], r["job_id"], r["status"],
+              r["partition_id"] or "", r["details"]] for r in rs],
+            title=f"{len(rs)} events"))
+    else:
+        raise CliError(f"unknown report {what!r}: use partitions, files, jobs or tasks")
+
