@@ -69,9 +69,20 @@ def build_partition_tree(schema: Schema, split_points: Sequence[Any] | None) -> 
 class Store:
     """A Sediment store: ``Store.open("./data")``, ``Store.open("s3://bucket/prefix")``."""
 
-    def __init__(self, objects: ObjectStore, properties: Mapping[str, Any]) -> None:
+    def __init__(self, objects: ObjectStore, properties: Mapping[str, Any],
+                 storage_options: Mapping[str, Any] | None = None) -> None:
         self.objects = objects
         self._properties = dict(properties)
+        self.storage_options = dict(storage_options or {})
+
+    def spec(self) -> dict[str, Any]:
+        """What reopens this store in another process (a Spark task): ``Store.open(**spec)``
+        with the URI and the storage options (S3 endpoint, region, credentials)."""
+        root = self.objects.root()
+        opts = dict(self.storage_options)
+        if hasattr(root, "options"):
+            opts = {**root.options(), **opts}
+        return {"uri": self.uri, **{k: v for k, v in opts.items() if v is not None}}
 
     @property
     def uri(self) -> str:
@@ -101,7 +112,8 @@ class Store:
                 doc["properties"] = {**doc.get("properties", {}), **props}
                 objects.put(STORE_FILE, json.dumps(doc).encode())
         return cls(objects, validate_properties(doc.get("properties", {}),
-                                                context=f"store {objects.uri}"))
+                                                context=f"store {objects.uri}"),
+                   storage_options)
 
     @staticmethod
     def _read_store_file(objects: ObjectStore) -> dict[str, Any]:

@@ -122,6 +122,9 @@ _SPECS = [
                  choices=("per_partition", "shared_file")),
     PropertySpec("ingest.spill_dir", str, "",
                  "Local folder for spilled sorted runs (empty: the system temp folder)."),
+    PropertySpec("bulk_import.min_leaf_partitions", int, 256,
+                 "Bulk import pre-splits a table with fewer leaves than this from a sample of "
+                 "its input (Sleeper uses 256).", minimum=1),
     # --- query --------------------------------------------------------------------------
     PropertySpec("query.iterators", str, "",
                  "JSON list of iterators applied at query time (see sediment.iterators).",

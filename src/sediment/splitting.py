@@ -66,12 +66,14 @@ def choose_split_key(leaf: Partition, samples: Sequence[pa.Table],
         merged = merged.filter(mask)
     if merged.num_rows == 0:
         return None
+    # Both halves must get records: the key must be above the smallest sampled key (an actual
+    # key of the leaf), not merely inside the region (whose min may be -inf or below the data).
+    first = row_key(merged, 0, names)
     key = quantile(merged, names, 0.5)
-    if key is not None and leaf.region.is_strictly_inside(key):
+    if key is not None and key > first and leaf.region.is_strictly_inside(key):
         return key
-    # Many rows share the region's min key: take the first sampled key above it.
-    lo = leaf.region.min
-    i = 0 if lo is None else bisect_key(merged, lo, names, right=True)
+    # Many rows share the smallest key: take the first sampled key above it.
+    i = bisect_key(merged, first, names, right=True)
     if i < merged.num_rows:
         k = row_key(merged, i, names)
         if leaf.region.is_strictly_inside(k):

@@ -6,7 +6,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -142,10 +142,15 @@ class Table:
                                        self.schema,
                                        where=f"table {self.name} property compaction.iterators")
 
-    def compact(self) -> CompactionResult:
-        """One compaction pass: push references down, create jobs, run them in parallel."""
+    def compact(self, *, runner: Literal["local", "spark"] = "local") -> CompactionResult:
+        """One compaction pass: push references down, create jobs, run them in parallel
+        (threads here, or Spark tasks with ``runner="spark"``)."""
         from sediment.compaction.runner import compact
 
+        if runner == "spark":
+            from sediment.spark.runner import run_jobs_on_spark
+
+            return compact(self, runner=run_jobs_on_spark)
         return compact(self)
 
     def split(self) -> SplitResult:

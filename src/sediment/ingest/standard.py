@@ -214,10 +214,23 @@ def ingest_files(table: Table, paths: Sequence[str] | str, *,
     return _ingest_batches(table, batches(), progress)
 
 
-def _ingest_batches(table: Table, batches: Iterator[tuple[str, pa.RecordBatch]],
-                    progress: Progress | None) -> IngestResult:
-    started = time.perf_counter()
-    state = table.states.head()
+@dataclass(frozen=True, slots=True)
+class StagedFiles:
+    """Data files written for an ingest but not yet committed."""
+
+    rows: int
+    references: list[FileReference]
+    written: list[WrittenFile]
+
+    @property
+    def bytes(self) -> int:
+        return sum(w.bytes for w in self.written)
+
+
+def stage_batches(table: Table, state: TableState, batches: Iterator[tuple[str, pa.RecordBatch]],
+                  progress: Progress | None = None) -> StagedFiles:
+    """Validate, sort (spilling past the memory limit) and write files cut at the leaves of
+    ``state``; nothing is committed. Used by standard ingest and by Spark tasks."""
     schema = state.schema
     assert schema is not None
     props = {**table.properties}
@@ -235,21 +248,35 @@ def _ingest_batches(table: Table, batches: Iterator[tuple[str, pa.RecordBatch]],
             if progress is not None:
                 progress(batch.num_rows)
         if rows == 0:
-            return IngestResult(0, 0, 0, state.version, time.perf_counter() - started)
+            return StagedFiles(0, [], [])
         refs, written = _write_partitioned(table, state, runs.sorted_stream(),
                                            str(props["ingest.write_strategy"]))
+        return StagedFiles(rows, refs, written)
     finally:
         runs.cleanup()
+
+
+def commit_staged(table: Table, staged: StagedFiles, started: float, *,
+                  kind: str = "ingest") -> IngestResult:
+    """Commit staged files in one AddFiles transaction (deleting them if it fails)."""
+    if staged.rows == 0:
+        return IngestResult(0, 0, 0, table.version, time.perf_counter() - started)
     try:
-        new_state = table.states.commit(AddFiles(refs))
+        new_state = table.states.commit(AddFiles(staged.references))
     except BaseException:
-        _delete_files(table, written)
+        _delete_files(table, staged.written)
         raise
     table._invalidate_cache()
-    result = IngestResult(rows, len(written), sum(w.bytes for w in written), new_state.version,
+    result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
                           time.perf_counter() - started)
-    table.status.record("ingest", f"v{result.version}", "committed", rows=rows,
+    table.status.record(kind, f"v{result.version}", "committed", rows=result.rows,
                         files=result.files, bytes=result.bytes, seconds=result.seconds,
                         rows_per_second=result.rows_per_second)
     return result
 
+
+def _ingest_batches(table: Table, batches: Iterator[tuple[str, pa.RecordBatch]],
+                    progress: Progress | None) -> IngestResult:
+    started = time.perf_counter()
+    staged = stage_batches(table, table.states.head(), batches, progress)
+    return commit_staged(table, staged, started)

@@ -10,6 +10,15 @@ JSON object with a ``type``:
   ``ttl_seconds`` before now.
 - ``{"type": "filter", "field": "value", "op": "==", "value": "x"}``: keep rows where the
   comparison holds (ops ==, !=, <, <=, >, >=, in, not_in, is_null, not_null).
+- ``{"type": "aggregate", "functions": {"count": "sum", "lo": "min", "hi": "max",
+  "value": "last", "tags": "map_sum"}}``: rows with equal row keys and sort keys combine into
+  one; each listed value field gets its function (sum, min, max: nulls skipped; last: the last
+  row's value; map_sum, map_min, map_max: maps combined key by key); unlisted fields take last.
+- ``{"type": "keep_latest", "by": "timestamp"}``: one row per row key, the one with the greatest
+  ``by`` (nulls lowest; ties: the last in stream order).
+
+More types are added with ``sediment.iterators.registry.register_iterator(kind, factory)``; the
+factory gets the config and the table schema (None when a property is checked on its own).
 """
 
 from sediment.iterators.base import (
@@ -20,6 +29,7 @@ from sediment.iterators.base import (
     iterator_from_config,
     iterators_from_property,
 )
+from sediment.iterators.combine import Aggregate, KeepLatest
 
-__all__ = ["AgeOff", "RecordIterator", "RowFilter", "apply_iterators", "iterator_from_config",
-           "iterators_from_property"]
+__all__ = ["AgeOff", "Aggregate", "KeepLatest", "RecordIterator", "RowFilter", "apply_iterators",
+           "iterator_from_config", "iterators_from_property"]

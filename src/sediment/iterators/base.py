@@ -86,6 +86,10 @@ class RowFilter(_RowLocal):
     def __post_init__(self) -> None:
         if self.op not in (*_OPS, "in", "not_in", "is_null", "not_null"):
             raise PropertyError(f"filter on {self.field!r}: unknown op {self.op!r}")
+        if self.op in ("in", "not_in") and not isinstance(self.value, list | tuple | set |
+                                                          frozenset):
+            raise PropertyError(f"filter on {self.field!r}: op {self.op!r} needs a list "
+                                f"value, not {self.value!r}")
 
     def fields(self) -> set[str]:
         return {self.field}
@@ -117,14 +121,34 @@ def iterator_from_config(cfg: Mapping[str, Any], schema: Schema | None = None,
         else:
             from sediment.iterators.registry import build_registered
 
-            it = build_registered(cfg, where=where)
+            it = build_registered(cfg, schema, where=where)
     except KeyError as e:
         raise PropertyError(f"{where}: {kind} iterator needs {e}") from None
+    except (TypeError, ValueError) as e:
+        raise PropertyError(f"{where}: invalid {kind} iterator {dict(cfg)!r}: {e}") from None
     if schema is not None:
         for f in it.fields():
             if f not in schema.field_names:
                 raise PropertyError(f"{where}: iterator {kind} names unknown field {f!r}")
+        _check_types(it, schema, where)
     return it
+
+
+def _check_types(it: RecordIterator, schema: Schema, where: str) -> None:
+    """Fail at configuration time, not mid-query, when an iterator cannot fit its field."""
+    if isinstance(it, AgeOff):
+        t = schema.field(it.field).type
+        if not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
+            raise PropertyError(f"{where}: age_off field {it.field!r} has type {t}; it needs "
+                                "an integer or timestamp field")
+    elif isinstance(it, RowFilter) and it.op not in ("is_null", "not_null"):
+        t = schema.field(it.field).type
+        values = list(it.value) if it.op in ("in", "not_in") else [it.value]
+        try:
+            pa.array(values, type=t)
+        except (pa.ArrowException, TypeError, ValueError):
+            raise PropertyError(f"{where}: filter on {it.field!r}: {it.value!r} is not a "
+                                f"valid {t}") from None
 
 
 def iterators_from_property(text: str, schema: Schema | None = None, *,

@@ -1,0 +1,304 @@
+"""Combining iterators: aggregation per key and keep-latest per row key.
+
+Both group *runs* of equal key values: the input is one partition's stream sorted by (row keys,
+sort keys), so equal keys are adjacent and a group is a run of rows. Runs are found with
+vectorised comparisons of each row with the previous one; groups are reduced with Arrow's hash
+aggregation (keyed by run number, so it keeps run order) and ``take``. A run may straddle batches:
+the trailing run of each batch is held back and prepended to the next one, and flushed at the
+end; a batch that only continues the held-back run is appended to it without any copying.
+
+- ``{"type": "aggregate", "functions": {"count": "sum", "tags": "map_sum", ...}}``: rows with
+  equal row keys and sort keys combine into one. Each listed value field gets its function:
+  ``sum``, ``min``, ``max`` (nulls skipped; null when every value is null), ``last`` (the value
+  of the last row in stream order, null or not), or ``map_sum``/``map_min``/``map_max`` for
+  ``map<K, V>`` fields (maps combine key by key with the function on V; a null map is skipped,
+  the result is null only when every map of the group is null; keys come out sorted). Value
+  fields not listed take ``last``. Sums wrap around on overflow of the field's type.
+- ``{"type": "keep_latest", "by": "timestamp"}``: one row per row key (sort keys not part of
+  the key): the one with the greatest ``by`` (null below every value; ties: the last in stream
+  order).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sediment.errors import PropertyError
+from sediment.iterators.base import RecordIterator
+from sediment.iterators.registry import register_iterator
+from sediment.schema import Schema
+
+_FUNCTIONS = ("sum", "min", "max", "last", "map_sum", "map_min", "map_max")
+_GROUP_COL = "__sediment_group"
+
+
+# ---- runs of equal keys ------------------------------------------------------------------------
+def _starts_new_run(data: pa.Table | pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
+    """Bool per row: does the row's key (``names``) differ from the previous row's? Row 0: True."""
+    n = data.num_rows
+    change = np.zeros(n, dtype=bool)
+    if n:
+        change[0] = True
+    if n > 1:
+        for name in names:
+            col = data.column(name)
+            ne = pc.not_equal(col.slice(1), col.slice(0, n - 1))
+            change[1:] |= np.asarray(ne.to_numpy(zero_copy_only=False), dtype=bool)
+    return change
+
+
+def _same_key(a: pa.RecordBatch, i: int, b: pa.RecordBatch, j: int,
+              names: Sequence[str]) -> bool:
+    """Do row ``i`` of ``a`` and row ``j`` of ``b`` have equal ``names``?"""
+    return all(pc.equal(a.column(n).slice(i, 1), b.column(n).slice(j, 1))[0].as_py()
+               for n in names)
+
+
+def _array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(col, pa.Array):
+        return col
+    if col.num_chunks == 1:
+        return col.chunk(0)
+    return pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], type=col.type)
+
+
+class _RunCombiner(RecordIterator):
+    """Reduces each run of rows with equal :meth:`group_names` values to one row."""
+
+    schema: Schema | None
+
+    @abstractmethod
+    def group_names(self) -> list[str]:
+        """The fields whose equal values make a group."""
+
+    @abstractmethod
+    def reduce(self, table: pa.Table, starts: np.ndarray, group: np.ndarray) -> pa.Table:
+        """One row per group of ``table`` (only whole groups; ``starts``: first row of each,
+        ``group``: group number of each row), in group order, with ``table``'s schema."""
+
+    def apply(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if self.schema is None:
+            raise PropertyError(f"{type(self).__name__} iterator built without the table "
+                                "schema cannot run")
+        names = self.group_names()
+        held: list[pa.RecordBatch] = []  # the trailing (maybe unfinished) group
+        for b in batches:
+            if not b.num_rows:
+                continue
+            change = _starts_new_run(b, names)
+            if held:
+                change[0] = not _same_key(held[-1], held[-1].num_rows - 1, b, 0, names)
+            starts = np.flatnonzero(change)
+            if not len(starts):  # continues the held-back group
+                held.append(b)
+                continue
+            last = int(starts[-1])
+            done = held + ([b.slice(0, last)] if last else [])
+            held = [b.slice(last)]
+            if done:
+                yield from self._combine(done, names)
+        if held:
+            yield from self._combine(held, names)
+
+    def _combine(self, batches: list[pa.RecordBatch], names: Sequence[str]
+                 ) -> Iterator[pa.RecordBatch]:
+        table = pa.Table.from_batches(batches).combine_chunks()
+        change = _starts_new_run(table, names)
+        starts = np.flatnonzero(change)
+        group = np.cumsum(change, dtype=np.int64) - 1
+        out = self.reduce(table, starts, group)
+        yield from out.combine_chunks().to_batches()
+
+
+# ---- aggregation ---------------------------------------------------------------------------------
+def _sums(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def _orders(t: pa.DataType) -> bool:
+    return (_sums(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
+            or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_temporal(t))
+
+
+def _check_function(name: str, fn: str, field: pa.Field) -> None:
+    t = field.type
+    if fn in ("map_sum", "map_min", "map_max"):
+        if not pa.types.is_map(t):
+            raise PropertyError(f"aggregate: {fn} on field {name!r} needs a map field, "
+                                f"not {t}")
+        fn, t = fn[4:], t.item_type
+        name = f"{name} (map values)"
+    if fn == "sum" and not _sums(t):
+        raise PropertyError(f"aggregate: sum on field {name!r} needs a numeric type, not {t}")
+    if fn in ("min", "max") and not _orders(t):
+        raise PropertyError(f"aggregate: {fn} on field {name!r} needs an ordered scalar type "
+                            f"(number, string, binary, temporal, bool), not {t}")
+
+
+def _group_aggregate(columns: Mapping[str, pa.ChunkedArray | pa.Array], by: Sequence[str],
+                     aggregates: Sequence[tuple[str, str]]) -> pa.Table:
+    """Hash aggregation in order of first appearance of each ``by`` value."""
+    table = pa.table(dict(columns))
+    return table.group_by(list(by), use_threads=False).aggregate(list(aggregates))
+
+
+def _combine_maps(col: pa.ChunkedArray, group: np.ndarray, starts: np.ndarray, fn: str,
+                  typ: pa.MapType) -> pa.Array:
+    """Key-by-key ``fn`` (sum/min/max) of the maps of each group."""
+    arr = _array(col)
+    n_groups = len(starts)
+    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    base, end = int(offsets[0]), int(offsets[-1])
+    # ``keys``/``items`` are the unsliced children: entries [base, end) belong to this array
+    entry_row = np.repeat(np.arange(len(arr)), np.diff(offsets))
+    keep = valid[entry_row]  # a null map's segment (normally empty) is not data
+    keys = arr.keys.slice(base, end - base).filter(pa.array(keep))
+    items = arr.items.slice(base, end - base).filter(pa.array(keep))
+    agg = _group_aggregate({"g": group[entry_row[keep]], "k": keys, "v": items}, ["g", "k"],
+                           [("v", fn)])
+    agg = agg.take(pc.sort_indices(agg, sort_keys=[("g", "ascending"), ("k", "ascending")]))
+    counts = np.bincount(agg.column("g").to_numpy(), minlength=n_groups)
+    new_offsets = np.zeros(n_groups + 1, dtype=np.int32)
+    np.cumsum(counts, out=new_offsets[1:])
+    values = _array(agg.column(f"v_{fn}")).cast(typ.item_type, safe=False)
+    group_valid = np.logical_or.reduceat(valid, starts)
+    return pa.MapArray.from_arrays(pa.array(new_offsets, type=pa.int32()),
+                                   _array(agg.column("k")), values, type=typ,
+                                   mask=pa.array(~group_valid))
+
+
+class Aggregate(_RunCombiner):
+    """Combine rows with equal row keys and sort keys, a function per value field."""
+
+    def __init__(self, functions: Mapping[str, str], schema: Schema | None = None) -> None:
+        self.functions = dict(functions)
+        self.schema = schema
+        for name, fn in self.functions.items():
+            if fn not in _FUNCTIONS:
+                raise PropertyError(f"aggregate: unknown function {fn!r} for field {name!r} "
+                                    f"({', '.join(_FUNCTIONS)})")
+            if schema is None:
+                continue
+            if name not in schema.field_names:
+                raise PropertyError(f"aggregate: unknown field {name!r} (fields: "
+                                    f"{', '.join(schema.field_names)})")
+            if name in schema.key_names:
+                raise PropertyError(f"aggregate: field {name!r} is a key field; only value "
+                                    "fields take functions")
+            _check_function(name, fn, schema.field(name))
+
+    def __repr__(self) -> str:
+        return f"Aggregate({self.functions!r})"
+
+    def group_names(self) -> list[str]:
+        assert self.schema is not None
+        return self.schema.key_names
+
+    def fields(self) -> set[str]:
+        keys = set(self.schema.key_names) if self.schema is not None else set()
+        return keys | set(self.functions)
+
+    def reduce(self, table: pa.Table, starts: np.ndarray, group: np.ndarray) -> pa.Table:
+        assert self.schema is not None
+        keys = set(self.schema.key_names)
+        ends = np.append(starts[1:], table.num_rows) - 1
+        scalar = [(c, self.functions[c]) for c in table.column_names
+                  if c not in keys and self.functions.get(c) in ("sum", "min", "max")]
+        agg = None
+        if scalar:
+            cols = {f"c{i}": table.column(c) for i, (c, _) in enumerate(scalar)}
+            agg = _group_aggregate({_GROUP_COL: group, **cols}, [_GROUP_COL],
+                                   [(f"c{i}", fn) for i, (_, fn) in enumerate(scalar)])
+            got = agg.column(_GROUP_COL).to_numpy()
+            if not np.array_equal(got, np.arange(len(starts))):  # not in run order: sort
+                agg = agg.take(pc.sort_indices(agg, sort_keys=[(_GROUP_COL, "ascending")]))
+        arrays = []
+        for c in table.column_names:
+            col, fn = table.column(c), self.functions.get(c, "last")
+            if c in keys:
+                arrays.append(col.take(starts))
+            elif fn in ("sum", "min", "max"):
+                assert agg is not None
+                i = next(i for i, (name, _) in enumerate(scalar) if name == c)
+                arrays.append(agg.column(f"c{i}_{fn}").cast(col.type, safe=False))
+            elif fn.startswith("map_"):
+                arrays.append(_combine_maps(col, group, starts, fn[4:], col.type))
+            else:
+                arrays.append(col.take(ends))
+        return pa.Table.from_arrays(arrays, schema=table.schema)
+
+
+class KeepLatest(_RunCombiner):
+    """One row per row key: the one with the greatest ``by`` (ties: last in stream order)."""
+
+    def __init__(self, by: str, schema: Schema | None = None) -> None:
+        self.by = by
+        self.schema = schema
+        if schema is not None:
+            if by not in schema.field_names:
+                raise PropertyError(f"keep_latest: unknown field {by!r} for 'by' (fields: "
+                                    f"{', '.join(schema.field_names)})")
+            t = schema.field(by).type
+            if not _orders(t):
+                raise PropertyError(f"keep_latest: field {by!r} of type {t} has no order")
+
+    def __repr__(self) -> str:
+        return f"KeepLatest(by={self.by!r})"
+
+    def group_names(self) -> list[str]:
+        assert self.schema is not None
+        return self.schema.row_key_names
+
+    def fields(self) -> set[str]:
+        keys = set(self.schema.row_key_names) if self.schema is not None else set()
+        return keys | {self.by}
+
+    def reduce(self, table: pa.Table, starts: np.ndarray, group: np.ndarray) -> pa.Table:
+        if len(starts) == table.num_rows:
+            return table
+        # stable sort by (group, by) with nulls first: a group's last row is its latest
+        order = pc.sort_indices(pa.table({"g": group, "b": table.column(self.by)}),
+                                sort_keys=[("g", "ascending"), ("b", "ascending", "at_start")]
+                                ).to_numpy()
+        g = group[order]
+        last = np.append(g[1:] != g[:-1], True)
+        return table.take(order[last])
+
+
+# ---- configs -----------------------------------------------------------------------------------
+def _check_options(cfg: Mapping[str, Any], kind: str, allowed: set[str]) -> None:
+    extra = sorted(set(cfg) - allowed - {"type"})
+    if extra:
+        raise PropertyError(f"{kind} iterator: unknown option(s) {', '.join(map(repr, extra))} "
+                            f"(options: {', '.join(sorted(allowed))})")
+
+
+def aggregate_from_config(cfg: Mapping[str, Any], schema: Schema | None) -> Aggregate:
+    _check_options(cfg, "aggregate", {"functions"})
+    functions = cfg.get("functions", {})
+    if not isinstance(functions, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in functions.items()):
+        raise PropertyError("aggregate iterator: 'functions' must be an object of "
+                            "field name -> function name")
+    return Aggregate(functions, schema)
+
+
+def keep_latest_from_config(cfg: Mapping[str, Any], schema: Schema | None) -> KeepLatest:
+    _check_options(cfg, "keep_latest", {"by"})
+    by = cfg.get("by")
+    if not isinstance(by, str) or not by:
+        raise PropertyError("keep_latest iterator needs 'by': the field whose greatest value "
+                            "wins")
+    return KeepLatest(by, schema)
+
+
+register_iterator("aggregate", aggregate_from_config)
+register_iterator("keep_latest", keep_latest_from_config)

@@ -1,0 +1,198 @@
+"""``spark.read.format("sediment")`` and ``df.write.format("sediment")``: a Python data source.
+
+Reading: options ``store`` (URI), ``table``, optional ``version`` or ``tag`` and S3 options
+(``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``). One Spark partition
+per leaf partition with data; filters on the first row-key field (=, <, <=, >, >=, IN) are
+pushed down and become query ranges, so a one-key query reads one partition's files. The version
+is pinned when the read is planned: every task reads the same consistent state.
+
+Writing (append): each task validates, sorts and writes its rows as files cut at leaf
+boundaries; the driver commits all files in one AddFiles transaction (abort deletes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from sediment.core.ranges import Range
+from sediment.spark import tasks
+
+_STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key",
+                  "session_token")
+
+
+def _spec(options: dict[str, str]) -> dict[str, Any]:
+    from sediment.errors import QueryError
+
+    if "store" not in options or "table" not in options:
+        raise QueryError("the sediment data source needs options 'store' and 'table'")
+    return {"uri": options["store"], **{k: options[k] for k in _STORE_OPTIONS if k in options}}
+
+
+class SedimentDataSource(DataSource):
+    """The ``sediment`` format."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sediment"
+
+    def schema(self) -> StructType:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        table = tasks.open_table(_spec(self.options), self.options["table"])
+        return from_arrow_schema(table.schema.to_arrow())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return SedimentReader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        if overwrite:
+            from sediment.errors import QueryError
+
+            raise QueryError("the sediment data source appends; overwrite is not supported")
+        return SedimentWriter(dict(self.options))
+
+
+@dataclass
+class LeafPartition(InputPartition):
+    """One leaf partition's sub-query."""
+
+    leaf_id: str
+
+
+class SedimentReader(DataSourceReader):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = options
+        self.spec = _spec(options)
+        self.name = options["table"]
+        self.columns = [f.name for f in schema.fields]
+        table = tasks.open_table(self.spec, self.name)
+        self.version = self._pin_version(table)
+        self.first_key = table.schema.row_key_names[0]
+        self.ranges: list[Range] | None = None
+
+    def _pin_version(self, table: Any) -> int:
+        if "version" in self.options:
+            return int(self.options["version"])
+        if "tag" in self.options and hasattr(table, "tag_version"):
+            return int(table.tag_version(self.options["tag"]))
+        return int(table.version)
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark API)
+        """Take filters on the first row-key field; return the others to Spark."""
+        lo: tuple[Any, bool] | None = None
+        hi: tuple[Any, bool] | None = None
+        keys: set[Any] | None = None
+        for f in filters:
+            attr = getattr(f, "attribute", None)
+            if attr != (self.first_key,):
+                yield f
+                continue
+            if isinstance(f, EqualTo) and f.value is not None:
+                keys = {f.value} if keys is None else keys & {f.value}
+            elif isinstance(f, In):
+                vals = {v for v in f.value if v is not None}
+                keys = vals if keys is None else keys & vals
+            elif isinstance(f, GreaterThan | GreaterThanOrEqual) and f.value is not None:
+                cand = (f.value, isinstance(f, GreaterThanOrEqual))
+                if lo is None or cand[0] > lo[0] or (cand[0] == lo[0] and not cand[1]):
+                    lo = cand
+            elif isinstance(f, LessThan | LessThanOrEqual) and f.value is not None:
+                cand = (f.value, isinstance(f, LessThanOrEqual))
+                if hi is None or cand[0] < hi[0] or (cand[0] == hi[0] and not cand[1]):
+                    hi = cand
+            else:
+                yield f
+        if keys is not None:
+            rng = Range(None if lo is None else lo[0], None if hi is None else hi[0],
+                        start_inclusive=True if lo is None else lo[1],
+                        end_inclusive=True if hi is None else hi[1])
+            self.ranges = [Range.exact(k) for k in sorted(keys) if rng.contains((k,))]
+        elif lo is not None or hi is not None:
+            self.ranges = [Range(None if lo is None else lo[0], None if hi is None else hi[0],
+                                 start_inclusive=True if lo is None else lo[1],
+                                 end_inclusive=True if hi is None else hi[1])]
+
+    def partitions(self) -> list[InputPartition]:
+        table = tasks.open_table(self.spec, self.name)
+        plan = table.plan(ranges=self.ranges, version=self.version) if self.ranges is not None \
+            else table.plan(version=self.version)
+        parts = [LeafPartition(s.leaf_id) for s in plan.subqueries]
+        return parts or [LeafPartition("")]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LeafPartition)
+        if not partition.leaf_id:
+            return
+        table = tasks.open_table(self.spec, self.name)
+        plan = table.plan(ranges=self.ranges, version=self.version) if self.ranges is not None \
+            else table.plan(version=self.version)
+        for sub in plan.subqueries:
+            if sub.leaf_id == partition.leaf_id:
+                executor = table._query_executor(table.state(self.version))
+                read = [c for c in table.schema.field_names
+                        if c in self.columns or c in table.schema.key_names]
+                its = table.compaction_iterators()
+                data = executor.read_subquery(sub, read, its).select(self.columns)
+                yield from data.to_batches(max_chunksize=100_000)
+
+
+@dataclass
+class StagedMessage(WriterCommitMessage):
+    """Files one write task staged: (filename, partition id, records, bytes) rows."""
+
+    rows: list[tuple[str, str, int, int]]
+
+
+class SedimentWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.spec = _spec(options)
+        self.name = options["table"]
+        table = tasks.open_table(self.spec, self.name)
+        self.version = table.version
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
+        rows: list[tuple[str, str, int, int]] = []
+        for b in tasks.stage_partition(iterator, self.spec, self.name, self.version):
+            rows.extend(zip(*(b.column(i).to_pylist() for i in range(4)), strict=True))
+        return StagedMessage(rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        import time
+
+        from sediment.core.model import FileReference
+        from sediment.files.writer import WrittenFile
+        from sediment.ingest.standard import StagedFiles, commit_staged
+
+        rows = [r for m in messages if isinstance(m, StagedMessage) for r in m.rows]
+        table = tasks.open_table(self.spec, self.name)
+        refs = [FileReference(f, p, int(n)) for f, p, n, _ in rows]
+        written = list({f: WrittenFile(f, 0, int(b)) for f, _, _, b in rows}.values())
+        commit_staged(table, StagedFiles(sum(r.records for r in refs), refs, written),
+                      time.perf_counter(), kind="bulk_import")
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        from sediment.files.writer import sample_name
+
+        table = tasks.open_table(self.spec, self.name)
+        names = [r[0] for m in messages if isinstance(m, StagedMessage) for r in m.rows]
+        table.objects.delete_many([k for f in set(names) for k in (f, sample_name(f))])

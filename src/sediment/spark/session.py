@@ -1,0 +1,81 @@
+"""A correctly configured SparkSession for Sediment.
+
+``session()`` gives ``local[*]`` by default; pass ``master="spark://host:7077"`` for a cluster or
+``existing=spark`` to configure a session you already have. Workers must run a Python that has
+pyarrow and Sediment: on one machine that is the current interpreter (set here); on a cluster,
+install Sediment on the workers or ship it with :func:`ship_package`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.python.filterPushdown.enabled": "true",  # Python data source pushFilters
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",  # 10k -> 100k: ~10% faster
+    "spark.sql.execution.pythonUDF.arrow.enabled": "true",
+    "spark.sql.shuffle.partitions": "16",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+}
+
+
+def session(master: str | None = None, *, app_name: str = "sediment",
+            existing: SparkSession | None = None, conf: dict[str, Any] | None = None
+            ) -> SparkSession:
+    """Create (or configure) a SparkSession with Sediment's settings and data source."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if existing is not None:
+        spark = existing
+        for k, v in {**DEFAULT_CONF, **(conf or {})}.items():
+            if not k.startswith(("spark.ui.", "spark.driver.")):
+                spark.conf.set(k, str(v))
+    else:
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
+        builder = builder.config("spark.pyspark.python", sys.executable)
+        builder = builder.config("spark.pyspark.driver.python", sys.executable)
+        builder = builder.config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        for k, v in {**DEFAULT_CONF, **(conf or {})}.items():
+            builder = builder.config(k, str(v))
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+    register_data_source(spark)
+    return spark
+
+
+def register_data_source(spark: SparkSession) -> None:
+    """Make ``spark.read.format("sediment")`` and ``df.write.format("sediment")`` work."""
+    from sediment.spark.datasource import SedimentDataSource
+
+    spark.dataSource.register(SedimentDataSource)
+
+
+def ship_package(spark: SparkSession) -> str:
+    """Zip the installed ``sediment`` package and add it to the executors' Python path.
+
+    For clusters whose workers do not have Sediment installed (they still need pyarrow,
+    numpy, datafusion and boto3). Returns the path of the zip.
+    """
+    import sediment
+
+    root = Path(sediment.__file__).parent
+    out = Path(tempfile.mkdtemp(prefix="sediment-ship-")) / "sediment.zip"
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in root.rglob("*.py"):
+            z.write(f, Path("sediment") / f.relative_to(root))
+    spark.sparkContext.addPyFile(str(out))
+    return str(out)

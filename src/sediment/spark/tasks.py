@@ -1,0 +1,120 @@
+"""Code that runs inside Spark tasks (executors): reopening tables, assigning leaves, writing.
+
+Everything here is a plain function of picklable arguments (a store spec, a table name, a
+version), so the same functions serve bulk import, the data source and the compaction runner.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sediment.core.state import TableState
+from sediment.schema import Schema
+
+_TABLES: dict[tuple[str, str], Any] = {}
+_LOCK = threading.Lock()
+
+STAGED_SCHEMA = pa.schema([("filename", pa.string()), ("partition_id", pa.string()),
+                           ("records", pa.int64()), ("bytes", pa.int64())])
+PID = "__sediment_leaf"
+
+
+def open_table(spec: dict[str, Any], name: str) -> Any:
+    """The table, reopened once per executor process."""
+    from sediment.catalog import Store
+
+    key = (repr(sorted(spec.items())), name)
+    with _LOCK:
+        t = _TABLES.get(key)
+        if t is None:
+            opts = {k: v for k, v in spec.items() if k != "uri"}
+            t = Store.open(spec["uri"], **opts).table(name)
+            _TABLES[key] = t
+        return t
+
+
+def _type_minimum(t: pa.DataType) -> Any:
+    if pa.types.is_integer(t):
+        return -(2 ** (t.bit_width - 1))
+    if pa.types.is_string(t):
+        return ""
+    if pa.types.is_binary(t):
+        return b""
+    return 0
+
+
+def boundary_table(state: TableState) -> pa.Table:
+    """Row-key mins of every leaf but the first, in key order (prefixes padded with minima)."""
+    assert state.schema is not None
+    fields = list(state.schema.row_keys)
+    mins = [leaf.region.min for leaf in state.leaf_partitions()[1:]]
+    cols = []
+    for i, f in enumerate(fields):
+        vals = [m[i] if m is not None and i < len(m) else _type_minimum(f.type) for m in mins]
+        cols.append(pa.array(vals, type=f.type))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def leaf_indices(data: pa.Table | pa.RecordBatch, names: Sequence[str],
+                 boundaries: pa.Table) -> np.ndarray:
+    """Index (in key order) of each row's leaf partition, vectorised.
+
+    Boundaries and keys are sorted together (a stable sort, boundaries first); a row's leaf is
+    the number of boundaries sorted before it. O(n log n) in Arrow's C++ sort, no Python loop.
+    """
+    n = data.num_rows
+    nb = boundaries.num_rows
+    if nb == 0:
+        return np.zeros(n, dtype=np.int32)
+    keys = pa.Table.from_arrays([data.column(c) for c in names], names=list(names))
+    combined = pa.concat_tables([boundaries.cast(keys.schema), keys])
+    order = pc.sort_indices(combined, sort_keys=[(c, "ascending") for c in names]).to_numpy()
+    is_boundary = order < nb
+    cum = np.cumsum(is_boundary)
+    out = np.empty(n, dtype=np.int32)
+    out[order[~is_boundary] - nb] = cum[~is_boundary]
+    return out
+
+
+def assign_leaves(batches: Iterator[pa.RecordBatch], schema: Schema, table_name: str,
+                  boundaries: pa.Table, buckets: Sequence[int]) -> Iterator[pa.RecordBatch]:
+    """Validate each batch and add the shuffle column (a bucket value per leaf)."""
+    from sediment.ingest.sources import conform
+
+    bucket_arr = np.asarray(buckets, dtype=np.int64)
+    offset = 0
+    for b in batches:
+        c = conform(b, schema, table_name, offset, "Spark input")
+        offset += b.num_rows
+        idx = leaf_indices(c, schema.row_key_names, boundaries)
+        yield c.append_column(PID, pa.array(bucket_arr[idx]))
+
+
+def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], name: str,
+                    version: int) -> Iterator[pa.RecordBatch]:
+    """Sort and write one Spark partition's rows as data files (not committed)."""
+    from sediment.ingest.standard import stage_batches
+
+    table = open_table(spec, name)
+    state = table.state(version)
+
+    def rows() -> Iterator[tuple[str, pa.RecordBatch]]:
+        for b in batches:
+            if PID in b.schema.names:
+                b = b.drop_columns([PID])
+            yield "Spark input", b
+
+    staged = stage_batches(table, state, rows())
+    if not staged.references:
+        return
+    sizes = {w.filename: w.bytes for w in staged.written}
+    yield pa.RecordBatch.from_pylist(
+        [{"filename": r.filename, "partition_id": r.partition_id, "records": r.records,
+          "bytes": sizes.get(r.filename, 0)} for r in staged.references],
+        schema=STAGED_SCHEMA)

@@ -1,0 +1,182 @@
+"""Package boundaries: the pure core does no I/O; SDKs stay in their rooms; the public namespace."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import sediment
+
+SRC = Path(sediment.__file__).resolve().parent
+CORE = SRC / "core"
+
+CORE_FORBIDDEN = {
+    # storage SDKs, Spark, and the rooms that do I/O
+    "boto3", "botocore", "obstore", "s3fs", "pyspark", "sediment.storage", "sediment.state",
+    "sediment.catalog", "sediment.table", "sediment.files", "sediment.ingest", "sediment.query",
+    # os-level I/O
+    "os", "pathlib", "io", "shutil", "tempfile", "socket", "subprocess", "urllib", "glob",
+    "pyarrow.fs", "pyarrow.parquet", "pyarrow.dataset", "pyarrow.csv", "pyarrow.json",
+}
+IO_BUILTINS = {"open", "exec", "eval", "__import__"}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(SRC.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in a file, including function-level ones."""
+    return _imports_of(path.read_text(), _module_name(path), is_package=path.name == "__init__.py")
+
+
+def _imports_of(source: str, module: str, *, is_package: bool = False) -> list[tuple[int, str]]:
+    package = module if is_package else module.rpartition(".")[0]
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module or ""
+            out.append((node.lineno, mod))
+            out.extend((node.lineno, f"{mod}.{a.name}") for a in node.names)
+    return out
+
+
+def _hits(module: str, forbidden: set[str]) -> bool:
+    return any(module == f or module.startswith(f + ".") for f in forbidden)
+
+
+def _core_closure() -> list[Path]:
+    """Files of sediment.core plus every sediment module they import, transitively."""
+    todo = sorted(CORE.rglob("*.py"))
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for _, mod in _imports(path):
+            if not mod.startswith("sediment."):
+                continue
+            rel = Path(*mod.split(".")[1:])
+            for candidate in (SRC / rel.with_suffix(".py"), SRC / rel / "__init__.py"):
+                if candidate.is_file():
+                    todo.append(candidate)
+    return sorted(seen)
+
+
+def test_core_imports_no_sdk_and_no_io() -> None:
+    closure = _core_closure()
+    names = {_module_name(p) for p in closure}
+    assert {"sediment.core.transactions", "sediment.core.state", "sediment.schema",
+            "sediment.properties", "sediment.errors"} <= names
+    problems = [f"{p.relative_to(SRC.parent)}:{line} imports {mod}"
+                for p in closure for line, mod in _imports(p) if _hits(mod, CORE_FORBIDDEN)]
+    assert problems == []
+
+
+def test_core_calls_no_io_builtins() -> None:
+    problems = []
+    for path in _core_closure():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in IO_BUILTINS):
+                problems.append(f"{path.relative_to(SRC.parent)}:{node.lineno} calls "
+                                f"{node.func.id}()")
+    assert problems == []
+
+
+def test_the_checker_sees_imports() -> None:
+    """The AST check catches plain, dotted, from-, relative and function-level imports."""
+    source = ("import os.path\nfrom pathlib import Path\nfrom . import keys\n"
+              "def f():\n    import boto3\n    from ..storage import base\n")
+    found = [m for _, m in _imports_of(source, "sediment.core.x")]
+    assert found == ["os.path", "pathlib", "pathlib.Path", "sediment.core", "sediment.core.keys",
+                     "boto3", "sediment.storage", "sediment.storage.base"]
+    assert [m for m in found if _hits(m, CORE_FORBIDDEN)] == [
+        "os.path", "pathlib", "pathlib.Path", "boto3", "sediment.storage", "sediment.storage.base"]
+    assert not _hits("osmosis", CORE_FORBIDDEN)
+
+
+def test_core_imports_nothing_forbidden_at_run_time() -> None:
+    """Import the core (and what it pulls in) without the package facade, in a fresh process."""
+    code = f"""
+import importlib, json, sys, types
+pkg = types.ModuleType("sediment")
+pkg.__path__ = [{str(SRC)!r}]
+sys.modules["sediment"] = pkg
+for m in ("sediment.core", "sediment.core.transactions", "sediment.core.state",
+          "sediment.core.ranges", "sediment.core.keys", "sediment.core.model"):
+    importlib.import_module(m)
+print(json.dumps(sorted(sys.modules)))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=60)
+    modules = json.loads(out.stdout)
+    assert "sediment.core.transactions" in modules
+    forbidden = {"boto3", "botocore", "obstore", "pyspark", "sediment.storage", "sediment.state",
+                 "sediment.catalog", "sediment.table", "pyarrow.fs", "pyarrow.parquet",
+                 "pyarrow.dataset"}
+    assert [m for m in modules if _hits(m, forbidden)] == []
+
+
+def test_sdks_stay_in_their_rooms() -> None:
+    """Only storage/ imports S3 SDKs; only spark/ imports pyspark."""
+    rules = {"boto3": "storage", "botocore": "storage", "obstore": "storage",
+             "pyspark": "spark"}
+    problems = []
+    for path in sorted(SRC.rglob("*.py")):
+        room = path.relative_to(SRC).parts[0]
+        for line, mod in _imports(path):
+            root = mod.split(".")[0]
+            if root in rules and room != rules[root]:
+                problems.append(f"{path.relative_to(SRC.parent)}:{line} imports {mod}")
+    assert problems == []
+
+
+# ---- public namespace ------------------------------------------------------------------------
+
+def test_all_is_sorted_unique_and_importable() -> None:
+    names = sediment.__all__
+    assert names == sorted(names)
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert hasattr(sediment, name), name
+    namespace: dict[str, object] = {}
+    exec("from sediment import *", namespace)  # noqa: S102 - the star import is the subject
+    assert sorted(k for k in namespace if k != "__builtins__") == sorted(names)
+
+
+def test_all_names_the_public_api() -> None:
+    for name in ("Store", "Schema", "Table", "Range", "Region", "Partition", "FileReference",
+                 "HistoryEntry", "SedimentError"):
+        assert name in sediment.__all__
+    assert isinstance(sediment.__version__, str)
+    # every public class comes from a sediment module
+    for name in sediment.__all__:
+        obj = getattr(sediment, name)
+        if isinstance(obj, type):
+            assert obj.__module__.startswith("sediment."), (name, obj.__module__)
+
+
+def test_all_in_a_fresh_interpreter() -> None:
+    code = ("import sediment, json; "
+            "print(json.dumps([n for n in sediment.__all__ if not hasattr(sediment, n)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=60)
+    assert json.loads(out.stdout) == []
+    assert importlib.import_module("sediment.errors").SedimentError is sediment.SedimentError
