@@ -44,7 +44,11 @@ def gc(table: Table, *, now: float | None = None) -> GcResult:
     state = table.states.head()
     props = {**table.properties}
     delay = max(float(props["gc.delay_seconds"]), float(props["retention.seconds"]))
-    ready = sorted(f for f, t in state.unreferenced.items() if now - t >= delay)
+    protected: set[str] = set()
+    for tag in table.tags():  # tagged versions keep their files
+        protected.update(table.state(tag.version).refcount)
+    ready = sorted(f for f, t in state.unreferenced.items()
+                   if now - t >= delay and f not in protected)
     deleted = 0
     for i in range(0, len(ready), BATCH):
         batch = ready[i : i + BATCH]
@@ -55,7 +59,7 @@ def gc(table: Table, *, now: float | None = None) -> GcResult:
             break  # another collector recorded them first
         deleted += len(batch)
 
-    known = set(state.refcount) | set(state.unreferenced)
+    known = set(state.refcount) | set(state.unreferenced) | protected
     timeout = float(props["gc.orphan_timeout_seconds"])
     orphans = []
     for o in listed:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sediment.query.executor import Executor
     from sediment.query.planner import QueryPlan
     from sediment.splitting import SplitResult
+    from sediment.state.versions import Diff, PruneResult, Tag
     from sediment.status import StatusStore
 
 
@@ -47,9 +48,69 @@ class Table:
         self._executor: Executor | None = None
 
     # ---- state ---------------------------------------------------------------------------
-    def state(self, version: int | None = None) -> TableState:
-        """The table state at ``version`` (latest when None)."""
-        return self.states.load(version)
+    def state(self, version: int | str | None = None) -> TableState:
+        """The table state at ``version`` (a number or a tag; latest when None)."""
+        return self.states.load(self.resolve_version(version))
+
+    def resolve_version(self, version: int | str | None) -> int | None:
+        """A version number from a number, a tag name, or None (latest)."""
+        if version is None or isinstance(version, int):
+            return version
+        if isinstance(version, str) and version.isdigit():
+            return int(version)
+        from sediment.state.versions import get_tag
+
+        return get_tag(self.states, str(version)).version
+
+    # ---- versions -------------------------------------------------------------------------
+    def tag(self, name: str, version: int | None = None) -> Tag:
+        """Pin ``version`` (default: latest) under ``name``; GC keeps its files."""
+        from sediment.state.versions import create_tag
+
+        v = self.version if version is None else int(version)
+        self.states.load(v)  # raises QueryError for an unknown or pruned version
+        return create_tag(self.states, name, v)
+
+    def tags(self) -> list[Tag]:
+        from sediment.state.versions import list_tags
+
+        return list_tags(self.states)
+
+    def tag_version(self, name: str) -> int:
+        from sediment.state.versions import get_tag
+
+        return get_tag(self.states, name).version
+
+    def delete_tag(self, name: str) -> None:
+        from sediment.state.versions import delete_tag
+
+        delete_tag(self.states, name)
+
+    def diff(self, v1: int | str, v2: int | str | None = None) -> Diff:
+        """Files, partitions and records that changed from ``v1`` to ``v2`` (default: latest)."""
+        from sediment.state.versions import diff
+
+        a = self.resolve_version(v1)
+        b = self.resolve_version(v2) if v2 is not None else self.version
+        assert a is not None and b is not None
+        return diff(self.states, a, b)
+
+    def restore(self, version: int | str) -> int:
+        """Make the content what it was at ``version``, as a new transaction; returns it."""
+        from sediment.core.restore import plan_restore
+
+        v = self.resolve_version(version)
+        assert v is not None
+        old = self.states.load(v)
+        state = self.states.commit(lambda head: plan_restore(head, old))
+        self._invalidate_cache()
+        return state.version
+
+    def prune(self) -> PruneResult:
+        """Delete log entries and snapshots no tag or retained version needs."""
+        from sediment.state.versions import prune
+
+        return prune(self.states, float(self.properties["retention.seconds"]))
 
     @property
     def version(self) -> int:
@@ -192,7 +253,7 @@ class Table:
         with self._cache_lock:
             self._cached = None
 
-    def _query_state(self, version: int | None) -> TableState:
+    def _query_state(self, version: int | str | None) -> TableState:
         """The state a query reads: cached for ``state.cache.refresh_seconds``."""
         if version is not None:
             return self.state(version)
@@ -223,7 +284,7 @@ class Table:
         return self._executor
 
     def _prepare(self, keys: Sequence[Any] | None, ranges: Any, columns: Sequence[str] | None,
-                 version: int | None, iterators: Sequence[Any] | None
+                 version: int | str | None, iterators: Sequence[Any] | None
                  ) -> tuple[Executor, QueryPlan, list[str], list[str], list[RecordIterator]]:
         from sediment.iterators import iterator_from_config, iterators_from_property
         from sediment.query.planner import normalise_ranges, plan_query
@@ -250,7 +311,7 @@ class Table:
         return self._query_executor(state), plan, read, wanted, its
 
     def query(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
-              columns: Sequence[str] | None = None, version: int | None = None,
+              columns: Sequence[str] | None = None, version: int | str | None = None,
               iterators: Sequence[Any] | None = None) -> pa.Table:
         """Records with the given exact row keys and/or in the given ranges, sorted by key.
 
@@ -262,7 +323,7 @@ class Table:
         return executor.run(plan, read, its).select(wanted)
 
     def scan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
-             columns: Sequence[str] | None = None, version: int | None = None,
+             columns: Sequence[str] | None = None, version: int | str | None = None,
              iterators: Sequence[Any] | None = None) -> pa.RecordBatchReader:
         """Like :meth:`query`, streamed as a RecordBatchReader in bounded memory."""
         executor, plan, read, wanted, its = self._prepare(keys, ranges, columns, version,

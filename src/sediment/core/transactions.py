@@ -470,6 +470,16 @@ TRANSACTION_KINDS: dict[str, type[Transaction]] = {
 }
 
 
+def _register_late_kinds() -> None:
+    """Kinds defined in their own modules (kept out of this one to keep it small)."""
+    from sediment.core.restore import RestoreVersion
+
+    TRANSACTION_KINDS[RestoreVersion.kind] = RestoreVersion
+
+
+_register_late_kinds()
+
+
 def transaction_from_json(kind: str, doc: dict[str, Any], *, where: str) -> Transaction:
     """Decode one logged transaction; ``where`` names the log entry in errors."""
     cls = TRANSACTION_KINDS.get(kind)

@@ -93,7 +93,7 @@ class _RunCombiner(RecordIterator):
                 continue
             change = _starts_new_run(b, names)
             if held:
-                change[0] = not _same_key(held[-1], held[-1].num_rows - 1, b, 0, names)
+                change[0] = True
             starts = np.flatnonzero(change)
             if not len(starts):  # continues the held-back group
                 held.append(b)

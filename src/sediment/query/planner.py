@@ -44,6 +44,9 @@ def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
     assert schema is not None
     if keys is None and ranges is None:
         return None
+    if isinstance(keys, str | bytes):  # iterating would query each character as a key
+        raise QueryError(f"keys must be a list of row keys, not one {type(keys).__name__} "
+                         f"(write keys=[{keys!r}])")
     out: list[Range] = []
     for k in keys or ():
         try:

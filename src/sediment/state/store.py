@@ -93,11 +93,23 @@ class StateStore:
                              f"(versions 1..{head.version})")
         if version == head.version:
             return head
+        if version < self.earliest_version():
+            raise QueryError(f"table {self.table_id}: version {version} was pruned (retention); "
+                             f"the oldest readable version is {self.earliest_version()}")
         return self._load_from_storage(version)
 
+    def earliest_version(self) -> int:
+        """The oldest version still loadable: 1, or after pruning the snapshot the log
+        continues from."""
+        first_log = next(iter(self.log.versions_after(0)), None)
+        return 1 if first_log is None or first_log <= 1 else first_log - 1
+
     def history(self) -> list[HistoryEntry]:
+        """Every logged transaction still kept (pruning removes the oldest)."""
+        versions = self.log.versions_after(0)
+        start = versions[0] - 1 if versions else 0
         return [HistoryEntry(e.version, e.time, e.transaction.kind, e.transaction.summary())
-                for e in self.log.read_after(0)]
+                for e in self.log.read_after(start)]
 
     # ---- committing --------------------------------------------------------------------
     def commit(self, source: TransactionSource) -> TableState:
