@@ -6,12 +6,12 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sediment.core.model import Partition, Region
+from sediment.core.model import FileReference, Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID
-from sediment.core.transactions import InitialiseTable
+from sediment.core.transactions import AddFiles, InitialiseTable
 from sediment.errors import (
     CorruptMetadataError,
     InvalidTableNameError,
@@ -135,8 +135,15 @@ class Store:
         return self.objects.child(f"tables/{table_id}")
 
     def create_table(self, name: str, schema: Schema, *, split_points: Sequence[Any] | None = None,
-                     properties: Mapping[str, Any] | None = None) -> Table:
-        """Create a table (one partition, or a tree cut at ``split_points``)."""
+                     properties: Mapping[str, Any] | None = None,
+                     initial_files: Callable[[Table], tuple[list[FileReference], list[str]]]
+                     | None = None) -> Table:
+        """Create a table (one partition, or a tree cut at ``split_points``).
+
+        ``initial_files`` (used by bulk load) writes files into the new table and returns their
+        references; they are committed before the catalog entry, so the table appears with its
+        data or not at all.
+        """
         from sediment.table import Table
 
         key = self._catalog_key(name)
@@ -150,6 +157,13 @@ class Store:
         table_id = uuid.uuid4().hex
         states = StateStore(self.table_objects(table_id), table_id)
         states.commit(InitialiseTable(schema, props, partitions))
+        if initial_files is not None:
+            try:
+                refs, _ = initial_files(Table(self, name, table_id, states))
+                states.commit(AddFiles(refs))
+            except BaseException:
+                self._delete_prefix(f"tables/{table_id}/")
+                raise
         entry = {"format": FORMAT_VERSION, "name": name, "table_id": table_id,
                  "created": time.time()}
         if not self.objects.put_if_absent(key, json.dumps(entry).encode()):
@@ -188,6 +202,13 @@ class Store:
 
     def _delete_prefix(self, prefix: str) -> None:
         self.objects.delete_many(o.key for o in self.objects.list(prefix))
+
+    def load(self, job_manifest_uri: str, table_name: str) -> Table:
+        """Bulk load a dump (``<root>/<job>/job-manifest.json``) into a new or existing table,
+        after verifying every checksum and range; one transaction."""
+        from sediment.dump.load import load_dump
+
+        return load_dump(self, job_manifest_uri, table_name)
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"

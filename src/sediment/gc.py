@@ -63,6 +63,8 @@ def gc(table: Table, *, now: float | None = None) -> GcResult:
     timeout = float(props["gc.orphan_timeout_seconds"])
     orphans = []
     for o in listed:
+        if o.key.endswith("/"):
+            continue  # a folder marker (pyarrow's S3 create_dir writes them), not a file
         data = o.key[: -len(_SAMPLE_SUFFIX)] + ".parquet" if o.key.endswith(_SAMPLE_SUFFIX) \
             else o.key
         if data not in known and now - o.mtime >= timeout:

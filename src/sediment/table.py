@@ -23,6 +23,8 @@ from sediment.state.store import StateStore
 if TYPE_CHECKING:
     from sediment.catalog import Store
     from sediment.compaction.runner import CompactionResult
+    from sediment.core.ranges import Range
+    from sediment.dump import DumpJob
     from sediment.files.samples_io import SampleReader
     from sediment.gc import GcResult
     from sediment.ingest import IngestResult
@@ -105,6 +107,16 @@ class Table:
         state = self.states.commit(lambda head: plan_restore(head, old))
         self._invalidate_cache()
         return state.version
+
+    def dump(self, root: str, *, range: Range | None = None,  # noqa: A002 (public API name)
+             version: int | str | None = None, runner: Literal["local", "spark"] = "local",
+             progress: Callable[[int, int], None] | None = None) -> DumpJob:
+        """Dump ``range`` at ``version`` under ``root`` (local path or s3://): data, sample and
+        manifest files per task plus a job manifest; resumes an interrupted dump to ``root``."""
+        from sediment.dump import dump_table
+
+        return dump_table(self, root, range=range, version=version, runner=runner,
+                          progress=progress)
 
     def prune(self) -> PruneResult:
         """Delete log entries and snapshots no tag or retained version needs."""

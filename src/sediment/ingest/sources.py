@@ -131,7 +131,8 @@ def expand_paths(paths: Sequence[str], store: ObjectStore) -> list[tuple[pafs.Fi
                 matches = sorted(glob.glob(path, recursive=True))
             else:
                 base = path.split("*")[0].split("?")[0].split("[")[0].rsplit("/", 1)[0]
-                infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+                infos = fs.get_file_info(pafs.FileSelector(base, recursive=True,
+                                                           allow_not_found=True))
                 matches = sorted(i.path for i in infos
                                  if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path))
             if not matches:

@@ -1,0 +1,7 @@
+"""Bulk dump (a key range at one version, to folders with data, sample and manifest files) and
+bulk load (verify, then add the dumped files to a new or existing table in one transaction)."""
+
+from sediment.dump.dump import DumpJob, dump_table
+from sediment.dump.load import load_dump
+
+__all__ = ["DumpJob", "dump_table", "load_dump"]

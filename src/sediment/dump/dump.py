@@ -1,0 +1,326 @@
+"""Bulk dump (FoundationDB BulkDump's shape): one job per table at a time, pinned to a version.
+
+Tasks are the dump range cut at leaf-partition boundaries. Task ``t`` writes, per batch ``b``,
+``<job>/<t>/<b>/<version>-data.parquet`` (omitted when empty), ``<version>-sample.parquet`` and
+``<version>-manifest.json`` (files, key range, version, rows, bytes, SHA-256 checksums); the last
+batch's manifest says ``final``. When every task is done the job writes
+``<job>/job-manifest.json`` listing every task, with the checksums of their manifests.
+
+- One job at a time: a lock object in the table (put-if-absent) with a heartbeat; a second dump
+  is refused while the heartbeat is fresh. A job whose lock went stale is resumed by the next
+  ``dump`` to the same root: finished tasks (final manifest present) are kept, the others rerun.
+- A task that fails is retried, first clearing its own folder.
+- The pinned version is protected from GC by a tag held for the job's life.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sediment.core.model import Region
+from sediment.core.ranges import Range
+from sediment.core.state import TableState
+from sediment.dump.manifest import (
+    FORMAT,
+    JOB_MANIFEST,
+    dumps,
+    loads,
+    range_to_json,
+    sha256,
+)
+from sediment.errors import JobError, ObjectNotFoundError, QueryError, SedimentError
+from sediment.files.sample import KeySampler
+from sediment.query.planner import SubQuery
+from sediment.storage.base import ObjectStore, open_object_store
+
+if TYPE_CHECKING:
+    from sediment.table import Table
+
+LOCK_KEY = "dumps/lock.json"
+LOCK_TIMEOUT_SECONDS = 120.0
+BATCH_ROWS = 1_000_000
+RETRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DumpTask:
+    task_id: str
+    leaf_id: str
+    range: Range
+
+
+@dataclass(frozen=True, slots=True)
+class DumpJob:
+    """A finished dump: where its job manifest is, and what it holds."""
+
+    job_id: str
+    root: str
+    manifest_uri: str
+    version: int
+    tasks: int
+    rows: int
+    bytes: int
+    seconds: float
+    resumed_tasks: int = 0
+
+
+def _clip(region: Region, rng: Range) -> Range | None:
+    """The part of ``rng`` inside ``region`` (None when they do not meet)."""
+    if not rng.overlaps(region):
+        return None
+    start, s_inc = rng.start, rng.start_inclusive
+    if region.min is not None and (start is None or start < region.min):
+        start, s_inc = region.min, True
+    end, e_inc = rng.end, rng.end_inclusive
+    if region.max is not None and (end is None or end >= region.max):
+        end, e_inc = region.max, False
+    return Range(start, end, start_inclusive=s_inc, end_inclusive=e_inc)
+
+
+def plan_dump_tasks(state: TableState, rng: Range) -> list[DumpTask]:
+    """Tasks: the range cut at leaf boundaries, in key order (pure)."""
+    out = []
+    for leaf in state.leaf_partitions():
+        clipped = _clip(leaf.region, rng)
+        if clipped is not None:
+            out.append(DumpTask(f"task-{len(out):05d}", leaf.id, clipped))
+    return out
+
+
+def _dest(table: Table, root: str) -> ObjectStore:
+    spec = table.store.spec()
+    opts = {k: v for k, v in spec.items() if k != "uri"} if root.startswith("s3://") else {}
+    return open_object_store(root, **opts)
+
+
+def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
+                 names: Sequence[str], rng: Range, final: bool, sample_size: int,
+                 row_group_rows: int) -> dict[str, Any]:
+    files: list[dict[str, Any]] = []
+    if data.num_rows:
+        buf = io.BytesIO()
+        pq.write_table(data, buf, compression="zstd", row_group_size=row_group_rows,
+                       sorting_columns=[pq.SortingColumn(i) for i in range(len(names))])
+        raw = buf.getvalue()
+        path = f"{prefix}/{version}-data.parquet"
+        dest.put(path, raw)
+        files.append({"path": path, "kind": "data", "rows": data.num_rows, "bytes": len(raw),
+                      "sha256": sha256(raw)})
+    sampler = KeySampler(names, sample_size)
+    if data.num_rows:
+        sampler.add(data)
+    sample = sampler.sample(pa.schema([data.schema.field(n) for n in names]))
+    buf = io.BytesIO()
+    pq.write_table(sample, buf, compression="zstd")
+    raw = buf.getvalue()
+    path = f"{prefix}/{version}-sample.parquet"
+    dest.put(path, raw)
+    files.append({"path": path, "kind": "sample", "rows": sample.num_rows, "bytes": len(raw),
+                  "sha256": sha256(raw)})
+    manifest = {"format": FORMAT, "version": version, "range": range_to_json(rng),
+                "rows": data.num_rows, "bytes": sum(f["bytes"] for f in files), "files": files,
+                "final": final}
+    dest.put(f"{prefix}/{version}-manifest.json", dumps(manifest))
+    return manifest
+
+
+def run_dump_task(table: Table, dest: ObjectStore, job_id: str, version: int,
+                  task: DumpTask) -> list[str]:
+    """Write one task's batches (clearing its folder first); returns its manifest paths."""
+    folder = f"{job_id}/{task.task_id}"
+    dest.delete_many([o.key for o in dest.list(folder + "/")])
+    state = table.state(version)
+    leaf = state.partitions[task.leaf_id]
+    refs = list(state.references(leaf.id).values())
+    for anc in state.ancestors(leaf.id):
+        refs.extend(state.references(anc.id).values())
+    schema = table.schema
+    sub = SubQuery(leaf.id, leaf.region, tuple(refs), (task.range,))
+    executor = table._query_executor(state)
+    props = table.properties
+    batches = executor.stream(_plan_of(state, sub), schema.field_names,
+                              table.compaction_iterators())
+    paths: list[str] = []
+    pending: list[pa.RecordBatch] = []
+    held = 0
+
+    def flush(final: bool) -> None:
+        nonlocal pending, held
+        data = pa.Table.from_batches(pending, schema=schema.to_arrow())
+        prefix = f"{folder}/batch-{len(paths):05d}"
+        _write_batch(dest, prefix, version, data, schema.row_key_names, task.range, final,
+                     int(props["sample.size"]), int(props["parquet.row_group_rows"]))
+        paths.append(f"{prefix}/{version}-manifest.json")
+        pending, held = [], 0
+
+    for b in batches:
+        pending.append(b)
+        held += b.num_rows
+        if held >= BATCH_ROWS:
+            flush(False)
+    flush(True)
+    return paths
+
+
+def _plan_of(state: TableState, sub: SubQuery) -> Any:
+    from sediment.query.planner import QueryPlan
+
+    return QueryPlan(state.version, (sub,))
+
+
+def _task_done(dest: ObjectStore, job_id: str, task: DumpTask, version: int) -> list[str] | None:
+    """The manifests of a finished task (its last batch is final), else None."""
+    manifests = sorted(o.key for o in dest.list(f"{job_id}/{task.task_id}/")
+                       if o.key.endswith(f"/{version}-manifest.json"))
+    if not manifests:
+        return None
+    try:
+        last = loads(dest.get(manifests[-1]), manifests[-1])
+    except SedimentError:
+        return None
+    return manifests if last.get("final") else None
+
+
+class _Lock:
+    """The table's one-dump-at-a-time lock, with a heartbeat."""
+
+    def __init__(self, table: Table, root: str, rng: Range, version: int | None,
+                 job_id: str | None = None) -> None:
+        self.table = table
+        self.doc = {"job_id": job_id or uuid.uuid4().hex[:16], "root": root,
+                    "range": range_to_json(rng), "version": version,
+                    "started": time.time(), "heartbeat": time.time()}
+
+    def acquire(self) -> bool:
+        """True when the job is new; False when it resumes a stale job to the same root."""
+        objects = self.table.objects
+        if objects.put_if_absent(LOCK_KEY, json.dumps(self.doc).encode()):
+            return True
+        try:
+            held = json.loads(objects.get(LOCK_KEY))
+        except (ObjectNotFoundError, ValueError):
+            return self.acquire()
+        age = time.time() - float(held.get("heartbeat", 0))
+        if age < LOCK_TIMEOUT_SECONDS:
+            raise JobError(f"table {self.table.name}: dump job {held.get('job_id')} to "
+                           f"{held.get('root')} is running (heartbeat {age:.0f} s ago); one dump "
+                           "job per table at a time")
+        if held.get("root") != self.doc["root"] or held.get("range") != self.doc["range"]:
+            raise JobError(f"table {self.table.name}: an interrupted dump job "
+                           f"{held.get('job_id')} to {held.get('root')} must be resumed (dump "
+                           "to that root and range again) or abandoned (`sediment dump "
+                           "--abandon`) first")
+        self.doc = {**held, "heartbeat": time.time()}
+        self.beat()
+        return False
+
+    def beat(self) -> None:
+        self.doc["heartbeat"] = time.time()
+        self.table.objects.put(LOCK_KEY, json.dumps(self.doc).encode())
+
+    def release(self) -> None:
+        self.table.objects.delete_many([LOCK_KEY])
+
+
+def abandon_dump(table: Table) -> None:
+    """Remove the dump lock (and the version tag) of an interrupted job."""
+    try:
+        held = json.loads(table.objects.get(LOCK_KEY))
+    except ObjectNotFoundError:
+        return
+    try:
+        table.delete_tag(f"dump-{held['job_id']}")
+    except QueryError:
+        pass
+    table.objects.delete_many([LOCK_KEY])
+
+
+def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: A002
+               version: int | str | None = None, threads: int = 0,
+               progress: Callable[[int, int], None] | None = None,
+               runner: str = "local") -> DumpJob:
+    """Dump ``range`` (default: everything) of ``table`` at ``version`` under ``root``."""
+    started = time.perf_counter()
+    rng = range or Range()
+    root = root.rstrip("/")
+    v = table.resolve_version(version) or table.version
+    lock = _Lock(table, root, rng, v)
+    new = lock.acquire()
+    job_id = str(lock.doc["job_id"])
+    v = int(lock.doc["version"] or v)
+    tag = f"dump-{job_id}"
+    if new:
+        table.tag(tag, v)
+    dest = _dest(table, root)
+    try:
+        state = table.state(v)
+        tasks = plan_dump_tasks(state, rng)
+        done: dict[str, list[str]] = {}
+        for t in tasks:
+            m = _task_done(dest, job_id, t, v) if not new else None
+            if m is not None:
+                done[t.task_id] = m
+        resumed = len(done)
+        todo = [t for t in tasks if t.task_id not in done]
+
+        def attempt(t: DumpTask) -> tuple[str, list[str]]:
+            last: Exception | None = None
+            for _ in itertools.repeat(None, RETRIES):
+                try:
+                    return t.task_id, run_dump_task(table, dest, job_id, v, t)
+                except SedimentError as e:  # retried: the task clears its folder first
+                    last = e
+            raise JobError(f"dump job {job_id}: task {t.task_id} failed {RETRIES} times: "
+                           f"{last}")
+
+        if runner == "spark" and todo:
+            from sediment.dump.spark import run_tasks_on_spark
+
+            for tid, paths in run_tasks_on_spark(table, root, job_id, v, todo):
+                done[tid] = paths
+        else:
+            n = threads or os.cpu_count() or 2
+            with ThreadPoolExecutor(max(1, min(n, len(todo) or 1))) as pool:
+                for tid, paths in pool.map(attempt, todo):
+                    done[tid] = paths
+                    lock.beat()
+                    if progress is not None:
+                        progress(len(done), len(tasks))
+        entries, rows, size = [], 0, 0
+        for t in tasks:
+            manifests = []
+            for p in done[t.task_id]:
+                raw = dest.get(p)
+                doc = loads(raw, p)
+                rows += int(doc["rows"])
+                size += int(doc["bytes"])
+                manifests.append({"path": p, "sha256": sha256(raw), "rows": doc["rows"]})
+            entries.append({"task_id": t.task_id, "leaf_id": t.leaf_id,
+                            "range": range_to_json(t.range), "manifests": manifests})
+        schema = table.schema
+        job = {"format": FORMAT, "job_id": job_id, "table": table.name, "version": v,
+               "schema": schema.to_json(), "range": range_to_json(rng), "tasks": entries,
+               "rows": rows, "bytes": size, "created": time.time()}
+        dest.put(f"{job_id}/{JOB_MANIFEST}", dumps(job))
+    except BaseException:
+        lock.doc["heartbeat"] = 0.0  # stale at once: the next dump to this root resumes it
+        lock.beat()
+        raise
+    table.delete_tag(tag)
+    lock.release()
+    table.status.record("dump", job_id, "finished", rows=rows, bytes=size, tasks=len(tasks),
+                        root=root, version=v)
+    return DumpJob(job_id, root, f"{root}/{job_id}/{JOB_MANIFEST}", v, len(tasks), rows, size,
+                   time.perf_counter() - started, resumed)
