@@ -408,7 +408,11 @@ def offline(name: TableArg, store: StoreOption = None, json_out: JsonOption = Fa
 
 
 # ---- other command modules ----------------------------------------------------------------------
-COMMAND_MODULES: tuple[str, ...] = ("sediment.cli_data", "sediment.cli_maintenance")
+COMMAND_MODULES: tuple[str, ...] = (
+    "sediment.cli_data",
+    "sediment.cli_maintenance",
+    "sediment.cli_versions",
+)
 """Modules that add commands to ``app`` (e.g. ``"sediment.cli_ingest"``), imported below so the
 commands exist whenever ``sediment.cli`` is imported (the console script, tests)."""
 

@@ -1,0 +1,133 @@
+"""CLI commands for versions, dumps and loads: tag, tags, diff, restore, prune, dump, load."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn
+
+from sediment.cli import TableArg, app
+from sediment.cli_data import parse_range
+from sediment.cli_format import (
+    JsonOption,
+    StoreOption,
+    emit,
+    iso_time,
+    key_value_table,
+    make_table,
+    open_store,
+    open_table,
+)
+
+VersionArg = Annotated[str, typer.Argument(help="A version number or a tag.")]
+
+
+@app.command()
+def tag(name: TableArg, tag_name: Annotated[str, typer.Argument(metavar="TAG")],
+        version: Annotated[int | None, typer.Option("--version", help="Default: latest.")]
+        = None,
+        delete: Annotated[bool, typer.Option("--delete", help="Delete the tag.")] = False,
+        store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Tag a version (GC keeps its files), or delete a tag with --delete."""
+    t = open_table(store, name)
+    if delete:
+        t.delete_tag(tag_name)
+        emit({"table": name, "deleted": tag_name}, json_out,
+             lambda d: f"deleted tag {tag_name} of {name}")
+        return
+    tg = t.tag(tag_name, version)
+    emit({"table": name, "tag": tg.name, "version": tg.version}, json_out,
+         lambda d: f"tagged version {tg.version} of {name} as {tg.name}")
+
+
+@app.command()
+def tags(name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """List a table's tags."""
+    rows = [{"tag": x.name, "version": x.version, "created": x.created}
+            for x in open_table(store, name).tags()]
+    emit(rows, json_out, lambda rs: make_table(["tag", "version", "created"], [
+        [r["tag"], r["version"], iso_time(r["created"])] for r in rs]))
+
+
+@app.command()
+def diff(name: TableArg, v1: VersionArg,
+         v2: Annotated[str | None, typer.Argument(help="Default: latest.")] = None,
+         store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Files, partitions and records that changed between two versions."""
+    d = open_table(store, name).diff(v1, v2)
+    data: dict[str, Any] = {
+        "from_version": d.from_version, "to_version": d.to_version,
+        "files_added": list(d.files_added), "files_removed": list(d.files_removed),
+        "partitions_added": list(d.partitions_added),
+        "partitions_removed": list(d.partitions_removed),
+        "references_added": len(d.references_added),
+        "references_removed": len(d.references_removed),
+        "records_change": d.records_change}
+    emit(data, json_out, lambda x: key_value_table(
+        [(k, len(v) if isinstance(v, list) else v) for k, v in x.items()],
+        title=f"diff {d.from_version} -> {d.to_version}"))
+
+
+@app.command()
+def restore(name: TableArg, version: VersionArg, store: StoreOption = None,
+            json_out: JsonOption = False) -> None:
+    """Make the table's content what it was at a version (as a new transaction)."""
+    v = open_table(store, name).restore(version)
+    emit({"table": name, "restored": version, "version": v}, json_out,
+         lambda d: f"restored {name} to {version} as version {v}")
+
+
+@app.command()
+def prune(name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Delete log entries and snapshots that no tag or retained version needs."""
+    r = open_table(store, name).prune()
+    emit({"log_entries": r.log_entries, "snapshots": r.snapshots, "objects": r.objects},
+         json_out, lambda d: key_value_table(d.items(), title="pruned"))
+
+
+@app.command()
+def dump(name: TableArg, root: Annotated[str, typer.Argument(help="Destination folder or "
+                                                             "s3://bucket/prefix.")],
+         range_: Annotated[str | None, typer.Option("--range", help="Key range, e.g. [a,m)")]
+         = None,
+         version: Annotated[str | None, typer.Option("--version", help="Number or tag.")]
+         = None,
+         spark: Annotated[bool, typer.Option("--spark", help="Run tasks on Spark.")] = False,
+         abandon: Annotated[bool, typer.Option("--abandon", help="Drop an interrupted dump "
+                                               "job's lock instead of dumping.")] = False,
+         store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Dump a key range at a version (resumes an interrupted dump to the same root)."""
+    t = open_table(store, name)
+    if abandon:
+        from sediment.dump.dump import abandon_dump
+
+        abandon_dump(t)
+        emit({"table": name, "abandoned": True}, json_out, lambda d: "dump lock removed")
+        return
+    rng = parse_range(range_, t.schema) if range_ else None
+    show = not json_out and sys.stderr.isatty()
+    with Progress(TextColumn("dump"), BarColumn(), TextColumn("{task.completed}/{task.total} "
+                  "tasks"), disable=not show, transient=True) as bar:
+        task = bar.add_task("dump", total=None)
+        job = t.dump(root, range=rng, version=version, runner="spark" if spark else "local",
+                     progress=lambda done, total: bar.update(task, completed=done,
+                                                             total=total))
+    emit({"job_id": job.job_id, "manifest": job.manifest_uri, "version": job.version,
+          "tasks": job.tasks, "rows": job.rows, "bytes": job.bytes, "seconds": job.seconds,
+          "resumed_tasks": job.resumed_tasks}, json_out,
+         lambda d: key_value_table(d.items(), title="dump"))
+
+
+@app.command()
+def load(manifest: Annotated[str, typer.Argument(help="<root>/<job>/job-manifest.json")],
+         name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Verify a dump and load it into a new or existing table (one transaction)."""
+    t = open_store(store).load(manifest, name)
+    d = t.describe()
+    emit({"table": name, "version": d["version"], "records": d["records"],
+          "files": d["files"]}, json_out, lambda x: key_value_table(x.items(), title="load"))
+
+
+
