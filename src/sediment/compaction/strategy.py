@@ -7,7 +7,9 @@
    - ``basic``: full batches of ``compaction.batch_size`` files, oldest first;
    - ``size_ratio`` (default): files sorted by records; the largest group of up to batch-size
      smallest files whose largest member is at most ``ratio`` times the sum of the others
-     (size-tiered: new small files merge together before they merge into a big one).
+     (size-tiered: new small files merge together before they merge into a big one); when
+     more than a batch of files is left that no such group takes, the smallest batch of them
+     is merged anyway, so a settled leaf holds at most ``compaction.batch_size`` files.
 """
 
 from __future__ import annotations
@@ -76,6 +78,11 @@ def _size_ratio(files: list[FileReference], batch: int, ratio: float
             break
         groups.append(group)
         pending = pending[len(group):]
+    # Bound the files a leaf keeps: files whose sizes grow faster than the ratio never form
+    # a group, so past a batch of them the smallest are merged regardless of the ratio.
+    while len(pending) > batch:
+        groups.append(pending[:batch])
+        pending = pending[batch:]
     return groups
 
 

@@ -286,7 +286,7 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
                            f"{last}")
 
         if runner == "spark" and todo:
-            from sediment.dump.spark import run_tasks_on_spark
+            from sediment.spark.dump_runner import run_tasks_on_spark
 
             for tid, paths in run_tasks_on_spark(table, root, job_id, v, todo):
                 done[tid] = paths

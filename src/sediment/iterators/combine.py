@@ -93,7 +93,7 @@ class _RunCombiner(RecordIterator):
                 continue
             change = _starts_new_run(b, names)
             if held:
-                change[0] = True
+                change[0] = not _same_key(held[-1], held[-1].num_rows - 1, b, 0, names)
             starts = np.flatnonzero(change)
             if not len(starts):  # continues the held-back group
                 held.append(b)
@@ -232,7 +232,7 @@ class Aggregate(_RunCombiner):
             elif fn.startswith("map_"):
                 arrays.append(_combine_maps(col, group, starts, fn[4:], col.type))
             else:
-                arrays.append(col.take(ends))
+                arrays.append(col.take(starts))
         return pa.Table.from_arrays(arrays, schema=table.schema)
 
 

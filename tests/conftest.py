@@ -1,0 +1,170 @@
+"""Shared fixtures: a moto S3 server on 127.0.0.1, fresh buckets, and object stores of each kind.
+
+No test may reach real AWS: the server runs on loopback with dummy credentials, every S3 client
+is given the server's endpoint explicitly, and the AWS environment variables of the test process
+are replaced by dummies for the duration of each S3 test.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sediment.storage import LocalObjectStore, MemoryObjectStore, ObjectStore, open_object_store
+
+S3_REGION = "us-east-1"
+S3_CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
+_DUMMY_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": S3_REGION,
+    "AWS_REGION": S3_REGION,
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+_UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
+                  "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE",
+                  "AWS_SHARED_CREDENTIALS_FILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE")
+_STARTUP_SECONDS = 15.0
+
+# moto's S3 server checks ``If-None-Match: *`` and then stores the object without a lock, so two
+# concurrent conditional PUTs of one key can both succeed. Real S3 (and MinIO) decide this
+# atomically. This launcher serves moto's own WSGI app behind one lock, so each request runs alone
+# and conditional writes are atomic, as Sediment's commit protocol requires of its object store.
+_SERIALISED_MOTO = """
+import sys, threading
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication, MotoRequestHandler, create_backend_app)
+host, port = sys.argv[1], int(sys.argv[2])
+app = DomainDispatcherApplication(create_backend_app)
+lock = threading.Lock()
+def serialised(environ, start_response):
+    with lock:
+        return list(app(environ, start_response))
+run_simple(host, port, serialised, threaded=True, request_handler=MotoRequestHandler)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _server_env(port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _UNSET_AWS_ENV}
+    env.update(_DUMMY_AWS_ENV)
+    env["MOTO_PORT"] = str(port)
+    return env
+
+
+def _moto_command(port: int) -> list[str]:
+    """The moto server command: the serialised launcher (see above) run by this interpreter.
+
+    ``SEDIMENT_TEST_PLAIN_MOTO=1`` runs the stock ``moto_server`` next to ``sys.executable``
+    instead (its conditional PUT is racy under concurrent writers).
+    """
+    if os.environ.get("SEDIMENT_TEST_PLAIN_MOTO") == "1":
+        binary = Path(sys.executable).with_name("moto_server")
+        if not binary.exists():
+            pytest.skip(f"moto_server not found next to {sys.executable}")
+        return [str(binary), "-H", "127.0.0.1", "-p", str(port)]
+    return [sys.executable, "-c", _SERIALISED_MOTO, "127.0.0.1", str(port)]
+
+
+def _wait_until_up(proc: subprocess.Popen[bytes], endpoint: str, log: Path) -> None:
+    deadline = time.monotonic() + _STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto server exited with {proc.returncode}: "
+                               f"{log.read_text(errors='replace')[-2000:]}")
+        try:
+            with urllib.request.urlopen(endpoint + "/", timeout=1):
+                return
+        except urllib.error.HTTPError:
+            return  # any HTTP answer means it is serving
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    raise RuntimeError(f"moto server at {endpoint} did not answer within {_STARTUP_SECONDS}s: "
+                       f"{log.read_text(errors='replace')[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Endpoint URL of a moto S3 server on 127.0.0.1, started once per session."""
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(_moto_command(port), env=_server_env(port), stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        _wait_until_up(proc, endpoint, log)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def aws_test_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dummy AWS credentials in this process (and the processes it starts) for one test."""
+    for k in _UNSET_AWS_ENV:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in _DUMMY_AWS_ENV.items():
+        monkeypatch.setenv(k, v)
+
+
+@functools.cache
+def s3_client(endpoint: str) -> Any:
+    """A boto3 S3 client for the moto server at ``endpoint`` (dummy credentials)."""
+    import boto3
+
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint, region_name=S3_REGION,
+        aws_access_key_id=S3_CREDENTIALS["access_key_id"],
+        aws_secret_access_key=S3_CREDENTIALS["secret_access_key"])
+
+
+@pytest.fixture
+def s3_store_uri(s3_server: str, aws_test_env: None) -> tuple[str, dict[str, Any]]:
+    """``("s3://<fresh bucket>/<prefix>", storage options)`` on the moto server."""
+    bucket = f"sediment-test-{uuid.uuid4().hex[:20]}"
+    s3_client(s3_server).create_bucket(Bucket=bucket)
+    options = {"endpoint_url": s3_server, "region": S3_REGION, **S3_CREDENTIALS}
+    return f"s3://{bucket}/store", options
+
+
+@pytest.fixture(params=["memory", pytest.param("local"), pytest.param("s3", marks=pytest.mark.s3)])
+def object_store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    """A fresh, empty ObjectStore of each implementation."""
+    if request.param == "memory":
+        return MemoryObjectStore(f"test-{uuid.uuid4().hex}")
+    if request.param == "local":
+        return LocalObjectStore(tmp_path / "objects")
+    uri, options = request.getfixturevalue("s3_store_uri")
+    return open_object_store(uri, **options)
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """``(uri, storage_options)`` for ``sediment.Store.open(uri, **options)``."""
+    if request.param == "local":
+        return str(tmp_path / "store"), {}
+    return request.getfixturevalue("s3_store_uri")
