@@ -232,7 +232,7 @@ class Aggregate(_RunCombiner):
             elif fn.startswith("map_"):
                 arrays.append(_combine_maps(col, group, starts, fn[4:], col.type))
             else:
-                arrays.append(col.take(starts))
+                arrays.append(col.take(ends))
         return pa.Table.from_arrays(arrays, schema=table.schema)
 
 
