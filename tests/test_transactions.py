@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from sediment.core.model import FileReference, Partition, Region
+from sediment.core.restore import RestoreVersion
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.core.transactions import (
     TRANSACTION_KINDS,
@@ -474,6 +475,8 @@ ROUND_TRIPS: list[Transaction] = [
     SetProperties({}, []),  # from_json gives lists: the default () would compare unequal
     SetOnline(False),
     SetOnline(True),
+    RestoreVersion(3, [Partition("root", None, Region())], [("root", "f9")],
+                   [ref("f1", "root", 10)]),
 ]
 
 
@@ -490,7 +493,7 @@ def test_json_round_trip(txn: Transaction) -> None:
 
 def test_round_trips_cover_every_kind() -> None:
     assert {t.kind for t in ROUND_TRIPS} == set(TRANSACTION_KINDS)
-    assert len(TRANSACTION_KINDS) == 9
+    assert len(TRANSACTION_KINDS) == 10
 
 
 def test_binary_split_key_stays_bytes_through_json() -> None:

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sediment.core.model import Region
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
 from sediment.dump.manifest import (
@@ -59,6 +58,9 @@ class DumpTask:
     task_id: str
     leaf_id: str
     range: Range
+    """The task's tile of the dump range (in its manifests; the tiles cover the dump range)."""
+    query: Range | None = None
+    """The dump range: the task reads ``query`` within its leaf's region (None: ``range``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,26 +78,23 @@ class DumpJob:
     resumed_tasks: int = 0
 
 
-def _clip(region: Region, rng: Range) -> Range | None:
-    """The part of ``rng`` inside ``region`` (None when they do not meet)."""
-    if not rng.overlaps(region):
-        return None
-    start, s_inc = rng.start, rng.start_inclusive
-    if region.min is not None and (start is None or start < region.min):
-        start, s_inc = region.min, True
-    end, e_inc = rng.end, rng.end_inclusive
-    if region.max is not None and (end is None or end >= region.max):
-        end, e_inc = region.max, False
-    return Range(start, end, start_inclusive=s_inc, end_inclusive=e_inc)
-
-
 def plan_dump_tasks(state: TableState, rng: Range) -> list[DumpTask]:
-    """Tasks: the range cut at leaf boundaries, in key order (pure)."""
+    """Tasks: the range cut at leaf boundaries, in key order (pure).
+
+    Each task reads ``rng`` within its leaf's region. Its tile (the range its manifests
+    record) is the leaf's region, with the first tile starting where ``rng`` starts and the
+    last ending where ``rng`` ends, so the tiles cover ``rng`` exactly by construction, also
+    when a bound of ``rng`` is a prefix of a multi-field split key.
+    """
+    leaves = [leaf for leaf in state.leaf_partitions() if rng.overlaps(leaf.region)]
     out = []
-    for leaf in state.leaf_partitions():
-        clipped = _clip(leaf.region, rng)
-        if clipped is not None:
-            out.append(DumpTask(f"task-{len(out):05d}", leaf.id, clipped))
+    for i, leaf in enumerate(leaves):
+        start, s_inc = (rng.start, rng.start_inclusive) if i == 0 else \
+            (leaves[i - 1].region.max, True)
+        end, e_inc = (rng.end, rng.end_inclusive) if i == len(leaves) - 1 else \
+            (leaf.region.max, False)
+        out.append(DumpTask(f"task-{i:05d}", leaf.id,
+                            Range(start, end, start_inclusive=s_inc, end_inclusive=e_inc), rng))
     return out
 
 
@@ -147,7 +146,7 @@ def run_dump_task(table: Table, dest: ObjectStore, job_id: str, version: int,
     for anc in state.ancestors(leaf.id):
         refs.extend(state.references(anc.id).values())
     schema = table.schema
-    sub = SubQuery(leaf.id, leaf.region, tuple(refs), (task.range,))
+    sub = SubQuery(leaf.id, leaf.region, tuple(refs), (task.query or task.range,))
     executor = table._query_executor(state)
     props = table.properties
     batches = executor.stream(_plan_of(state, sub), schema.field_names,
@@ -261,8 +260,14 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
     job_id = str(lock.doc["job_id"])
     v = int(lock.doc["version"] or v)
     tag = f"dump-{job_id}"
-    if new:
-        table.tag(tag, v)
+    try:
+        # a resumed job may lack its tag (a crash before it was created)
+        if new or all(x.name != tag for x in table.tags()):
+            table.tag(tag, v)
+    except BaseException:
+        if new:  # nothing written yet (e.g. an unknown version): free the table at once
+            lock.release()
+        raise
     dest = _dest(table, root)
     try:
         state = table.state(v)

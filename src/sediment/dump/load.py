@@ -62,10 +62,32 @@ def _get(src: ObjectStore, key: str, where: str) -> bytes:
         raise CorruptMetadataError(f"{where}: file {key} is missing from {src.uri}") from None
 
 
+def _check_parquet(data: bytes, path: str, mpath: str, rows: int,
+                   fields: list[tuple[str, pa.DataType]] | None) -> None:
+    """A dumped file is Parquet with the row count (and data files the schema) its manifest
+    states: checksums only prove the files are the ones the manifests name."""
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        got = [(f.name, f.type) for f in pf.schema_arrow]
+    except (pa.ArrowException, OSError) as e:
+        raise CorruptMetadataError(f"dump file {path} (named in {mpath}) is not valid "
+                                   f"Parquet: {e}") from e
+    if pf.metadata.num_rows != rows:
+        raise CorruptMetadataError(f"dump file {path} holds {pf.metadata.num_rows} rows, its "
+                                   f"manifest {mpath} says {rows}")
+    if fields is not None and got != fields:
+        raise CorruptMetadataError(f"dump file {path} (named in {mpath}) has columns {got}, "
+                                   f"not the dump's schema {fields}")
+
+
 def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[DumpedFile]]:
     """Check every manifest, checksum, path and the tiling; returns the job and its files."""
     where = f"dump job manifest {src.uri}/{job_key}"
     job = loads(_get(src, job_key, where), where)
+    try:
+        fields = [(f.name, f.type) for f in Schema.from_json(job["schema"]).to_arrow()]
+    except (KeyError, TypeError, ValueError, SchemaError) as e:
+        raise CorruptMetadataError(f"{where}: schema is malformed: {e!r}") from e
     try:
         whole = range_from_json(job["range"])
         tasks = job["tasks"]
@@ -94,6 +116,8 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
                     if sha256(data) != f["sha256"] or len(data) != int(f["bytes"]):
                         raise CorruptMetadataError(f"dump file {fpath} fails its checksum "
                                                    f"(named in {mpath})")
+                    _check_parquet(data, fpath, mpath, int(f["rows"]),
+                                   fields if f["kind"] == "data" else None)
                 if "data" in files:
                     out.append(DumpedFile(files["data"]["path"], files["sample"]["path"],
                                           int(files["data"]["rows"]), trange))

@@ -17,7 +17,12 @@ from typing import Any
 
 from sediment.core.state import TableState
 from sediment.core.transactions import Transaction
-from sediment.errors import CommitConflictError, QueryError, SedimentError
+from sediment.errors import (
+    CommitConflictError,
+    CorruptMetadataError,
+    QueryError,
+    SedimentError,
+)
 from sediment.properties import PROPERTIES
 from sediment.state.log import HistoryEntry, LogEntry, TransactionLog
 from sediment.state.snapshot import read_snapshot, snapshot_versions, write_snapshot
@@ -108,6 +113,9 @@ class StateStore:
         """Every logged transaction still kept (pruning removes the oldest)."""
         versions = self.log.versions_after(0)
         start = versions[0] - 1 if versions else 0
+        if start and start not in snapshot_versions(self.objects):
+            raise CorruptMetadataError(f"log of table {self.table_id} has a gap: version "
+                                       f"{start} is missing and no snapshot covers it")
         return [HistoryEntry(e.version, e.time, e.transaction.kind, e.transaction.summary())
                 for e in self.log.read_after(start)]
 
