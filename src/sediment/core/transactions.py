@@ -202,118 +202,6 @@ class SplitFileReferences(Transaction):
 
 
 @dataclass(frozen=True, slots=True)
-class JobAssignment:
-    """Files of one partition given to one compaction job."""
-
-    job_id: str
-    partition_id: str
-    filenames: Sequence[str]
-
-
-@dataclass(frozen=True, slots=True)
-class AssignJobIds(Transaction):
-    """Claim input files for compaction jobs, so no two jobs take the same reference."""
-
-    kind: ClassVar[str] = "assign_job_ids"
-    assignments: Sequence[JobAssignment]
-
-    def validate(self, state: TableState) -> None:
-        _require_initialised(state)
-        new_ids = [a.job_id for a in self.assignments]
-        if len(set(new_ids)) != len(new_ids):
-            raise _fail(state, "duplicate job ids in one assignment")
-        existing = state.job_ids()
-        claimed: set[tuple[str, str]] = set()
-        for a in self.assignments:
-            if a.job_id in existing:
-                raise _fail(state, f"job id {a.job_id} is already in use")
-            refs = state.references(a.partition_id)
-            for f in a.filenames:
-                if (a.partition_id, f) in claimed:
-                    raise _fail(state, f"job {a.job_id}: {f} in {a.partition_id} is claimed "
-                                       "twice in one assignment")
-                claimed.add((a.partition_id, f))
-                ref = refs.get(f)
-                if ref is None:
-                    raise _fail(state, f"job {a.job_id}: no reference to {f} in "
-                                       f"{a.partition_id}")
-                if ref.job_id is not None:
-                    raise _fail(state, f"job {a.job_id}: {f} in {a.partition_id} is already "
-                                       f"assigned to job {ref.job_id}")
-
-    def apply(self, state: TableState, time: float) -> None:
-        for a in self.assignments:
-            refs = state.references(a.partition_id)
-            for f in a.filenames:
-                state.put_reference(refs[f]._replace(job_id=a.job_id))
-            state.jobs[a.job_id] = (a.partition_id, time)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"assignments": [{"job_id": a.job_id, "partition": a.partition_id,
-                                 "files": list(a.filenames)} for a in self.assignments]}
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> AssignJobIds:
-        return cls([JobAssignment(a["job_id"], a["partition"], a["files"])
-                    for a in doc["assignments"]])
-
-    def summary(self) -> str:
-        return f"{len(self.assignments)} jobs assigned"
-
-
-@dataclass(frozen=True, slots=True)
-class ReplaceFileReferences(Transaction):
-    """A compaction commit: inputs of a job replaced by its output, if still assigned to it."""
-
-    kind: ClassVar[str] = "replace_file_references"
-    job_id: str
-    partition_id: str
-    inputs: Sequence[str]
-    output: FileReference | None
-
-    def validate(self, state: TableState) -> None:
-        _require_initialised(state)
-        _require_partition(state, self.partition_id)
-        if len(set(self.inputs)) != len(self.inputs):
-            raise _fail(state, f"job {self.job_id}: an input is listed twice")
-        refs = state.references(self.partition_id)
-        for f in self.inputs:
-            ref = refs.get(f)
-            if ref is None or ref.job_id != self.job_id:
-                raise _fail(state, f"job {self.job_id}: input {f} is no longer assigned to it "
-                                   f"in {self.partition_id}")
-        if self.output is not None:
-            if self.output.partition_id != self.partition_id:
-                raise _fail(state, f"job {self.job_id}: output is in another partition")
-            name = self.output.filename
-            if name in state.refcount or name in state.unreferenced:
-                raise _fail(state, f"job {self.job_id}: output {name} is already in the table")
-            if self.output.records < 0:
-                raise _fail(state, f"job {self.job_id}: negative record count")
-
-    def apply(self, state: TableState, time: float) -> None:
-        for f in self.inputs:
-            state.remove_reference(self.partition_id, f, time)
-        state.jobs.pop(self.job_id, None)
-        if self.output is not None:
-            state.put_reference(self.output._replace(job_id=None))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "partition": self.partition_id,
-                "inputs": list(self.inputs),
-                "output": None if self.output is None else self.output.to_json()}
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> ReplaceFileReferences:
-        out = doc.get("output")
-        return cls(doc["job_id"], doc["partition"], doc["inputs"],
-                   None if out is None else FileReference.from_json(out))
-
-    def summary(self) -> str:
-        return f"job {self.job_id}: {len(self.inputs)} files -> 1 in {self.partition_id}"
-
-
-@dataclass(frozen=True, slots=True)
 class SplitPartition(Transaction):
     """Turn a leaf into a parent of two leaves at ``split_key``, if it is still a leaf."""
 
@@ -464,17 +352,18 @@ class SetOnline(Transaction):
 
 
 TRANSACTION_KINDS: dict[str, type[Transaction]] = {
-    t.kind: t for t in (InitialiseTable, AddFiles, SplitFileReferences, AssignJobIds,
-                        ReplaceFileReferences, SplitPartition, DeleteFiles, SetProperties,
-                        SetOnline)
+    t.kind: t for t in (InitialiseTable, AddFiles, SplitFileReferences, SplitPartition,
+                        DeleteFiles, SetProperties, SetOnline)
 }
 
 
 def _register_late_kinds() -> None:
     """Kinds defined in their own modules (kept out of this one to keep it small)."""
+    from sediment.core.jobs import AssignJobIds, ReplaceFileReferences
     from sediment.core.restore import RestoreVersion
 
-    TRANSACTION_KINDS[RestoreVersion.kind] = RestoreVersion
+    for kind in (AssignJobIds, ReplaceFileReferences, RestoreVersion):
+        TRANSACTION_KINDS[kind.kind] = kind
 
 
 _register_late_kinds()
@@ -489,3 +378,14 @@ def transaction_from_json(kind: str, doc: dict[str, Any], *, where: str) -> Tran
         return cls.from_json(doc)
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptMetadataError(f"{where}: malformed {kind} transaction: {e!r}") from e
+
+from sediment.core.jobs import (  # noqa: E402 - re-exported; defined after the base class
+    AssignJobIds,
+    JobAssignment,
+    ReplaceFileReferences,
+)
+
+__all__ = ["AddFiles", "AssignJobIds", "DeleteFiles", "InitialiseTable", "JobAssignment",
+           "ReplaceFileReferences", "SetOnline", "SetProperties", "SplitFileReferences",
+           "SplitPartition", "SplitReference", "TRANSACTION_KINDS", "Transaction",
+           "transaction_from_json"]
