@@ -14,13 +14,10 @@ escaping a command is printed as ``error: <message>`` on stderr with exit code 1
 
 from __future__ import annotations
 
-import datetime as dt
 import importlib
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
-import pyarrow as pa
 import typer
 from rich.console import RenderableType
 from rich.padding import Padding
@@ -43,9 +40,10 @@ from sediment.cli_format import (
     resolve_store_uri,
     store_exists,
 )
-from sediment.errors import PropertyError, SchemaError, SedimentError
+from sediment.cli_parse import _parse_field, _schema_from_file, convert_split_point
+from sediment.errors import PropertyError, SedimentError
 from sediment.properties import PROPERTIES, defaults, describe_properties, validate_properties
-from sediment.schema import Schema, parse_type
+from sediment.schema import Schema
 
 
 class SedimentGroup(TyperGroup):
@@ -101,61 +99,6 @@ PropertyOption = Annotated[
 ]
 
 
-def _parse_field(spec: str, *, option: str, nullable: bool) -> pa.Field:
-    """``name:type`` from --row-key/--sort-key/--value into an Arrow field.
-
-    Splits on the first ':' only: type names (``map<string, int64>``) never contain one.
-    """
-    name, sep, type_text = spec.partition(":")
-    if not sep or not name.strip() or not type_text.strip():
-        raise CliError(f"{option} {spec!r} must be NAME:TYPE (e.g. key:string)")
-    try:
-        typ = parse_type(type_text)
-    except SchemaError as exc:
-        raise SchemaError(f"{option} {spec!r}: {exc}") from None
-    return pa.field(name.strip(), typ, nullable=nullable)
-
-
-def _schema_from_file(path: Path) -> Schema:
-    """Read a schema JSON file in the format ``Schema.from_json`` accepts."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CliError(f"cannot read schema file {str(path)!r}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CliError(f"schema file {str(path)!r} is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise CliError(f"schema file {str(path)!r} must hold a JSON object with row_keys")
-    try:
-        return Schema.from_json(doc)
-    except SchemaError as exc:
-        raise SchemaError(f"schema file {str(path)!r}: {exc}") from None
-
-
-def convert_split_point(text: str, field: pa.Field) -> Any:
-    """A split point typed on the command line, as a value of the first row key's type.
-
-    Integers parse as int, strings stay str, binary is the UTF-8 bytes of the text; timestamp
-    and date keys accept ISO 8601 (or, for timestamps, the raw integer value).
-    """
-    t = field.type
-    try:
-        if pa.types.is_integer(t):
-            return int(text)
-        if pa.types.is_string(t) or pa.types.is_large_string(t):
-            return text
-        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-            return text.encode("utf-8")
-        if pa.types.is_timestamp(t):
-            try:
-                return int(text)
-            except ValueError:
-                return dt.datetime.fromisoformat(text)
-        if pa.types.is_date(t):
-            return dt.date.fromisoformat(text)
-    except ValueError:
-        pass
-    raise CliError(f"split point {text!r} is not a valid {t} for row key field {field.name!r}")
 
 
 def _changed_properties(props: dict[str, Any]) -> dict[str, Any]:

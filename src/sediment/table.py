@@ -148,6 +148,7 @@ class Table:
             if name not in PROPERTIES:
                 raise PropertyError(f"table {self.name}: unknown property {name!r}")
         state = self.states.commit(SetProperties(updates, tuple(remove)))
+        self._invalidate_cache(executor=True)
         return state.version
 
     @property
@@ -156,7 +157,9 @@ class Table:
 
     def set_online(self, online: bool) -> int:
         """Bring the table online or take it offline (maintenance skips offline tables)."""
-        return self.states.commit(SetOnline(online)).version
+        version = self.states.commit(SetOnline(online)).version
+        self._invalidate_cache()
+        return version
 
     def history(self) -> list[HistoryEntry]:
         """Every committed transaction: version, time, kind and a one-line summary."""
@@ -261,9 +264,13 @@ class Table:
         return ingest_files(self, paths, progress=progress)
 
     # ---- queries ---------------------------------------------------------------------------
-    def _invalidate_cache(self) -> None:
+    def _invalidate_cache(self, *, executor: bool = False) -> None:
+        """Forget the cached state after our own commits (and the executor, whose settings
+        come from properties, after property changes)."""
         with self._cache_lock:
             self._cached = None
+            if executor:
+                self._executor = None
 
     def _query_state(self, version: int | str | None) -> TableState:
         """The state a query reads: cached for ``state.cache.refresh_seconds``."""

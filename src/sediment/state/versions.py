@@ -150,13 +150,17 @@ def diff(states: StateStore, v1: int, v2: int) -> Diff:
     state = base.copy()
     touched: set[str] = set()
     for entry in states.log.read_after(lo, upto=hi):
-        before = {pid: state.references(pid) for pid in state.partitions_with_references()}
+        # A fresh copy per entry: copy-on-write gives every partition the entry changes a new
+        # map (or takes it out of the lazy snapshot tables), so identity shows what it touched.
+        # (Comparing ``references()`` of one state across entries missed in-place changes to a
+        # partition already materialised, e.g. any partition of a state loaded from a snapshot.)
+        prev, state = state, state.copy()
         entry.transaction.apply(state, entry.time)
         state.version = entry.version
-        for pid in state.partitions_with_references():
-            if before.get(pid) is not state.references(pid):
+        for pid in set(prev._refs) | set(prev._lazy) | set(state._refs) | set(state._lazy):
+            if prev._refs.get(pid) is not state._refs.get(pid) or \
+                    prev._lazy.get(pid) is not state._lazy.get(pid):
                 touched.add(pid)
-        touched.update(set(before) - set(state.partitions_with_references()))
     a, b = (base, state) if v1 <= v2 else (state, base)
     return _compare(a, b, touched, v1, v2)
 
