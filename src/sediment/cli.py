@@ -359,8 +359,9 @@ COMMAND_MODULES: tuple[str, ...] = (
 """Modules that add commands to ``app`` (e.g. ``"sediment.cli_ingest"``), imported below so the
 commands exist whenever ``sediment.cli`` is imported (the console script, tests)."""
 
-for _module in COMMAND_MODULES:
-    importlib.import_module(_module)
+if __name__ != "__main__":  # as ``__main__`` (python -m sediment.cli) see the end
+    for _module in COMMAND_MODULES:
+        importlib.import_module(_module)
 
 
 def main() -> None:
@@ -369,4 +370,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # ``python -m sediment.cli`` runs this file as ``__main__``, a second copy of the module:
+    # the command modules register on ``sediment.cli.app`` (and importing them from here was a
+    # circular import), so run the real module's app.
+    from sediment.cli import main as _main
+
+    _main()

@@ -164,12 +164,15 @@ def _write_result(result: pa.Table, fmt: str, output: Path | None, limit: int) -
 def demo(
     store: StoreOption = None,
     rows: Annotated[int, typer.Option("--rows", help="Rows to generate.")] = 2_000_000,
+    spark: Annotated[bool | None, typer.Option("--spark/--no-spark", help="Bulk import with "
+                                               "Spark (default: when Java is installed).")]
+    = None,
     json_out: JsonOption = False,
 ) -> None:
-    """The main job on an embedded store: generate the benchmark data set, ingest it, query it."""
+    """The main job on an embedded store: bulk import (Spark), ingest, maintain, query, dump."""
     from sediment.demo import run_demo
 
-    result = run_demo(resolve_store_uri(store), rows=rows,
+    result = run_demo(resolve_store_uri(store), rows=rows, use_spark=spark,
                       console=stdout_console() if not json_out else None)
     if json_out:
         typer.echo(json.dumps(result))

@@ -1,17 +1,27 @@
-"""The main job on an embedded local store: generate, ingest, query, and report how fast.
+"""The main job on an embedded local store: bulk import, ingest, maintain, query, dump.
 
-``sediment demo --store ./demo-store`` (what ``./dev demo`` runs). Later stages of the project
-grow this into maintenance and Spark bulk import.
+``sediment demo --store ./demo-store`` (what ``./dev demo`` runs):
+
+1. writes the benchmark data set (Sleeper's schema) as Parquet files,
+2. bulk-imports them with Spark in ``local[*]`` mode (standard ingest when Java is missing),
+3. ingests a further batch with standard ingest (a second file per leaf),
+4. runs maintenance until the table settles (compaction, splitting, GC),
+5. runs exact-key, range and full-scan queries and reports latency and throughput,
+6. tags the version, dumps it and loads it back into a second table, and checks both agree.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table as RichTable
 
 from sediment.catalog import Store
@@ -25,69 +35,112 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return float(np.percentile(a, 50)), float(np.percentile(a, 99))
 
 
+def _java_available() -> bool:
+    return shutil.which("java") is not None
+
+
 def run_demo(store_uri: str, *, rows: int = 2_000_000, table_name: str = "demo",
-             lookups: int = 1000, console: Console | None = None,
-             **storage_options: Any) -> dict[str, Any]:
-    """Create a table of the benchmark schema, ingest ``rows``, run exact and range queries."""
+             lookups: int = 1000, use_spark: bool | None = None,
+             console: Console | None = None, **storage_options: Any) -> dict[str, Any]:
+    """Run the demo; returns the figures it printed."""
     con = console or Console()
     store = Store.open(store_uri, **storage_options)
-    try:
-        store.drop_table(table_name)
-    except TableNotFoundError:
-        pass
-    table = store.create_table(table_name, benchmark_schema())
+    for name in (table_name, f"{table_name}_loaded"):
+        try:
+            store.drop_table(name)
+        except TableNotFoundError:
+            pass
+    table = store.create_table(table_name, benchmark_schema(), properties={
+        "bulk_import.min_leaf_partitions": 8, "gc.delay_seconds": 0,
+        "compaction.strategy": "basic", "compaction.batch_size": 2})
     con.print(f"[bold]Sediment demo[/bold]: store {store.uri}, table {table_name!r}")
-
-    with Progress(TextColumn("ingest"), BarColumn(), TextColumn("{task.completed:,} rows"),
-                  TimeRemainingColumn(), console=con, transient=True) as bar:
-        task = bar.add_task("ingest", total=rows)
-        result = table.ingest(generate(rows, seed=42),
-                              progress=lambda n: bar.advance(task, n))
-    con.print(f"ingested {result.rows:,} rows into {result.files} file(s), "
-              f"{result.bytes / 1e6:.1f} MB, in {result.seconds:.2f} s "
-              f"({result.rows_per_second / 1e6:.2f} M rows/s) -> version {result.version}")
-
-    # exact-key lookups of keys known to exist (every 997th generated key)
-    keys = []
-    for batch in generate(rows, seed=42):
-        keys.extend(batch.column("key").to_numpy(zero_copy_only=False)[::997].tolist())
-    rng = np.random.default_rng(7)
-    picks = [keys[i] for i in rng.integers(0, len(keys), size=lookups)]
-    for k in picks[:50]:  # warm caches
-        table.query(keys=[k])
-    lat, found = [], 0
-    for k in picks:
+    steps: list[tuple[str, str]] = []
+    out: dict[str, Any] = {"rows": rows}
+    work = Path(tempfile.mkdtemp(prefix="sediment-demo-"))
+    try:
         t0 = time.perf_counter()
-        found += table.query(keys=[k]).num_rows
-        lat.append(time.perf_counter() - t0)
-    p50, p99 = _percentiles(lat)
+        for i, batch in enumerate(generate(rows, seed=42, batch_rows=500_000)):
+            pq.write_table(pa.Table.from_batches([batch]), work / f"part-{i:04d}.parquet")
+        steps.append(("generate", f"{rows:,} rows as Parquet in "
+                                  f"{time.perf_counter() - t0:.1f} s"))
 
-    t0 = time.perf_counter()
-    rng_rows = table.query(ranges=[Range("ma", "mb")]).num_rows
-    range_s = time.perf_counter() - t0
+        spark_ok = _java_available() if use_spark is None else use_spark
+        if spark_ok:
+            from sediment.spark import bulk_import, session
 
-    t0 = time.perf_counter()
-    scanned = sum(b.num_rows for b in table.scan(columns=["key", "timestamp"]))
-    scan_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            con.print("starting Spark (local[*]) ...")
+            spark = session()
+            start_s = time.perf_counter() - t0
+            result = bulk_import(spark, table, [str(work / "*.parquet")])
+            spark.stop()
+            steps.append(("Spark bulk import", f"{result.rows:,} rows, {result.files} files, "
+                          f"{result.rows_per_second / 1e6:.2f} M rows/s "
+                          f"(+{start_s:.0f} s Spark start)"))
+        else:
+            con.print("[yellow]Java not found: using standard ingest instead of Spark "
+                      "bulk import[/yellow]")
+            result = table.ingest_files([str(work / "*.parquet")])
+            steps.append(("standard ingest", f"{result.rows:,} rows, "
+                          f"{result.rows_per_second / 1e6:.2f} M rows/s"))
+        out["import_rows_per_second"] = result.rows_per_second
 
-    out = {
-        "rows": result.rows, "files": result.files, "bytes": result.bytes,
-        "ingest_seconds": result.seconds, "ingest_rows_per_second": result.rows_per_second,
-        "lookups": lookups, "lookup_rows_found": found,
-        "lookup_p50_ms": p50, "lookup_p99_ms": p99,
-        "range_rows": rng_rows, "range_seconds": range_s,
-        "scan_rows": scanned, "scan_seconds": scan_s, "version": table.version,
-    }
+        extra = max(1, rows // 10)
+        r2 = table.ingest(generate(extra, seed=43))
+        steps.append(("standard ingest", f"{r2.rows:,} rows, {r2.files} files, "
+                      f"{r2.rows_per_second / 1e6:.2f} M rows/s"))
+        out["ingest_rows_per_second"] = r2.rows_per_second
+
+        m = table.maintain()
+        d = table.describe()
+        steps.append(("maintain", f"{m.passes} passes, {m.jobs_committed} compactions, "
+                      f"{m.splits} splits, {m.files_deleted} files deleted -> "
+                      f"{d['leaf_partitions']} leaves, {d['files']} files"))
+
+        keys = np.concatenate([b.column("key").to_numpy(zero_copy_only=False)[::997]
+                               for b in generate(rows, seed=42, batch_rows=500_000)])
+        picks = np.random.default_rng(7).choice(keys, size=lookups)
+        for k in picks[:50]:
+            table.query(keys=[k])
+        lat, found = [], 0
+        for k in picks:
+            t0 = time.perf_counter()
+            found += table.query(keys=[k]).num_rows
+            lat.append(time.perf_counter() - t0)
+        p50, p99 = _percentiles(lat)
+        steps.append((f"{lookups} exact-key queries",
+                      f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, {found:,} rows"))
+        t0 = time.perf_counter()
+        n_range = table.query(ranges=[Range("ma", "mb")]).num_rows
+        steps.append(("range query [ma, mb)",
+                      f"{n_range:,} rows in {(time.perf_counter() - t0) * 1000:.1f} ms"))
+        t0 = time.perf_counter()
+        scanned = sum(b.num_rows for b in table.scan(columns=["key", "timestamp"]))
+        scan_s = time.perf_counter() - t0
+        steps.append(("full scan", f"{scanned:,} rows, {scanned / scan_s / 1e6:.2f} M rows/s"))
+        if scanned != rows + extra:
+            raise RuntimeError(f"demo: scanned {scanned} rows, expected {rows + extra}")
+
+        table.tag("demo-v1")
+        t0 = time.perf_counter()
+        job = table.dump(str(work / "dump"), version="demo-v1")
+        loaded = store.load(job.manifest_uri, f"{table_name}_loaded")
+        same = loaded.query(ranges=[Range("ma", "mb")]).equals(
+            table.query(ranges=[Range("ma", "mb")], version="demo-v1"))
+        steps.append(("tag, dump, load", f"{job.rows:,} rows in {job.tasks} tasks; loaded "
+                      f"copy {'matches' if same else 'DIFFERS'} "
+                      f"({time.perf_counter() - t0:.1f} s)"))
+        if not same:
+            raise RuntimeError("demo: the loaded copy differs from the source")
+        out.update(lookup_p50_ms=p50, lookup_p99_ms=p99, range_rows=n_range,
+                   scan_rows=scanned, scan_rows_per_second=scanned / scan_s,
+                   version=table.version, leaves=d["leaf_partitions"], files=d["files"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     summary = RichTable(title="what the demo did")
     summary.add_column("step")
-    summary.add_column("result", justify="right")
-    summary.add_row("ingest", f"{result.rows:,} rows, {result.rows_per_second / 1e6:.2f} M rows/s")
-    summary.add_row(f"{lookups} exact-key queries",
-                    f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, {found:,} rows")
-    summary.add_row("range query [ma, mb)", f"{rng_rows:,} rows in {range_s * 1000:.1f} ms")
-    summary.add_row("full scan (key, timestamp)",
-                    f"{scanned:,} rows, {scanned / scan_s / 1e6:.2f} M rows/s")
+    summary.add_column("result")
+    for step, text in steps:
+        summary.add_row(step, text)
     con.print(summary)
-    if scanned != rows:
-        raise RuntimeError(f"demo: scanned {scanned} rows, ingested {rows}")
     return out

@@ -1,8 +1,8 @@
 """Garbage collection: delete unreferenced files after a delay, and orphans after a timeout.
 
 Unreferenced files (their last reference went away at least ``gc.delay_seconds`` ago, so no
-running query still reads them) are deleted from storage in batches, then each batch is recorded
-by a DeleteFiles transaction. Orphans are files under ``data/`` that no transaction ever added
+running query still reads them) are recorded as deleted by a DeleteFiles transaction, one per
+batch, then deleted from storage (in that order: see ``gc``). Orphans are files under ``data/`` that no transaction ever added
 (a failed ingest or compaction, a killed job) older than ``gc.orphan_timeout_seconds``. The
 listing happens before the state is loaded, so every file committed by then is known; a
 referenced file is never deleted.
@@ -52,11 +52,15 @@ def gc(table: Table, *, now: float | None = None) -> GcResult:
     deleted = 0
     for i in range(0, len(ready), BATCH):
         batch = ready[i : i + BATCH]
-        table.objects.delete_many([k for f in batch for k in (f, sample_name(f))])
+        # Record first, then delete: once recorded, no transaction can reference the files
+        # again (a restore validates against the recorded state). Deleting first left a window
+        # (or, after a crash, forever) in which a restore could bring back references to files
+        # already gone. A crash after recording leaves orphans, which the orphan pass removes.
         try:
             table.states.commit(DeleteFiles(batch))
         except TransactionInvalidError:
-            break  # another collector recorded them first
+            break  # another collector recorded them first, or a restore referenced them again
+        table.objects.delete_many([k for f in batch for k in (f, sample_name(f))])
         deleted += len(batch)
 
     known = set(state.refcount) | set(state.unreferenced) | protected

@@ -229,6 +229,11 @@ class _Lock:
         self.doc["heartbeat"] = time.time()
         self.table.objects.put(LOCK_KEY, json.dumps(self.doc).encode())
 
+    def mark_stale(self) -> None:
+        """Heartbeat 0: the next dump to the same root resumes the job at once."""
+        self.doc["heartbeat"] = 0.0
+        self.table.objects.put(LOCK_KEY, json.dumps(self.doc).encode())
+
     def release(self) -> None:
         self.table.objects.delete_many([LOCK_KEY])
 
@@ -267,6 +272,8 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
     except BaseException:
         if new:  # nothing written yet (e.g. an unknown version): free the table at once
             lock.release()
+        else:
+            lock.mark_stale()
         raise
     dest = _dest(table, root)
     try:
@@ -320,8 +327,7 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
                "rows": rows, "bytes": size, "created": time.time()}
         dest.put(f"{job_id}/{JOB_MANIFEST}", dumps(job))
     except BaseException:
-        lock.doc["heartbeat"] = 0.0  # stale at once: the next dump to this root resumes it
-        lock.beat()
+        lock.mark_stale()  # (``beat()`` would stamp the current time: fresh, not stale)
         raise
     table.delete_tag(tag)
     lock.release()

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from sediment.core.model import FileReference
 from sediment.core.transactions import SplitPartition
 from sediment.errors import DataError, JobError, SedimentError, TransactionInvalidError
-from sediment.files.writer import WrittenFile
+from sediment.files.writer import WrittenFile, sample_name
 from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged
 from sediment.spark import tasks
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
     from sediment.table import Table
 
-SAMPLE_ROWS = 100_000
+SAMPLE_ROWS_PER_TASK = 2_048
 
 
 def _source_frame(spark: SparkSession, table: Table, source: Any) -> DataFrame:
@@ -52,7 +53,12 @@ def _source_frame(spark: SparkSession, table: Table, source: Any) -> DataFrame:
         if extra:
             raise DataError(f"bulk import into table {table.name}: field {extra[0]!r} is not "
                             f"in the table's schema ({', '.join(arrow.names)})")
-        return source.select(*arrow.names)
+        # Validate (types, null keys) as the rows are first read, so that bad input fails in
+        # the first job, before pre-splitting commits anything.
+        schema, name = table.schema, table.name
+        return source.select(*arrow.names).mapInArrow(
+            lambda it: tasks.conform_batches(it, schema, name, "Spark input"),
+            from_arrow_schema(arrow))
     from sediment.ingest.sources import expand_paths, read_file
 
     paths = [source] if isinstance(source, str) else list(source)
@@ -80,43 +86,82 @@ def _source_frame(spark: SparkSession, table: Table, source: Any) -> DataFrame:
     return listing.mapInArrow(read, from_arrow_schema(arrow))
 
 
-def _bucket_values(spark: SparkSession, n: int) -> list[int]:
-    """For each i < n, a long whose Spark hash partition (pmod(hash(v), n)) is i."""
-    from pyspark.sql import functions as F  # noqa: N812
-
+def _bucket_values(n: int) -> list[int]:
+    """For each i < n, a long whose Spark hash partition (``pmod(hash(v), n)``) is i."""
     size = n * 64
     while True:
-        rows = (spark.range(0, size).select("id", F.expr(f"pmod(hash(id), {n})").alias("b"))
-                .groupBy("b").agg(F.min("id").alias("v")).collect())
-        found = {int(r["b"]): int(r["v"]) for r in rows}
-        if len(found) == n:
-            return [found[i] for i in range(n)]
+        cand = np.arange(size, dtype=np.int64)
+        part = np.mod(spark_hash_long(cand), n)
+        values, first = np.unique(part, return_index=True)
+        if len(values) == n:
+            return cand[first].tolist()
         size *= 4
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return ((x << np.uint32(r)) | (x >> np.uint32(32 - r))).astype(np.uint32)
+
+
+def spark_hash_long(values: np.ndarray, seed: int = 42) -> np.ndarray:
+    """Spark's ``hash()`` of long values (Murmur3 x86 32-bit, seed 42), vectorised; the
+    partition of a row in ``repartition(n, col)`` is ``pmod(hash(col), n)``."""
+    with np.errstate(over="ignore"):
+        v = values.astype(np.int64).view(np.uint64)
+        h = np.full(len(v), seed, dtype=np.uint32)
+        for half in ((v & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+                     (v >> np.uint64(32)).astype(np.uint32)):
+            k = (half * np.uint32(0xCC9E2D51)).astype(np.uint32)
+            k = _rotl(k, 15)
+            k = (k * np.uint32(0x1B873593)).astype(np.uint32)
+            h = h ^ k
+            h = _rotl(h, 13)
+            h = (h * np.uint32(5) + np.uint32(0xE6546B64)).astype(np.uint32)
+        h = h ^ np.uint32(8)
+        h = h ^ (h >> np.uint32(16))
+        h = (h * np.uint32(0x85EBCA6B)).astype(np.uint32)
+        h = h ^ (h >> np.uint32(13))
+        h = (h * np.uint32(0xC2B2AE35)).astype(np.uint32)
+        h = h ^ (h >> np.uint32(16))
+    return h.view(np.int32).astype(np.int64)
+
+
+def _sample_keys(frame: DataFrame, names: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """An equi-depth sample of the frame's row keys: each task keeps every k-th key of its
+    rows (k doubling, so at most ``2 * SAMPLE_ROWS_PER_TASK`` keys with counts), collected as
+    Arrow. One pass over the key columns, no count, no Row objects."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from sediment.files.sample import COUNT, KeySampler
+
+    key_schema = pa.schema([schema.field(n) for n in names])
+    out_schema = key_schema.append(pa.field(COUNT, pa.int64(), False))
+
+    def sample(batches: Any) -> Any:
+        sampler = KeySampler(names, SAMPLE_ROWS_PER_TASK)
+        for b in batches:
+            sampler.add(pa.Table.from_batches([b]))
+        yield from sampler.sample(key_schema).cast(out_schema).to_batches()
+
+    return frame.select(*names).mapInArrow(sample, from_arrow_schema(out_schema)).toArrow()
 
 
 def presplit(spark: SparkSession, table: Table, frame: DataFrame, min_leaves: int) -> int:
     """Split the table at quantiles of a sample of ``frame`` until it has ``min_leaves``
     leaves (each split its own transaction); returns the number of splits made."""
+    from sediment.files.sample import merge_samples, quantile
+
     state = table.states.head()
-    have = len(state.leaf_partitions())
-    if have >= min_leaves:
+    if len(state.leaf_partitions()) >= min_leaves:
         return 0
     names = table.schema.row_key_names
-    keys = frame.select(*names)
-    total = max(1, keys.count())
-    fraction = min(1.0, SAMPLE_ROWS / total)
-    sample = pa.Table.from_pylist([r.asDict() for r in keys.sample(False, fraction, seed=7)
-                                   .collect()]) if total else None
-    if sample is None or sample.num_rows == 0:
+    sample = _sample_keys(frame, names, table.schema.to_arrow())
+    if sample.num_rows == 0:
         return 0
-    from sediment.files.keys import row_key, sort_indices
-
-    sample = sample.take(sort_indices(sample, names))
-    want = min_leaves
-    points = []
-    for i in range(1, want):
-        k = row_key(sample, min(sample.num_rows - 1, i * sample.num_rows // want), names)
-        if not points or k > points[-1]:
+    merged = merge_samples([sample], names)
+    points: list[tuple[Any, ...]] = []
+    for i in range(1, min_leaves):
+        k = quantile(merged, names, i / min_leaves)
+        if k is not None and (not points or k > points[-1]):
             points.append(k)
     made = 0
     for k in points:
@@ -133,23 +178,28 @@ def presplit(spark: SparkSession, table: Table, frame: DataFrame, min_leaves: in
     return made
 
 
-def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Sequence[str]
+def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Sequence[str],
+                *, before_commit: Callable[[StagedFiles], None] | None = None
                 ) -> IngestResult:
     """Import a DataFrame or files (Parquet, CSV, JSON lines; local or S3; globs) into
-    ``table`` with Spark, committing every file in one transaction."""
+    ``table`` with Spark, committing every file in one transaction.
+
+    ``before_commit`` is called with the written, not yet committed files just before the
+    commit (the ingest batcher records them there); if it raises, the files are deleted and
+    nothing is committed.
+    """
     from sediment.spark.session import register_data_source
 
     started = time.perf_counter()
     register_data_source(spark)
     frame = _source_frame(spark, table, source)
     min_leaves = int(table.properties["bulk_import.min_leaf_partitions"])
-    frame = frame.cache()
     try:
         presplit(spark, table, frame, min_leaves)
         state = table.states.head()
         leaves = state.leaf_partitions()
         boundaries = tasks.boundary_table(state)
-        buckets = _bucket_values(spark, len(leaves))
+        buckets = _bucket_values(len(leaves))
         schema, name, spec = table.schema, table.name, table.store.spec()
         arrow = schema.to_arrow()
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -166,13 +216,18 @@ def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Seq
         raise
     except Exception as e:  # Py4J / Spark errors: find our own error in the message
         raise _translate(e, table.name) from e
-    finally:
-        frame.unpersist()
     refs = [FileReference(r["filename"], r["partition_id"], int(r["records"]))
             for r in staged_rows]
     written = {r["filename"]: WrittenFile(r["filename"], 0, int(r["bytes"]))
                for r in staged_rows}
     staged = StagedFiles(sum(r.records for r in refs), refs, list(written.values()))
+    if before_commit is not None:
+        try:
+            before_commit(staged)
+        except BaseException:
+            table.objects.delete_many([k for w in staged.written
+                                       for k in (w.filename, sample_name(w.filename))])
+            raise
     return commit_staged(table, staged, started, kind="bulk_import")
 
 

@@ -59,10 +59,18 @@ class SedimentDataSource(DataSource):
         from pyspark.sql.pandas.types import from_arrow_schema
 
         table = tasks.open_table(_spec(self.options), self.options["table"])
+        if "version" not in self.options and "tag" not in self.options:
+            # Spark keeps this instance (pickled after schema()) for the DataFrame's lifetime:
+            # every action on the DataFrame reads the version current at load().
+            self.pinned_version = table.version
         return from_arrow_schema(table.schema.to_arrow())
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return SedimentReader(dict(self.options), schema)
+        options = dict(self.options)
+        pinned = getattr(self, "pinned_version", None)
+        if pinned is not None and "version" not in options and "tag" not in options:
+            options["version"] = str(pinned)
+        return SedimentReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
@@ -99,6 +107,9 @@ class SedimentReader(DataSourceReader):
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark API)
         """Take filters on the first row-key field; return the others to Spark."""
+        if self.options.get("pushdown", "true").strip().lower() in ("false", "0", "no"):
+            yield from filters
+            return
         lo: tuple[Any, bool] | None = None
         hi: tuple[Any, bool] | None = None
         keys: set[Any] | None = None
@@ -148,12 +159,27 @@ class SedimentReader(DataSourceReader):
             else table.plan(version=self.version)
         for sub in plan.subqueries:
             if sub.leaf_id == partition.leaf_id:
-                executor = table._query_executor(table.state(self.version))
+                state = table.state(self.version)
+                executor = table._query_executor(state)
+                its = _query_iterators(table, state)
+                extra = set().union(*(it.fields() for it in its)) if its else set()
                 read = [c for c in table.schema.field_names
-                        if c in self.columns or c in table.schema.key_names]
-                its = table.compaction_iterators()
+                        if c in self.columns or c in table.schema.key_names or c in extra]
                 data = executor.read_subquery(sub, read, its).select(self.columns)
                 yield from data.to_batches(max_chunksize=100_000)
+
+
+def _query_iterators(table: Any, state: Any) -> list[Any]:
+    """The iterators ``table.query`` applies: compaction's, then the query-time ones."""
+    from sediment.iterators import iterators_from_property
+    from sediment.properties import defaults
+
+    props = {**defaults(), **state.properties}
+    its = iterators_from_property(str(props["compaction.iterators"]), state.schema,
+                                  where=f"table {table.name} property compaction.iterators")
+    its += iterators_from_property(str(props["query.iterators"]), state.schema,
+                                   where=f"table {table.name} property query.iterators")
+    return its
 
 
 @dataclass

@@ -31,7 +31,7 @@ def _run_on_executor(spec: dict[str, Any], name: str, job: CompactionJob,
     try:
         out = run_compaction_job(table.objects, table.schema, table.properties, job, region,
                                  table.compaction_iterators())
-    except SedimentError as e:
+    except (SedimentError, OSError) as e:  # as the local runner: one bad job fails alone
         return {"job_id": job.job_id, "error": f"{type(e).__name__}: {e}"}
     w = out.written
     return {"job_id": job.job_id, "filename": w.filename if w else None,

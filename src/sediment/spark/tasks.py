@@ -82,6 +82,17 @@ def leaf_indices(data: pa.Table | pa.RecordBatch, names: Sequence[str],
     return out
 
 
+def conform_batches(batches: Iterator[pa.RecordBatch], schema: Schema, table_name: str,
+                    source: str) -> Iterator[pa.RecordBatch]:
+    """Each batch checked and cast to the table's schema (DataError naming field and row)."""
+    from sediment.ingest.sources import conform
+
+    offset = 0
+    for b in batches:
+        yield conform(b, schema, table_name, offset, source)
+        offset += b.num_rows
+
+
 def assign_leaves(batches: Iterator[pa.RecordBatch], schema: Schema, table_name: str,
                   boundaries: pa.Table, buckets: Sequence[int]) -> Iterator[pa.RecordBatch]:
     """Validate each batch and add the shuffle column (a bucket value per leaf)."""

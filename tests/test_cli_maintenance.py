@@ -1,0 +1,261 @@
+"""CLI maintenance commands (compact, split, gc, maintain, their --loop) and reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner, Result
+
+import sediment as sd
+from reference import Reference, assert_matches
+from sediment.cli import app
+from sediment.workload import benchmark_schema, generate
+
+SCHEMA = benchmark_schema()
+PROPS = {"state.cache.refresh_seconds": 0, "compaction.strategy": "basic",
+         "compaction.batch_size": 3, "partition.split.threshold": 500,
+         "gc.delay_seconds": 0}
+
+
+@pytest.fixture(autouse=True)
+def _no_store_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SEDIMENT_STORE", raising=False)
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def rows(n: int, seed: int) -> pa.Table:
+    return pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=n)))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[str, dict[str, Reference]]:
+    """Tables ``a`` and ``b`` (3 files of 300 rows each) and ``off`` (offline, 3 files)."""
+    root = str(tmp_path / "store")
+    st = sd.Store.open(root)
+    refs = {}
+    for name in ("a", "b", "off"):
+        t = st.create_table(name, SCHEMA, properties=PROPS)
+        refs[name] = Reference(SCHEMA)
+        for i in range(3):
+            data = rows(300, seed={"a": 0, "b": 10, "off": 20}[name] + i)
+            t.ingest(data)
+            refs[name].add(data)
+    st.table("off").set_online(False)
+    return root, refs
+
+
+def table(root: str, name: str) -> sd.Table:
+    return sd.Store.open(root).table(name)
+
+
+def ok(runner: CliRunner, *args: str) -> Result:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    return result
+
+
+def fails(runner: CliRunner, *args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 1, (result.stdout, result.stderr, result.exception)
+    assert isinstance(result.exception, SystemExit)
+    assert result.stderr.startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    return result.stderr
+
+
+def json_docs(text: str) -> list[Any]:
+    """Every JSON document printed one after the other (a --loop prints one per pass)."""
+    dec = json.JSONDecoder()
+    out, i = [], 0
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            return out
+        doc, i = dec.raw_decode(text, i)
+        out.append(doc)
+
+
+def by_table(rows_: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["table"]: r for r in rows_}
+
+
+# ---- compact / split / gc / maintain ----------------------------------------------------------
+def test_compact_one_table(runner: CliRunner, store: tuple[str, dict[str, Reference]]) -> None:
+    root, refs = store
+    (doc,) = json_docs(ok(runner, "compact", "--store", root, "--table", "a", "--json").stdout)
+    (row,) = doc
+    assert row["table"] == "a" and row["jobs"] == 1 and row["committed"] == 1
+    assert row["failed"] == 0 and row["rows_in"] == row["rows_out"] == 900
+    assert isinstance(row["seconds"], float)
+    a = table(root, "a")
+    assert [f.records for f in a.files()] == [900]
+    assert_matches(a.query(), refs["a"])
+    assert len(table(root, "b").files()) == 3  # other tables untouched
+
+
+def test_compact_whole_store_skips_offline(runner: CliRunner,
+                                           store: tuple[str, dict[str, Reference]]) -> None:
+    root, refs = store
+    (doc,) = json_docs(ok(runner, "compact", "--store", root, "--json").stdout)
+    rows_ = by_table(doc)
+    assert set(rows_) == {"a", "b"}
+    assert rows_["a"]["committed"] == rows_["b"]["committed"] == 1
+    assert len(table(root, "off").files()) == 3
+    (doc,) = json_docs(ok(runner, "compact", "--store", root, "--table", "off", "--json").stdout)
+    assert doc == [{"table": "off", "skipped": "offline"}]
+    assert len(table(root, "off").files()) == 3
+    for name in ("a", "b", "off"):
+        assert_matches(table(root, name).query(), refs[name])
+    text = ok(runner, "compact", "--store", root).stdout  # rich table for people
+    assert "a" in text and "committed" in text
+
+
+def test_split_skips_offline(runner: CliRunner, store: tuple[str, dict[str, Reference]]) -> None:
+    root, refs = store
+    (doc,) = json_docs(ok(runner, "split", "--store", root, "--json").stdout)
+    rows_ = by_table(doc)
+    assert set(rows_) == {"a", "b"}
+    assert rows_["a"]["splits"] == 1 and rows_["a"]["unsplittable"] == 0
+    assert len(table(root, "a").partitions()) == 3
+    assert len(table(root, "off").partitions()) == 1
+    (doc,) = json_docs(ok(runner, "split", "--store", root, "--table", "off", "--json").stdout)
+    assert doc == [{"table": "off", "skipped": "offline"}]
+    assert len(table(root, "off").partitions()) == 1
+    assert_matches(table(root, "a").query(), refs["a"])
+
+
+def test_gc_runs_on_every_table(runner: CliRunner,
+                                store: tuple[str, dict[str, Reference]]) -> None:
+    root, refs = store
+    ok(runner, "compact", "--store", root, "--table", "a")
+    (doc,) = json_docs(ok(runner, "gc", "--store", root, "--json").stdout)
+    rows_ = by_table(doc)
+    assert set(rows_) == {"a", "b", "off"}  # GC also cleans offline tables
+    assert rows_["a"]["deleted"] == 3 and rows_["b"]["deleted"] == 0
+    assert rows_["a"]["orphans_deleted"] == 0
+    a = table(root, "a")
+    assert a.state().unreferenced == {}
+    assert_matches(a.query(), refs["a"])
+
+
+def test_maintain_store_and_table(runner: CliRunner,
+                                  store: tuple[str, dict[str, Reference]]) -> None:
+    root, refs = store
+    (doc,) = json_docs(ok(runner, "maintain", "--store", root, "--json").stdout)
+    rows_ = by_table(doc)
+    assert set(rows_) == {"a", "b", "off"}
+    for name in ("a", "b"):
+        assert rows_[name]["splits"] >= 1 and rows_[name]["jobs"] >= 1
+        assert rows_[name]["failed"] == 0 and rows_[name]["passes"] >= 2
+    assert rows_["off"] == {"table": "off", "passes": 1, "splits": 0, "jobs": 0, "failed": 0,
+                            "deleted": 0, "seconds": rows_["off"]["seconds"]}
+    off = table(root, "off")
+    assert len(off.files()) == 3 and len(off.partitions()) == 1
+    for name in ("a", "b", "off"):
+        t = table(root, name)
+        assert_matches(t.query(), refs[name])
+    a = table(root, "a")
+    assert all(p.is_leaf or not a.state().references(p.id) for p in a.partitions())
+    (doc,) = json_docs(ok(runner, "maintain", "--store", root, "--table", "a",
+                          "--json").stdout)
+    assert doc[0]["passes"] == 1 and doc[0]["jobs"] == 0
+
+
+@pytest.mark.parametrize("command", ["compact", "split", "gc", "maintain"])
+def test_loop_with_max_loops(runner: CliRunner, store: tuple[str, dict[str, Reference]],
+                             command: str) -> None:
+    root, refs = store
+    out = ok(runner, command, "--store", root, "--table", "a", "--loop", "--max-loops", "2",
+             "--interval", "0", "--json").stdout
+    docs = json_docs(out)
+    assert len(docs) == 2
+    assert all(len(d) == 1 and d[0]["table"] == "a" for d in docs)
+    if command == "compact":
+        assert docs[0][0]["committed"] == 1 and docs[1][0]["jobs"] == 0
+    assert_matches(table(root, "a").query(), refs["a"])
+
+
+def test_maintenance_errors(runner: CliRunner, tmp_path: Path,
+                            store: tuple[str, dict[str, Reference]]) -> None:
+    root, _ = store
+    assert "no Sediment store" in fails(runner, "compact", "--store", str(tmp_path / "nope"))
+    assert "nope" in fails(runner, "split", "--store", root, "--table", "nope")
+    assert "no store given" in fails(runner, "gc")
+
+
+# ---- reports -------------------------------------------------------------------------------------
+def test_report_partitions(runner: CliRunner, store: tuple[str, dict[str, Reference]]) -> None:
+    root, _ = store
+    ok(runner, "maintain", "--store", root, "--table", "a")
+    a = table(root, "a")
+    state = a.state()
+    rows_ = json.loads(ok(runner, "report", "partitions", "--store", root, "--table", "a",
+                          "--json").stdout)
+    assert {r["id"] for r in rows_} == set(state.partitions)
+    for r in rows_:
+        refs = state.references(r["id"])
+        p = state.partitions[r["id"]]
+        assert r["leaf"] == p.is_leaf and r["parent"] == p.parent_id
+        assert r["files"] == len(refs) and r["records"] == sum(f.records for f in refs.values())
+        assert r["children"] == list(p.children)
+    assert sum(r["records"] for r in rows_ if r["leaf"]) == 900
+    text = ok(runner, "report", "partitions", "--store", root, "--table", "a").stdout
+    assert "root node" in text
+    leaves = [r for r in rows_ if r["leaf"]]
+    for r in leaves:
+        assert r["id"] in text
+        assert f"records={r['records']:,} files={r['files']}" in text
+    # the tree: one line per partition, indented four columns per level below the root
+    lines = text.splitlines()
+    assert len(lines) == len(rows_)
+    for r in rows_:
+        (line,) = [ln for ln in lines if f"{r['id']} {'leaf' if r['leaf'] else 'node'} " in ln]
+        assert line.index(r["id"]) == 4 * len(state.ancestors(r["id"]))
+
+
+def test_report_files_jobs_tasks(runner: CliRunner,
+                                 store: tuple[str, dict[str, Reference]]) -> None:
+    root, _ = store
+    ok(runner, "compact", "--store", root, "--table", "a")
+    a = table(root, "a")
+    files = json.loads(ok(runner, "report", "files", "--store", root, "--table", "a",
+                          "--json").stdout)
+    assert files == [r._asdict() for r in a.files()]
+    assert files[0]["records"] == 900 and files[0]["job_id"] is None
+    text = ok(runner, "report", "files", "--store", root, "--table", "a").stdout
+    assert "1 file references" in text
+    jobs = json.loads(ok(runner, "report", "jobs", "--store", root, "--table", "a",
+                         "--json").stdout)
+    assert len(jobs) == 1 and jobs[0]["status"] == "committed"
+    assert jobs[0]["inputs"] == 3 and jobs[0]["rows_out"] == 900
+    assert "1 compaction jobs" in ok(runner, "report", "jobs", "--store", root,
+                                     "--table", "a").stdout
+    tasks = json.loads(ok(runner, "report", "tasks", "--store", root, "--table", "a",
+                          "--json").stdout)
+    kinds = [t["kind"] for t in tasks]
+    assert kinds.count("ingest") == 3 and kinds.count("compaction") == 4
+    assert [t["time"] for t in tasks] == sorted(t["time"] for t in tasks)
+    assert {"time", "kind", "job_id", "status", "partition_id", "details"} <= set(tasks[0])
+    text = ok(runner, "report", "tasks", "--store", root, "--table", "a").stdout
+    assert f"{len(tasks)} events" in text
+    # an untouched table has no jobs
+    assert json.loads(ok(runner, "report", "jobs", "--store", root, "--table", "b",
+                         "--json").stdout) == []
+
+
+def test_report_errors(runner: CliRunner, store: tuple[str, dict[str, Reference]]) -> None:
+    root, _ = store
+    err = fails(runner, "report", "nonsense", "--store", root, "--table", "a")
+    assert "unknown report 'nonsense'" in err
+    assert "nope" in fails(runner, "report", "files", "--store", root, "--table", "nope")
+    result = runner.invoke(app, ["report", "files", "--store", root])
+    assert result.exit_code != 0  # --table is required

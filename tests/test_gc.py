@@ -1,0 +1,284 @@
+"""Garbage collection: unreferenced files after the delay, orphans after their timeout, and
+never a referenced file, whatever mix of ingest, compaction and splitting came before."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import sediment as sd
+from reference import Reference, assert_matches
+from sediment.core.transactions import DeleteFiles
+from sediment.files.writer import new_data_filename, sample_name, write_sorted_file
+from sediment.gc import GcResult, gc
+from sediment.workload import benchmark_schema, generate
+
+SCHEMA = benchmark_schema()
+
+
+def make_table(uri: str | Path, options: dict[str, Any] | None = None, **props: Any
+               ) -> sd.Table:
+    store = sd.Store.open(str(uri), **(options or {}))
+    return store.create_table(f"t{uuid.uuid4().hex[:8]}", SCHEMA,
+                              properties={"state.cache.refresh_seconds": 0, **props})
+
+
+def rows(n: int, seed: int) -> pa.Table:
+    return pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=max(1, n))))
+
+
+def ingest(table: sd.Table, ref: Reference, n: int, seed: int) -> None:
+    data = rows(n, seed)
+    table.ingest(data)
+    ref.add(data)
+
+
+def stored(table: sd.Table) -> set[str]:
+    """Objects under data/ (not S3 folder markers, which pyarrow's writer leaves)."""
+    return {o.key for o in table.objects.list("data/") if not o.key.endswith("/")}
+
+
+def assert_referenced_files_exist(table: sd.Table) -> None:
+    keys = stored(table)
+    for f in table.state().refcount:
+        assert f in keys, f"referenced file {f} was deleted"
+        assert sample_name(f) in keys, f"sample of referenced file {f} was deleted"
+
+
+def write_orphan(table: sd.Table, seed: int = 0) -> str:
+    """A data file + sample written like a job's output, never committed."""
+    data = rows(20, seed).sort_by([("key", "ascending"), ("timestamp", "ascending")])
+    name = new_data_filename("root")
+    write_sorted_file(table.objects, name, SCHEMA, table.properties, [data])
+    return name
+
+
+def compacted_table(uri: str | Path, options: dict[str, Any] | None = None, **props: Any
+                    ) -> tuple[sd.Table, Reference, list[str]]:
+    """Three files compacted into one: returns the table, reference and the three inputs."""
+    table = make_table(uri, options, **{"compaction.strategy": "basic",
+                                        "compaction.batch_size": 3, **props})
+    ref = Reference(SCHEMA)
+    for i in range(3):
+        ingest(table, ref, 100, i)
+    inputs = [r.filename for r in table.files()]
+    assert table.compact().jobs_committed == 1
+    return table, ref, inputs
+
+
+# ---- unreferenced files ----------------------------------------------------------------------
+def test_unreferenced_files_deleted_after_delay(store_uri: tuple[str, dict[str, Any]]) -> None:
+    uri, options = store_uri
+    table, ref, inputs = compacted_table(uri, options)
+    (out,) = [r.filename for r in table.files()]
+    assert set(table.state().unreferenced) == set(inputs)
+    # younger than the default delay (15 min): kept
+    r = table.gc()
+    assert r == GcResult(0, 0, r.seconds) and not r.did_work
+    assert set(inputs) <= stored(table)
+    version = table.version
+    r = gc(table, now=time.time() + 901)
+    assert r.deleted == 3 and r.orphans_deleted == 0
+    keys = stored(table)
+    for f in inputs:
+        assert f not in keys and sample_name(f) not in keys
+    assert keys == {out, sample_name(out)}
+    assert table.state().unreferenced == {}
+    (txn,) = [e.transaction for e in table.states.log.read_after(version)]
+    assert isinstance(txn, DeleteFiles) and sorted(txn.filenames) == sorted(inputs)
+    assert table.history()[-1].kind == "delete_files"
+    assert_matches(table.query(), ref)
+    assert not gc(table, now=time.time() + 901).did_work
+
+
+def test_younger_unreferenced_files_are_kept(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 2,
+                                    "gc.delay_seconds": 100})
+    ref = Reference(SCHEMA)
+    ingest(table, ref, 50, 1)
+    ingest(table, ref, 50, 2)
+    table.compact()
+    first = dict(table.state().unreferenced)
+    assert len(first) == 2
+    time.sleep(0.05)
+    ingest(table, ref, 50, 3)
+    table.compact()  # merges the first output with the new file
+    second = {f: t for f, t in table.state().unreferenced.items() if f not in first}
+    assert len(second) == 2
+    t1, t2 = max(first.values()), min(second.values())
+    assert t2 > t1
+    r = gc(table, now=t1 + 100 + (t2 - t1) / 2)
+    assert r.deleted == 2
+    keys = stored(table)
+    assert not set(first) & keys
+    assert set(second) <= keys and {sample_name(f) for f in second} <= keys
+    assert set(table.state().unreferenced) == set(second)
+    assert gc(table, now=t2 + 100).deleted == 2
+    assert_matches(table.query(), ref)
+    assert_referenced_files_exist(table)
+
+
+def test_retention_keeps_files_past_the_gc_delay(tmp_path: Path) -> None:
+    table, ref, inputs = compacted_table(tmp_path, **{"gc.delay_seconds": 0,
+                                                      "retention.seconds": 1000})
+    assert table.gc().deleted == 0
+    assert set(inputs) <= stored(table)
+    assert gc(table, now=time.time() + 1001).deleted == 3
+    assert_matches(table.query(), ref)
+
+
+def test_racing_collectors_record_each_deletion_once(tmp_path: Path) -> None:
+    table, ref, inputs = compacted_table(tmp_path, **{"gc.delay_seconds": 0})
+    tables = [sd.Store.open(str(tmp_path)).table(table.name) for _ in range(2)]
+    for t in tables:
+        t.states.head()
+    barrier = threading.Barrier(2)
+    results: list[GcResult] = []
+    errors: list[BaseException] = []
+
+    def work(t: sd.Table) -> None:
+        try:
+            barrier.wait()
+            results.append(t.gc())
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in tables]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    assert sum(r.deleted for r in results) == 3
+    deletes = [e.transaction for e in table.states.log.read_after(0)
+               if isinstance(e.transaction, DeleteFiles)]
+    assert sorted(f for d in deletes for f in d.filenames) == sorted(inputs)
+    assert not set(inputs) & stored(table)
+    assert_matches(table.query(), ref)
+
+
+# ---- orphans ---------------------------------------------------------------------------------
+def test_orphans_deleted_after_timeout(store_uri: tuple[str, dict[str, Any]]) -> None:
+    uri, options = store_uri
+    table = make_table(uri, options)
+    ref = Reference(SCHEMA)
+    ingest(table, ref, 100, 1)
+    orphan = write_orphan(table)
+    assert {orphan, sample_name(orphan)} <= stored(table)
+    assert table.gc().orphans_deleted == 0  # younger than the default hour
+    assert orphan in stored(table)
+    r = gc(table, now=time.time() + 3601)
+    assert r.orphans_deleted == 1 and r.deleted == 0
+    keys = stored(table)
+    assert orphan not in keys and sample_name(orphan) not in keys
+    assert_referenced_files_exist(table)
+    assert_matches(table.query(), ref)
+    # nothing recorded in the log: no transaction ever knew the orphan
+    assert table.history()[-1].kind == "add_files"
+
+
+def test_young_orphans_kept_old_ones_deleted(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"gc.orphan_timeout_seconds": 600})
+    ref = Reference(SCHEMA)
+    ingest(table, ref, 100, 1)
+    old, young = write_orphan(table, 1), write_orphan(table, 2)
+    stray_sample = sample_name(new_data_filename("root"))  # a sample whose data never landed
+    table.objects.put(stray_sample, b"x")
+    past = time.time() - 3600
+    for key in (old, sample_name(old), stray_sample):
+        os.utime(table.objects.path(key), (past, past))
+    r = table.gc()
+    assert r.orphans_deleted == 1
+    keys = stored(table)
+    assert old not in keys and sample_name(old) not in keys and stray_sample not in keys
+    assert young in keys and sample_name(young) in keys
+    table.set_properties({"gc.orphan_timeout_seconds": 0})
+    assert table.gc().orphans_deleted == 1
+    assert young not in stored(table)
+    assert_referenced_files_exist(table)
+    assert_matches(table.query(), ref)
+
+
+def test_gc_events(tmp_path: Path) -> None:
+    table, _, _ = compacted_table(tmp_path, **{"gc.delay_seconds": 0,
+                                               "gc.orphan_timeout_seconds": 0})
+    write_orphan(table)
+    table.gc()
+    (ev,) = list(table.status.events("gc"))
+    assert ev.status == "finished"
+    assert ev.details["deleted"] == 3 and ev.details["orphans_deleted"] == 1
+    table.gc()  # nothing to do: no event
+    assert len(list(table.status.events("gc"))) == 1
+
+
+# ---- referenced files are never deleted -------------------------------------------------------
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_mixes_never_delete_referenced_files(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    table = make_table(tmp_path, **{"gc.delay_seconds": 0, "gc.orphan_timeout_seconds": 0,
+                                    "partition.split.threshold": 600,
+                                    "compaction.batch_size": rng.choice([2, 3, 4]),
+                                    "compaction.strategy": rng.choice(["basic", "size_ratio"]),
+                                    "ingest.write_strategy":
+                                        rng.choice(["per_partition", "shared_file"])})
+    ref = Reference(SCHEMA)
+    ops = ["ingest"] * 4 + ["compact"] * 3 + ["split"] * 2 + ["gc"] * 3
+    for step in range(18):
+        op = rng.choice(ops)
+        if op == "ingest":
+            ingest(table, ref, rng.randint(1, 300), seed * 100 + step)
+        elif op == "compact":
+            table.compact()
+        elif op == "split":
+            table.split()
+        else:
+            table.gc()
+            assert table.state().unreferenced == {}
+        assert_referenced_files_exist(table)
+        assert_matches(table.query(), ref)
+    table.maintain()
+    table.gc()
+    assert_referenced_files_exist(table)
+    referenced = set(table.state().refcount)
+    assert stored(table) == referenced | {sample_name(f) for f in referenced}
+    assert_matches(table.query(), ref)
+
+
+def test_gc_racing_compaction_keeps_referenced_files(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"gc.delay_seconds": 0, "compaction.strategy": "basic",
+                                    "compaction.batch_size": 2,
+                                    "partition.split.threshold": 800})
+    ref = Reference(SCHEMA)
+    collector = sd.Store.open(str(tmp_path)).table(table.name)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def collect() -> None:
+        try:
+            while not stop.is_set():
+                collector.gc()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    th = threading.Thread(target=collect)
+    th.start()
+    try:
+        for i in range(8):
+            ingest(table, ref, 150, 500 + i)
+            table.split()
+            table.compact()
+            assert_matches(table.query(), ref)
+    finally:
+        stop.set()
+        th.join(60)
+    assert not errors, errors
+    assert_referenced_files_exist(table)
+    assert_matches(table.query(), ref)
