@@ -355,6 +355,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sediment.cli_data",
     "sediment.cli_maintenance",
     "sediment.cli_versions",
+    "sediment.cli_spark",
 )
 """Modules that add commands to ``app`` (e.g. ``"sediment.cli_ingest"``), imported below so the
 commands exist whenever ``sediment.cli`` is imported (the console script, tests)."""

@@ -101,9 +101,17 @@ def gc(table: TableOption = None, loop: LoopOption = False, interval: IntervalOp
 @app.command()
 def maintain(table: TableOption = None, loop: LoopOption = False,
              interval: IntervalOption = 10.0, max_loops: PassesOption = 0,
+             spark: Annotated[bool, typer.Option("--spark", help="Run compaction jobs as "
+                                                 "Spark tasks.")] = False,
+             master: Annotated[str | None, typer.Option("--master", help="Spark master URL "
+                                                        "(default local[*]).")] = None,
              store: StoreOption = None, json_out: JsonOption = False) -> None:
     """Split, compact and collect garbage until nothing is left to do (offline tables:
     GC only)."""
+    if spark:
+        from sediment.spark import session
+
+        session(master)
     def act(t: Table) -> dict[str, Any]:
         if not t.online:
             r = t.gc()
@@ -112,7 +120,7 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         show = not json_out and sys.stderr.isatty()
         if show:
             typer.echo(f"maintaining {t.name} ...", err=True)
-        r = t.maintain()
+        r = t.maintain(runner="spark" if spark else "local")
         return {"passes": r.passes, "splits": r.splits, "jobs": r.jobs_committed,
                 "failed": r.jobs_failed, "deleted": r.files_deleted}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sediment.compaction.runner import CompactionResult, compact
+from sediment.compaction.runner import CompactionResult, JobRunner, compact
 from sediment.gc import GcResult, gc
 from sediment.splitting import SplitResult, split
 
@@ -28,15 +28,16 @@ class MaintenanceResult:
     seconds: float
 
 
-def maintain_pass(table: Table) -> tuple[SplitResult, CompactionResult, GcResult]:
+def maintain_pass(table: Table, *, runner: JobRunner | None = None
+                  ) -> tuple[SplitResult, CompactionResult, GcResult]:
     """One pass: split leaves over the threshold, compact, collect garbage."""
     s = split(table)
-    c = compact(table)
+    c = compact(table, runner=runner)
     g = gc(table)
     return s, c, g
 
 
-def maintain(table: Table, *, max_passes: int = MAX_PASSES,
+def maintain(table: Table, *, max_passes: int = MAX_PASSES, runner: JobRunner | None = None,
              on_pass: Callable[[int, SplitResult, CompactionResult, GcResult], None] | None
              = None) -> MaintenanceResult:
     """Run passes until one does nothing (or ``max_passes``)."""
@@ -44,7 +45,7 @@ def maintain(table: Table, *, max_passes: int = MAX_PASSES,
     splits = committed = failed = deleted = 0
     passes = 0
     for passes in range(1, max_passes + 1):  # noqa: B007 - used after the loop
-        s, c, g = maintain_pass(table)
+        s, c, g = maintain_pass(table, runner=runner)
         splits += s.splits
         committed += c.jobs_committed
         failed += c.jobs_failed

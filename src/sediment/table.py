@@ -241,10 +241,15 @@ class Table:
 
         return gc(self)
 
-    def maintain(self) -> MaintenanceResult:
-        """Split, compact and collect garbage until there is nothing left to do."""
+    def maintain(self, *, runner: Literal["local", "spark"] = "local") -> MaintenanceResult:
+        """Split, compact and collect garbage until there is nothing left to do (compaction
+        jobs in local threads, or as Spark tasks with ``runner="spark"``)."""
         from sediment.maintenance import maintain
 
+        if runner == "spark":
+            from sediment.spark.runner import run_jobs_on_spark
+
+            return maintain(self, runner=run_jobs_on_spark)
         return maintain(self)
 
     # ---- ingest ----------------------------------------------------------------------------
