@@ -148,6 +148,9 @@ def pandas_aggregate(table: pa.Table, schema: sd.Schema, functions: dict[str, st
     for k in keys:  # group on exact key values (timestamps as ints)
         if pa.types.is_timestamp(table.schema.field(k).type):
             df[k] = table.column(k).cast(pa.int64()).to_numpy()
+    for c in df.columns:  # nullable strings: pandas 2 cannot max() object columns with None
+        if df[c].dtype == object and pa.types.is_string(table.schema.field(c).type):
+            df[c] = df[c].astype("string")
     last = df.drop_duplicates(keys, keep="last").set_index(keys)
     g = df.groupby(keys, sort=False)
     ref = last.copy()
