@@ -258,6 +258,8 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
     """Dump ``range`` (default: everything) of ``table`` at ``version`` under ``root``."""
     started = time.perf_counter()
     rng = range or Range()
+    if rng.is_empty():  # no task could tile it: the dump would not load
+        raise QueryError(f"table {table.name}: dump range {rng} is empty")
     root = root.rstrip("/")
     v = table.resolve_version(version) or table.version
     lock = _Lock(table, root, rng, v)

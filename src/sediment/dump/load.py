@@ -18,7 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sediment.core.model import FileReference
@@ -30,6 +32,7 @@ from sediment.errors import (
     SchemaError,
     TableNotFoundError,
 )
+from sediment.files.keys import range_mask, row_key, sort_indices
 from sediment.files.writer import sample_name
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore, open_object_store
@@ -80,12 +83,32 @@ def _check_parquet(data: bytes, path: str, mpath: str, rows: int,
                                    f"not the dump's schema {fields}")
 
 
+def _check_keys(data: bytes, path: str, mpath: str, schema: Schema, rng: Range) -> None:
+    """A dumped data file is sorted and inside its task's range. Checksums cannot tell: a
+    file outside its range would be referenced from leaves whose regions hide its rows from
+    queries (and compaction would drop them), an unsorted one breaks every merge."""
+    keys = pq.read_table(pa.BufferReader(data), columns=schema.key_names)
+    if keys.num_rows == 0:
+        return
+    order = sort_indices(keys, schema.key_names)  # stable: sorted data gives 0, 1, 2, ...
+    if not pc.all(pc.equal(order, pa.array(np.arange(keys.num_rows, dtype=np.uint64)))).as_py():
+        raise CorruptMetadataError(f"dump file {path} (named in {mpath}) is not sorted by "
+                                   f"{', '.join(schema.key_names)}")
+    mask = range_mask(keys, schema.row_key_names, rng)
+    if mask is not None and not pc.all(mask).as_py():
+        row = pc.indices_nonzero(pc.invert(mask))[0].as_py()
+        raise CorruptMetadataError(f"dump file {path} (named in {mpath}): row {row} has key "
+                                   f"{row_key(keys, row, schema.row_key_names)!r}, outside the "
+                                   f"task's range {rng}")
+
+
 def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[DumpedFile]]:
     """Check every manifest, checksum, path and the tiling; returns the job and its files."""
     where = f"dump job manifest {src.uri}/{job_key}"
     job = loads(_get(src, job_key, where), where)
     try:
-        fields = [(f.name, f.type) for f in Schema.from_json(job["schema"]).to_arrow()]
+        dumped = Schema.from_json(job["schema"])
+        fields = [(f.name, f.type) for f in dumped.to_arrow()]
     except (KeyError, TypeError, ValueError, SchemaError) as e:
         raise CorruptMetadataError(f"{where}: schema is malformed: {e!r}") from e
     try:
@@ -93,10 +116,10 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
         tasks = job["tasks"]
         version = int(job["version"])
         out: list[DumpedFile] = []
-        ranges = []
-        for t in tasks:
-            trange = range_from_json(t["range"])
-            ranges.append(trange)
+        ranges = [range_from_json(t["range"]) for t in tasks]
+        if not tiles(ranges, whole):  # first: the file checks below rely on the task ranges
+            raise CorruptMetadataError(f"{where}: task ranges do not tile the dumped range")
+        for t, trange in zip(tasks, ranges, strict=True):
             for m in t["manifests"]:
                 mpath = safe_path(m["path"], where)
                 raw = _get(src, mpath, where)
@@ -118,13 +141,13 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
                                                    f"(named in {mpath})")
                     _check_parquet(data, fpath, mpath, int(f["rows"]),
                                    fields if f["kind"] == "data" else None)
+                    if f["kind"] == "data":
+                        _check_keys(data, fpath, mpath, dumped, trange)
                 if "data" in files:
                     out.append(DumpedFile(files["data"]["path"], files["sample"]["path"],
                                           int(files["data"]["rows"]), trange))
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptMetadataError(f"{where} is malformed: {e!r}") from e
-    if not tiles(ranges, whole):
-        raise CorruptMetadataError(f"{where}: task ranges do not tile the dumped range")
     return job, out
 
 

@@ -61,7 +61,7 @@ def loads(data: bytes, where: str) -> dict[str, Any]:
 
 def tiles(ranges: list[Range], whole: Range) -> bool:
     """Do the (sorted) task ranges cover ``whole`` exactly, without gaps or overlaps?"""
-    if not ranges:
+    if not ranges or any(r.is_empty() for r in ranges):  # e.g. out of order: ["p", "g")
         return False
     if ranges[0].start != whole.start or ranges[-1].end != whole.end:
         return False

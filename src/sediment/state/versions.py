@@ -60,20 +60,29 @@ def list_tags(states: StateStore) -> list[Tag]:
     out = []
     for o in states.objects.list(TAG_PREFIX):
         try:
-            doc = json.loads(states.objects.get(o.key))
-            out.append(Tag(str(doc["name"]), int(doc["version"]), float(doc["created"])))
-        except (ValueError, KeyError, TypeError) as e:
-            raise CorruptMetadataError(f"tag object {o.key} of table {states.table_id} is "
-                                       f"corrupt: {e!r}") from e
+            raw = states.objects.get(o.key)
+        except ObjectNotFoundError:
+            continue  # deleted since the listing (e.g. a dump job's tag as the job ends)
+        out.append(_parse_tag(raw, o.key, states.table_id))
     return sorted(out, key=lambda t: (t.version, t.name))
 
 
-def get_tag(states: StateStore, name: str) -> Tag:
+def _parse_tag(raw: bytes, key: str, table_id: str) -> Tag:
     try:
-        doc = json.loads(states.objects.get(_tag_key(name)))
+        doc = json.loads(raw)
+        return Tag(str(doc["name"]), int(doc["version"]), float(doc["created"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptMetadataError(f"tag object {key} of table {table_id} is corrupt: "
+                                   f"{e!r}") from e
+
+
+def get_tag(states: StateStore, name: str) -> Tag:
+    key = _tag_key(name)
+    try:
+        raw = states.objects.get(key)
     except ObjectNotFoundError:
         raise QueryError(f"table {states.table_id} has no tag {name!r}") from None
-    return Tag(str(doc["name"]), int(doc["version"]), float(doc["created"]))
+    return _parse_tag(raw, key, states.table_id)
 
 
 def delete_tag(states: StateStore, name: str) -> None:
