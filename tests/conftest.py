@@ -168,3 +168,12 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict
     if request.param == "local":
         return str(tmp_path / "store"), {}
     return request.getfixturevalue("s3_store_uri")
+
+
+@pytest.fixture
+def no_prune_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let tests prune entries they just wrote (production keeps 5 minutes of log; see
+    sediment.state.store.PRUNE_GRACE_SECONDS)."""
+    import sediment.state.versions as versions
+
+    monkeypatch.setattr(versions, "PRUNE_GRACE_SECONDS", 0.0)

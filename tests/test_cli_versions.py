@@ -126,7 +126,8 @@ def test_history_and_diff(runner: CliRunner, setup: tuple[str, sd.Table, Referen
     assert "no tag" in fails(runner, "diff", "events", "nosuch", "--store", store)
 
 
-def test_restore_and_prune(runner: CliRunner, setup: tuple[str, sd.Table, Reference]) -> None:
+def test_restore_and_prune(runner: CliRunner, setup: tuple[str, sd.Table, Reference],
+                           no_prune_grace: None) -> None:
     store, table, ref = setup
     table.compact()
     assert js(runner, "restore", "events", "3", "--store", store) == {

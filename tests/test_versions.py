@@ -363,7 +363,8 @@ def test_retention_keeps_files_of_recent_versions(tmp_path: Path) -> None:
 
 
 # ---- pruning ---------------------------------------------------------------------------------
-def test_prune_below_oldest_tag_and_retained_version(tmp_path: Path) -> None:
+def test_prune_below_oldest_tag_and_retained_version(tmp_path: Path,
+                                                    no_prune_grace: None) -> None:
     table = make_table(tmp_path / "s", **{"state.snapshot.interval": 3})
     ref = Reference(SCHEMA)
     for i in range(8):
@@ -408,7 +409,8 @@ def test_prune_below_oldest_tag_and_retained_version(tmp_path: Path) -> None:
     assert_matches(sd.Store.open(str(tmp_path / "s")).table(table.name).query(), ref)
 
 
-def test_prune_never_below_a_tag_or_inside_retention(tmp_path: Path) -> None:
+def test_prune_never_below_a_tag_or_inside_retention(tmp_path: Path,
+                                                     no_prune_grace: None) -> None:
     table = make_table(tmp_path / "s", **{"state.snapshot.interval": 3})
     ref = Reference(SCHEMA)
     for i in range(8):

@@ -34,6 +34,12 @@ TransactionSource = Transaction | Callable[[TableState], Transaction]
 """A transaction, or a function building one from the current head (re-run on each retry)."""
 
 
+SYNC_MAX_AGE_SECONDS = 60.0
+"""A writer whose cached head is older than this re-reads the log before committing."""
+PRUNE_GRACE_SECONDS = 300.0
+"""Pruning keeps every log entry younger than this (see ``StateStore.commit``)."""
+
+
 def _prop(state: TableState, name: str) -> Any:
     return state.properties.get(name, PROPERTIES[name].default)
 
@@ -48,6 +54,8 @@ class StateStore:
         self._head: TableState | None = None
         self._known_digests: set[str] = set()
         self._lock = threading.Lock()
+        self._synced = 0.0
+        """When the cached head was last known to be current (monotonic seconds)."""
 
     # ---- reading -----------------------------------------------------------------------
     def _apply(self, state: TableState, entry: LogEntry) -> None:
@@ -81,12 +89,18 @@ class StateStore:
 
     def _refresh_locked(self) -> None:
         assert self._head is not None
-        entries = list(self.log.read_after(self._head.version))
-        if entries:
-            state = self._head.copy()
-            for e in entries:
-                self._apply(state, e)
-            self._head = state
+        newer = self.log.versions_after(self._head.version)
+        if newer and newer[0] != self._head.version + 1:
+            # The entries after our cached head were pruned: start again from storage.
+            self._head = self._load_from_storage(None)
+        else:
+            entries = list(self.log.read_after(self._head.version))
+            if entries:
+                state = self._head.copy()
+                for e in entries:
+                    self._apply(state, e)
+                self._head = state
+        self._synced = time.monotonic()
 
     def load(self, version: int | None = None) -> TableState:
         """The state at ``version`` (None: latest): newest snapshot at or below it + replay."""
@@ -125,6 +139,11 @@ class StateStore:
         with self._lock:
             if self._head is None:
                 self._head = self._load_from_storage(None)
+                self._synced = time.monotonic()
+            elif time.monotonic() - self._synced > SYNC_MAX_AGE_SECONDS:
+                # Pruning never touches entries younger than PRUNE_GRACE_SECONDS, so a head
+                # synced this recently cannot have its next slot pruned under it.
+                self._refresh_locked()
             attempts = int(_prop(self._head, "state.commit.max_attempts"))
             base = float(_prop(self._head, "state.commit.backoff_seconds"))
             for attempt in range(attempts):
@@ -139,6 +158,7 @@ class StateStore:
                     state.version = version
                     state.last_update = now
                     self._head = state
+                    self._synced = time.monotonic()
                     self._maybe_snapshot(state)
                     return state.copy()
                 delay = min(1.0, base * (2 ** min(attempt, 8))) * random.uniform(0.5, 1.5)

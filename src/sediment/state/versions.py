@@ -27,7 +27,7 @@ from sediment.state.snapshot import (
     snapshot_key,
     snapshot_versions,
 )
-from sediment.state.store import StateStore
+from sediment.state.store import PRUNE_GRACE_SECONDS, StateStore
 
 TAG_PREFIX = "tags/"
 OBJECT_GRACE_SECONDS = 3600.0
@@ -189,7 +189,10 @@ def prune(states: StateStore, retention_seconds: float, *, now: float | None = N
     head = states.head()
     needed = [t.version for t in list_tags(states)]
     # the oldest version still inside the retention window
-    versions = [e.version for e in _entries_since(states, now - retention_seconds)]
+    # (never less than PRUNE_GRACE_SECONDS: a writer that synced that recently must still
+    # find the log slot after its cached head; see StateStore.commit)
+    window = max(retention_seconds, PRUNE_GRACE_SECONDS)
+    versions = [e.version for e in _entries_since(states, now - window)]
     needed.append(min(versions) if versions else head.version)
     floor = min(needed)
     snaps = snapshot_versions(states.objects)
