@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sediment.core.model import Partition
-from sediment.core.state import TableState, partition_runs
+from sediment.core.state import CowDict, TableState, partition_runs
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError
 from sediment.schema import Schema
 from sediment.state.log import FORMAT_VERSION, check_format, version_of_key
@@ -78,7 +78,7 @@ def _state_references_table(state: TableState) -> pa.Table:
     for pid in state.partitions_with_references():
         lazy = state._lazy.get(pid)
         if lazy is not None:
-            parts.append(lazy.select(REFERENCE_SCHEMA.names).cast(REFERENCE_SCHEMA))
+            parts.append(lazy.table.select(REFERENCE_SCHEMA.names).cast(REFERENCE_SCHEMA))
             continue
         refs = state.references(pid)
         names = sorted(refs)
@@ -221,7 +221,7 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
         parts = _read_json(objects, f"{OBJECT_PREFIX}{doc['partitions']}.json", where)
         state.partitions = {p["id"]: Partition.from_json(p) for p in parts}
         unref = _read_json(objects, f"{OBJECT_PREFIX}{doc['unreferenced']}.json", where)
-        state.unreferenced = {f: float(t) for f, t in unref}
+        state.unreferenced = CowDict((f, float(t)) for f, t in unref)
         state.jobs = {j: (str(p), float(t)) for j, (p, t) in doc.get("jobs", {}).items()}
         if tables:
             refs = pa.concat_tables(tables).select(_STATE_COLUMNS)

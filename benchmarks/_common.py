@@ -1,0 +1,409 @@
+"""Helpers shared by the benchmarks: timing, peak memory, result tables and JSON, a loopback
+S3 server, and object-store wrappers that count requests.
+
+Every benchmark is a plain script (``python benchmarks/<name>.py [--quick]``) that imports this
+module as ``_common`` (the script's own folder is first on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from sediment.storage.base import ObjectInfo, ObjectStore
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+
+def bench_schema() -> Any:
+    """Sleeper's system-test schema: key string, timestamp int64, value, nullable_value."""
+    import pyarrow as pa
+
+    import sediment as sd
+
+    return sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("timestamp", pa.int64())],
+                     values=[("value", pa.string()), ("nullable_value", pa.string(), True)])
+
+
+# ---- command line ----------------------------------------------------------------------------
+def parse_args(description: str, argv: Sequence[str] | None = None,
+               extra: Callable[[argparse.ArgumentParser], None] | None = None
+               ) -> argparse.Namespace:
+    """``--quick`` (small sizes, for CI/smoke runs) and ``--no-save`` for every benchmark."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes: a smoke run (well under a minute)")
+    p.add_argument("--no-save", action="store_true",
+                   help="do not write benchmarks/results/<name>.json")
+    if extra is not None:
+        extra(p)
+    return p.parse_args(argv)
+
+
+# ---- timing and memory -----------------------------------------------------------------------
+class Timer:
+    """``with Timer() as t: ...`` then ``t.seconds`` (wall clock) and ``t.cpu`` (CPU seconds of
+    this process, all threads: steadier than wall time on a machine shared with other jobs)."""
+
+    def __init__(self) -> None:
+        self.start = self.start_cpu = 0.0
+        self.seconds = self.cpu = 0.0
+
+    def __enter__(self) -> Timer:
+        self.start_cpu = time.process_time()
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start
+        self.cpu = time.process_time() - self.start_cpu
+
+
+def time_call(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """(seconds, result) of one call."""
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def repeat_timed(fn: Callable[[], Any], repeats: int) -> tuple[dict[str, float], Any]:
+    """Run ``fn`` ``repeats`` times: ({min, median, max} seconds, last result)."""
+    times: list[float] = []
+    out: Any = None
+    for _ in range(max(1, repeats)):
+        dt, out = time_call(fn)
+        times.append(dt)
+    return {"min": min(times), "median": statistics.median(times), "max": max(times),
+            "runs": len(times)}, out
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far, in MiB (``ru_maxrss``)."""
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    return kb / (1024 * 1024) if sys.platform == "darwin" else kb / 1024
+
+
+def current_rss_mib() -> float:
+    """Current resident set size in MiB (Linux /proc; falls back to the peak)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+    except (OSError, ValueError, IndexError):
+        return peak_rss_mib()
+
+
+def rate(count: float, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("inf")
+
+
+# ---- output ----------------------------------------------------------------------------------
+def fmt(v: Any, digits: int = 3) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str = "") -> None:
+    """A plain aligned text table (numbers right-aligned)."""
+    cells = [[fmt(c) for c in r] for r in rows]
+    raw = [list(r) for r in cells]
+    widths = [max([len(h)] + [len(r[i]) for r in raw]) for i, h in enumerate(headers)]
+    if title:
+        print(f"\n{title}")
+    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                    for i, (h, w) in enumerate(zip(headers, widths, strict=True))))
+    print("  ".join("-" * w for w in widths))
+    for r in raw:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(r, widths, strict=True))))
+
+
+def goal_line(name: str, value: float, target: float, unit: str, *,
+              higher_is_better: bool = True) -> dict[str, Any]:
+    """Print ``GOAL ...: PASS/FAIL`` and return it as a dict for the JSON results."""
+    ok = value >= target if higher_is_better else value <= target
+    op = ">=" if higher_is_better else "<="
+    print(f"GOAL {name}: {fmt(value)} {unit} (target {op} {fmt(target)} {unit}) "
+          f"-> {'PASS' if ok else 'FAIL'}")
+    return {"name": name, "value": value, "target": target, "unit": unit,
+            "comparison": op, "passed": ok}
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine facts recorded with every result file."""
+    out: dict[str, Any] = {
+        "python": platform.python_version(), "platform": platform.platform(),
+        "machine": platform.machine(), "cpus": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    with contextlib.suppress(OSError, AttributeError):
+        out["load_average_1_5_15"] = os.getloadavg()
+    for mod in ("pyarrow", "boto3", "moto", "numpy", "sediment"):
+        try:
+            m = __import__(mod)
+            out[mod] = getattr(m, "__version__", "?")
+        except ImportError:
+            pass
+    return out
+
+
+def save_results(name: str, results: dict[str, Any], *, quick: bool = False) -> Path:
+    """Write ``benchmarks/results/<name>.json`` (``<name>.quick.json`` for --quick runs)."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / (f"{name}.quick.json" if quick else f"{name}.json")
+    doc = {"benchmark": name, "quick": quick, "argv": sys.argv[1:],
+           "environment": environment(), "peak_rss_mib": peak_rss_mib(), **results}
+    path.write_text(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    print(f"\nresults saved to {path}")
+    return path
+
+
+@contextlib.contextmanager
+def temp_dir(prefix: str = "sediment-bench-") -> Iterator[Path]:
+    """A temporary folder on local disk, removed afterwards."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield Path(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ---- loopback S3 (moto) ----------------------------------------------------------------------
+@dataclass
+class S3Server:
+    """A running moto S3 server on 127.0.0.1."""
+
+    endpoint_url: str
+    pid: int
+    region: str = "us-east-1"
+    access_key_id: str = "testing"
+    secret_access_key: str = "testing"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Storage options for ``Store.open`` / ``S3ObjectStore``."""
+        return {"endpoint_url": self.endpoint_url, "region": self.region,
+                "access_key_id": self.access_key_id,
+                "secret_access_key": self.secret_access_key}
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.session.Session().client(
+            "s3", endpoint_url=self.endpoint_url, region_name=self.region,
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=self.secret_access_key)
+
+    def create_bucket(self, name: str) -> str:
+        self.client().create_bucket(Bucket=name)
+        return name
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _moto_server_exe() -> str:
+    local = Path(sys.executable).with_name("moto_server")
+    if local.exists():
+        return str(local)
+    found = shutil.which("moto_server")
+    if found is None:
+        raise RuntimeError("moto_server not found: pip install 'moto[server]'")
+    return found
+
+
+@contextlib.contextmanager
+def moto_s3_server(timeout: float = 30.0) -> Iterator[S3Server]:
+    """Start ``moto_server`` on a free loopback port; stop it (by its pid) on exit."""
+    port = _free_port()
+    log = tempfile.TemporaryFile()
+    env = dict(os.environ)
+    # Loopback traffic must not go through a proxy.
+    no_proxy = ",".join(filter(None, [env.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
+    env["NO_PROXY"] = env["no_proxy"] = no_proxy
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = no_proxy
+    proc = subprocess.Popen([_moto_server_exe(), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"moto_server exited with {proc.returncode}: "
+                                   f"{log.read().decode(errors='replace')[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not listen on port {port} "
+                                       f"within {timeout} s") from None
+                time.sleep(0.1)
+        yield S3Server(f"http://127.0.0.1:{port}", proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+# ---- object-store wrappers -------------------------------------------------------------------
+@dataclass
+class Requests:
+    """Counts of object-store calls through a :class:`CountingObjectStore`."""
+
+    calls: Counter[str] = field(default_factory=Counter)
+    put_keys: list[str] = field(default_factory=list)
+    put_bytes: int = 0
+    get_bytes: int = 0
+
+    def merge(self, other: Requests) -> None:
+        self.calls.update(other.calls)
+        self.put_keys.extend(other.put_keys)
+        self.put_bytes += other.put_bytes
+        self.get_bytes += other.get_bytes
+
+    def puts_under(self, prefix: str) -> int:
+        return sum(1 for k in self.put_keys if k.startswith(prefix))
+
+    def summary(self) -> dict[str, Any]:
+        by_prefix = Counter(k.split("/", 1)[0] + "/" if "/" in k else k for k in self.put_keys)
+        return {"calls": dict(self.calls), "puts_by_prefix": dict(by_prefix),
+                "put_bytes": self.put_bytes, "get_bytes": self.get_bytes}
+
+
+class CountingObjectStore(ObjectStore):
+    """Delegates to ``inner``, counting calls and bytes; keys under ``hide`` prefixes are left
+    out of listings (e.g. ``("snapshots/",)`` makes a state store replay the whole log)."""
+
+    def __init__(self, inner: ObjectStore, *, hide: Sequence[str] = ()) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+        self.hide = tuple(hide)
+        self.requests = Requests()
+        self._lock = threading.Lock()
+
+    def reset(self) -> Requests:
+        """Start counting afresh; returns the counts so far."""
+        with self._lock:
+            old, self.requests = self.requests, Requests()
+        return old
+
+    def _count(self, op: str, key: str | None = None, put: int = 0, got: int = 0) -> None:
+        with self._lock:
+            r = self.requests
+            r.calls[op] += 1
+            if key is not None and put:
+                r.put_keys.append(key)
+            r.put_bytes += put
+            r.get_bytes += got
+
+    def get(self, key: str) -> bytes:
+        data = self.inner.get(key)
+        self._count("get", got=len(data))
+        return data
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        data = self.inner.get_range(key, start, end)
+        self._count("get_range", got=len(data))
+        return data
+
+    def put(self, key: str, data: bytes) -> None:
+        self.inner.put(key, data)
+        self._count("put", key, put=max(1, len(data)))
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        ok = self.inner.put_if_absent(key, data)
+        self._count("put_if_absent" if ok else "put_if_absent_lost", key if ok else None,
+                    put=max(1, len(data)) if ok else 0)
+        return ok
+
+    def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        self._count("list")
+        for o in self.inner.list(prefix, start_after=start_after):
+            if not (self.hide and o.key.startswith(self.hide)):
+                yield o
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        self._count("delete_many")
+        self.inner.delete_many(keys)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        self._count("head")
+        if self.hide and key.startswith(self.hide):
+            return None
+        return self.inner.head(key)
+
+    def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
+        return self.inner.arrow_filesystem()
+
+
+# ---- peak memory of one stage (appended for ingest.py / query.py) ------------------------------
+class RssSampler:
+    """``with RssSampler() as m: ...`` then ``m.peak_mib`` (sampled peak RSS during the block)
+    and ``m.delta_mib`` (that peak minus the RSS when the block started). A thread polls
+    /proc/self/statm every ``interval`` seconds, so ``ru_maxrss`` (monotonic over the whole
+    process) is not needed to tell one stage from the next."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.start_mib = 0.0
+        self.peak_mib = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.peak_mib = max(self.peak_mib, current_rss_mib())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self.start_mib = self.peak_mib = current_rss_mib()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.peak_mib = max(self.peak_mib, current_rss_mib())
+
+    @property
+    def delta_mib(self) -> float:
+        return self.peak_mib - self.start_mib
