@@ -246,7 +246,10 @@ def test_diff_cost_proportional_to_change(tmp_path: Path, monkeypatch: pytest.Mo
     total = d.ranges_compared + d.ranges_skipped
     assert total >= 20, total
     assert d.ranges_skipped > 0
-    assert d.ranges_compared <= 6, (d.ranges_compared, d.ranges_skipped)
+    # a change moves at most the boundaries up to the next content-defined cut (partition ids
+    # are random, so how far varies): a handful of ranges, never the whole table
+    assert d.ranges_compared <= 10, (d.ranges_compared, d.ranges_skipped)
+    assert d.ranges_skipped >= 3 * total // 4, (d.ranges_compared, d.ranges_skipped)
     assert actual_diff(d) == expected_diff(table, v - 1, v)
     assert len(d.files_added) == 1 and d.records_change == 40
     # a change to every leaf compares (nearly) every range

@@ -356,6 +356,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sediment.cli_maintenance",
     "sediment.cli_versions",
     "sediment.cli_spark",
+    "sediment.cli_batcher",
 )
 """Modules that add commands to ``app`` (e.g. ``"sediment.cli_ingest"``), imported below so the
 commands exist whenever ``sediment.cli`` is imported (the console script, tests)."""

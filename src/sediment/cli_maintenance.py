@@ -22,6 +22,7 @@ from sediment.cli_format import (
     open_store,
     open_table,
 )
+from sediment.errors import SedimentError
 from sediment.table import Table
 
 TableOption = Annotated[str | None, typer.Option("--table", "-t",
@@ -46,14 +47,28 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
     passes = 0
     while True:
         passes += 1
-        rows = []
-        for t in _each_table(store, table, online_only=online_only):
+        rows: list[dict[str, Any]] = []
+        try:
+            tables = _each_table(store, table, online_only=online_only)
+        except SedimentError as e:
+            if not loop:
+                raise
+            tables = []
+            rows.append({"table": table or "*", "error": f"{type(e).__name__}: {e}"})
+        for t in tables:
             started = time.perf_counter()
-            if not t.online and online_only:
-                rows.append({"table": t.name, "skipped": "offline"})
-                continue
-            rows.append({"table": t.name, **action(t),
-                         "seconds": round(time.perf_counter() - started, 3)})
+            try:
+                if not t.online and online_only:
+                    rows.append({"table": t.name, "skipped": "offline"})
+                    continue
+                rows.append({"table": t.name, **action(t),
+                             "seconds": round(time.perf_counter() - started, 3)})
+            except SedimentError as e:
+                # A loop is a daemon: one table's failure (a damaged file, a storage error)
+                # is reported and retried next pass; it must not stop every table's upkeep.
+                if not loop:
+                    raise
+                rows.append({"table": t.name, "error": f"{type(e).__name__}: {e}"})
         emit(rows, json_out, lambda r: make_table(
             list(dict.fromkeys(k for row in r for k in row)),
             [[row.get(k, "") for k in dict.fromkeys(k for row in r for k in row)]

@@ -4,8 +4,8 @@ Unreferenced files (their last reference went away at least ``gc.delay_seconds``
 running query still reads them) are recorded as deleted by a DeleteFiles transaction, one per
 batch, then deleted from storage (in that order: see ``gc``). Orphans are files under
 ``data/`` that no transaction ever added (a failed ingest or compaction, a killed job) older
-than ``gc.orphan_timeout_seconds``. The
-listing happens before the state is loaded, so every file committed by then is known; a
+than ``gc.orphan_timeout_seconds``; so are the temp files of writes a crash interrupted
+(``ObjectStore.temporaries``), anywhere in the table's folder. The listing happens before the state is loaded, so every file committed by then is known; a
 referenced file is never deleted.
 """
 
@@ -76,6 +76,10 @@ def gc(table: Table, *, now: float | None = None) -> GcResult:
             orphans.append(o.key)
     if orphans:
         table.objects.delete_many(orphans)
+    # partial writes of killed writers (local temp files), anywhere in the table's folder
+    stale = [o.key for o in table.objects.temporaries("") if now - o.mtime >= timeout]
+    if stale:
+        table.objects.delete_many(stale)
     n_orphans = sum(1 for k in orphans if not k.endswith(_SAMPLE_SUFFIX))
     result = GcResult(deleted, n_orphans, time.perf_counter() - started)
     if result.did_work:

@@ -19,7 +19,7 @@ from sediment.core.keys import Key
 from sediment.core.model import Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import SplitPartition
-from sediment.errors import TransactionInvalidError
+from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.keys import bisect_key, region_mask, row_key
 from sediment.files.sample import COUNT, merge_samples, quantile
 
@@ -94,7 +94,11 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
         n = leaf_records(state, leaf)
         if n <= threshold:
             continue
-        samples = [sample_of(f) for f in state.references(leaf.id)]
+        try:
+            samples = [sample_of(f) for f in state.references(leaf.id)]
+        except SedimentError as e:  # a damaged sample holds back this leaf, not the others
+            out.append(SplitDecision(leaf.id, n, None, f"cannot read a sample: {e}"))
+            continue
         key = choose_split_key(leaf, [s.select([*names, COUNT]) for s in samples], names)
         out.append(SplitDecision(leaf.id, n, key,
                                  "" if key is not None else "every record has one row key"))

@@ -15,7 +15,7 @@ from sediment.core.state import TableState
 from sediment.core.transactions import SetOnline, SetProperties
 from sediment.errors import PropertyError, QueryError
 from sediment.iterators.base import RecordIterator
-from sediment.properties import PROPERTIES, defaults
+from sediment.properties import PROPERTIES, defaults, validate_properties
 from sediment.schema import Schema
 from sediment.state.log import HistoryEntry
 from sediment.state.store import StateStore
@@ -147,6 +147,8 @@ class Table:
         for name in remove:
             if name not in PROPERTIES:
                 raise PropertyError(f"table {self.name}: unknown property {name!r}")
+        validate_properties(updates, context=f"table {self.name}")  # errors name the table,
+        # not its id (the transaction validates again against the head it follows)
         state = self.states.commit(SetProperties(updates, tuple(remove)))
         self._invalidate_cache(executor=True)
         return state.version

@@ -208,9 +208,9 @@ def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Seq
             lambda it: tasks.assign_leaves(it, schema, name, boundaries, buckets),
             from_arrow_schema(arrow.append(pa.field(tasks.PID, pa.int64(), False))))
         shuffled = with_pid.repartition(len(leaves), tasks.PID)
-        version = state.version
+        version, table_id = state.version, table.table_id
         staged_rows = shuffled.mapInArrow(
-            lambda it: tasks.stage_partition(it, spec, name, version),
+            lambda it: tasks.stage_partition(it, spec, name, version, table_id),
             from_arrow_schema(tasks.STAGED_SCHEMA)).collect()
     except SedimentError:
         raise

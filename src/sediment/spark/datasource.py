@@ -1,10 +1,19 @@
 """``spark.read.format("sediment")`` and ``df.write.format("sediment")``: a Python data source.
 
-Reading: options ``store`` (URI), ``table``, optional ``version`` or ``tag`` and S3 options
-(``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``). One Spark partition
-per leaf partition with data; filters on the first row-key field (=, <, <=, >, >=, IN) are
-pushed down and become query ranges, so a one-key query reads one partition's files. The version
-is pinned when the read is planned: every task reads the same consistent state.
+Reading: options ``store`` (URI), ``table``, optional ``version`` or ``tag``, ``pushdown``
+(default ``false``, see below) and S3 options (``endpoint_url``, ``region``, ``access_key_id``,
+``secret_access_key``). One Spark partition per leaf partition with data. With
+``.option("pushdown", "true")`` filters on the first row-key field (=, <, <=, >, >=, IN) are
+pushed down and become query ranges, so a one-key query reads one partition's files. The version is pinned when the DataFrame is loaded (``load()``):
+every action on it, and every task, reads that one consistent state.
+
+Known Spark 4.3.0 bug: Spark caches the reader planned by a filter-pushdown scan on the loaded
+relation, and a later scan of the same DataFrame (or temp view) that has no pushable filter at
+all reuses it, so e.g. ``df.filter("key = 'a'").count()`` then ``df.count()`` counts only the
+rows of key ``a``. Because a wrong answer is worse than a slow one, pushdown is off unless asked
+for: turn it on for a DataFrame that serves one query (load a fresh one per query), never for a
+temp view or a DataFrame reused by several queries. Later Spark versions keep
+pushdown-specific read plans per scan.
 
 Writing (append): each task validates, sorts and writes its rows as files cut at leaf
 boundaries; the driver commits all files in one AddFiles transaction (abort deletes them).
@@ -94,6 +103,7 @@ class SedimentReader(DataSourceReader):
         self.name = options["table"]
         self.columns = [f.name for f in schema.fields]
         table = tasks.open_table(self.spec, self.name)
+        self.table_id = table.table_id
         self.version = self._pin_version(table)
         self.first_key = table.schema.row_key_names[0]
         self.ranges: list[Range] | None = None
@@ -107,7 +117,8 @@ class SedimentReader(DataSourceReader):
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark API)
         """Take filters on the first row-key field; return the others to Spark."""
-        if self.options.get("pushdown", "true").strip().lower() in ("false", "0", "no"):
+        self.ranges = None  # a reader may be asked again for another scan
+        if self.options.get("pushdown", "false").strip().lower() not in ("true", "1", "yes"):
             yield from filters
             return
         lo: tuple[Any, bool] | None = None
@@ -144,7 +155,7 @@ class SedimentReader(DataSourceReader):
                                  end_inclusive=True if hi is None else hi[1])]
 
     def partitions(self) -> list[InputPartition]:
-        table = tasks.open_table(self.spec, self.name)
+        table = tasks.open_table(self.spec, self.name, self.table_id)
         plan = table.plan(ranges=self.ranges, version=self.version) if self.ranges is not None \
             else table.plan(version=self.version)
         parts = [LeafPartition(s.leaf_id) for s in plan.subqueries]
@@ -154,7 +165,7 @@ class SedimentReader(DataSourceReader):
         assert isinstance(partition, LeafPartition)
         if not partition.leaf_id:
             return
-        table = tasks.open_table(self.spec, self.name)
+        table = tasks.open_table(self.spec, self.name, self.table_id)
         plan = table.plan(ranges=self.ranges, version=self.version) if self.ranges is not None \
             else table.plan(version=self.version)
         for sub in plan.subqueries:
@@ -194,11 +205,13 @@ class SedimentWriter(DataSourceArrowWriter):
         self.spec = _spec(options)
         self.name = options["table"]
         table = tasks.open_table(self.spec, self.name)
+        self.table_id = table.table_id
         self.version = table.version
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
         rows: list[tuple[str, str, int, int]] = []
-        for b in tasks.stage_partition(iterator, self.spec, self.name, self.version):
+        for b in tasks.stage_partition(iterator, self.spec, self.name, self.version,
+                                        self.table_id):
             rows.extend(zip(*(b.column(i).to_pylist() for i in range(4)), strict=True))
         return StagedMessage(rows)
 
@@ -210,7 +223,7 @@ class SedimentWriter(DataSourceArrowWriter):
         from sediment.ingest.standard import StagedFiles, commit_staged
 
         rows = [r for m in messages if isinstance(m, StagedMessage) for r in m.rows]
-        table = tasks.open_table(self.spec, self.name)
+        table = tasks.open_table(self.spec, self.name, self.table_id)
         refs = [FileReference(f, p, int(n)) for f, p, n, _ in rows]
         written = list({f: WrittenFile(f, 0, int(b)) for f, _, _, b in rows}.values())
         commit_staged(table, StagedFiles(sum(r.records for r in refs), refs, written),
@@ -219,6 +232,6 @@ class SedimentWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         from sediment.files.writer import sample_name
 
-        table = tasks.open_table(self.spec, self.name)
+        table = tasks.open_table(self.spec, self.name, self.table_id)
         names = [r[0] for m in messages if isinstance(m, StagedMessage) for r in m.rows]
         table.objects.delete_many([k for f in set(names) for k in (f, sample_name(f))])

@@ -23,11 +23,11 @@ if TYPE_CHECKING:
 
 
 def _run_on_executor(spec: dict[str, Any], name: str, job: CompactionJob,
-                     region: Any) -> dict[str, Any]:
+                     region: Any, table_id: str | None = None) -> dict[str, Any]:
     from sediment.compaction.job import run_compaction_job
     from sediment.spark.tasks import open_table
 
-    table = open_table(spec, name)
+    table = open_table(spec, name, table_id)
     try:
         out = run_compaction_job(table.objects, table.schema, table.properties, job, region,
                                  table.compaction_iterators())
@@ -46,10 +46,10 @@ def run_jobs_on_spark(table: Table, state: TableState,
     from sediment.spark.session import session
 
     spark = SparkSession.getActiveSession() or session()
-    spec, name = table.store.spec(), table.name
+    spec, name, table_id = table.store.spec(), table.name, table.table_id
     work = [(j, state.partitions[j.partition_id].region) for j in jobs]
     outputs = spark.sparkContext.parallelize(work, max(1, len(work))).map(
-        lambda jr: _run_on_executor(spec, name, jr[0], jr[1])).collect()
+        lambda jr: _run_on_executor(spec, name, jr[0], jr[1], table_id)).collect()
     by_id = {o["job_id"]: o for o in outputs}
     results = []
     for j in jobs:

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from sediment.core.state import TableState
 from sediment.schema import Schema
 
+_STORES: dict[str, Any] = {}
 _TABLES: dict[tuple[str, str], Any] = {}
 _LOCK = threading.Lock()
 
@@ -25,18 +26,30 @@ STAGED_SCHEMA = pa.schema([("filename", pa.string()), ("partition_id", pa.string
 PID = "__sediment_leaf"
 
 
-def open_table(spec: dict[str, Any], name: str) -> Any:
-    """The table, reopened once per executor process."""
+def open_table(spec: dict[str, Any], name: str, table_id: str | None = None) -> Any:
+    """The table, kept open once per executor process.
+
+    A table dropped and re-created under the same name is another table: with ``table_id``
+    (taken when the job was planned) a task gets that table or TableNotFoundError, never the
+    new one with the old one's plan; without it, the catalog is checked (one small read) and
+    a stale cached table is replaced.
+    """
     from sediment.catalog import Store
+    from sediment.errors import TableNotFoundError
 
     key = (repr(sorted(spec.items())), name)
     with _LOCK:
-        t = _TABLES.get(key)
-        if t is None:
+        store = _STORES.get(key[0])
+        if store is None:
             opts = {k: v for k, v in spec.items() if k != "uri"}
-            t = Store.open(spec["uri"], **opts).table(name)
-            _TABLES[key] = t
-        return t
+            store = _STORES[key[0]] = Store.open(spec["uri"], **opts)
+        t = _TABLES.get(key)
+        if t is None or t.table_id != (table_id or store.table(name).table_id):
+            t = _TABLES[key] = store.table(name)
+    if table_id is not None and t.table_id != table_id:
+        raise TableNotFoundError(f"table {name} was dropped (and perhaps re-created) while a "
+                                 f"Spark job on it was running")
+    return t
 
 
 def _type_minimum(t: pa.DataType) -> Any:
@@ -108,11 +121,11 @@ def assign_leaves(batches: Iterator[pa.RecordBatch], schema: Schema, table_name:
 
 
 def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], name: str,
-                    version: int) -> Iterator[pa.RecordBatch]:
+                    version: int, table_id: str | None = None) -> Iterator[pa.RecordBatch]:
     """Sort and write one Spark partition's rows as data files (not committed)."""
     from sediment.ingest.standard import stage_batches
 
-    table = open_table(spec, name)
+    table = open_table(spec, name, table_id)
     state = table.state(version)
 
     def rows() -> Iterator[tuple[str, pa.RecordBatch]]:

@@ -66,6 +66,11 @@ class ObjectStore(ABC):
     def exists(self, key: str) -> bool:
         return self.head(key) is not None
 
+    def temporaries(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Leftovers of writes interrupted by a crash under ``prefix`` that ``list`` hides
+        (the local store's temp files); ``delete_many`` removes them. None by default."""
+        return iter(())
+
     def path(self, key: str) -> str:
         """Path of ``key`` in :meth:`arrow_filesystem` (for Parquet reads and writes)."""
         _, base = self.arrow_filesystem()
@@ -114,6 +119,11 @@ class PrefixedObjectStore(ObjectStore):
 
     def delete_many(self, keys: Iterable[str]) -> None:
         self.inner.delete_many(self._k(k) for k in keys)
+
+    def temporaries(self, prefix: str) -> Iterator[ObjectInfo]:
+        n = len(self.prefix)
+        for o in self.inner.temporaries(self._k(prefix)):
+            yield ObjectInfo(o.key[n:], o.size, o.mtime)
 
     def head(self, key: str) -> ObjectInfo | None:
         o = self.inner.head(self._k(key))

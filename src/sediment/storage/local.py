@@ -85,6 +85,14 @@ class LocalObjectStore(ObjectStore):
                 os.unlink(tmp)
 
     def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        yield from self._walk(prefix, start_after, temporary=False)
+
+    def temporaries(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Temp files of puts whose writer died before the rename/link (never objects)."""
+        yield from self._walk(prefix, None, temporary=True)
+
+    def _walk(self, prefix: str, start_after: str | None, *,
+              temporary: bool) -> Iterator[ObjectInfo]:
         # Walk only the folder that holds the prefix; sort keys as S3 does (by full key).
         folder, _, _ = prefix.rpartition("/")
         base = self.directory / folder if folder else self.directory
@@ -95,7 +103,7 @@ class LocalObjectStore(ObjectStore):
             rel = os.path.relpath(dirpath, self.directory)
             rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
             for name in files:
-                if name.startswith(_TMP):
+                if name.startswith(_TMP) != temporary:
                     continue
                 key = rel + name
                 if not key.startswith(prefix) or (start_after is not None

@@ -1,0 +1,170 @@
+"""Bulk import on Spark (local[2,2] and a standalone cluster; local and S3 stores): DataFrames and
+files equal the pandas reference, pre-splitting, files inside their leaves, bad input failing
+before anything is committed, and a retried task leaving no duplicates."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from spark_helpers import (
+    SCHEMA,
+    assert_files_in_their_regions,
+    assert_same_rows,
+    assert_sorted,
+    input_location,
+    leaves,
+    make_frame,
+    open_store,
+    write_input,
+)
+
+import sediment as sd
+from sediment.errors import DataError
+from sediment.spark import bulk_import
+
+pytestmark = pytest.mark.spark
+
+PRESPLIT = {"bulk_import.min_leaf_partitions": 4}
+
+
+def test_dataframe_presplits_and_matches_reference(spark: Any, store_uri: Any) -> None:
+    store = open_store(store_uri)
+    table = store.create_table("events", SCHEMA, properties=PRESPLIT)
+    frame = make_frame(3000, keys=60, seed=1)
+    before = table.version
+
+    result = bulk_import(spark, table, spark.createDataFrame(frame))
+
+    assert result.rows == 3000
+    assert len(leaves(table)) >= 4  # pre-split from a sample of the input
+    assert_files_in_their_regions(table)
+    # one file per touched leaf, all committed in one transaction after the splits
+    history = [h for h in table.history() if h.version > before]
+    assert [h.kind for h in history].count("add_files") == 1
+    assert history[-1].kind == "add_files" and history[-1].version == result.version
+    assert len(table.files()) == result.files
+    out = table.query()
+    assert_sorted(out)
+    assert_same_rows(out, frame)
+    # a second import adds to the same leaves without splitting again
+    more = make_frame(500, keys=60, seed=2, start=10_000)
+    leaves_before = len(leaves(table))
+    bulk_import(spark, table, spark.createDataFrame(more))
+    assert len(leaves(table)) == leaves_before
+    assert_same_rows(table.query(), frame, more)
+    assert_files_in_their_regions(table)
+
+
+def test_files_of_every_format_match_reference(spark: Any, store_uri: Any,
+                                               tmp_path: Path) -> None:
+    """Parquet, CSV and JSON lines, by path and by glob; on S3 when the store is on S3."""
+    store = open_store(store_uri)
+    table = store.create_table("events", SCHEMA, properties=PRESPLIT)
+    fs, base, uri = input_location(store, tmp_path)
+    frames = {"a.parquet": make_frame(800, seed=3), "b.parquet": make_frame(700, seed=4,
+                                                                             start=1000),
+              "c.csv": make_frame(600, seed=5, start=2000),
+              "d.jsonl": make_frame(500, seed=6, start=3000)}
+    for name, frame in frames.items():
+        write_input(fs, base, name, frame)
+
+    result = bulk_import(spark, table, [f"{uri}/*.parquet", f"{uri}/c.csv", f"{uri}/d.jsonl"])
+
+    assert result.rows == 2600
+    assert len(leaves(table)) >= 4
+    assert_files_in_their_regions(table)
+    assert_same_rows(table.query(), *frames.values())
+
+
+def _bad_frames() -> list[tuple[str, pd.DataFrame, str]]:
+    good = make_frame(200, seed=7)
+    null_key = good.copy()
+    null_key.loc[150, "key"] = None
+    return [("missing field", good.drop(columns=["value"]), "value"),
+            ("null key", null_key, "key")]
+
+
+@pytest.mark.parametrize("case", [0, 1], ids=["missing-field", "null-key"])
+def test_bad_dataframe_fails_naming_the_field_and_commits_nothing(spark: Any, tmp_path: Path,
+                                                                   case: int) -> None:
+    store = sd.Store.open(str(tmp_path / "store"))
+    table = store.create_table("events", SCHEMA, properties=PRESPLIT)
+    _, frame, field = _bad_frames()[case]
+    before = table.version
+    with pytest.raises(DataError, match=repr(field)):
+        bulk_import(spark, table, spark.createDataFrame(frame, schema=_spark_schema(frame)))
+    assert table.version == before  # not even a pre-split
+    assert table.files() == []
+    assert table.query().num_rows == 0
+
+
+def _spark_schema(frame: pd.DataFrame) -> str:
+    types = {"key": "string", "ts": "bigint", "value": "string", "n": "bigint"}
+    return ", ".join(f"{c} {types[c]}" for c in frame.columns)
+
+
+def test_bad_files_fail_naming_the_field_and_commit_nothing(spark_local: Any,
+                                                            tmp_path: Path) -> None:
+    store = sd.Store.open(str(tmp_path / "store"))
+    table = store.create_table("events", SCHEMA, properties=PRESPLIT)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    good = make_frame(300, seed=8)
+    write_input(pafs.LocalFileSystem(), str(inputs), "good.parquet", good)
+    bad = good.copy()
+    bad.loc[5, "key"] = None
+    bad_table = pa.Table.from_pandas(bad, preserve_index=False)
+    pq.write_table(bad_table, str(inputs / "null-key.parquet"))
+    pq.write_table(pa.Table.from_pandas(good.drop(columns=["n"]), preserve_index=False),
+                   str(inputs / "no-n.parquet"))
+    before = table.version
+
+    with pytest.raises(DataError, match="'key'") as err:
+        bulk_import(spark_local, table, [str(inputs / "good.parquet"),
+                                         str(inputs / "null-key.parquet")])
+    assert "null-key.parquet" in str(err.value)
+    with pytest.raises(DataError, match="'n'"):
+        bulk_import(spark_local, table, [str(inputs / "no-n.parquet")])
+    with pytest.raises(DataError, match="no files match"):
+        bulk_import(spark_local, table, [str(inputs / "*.csv")])
+    assert table.version == before
+    assert table.files() == []
+
+
+def _fail_first_attempt(marker: str) -> Any:
+    """A mapInArrow function that passes batches through; the first task to run it (by a
+    marker file) fails after emitting its rows, so Spark retries it."""
+
+    def run(batches: Any) -> Any:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            first = True
+        except FileExistsError:
+            first = False
+        yield from batches
+        if first:
+            raise RuntimeError("injected failure of a first task attempt")
+
+    return run
+
+
+def test_retried_task_leaves_no_duplicates(spark: Any, tmp_path: Path) -> None:
+    store = sd.Store.open(str(tmp_path / "store"))
+    table = store.create_table("events", SCHEMA, properties=PRESPLIT)
+    frame = make_frame(2000, seed=9)
+    marker = str(tmp_path / "failed-once")
+    source = spark.createDataFrame(frame).repartition(3)
+    flaky = source.mapInArrow(_fail_first_attempt(marker), source.schema)
+
+    result = bulk_import(spark, table, flaky)
+
+    assert os.path.exists(marker)  # a task did fail once
+    assert result.rows == 2000
+    assert_same_rows(table.query(), frame)
