@@ -46,12 +46,16 @@ def writer_options(schema: Schema, properties: Mapping[str, Any]) -> dict[str, A
         # Dictionary pages only for the value columns named by the property: for keys and
         # other high-cardinality columns they make files bigger and exact-key reads slower
         # (measured: 16k-row group read 4.4 ms with dictionaries, 2.4 ms plain; 27 vs 21 MB).
-        "use_dictionary": [c for c in str(properties.get("parquet.dictionary_columns", "")).split(",")
-                           if c.strip() and c.strip() in schema.value_names] or False,
+        "use_dictionary": _dictionary_columns(schema, properties),
     }
     if codec in ("zstd", "gzip"):
         opts["compression_level"] = int(properties["parquet.compression_level"])
     return opts
+
+
+def _dictionary_columns(schema: Schema, properties: Mapping[str, Any]) -> list[str] | bool:
+    names = str(properties.get("parquet.dictionary_columns", "")).split(",")
+    return [c.strip() for c in names if c.strip() in schema.value_names] or False
 
 
 class SortedFileWriter:

@@ -4,16 +4,17 @@ Reading: options ``store`` (URI), ``table``, optional ``version`` or ``tag``, ``
 (default ``false``, see below) and S3 options (``endpoint_url``, ``region``, ``access_key_id``,
 ``secret_access_key``). One Spark partition per leaf partition with data. With
 ``.option("pushdown", "true")`` filters on the first row-key field (=, <, <=, >, >=, IN) are
-pushed down and become query ranges, so a one-key query reads one partition's files. The version is pinned when the DataFrame is loaded (``load()``):
-every action on it, and every task, reads that one consistent state.
+pushed down and become query ranges, so a one-key query reads one partition's files. The version
+is pinned when the DataFrame is loaded (``load()``): every action on it, and every task, reads
+that one consistent state.
 
 Known Spark 4.3.0 bug: Spark caches the reader planned by a filter-pushdown scan on the loaded
 relation, and a later scan of the same DataFrame (or temp view) that has no pushable filter at
 all reuses it, so e.g. ``df.filter("key = 'a'").count()`` then ``df.count()`` counts only the
 rows of key ``a``. Because a wrong answer is worse than a slow one, pushdown is off unless asked
 for: turn it on for a DataFrame that serves one query (load a fresh one per query), never for a
-temp view or a DataFrame reused by several queries. Later Spark versions keep
-pushdown-specific read plans per scan.
+temp view or a DataFrame reused by several queries. Later Spark versions keep pushdown-specific
+read plans per scan.
 
 Writing (append): each task validates, sorts and writes its rows as files cut at leaf
 boundaries; the driver commits all files in one AddFiles transaction (abort deletes them).
