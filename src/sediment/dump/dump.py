@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.core.model import FileReference
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
 from sediment.dump.manifest import (
@@ -41,6 +42,7 @@ from sediment.dump.manifest import (
 )
 from sediment.errors import JobError, ObjectNotFoundError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
+from sediment.files.writer import sample_name
 from sediment.query.planner import SubQuery
 from sediment.storage.base import ObjectStore, open_object_store
 
@@ -146,8 +148,11 @@ def run_dump_task(table: Table, dest: ObjectStore, job_id: str, version: int,
     for anc in state.ancestors(leaf.id):
         refs.extend(state.references(anc.id).values())
     schema = table.schema
-    sub = SubQuery(leaf.id, leaf.region, tuple(refs), (task.query or task.range,))
     executor = table._query_executor(state)
+    whole = _whole_file(table, executor, refs, task)
+    if whole is not None:
+        return [_copy_file(table, dest, f"{folder}/batch-00000", version, task, whole)]
+    sub = SubQuery(leaf.id, leaf.region, tuple(refs), (task.query or task.range,))
     props = table.properties
     batches = executor.stream(_plan_of(state, sub), schema.field_names,
                               table.compaction_iterators())
@@ -171,6 +176,47 @@ def run_dump_task(table: Table, dest: ObjectStore, job_id: str, version: int,
             flush(False)
     flush(True)
     return paths
+
+
+def _whole_file(table: Table, executor: Any, refs: Sequence[FileReference],
+                task: DumpTask) -> FileReference | None:
+    """The task's only file when it can be copied byte for byte: one exact reference, no
+    compaction iterators, and every row strictly inside the task's range (judged on the
+    first row-key field from the cached footer statistics)."""
+    if len(refs) != 1 or refs[0].approximate or table.compaction_iterators():
+        return None
+    ref = refs[0]
+    _, footer = executor.footers.open(ref.filename)
+    if footer.metadata.num_rows != ref.records or not footer.mins or \
+            any(m is None for m in footer.mins + footer.maxs):
+        return None
+    lo, hi = min(footer.mins), max(footer.maxs)
+    rng = task.query or task.range
+    if rng.start is not None and not lo > rng.start[0]:
+        return None
+    if rng.end is not None and not hi < rng.end[0]:
+        return None
+    return ref
+
+
+def _copy_file(table: Table, dest: ObjectStore, prefix: str, version: int, task: DumpTask,
+               ref: FileReference) -> str:
+    """Dump a whole data file and its sample by copying their bytes (no re-encoding)."""
+    files = []
+    for kind, key in (("data", ref.filename), ("sample", sample_name(ref.filename))):
+        raw = table.objects.get(key)
+        path = f"{prefix}/{version}-{kind}.parquet"
+        dest.put(path, raw)
+        rows = ref.records if kind == "data" else pq.ParquetFile(pa.BufferReader(raw)
+                                                                 ).metadata.num_rows
+        files.append({"path": path, "kind": kind, "rows": rows, "bytes": len(raw),
+                      "sha256": sha256(raw)})
+    manifest = {"format": FORMAT, "version": version, "range": range_to_json(task.range),
+                "rows": ref.records, "bytes": sum(f["bytes"] for f in files), "files": files,
+                "final": True, "copied": True}
+    path = f"{prefix}/{version}-manifest.json"
+    dest.put(path, dumps(manifest))
+    return path
 
 
 def _plan_of(state: TableState, sub: SubQuery) -> Any:
