@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -378,7 +379,13 @@ def test_s3_missing_bucket_is_a_storage_error(s3_server: str, aws_test_env: None
 
 @pytest.mark.s3
 def test_s3_stores_under_prefix(s3_store_uri: tuple[str, dict[str, str]]) -> None:
-    from conftest import s3_client
+    import boto3
+
+    def s3_client(endpoint: str) -> Any:
+        return boto3.session.Session().client(
+            "s3", endpoint_url=endpoint, region_name=options["region"],
+            aws_access_key_id=options["access_key_id"],
+            aws_secret_access_key=options["secret_access_key"])
 
     uri, options = s3_store_uri
     store = open_object_store(uri, **options)
