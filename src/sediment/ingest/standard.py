@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
@@ -85,9 +84,13 @@ class _SortedRuns:
             if self.spill_dir:
                 os.makedirs(self.spill_dir, exist_ok=True)
             self._tmp = tempfile.mkdtemp(prefix="sediment-ingest-", dir=self.spill_dir or None)
-        path = os.path.join(self._tmp, f"run-{len(self.runs):05d}.parquet")
-        pq.write_table(self._sorted_buffer(), path, row_group_size=self.row_group_rows,
-                       compression="lz4")
+        # Arrow IPC, not Parquet: a run is written once and read once, locally; IPC writes
+        # ~50x faster than lz4 Parquet (1M rows: 7 ms vs 350 ms) and reads back as fast
+        path = os.path.join(self._tmp, f"run-{len(self.runs):05d}.arrow")
+        data = self._sorted_buffer()
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, data.schema) as w:
+            for b in data.to_batches(max_chunksize=self.row_group_rows):
+                w.write_batch(b)
         self.runs.append(path)
 
     def sorted_stream(self) -> Iterator[pa.RecordBatch]:
@@ -109,9 +112,10 @@ class _SortedRuns:
 
 
 def _read_run(path: str) -> Iterator[pa.RecordBatch]:
-    pf = pq.ParquetFile(path)
-    for i in range(pf.num_row_groups):
-        yield from pf.read_row_group(i).to_batches()
+    with pa.OSFile(path, "rb") as source:  # not mmap: mapped pages count against RSS
+        reader = pa.ipc.open_file(source)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
 
 
 class _LeafCutter:

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileReference, Region
 from sediment.core.ranges import Range
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
-from sediment.files.keys import rows_in, sort_indices
+from sediment.files.keys import rows_in
 from sediment.files.merge import merge_sorted
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.planner import QueryPlan, SubQuery
@@ -168,7 +168,9 @@ class Executor:
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
         try:
             for g in groups:
-                t = self._filter(pf.read_row_group(g, columns=columns), sub)
+                # use_threads=False: a small row group decodes faster on this thread than it
+                # is dispatched to Arrow's pool (sub-queries already run in parallel)
+                t = self._filter(pf.read_row_group(g, columns=columns, use_threads=False), sub)
                 if t.num_rows:
                     yield t
         except (pa.ArrowInvalid, OSError) as e:
@@ -180,13 +182,17 @@ class Executor:
         """All wanted rows of one leaf, sorted, iterators applied."""
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
-        pieces = [t for ref in sub.references for t in self._file_row_groups(ref, sub, columns)]
-        if not pieces:
+        per_file = [p for ref in sub.references
+                    if (p := list(self._file_row_groups(ref, sub, columns)))]
+        if not per_file:
             return schema.empty_table()
-        data = pa.concat_tables(pieces)
-        if len(pieces) > 1:
-            data = data.combine_chunks()
-            data = data.take(sort_indices(data, self.schema.key_names))
+        if len(per_file) == 1:
+            # one file's row groups are already in key order: no sort
+            data = pa.concat_tables(per_file[0])
+        else:
+            streams = [(b for t in p for b in t.to_batches()) for p in per_file]
+            data = pa.Table.from_batches(
+                list(merge_sorted(streams, self.schema.key_names, schema)), schema=schema)
         if iterators:
             batches = apply_iterators(iter(data.to_batches()), iterators)
             data = pa.Table.from_batches(list(batches), schema=schema)

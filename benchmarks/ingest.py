@@ -1,0 +1,270 @@
+"""Ingest benchmark: ``table.ingest`` of the benchmark workload against raw pyarrow.
+
+Run: ``python benchmarks/ingest.py [--rows N] [--quick] [--profile]`` (default 10M rows;
+``--quick``: 1M).
+
+Data: Sleeper's system-test schema (see ``datagen.py``), generated in memory first (not timed).
+Each variant runs in a fresh process (so peak memory is its own), ``--repeats`` times
+alternating with the others; the fastest run of each is reported. Timed, into a fresh local
+store:
+
+* baseline: ``pc.sort_indices`` on (key, timestamp) + ``take`` + ``pq.write_table`` of the same
+  rows with the table's Parquet settings (zstd level, row-group size, encodings, as
+  ``sediment.files.writer.writer_options``): what a hand-written ingest with pyarrow costs.
+  A second baseline sorts with DataFusion instead (for information).
+* sediment, one leaf partition (default properties: everything fits the memory buffer);
+* sediment, a table pre-split into 16 leaves (one file per leaf);
+* sediment, one leaf with ``ingest.memory_limit_bytes`` = 1/8 of the input: ~8 sorted runs
+  spill to local disk and are merged (the bounded-memory path).
+
+Goals: sediment >= 0.6x the pyarrow baseline and >= 1.5M rows/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import datagen
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from _common import (
+    RssSampler,
+    Timer,
+    bench_schema,
+    goal_line,
+    parse_args,
+    peak_rss_mib,
+    print_table,
+    rate,
+    save_results,
+    temp_dir,
+)
+
+import sediment as sd
+from sediment.files.writer import writer_options
+from sediment.properties import defaults
+
+RATIO_GOAL = 0.6
+RATE_GOAL = 1_500_000.0
+SPILL_RUNS = 8  # the spilling variant's buffer holds 1/8 of the input
+KEYS = [("key", "ascending"), ("timestamp", "ascending")]
+RESULT_PREFIX = "@@RESULT "
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*.parquet") if p.is_file())
+
+
+def _write_options(props: dict[str, Any]) -> dict[str, Any]:
+    """The table's Parquet settings (codec, level, encodings, page size, row groups), so the
+    baseline writes the same file format as sediment does."""
+    return {**writer_options(bench_schema(), props),
+            "row_group_size": int(props["parquet.row_group_rows"])}
+
+
+def baseline_pyarrow(data: pa.Table, out: Path, props: dict[str, Any]) -> dict[str, Any]:
+    """Sort with pyarrow, write one zstd Parquet file with the table's settings."""
+    with RssSampler() as mem, Timer() as total:
+        with Timer() as t_sort:
+            idx = pc.sort_indices(data, sort_keys=KEYS)
+            ordered = data.take(idx)
+            del idx
+        with Timer() as t_write:
+            pq.write_table(ordered, out / "baseline.parquet", **_write_options(props))
+        del ordered
+    return {"name": "pyarrow sort_indices+take + write_table zstd",
+            "seconds": total.seconds, "sort_seconds": t_sort.seconds,
+            "write_seconds": t_write.seconds, "rows_per_second": rate(data.num_rows, total.seconds),
+            "bytes": (out / "baseline.parquet").stat().st_size, "peak_rss_delta_mib": mem.delta_mib}
+
+
+def baseline_datafusion(data: pa.Table, out: Path, props: dict[str, Any]) -> dict[str, Any]:
+    """Sort with DataFusion (multi-threaded), write with pyarrow as above."""
+    import datafusion
+
+    with RssSampler() as mem, Timer() as total:
+        with Timer() as t_sort:
+            ctx = datafusion.SessionContext()
+            df = ctx.from_arrow(data).sort(datafusion.col("key").sort(),
+                                           datafusion.col("timestamp").sort())
+            ordered = pa.Table.from_batches(df.collect())
+            if not ordered.schema.equals(data.schema):
+                ordered = ordered.cast(data.schema)
+        with Timer() as t_write:
+            pq.write_table(ordered, out / "baseline_df.parquet", **_write_options(props))
+        del ordered
+    return {"name": "DataFusion sort + write_table zstd", "seconds": total.seconds,
+            "sort_seconds": t_sort.seconds, "write_seconds": t_write.seconds,
+            "rows_per_second": rate(data.num_rows, total.seconds),
+            "bytes": (out / "baseline_df.parquet").stat().st_size,
+            "peak_rss_delta_mib": mem.delta_mib}
+
+
+def sediment_ingest(data: pa.Table, root: Path, name: str, *, split_points: list[str] | None,
+                    properties: dict[str, Any], profile: bool = False) -> dict[str, Any]:
+    store = sd.Store.open(str(root))
+    table = store.create_table("bench", bench_schema(), split_points=split_points,
+                               properties=properties)
+    prof = cProfile.Profile() if profile else None
+    with RssSampler() as mem, Timer() as t:
+        if prof is not None:
+            prof.enable()
+        result = table.ingest(data)
+        if prof is not None:
+            prof.disable()
+    desc = table.describe()
+    if desc["records"] != data.num_rows or result.rows != data.num_rows:
+        raise AssertionError(f"{name}: ingested {result.rows} rows, table holds "
+                             f"{desc['records']}, expected {data.num_rows}")
+    out = {"name": name, "seconds": t.seconds, "rows_per_second": rate(data.num_rows, t.seconds),
+           "files": result.files, "leaves": desc["leaf_partitions"],
+           "bytes": _dir_bytes(root), "peak_rss_delta_mib": mem.delta_mib,
+           "properties": properties}
+    if prof is not None:
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(25)
+        print(f"\ncProfile of '{name}' (cumulative):")
+        print(s.getvalue())
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(12)
+        print(s.getvalue())
+    return out
+
+
+def _configs(rows: int, data_bytes: int, spill: bool
+             ) -> dict[str, tuple[list[str] | None, dict[str, Any]]]:
+    out: dict[str, tuple[list[str] | None, dict[str, Any]]] = {
+        "sediment, 1 leaf": (None, {}),
+        "sediment, 16 leaves": (datagen.split_points(16), {}),
+    }
+    if spill:
+        limit = max(2**20, data_bytes // SPILL_RUNS)
+        out[f"sediment, 1 leaf, spill ({limit / 2**20:.0f} MiB buffer)"] = (
+            None, {"ingest.memory_limit_bytes": limit})
+    return out
+
+
+BASELINES = ("pyarrow", "datafusion")
+
+
+def child(run: str, rows: int, spill: bool, profile: bool) -> dict[str, Any]:
+    """One measured run in this (fresh) process: generate the data, run, report."""
+    import datafusion  # noqa: F401  (loaded before measuring: library code is not data memory)
+
+    props = defaults()
+    data = datagen.generate(rows)
+    configs = _configs(rows, data.nbytes, spill)
+    with temp_dir() as tmp:
+        if run == "pyarrow":
+            return baseline_pyarrow(data, tmp, props)
+        if run == "datafusion":
+            return baseline_datafusion(data, tmp, props)
+        splits, extra = configs[run]
+        return sediment_ingest(data, tmp / "store", run, split_points=splits,
+                               properties=extra, profile=profile)
+
+
+def run_child(run: str, rows: int, spill: bool, profile: bool) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", run, "--rows", str(rows), "--no-save"]
+    if not spill:
+        cmd.append("--no-spill")
+    if profile:
+        cmd.append("--profile")
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    result = None
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            result = json.loads(line[len(RESULT_PREFIX):])
+        else:
+            print(line)
+    if proc.returncode != 0 or result is None:
+        raise RuntimeError(f"run {run!r} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return result
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], extra=lambda p: (
+        p.add_argument("--rows", type=int, default=None, help="rows (default 10M; quick 1M)"),
+        p.add_argument("--repeats", type=int, default=2,
+                       help="runs of each variant (alternating); the fastest is reported"),
+        p.add_argument("--profile", action="store_true",
+                       help="print a cProfile of the one-leaf sediment ingest"),
+        p.add_argument("--no-spill", action="store_true", help="skip the spilling variant"),
+        p.add_argument("--child", default=None, help=argparse.SUPPRESS),
+    ))
+    rows = args.rows or (1_000_000 if args.quick else 10_000_000)
+    if args.child:
+        out = child(args.child, rows, not args.no_spill, args.profile)
+        out["process_peak_rss_mib"] = peak_rss_mib()
+        print(RESULT_PREFIX + json.dumps(out))
+        return
+    props = defaults()
+    with Timer() as t_gen:
+        data = datagen.generate(rows)
+    data_bytes = data.nbytes
+    del data
+    print(f"{rows:,} rows ({data_bytes / 2**20:,.0f} MiB in memory) generate in "
+          f"{t_gen.seconds:.2f} s; each run is a fresh process that generates them (untimed)")
+    print(f"table defaults: row groups {props['parquet.row_group_rows']:,} rows, "
+          f"{props['parquet.compression']} level {props['parquet.compression_level']}, "
+          f"memory limit {props['ingest.memory_limit_bytes'] / 2**20:,.0f} MiB")
+
+    names = [*BASELINES, *_configs(rows, data_bytes, not args.no_spill)]
+    all_runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for rep in range(max(1, args.repeats)):
+        for name in names:
+            r = run_child(name, rows, not args.no_spill,
+                          args.profile and rep == 0 and name == names[len(BASELINES)])
+            all_runs[name].append(r)
+            print(f"[{rep + 1}] {r['name']}: {r['seconds']:.2f} s, "
+                  f"peak RSS +{r['peak_rss_delta_mib']:,.0f} MiB")
+
+    best: dict[str, dict[str, Any]] = {}
+    for name, rs in all_runs.items():
+        b = dict(min(rs, key=lambda r: r["seconds"]))
+        b["all_seconds"] = [r["seconds"] for r in rs]
+        b["peak_rss_delta_mib"] = max(r["peak_rss_delta_mib"] for r in rs)
+        best[name] = b
+    base = best["pyarrow"]
+    rows_out = []
+    for b in best.values():
+        b["ratio_to_baseline"] = base["seconds"] / b["seconds"]
+        rows_out.append([b["name"], b["seconds"], b["rows_per_second"] / 1e6,
+                         b["ratio_to_baseline"], b.get("files", 1), b["bytes"] / 2**20,
+                         b["peak_rss_delta_mib"],
+                         " / ".join(f"{s:.2f}" for s in b["all_seconds"])])
+    print_table(["run (best of repeats)", "seconds", "Mrows/s", "x baseline", "files",
+                 "MiB on disk", "peak RSS +MiB", "all runs s"], rows_out,
+                title=f"Ingest of {rows:,} rows")
+    print("(peak RSS +MiB: sampled peak above the process's RSS once the input was generated; "
+          f"the input itself is {data_bytes / 2**20:,.0f} MiB)\n")
+    for b in best.values():
+        if "sort_seconds" in b:
+            print(f"{b['name']}: sort {b['sort_seconds']:.2f} s, write {b['write_seconds']:.2f} s")
+
+    goals = []
+    runs = [best[n] for n in names[len(BASELINES):]]
+    for r in runs[:2]:
+        goals.append(goal_line(f"{r['name']}: rate vs pyarrow baseline",
+                               r["ratio_to_baseline"], RATIO_GOAL, "x"))
+        goals.append(goal_line(f"{r['name']}: rows/s", r["rows_per_second"], RATE_GOAL,
+                               "rows/s"))
+    if not args.no_save:
+        save_results("ingest", {"rows": rows, "generate_seconds": t_gen.seconds,
+                                "repeats": args.repeats,
+                                "baselines": [best[n] for n in BASELINES], "runs": runs,
+                                "all_runs": all_runs, "goals": goals},
+                     quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()
