@@ -2,11 +2,11 @@
 
 Unreferenced files (their last reference went away at least ``gc.delay_seconds`` ago, so no
 running query still reads them) are recorded as deleted by a DeleteFiles transaction, one per
-batch, then deleted from storage (in that order: see ``gc``). Orphans are files under
-``data/`` that no transaction ever added (a failed ingest or compaction, a killed job) older
-than ``gc.orphan_timeout_seconds``; so are the temp files of writes a crash interrupted
-(``ObjectStore.temporaries``), anywhere in the table's folder. The listing happens before the state is loaded, so every file committed by then is known; a
-referenced file is never deleted.
+batch, then deleted from storage (in that order: see ``gc``). Orphans are files under ``data/``
+that no transaction ever added (a failed ingest or compaction, a killed job) older than
+``gc.orphan_timeout_seconds``; so are the temp files of writes a crash interrupted
+(``ObjectStore.temporaries``), anywhere in the table's folder. The listing happens before the
+state is loaded, so every file committed by then is known; a referenced file is never deleted.
 """
 
 from __future__ import annotations
