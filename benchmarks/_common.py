@@ -97,7 +97,18 @@ def repeat_timed(fn: Callable[[], Any], repeats: int) -> tuple[dict[str, float],
 
 
 def peak_rss_mib() -> float:
-    """Peak resident set size of this process so far, in MiB (``ru_maxrss``)."""
+    """Peak resident set size of this process so far, in MiB.
+
+    Linux: ``VmHWM`` from /proc/self/status, which starts afresh at ``exec``. ``ru_maxrss``
+    does not: Linux carries it over fork + exec, so a benchmark child started by a parent that
+    once held 700 MiB would report at least 700 MiB. Elsewhere: ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux reports KiB, macOS bytes.
     return kb / (1024 * 1024) if sys.platform == "darwin" else kb / 1024

@@ -37,6 +37,22 @@ class GcResult:
         return bool(self.deleted or self.orphans_deleted)
 
 
+_FILES_AT: dict[tuple[str, str, int], frozenset[str]] = {}
+"""Files referenced at (store URI, table id, version): a committed version never changes, and
+loading one (snapshot + log replay) cost ~7 ms per tag on every pass (14 tags: 7 -> 112 ms)."""
+
+
+def _files_at(table: Table, version: int) -> frozenset[str]:
+    key = (table.objects.uri, table.table_id, version)
+    files = _FILES_AT.get(key)
+    if files is None:
+        files = frozenset(table.state(version).refcount)
+        if len(_FILES_AT) >= 1024:
+            _FILES_AT.clear()
+        _FILES_AT[key] = files
+    return files
+
+
 def gc(table: Table, *, now: float | None = None) -> GcResult:
     """One garbage-collection pass over ``table``."""
     started = time.perf_counter()
@@ -47,7 +63,7 @@ def gc(table: Table, *, now: float | None = None) -> GcResult:
     delay = max(float(props["gc.delay_seconds"]), float(props["retention.seconds"]))
     protected: set[str] = set()
     for tag in table.tags():  # tagged versions keep their files
-        protected.update(table.state(tag.version).refcount)
+        protected.update(_files_at(table, tag.version))
     ready = sorted(f for f, t in state.unreferenced.items()
                    if now - t >= delay and f not in protected)
     deleted = 0

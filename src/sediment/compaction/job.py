@@ -13,8 +13,10 @@ whole-object reads (one coalesced read per input instead of many small ranged on
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,14 +46,44 @@ class JobOutput:
     seconds: float
 
 
+def _coarse_region_filter(schema: Schema, region: Region | None) -> Any:
+    """A DataFusion predicate on the first row-key field that keeps every row of ``region``
+    (a superset for composite keys: the exact filter runs on the merged stream). Pushed into
+    the Parquet scans, it prunes row groups by their statistics, so a job of a partition that
+    holds part of a file (a reference pushed down after a split) reads only that part."""
+    if region is None or (region.min is None and region.max is None):
+        return None
+    from datafusion import col, lit
+
+    name = schema.row_key_names[0]
+    typ = schema.to_arrow().field(name).type
+    column = col(f'"{name}"')
+    expr = None
+    if region.min is not None:
+        expr = column >= lit(pa.scalar(region.min[0], type=typ))
+    if region.max is not None:
+        upper = column <= lit(pa.scalar(region.max[0], type=typ))
+        expr = upper if expr is None else expr & upper
+    return expr
+
+
 def _merged_batches(paths: Sequence[str], schema: Schema, batch_rows: int,
-                    memory_limit: int) -> Iterator[pa.RecordBatch]:
-    """DataFusion sort-preserving merge of sorted Parquet files."""
+                    memory_limit: int, region: Region | None = None
+                    ) -> Iterator[pa.RecordBatch]:
+    """DataFusion sort-preserving merge of sorted Parquet files (rows of ``region`` and
+    possibly a few more: see ``_coarse_region_filter``)."""
     import datafusion
     from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, col
 
-    config = SessionConfig().with_target_partitions(max(2, len(paths))).with_batch_size(
-        batch_rows)
+    # One stream per input: every file is sorted already, so letting DataFusion split each
+    # file into byte ranges (repartition_file_scans) only multiplies the merge's fan-in and
+    # its buffered batches: inputs x target_partitions streams, memory growing with the
+    # square of the inputs (16 inputs: 1.3 GiB RSS with it, 0.37 GiB without).
+    config = (SessionConfig().with_target_partitions(max(2, len(paths)))
+              .with_batch_size(batch_rows).with_repartition_file_scans(False)
+              # likewise a filter would get a round-robin repartition per input (sort order
+              # kept: inputs x target_partitions streams again)
+              .set("datafusion.optimizer.enable_round_robin_repartition", "false"))
     runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_limit)
     ctx = SessionContext(config, runtime)
     order = [[col(f'"{n}"').sort() for n in schema.key_names]]
@@ -60,6 +92,9 @@ def _merged_batches(paths: Sequence[str], schema: Schema, batch_rows: int,
     df = frames[0]
     for f in frames[1:]:
         df = df.union(f)
+    coarse = _coarse_region_filter(schema, region)
+    if coarse is not None:
+        df = df.filter(coarse)
     df = df.sort(*(datafusion.col(f'"{n}"').sort() for n in schema.key_names))
     for b in df.execute_stream():
         batch = b.to_pyarrow()
@@ -68,6 +103,51 @@ def _merged_batches(paths: Sequence[str], schema: Schema, batch_rows: int,
                 [batch.column(i).cast(arrow.field(i).type) for i in range(len(arrow))],
                 schema=arrow)
         yield batch
+
+
+def _prefetched(batches: Iterator[pa.RecordBatch], depth: int = 2
+                ) -> Iterator[pa.RecordBatch]:
+    """``batches`` produced by a background thread, ``depth`` ahead of the consumer.
+
+    DataFusion's stream runs only while ``next()`` is called (its plan has no operator that
+    spawns tasks), so without this the merge and the Parquet encoding take turns on one
+    thread. Both release the GIL: with a producer thread they overlap on two cores.
+    """
+    items: queue.Queue[Any] = queue.Queue(depth)
+    done = object()
+    stop = threading.Event()
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():  # the consumer may have gone: never block for good
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for b in batches:
+                if not put(b):
+                    return
+            put(done)
+        except BaseException as e:  # handed to the consumer
+            put(e)
+
+    thread = threading.Thread(target=produce, name="compaction-merge", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _in_region(batches: Iterator[pa.RecordBatch], names: Sequence[str],
@@ -121,11 +201,12 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                 with pq.ParquetWriter(out, schema.to_arrow(), compression="lz4",
                                       sorting_columns=[pq.SortingColumn(k) for k in
                                                        range(len(schema.key_names))]) as w:
-                    for b in _merged_batches(group, schema, batch_rows, memory):
+                    for b in _merged_batches(group, schema, batch_rows, memory, region):
                         w.write_batch(b)
                 merged.append(out)
             paths = merged
-        stream = _in_region(_merged_batches(paths, schema, batch_rows, memory),
+        stream = _in_region(_prefetched(_merged_batches(paths, schema, batch_rows, memory,
+                                                        region)),
                             schema.row_key_names, region)
         stream = apply_iterators(stream, iterators)
         writer = SortedFileWriter(objects, new_data_filename(job.partition_id), schema,
