@@ -191,7 +191,10 @@ def _whole_file(table: Table, executor: Any, refs: Sequence[FileReference],
             any(m is None for m in footer.mins + footer.maxs):
         return None
     lo, hi = min(footer.mins), max(footer.maxs)
-    rng = task.query or task.range
+    # The tile, not the dump range (``task.query``): the file may be an ancestor's (not yet
+    # pushed down) or shared with other leaves, holding rows of other tiles; the tile lies
+    # inside the dump range and the leaf's region, so rows inside it are exactly the task's.
+    rng = task.range
     if rng.start is not None and not lo > rng.start[0]:
         return None
     if rng.end is not None and not hi < rng.end[0]:

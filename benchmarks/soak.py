@@ -1,0 +1,415 @@
+"""Soak: writers, maintainers and readers on one table for N minutes, with kill -9 chaos.
+
+The long variant of ``tests/proof`` (the concurrency and crash suites), run as a benchmark:
+
+    .venv/bin/python benchmarks/soak.py --minutes 10            # local disk
+    .venv/bin/python benchmarks/soak.py --minutes 10 --s3       # and the loopback S3 server
+    .venv/bin/python benchmarks/soak.py --quick                 # 30 s smoke run
+    .venv/bin/python benchmarks/soak.py --proof-scale 10        # + tests/proof, 10x longer
+
+Processes (each its own Python, racing only through the object store): ``--writers`` ingest
+batches of unique records until the time is up; ``--maintainers`` run ``sediment maintain
+--loop``; ``--readers`` query random key ranges (and now and then an old version). Every
+``--chaos-seconds`` one writer or maintainer is killed with SIGKILL and replaced by a fresh
+one. The main process samples the largest file count per leaf every second.
+
+At the end it prints, per store:
+
+- records lost (must be 0) and duplicated (0): a record is identified by its value, and the
+  records of a killed writer's last batch must be all present or all absent;
+- wrong query answers (0): every answer must equal the table at some version committed while
+  the query ran (time-travel answers: exactly their version);
+- p50/p99 query latency while maintenance ran, and the largest file count per leaf (during
+  the run and after a final ``maintain``);
+- leftovers after ``maintain`` + ``gc`` with no delays (0: no orphan, no missing file).
+
+With ``--proof-scale N`` it also runs ``tests/proof`` with ``SEDIMENT_PROOF_SCALE=N``: N times
+the hypothesis examples of the model-based test and N times the random kills of the crash
+tests (the long variants of what CI runs at scale 1).
+
+Exit status 1 when any of the zero-targets is not met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "proof"))  # the proof suites' workers
+
+import _common  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import workers as w  # noqa: E402
+
+import sediment as sd  # noqa: E402
+
+PROPERTIES = {
+    "partition.split.threshold": 20_000,
+    "parquet.row_group_rows": 1024,
+    "state.cache.refresh_seconds": 0,  # readers see the head when they start a query
+    "gc.delay_seconds": 3600,  # old versions stay readable for the checks
+    "compaction.job_timeout_seconds": 20,  # jobs of a killed maintainer run again
+}
+
+
+# ---- loopback S3 -----------------------------------------------------------------------------
+_SERIALISED_MOTO = """
+import sys, threading
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication, MotoRequestHandler, create_backend_app)
+app = DomainDispatcherApplication(create_backend_app)
+lock = threading.Lock()
+def serialised(environ, start_response):
+    with lock:
+        return list(app(environ, start_response))
+run_simple("127.0.0.1", int(sys.argv[1]), serialised, threaded=True,
+           request_handler=MotoRequestHandler)
+"""
+"""moto's own conditional PUT is not atomic under concurrent writers (see tests/conftest.py):
+serve its app behind one lock, as the tests do."""
+
+
+@contextlib.contextmanager
+def s3_server() -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
+    """(store uri, storage options, environment for CLI processes) on a fresh bucket."""
+    import boto3
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+             "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+             "AWS_EC2_METADATA_DISABLED": "true"}
+    env = {**os.environ, **creds, "NO_PROXY": "127.0.0.1,localhost"}
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen([sys.executable, "-c", _SERIALISED_MOTO, str(port)], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise RuntimeError(f"moto did not start: {log.read()[-2000:]!r}") from None
+                time.sleep(0.1)
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                     aws_access_key_id="testing",
+                     aws_secret_access_key="testing").create_bucket(Bucket="soak")
+        options = {"endpoint_url": endpoint, "region": "us-east-1",
+                   "access_key_id": "testing", "secret_access_key": "testing"}
+        yield "s3://soak/store", options, {**creds, "AWS_ENDPOINT_URL": endpoint}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+
+
+# ---- one soak run ------------------------------------------------------------------------------
+class Soak:
+    def __init__(self, uri: str, options: dict[str, Any], env: dict[str, str], work: Path,
+                 args: argparse.Namespace) -> None:
+        self.uri, self.options, self.work, self.args = uri, options, work, args
+        self.env = w.worker_env(env)
+        self.store = sd.Store.open(uri, **options)
+        self.table = self.store.create_table(w.TABLE, w.SCHEMA, properties=PROPERTIES)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.writer_logs: list[tuple[str, Path]] = []  # (writer id, ingest log)
+        self.generation = Counter[str]()
+        self.kills = Counter[str]()
+        self.stop = work / "stop"
+        self.rng = random.Random(args.seed)
+        self.max_files_during = 0
+        self.deadline = 0.0
+
+    def _start(self, name: str, argv: list[str]) -> None:
+        log = open(self.work / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        self.procs[name] = subprocess.Popen(
+            argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        log.close()
+
+    def start_writer(self, i: int) -> None:
+        gen = self.generation[f"writer-{i}"]
+        self.generation[f"writer-{i}"] += 1
+        wid = f"w{i}.{gen}"
+        out = self.work / f"ingest-{wid}.jsonl"
+        self.writer_logs.append((wid, out))
+        self._start(f"writer-{i}", w.command("ingest", {
+            "uri": self.uri, "options": self.options, "writer": wid, "rows": self.args.rows,
+            "until": self.deadline, "out": str(out), "pause": 0.05, "seed": self.args.seed}))
+
+    def start_maintainer(self, i: int) -> None:
+        self._start(f"maintain-{i}", [sys.executable, "-m", "sediment.cli", "maintain",
+                                      "--store", self.uri, "--table", w.TABLE, "--loop",
+                                      "--interval", "0.5", "--json"])
+
+    def start_reader(self, i: int) -> None:
+        self._start(f"reader-{i}", w.command("query", {
+            "uri": self.uri, "options": self.options, "seed": self.args.seed * 100 + i,
+            "stop": str(self.stop), "out": str(self.work / f"reader-{i}.jsonl")}))
+
+    def run(self) -> float:
+        a = self.args
+        started = time.time()
+        self.deadline = started + a.minutes * 60
+        for i in range(a.writers):
+            self.start_writer(i)
+        for i in range(a.maintainers):
+            self.start_maintainer(i)
+        for i in range(a.readers):
+            self.start_reader(i)
+        next_kill = time.time() + a.chaos_seconds if a.chaos_seconds else float("inf")
+        table = sd.Store.open(self.uri, **self.options).table(w.TABLE)
+        while time.time() < self.deadline:
+            time.sleep(1.0)
+            self.max_files_during = max(self.max_files_during, w.max_files_per_leaf(table))
+            if time.time() >= next_kill and time.time() < self.deadline - 5:
+                next_kill = time.time() + a.chaos_seconds
+                victims = [n for n in self.procs if n.startswith(("writer-", "maintain-"))]
+                name = self.rng.choice(victims)
+                self.procs[name].kill()
+                self.procs[name].wait()
+                self.kills[name.split("-")[0]] += 1
+                kind, i = name.split("-")
+                (self.start_writer if kind == "writer" else self.start_maintainer)(int(i))
+            for name, p in self.procs.items():
+                if p.poll() not in (None, 0) and not name.startswith("writer-"):
+                    raise RuntimeError(f"{name} died: {self.log_tail(name)}")
+        for i in range(a.writers):
+            self.procs[f"writer-{i}"].wait(timeout=300)
+        time.sleep(1.0)
+        self.stop.touch()
+        for i in range(a.maintainers):
+            p = self.procs[f"maintain-{i}"]
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return time.time() - started
+
+    def log_tail(self, name: str) -> str:
+        return (self.work / f"{name}.log").read_text(errors="replace")[-2000:]
+
+    # ---- accounting ------------------------------------------------------------------------
+    def _batch_of_version(self, table: sd.Table, version: int) -> tuple[str, int]:
+        """(writer, batch) whose ingest committed ``version`` (read from its files)."""
+        txn = table.states.log.read(version).transaction
+        name = txn.references[0].filename  # type: ignore[attr-defined]
+        value = pq.read_table(table.objects.path(name) if self.uri.startswith("/")
+                              else _open(table, name), columns=["value"])["value"][0].as_py()
+        writer, batch, _ = value.rsplit("-", 2)
+        return writer, int(batch)
+
+    def check(self) -> dict[str, Any]:
+        table = sd.Store.open(self.uri, **self.options).table(w.TABLE)
+        got = Counter(r[2] for r in w.rows_of(table.query()))
+        rows_of = {}  # (writer, batch) -> rows
+        commits: list[tuple[int, list[w.Row]]] = []
+        unfinished: list[tuple[str, int]] = []
+        failed = 0
+        for wid, path in self.writer_logs:
+            done, errors, started = w.read_ingest_log(path)
+            failed += len(errors)
+            for b, v in done.items():
+                rows_of[(wid, b)] = w.batch_rows(wid, b, self.args.rows, seed=self.args.seed)
+                commits.append((v, rows_of[(wid, b)]))
+            if started is not None:
+                unfinished.append((wid, started))
+        claimed = {v for v, _ in commits}
+        orphan_versions = [e.version for e in table.history()
+                           if e.kind == "add_files" and e.version not in claimed]
+        for v in orphan_versions:  # a killed writer's batch that committed: find out which
+            wid, b = self._batch_of_version(table, v)
+            rows_of[(wid, b)] = w.batch_rows(wid, b, self.args.rows, seed=self.args.seed)
+            commits.append((v, rows_of[(wid, b)]))
+        commits.sort(key=lambda c: c[0])
+        expected = Counter(r[2] for _, rows in commits for r in rows)
+        partial = 0
+        for wid, b in unfinished:
+            values = [r[2] for r in w.batch_rows(wid, b, self.args.rows, seed=self.args.seed)]
+            present = sum(1 for v in values if got[v])
+            if present and (wid, b) not in rows_of:
+                partial += 1  # visible yet not committed by any version we know
+            elif 0 < present < len(values):
+                partial += 1
+        lost = sum((expected - got).values())
+        duplicated = sum(c - 1 for c in got.values() if c > 1)
+        unexpected = sum((got - expected).values()) - duplicated
+        checker = w.QueryChecker(commits)
+        wrong: list[str] = []
+        latencies: list[float] = []
+        travel: list[float] = []
+        for i in range(self.args.readers):
+            path = self.work / f"reader-{i}.jsonl"
+            for line in path.read_text().splitlines() if path.exists() else []:
+                q = json.loads(line)
+                problem = checker.check(q)
+                if problem:
+                    wrong.append(problem)
+                elif "version" in q:
+                    travel.append(q["seconds"])
+                else:
+                    latencies.append(q["seconds"])
+        return {
+            "records": sum(expected.values()), "commits": len(commits),
+            "killed_writer_batches_committed": len(orphan_versions),
+            "ingests_failed": failed, "records_lost": lost, "records_duplicated": duplicated,
+            "records_unexpected": unexpected, "partial_batches": partial,
+            "queries": len(latencies) + len(travel), "wrong_answers": len(wrong),
+            "wrong_examples": wrong[:5],
+            "query_p50_ms": _pct(latencies, 50) * 1000, "query_p99_ms": _pct(latencies, 99) * 1000,
+            "time_travel_p99_ms": _pct(travel, 99) * 1000,
+            "max_files_per_leaf_during": self.max_files_during,
+            "versions": table.version, "kills": dict(self.kills),
+            "transactions": dict(Counter(e.kind for e in table.history())),
+        }
+
+    def settle(self) -> dict[str, Any]:
+        table = sd.Store.open(self.uri, **self.options).table(w.TABLE)
+        before = Counter(w.rows_of(table.query()))
+        table.set_properties({"gc.delay_seconds": 0, "gc.orphan_timeout_seconds": 0,
+                              "compaction.job_timeout_seconds": 0})
+        t0 = time.perf_counter()
+        table.maintain()
+        table.gc()
+        left = w.leftovers(table)
+        return {"settle_seconds": time.perf_counter() - t0,
+                "leftovers": sum(len(v) for v in left.values()),
+                "leftover_examples": {k: v[:3] for k, v in left.items() if v},
+                "content_kept": Counter(w.rows_of(table.query())) == before,
+                "max_files_per_leaf_final": w.max_files_per_leaf(table),
+                "leaves": len(table.state().leaf_partitions())}
+
+
+def _open(table: sd.Table, name: str) -> Any:
+    import pyarrow as pa
+
+    return pa.BufferReader(table.objects.get(name))
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
+
+
+def soak_one(label: str, uri: str, options: dict[str, Any], env: dict[str, str],
+             args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="sediment-soak-") as tmp:
+        work = Path(tmp)
+        if not uri:
+            uri = str(work / "store")
+        s = Soak(uri, options, env, work, args)
+        print(f"\n[{label}] {args.minutes:g} min: {args.writers} writers, {args.maintainers} "
+              f"maintainers, {args.readers} readers, kill -9 every "
+              f"{args.chaos_seconds or 'never'} s", flush=True)
+        seconds = s.run()
+        result = {"store": label, "seconds": seconds, **s.check(), **s.settle()}
+        return result
+
+
+def run_proof_suites(scale: int) -> dict[str, Any]:
+    """The long variants of the model, crash, concurrency and bad-input suites."""
+    print(f"\n[proof] tests/proof with SEDIMENT_PROOF_SCALE={scale}", flush=True)
+    env = {**os.environ, "SEDIMENT_PROOF_SCALE": str(scale)}
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "pytest", str(BENCH_DIR.parent / "tests" / "proof"),
+                        "-q", "-p", "no:cacheprovider", "--timeout=0"], env=env,
+                       cwd=BENCH_DIR.parent, capture_output=True, text=True)
+    print(r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr[-2000:])
+    if r.returncode:
+        print(r.stdout[-5000:])
+    print(f"[proof] {time.perf_counter() - t0:.0f} s")
+    return _common.goal_line(f"tests/proof at scale {scale} failed runs", r.returncode, 0, "",
+                             higher_is_better=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    def extra(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--minutes", type=float, default=None,
+                       help="length of each run (default 2; --quick: 0.5)")
+        p.add_argument("--s3", action="store_true", help="also run on a loopback S3 server")
+        p.add_argument("--writers", type=int, default=3)
+        p.add_argument("--maintainers", type=int, default=2)
+        p.add_argument("--readers", type=int, default=2)
+        p.add_argument("--rows", type=int, default=2000, help="records per ingest")
+        p.add_argument("--chaos-seconds", type=float, default=10.0,
+                       help="kill -9 a writer or maintainer this often (0: never)")
+        p.add_argument("--seed", type=int, default=1)
+        p.add_argument("--proof-scale", type=int, default=0,
+                       help="also run tests/proof with SEDIMENT_PROOF_SCALE=N (N times the "
+                            "hypothesis examples and crash iterations); 0: skip")
+
+    args = _common.parse_args("Sediment soak: concurrent ingest, maintenance, queries, "
+                              "kill -9 chaos; records lost/duplicated must be 0.", argv, extra)
+    if args.minutes is None:
+        args.minutes = 0.5 if args.quick else 2.0
+    if args.quick:
+        args.rows = min(args.rows, 500)
+    results = [soak_one("local", "", {}, {}, args)]
+    if args.s3:
+        with s3_server() as (uri, options, env):
+            results.append(soak_one("s3", uri, options, env, args))
+    _common.print_table(
+        ["store", "records", "lost", "dup", "partial", "queries", "wrong", "p50 ms", "p99 ms",
+         "files/leaf max", "final", "leaves", "kills", "settle s", "leftovers"],
+        [[r["store"], r["records"], r["records_lost"], r["records_duplicated"],
+          r["partial_batches"], r["queries"], r["wrong_answers"], r["query_p50_ms"],
+          r["query_p99_ms"], r["max_files_per_leaf_during"], r["max_files_per_leaf_final"],
+          r["leaves"], sum(r["kills"].values()), r["settle_seconds"], r["leftovers"]]
+         for r in results],
+        title="Soak results")
+    goals = []
+    if args.proof_scale:
+        goals.append(run_proof_suites(args.proof_scale))
+    for r in results:
+        s = r["store"]
+        for key in ("records_lost", "records_duplicated", "records_unexpected",
+                    "partial_batches", "wrong_answers", "leftovers", "ingests_failed"):
+            goals.append(_common.goal_line(f"{s} {key}", r[key], 0, "",
+                                           higher_is_better=False))
+        goals.append(_common.goal_line(f"{s} content kept by settle", int(r["content_kept"]), 1,
+                                       ""))
+        for example in r["wrong_examples"]:
+            print(f"  wrong answer: {example}")
+        if r["leftover_examples"]:
+            print(f"  leftovers: {r['leftover_examples']}")
+    print(f"peak RSS of this process: {_common.peak_rss_mib():.0f} MiB")
+    if not args.no_save:
+        _common.save_results("soak", {"parameters": dict(vars(args)),
+                                      "runs": results, "goals": goals}, quick=args.quick)
+    return 0 if all(g["passed"] for g in goals) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
