@@ -35,6 +35,8 @@ def session(master: str | None = None, *, app_name: str = "sediment",
             existing: SparkSession | None = None, conf: dict[str, Any] | None = None
             ) -> SparkSession:
     """Create (or configure) a SparkSession with Sediment's settings and data source."""
+    if (master or "local").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # embedded: loopback only
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if existing is not None:
