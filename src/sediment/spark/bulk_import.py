@@ -37,12 +37,23 @@ if TYPE_CHECKING:
 SAMPLE_ROWS_PER_TASK = 2_048
 
 
-def _source_frame(spark: SparkSession, table: Table, source: Any) -> DataFrame:
-    """The source as a DataFrame of the table's fields (files are read inside tasks)."""
+Leaves = tuple[pa.Table, list[int]]
+"""Boundaries of the leaves (``tasks.boundary_table``) and each leaf's shuffle key value."""
+
+
+def _source_frame(spark: SparkSession, table: Table, source: Any,
+                  leaves: Leaves | None = None) -> DataFrame:
+    """The source as a DataFrame of the table's fields (files are read inside tasks).
+
+    With ``leaves``, every row also gets its leaf's shuffle key (``tasks.PID``) in the same
+    Python pass that reads (files) or validates (a DataFrame) it: each pass through Python
+    costs a conversion of every row in the JVM each way.
+    """
     from pyspark.sql import DataFrame
     from pyspark.sql.pandas.types import from_arrow_schema
 
     arrow = table.schema.to_arrow()
+    out = arrow if leaves is None else arrow.append(pa.field(tasks.PID, pa.int64(), False))
     if isinstance(source, DataFrame):
         names = source.columns
         for f in arrow:
@@ -56,14 +67,23 @@ def _source_frame(spark: SparkSession, table: Table, source: Any) -> DataFrame:
         # Validate (types, null keys) as the rows are first read, so that bad input fails in
         # the first job, before pre-splitting commits anything.
         schema, name = table.schema, table.name
+        if leaves is not None:
+            boundaries, buckets = leaves
+            return source.select(*arrow.names).mapInArrow(
+                lambda it: tasks.assign_leaves(it, schema, name, boundaries, buckets),
+                from_arrow_schema(out))
         return source.select(*arrow.names).mapInArrow(
             lambda it: tasks.conform_batches(it, schema, name, "Spark input"),
             from_arrow_schema(arrow))
     from sediment.ingest.sources import expand_paths, read_file
 
-    paths = [source] if isinstance(source, str) else list(source)
-    files = expand_paths(paths, table.objects)
+    if isinstance(source, list) and source and isinstance(source[0], tuple):
+        files = source  # already expanded
+    else:
+        paths = [source] if isinstance(source, str) else list(source)
+        files = expand_paths(paths, table.objects)
     spec, name, schema = table.store.spec(), table.name, table.schema
+    key_names = schema.row_key_names
     listing = spark.createDataFrame([(fs.type_name, p) for fs, p in files],
                                     "fs string, path string")
     listing = listing.repartition(max(1, min(len(files),
@@ -73,6 +93,7 @@ def _source_frame(spark: SparkSession, table: Table, source: Any) -> DataFrame:
         from sediment.ingest.sources import _filesystem_for, conform
 
         t = tasks.open_table(spec, name)
+        bucket_arr = None if leaves is None else np.asarray(leaves[1], dtype=np.int64)
         for b in batches:
             for fs_name, path in zip(b.column("fs").to_pylist(), b.column("path").to_pylist(),
                                      strict=True):
@@ -80,10 +101,14 @@ def _source_frame(spark: SparkSession, table: Table, source: Any) -> DataFrame:
                 fs, p = _filesystem_for(uri, t.objects)
                 offset = 0
                 for rb in read_file(fs, p, schema):
-                    yield conform(rb, schema, name, offset, p)
+                    c = conform(rb, schema, name, offset, p)
                     offset += rb.num_rows
+                    if leaves is None:
+                        yield c
+                    else:
+                        yield tasks.with_leaf_column(c, key_names, leaves[0], bucket_arr)
 
-    return listing.mapInArrow(read, from_arrow_schema(arrow))
+    return listing.mapInArrow(read, from_arrow_schema(out))
 
 
 def _bucket_values(n: int) -> list[int]:
@@ -188,10 +213,17 @@ def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Seq
     commit (the ingest batcher records them there); if it raises, the files are deleted and
     nothing is committed.
     """
+    from pyspark.sql import DataFrame
+
     from sediment.spark.session import register_data_source
 
     started = time.perf_counter()
     register_data_source(spark)
+    if not isinstance(source, DataFrame):
+        from sediment.ingest.sources import expand_paths
+
+        source = expand_paths([source] if isinstance(source, str) else list(source),
+                              table.objects)
     frame = _source_frame(spark, table, source)
     min_leaves = int(table.properties["bulk_import.min_leaf_partitions"])
     try:
@@ -200,13 +232,11 @@ def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Seq
         leaves = state.leaf_partitions()
         boundaries = tasks.boundary_table(state)
         buckets = _bucket_values(len(leaves))
-        schema, name, spec = table.schema, table.name, table.store.spec()
-        arrow = schema.to_arrow()
+        name, spec = table.name, table.store.spec()
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        with_pid = frame.mapInArrow(
-            lambda it: tasks.assign_leaves(it, schema, name, boundaries, buckets),
-            from_arrow_schema(arrow.append(pa.field(tasks.PID, pa.int64(), False))))
+        # read (or validate) and assign leaves in one pass through Python
+        with_pid = _source_frame(spark, table, source, (boundaries, buckets))
         shuffled = with_pid.repartition(len(leaves), tasks.PID)
         version, table_id = state.version, table.table_id
         staged_rows = shuffled.mapInArrow(

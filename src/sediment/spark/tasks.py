@@ -78,13 +78,35 @@ def leaf_indices(data: pa.Table | pa.RecordBatch, names: Sequence[str],
                  boundaries: pa.Table) -> np.ndarray:
     """Index (in key order) of each row's leaf partition, vectorised.
 
-    Boundaries and keys are sorted together (a stable sort, boundaries first); a row's leaf is
-    the number of boundaries sorted before it. O(n log n) in Arrow's C++ sort, no Python loop.
+    A row's leaf is the number of boundaries at or below its key: a binary search of the
+    (sorted) boundaries on the first row-key field (``pc.search_sorted``, O(n log b)). Rows whose
+    first field equals a boundary's, when there are more row-key fields, are resolved on the
+    whole key by :func:`_leaf_indices_by_sort`.
+    """
+    n = data.num_rows
+    if boundaries.num_rows == 0:
+        return np.zeros(n, dtype=np.int32)
+    first = data.column(names[0])
+    bounds = boundaries.column(0).combine_chunks()
+    if not bounds.type.equals(first.type):
+        bounds = bounds.cast(first.type)
+    hi = pc.search_sorted(bounds, first, side="right").to_numpy().astype(np.int32)
+    if len(names) == 1:
+        return hi
+    lo = pc.search_sorted(bounds, first, side="left").to_numpy()
+    tied = np.flatnonzero(lo != hi)
+    if len(tied):
+        hi[tied] = _leaf_indices_by_sort(data.take(pa.array(tied)), names, boundaries)
+    return hi
+
+
+def _leaf_indices_by_sort(data: pa.Table | pa.RecordBatch, names: Sequence[str],
+                          boundaries: pa.Table) -> np.ndarray:
+    """:func:`leaf_indices` on the whole key: boundaries and keys are sorted together (a
+    stable sort, boundaries first); a row's leaf is the number of boundaries sorted before it.
     """
     n = data.num_rows
     nb = boundaries.num_rows
-    if nb == 0:
-        return np.zeros(n, dtype=np.int32)
     keys = pa.Table.from_arrays([data.column(c) for c in names], names=list(names))
     combined = pa.concat_tables([boundaries.cast(keys.schema), keys])
     order = pc.sort_indices(combined, sort_keys=[(c, "ascending") for c in names]).to_numpy()
@@ -116,8 +138,14 @@ def assign_leaves(batches: Iterator[pa.RecordBatch], schema: Schema, table_name:
     for b in batches:
         c = conform(b, schema, table_name, offset, "Spark input")
         offset += b.num_rows
-        idx = leaf_indices(c, schema.row_key_names, boundaries)
-        yield c.append_column(PID, pa.array(bucket_arr[idx]))
+        yield with_leaf_column(c, schema.row_key_names, boundaries, bucket_arr)
+
+
+def with_leaf_column(batch: pa.RecordBatch, names: Sequence[str], boundaries: pa.Table,
+                     bucket_arr: np.ndarray) -> pa.RecordBatch:
+    """``batch`` (already conformed) with the shuffle column: its leaf's bucket value."""
+    idx = leaf_indices(batch, names, boundaries)
+    return batch.append_column(PID, pa.array(bucket_arr[idx]))
 
 
 def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], name: str,
