@@ -18,7 +18,7 @@ from sediment.errors import SedimentError
 from sediment.storage.base import ObjectStore
 
 STATUS_PREFIX = "status/"
-KINDS = ("compaction", "split", "gc", "ingest", "dump")
+KINDS = ("compaction", "split", "gc", "ingest", "bulk_import", "dump")
 
 
 @dataclass(frozen=True, slots=True)
