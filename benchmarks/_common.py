@@ -418,3 +418,28 @@ class RssSampler:
     @property
     def delta_mib(self) -> float:
         return self.peak_mib - self.start_mib
+
+
+RESULT_PREFIX = "@@RESULT "
+"""Prefix of the one stdout line in which a benchmark's child process reports its result."""
+
+
+def emit_child_result(result: dict[str, Any]) -> None:
+    """Report a child process's result to :func:`run_child_script` (one stdout line)."""
+    print(RESULT_PREFIX + json.dumps(result))
+
+
+def run_child_script(script: str, args: list[str], label: str) -> dict[str, Any]:
+    """Run ``python script args...`` in a fresh process (so its memory and caches are its
+    own), echo its output, and return the result it emitted."""
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                          check=False)
+    result = None
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_PREFIX):
+            result = json.loads(line[len(RESULT_PREFIX):])
+        else:
+            print(line)
+    if proc.returncode != 0 or result is None:
+        raise RuntimeError(f"{label} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return result

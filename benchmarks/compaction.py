@@ -48,13 +48,10 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import os
 import pstats
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -64,11 +61,13 @@ from _common import (
     RssSampler,
     Timer,
     bench_schema,
+    emit_child_result,
     goal_line,
     parse_args,
     peak_rss_mib,
     print_table,
     rate,
+    run_child_script,
     save_results,
     temp_dir,
 )
@@ -81,7 +80,6 @@ MEMORY_GOAL_MIB = 1024.0
 MEM_INPUTS = 12
 INFO_INPUTS = 16  # compaction.max_merge_inputs: the most inputs one merge round takes
 TABLE = "bench"
-RESULT_PREFIX = "@@RESULT "
 VARIANTS = ("sediment", "datafusion", "datafusion_rg4096", "datafusion_merge_only")
 VARIANT_NAMES = {
     "sediment": "sediment table.compact()",
@@ -360,19 +358,9 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_child(kind: str, root: Path, *, profile: bool = False) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", kind, "--root", str(root), "--no-save"]
-    if profile:
-        cmd.append("--profile")
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    result = None
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX):])
-        else:
-            print(line)
-    if proc.returncode != 0 or result is None:
-        raise RuntimeError(f"{kind} run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return result
+    args = ["--child", kind, "--root", str(root), "--no-save"]
+    return run_child_script(__file__, args + (["--profile"] if profile else []),
+                            f"{kind} run")
 
 
 def fresh_copy(template: Path, dest: Path) -> Path:
@@ -505,7 +493,7 @@ def main() -> None:
     if args.child:
         out = child(args)
         out["process_peak_rss_mib"] = process_peak_mib()
-        print(RESULT_PREFIX + json.dumps(out))
+        emit_child_result(out)
         return
     rows_per_file = args.rows_per_file or (200_000 if args.quick else 1_000_000)
     repeats = args.repeats or (2 if args.quick else 3)

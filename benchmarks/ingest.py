@@ -25,10 +25,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import pstats
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +37,13 @@ from _common import (
     RssSampler,
     Timer,
     bench_schema,
+    emit_child_result,
     goal_line,
     parse_args,
     peak_rss_mib,
     print_table,
     rate,
+    run_child_script,
     save_results,
     temp_dir,
 )
@@ -57,7 +56,6 @@ RATIO_GOAL = 0.6
 RATE_GOAL = 1_500_000.0
 SPILL_RUNS = 8  # the spilling variant's buffer holds 1/8 of the input
 KEYS = [("key", "ascending"), ("timestamp", "ascending")]
-RESULT_PREFIX = "@@RESULT "
 
 
 def _dir_bytes(path: Path) -> int:
@@ -174,21 +172,9 @@ def child(run: str, rows: int, spill: bool, profile: bool) -> dict[str, Any]:
 
 
 def run_child(run: str, rows: int, spill: bool, profile: bool) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--child", run, "--rows", str(rows), "--no-save"]
-    if not spill:
-        cmd.append("--no-spill")
-    if profile:
-        cmd.append("--profile")
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    result = None
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX):])
-        else:
-            print(line)
-    if proc.returncode != 0 or result is None:
-        raise RuntimeError(f"run {run!r} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return result
+    args = ["--child", run, "--rows", str(rows), "--no-save"]
+    args += ([] if spill else ["--no-spill"]) + (["--profile"] if profile else [])
+    return run_child_script(__file__, args, f"run {run!r}")
 
 
 def main() -> None:
@@ -205,7 +191,7 @@ def main() -> None:
     if args.child:
         out = child(args.child, rows, not args.no_spill, args.profile)
         out["process_peak_rss_mib"] = peak_rss_mib()
-        print(RESULT_PREFIX + json.dumps(out))
+        emit_child_result(out)
         return
     props = defaults()
     with Timer() as t_gen:
