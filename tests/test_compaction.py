@@ -54,7 +54,7 @@ from sediment.core.transactions import (
 )
 from sediment.errors import TransactionInvalidError
 from sediment.files.sample import COUNT
-from sediment.files.writer import sample_name
+from sediment.files.writer import sample_name, with_sidecars
 from sediment.properties import defaults
 from sediment.workload import benchmark_schema, generate
 
@@ -553,8 +553,8 @@ def test_job_with_replaced_inputs_fails_and_leaves_an_orphan(tmp_path: Path) -> 
     g = table.gc()
     assert g.orphans_deleted == 2
     left = data_keys(table)
-    assert not any(k in left or sample_name(k) in left for k in orphans)
-    assert out.filename in left and sample_name(out.filename) in left
+    assert not set(with_sidecars(orphans)) & left
+    assert set(with_sidecars([out.filename])) <= left
     assert_matches(table.query(), ref)
 
 
@@ -563,7 +563,7 @@ def _orphans(table: sd.Table) -> set[str]:
     st = table.state()
     known = set(st.refcount) | set(st.unreferenced)
     return {k for k in data_keys(table)
-            if not k.endswith(".sample.parquet") and k not in known}
+            if k.endswith(".parquet") and not k.endswith(".sample.parquet") and k not in known}
 
 
 def test_killed_compaction_loses_nothing_and_is_rerun(tmp_path: Path) -> None:
@@ -593,7 +593,7 @@ def test_killed_compaction_loses_nothing_and_is_rerun(tmp_path: Path) -> None:
     assert g.orphans_deleted == 2 and g.deleted == 4
     assert _orphans(table) == set()
     referenced = {f.filename for f in table.files()}
-    assert data_keys(table) == referenced | {sample_name(f) for f in referenced}
+    assert data_keys(table) == set(with_sidecars(referenced))
     assert_matches(table.query(), ref)
 
 
@@ -677,7 +677,7 @@ def test_racing_runners_rerunning_each_others_jobs(tmp_path: Path) -> None:
     table.set_properties({"gc.delay_seconds": 0, "gc.orphan_timeout_seconds": 0})
     table.gc()
     referenced = set(table.state().refcount)
-    assert data_keys(table) == referenced | {sample_name(f) for f in referenced}
+    assert data_keys(table) == set(with_sidecars(referenced))
 
 
 def test_job_committing_after_its_partition_split(tmp_path: Path) -> None:

@@ -280,7 +280,7 @@ def test_write_sorted_file_many_small_pieces(tmp_path: Path) -> None:
     objects = LocalObjectStore(tmp_path / "objects")
     props = {"parquet.row_group_rows": 128, "parquet.compression": "zstd",
              "parquet.compression_level": 1, "parquet.page_size_bytes": 65536,
-             "sample.size": 8}
+             "sample.size": 8, "parquet.key_filter_bits": 10}
     data = sorted_keys(1000, seed=5)
     pieces = [data.slice(i, 7) for i in range(0, 1000, 7)]
     written = write_sorted_file(objects, "data/x/f.parquet", schema, props, pieces)

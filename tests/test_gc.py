@@ -17,7 +17,13 @@ import pytest
 import sediment as sd
 from reference import Reference, assert_matches
 from sediment.core.transactions import DeleteFiles
-from sediment.files.writer import new_data_filename, sample_name, write_sorted_file
+from sediment.files.writer import (
+    keys_name,
+    new_data_filename,
+    sample_name,
+    with_sidecars,
+    write_sorted_file,
+)
 from sediment.gc import GcResult, gc
 from sediment.workload import benchmark_schema, generate
 
@@ -51,6 +57,7 @@ def assert_referenced_files_exist(table: sd.Table) -> None:
     for f in table.state().refcount:
         assert f in keys, f"referenced file {f} was deleted"
         assert sample_name(f) in keys, f"sample of referenced file {f} was deleted"
+        assert keys_name(f) in keys, f"key filters of referenced file {f} were deleted"
 
 
 def write_orphan(table: sd.Table, seed: int = 0) -> str:
@@ -89,8 +96,8 @@ def test_unreferenced_files_deleted_after_delay(store_uri: tuple[str, dict[str, 
     assert r.deleted == 3 and r.orphans_deleted == 0
     keys = stored(table)
     for f in inputs:
-        assert f not in keys and sample_name(f) not in keys
-    assert keys == {out, sample_name(out)}
+        assert not set(with_sidecars([f])) & keys
+    assert keys == set(with_sidecars([out]))
     assert table.state().unreferenced == {}
     (txn,) = [e.transaction for e in table.states.log.read_after(version)]
     assert isinstance(txn, DeleteFiles) and sorted(txn.filenames) == sorted(inputs)
@@ -119,7 +126,7 @@ def test_younger_unreferenced_files_are_kept(tmp_path: Path) -> None:
     assert r.deleted == 2
     keys = stored(table)
     assert not set(first) & keys
-    assert set(second) <= keys and {sample_name(f) for f in second} <= keys
+    assert set(with_sidecars(second)) <= keys
     assert set(table.state().unreferenced) == set(second)
     assert gc(table, now=t2 + 100).deleted == 2
     assert_matches(table.query(), ref)
@@ -172,13 +179,13 @@ def test_orphans_deleted_after_timeout(store_uri: tuple[str, dict[str, Any]]) ->
     ref = Reference(SCHEMA)
     ingest(table, ref, 100, 1)
     orphan = write_orphan(table)
-    assert {orphan, sample_name(orphan)} <= stored(table)
+    assert set(with_sidecars([orphan])) <= stored(table)
     assert table.gc().orphans_deleted == 0  # younger than the default hour
     assert orphan in stored(table)
     r = gc(table, now=time.time() + 3601)
     assert r.orphans_deleted == 1 and r.deleted == 0
     keys = stored(table)
-    assert orphan not in keys and sample_name(orphan) not in keys
+    assert not set(with_sidecars([orphan])) & keys
     assert_referenced_files_exist(table)
     assert_matches(table.query(), ref)
     # nothing recorded in the log: no transaction ever knew the orphan
@@ -192,14 +199,16 @@ def test_young_orphans_kept_old_ones_deleted(tmp_path: Path) -> None:
     old, young = write_orphan(table, 1), write_orphan(table, 2)
     stray_sample = sample_name(new_data_filename("root"))  # a sample whose data never landed
     table.objects.put(stray_sample, b"x")
+    stray_filter = keys_name(new_data_filename("root"))
+    table.objects.put(stray_filter, b"x")
     past = time.time() - 3600
-    for key in (old, sample_name(old), stray_sample):
+    for key in (*with_sidecars([old]), stray_sample, stray_filter):
         os.utime(table.objects.path(key), (past, past))
     r = table.gc()
     assert r.orphans_deleted == 1
     keys = stored(table)
-    assert old not in keys and sample_name(old) not in keys and stray_sample not in keys
-    assert young in keys and sample_name(young) in keys
+    assert not {*with_sidecars([old]), stray_sample, stray_filter} & keys
+    assert set(with_sidecars([young])) <= keys
     table.set_properties({"gc.orphan_timeout_seconds": 0})
     assert table.gc().orphans_deleted == 1
     assert young not in stored(table)
@@ -248,7 +257,7 @@ def test_random_mixes_never_delete_referenced_files(tmp_path: Path, seed: int) -
     table.gc()
     assert_referenced_files_exist(table)
     referenced = set(table.state().refcount)
-    assert stored(table) == referenced | {sample_name(f) for f in referenced}
+    assert stored(table) == set(with_sidecars(referenced))
     assert_matches(table.query(), ref)
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import sediment as sd
 from reference import Reference, assert_matches, order_key, random_range
 from sediment.core.model import Region
-from sediment.files.writer import sample_name
+from sediment.files.writer import with_sidecars
 from sediment.maintenance import MaintenanceResult, maintain, maintain_pass, maintain_store
 from sediment.workload import benchmark_schema, generate
 
@@ -85,7 +85,7 @@ def check_storage(table: sd.Table) -> None:
     """After GC with no delay: storage holds exactly the referenced files and samples."""
     referenced = set(table.state().refcount)
     keys = {o.key for o in table.objects.list("data/") if not o.key.endswith("/")}
-    assert keys == referenced | {sample_name(f) for f in referenced}
+    assert keys == set(with_sidecars(referenced))
 
 
 # ---- seeded random sequences ------------------------------------------------------------------

@@ -64,7 +64,7 @@ import pyarrow.fs as pafs
 
 from sediment.core.transactions import AddFiles
 from sediment.errors import DataError, ObjectNotFoundError, SedimentError
-from sediment.files.writer import sample_name
+from sediment.files.writer import with_sidecars
 from sediment.ingest.sources import expand_paths, file_format, read_file
 from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged, stage_batches
 from sediment.properties import defaults
@@ -330,7 +330,7 @@ def _fail_requests(table: Table, job_id: str, error: str) -> None:
 
 def _delete_staged(table: Table, files: Sequence[str]) -> None:
     with contextlib.suppress(SedimentError, OSError):
-        table.objects.delete_many([k for f in files for k in (f, sample_name(f))])
+        table.objects.delete_many(with_sidecars(files))
 
 
 def committed_version(table: Table, base_version: int, files: Sequence[str]) -> int | None:

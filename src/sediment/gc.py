@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING
 
 from sediment.core.transactions import DeleteFiles
 from sediment.errors import TransactionInvalidError
-from sediment.files.writer import sample_name
+from sediment.files.writer import data_file_of, with_sidecars
 
 if TYPE_CHECKING:
     from sediment.table import Table
 
 BATCH = 1000
-_SAMPLE_SUFFIX = ".sample.parquet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +76,7 @@ def gc(table: Table, *, now: float | None = None) -> GcResult:
             table.states.commit(DeleteFiles(batch))
         except TransactionInvalidError:
             break  # another collector recorded them first, or a restore referenced them again
-        table.objects.delete_many([k for f in batch for k in (f, sample_name(f))])
+        table.objects.delete_many(with_sidecars(batch))
         deleted += len(batch)
 
     known = set(state.refcount) | set(state.unreferenced) | protected
@@ -86,8 +85,7 @@ def gc(table: Table, *, now: float | None = None) -> GcResult:
     for o in listed:
         if o.key.endswith("/"):
             continue  # a folder marker (pyarrow's S3 create_dir writes them), not a file
-        data = o.key[: -len(_SAMPLE_SUFFIX)] + ".parquet" if o.key.endswith(_SAMPLE_SUFFIX) \
-            else o.key
+        data = data_file_of(o.key)
         if data not in known and now - o.mtime >= timeout:
             orphans.append(o.key)
     if orphans:
@@ -96,7 +94,7 @@ def gc(table: Table, *, now: float | None = None) -> GcResult:
     stale = [o.key for o in table.objects.temporaries("") if now - o.mtime >= timeout]
     if stale:
         table.objects.delete_many(stale)
-    n_orphans = sum(1 for k in orphans if not k.endswith(_SAMPLE_SUFFIX))
+    n_orphans = sum(1 for k in orphans if data_file_of(k) == k)
     result = GcResult(deleted, n_orphans, time.perf_counter() - started)
     if result.did_work:
         table.status.record("gc", f"gc-{int(now)}", "finished", deleted=deleted,

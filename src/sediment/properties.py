@@ -23,6 +23,7 @@ class PropertySpec:
     doc: str
     choices: tuple[Any, ...] | None = None
     minimum: float | None = None
+    maximum: float | None = None
     check: Callable[[Any], bool] | None = None
     """Extra validation: raises PropertyError for a bad value."""
 
@@ -79,6 +80,8 @@ class PropertySpec:
             self.check(v)
         if self.minimum is not None and v < self.minimum:
             raise PropertyError(f"property {self.name!r}{where}: {v!r} is below {self.minimum}")
+        if self.maximum is not None and v > self.maximum:
+            raise PropertyError(f"property {self.name!r}{where}: {v!r} is above {self.maximum}")
         return v
 
 
@@ -113,6 +116,11 @@ _SPECS = [
     PropertySpec("parquet.dictionary_columns", str, "",
                  "Comma-separated value columns written with dictionary encoding (worth it for "
                  "low-cardinality columns only; keys are always plain)."),
+    PropertySpec("parquet.key_filter_bits", int, 10,
+                 "Bits per key of the Bloom filter written for each row group on the first "
+                 "row-key field (sidecar <file>.keys): exact-key lookups skip files that "
+                 "cannot hold the key (10 bits: ~1% false positives; 0: no filters).",
+                 minimum=0, maximum=64),
     PropertySpec("sample.size", int, 1024,
                  "Keys kept in each data file's sidecar sample (every k-th key, with counts).",
                  minimum=2),
@@ -135,6 +143,9 @@ _SPECS = [
                  check=lambda v: _check_iterators(v)),
     PropertySpec("query.footer_cache_files", int, 4096,
                  "Parquet footers kept in memory per table (0 disables the cache).", minimum=0),
+    PropertySpec("query.key_filter_cache_bytes", int, 64 * 1024 * 1024,
+                 "Key-filter blocks kept in memory per table for exact-key lookups (0: read "
+                 "them from storage on every lookup).", minimum=0),
     PropertySpec("query.threads", int, 0,
                  "Threads for parallel sub-queries (0: number of CPUs).", minimum=0),
     # --- partitions, compaction, gc -------------------------------------------------------

@@ -304,7 +304,8 @@ class Table:
             props = {**defaults(), **state.properties}
             assert state.schema is not None
             footers = FooterCache(self.objects, state.schema.row_key_names[0],
-                                  int(props["query.footer_cache_files"]))
+                                  int(props["query.footer_cache_files"]),
+                                  int(props["query.key_filter_cache_bytes"]))
             self._executor = Executor(self.objects, state.schema, footers,
                                       int(props["query.threads"]))
         return self._executor

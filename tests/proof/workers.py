@@ -181,11 +181,16 @@ def sample_objects(table: sd.Table) -> set[str]:
     return {o.key for o in table.objects.list("data/") if o.key.endswith(".sample.parquet")}
 
 
+def filter_objects(table: sd.Table) -> set[str]:
+    return {o.key for o in table.objects.list("data/") if o.key.endswith(".keys")}
+
+
 def leftovers(table: sd.Table) -> dict[str, list[str]]:
     """Files in storage that no state knows, and referenced files missing from storage."""
     state = table.state()
     files = data_objects(table)
     samples = {s[: -len(".sample.parquet")] + ".parquet" for s in sample_objects(table)}
+    filters = {s[: -len(".keys")] + ".parquet" for s in filter_objects(table)}
     known = set(state.refcount) | set(state.unreferenced)
     temporaries: list[str] = []
     if table.store.uri.startswith("file://"):  # temp files of puts a kill interrupted
@@ -195,6 +200,7 @@ def leftovers(table: sd.Table) -> dict[str, list[str]]:
         "temporaries": temporaries,
         "orphans": sorted(files - known),
         "orphan_samples": sorted(samples - known),
+        "orphan_filters": sorted(filters - known),
         "missing": sorted(f for f in state.refcount if f not in files),
         "missing_samples": sorted(f for f in state.refcount if f not in samples),
         "unreferenced": sorted(state.unreferenced),

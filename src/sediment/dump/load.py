@@ -33,7 +33,7 @@ from sediment.errors import (
     TableNotFoundError,
 )
 from sediment.files.keys import range_mask, row_key, sort_indices
-from sediment.files.writer import sample_name
+from sediment.files.writer import sample_name, write_key_filters
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore, open_object_store
 
@@ -183,7 +183,10 @@ def _copy_and_reference(src: ObjectStore, table: Table, files: list[DumpedFile]
     from sediment.files.sample import estimate_count
 
     state = table.states.head()
-    names = state.schema.row_key_names if state.schema else []
+    assert state.schema is not None
+    schema = state.schema
+    props = table.properties
+    names = schema.row_key_names
     leaves = state.leaf_partitions()
     refs: list[FileReference] = []
     copies: list[tuple[DumpedFile, str]] = []
@@ -194,8 +197,10 @@ def _copy_and_reference(src: ObjectStore, table: Table, files: list[DumpedFile]
 
     def copy(item: tuple[DumpedFile, str]) -> None:
         f, name = item
-        table.objects.put(name, src.get(f.data))
+        raw = src.get(f.data)
+        table.objects.put(name, raw)
         table.objects.put(sample_name(name), src.get(f.sample))
+        write_key_filters(table.objects, name, raw, schema, props)
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(copy, copies))

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sediment.errors import StorageError
+from sediment.files.keyfilter import FilterLayout, hash_keys
 from sediment.files.sample import KeySampler
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
@@ -26,9 +27,33 @@ class WrittenFile:
     bytes: int
 
 
+SAMPLE_SUFFIX = ".sample.parquet"
+KEYS_SUFFIX = ".keys"
+SIDECAR_SUFFIXES = (SAMPLE_SUFFIX, KEYS_SUFFIX)
+"""Objects written next to a data file ``<stem>.parquet``: ``<stem><suffix>``."""
+
+
 def sample_name(filename: str) -> str:
     """The sidecar sample of a data file."""
-    return filename[: -len(".parquet")] + ".sample.parquet"
+    return filename[: -len(".parquet")] + SAMPLE_SUFFIX
+
+
+def keys_name(filename: str) -> str:
+    """The key-filter sidecar of a data file (see sediment.files.keyfilter)."""
+    return filename[: -len(".parquet")] + KEYS_SUFFIX
+
+
+def with_sidecars(filenames: Iterable[str]) -> list[str]:
+    """Data files and every sidecar each may have: what deleting a data file deletes."""
+    return [k for f in filenames for k in (f, sample_name(f), keys_name(f))]
+
+
+def data_file_of(key: str) -> str:
+    """The data file an object belongs to (itself, or the file a sidecar describes)."""
+    for suffix in SIDECAR_SUFFIXES:
+        if key.endswith(suffix):
+            return key[: -len(suffix)] + ".parquet"
+    return key
 
 
 def new_data_filename(partition_id: str) -> str:
@@ -64,6 +89,8 @@ class SortedFileWriter:
     Batches must arrive in key order. The sample is built on the fly in bounded memory: the
     row key of every k-th row is kept, k a power of two doubled whenever more than twice the
     sample size are held, so the sample stays exact and equi-depth whatever the file size.
+    The key filters (one per row group, ``parquet.key_filter_bits`` per key; 0: none) are
+    streamed to their sidecar as row groups are written.
     """
 
     def __init__(self, objects: ObjectStore, filename: str, schema: Schema,
@@ -83,6 +110,16 @@ class SortedFileWriter:
             raise StorageError(f"cannot create data file {self._path}: {e}") from e
         self._writer = pq.ParquetWriter(self._sink, self.arrow_schema,
                                         **writer_options(schema, properties))
+        bits = int(properties["parquet.key_filter_bits"])
+        self._filter = FilterLayout.for_rows(self.row_group_rows, bits) if bits else None
+        self._keys_sink = None
+        if self._filter is not None:
+            try:
+                self._keys_sink = fs.open_output_stream(objects.path(keys_name(filename)))
+                self._keys_sink.write(self._filter.header())
+            except (OSError, pa.ArrowException) as e:
+                self.abort()
+                raise StorageError(f"cannot create key filter of {self._path}: {e}") from e
         self._sampler = KeySampler(schema.row_key_names, self.sample_size)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -107,7 +144,13 @@ class SortedFileWriter:
         t = pa.concat_tables(self._pending)
         full = t.num_rows if final else t.num_rows - t.num_rows % self.row_group_rows
         if full:
-            self._writer.write_table(t.slice(0, full), row_group_size=self.row_group_rows)
+            groups = t.slice(0, full)
+            self._writer.write_table(groups, row_group_size=self.row_group_rows)
+            if self._keys_sink is not None and self._filter is not None:
+                # write_table cut ``groups`` into row groups of row_group_rows rows (the last,
+                # when final, fewer): build() cuts the same way, one block per row group
+                key = groups.column(self.schema.row_key_names[0])
+                self._keys_sink.write(self._filter.build(hash_keys(key)))
         rest = t.slice(full)
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows
@@ -116,6 +159,8 @@ class SortedFileWriter:
         self._flush(final=True)
         self._writer.close()
         self._sink.close()
+        if self._keys_sink is not None:
+            self._keys_sink.close()
         sample = self._sampler.sample(pa.schema(list(self.schema.row_keys)))
         buf = io.BytesIO()
         pq.write_table(sample, buf, compression="zstd")
@@ -125,12 +170,31 @@ class SortedFileWriter:
 
     def abort(self) -> None:
         """Close and delete what was written (best effort)."""
-        try:
-            self._writer.close()
-            self._sink.close()
-        except (OSError, pa.ArrowException):
-            pass
-        self.objects.delete_many([self.filename, sample_name(self.filename)])
+        for closable in (getattr(self, "_writer", None), getattr(self, "_sink", None),
+                         getattr(self, "_keys_sink", None)):
+            try:
+                if closable is not None:
+                    closable.close()
+            except (OSError, pa.ArrowException):
+                pass
+        self.objects.delete_many(with_sidecars([self.filename]))
+
+
+def write_key_filters(objects: ObjectStore, filename: str, data: bytes, schema: Schema,
+                      properties: Mapping[str, Any]) -> bool:
+    """Build the key-filter sidecar of a Parquet file written elsewhere (a loaded dump file),
+    from its first row-key column. Returns False (no sidecar: lookups read the file as
+    before) when filters are off or the row groups are not all one size but the last."""
+    bits = int(properties["parquet.key_filter_bits"])
+    pf = pq.ParquetFile(pa.BufferReader(data))
+    md = pf.metadata
+    sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    if not bits or not sizes or len(set(sizes[:-1])) > 1 or sizes[-1] > sizes[0]:
+        return False
+    layout = FilterLayout.for_rows(sizes[0], bits)
+    key = pf.read(columns=[schema.row_key_names[0]]).column(0)
+    objects.put(keys_name(filename), layout.header() + layout.build(hash_keys(key)))
+    return True
 
 
 def write_sorted_file(objects: ObjectStore, filename: str, schema: Schema,

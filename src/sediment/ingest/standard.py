@@ -28,7 +28,12 @@ from sediment.errors import DataError
 from sediment.files.keys import bisect_key
 from sediment.files.merge import merge_sorted
 from sediment.files.sort import sort_table
-from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename, sample_name
+from sediment.files.writer import (
+    SortedFileWriter,
+    WrittenFile,
+    new_data_filename,
+    with_sidecars,
+)
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 
 if TYPE_CHECKING:
@@ -190,8 +195,7 @@ def _write_partitioned(table: Table, state: TableState, stream: Iterator[pa.Reco
 
 def _delete_files(table: Table, written: Sequence[WrittenFile]) -> None:
     with contextlib.suppress(Exception):
-        table.objects.delete_many([k for w in written for k in (w.filename,
-                                                                 sample_name(w.filename))])
+        table.objects.delete_many(with_sidecars(w.filename for w in written))
 
 
 def ingest(table: Table, data: IngestInput, *, progress: Progress | None = None,

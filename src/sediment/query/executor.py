@@ -1,7 +1,9 @@
 """Query execution: read planned files with row-group pruning, filter, merge, iterate.
 
 Parquet footers are cached per table together with the min/max of the first row-key field of
-every row group, so an exact-key lookup reads one footer-free row group per file.
+every row group, so an exact-key lookup reads one footer-free row group per file; with the
+file's key filters (sediment.files.keyfilter) it skips the row groups, and so the files, that
+cannot hold the key, so its cost hardly grows with the files in a leaf.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -22,8 +25,10 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileReference, Region
 from sediment.core.ranges import Range
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
+from sediment.files.keyfilter import HEADER_BYTES, FilterLayout, hash_keys
 from sediment.files.keys import rows_in
 from sediment.files.merge import merge_sorted
+from sediment.files.writer import keys_name
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.planner import QueryPlan, SubQuery
 from sediment.schema import Schema
@@ -37,16 +42,24 @@ class FileFooter:
     metadata: pq.FileMetaData
     mins: list[Any]
     maxs: list[Any]
+    filter: FilterLayout | None = None
+    """The layout of the file's key filters (None: the file has none, e.g. written with
+    ``parquet.key_filter_bits`` 0 or before filters existed)."""
 
 
 class FooterCache:
-    """LRU cache of FileFooter by filename (data files are immutable, so never stale)."""
+    """LRU caches of FileFooter by filename and of key-filter blocks by (file, row group),
+    the latter bounded in bytes (data files and sidecars are immutable, so never stale)."""
 
-    def __init__(self, objects: ObjectStore, first_key: str, capacity: int) -> None:
+    def __init__(self, objects: ObjectStore, first_key: str, capacity: int,
+                 filter_bytes: int = 0) -> None:
         self.objects = objects
         self.first_key = first_key
         self.capacity = capacity
+        self.filter_bytes = filter_bytes
         self._items: OrderedDict[str, FileFooter] = OrderedDict()
+        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._blocks_size = 0
         self._lock = threading.Lock()
         self.fs, _ = objects.arrow_filesystem()
 
@@ -60,7 +73,7 @@ class FooterCache:
             source = self.fs.open_input_file(path)
             if footer is None:
                 pf = pq.ParquetFile(source)
-                footer = self._bounds(pf.metadata)
+                footer = self._bounds(pf.metadata, self._filter_layout(filename))
                 if self.capacity:
                     with self._lock:
                         self._items[filename] = footer
@@ -78,7 +91,40 @@ class FooterCache:
         except OSError as e:
             raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
 
-    def _bounds(self, md: pq.FileMetaData) -> FileFooter:
+    def _filter_layout(self, filename: str) -> FilterLayout | None:
+        name = keys_name(filename)
+        try:
+            raw = self.objects.get_range(name, 0, HEADER_BYTES)
+        except ObjectNotFoundError:
+            return None
+        return FilterLayout.parse(raw, f"{name} in {self.objects.uri}")
+
+    def may_contain(self, filename: str, layout: FilterLayout, group: int,
+                    hashes: np.ndarray) -> bool:
+        """Whether row group ``group`` of the file may hold any of the hashed keys."""
+        key = (filename, group)
+        with self._lock:
+            block = self._blocks.get(key)
+            if block is not None:
+                self._blocks.move_to_end(key)
+        if block is None:
+            start, end = layout.block_range(group)
+            block = self.objects.get_range(keys_name(filename), start, end)
+            if len(block) != layout.block_bytes:
+                raise CorruptMetadataError(f"key filter {keys_name(filename)} in "
+                                           f"{self.objects.uri} has no block for row group "
+                                           f"{group}")
+            if self.filter_bytes:
+                with self._lock:
+                    if key not in self._blocks:
+                        self._blocks[key] = block
+                        self._blocks_size += len(block)
+                    while self._blocks_size > self.filter_bytes:
+                        _, old = self._blocks.popitem(last=False)
+                        self._blocks_size -= len(old)
+        return bool(layout.may_contain(block, hashes).any())
+
+    def _bounds(self, md: pq.FileMetaData, layout: FilterLayout | None) -> FileFooter:
         col = md.schema.names.index(self.first_key)
         # temporal keys are integers in the model (sediment.core.keys): use the raw statistics
         raw = md.schema.column(col).logical_type.type in ("TIMESTAMP", "DATE")
@@ -94,7 +140,7 @@ class FooterCache:
             else:
                 mins.append(st.min)
                 maxs.append(st.max)
-        return FileFooter(md, mins, maxs)
+        return FileFooter(md, mins, maxs, layout)
 
 
 def _bounds_on_first(region: Region, ranges: tuple[Range, ...] | None) -> list[tuple[Any, Any]]:
@@ -129,6 +175,19 @@ def _row_groups(footer: FileFooter, intervals: list[tuple[Any, Any]]) -> list[in
     return sorted(keep)
 
 
+def _first_field_points(ranges: tuple[Range, ...] | None) -> list[Any] | None:
+    """The values of the first key field the ranges allow, when every range pins it to one
+    value (exact keys, and prefixes or ranges inside one first-field value); else None."""
+    if not ranges:
+        return None
+    points = []
+    for r in ranges:
+        if r.start is None or r.end is None or r.start[0] != r.end[0]:
+            return None
+        points.append(r.start[0])
+    return points
+
+
 def _exact_single_keys(ranges: tuple[Range, ...] | None) -> list[Any] | None:
     if not ranges:
         return None
@@ -151,6 +210,17 @@ class Executor:
         self.footers = footers
         self.threads = threads or (os.cpu_count() or 2)
         self.single_field_key = len(schema.row_keys) == 1
+        first = schema.row_keys[0].type
+        # query values are the model's: temporal keys as integers, hashed as int64 like the
+        # files' (see keyfilter.hash_keys)
+        self._point_type = first if (pa.types.is_string(first) or pa.types.is_binary(first)) \
+            else pa.int64()
+
+    def _point_hashes(self, sub: SubQuery) -> np.ndarray | None:
+        points = _first_field_points(sub.ranges)
+        if points is None:
+            return None
+        return hash_keys(pa.array(points, type=self._point_type))
 
     def _filter(self, data: pa.Table, sub: SubQuery) -> pa.Table:
         names = self.schema.row_key_names
@@ -161,11 +231,15 @@ class Executor:
             return rows_in(data, names, sub.region, None)
         return rows_in(data, names, sub.region, sub.ranges)
 
-    def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str]
-                         ) -> Iterator[pa.Table]:
+    def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
+                         hashes: np.ndarray | None) -> Iterator[pa.Table]:
         """The file's wanted rows, one (filtered) run of row groups at a time."""
         pf, footer = self.footers.open(ref.filename)
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
+        layout = footer.filter
+        if hashes is not None and layout is not None:
+            groups = [g for g in groups
+                      if self.footers.may_contain(ref.filename, layout, g, hashes)]
         try:
             for g in groups:
                 # use_threads=False: a small row group decodes faster on this thread than it
@@ -182,8 +256,9 @@ class Executor:
         """All wanted rows of one leaf, sorted, iterators applied."""
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
+        hashes = self._point_hashes(sub)
         per_file = [p for ref in sub.references
-                    if (p := list(self._file_row_groups(ref, sub, columns)))]
+                    if (p := list(self._file_row_groups(ref, sub, columns, hashes)))]
         if not per_file:
             return schema.empty_table()
         if len(per_file) == 1:
@@ -219,8 +294,10 @@ class Executor:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         for sub in plan.subqueries:
+            hashes = self._point_hashes(sub)
             streams = [
-                (b for t in self._file_row_groups(ref, sub, columns) for b in t.to_batches())
+                (b for t in self._file_row_groups(ref, sub, columns, hashes)
+                 for b in t.to_batches())
                 for ref in sub.references
             ]
             merged = merge_sorted(streams, self.schema.key_names, schema)

@@ -25,7 +25,7 @@ import pyarrow as pa
 from sediment.core.model import FileReference
 from sediment.core.transactions import SplitPartition
 from sediment.errors import DataError, JobError, SedimentError, TransactionInvalidError
-from sediment.files.writer import WrittenFile, sample_name
+from sediment.files.writer import WrittenFile, with_sidecars
 from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged
 from sediment.spark import tasks
 
@@ -255,8 +255,7 @@ def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Seq
         try:
             before_commit(staged)
         except BaseException:
-            table.objects.delete_many([k for w in staged.written
-                                       for k in (w.filename, sample_name(w.filename))])
+            table.objects.delete_many(with_sidecars(w.filename for w in staged.written))
             raise
     return commit_staged(table, staged, started, kind="bulk_import")
 

@@ -231,8 +231,8 @@ class SedimentWriter(DataSourceArrowWriter):
                       time.perf_counter(), kind="bulk_import")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        from sediment.files.writer import sample_name
+        from sediment.files.writer import with_sidecars
 
         table = tasks.open_table(self.spec, self.name, self.table_id)
         names = [r[0] for m in messages if isinstance(m, StagedMessage) for r in m.rows]
-        table.objects.delete_many([k for f in set(names) for k in (f, sample_name(f))])
+        table.objects.delete_many(with_sidecars(set(names)))
