@@ -41,6 +41,12 @@ def _each_table(store: str | None, table: str | None, *, online_only: bool) -> l
     return [t for t in tables if t.online] if online_only and not table else tables
 
 
+def _emit_rows(rows: list[dict[str, Any]], json_out: bool) -> None:
+    emit(rows, json_out, lambda r: make_table(
+        list(dict.fromkeys(k for row in r for k in row)),
+        [[row.get(k, "") for k in dict.fromkeys(k for row in r for k in row)] for row in r]))
+
+
 def _run(store: str | None, table: str | None, loop: bool, interval: float, max_loops: int,
          json_out: bool, action: Callable[[Table], dict[str, Any]], *, online_only: bool
          ) -> None:
@@ -69,10 +75,7 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
                 if not loop:
                     raise
                 rows.append({"table": t.name, "error": f"{type(e).__name__}: {e}"})
-        emit(rows, json_out, lambda r: make_table(
-            list(dict.fromkeys(k for row in r for k in row)),
-            [[row.get(k, "") for k in dict.fromkeys(k for row in r for k in row)]
-             for row in r]))
+        _emit_rows(rows, json_out)
         if not loop or (max_loops and passes >= max_loops):
             return
         time.sleep(interval)
@@ -122,11 +125,21 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
                                                         "(default local[*]).")] = None,
              store: StoreOption = None, json_out: JsonOption = False) -> None:
     """Split, compact and collect garbage until nothing is left to do (offline tables:
-    GC only)."""
+    GC only). With --loop (local jobs): maintain continuously, starting splits and compaction
+    jobs as soon as they are due and each job committing as it ends; one report row per table
+    every --interval seconds (GC runs at that period too)."""
     if spark:
         from sediment.spark import session
 
         session(master)
+    elif loop:
+        from sediment.maintainer import Maintainer
+
+        Maintainer(lambda: _each_table(store, table, online_only=False),
+                   gc_every=interval, refresh_tables=interval).run(
+            report_every=interval, max_reports=max_loops,
+            on_report=lambda rows: _emit_rows(rows, json_out))
+        return
     def act(t: Table) -> dict[str, Any]:
         if not t.online:
             r = t.gc()

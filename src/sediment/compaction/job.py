@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from sediment.compaction.strategy import CompactionJob
 from sediment.core.model import Region
-from sediment.errors import JobError, SedimentError
+from sediment.errors import CorruptMetadataError, JobError, SedimentError
 from sediment.files.keys import region_mask
 from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
 from sediment.iterators.base import RecordIterator, apply_iterators
@@ -187,7 +187,14 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
     writer: SortedFileWriter | None = None
     try:
         paths = _local_paths(objects, [r.filename for r in job.inputs], tmp)
-        rows_in = sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+        rows_in = 0
+        for ref, path in zip(job.inputs, paths, strict=True):
+            try:
+                rows_in += pq.ParquetFile(path).metadata.num_rows
+            except (pa.ArrowInvalid, OSError) as e:
+                raise CorruptMetadataError(f"compaction job {job.job_id}: input "
+                                           f"{ref.filename} in {objects.uri} is not valid "
+                                           f"Parquet: {e}") from e
         rounds = 0
         while len(paths) > max_inputs:  # merge in rounds to bound memory
             rounds += 1

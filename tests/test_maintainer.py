@@ -1,0 +1,154 @@
+"""The continuous maintainer (``maintain --loop``): jobs start while others run, a table keeps
+its layout while ingest goes on, two maintainers never double-commit, failures are reported
+without stopping the daemon, an unsplittable leaf is reported once."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+import sediment as sd
+from reference import Reference, assert_matches
+from sediment.files.writer import with_sidecars
+from sediment.maintainer import Maintainer
+from test_maintenance import check_settled, rows
+
+SCHEMA = sd.workload.benchmark_schema()
+
+
+def make_table(root: Path, **props: Any) -> sd.Table:
+    store = sd.Store.open(str(root))
+    return store.create_table(f"t{uuid.uuid4().hex[:8]}", SCHEMA, properties={
+        "state.cache.refresh_seconds": 0, "parquet.row_group_rows": 128, **props})
+
+
+def run_in_thread(m: Maintainer, stop: threading.Event, reports: list[Any],
+                  every: float = 0.2) -> threading.Thread:
+    th = threading.Thread(target=m.run, kwargs={"report_every": every, "stop": stop,
+                                                "on_report": reports.append})
+    th.start()
+    return th
+
+
+def test_keeps_up_with_ingest_and_settles(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"partition.split.threshold": 3000,
+                                    "compaction.batch_size": 6})
+    ref = Reference(SCHEMA)
+    stop = threading.Event()
+    reports: list[Any] = []
+    m = Maintainer(lambda: [sd.Store.open(str(tmp_path)).table(table.name)],
+                   tick_seconds=0.02, gc_every=0.5)
+    th = run_in_thread(m, stop, reports)
+    most = 0
+    try:
+        for i in range(60):
+            data = rows(300, seed=i)
+            table.ingest(data)
+            ref.add(data)
+            st = table.state()
+            most = max(most, max(len(st.references(p.id)) for p in st.leaf_partitions()))
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        th.join(60)
+    assert not th.is_alive()
+    done = [r for rep in reports for r in rep]
+    assert sum(int(r["jobs"]) for r in done) > 5 and sum(int(r["splits"]) for r in done) >= 2
+    assert not any("error" in r for r in done), done
+    assert len(table.state().leaf_partitions()) >= 3
+    table.set_properties({"compaction.job_timeout_seconds": 0})
+    table.maintain()
+    check_settled(table, ref, random.Random(1))
+    assert_matches(table.query(), ref)
+
+
+def test_two_maintainers_never_double_commit(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"compaction.strategy": "basic",
+                                    "compaction.batch_size": 2,
+                                    "compaction.job_timeout_seconds": 0.2,
+                                    "partition.split.threshold": 2500})
+    ref = Reference(SCHEMA)
+    stop = threading.Event()
+    reports: list[Any] = []
+    handles = [Maintainer(lambda: [sd.Store.open(str(tmp_path)).table(table.name)],
+                          tick_seconds=0.01) for _ in range(2)]
+    threads = [run_in_thread(m, stop, reports) for m in handles]
+    try:
+        for i in range(40):
+            data = rows(200, seed=100 + i)
+            table.ingest(data)
+            ref.add(data)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(60)
+    table.set_properties({"compaction.job_timeout_seconds": 0})
+    table.maintain()
+    assert_matches(table.query(), ref)
+    # every compaction commit replaced inputs still assigned to it: no row was merged twice
+    kinds = [h.kind for h in table.history()]
+    assert kinds.count("replace_file_references") > 5
+    assert sum(r.records for r in table.files()) == len(ref.rows)
+
+
+def test_failing_job_is_reported_and_not_rerun_every_tick(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"compaction.strategy": "basic",
+                                    "compaction.batch_size": 2,
+                                    "compaction.job_timeout_seconds": 30})
+    for i in range(2):
+        table.ingest(rows(50, seed=i))
+    victim = table.files()[0].filename
+    table.objects.put(victim, b"not parquet")  # the job over it fails every time
+    m = Maintainer(lambda: [table], tick_seconds=0.01, gc_every=3600)
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        m.tick()
+        time.sleep(0.01)
+    rep = m.report()
+    m.close()
+    (row,) = rep
+    assert row["failed"] == 1 and row["jobs"] == 0 and int(row["passes"]) > 10
+    started = [e for e in table.status.events("compaction") if e.status == "started"]
+    assert len(started) == 1  # not started again within the job timeout
+    (failed,) = [e for e in table.status.events("compaction") if e.status == "failed"]
+    assert victim.rsplit("/", 1)[-1] in failed.details["reason"]
+
+
+def test_unsplittable_leaf_reported_once(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"partition.split.threshold": 100})
+    data = rows(300, seed=3)
+    data = data.set_column(0, "key", pa.array(["same"] * 300, pa.string()))
+    table.ingest(data)
+    m = Maintainer(lambda: [table], tick_seconds=0.01, gc_every=3600)
+    for _ in range(20):
+        m.tick()
+    m.close()
+    events = [e for e in table.status.events("split") if e.status == "unsplittable"]
+    assert len(events) == 1
+    assert len(table.state().leaf_partitions()) == 1
+
+
+def test_offline_tables_only_collect_garbage(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 2,
+                                    "gc.delay_seconds": 0})
+    for i in range(4):
+        table.ingest(rows(40, seed=i))
+    table.compact()
+    table.ingest(rows(40, seed=9))
+    table.ingest(rows(40, seed=10))
+    old = list(table.state().unreferenced)
+    assert old
+    table.set_online(False)
+    files = len(table.files())
+    m = Maintainer(lambda: [table], tick_seconds=0.01, gc_every=0)
+    m.tick()
+    m.close()
+    assert len(table.files()) == files  # no compaction
+    listed = {o.key for o in table.objects.list("data/")}
+    assert not set(with_sidecars(old)) & listed  # but GC ran
