@@ -615,3 +615,85 @@ def test_concurrent_writers_all_land(tmp_path: Path) -> None:
     assert [h.version for h in StateStore(objects, TABLE_ID).history()] == list(range(1, 34))
     assert snapshot_versions(objects) == [5, 10, 15, 20, 25, 30]
     assert StateStore(objects, TABLE_ID).load(17).reference_count() == 16
+
+
+# ---- refresh by reading the next log slots ----------------------------------------------------
+@pytest.fixture(params=["memory", "local", "local-limit1"])
+def probe_objects(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    """Stores where a refresh reads the next slots (64 at most, or 1 as on S3) before it lists."""
+    if request.param == "memory":
+        return MemoryObjectStore()
+    o = LocalObjectStore(tmp_path).child("t")
+    if request.param == "local-limit1":
+        o.probe_limit = 1
+    return o
+
+
+def _fresh(objects: ObjectStore) -> TableState:
+    return StateStore(objects, TABLE_ID).head()
+
+
+def _add(store: StateStore, i: int) -> TableState:
+    return store.commit(AddFiles([ref(f"f{i}", "root")]))
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 63, 64, 65, 200])
+def test_refresh_catches_up(probe_objects: ObjectStore, n: int) -> None:
+    w = StateStore(probe_objects, TABLE_ID)
+    w.commit(init(interval=7))
+    r = StateStore(probe_objects, TABLE_ID)
+    assert r.head().version == 1
+    for i in range(n):
+        _add(w, i)
+    got = r.head()
+    assert got.version == n + 1 and got == _fresh(probe_objects)
+    assert r.head() == got  # nothing new
+
+
+@pytest.mark.parametrize("behind", [1, 3, 10])
+def test_refresh_behind_a_prune_reloads(probe_objects: ObjectStore,
+                                        monkeypatch: pytest.MonkeyPatch, behind: int) -> None:
+    import sediment.state.versions as versions
+
+    monkeypatch.setattr(versions, "PRUNE_GRACE_SECONDS", 0.0)
+    w = StateStore(probe_objects, TABLE_ID)
+    w.commit(init(interval=3))
+    for i in range(4):
+        _add(w, i)
+    r = StateStore(probe_objects, TABLE_ID)
+    r.head()  # version 5
+    for i in range(4, 4 + behind + 5):
+        _add(w, i)
+    assert versions.prune(w, 0.0).log_entries > 0
+    assert not probe_objects.exists(log_key(6))  # the reader's next slot is gone
+    got = r.head()
+    assert got.version == w.head().version and got == _fresh(probe_objects)
+    _add(w, 999)  # and it keeps up afterwards
+    assert r.head() == _fresh(probe_objects)
+
+
+def test_refresh_when_the_heads_own_entry_was_pruned(probe_objects: ObjectStore,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import sediment.state.versions as versions
+
+    monkeypatch.setattr(versions, "PRUNE_GRACE_SECONDS", 0.0)
+    w = StateStore(probe_objects, TABLE_ID)
+    w.commit(init(interval=3))
+    for i in range(4):
+        _add(w, i)  # head 5, snapshot at 3
+    r = StateStore(probe_objects, TABLE_ID)
+    r._head = r._load_from_storage(3)  # a reader pinned at 3
+    versions.prune(w, 0.0)  # base 3: log 1..3 go
+    assert not probe_objects.exists(log_key(3)) and probe_objects.exists(log_key(4))
+    assert r.head() == _fresh(probe_objects)
+
+
+def test_commit_after_conflict_uses_new_entries(probe_objects: ObjectStore) -> None:
+    a = StateStore(probe_objects, TABLE_ID)
+    a.commit(init())
+    b = StateStore(probe_objects, TABLE_ID)
+    b.head()
+    for i in range(3):
+        _add(a, i)
+    st = _add(b, 100)  # conflicts, refreshes, retries
+    assert st.version == 5 and st == _fresh(probe_objects)

@@ -102,6 +102,14 @@ class TransactionLog:
             raise CorruptMetadataError(
                 f"log entry {version} of table {self.table_id} is missing") from None
 
+    def read_if_present(self, version: int) -> LogEntry | None:
+        """The entry at ``version``, or None when there is none (not yet written, or pruned)."""
+        try:
+            data = self.objects.get(log_key(version))
+        except ObjectNotFoundError:
+            return None
+        return self.decode(version, data)
+
     def versions_after(self, version: int) -> list[int]:
         """Committed versions greater than ``version``, in order (one listing)."""
         out = []
@@ -111,9 +119,13 @@ class TransactionLog:
                 out.append(v)
         return out
 
-    def read_after(self, version: int, *, upto: int | None = None) -> Iterator[LogEntry]:
-        """Entries after ``version`` (up to ``upto``), checked to be gap-free."""
-        versions = [v for v in self.versions_after(version) if upto is None or v <= upto]
+    def read_after(self, version: int, *, upto: int | None = None,
+                   listed: list[int] | None = None) -> Iterator[LogEntry]:
+        """Entries after ``version`` (up to ``upto``), checked to be gap-free. ``listed``: the
+        caller's own ``versions_after(version)``, to save listing the log again."""
+        if listed is None:
+            listed = self.versions_after(version)
+        versions = [v for v in listed if upto is None or v <= upto]
         expected = version + 1
         for v in versions:
             if v != expected:

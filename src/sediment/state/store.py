@@ -24,7 +24,7 @@ from sediment.errors import (
     SedimentError,
 )
 from sediment.properties import PROPERTIES
-from sediment.state.log import HistoryEntry, LogEntry, TransactionLog
+from sediment.state.log import HistoryEntry, LogEntry, TransactionLog, log_key
 from sediment.state.snapshot import read_snapshot, snapshot_versions, write_snapshot
 from sediment.storage.base import ObjectStore
 
@@ -89,18 +89,49 @@ class StateStore:
 
     def _refresh_locked(self) -> None:
         assert self._head is not None
+        started = time.monotonic()
+        if not self._refresh_by_probing():
+            self._refresh_by_listing()
+        self._synced = started
+
+    def _refresh_by_probing(self) -> bool:
+        """Read the log slots after the head one by one until one is empty: a few small reads,
+        where listing the log can cost O(log length). False when the log must be listed: more
+        than ``objects.probe_limit`` new entries (the head moves past those read), or the
+        head's own entry is gone (pruned: the entries after it may be too)."""
+        assert self._head is not None
+        v = self._head.version
+        if v == 0:
+            return False
+        state: TableState | None = None
+        entry: LogEntry | None = None
+        for _ in range(max(1, self.objects.probe_limit)):
+            entry = self.log.read_if_present(v + 1)
+            if entry is None:
+                break
+            if state is None:
+                state = self._head.copy()
+            self._apply(state, entry)
+            v += 1
+        if state is not None:
+            self._head = state
+        if entry is not None:  # probe_limit entries read, maybe more: list for the rest
+            return False
+        # Pruning deletes a prefix of the log: while entry v exists, v + 1 cannot have been
+        # pruned, so its empty slot means v is the head (checked after the miss: no race).
+        return self.objects.exists(log_key(v))
+
+    def _refresh_by_listing(self) -> None:
+        assert self._head is not None
         newer = self.log.versions_after(self._head.version)
         if newer and newer[0] != self._head.version + 1:
             # The entries after our cached head were pruned: start again from storage.
             self._head = self._load_from_storage(None)
-        else:
-            entries = list(self.log.read_after(self._head.version))
-            if entries:
-                state = self._head.copy()
-                for e in entries:
-                    self._apply(state, e)
-                self._head = state
-        self._synced = time.monotonic()
+        elif newer:
+            state = self._head.copy()
+            for e in self.log.read_after(self._head.version, listed=newer):
+                self._apply(state, e)
+            self._head = state
 
     def load(self, version: int | None = None) -> TableState:
         """The state at ``version`` (None: latest): newest snapshot at or below it + replay."""

@@ -30,6 +30,10 @@ class ObjectStore(ABC):
 
     uri: str
     """The normalised root URI (``file:///abs/path``, ``s3://bucket/prefix``, ``memory://x``)."""
+    probe_limit: int = 64
+    """How many new log entries a state refresh reads one GET after another before it lists
+    the log instead: many where a GET is cheap and a listing costs O(folder size) (local disk,
+    memory), few where every request is a network round trip (S3)."""
 
     @abstractmethod
     def get(self, key: str) -> bytes:
@@ -90,6 +94,7 @@ class PrefixedObjectStore(ObjectStore):
 
     def __init__(self, inner: ObjectStore, prefix: str) -> None:
         self.inner = inner
+        self.probe_limit = inner.probe_limit
         self.prefix = prefix.strip("/") + "/"
         self.uri = inner.uri.rstrip("/") + "/" + prefix.strip("/")
 

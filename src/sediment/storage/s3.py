@@ -18,6 +18,8 @@ class S3ObjectStore(ObjectStore):
     """Objects under ``s3://bucket/prefix``. Credentials, region and endpoint come from the
     options or the usual AWS environment variables."""
 
+    probe_limit = 1  # one GET finds "nothing new"; otherwise LIST + parallel GETs is fewer trips
+
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  region: str | None = None, access_key_id: str | None = None,
                  secret_access_key: str | None = None, session_token: str | None = None,
