@@ -33,7 +33,7 @@ until it settles. The same keys the run queried are then replayed in a fresh pro
 alternating blocks against three table versions, with nothing else of ours running:
 
 * **settled**: as ``maintain`` left it (size-ratio: a leaf may keep several files);
-* **fully compacted**: one file per leaf (``compaction.ratio`` 1e9 and a batch size of 1000 make
+* **fully compacted**: one file per leaf (``compaction.ratio`` 0 and a batch size of 1000 make
   the next ``maintain`` merge every leaf's files into one) - the goal's reference;
 * **peak layout**: the version with the most files per leaf seen during the run (the layout
   alone, without the ingest and compaction load the run's queries competed with).
@@ -347,7 +347,7 @@ def build_reference(store: sd.Store, props: dict[str, Any], batches: int,
     """The batches the run ingests (the same seeds), split like the live table and fully
     compacted: one file per leaf."""
     ref = store.create_table(REFERENCE, bench_schema(), properties={
-        **props, "compaction.ratio": 1e9, "compaction.batch_size": 1000})
+        **props, "compaction.ratio": 0, "compaction.batch_size": 1000})
     for i in range(0, batches, 20):
         ref.ingest([datagen.chunk(np.random.default_rng(SEED + j), batch_rows)
                     for j in range(i, min(batches, i + 20))])
@@ -461,7 +461,7 @@ def main() -> None:
         with Timer() as settle_t:
             settled_run = table.maintain()
         settled = layout(table.state())
-        table.set_properties({"compaction.ratio": 1e9, "compaction.batch_size": 1000})
+        table.set_properties({"compaction.ratio": 0, "compaction.batch_size": 1000})
         with Timer() as full_t:
             table.maintain()
         full = layout(table.state())

@@ -293,7 +293,7 @@ def test_create_table_validates_properties() -> None:
     with pytest.raises(PropertyError, match="unknown property 'bogus' for table t"):
         store.create_table("t", SCHEMA, properties={"bogus": 1})
     with pytest.raises(PropertyError, match="compaction.ratio"):
-        store.create_table("t", SCHEMA, properties={"compaction.ratio": 0.5})
+        store.create_table("t", SCHEMA, properties={"compaction.ratio": -1})
     assert store.tables() == []
 
 

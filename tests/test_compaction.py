@@ -171,13 +171,15 @@ def test_basic_makes_full_batches_only() -> None:
 
 
 @pytest.mark.parametrize("records, expected", [
-    ([1000, 10, 10, 10], [[10, 10, 10]]),          # the big file waits
-    ([1000, 100, 100, 100], [[100, 100, 100]]),    # 1000 > 3 * 300: still waits
-    ([1000, 200, 200, 200], [[200, 200, 200, 1000]]),  # small files add up: all merge
-    ([1000, 400], [[400, 1000]]),                  # 1000 <= 3 * 400
-    ([1000, 300], []),                             # 1000 > 3 * 300
+    ([10, 10, 10, 10], [[10, 10, 10, 10]]),         # 3 x 10 <= 30: four of a size merge
+    ([10, 10, 10], []),                             # 3 x 10 > 20: three wait for a fourth
+    ([1000, 10, 10, 10, 10], [[10, 10, 10, 10]]),   # the big file waits
+    ([1000, 250, 250, 250, 250], [[250, 250, 250, 250]]),  # 3000 > 1000 still waits
+    ([1000, *[300] * 10], [[*[300] * 10, 1000]]),  # small files add up to 3x: all merge
+    ([100, 100, 100, 100, 130], [[100, 100, 100, 100, 130]]),  # 390 <= 400
+    ([1000, 400], []),
     ([5], []),
-    ([7, 7], [[7, 7]]),
+    ([7, 7], []),
 ])
 def test_size_ratio(records: list[int], expected: list[list[int]]) -> None:
     state = plan_state()
@@ -189,20 +191,32 @@ def test_size_ratio(records: list[int], expected: list[list[int]]) -> None:
 def test_size_ratio_respects_ratio_property() -> None:
     state = plan_state()
     add(state, ROOT_PARTITION_ID, 1000, 300)
-    assert sizes(plan_compaction_jobs(state, props(compaction__ratio=4.0))) == [[300, 1000]]
+    assert sizes(plan_compaction_jobs(state, props(compaction__ratio=0.25))) == [[300, 1000]]
     assert plan_compaction_jobs(state, props(compaction__ratio=3.0)) == []
+    # ratio 0: any files merge, a batch at a time (a full compaction)
+    add(state, ROOT_PARTITION_ID, 1, 10**9)
+    assert sizes(plan_compaction_jobs(state, props(compaction__ratio=0))) == [
+        [1, 300, 1000, 10**9]]
 
 
 def test_size_ratio_bounds_files_per_leaf() -> None:
-    geometric = [1, 4, 16, 64, 256]  # each more than 3x the sum of the smaller ones
+    geometric = [1, 4, 16, 64, 256]  # each more than the sum of the smaller ones
     state = plan_state()
     add(state, ROOT_PARTITION_ID, *geometric)
-    assert plan_compaction_jobs(state, props(compaction__batch_size=12)) == []
-    assert plan_compaction_jobs(state, props(compaction__batch_size=5)) == []
-    # more than a batch of files that never meet the ratio: the smallest batch merges anyway
-    assert sizes(plan_compaction_jobs(state, props(compaction__batch_size=3))) == [[1, 4, 16]]
+    assert plan_compaction_jobs(state, props(compaction__batch_size=12)) == []  # 5 <= 8
+    # past two thirds of a batch the smallest merge regardless of the ratio, just enough
+    # to come back to that level (5 files, high water 3: merge 3 into 1)
+    assert sizes(plan_compaction_jobs(state, props(compaction__batch_size=5))) == [[1, 4, 16]]
+    assert sizes(plan_compaction_jobs(state, props(compaction__batch_size=3))) == [
+        [1, 4, 16], [64, 256]]
     assert sizes(plan_compaction_jobs(state, props(compaction__batch_size=2))) == [[1, 4],
                                                                                  [16, 64]]
+    # files in running jobs count: the leaf is over its level even if few files are free
+    busy = plan_state()
+    held = add(busy, ROOT_PARTITION_ID, *[10**6] * 7)
+    _apply(busy, AssignJobIds([JobAssignment("running", ROOT_PARTITION_ID, tuple(held))]))
+    add(busy, ROOT_PARTITION_ID, 1, 100)
+    assert sizes(plan_compaction_jobs(busy, props())) == [[1, 100]]
 
 
 def test_batch_size_caps_jobs() -> None:

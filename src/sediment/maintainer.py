@@ -9,6 +9,11 @@ what is due at once: splits for leaves over the threshold, references pushed dow
 compaction jobs for the files no job holds, each job committing on its own as it ends while
 the others run. GC, which only acts on files older than its delay, runs every ``gc_every``.
 
+Jobs run smallest first (fewest input records): merging the newest small files is what keeps
+the files per leaf down, and a long merge of big files must not hold them back (measured: with
+first-come order a 1 s merge on each of 2 threads let leaves reach 21 files). No more jobs are
+assigned while as many wait as there are threads, so files stay free for better groups.
+
 Jobs still go through the same transactions as a pass (AssignJobIds, ReplaceFileReferences
 conditional on the assignment), so several maintainers, or a maintainer and ``table.maintain()``,
 can run side by side without double commits.
@@ -16,22 +21,77 @@ can run side by side without double commits.
 
 from __future__ import annotations
 
+import itertools
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sediment.compaction.runner import create_jobs, push_down_references, run_job, stale_jobs
+from sediment.compaction.runner import (
+    JobResult,
+    create_jobs,
+    push_down_references,
+    run_job,
+    stale_jobs,
+)
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.gc import gc
 from sediment.splitting import leaf_records, split
 
 if TYPE_CHECKING:
-    from sediment.compaction.runner import JobResult
     from sediment.table import Table
+
+
+class SmallestFirstPool:
+    """Worker threads that take the queued call with the lowest priority value first."""
+
+    def __init__(self, threads: int, name: str = "sediment-job") -> None:
+        self._queue: queue.PriorityQueue[tuple[float, int, Callable[[], object] | None,
+                                               Future[object] | None]] = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._waiting = 0
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+                         for i in range(threads)]
+        for th in self._threads:
+            th.start()
+
+    @property
+    def waiting(self) -> int:
+        """Calls queued and not yet started."""
+        return self._waiting
+
+    def submit(self, priority: float, fn: Callable[[], object]) -> Future[object]:
+        fut: Future[object] = Future()
+        with self._lock:
+            self._waiting += 1
+        self._queue.put((priority, next(self._seq), fn, fut))
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            _, _, fn, fut = self._queue.get()
+            if fn is None or fut is None:
+                return
+            with self._lock:
+                self._waiting -= 1
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - handed to whoever reads the future
+                fut.set_exception(e)
+
+    def shutdown(self) -> None:
+        """Run what is queued, then stop the threads."""
+        for _ in self._threads:
+            self._queue.put((float("inf"), next(self._seq), None, None))
+        for th in self._threads:
+            th.join()
 
 
 @dataclass(slots=True)
@@ -59,21 +119,21 @@ class Maintainer:
     """Keeps tables maintained until stopped: see the module docstring.
 
     ``tables`` is called every ``refresh_tables`` seconds (tables come and go in a store).
-    ``max_running`` bounds the jobs in flight per maintainer (default: twice the threads): past
-    it no new job is assigned, so files stay free for the strategy to group better later.
+    ``threads`` (default: the CPUs) run jobs; while ``max_waiting`` jobs (default: as many as
+    threads) wait for one, no new job is assigned.
     """
 
     def __init__(self, tables: Callable[[], list[Table]], *, threads: int = 0,
                  tick_seconds: float = 0.25, gc_every: float = 10.0,
-                 refresh_tables: float = 10.0, max_running: int = 0) -> None:
+                 refresh_tables: float = 10.0, max_waiting: int = 0) -> None:
         self._tables_fn = tables
         self.threads = threads or (os.cpu_count() or 2)
         self.tick_seconds = tick_seconds
         self.gc_every = gc_every
         self.refresh_tables = refresh_tables
-        self.max_running = max_running or 2 * self.threads
-        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="sediment-job")
-        self._running: dict[str, tuple[str, Future[JobResult]]] = {}  # job id -> table, future
+        self.max_waiting = max_waiting or self.threads
+        self._pool = SmallestFirstPool(self.threads)
+        self._running: dict[str, tuple[str, Future[object]]] = {}  # job id -> table, future
         self._activity: dict[str, TableActivity] = {}
         self._stuck: dict[tuple[str, str], int] = {}  # (table, leaf) -> records when stuck
         self._lock = threading.Lock()
@@ -117,7 +177,7 @@ class Maintainer:
                     p = head.partitions.get(leaf)
                     if p is not None:
                         self._stuck[(t.name, leaf)] = leaf_records(head, p)
-            if len(self._running) < self.max_running:
+            if self._pool.waiting < self.max_waiting:
                 self._compact(t, act)
         if now - self._gc_at.get(t.name, float("-inf")) >= self.gc_every:
             self._gc_at[t.name] = now
@@ -158,7 +218,7 @@ class Maintainer:
         self._ran_at = {j: at for j, at in self._ran_at.items() if j in live}
         for j in jobs:
             self._ran_at[j.job_id] = now
-            fut = self._pool.submit(run_job, t, state, j)
+            fut = self._pool.submit(j.records, lambda j=j: run_job(t, state, j))
             with self._lock:
                 self._running[j.job_id] = (t.name, fut)
             act.jobs_started += 1
@@ -174,6 +234,7 @@ class Maintainer:
             act = self._activity.setdefault(name, TableActivity())
             try:
                 r = fut.result()
+                assert isinstance(r, JobResult)
             except Exception as e:  # noqa: BLE001 - a bug in a job must not stop the daemon
                 act.jobs_failed += 1
                 act.errors.append(f"{type(e).__name__}: {e}")
@@ -245,5 +306,5 @@ class Maintainer:
 
     def close(self) -> None:
         """Wait for the jobs in flight (each commits or fails on its own)."""
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown()
         self._reap()

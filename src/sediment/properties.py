@@ -154,8 +154,9 @@ _SPECS = [
                  minimum=1),
     PropertySpec("compaction.strategy", str, "size_ratio", "Compaction strategy.",
                  choices=("size_ratio", "basic")),
-    PropertySpec("compaction.ratio", float, 3.0, "size_ratio: size ratio between files.",
-                 minimum=1),
+    PropertySpec("compaction.ratio", float, 3.0,
+                 "size_ratio: files merge when ratio x the largest <= the sum of the others "
+                 "(0: any files merge, up to a batch: a full compaction).", minimum=0),
     PropertySpec("compaction.batch_size", int, 12, "Files per compaction job.", minimum=2),
     PropertySpec("compaction.max_concurrent_jobs_per_partition", int, 0,
                  "Cap on running compaction jobs per partition (0: no cap).", minimum=0),

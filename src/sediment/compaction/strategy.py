@@ -6,10 +6,17 @@
 2. Pick jobs per leaf with a strategy over references that have no job yet:
    - ``basic``: full batches of ``compaction.batch_size`` files, oldest first;
    - ``size_ratio`` (default): files sorted by records; the largest group of up to batch-size
-     smallest files whose largest member is at most ``ratio`` times the sum of the others
-     (size-tiered: new small files merge together before they merge into a big one); when
-     more than a batch of files is left that no such group takes, the smallest batch of them
-     is merged anyway, so a settled leaf holds at most ``compaction.batch_size`` files.
+     smallest files in which ``ratio`` times the largest is at most the sum of the others
+     (Sleeper's criterion; with ratio 3, at least 4 files of one size, and a big file merges
+     only once the small ones add up to 3 times it, so a record is rewritten about
+     log4(leaf / new file) times). When a leaf holds more than two thirds of a batch of
+     files (counting those in running jobs), its smallest files merge regardless of the
+     ratio, just enough of them to come back to that level: the files per leaf stay within
+     the batch size while ingest goes on, the last third being headroom for files that
+     arrive while jobs run. (Until this release the ratio test was inverted - the largest at
+     most ``ratio`` times the others - which let 2 files merge: under continuous ingest
+     each record was rewritten ~6.6 times, against ~2.7 now; see
+     benchmarks/steady_state.py.)
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ def _basic(files: list[FileReference], batch: int) -> list[list[FileReference]]:
     return [files[i : i + batch] for i in range(0, len(files) - batch + 1, batch)]
 
 
-def _size_ratio(files: list[FileReference], batch: int, ratio: float
+def _size_ratio(files: list[FileReference], batch: int, ratio: float, *, in_leaf: int = 0
                 ) -> list[list[FileReference]]:
     pending = sorted(files, key=lambda r: (r.records, r.filename))
     groups: list[list[FileReference]] = []
@@ -71,18 +78,26 @@ def _size_ratio(files: list[FileReference], batch: int, ratio: float
         group = pending[:batch]
         while len(group) >= 2:
             largest = group[-1].records
-            if largest <= ratio * sum(r.records for r in group[:-1]):
+            if ratio * largest <= sum(r.records for r in group[:-1]):
                 break
             group = group[:-1]
         if len(group) < 2:
             break
         groups.append(group)
         pending = pending[len(group):]
-    # Bound the files a leaf keeps: files whose sizes grow faster than the ratio never form
-    # a group, so past a batch of them the smallest are merged regardless of the ratio.
-    while len(pending) > batch:
-        groups.append(pending[:batch])
-        pending = pending[batch:]
+    # Bound the files a leaf holds: past two thirds of a batch of references (``in_leaf``
+    # counts those in running jobs too; each group planned above leaves one file), the
+    # smallest files merge regardless of the ratio: enough of them to come back to that
+    # level, and at least a third of a batch (small files are cheap to merge, and the more
+    # merge at once the fewer times each record is rewritten); the last third of a batch is
+    # headroom for files arriving while jobs run.
+    high = max(2, 2 * batch // 3)
+    count = max(in_leaf, len(files)) - sum(len(g) - 1 for g in groups)
+    while count > high and len(pending) >= 2:
+        m = min(batch, len(pending), max(2, count - high + 1, batch // 3))
+        groups.append(pending[:m])
+        pending = pending[m:]
+        count -= m - 1
     return groups
 
 
@@ -103,7 +118,8 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
             continue
         running = {r.job_id for r in refs.values() if r.job_id is not None}
         free = [r for name, r in sorted(refs.items()) if r.job_id is None]
-        groups = _basic(free, batch) if strategy == "basic" else _size_ratio(free, batch, ratio)
+        groups = _basic(free, batch) if strategy == "basic" else _size_ratio(
+            free, batch, ratio, in_leaf=len(refs))
         if cap:
             groups = groups[: max(0, cap - len(running))]
         jobs.extend(CompactionJob(new_id(), leaf.id, tuple(g)) for g in groups)
