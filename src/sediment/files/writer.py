@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
 import uuid
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,17 @@ class WrittenFile:
     rows: int
     bytes: int
 
+
+_filter_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _filter_builder() -> ThreadPoolExecutor:
+    """Threads that build key-filter blocks while writers encode Parquet, one pool per process
+    (a pool inherited through fork has no threads: it would never run anything)."""
+    global _filter_pool
+    if _filter_pool is None or _filter_pool[0] != os.getpid():
+        _filter_pool = (os.getpid(), ThreadPoolExecutor(2, thread_name_prefix="sediment-keys"))
+    return _filter_pool[1]
 
 SAMPLE_SUFFIX = ".sample.parquet"
 KEYS_SUFFIX = ".keys"
@@ -145,12 +158,17 @@ class SortedFileWriter:
         full = t.num_rows if final else t.num_rows - t.num_rows % self.row_group_rows
         if full:
             groups = t.slice(0, full)
-            self._writer.write_table(groups, row_group_size=self.row_group_rows)
+            blocks: Future[bytes] | None = None
             if self._keys_sink is not None and self._filter is not None:
-                # write_table cut ``groups`` into row groups of row_group_rows rows (the last,
-                # when final, fewer): build() cuts the same way, one block per row group
+                # write_table cuts ``groups`` into row groups of row_group_rows rows (the last,
+                # when final, fewer): build() cuts the same way, one block per row group. Built
+                # on a second thread while Parquet encodes (both release the GIL).
                 key = groups.column(self.schema.row_key_names[0])
-                self._keys_sink.write(self._filter.build(hash_keys(key)))
+                layout = self._filter
+                blocks = _filter_builder().submit(lambda: layout.build(hash_keys(key)))
+            self._writer.write_table(groups, row_group_size=self.row_group_rows)
+            if blocks is not None and self._keys_sink is not None:
+                self._keys_sink.write(blocks.result())
         rest = t.slice(full)
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows
