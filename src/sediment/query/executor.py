@@ -63,6 +63,14 @@ class FooterCache:
         self._lock = threading.Lock()
         self.fs, _ = objects.arrow_filesystem()
 
+    def cached(self, filename: str) -> FileFooter | None:
+        """The file's footer if cached (no I/O)."""
+        with self._lock:
+            footer = self._items.get(filename)
+            if footer is not None:
+                self._items.move_to_end(filename)
+        return footer
+
     def open(self, filename: str) -> tuple[pq.ParquetFile, FileFooter]:
         path = self.objects.path(filename)
         with self._lock:
@@ -234,12 +242,19 @@ class Executor:
     def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
                          hashes: np.ndarray | None) -> Iterator[pa.Table]:
         """The file's wanted rows, one (filtered) run of row groups at a time."""
-        pf, footer = self.footers.open(ref.filename)
+        footer = self.footers.cached(ref.filename)
+        pf = None
+        if footer is None:
+            pf, footer = self.footers.open(ref.filename)
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
         layout = footer.filter
         if hashes is not None and layout is not None:
             groups = [g for g in groups
                       if self.footers.may_contain(ref.filename, layout, g, hashes)]
+        if not groups:
+            return  # a file the key filters rule out is not even opened
+        if pf is None:
+            pf, _ = self.footers.open(ref.filename)
         try:
             for g in groups:
                 # use_threads=False: a small row group decodes faster on this thread than it
