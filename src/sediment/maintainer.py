@@ -140,7 +140,7 @@ class Maintainer:
         self._tables: list[Table] = []
         self._tables_at = float("-inf")
         self._gc_at: dict[str, float] = {}
-        self._ran_at: dict[str, float] = {}  # job id -> when this maintainer last ran it
+        self._ran_at: dict[str, tuple[str, float]] = {}  # job id -> table, when we last ran it
 
     # ---- one tick ------------------------------------------------------------------------
     def tick(self) -> int:
@@ -211,13 +211,13 @@ class Maintainer:
         with self._lock:
             # ours in flight, and ours that ended within the timeout (a job whose commit
             # failed stays assigned: rerun it as any stale job, not on every tick)
-            recent = set(self._running) | {j for j, at in self._ran_at.items()
+            recent = set(self._running) | {j for j, (_, at) in self._ran_at.items()
                                            if now - at < timeout}
         jobs += stale_jobs(state, timeout, exclude=recent | {j.job_id for j in jobs})
-        live = set(state.jobs)
-        self._ran_at = {j: at for j, at in self._ran_at.items() if j in live}
+        live = set(state.jobs)  # forget this table's jobs that are no longer assigned
+        self._ran_at = {j: v for j, v in self._ran_at.items() if v[0] != t.name or j in live}
         for j in jobs:
-            self._ran_at[j.job_id] = now
+            self._ran_at[j.job_id] = (t.name, now)
             fut = self._pool.submit(j.records, lambda j=j: run_job(t, state, j))
             with self._lock:
                 self._running[j.job_id] = (t.name, fut)
