@@ -245,3 +245,18 @@ def test_damaged_sidecar_is_named(tmp_path: Path) -> None:
     fresh = sd.Store.open(str(tmp_path / "s")).table(table.name)
     with pytest.raises(CorruptMetadataError, match=keys_name(f).rsplit("/", 1)[-1]):
         fresh.query(keys=[keys[0]])
+
+
+def test_loaded_files_get_key_filters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table, ref, keys = many_files_table(str(tmp_path / "s"), files=6)
+    table.compact()  # some files merged by a job, some as ingested: both kinds are dumped
+    job = table.dump(str(tmp_path / "dumps"))
+    loaded = table.store.load(job.manifest_uri, "copy")
+    listed = {o.key for o in loaded.objects.list("data/")}
+    assert all(keys_name(f.filename) in listed for f in loaded.files())
+    wanted = random.Random(3).sample(keys, 40)
+    loaded.query(keys=[wanted[0]])
+    calls = count_row_group_reads(monkeypatch)
+    for k in wanted:
+        assert_matches(loaded.query(keys=[k]), ref, keys=[k])
+    assert len(calls) < 40 * 1.5

@@ -210,8 +210,10 @@ def write_key_filters(objects: ObjectStore, filename: str, data: bytes, schema: 
     if not bits or not sizes or len(set(sizes[:-1])) > 1 or sizes[-1] > sizes[0]:
         return False
     layout = FilterLayout.for_rows(sizes[0], bits)
-    key = pf.read(columns=[schema.row_key_names[0]]).column(0)
-    objects.put(keys_name(filename), layout.header() + layout.build(hash_keys(key)))
+    first = schema.row_key_names[0]
+    blocks = [layout.build(hash_keys(pf.read_row_group(g, columns=[first]).column(0)))
+              for g in range(len(sizes))]  # one row group's keys in memory at a time
+    objects.put(keys_name(filename), b"".join([layout.header(), *blocks]))
     return True
 
 
