@@ -152,3 +152,50 @@ def test_offline_tables_only_collect_garbage(tmp_path: Path) -> None:
     assert len(table.files()) == files  # no compaction
     listed = {o.key for o in table.objects.list("data/")}
     assert not set(with_sidecars(old)) & listed  # but GC ran
+
+
+def test_pool_runs_smallest_first_and_close_drops_queued_jobs() -> None:
+    from sediment.maintainer import SmallestFirstPool
+
+    gate = threading.Event()
+    ran: list[int] = []
+    pool = SmallestFirstPool(1)
+    blocker = pool.submit(0, gate.wait)
+    futs = {p: pool.submit(p, lambda p=p: ran.append(p)) for p in (30, 10, 20)}
+    time.sleep(0.05)
+    assert pool.waiting == 3
+    gate.set()
+    for f in futs.values():
+        f.result(5)
+    assert blocker.done() and ran == [10, 20, 30]
+    gate.clear()
+    blocker = pool.submit(0, gate.wait)
+    queued = pool.submit(1, lambda: ran.append(1))
+    time.sleep(0.05)
+    assert queued.cancel()  # what Maintainer.close() does to jobs not yet started
+    gate.set()
+    pool.shutdown()
+    assert ran == [10, 20, 30] and queued.cancelled()
+
+
+def test_sigterm_stops_the_loop_after_running_jobs(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 2})
+    for i in range(4):
+        table.ingest(rows(100, seed=i))
+    proc = subprocess.Popen([sys.executable, "-m", "sediment.cli", "maintain", "--store",
+                             str(tmp_path), "--loop", "--interval", "0.2", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(table.files()) > 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "stopping" in err
+    assert len(table.files()) == 1
+    assert not table.state().jobs

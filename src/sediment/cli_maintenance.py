@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -39,6 +41,23 @@ def _each_table(store: str | None, table: str | None, *, online_only: bool) -> l
     names = [table] if table else st.tables()
     tables = [st.table(n) for n in names]
     return [t for t in tables if t.online] if online_only and not table else tables
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT (unless ignored): the daemon stops starting work and
+    waits for its running jobs; the same signal again aborts at once."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        typer.echo("stopping: waiting for running compaction jobs (again to abort)", err=True)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, handler)
+    return stop
 
 
 def _emit_rows(rows: list[dict[str, Any]], json_out: bool) -> None:
@@ -135,9 +154,10 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
     elif loop:
         from sediment.maintainer import Maintainer
 
+        stop = _stop_on_signals()
         Maintainer(lambda: _each_table(store, table, online_only=False),
                    gc_every=interval, refresh_tables=interval).run(
-            report_every=interval, max_reports=max_loops,
+            report_every=interval, max_reports=max_loops, stop=stop,
             on_report=lambda rows: _emit_rows(rows, json_out))
         return
     def act(t: Table) -> dict[str, Any]:

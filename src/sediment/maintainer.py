@@ -231,6 +231,8 @@ class Maintainer:
             for jid, _, _ in done:
                 del self._running[jid]
         for _, name, fut in done:
+            if fut.cancelled():
+                continue
             act = self._activity.setdefault(name, TableActivity())
             try:
                 r = fut.result()
@@ -305,6 +307,11 @@ class Maintainer:
             busy += 1
 
     def close(self) -> None:
-        """Wait for the jobs in flight (each commits or fails on its own)."""
+        """Drop the jobs still queued (assigned but not started: they go stale and run again
+        later, here or in another maintainer) and wait for the running ones, each of which
+        commits or fails on its own."""
+        with self._lock:
+            for _, fut in self._running.values():
+                fut.cancel()  # only a job that has not started can be cancelled
         self._pool.shutdown()
         self._reap()
