@@ -21,6 +21,7 @@ can run side by side without double commits.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import queue
@@ -218,7 +219,7 @@ class Maintainer:
         self._ran_at = {j: v for j, v in self._ran_at.items() if v[0] != t.name or j in live}
         for j in jobs:
             self._ran_at[j.job_id] = (t.name, now)
-            fut = self._pool.submit(j.records, lambda j=j: run_job(t, state, j))
+            fut = self._pool.submit(j.records, functools.partial(run_job, t, state, j))
             with self._lock:
                 self._running[j.job_id] = (t.name, fut)
             act.jobs_started += 1

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -71,7 +72,7 @@ def _hash_small(values: list[object]) -> np.ndarray:
         if isinstance(v, int):
             out.append(_splitmix64_int(v & _MASK))
             continue
-        raw = v.encode() if isinstance(v, str) else bytes(v)  # type: ignore[arg-type]
+        raw = v.encode() if isinstance(v, str) else bytes(cast(bytes, v))
         h = 0
         for c in raw:
             h = (h * poly + c) & _MASK
@@ -81,10 +82,9 @@ def _hash_small(values: list[object]) -> np.ndarray:
 
 def _hash_binary(arr: pa.Array) -> np.ndarray:
     """Horner's polynomial over each key's bytes, then mixed with the length."""
-    if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
-        arr, off_type = arr.cast(pa.large_binary()), np.int64
-    else:
-        arr, off_type = arr.cast(pa.binary()), np.int32
+    large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    arr = arr.cast(pa.large_binary() if large else pa.binary())
+    off_type = np.int64 if large else np.int32
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], dtype=off_type)[arr.offset : arr.offset + n + 1]
     offsets = offsets.astype(np.int64)
