@@ -31,7 +31,8 @@ TableOption = Annotated[str | None, typer.Option("--table", "-t",
                                                  help="One table (default: every table).")]
 LoopOption = Annotated[bool, typer.Option("--loop", help="Repeat until interrupted.")]
 IntervalOption = Annotated[float, typer.Option("--interval", help="Seconds between loop "
-                                               "passes.")]
+                                               "passes (maintain: between its report rows and "
+                                               "GC runs; jobs start as soon as they are due).")]
 PassesOption = Annotated[int, typer.Option("--max-loops", help="Stop --loop after this many "
                                            "passes (0: never).")]
 
