@@ -445,3 +445,20 @@ def test_random_multi_field_ranges(hyp_store: str, rows: list[tuple[Any, ...]],
     ranges = [RefRange(*b) for b in bounds]
     assert_matches(table.query(ranges=[r.to_sediment() for r in ranges]), ref, ranges=ranges)
     table.store.drop_table(table.name)
+
+
+def test_row_group_runs_and_region_containment() -> None:
+    from sediment.core.model import Region
+    from sediment.query.executor import FileFooter, _inside, _runs
+
+    assert list(_runs([0, 1, 2, 5, 6, 9], 2)) == [[0, 1], [2], [5, 6], [9]]
+    assert list(_runs([], 16)) == []
+    footer = FileFooter(None, ["b", "d", "f"], ["c", "e", "g"])  # type: ignore[arg-type]
+    assert _inside(footer, 0, 2, Region(("a",), ("h",)))
+    assert _inside(footer, 0, 2, Region(None, None))
+    # equal on the first field is not enough: a longer key could still be outside
+    assert not _inside(footer, 0, 2, Region(("b",), ("h",)))
+    assert not _inside(footer, 0, 2, Region(("a",), ("g",)))
+    assert _inside(footer, 1, 1, Region(("c",), ("f",)))
+    assert not _inside(FileFooter(None, [None], [None]), 0, 0,  # type: ignore[arg-type]
+                       Region(None, None))
