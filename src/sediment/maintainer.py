@@ -110,7 +110,7 @@ class TableActivity:
     def row(self) -> dict[str, object]:
         out: dict[str, object] = {"passes": self.ticks, "splits": self.splits,
                                   "jobs": self.jobs_committed, "failed": self.jobs_failed,
-                                  "running": 0, "deleted": self.files_deleted}
+                                  "deleted": self.files_deleted}
         if self.errors:
             out["error"] = "; ".join(dict.fromkeys(self.errors))
         return out
@@ -260,9 +260,7 @@ class Maintainer:
                 running[name] = running.get(name, 0) + 1
         rows = []
         for name, act in sorted(self._activity.items()):
-            row = {"table": name, **act.row()}
-            row["running"] = running.get(name, 0)
-            rows.append(row)
+            rows.append({"table": name, **act.row(), "running": running.get(name, 0)})
         self._activity = {}
         return rows
 
