@@ -68,6 +68,7 @@ from sediment.files.writer import with_sidecars
 from sediment.ingest.sources import expand_paths, file_format, read_file
 from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged, stage_batches
 from sediment.properties import defaults
+from sediment.state.store import definitely_not_committed
 
 if TYPE_CHECKING:
     from sediment.table import Table
@@ -239,7 +240,7 @@ class JobOutcome:
 
     job_id: str
     route: str
-    state: str  # committed | failed | requeued | aborted | empty
+    state: str  # committed | failed | requeued | aborted | empty | unknown
     files: int
     bytes: int
     rows: int = 0
@@ -413,6 +414,11 @@ def _run_job(table: Table, batch: Batch, route: str, spark: SparkSession | None)
             _save_job(table, job, state="committed", version=version)
             _release(table, job_id)
             return JobOutcome(job_id, route, "committed", len(claimed), size, version=version)
+        if job["files"] and not definitely_not_committed(e):
+            # The commit may still have landed: requeueing could ingest the files twice.
+            # The job stays open; ``recover`` settles it by reading once it times out.
+            _save_job(table, job, state="unknown", error=error)
+            return JobOutcome(job_id, route, "unknown", len(claimed), size, error=error)
         _save_job(table, job, state="failed", error=error)
         _requeue(table, job_id)
         return JobOutcome(job_id, route, "requeued", len(claimed), size, error=error)

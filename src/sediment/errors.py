@@ -15,7 +15,8 @@ happen into one of these, with a message naming the table, field, file or row co
     ├── PropertyError                unknown property or invalid value
     ├── TransactionError
     │   ├── TransactionInvalidError  a transaction does not validate against the state it follows
-    │   └── CommitConflictError      retries exhausted while racing other writers
+    │   ├── CommitConflictError      retries exhausted while racing other writers
+    │   └── CommitOutcomeUnknownError  the store never said whether the entry landed
     ├── CorruptMetadataError         unreadable / corrupt log entry, snapshot or catalog entry
     │   └── UnsupportedFormatError   written by a newer format version
     ├── TableOfflineError            the operation needs an online table
@@ -77,6 +78,11 @@ class TransactionInvalidError(TransactionError):
 
 class CommitConflictError(TransactionError):
     """Too many other writers won the race for the next version."""
+
+
+class CommitOutcomeUnknownError(TransactionError):
+    """The store did not answer whether a log entry was written, even when asked again: the
+    transaction may have committed. Staged files are kept; reading the table tells."""
 
 
 class CorruptMetadataError(SedimentError):

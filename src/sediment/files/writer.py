@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 from sediment.errors import StorageError
 from sediment.files.keyfilter import FilterLayout, hash_keys
 from sediment.files.sample import KeySampler
+from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.schema import Schema
+from sediment.state import pending
 from sediment.storage.base import ObjectStore
 
 
@@ -107,13 +109,19 @@ class SortedFileWriter:
     """
 
     def __init__(self, objects: ObjectStore, filename: str, schema: Schema,
-                 properties: Mapping[str, Any]) -> None:
+                 properties: Mapping[str, Any], *, sequence: bool = False) -> None:
         self.objects = objects
         self.filename = filename
         self.schema = schema
+        self.sequence = sequence
+        """Whether the file holds the hidden record sequences (sediment.files.sequence):
+        compaction output does; other writers' data may not carry the column."""
         self.arrow_schema = schema.to_arrow()
+        if sequence:
+            self.arrow_schema = self.arrow_schema.append(SEQ_FIELD)
         self.row_group_rows = int(properties["parquet.row_group_rows"])
         self.sample_size = int(properties["sample.size"])
+        pending.register(objects, [filename])  # before the file exists: see sediment.state.pending
         fs, _ = objects.arrow_filesystem()
         self._path = objects.path(filename)
         try:
@@ -121,8 +129,11 @@ class SortedFileWriter:
             self._sink = fs.open_output_stream(self._path)
         except (OSError, pa.ArrowException) as e:
             raise StorageError(f"cannot create data file {self._path}: {e}") from e
-        self._writer = pq.ParquetWriter(self._sink, self.arrow_schema,
-                                        **writer_options(schema, properties))
+        opts = writer_options(schema, properties)
+        if sequence:  # sorted by (keys, sequence): the column is the last one
+            opts["sorting_columns"] = [*opts["sorting_columns"],
+                                       pq.SortingColumn(len(self.arrow_schema) - 1)]
+        self._writer = pq.ParquetWriter(self._sink, self.arrow_schema, **opts)
         bits = int(properties["parquet.key_filter_bits"])
         self._filter = FilterLayout.for_rows(self.row_group_rows, bits) if bits else None
         self._keys_sink = None
@@ -142,6 +153,8 @@ class SortedFileWriter:
         if data.num_rows == 0:
             return
         t = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+        if (SEQ in t.schema.names) != self.sequence:
+            t = with_sequence_nulls(t) if self.sequence else t.drop_columns([SEQ])
         self._sampler.add(t)
         self.rows += t.num_rows
         # every write_table call ends a row group: buffer small pieces (a merge yields many)
@@ -196,6 +209,12 @@ class SortedFileWriter:
             except (OSError, pa.ArrowException):
                 pass
         self.objects.delete_many(with_sidecars([self.filename]))
+        pending.release(self.objects, [self.filename])
+
+
+def with_sequence_nulls(t: pa.Table) -> pa.Table:
+    """``t`` with a null sequence column: its rows take their file reference's sequence."""
+    return t.append_column(SEQ_FIELD, pa.nulls(t.num_rows, pa.int64()))
 
 
 def write_key_filters(objects: ObjectStore, filename: str, data: bytes, schema: Schema,

@@ -35,6 +35,8 @@ from sediment.files.writer import (
     with_sidecars,
 )
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
+from sediment.state import pending
+from sediment.state.store import definitely_not_committed
 
 if TYPE_CHECKING:
     from sediment.table import Table
@@ -196,6 +198,17 @@ def _write_partitioned(table: Table, state: TableState, stream: Iterator[pa.Reco
 def _delete_files(table: Table, written: Sequence[WrittenFile]) -> None:
     with contextlib.suppress(Exception):
         table.objects.delete_many(with_sidecars(w.filename for w in written))
+    pending.release(table.objects, [w.filename for w in written])
+
+
+def discard_staged(table: Table, filenames: Sequence[str], error: BaseException) -> None:
+    """After a failed commit of ``filenames``: delete them when the commit is known not to
+    have landed; otherwise (an unknown outcome, an interrupt) keep them, since they may be
+    committed, and leave them to GC's orphan pass, which deletes them only if they are not."""
+    if definitely_not_committed(error):
+        with contextlib.suppress(Exception):
+            table.objects.delete_many(with_sidecars(filenames))
+    pending.release(table.objects, filenames)
 
 
 def ingest(table: Table, data: IngestInput, *, progress: Progress | None = None,
@@ -269,10 +282,12 @@ def commit_staged(table: Table, staged: StagedFiles, started: float, *,
     """Commit staged files in one AddFiles transaction (deleting them if it fails)."""
     if staged.rows == 0:
         return IngestResult(0, 0, 0, table.version, time.perf_counter() - started)
+    # Files written by other processes (Spark tasks) are this process's to protect now.
+    pending.register(table.objects, [w.filename for w in staged.written])
     try:
         new_state = table.states.commit(AddFiles(staged.references))
-    except BaseException:
-        _delete_files(table, staged.written)
+    except BaseException as e:
+        discard_staged(table, [w.filename for w in staged.written], e)
         raise
     table._invalidate_cache()
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,

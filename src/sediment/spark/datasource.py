@@ -227,12 +227,22 @@ class SedimentWriter(DataSourceArrowWriter):
         table = tasks.open_table(self.spec, self.name, self.table_id)
         refs = [FileReference(f, p, int(n)) for f, p, n, _ in rows]
         written = list({f: WrittenFile(f, 0, int(b)) for f, _, _, b in rows}.values())
-        commit_staged(table, StagedFiles(sum(r.records for r in refs), refs, written),
-                      time.perf_counter(), kind="bulk_import")
+        try:
+            commit_staged(table, StagedFiles(sum(r.records for r in refs), refs, written),
+                          time.perf_counter(), kind="bulk_import")
+        except BaseException as e:
+            self._commit_error: BaseException | None = e
+            raise
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         from sediment.files.writer import with_sidecars
+        from sediment.state.store import definitely_not_committed
 
+        error = getattr(self, "_commit_error", None)
+        if error is not None and not definitely_not_committed(error):
+            return  # the commit may have landed: GC's orphan pass judges the files later
         table = tasks.open_table(self.spec, self.name, self.table_id)
-        names = [r[0] for m in messages if isinstance(m, StagedMessage) for r in m.rows]
-        table.objects.delete_many(with_sidecars(set(names)))
+        names = {r[0] for m in messages if isinstance(m, StagedMessage) for r in m.rows}
+        state = table.states.head()  # never delete a file some version references
+        names -= set(state.refcount) | set(state.unreferenced)
+        table.objects.delete_many(with_sidecars(names))

@@ -68,17 +68,26 @@ class TransactionLog:
         self.objects = objects
         self.table_id = table_id
 
-    def encode(self, version: int, time: float, txn: Transaction) -> bytes:
+    def encode(self, version: int, time: float, txn: Transaction, commit_id: str) -> bytes:
+        """The entry's bytes; ``commit_id`` (random per commit) lets a committer recognise
+        its own entry when the response to its put was lost."""
         doc = {"format": FORMAT_VERSION, "table_id": self.table_id, "version": version,
-               "time": time, "writer": _WRITER, "kind": txn.kind,
+               "time": time, "writer": _WRITER, "commit_id": commit_id, "kind": txn.kind,
                "transaction": txn.to_json()}
         return json.dumps(doc, separators=(",", ":")).encode()
 
-    def try_append(self, version: int, time: float, txn: Transaction) -> bool:
-        """Write ``txn`` as ``version`` unless another writer already has; True on success."""
-        return self.objects.put_if_absent(log_key(version), self.encode(version, time, txn))
+    def try_append(self, version: int, time: float, txn: Transaction, commit_id: str) -> bool:
+        """Create the entry at ``version``; False when the slot is taken (by anyone, this
+        committer included: see ``StateStore.commit``). Raises StorageError when unanswered."""
+        return self.objects.put_if_absent(log_key(version),
+                                          self.encode(version, time, txn, commit_id))
 
-    def decode(self, version: int, data: bytes) -> LogEntry:
+    def commit_id_of(self, version: int, data: bytes) -> str:
+        """The commit id in an entry's bytes ("" for entries written before ids existed)."""
+        doc = self._document(version, data)
+        return str(doc.get("commit_id", ""))
+
+    def _document(self, version: int, data: bytes) -> dict[str, Any]:
         where = f"log entry {version} of table {self.table_id} ({log_key(version)})"
         try:
             doc = json.loads(data)
@@ -89,6 +98,11 @@ class TransactionLog:
         check_format(doc, where)
         if doc.get("version") != version:
             raise CorruptMetadataError(f"{where} claims version {doc.get('version')}")
+        return doc
+
+    def decode(self, version: int, data: bytes) -> LogEntry:
+        where = f"log entry {version} of table {self.table_id} ({log_key(version)})"
+        doc = self._document(version, data)
         try:
             txn = transaction_from_json(str(doc["kind"]), doc["transaction"], where=where)
             return LogEntry(version, float(doc["time"]), txn, str(doc.get("writer", "")))

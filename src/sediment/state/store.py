@@ -1,9 +1,17 @@
 """StateStore: load a table's state at any version and commit transactions optimistically.
 
-Commit: validate against the cached head, try ``put_if_absent(log/<head+1>)``; if another writer
-took that version, read the new entries, re-validate (the transaction may no longer apply, e.g. a
-compaction whose inputs changed) and retry after a jittered exponential backoff. Every
-``state.snapshot.interval`` versions the committer writes a content-addressed snapshot.
+Commit (see ``StateStore.commit``): validate against the head, try ``put_if_absent(log/<head+1>)``
+with an entry that carries this commit's random id. When the slot is taken, or the put's outcome
+is unknown (a lost response, a timeout), the committer reads the slot back: its own id means the
+commit landed; another id means another writer won, so it re-reads the log, re-validates (the
+transaction may no longer apply, e.g. a compaction whose inputs changed) and retries after a
+jittered exponential backoff. An outcome it cannot resolve by reading raises
+``CommitOutcomeUnknownError``: callers then keep their staged files (GC's orphan pass judges them
+later), since the commit may have landed. Every ``state.snapshot.interval`` versions the
+committer writes a content-addressed snapshot.
+
+The in-memory head is immutable once published (every change builds a new ``TableState``), so a
+lock is held only to read or swap it, never across object-store I/O or backoff sleeps.
 """
 
 from __future__ import annotations
@@ -12,18 +20,27 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from sediment.core.jobs import ReplaceFileReferences
 from sediment.core.state import TableState
-from sediment.core.transactions import Transaction
+from sediment.core.transactions import AddFiles, Transaction
 from sediment.errors import (
     CommitConflictError,
+    CommitOutcomeUnknownError,
     CorruptMetadataError,
+    ObjectNotFoundError,
     QueryError,
     SedimentError,
+    StorageError,
+    TableNotFoundError,
+    TransactionInvalidError,
 )
 from sediment.properties import PROPERTIES
+from sediment.state import pending
 from sediment.state.log import HistoryEntry, LogEntry, TransactionLog, log_key
 from sediment.state.snapshot import read_snapshot, snapshot_versions, write_snapshot
 from sediment.storage.base import ObjectStore
@@ -38,24 +55,72 @@ SYNC_MAX_AGE_SECONDS = 60.0
 """A writer whose cached head is older than this re-reads the log before committing."""
 PRUNE_GRACE_SECONDS = 300.0
 """Pruning keeps every log entry younger than this (see ``StateStore.commit``)."""
+DROPPED_MARKER = "dropped"
+"""Table-rooted key that ``Store.drop_table`` writes first: later commits are refused."""
+RESOLVE_ATTEMPTS = 8
+"""Reads and identical re-puts spent resolving one log slot whose put outcome is unknown."""
 
 
 def _prop(state: TableState, name: str) -> Any:
     return state.properties.get(name, PROPERTIES[name].default)
 
 
+def new_files(txn: Transaction) -> list[str]:
+    """Data files a transaction brings into the table (each must exist when it commits)."""
+    if isinstance(txn, AddFiles):
+        return sorted({r.filename for r in txn.references})
+    if isinstance(txn, ReplaceFileReferences) and txn.output is not None:
+        return [txn.output.filename]
+    return []
+
+
+def definitely_not_committed(error: BaseException) -> bool:
+    """True when a failed commit is known not to have landed, so the caller may delete the
+    files it staged for it; any other failure (storage errors, an interrupt, an unknown
+    outcome) may have committed them."""
+    return isinstance(error, (TransactionInvalidError, CommitConflictError))
+
+
 class StateStore:
     """The state of one table, backed by its log and snapshots in ``objects`` (table-rooted)."""
 
-    def __init__(self, objects: ObjectStore, table_id: str) -> None:
+    def __init__(self, objects: ObjectStore, table_id: str, name: str | None = None) -> None:
         self.objects = objects
         self.table_id = table_id
+        self.name = name or table_id
+        """The table's name in errors (its id when the store was opened without one)."""
         self.log = TransactionLog(objects, table_id)
         self._head: TableState | None = None
         self._known_digests: set[str] = set()
         self._lock = threading.Lock()
         self._synced = 0.0
         """When the cached head was last known to be current (monotonic seconds)."""
+
+    # ---- the cached head: read and swapped under the lock, never mutated ---------------
+    def _cached(self) -> tuple[TableState | None, float]:
+        with self._lock:
+            return self._head, self._synced
+
+    def _publish(self, state: TableState, synced: float) -> TableState:
+        """Make ``state`` the cached head unless a newer one was published meanwhile; returns
+        the cached head."""
+        with self._lock:
+            if self._head is None or state.version >= self._head.version:
+                self._head = state
+                self._synced = max(self._synced, synced)
+            elif state.version == self._head.version:
+                self._synced = max(self._synced, synced)
+            return self._head
+
+    def _current(self, *, max_age: float | None) -> tuple[TableState, bool]:
+        """The head, re-read from storage when never loaded or synced more than ``max_age``
+        seconds ago (None: always). The flag says whether it was read just now."""
+        head, synced = self._cached()
+        if head is not None and max_age is not None and time.monotonic() - synced <= max_age:
+            return head, False
+        started = time.monotonic()
+        state = self._load_from_storage(None) if head is None else self._refreshed(head)
+        return self._publish(state, started), True
 
     # ---- reading -----------------------------------------------------------------------
     def _apply(self, state: TableState, entry: LogEntry) -> None:
@@ -71,7 +136,7 @@ class StateStore:
                 state = read_snapshot(self.objects, v, self.table_id, self._known_digests)
                 break
             except SedimentError as e:  # a damaged snapshot: fall back to an older one
-                log.warning("ignoring snapshot %s of table %s: %s", v, self.table_id, e)
+                log.warning("ignoring snapshot %s of table %s: %s", v, self.name, e)
         if state is None:
             state = TableState(self.table_id)
         for entry in self.log.read_after(state.version, upto=version):
@@ -80,29 +145,22 @@ class StateStore:
 
     def head(self, *, refresh: bool = True) -> TableState:
         """The latest state (a private copy the caller may keep)."""
-        with self._lock:
-            if self._head is None:
-                self._head = self._load_from_storage(None)
-            elif refresh:
-                self._refresh_locked()
-            return self._head.copy()
+        state, _ = self._current(max_age=None if refresh else float("inf"))
+        return state.copy()
 
-    def _refresh_locked(self) -> None:
-        assert self._head is not None
-        started = time.monotonic()
-        if not self._refresh_by_probing():
-            self._refresh_by_listing()
-        self._synced = started
+    def _refreshed(self, base: TableState) -> TableState:
+        """``base`` brought up to the log's head (a new state; ``base`` is left alone)."""
+        state, complete = self._probe(base)
+        return state if complete else self._listed(state)
 
-    def _refresh_by_probing(self) -> bool:
-        """Read the log slots after the head one by one until one is empty: a few small reads,
-        where listing the log can cost O(log length). False when the log must be listed: more
-        than ``objects.probe_limit`` new entries (the head moves past those read), or the
-        head's own entry is gone (pruned: the entries after it may be too)."""
-        assert self._head is not None
-        v = self._head.version
+    def _probe(self, base: TableState) -> tuple[TableState, bool]:
+        """Read the log slots after ``base`` one by one until one is empty: a few small reads,
+        where listing the log can cost O(log length). Not complete when the log must be
+        listed: more than ``objects.probe_limit`` new entries (the state moves past those
+        read), or the head's own entry is gone (pruned: the entries after it may be too)."""
+        v = base.version
         if v == 0:
-            return False
+            return base, False
         state: TableState | None = None
         entry: LogEntry | None = None
         for _ in range(max(1, self.objects.probe_limit)):
@@ -110,28 +168,27 @@ class StateStore:
             if entry is None:
                 break
             if state is None:
-                state = self._head.copy()
+                state = base.copy()
             self._apply(state, entry)
             v += 1
-        if state is not None:
-            self._head = state
+        out = base if state is None else state
         if entry is not None:  # probe_limit entries read, maybe more: list for the rest
-            return False
+            return out, False
         # Pruning deletes a prefix of the log: while entry v exists, v + 1 cannot have been
         # pruned, so its empty slot means v is the head (checked after the miss: no race).
-        return self.objects.exists(log_key(v))
+        return out, self.objects.exists(log_key(v))
 
-    def _refresh_by_listing(self) -> None:
-        assert self._head is not None
-        newer = self.log.versions_after(self._head.version)
-        if newer and newer[0] != self._head.version + 1:
-            # The entries after our cached head were pruned: start again from storage.
-            self._head = self._load_from_storage(None)
-        elif newer:
-            state = self._head.copy()
-            for e in self.log.read_after(self._head.version, listed=newer):
-                self._apply(state, e)
-            self._head = state
+    def _listed(self, base: TableState) -> TableState:
+        newer = self.log.versions_after(base.version)
+        if newer and newer[0] != base.version + 1:
+            # The entries after this state were pruned: start again from storage.
+            return self._load_from_storage(None)
+        if not newer:
+            return base
+        state = base.copy()
+        for e in self.log.read_after(base.version, listed=newer):
+            self._apply(state, e)
+        return state
 
     def load(self, version: int | None = None) -> TableState:
         """The state at ``version`` (None: latest): newest snapshot at or below it + replay."""
@@ -139,12 +196,12 @@ class StateStore:
             return self.head()
         head = self.head()
         if version < 1 or version > head.version:
-            raise QueryError(f"table {self.table_id} has no version {version} "
+            raise QueryError(f"table {self.name} has no version {version} "
                              f"(versions 1..{head.version})")
         if version == head.version:
             return head
         if version < self.earliest_version():
-            raise QueryError(f"table {self.table_id}: version {version} was pruned (retention); "
+            raise QueryError(f"table {self.name}: version {version} was pruned (retention); "
                              f"the oldest readable version is {self.earliest_version()}")
         return self._load_from_storage(version)
 
@@ -159,45 +216,108 @@ class StateStore:
         versions = self.log.versions_after(0)
         start = versions[0] - 1 if versions else 0
         if start and start not in snapshot_versions(self.objects):
-            raise CorruptMetadataError(f"log of table {self.table_id} has a gap: version "
+            raise CorruptMetadataError(f"log of table {self.name} has a gap: version "
                                        f"{start} is missing and no snapshot covers it")
         return [HistoryEntry(e.version, e.time, e.transaction.kind, e.transaction.summary())
                 for e in self.log.read_after(start)]
 
     # ---- committing --------------------------------------------------------------------
     def commit(self, source: TransactionSource) -> TableState:
-        """Append one transaction at the next version; returns the new state."""
-        with self._lock:
-            if self._head is None:
-                self._head = self._load_from_storage(None)
-                self._synced = time.monotonic()
-            elif time.monotonic() - self._synced > SYNC_MAX_AGE_SECONDS:
-                # Pruning never touches entries younger than PRUNE_GRACE_SECONDS, so a head
-                # synced this recently cannot have its next slot pruned under it.
-                self._refresh_locked()
-            attempts = int(_prop(self._head, "state.commit.max_attempts"))
-            base = float(_prop(self._head, "state.commit.backoff_seconds"))
-            for attempt in range(attempts):
-                head = self._head
-                txn = source(head) if callable(source) else source
-                txn.validate(head)  # raises TransactionInvalidError: not retried
-                version = head.version + 1
-                now = time.time()
-                if self.log.try_append(version, now, txn):
-                    state = head.copy()
-                    txn.apply(state, now)
-                    state.version = version
-                    state.last_update = now
-                    self._head = state
-                    self._synced = time.monotonic()
+        """Append one transaction at the next version; returns the new state.
+
+        Raises ``TransactionInvalidError`` only for a transaction invalid at the log's real
+        head (a cached head is re-read first), ``CommitConflictError`` when every attempt lost
+        the race to other writers (nothing committed), and ``CommitOutcomeUnknownError`` when
+        the store could not tell whether the entry landed.
+        """
+        if self.objects.exists(DROPPED_MARKER):
+            raise TableNotFoundError(f"table {self.name} was dropped; nothing was committed")
+        head, fresh = self._current(max_age=SYNC_MAX_AGE_SECONDS)
+        # Pruning never touches entries younger than PRUNE_GRACE_SECONDS, so a head synced
+        # within SYNC_MAX_AGE_SECONDS cannot have its next slot pruned under it.
+        attempts = int(_prop(head, "state.commit.max_attempts"))
+        base = float(_prop(head, "state.commit.backoff_seconds"))
+        commit_id = uuid.uuid4().hex
+        checked: set[str] = set()
+        lost = 0
+        while True:
+            txn = source(head) if callable(source) else source
+            try:
+                txn.validate(head)
+            except TransactionInvalidError:
+                if fresh:
+                    raise
+                head, fresh = self._current(max_age=None)  # judge it at the real head
+                continue
+            self._check_new_files(txn, checked)
+            version = head.version + 1
+            now = time.time()
+            if self._append(version, now, txn, commit_id):
+                state = head.copy()
+                txn.apply(state, now)
+                state.version = version
+                state.last_update = now
+                published = self._publish(state, time.monotonic())
+                pending.release(self.objects, new_files(txn))
+                if published is state:
                     self._maybe_snapshot(state)
-                    return state.copy()
-                delay = min(1.0, base * (2 ** min(attempt, 8))) * random.uniform(0.5, 1.5)
-                time.sleep(delay)
-                self._refresh_locked()
-            raise CommitConflictError(
-                f"table {self.table_id}: gave up after {attempts} attempts to commit "
-                f"{source.kind if isinstance(source, Transaction) else 'a transaction'}")
+                return state.copy()
+            lost += 1
+            if lost >= attempts:
+                raise CommitConflictError(
+                    f"table {self.name}: gave up after {attempts} attempts to commit "
+                    f"{txn.kind}; other writers took every version up to {version}")
+            delay = min(1.0, base * (2 ** min(lost - 1, 8))) * random.uniform(0.5, 1.5)
+            time.sleep(delay)
+            head, fresh = self._current(max_age=None)
+
+    def _append(self, version: int, now: float, txn: Transaction, commit_id: str) -> bool:
+        """Put ``txn`` at ``version``: True when the entry there is ours (written now, or by
+        an earlier try whose response was lost), False when another writer's. Never guesses:
+        an unanswered put is followed by reading the slot, and an empty slot by the same put
+        again (the bytes carry our id, so a late duplicate of the first put cannot make a
+        second entry)."""
+        key = log_key(version)
+        error: Exception | None = None
+        for attempt in range(RESOLVE_ATTEMPTS):
+            if attempt:
+                time.sleep(min(4.0, 0.05 * 2 ** attempt) * random.uniform(0.5, 1.5))
+            try:
+                if self.log.try_append(version, now, txn, commit_id):
+                    return True
+            except StorageError as e:  # unknown: the put may have reached the store
+                error = e
+            try:
+                raw = self.objects.get(key)
+            except ObjectNotFoundError:
+                continue  # not there (yet): put the same bytes again
+            except StorageError as e:
+                error = e
+                continue
+            return self.log.commit_id_of(version, raw) == commit_id
+        raise CommitOutcomeUnknownError(
+            f"table {self.name}: could not learn whether version {version} ({txn.kind}) was "
+            f"committed: {error}; its files are kept, and a later read of the table tells")
+
+    def _check_new_files(self, txn: Transaction, checked: set[str]) -> None:
+        """Refuse a transaction naming data files that no longer exist (their writer stalled
+        past its lease and GC collected them): committing would lose their records. Checked
+        for the files this process protects as pending: every writer registers its files."""
+        files = [f for f in pending.held(self.objects, new_files(txn)) if f not in checked]
+        if not files:
+            return
+        stale = pending.check_fresh(self.objects, files)
+        if stale:
+            raise TransactionInvalidError(f"table {self.name}: refusing to commit {txn.kind}: "
+                                          f"{stale}; GC may have collected its files")
+        with ThreadPoolExecutor(min(16, len(files))) as pool:
+            present = list(pool.map(self.objects.exists, files))
+        missing = [f for f, ok in zip(files, present, strict=True) if not ok]
+        if missing:
+            raise TransactionInvalidError(
+                f"table {self.name}: {len(missing)} data files of this {txn.kind} no longer "
+                f"exist (first: {missing[0]}); nothing was committed")
+        checked.update(files)
 
     def _maybe_snapshot(self, state: TableState) -> None:
         interval = int(_prop(state, "state.snapshot.interval"))
@@ -211,4 +331,4 @@ class StateStore:
         try:
             write_snapshot(self.objects, st, self._known_digests)
         except SedimentError as e:
-            log.warning("snapshot of table %s at %s failed: %s", self.table_id, st.version, e)
+            log.warning("snapshot of table %s at %s failed: %s", self.name, st.version, e)
