@@ -4,7 +4,9 @@ Run: ``python benchmarks/state_store.py [--quick]`` (see benchmarks/README.md).
 
 1. Commits/s of small transactions (AddFiles of one FileReference), one writer, on local disk
    and on a loopback moto S3 server, against a baseline of raw ``put_if_absent`` calls of the same
-   payload on the same object store (the ratio is the state store's own overhead).
+   payload on the same object store (the ratio is the state store's own overhead). Local disk
+   runs twice with and twice without the directory fsync that makes a put durable
+   (``LocalObjectStore.sync_directories``), alternated; the best run of each is reported.
 2. A state of 1,000,000 file references over ~1000 leaf partitions: time to write a snapshot, to
    load it in a fresh StateStore, to replay the whole log without a snapshot, to commit on top of
    it, and to rewrite the snapshot after a commit touching one partition (counting the objects
@@ -55,6 +57,7 @@ from sediment.state.snapshot import (
     write_snapshot,
 )
 from sediment.state.store import StateStore
+from sediment.storage.local import LocalObjectStore
 
 COMMIT_GOAL = 200.0  # commits/s, local disk (Sleeper asks for > 50/s)
 LOAD_GOAL = 2.0  # seconds to load a 1M-reference state from a snapshot
@@ -76,7 +79,7 @@ def bench_commits(store: Store, label: str, n: int) -> dict[str, Any]:
     states = StateStore(objects, table.table_id)
     head = states.head()
     txns = [_one_ref_txn("root") for _ in range(n)]
-    payload = states.log.encode(head.version + 1, time.time(), txns[0])
+    payload = states.log.encode(head.version + 1, time.time(), txns[0], _name())
 
     def baseline(start: int, count: int) -> Timer:
         with Timer() as t:
@@ -456,7 +459,26 @@ def main(argv: list[str] | None = None) -> int:
     with temp_dir() as root, moto_s3_server() as s3:
         print(f"moto S3 server at {s3.endpoint_url} (pid {s3.pid}); temp dir {root}; "
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        commit_rows = [bench_commits(Store.open(str(root / "commits")), "local disk", n_local)]
+        # Directory fsync after each put (durable names, issue 11 item 6) against the same
+        # store without it, alternated so that drift on a shared machine hits both alike.
+        local_runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+        for i, sync in enumerate((False, True, False, True)):
+            LocalObjectStore.sync_directories = sync
+            local_runs[sync].append(bench_commits(Store.open(str(root / f"commits{i}")),
+                                                  "local disk" if sync else
+                                                  "local disk, no directory fsync", n_local))
+        LocalObjectStore.sync_directories = True
+        commit_rows = [max(local_runs[True], key=lambda r: r["commits_per_s"]),
+                       max(local_runs[False], key=lambda r: r["commits_per_s"])]
+        results["directory_fsync"] = {
+            "commits_per_s_with": [r["commits_per_s"] for r in local_runs[True]],
+            "commits_per_s_without": [r["commits_per_s"] for r in local_runs[False]],
+            "raw_put_if_absent_per_s_with": [r["baseline_put_if_absent_per_s"]
+                                             for r in local_runs[True]],
+            "raw_put_if_absent_per_s_without": [r["baseline_put_if_absent_per_s"]
+                                                for r in local_runs[False]],
+            "cost_ratio": commit_rows[1]["commits_per_s"] / commit_rows[0]["commits_per_s"],
+        }
         bucket = s3.create_bucket("commits")
         commit_rows.append(bench_commits(Store.open(f"s3://{bucket}/store", **s3.options),
                                          "moto S3 (loopback)", n_s3))

@@ -177,3 +177,4 @@ def no_prune_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     import sediment.state.versions as versions
 
     monkeypatch.setattr(versions, "PRUNE_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(versions, "CLOCK_SKEW_SECONDS", 0.0)

@@ -656,6 +656,7 @@ def test_refresh_behind_a_prune_reloads(probe_objects: ObjectStore,
     import sediment.state.versions as versions
 
     monkeypatch.setattr(versions, "PRUNE_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(versions, "CLOCK_SKEW_SECONDS", 0.0)
     w = StateStore(probe_objects, TABLE_ID)
     w.commit(init(interval=3))
     for i in range(4):
@@ -677,6 +678,7 @@ def test_refresh_when_the_heads_own_entry_was_pruned(probe_objects: ObjectStore,
     import sediment.state.versions as versions
 
     monkeypatch.setattr(versions, "PRUNE_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(versions, "CLOCK_SKEW_SECONDS", 0.0)
     w = StateStore(probe_objects, TABLE_ID)
     w.commit(init(interval=3))
     for i in range(4):

@@ -13,8 +13,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import threading
+import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +48,86 @@ METARANGE_SCHEMA = pa.schema([
     ("first_partition", pa.string()), ("last_partition", pa.string()),
     ("rows", pa.int64()), ("digest", pa.string()),
 ])
+
+
+DIGEST_MEMO_SECONDS = 60.0
+"""How long a writer trusts that a snapshot object it wrote or read still exists.
+
+It must stay well below ``state.store.PRUNE_GRACE_SECONDS`` (300 s): pruning deletes an object
+only when no snapshot at or above its base names it, and that base is older than the prune
+window, so a digest learnt less than this long ago cannot have been pruned yet (an older one
+is written again). Prune also verifies the base it keeps, in case this ever fails."""
+
+
+class DigestMemo:
+    """Digests of snapshot objects known to exist, each forgotten ``ttl`` seconds after it was
+    last recorded: a drop-in for the ``set[str]`` that ``write_snapshot`` and ``read_snapshot``
+    take (``in``, ``add``, ``update``, ``len``).
+
+    A plain set remembered digests forever: after ``prune`` had deleted such an object, a
+    long-lived writer still skipped writing it and committed a snapshot naming a missing object.
+    """
+
+    def __init__(self, ttl: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = DIGEST_MEMO_SECONDS if ttl is None else float(ttl)
+        self._clock = clock
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def add(self, digest: str, at: float | None = None) -> None:
+        """Record ``digest`` as existing at ``at`` (this memo's clock; default: now)."""
+        self.update((digest,), at)
+
+    def update(self, digests: Iterable[str], at: float | None = None) -> None:
+        t = self._clock() if at is None else at
+        with self._lock:
+            for d in digests:
+                if self._seen.get(d, float("-inf")) < t:
+                    self._seen[d] = t
+            if len(self._seen) > 1024 and len(self._seen) % 256 == 0:
+                self._expire_locked()
+
+    def __contains__(self, digest: object) -> bool:
+        t = self._seen.get(digest) if isinstance(digest, str) else None
+        return t is not None and self._clock() - t < self.ttl
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._expire_locked()
+            return len(self._seen)
+
+    def discard(self, digest: str) -> None:
+        with self._lock:
+            self._seen.pop(digest, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+    def now(self) -> float:
+        return self._clock()
+
+    def _expire_locked(self) -> None:
+        limit = self._clock() - self.ttl
+        for d in [d for d, t in self._seen.items() if t <= limit]:
+            del self._seen[d]
+
+
+KnownDigests = set[str] | DigestMemo
+"""What ``write_snapshot`` and ``read_snapshot`` take as their memo of stored objects."""
+
+
+def _noted(known: KnownDigests, digests: Iterable[str], at: float | None) -> None:
+    """Record ``digests`` in ``known`` as seen at ``at`` (a DigestMemo keeps the time)."""
+    if isinstance(known, DigestMemo):
+        known.update(digests, at)
+    else:
+        known.update(digests)
+
+
+def _memo_now(known: KnownDigests | None) -> float | None:
+    return known.now() if isinstance(known, DigestMemo) else None
 
 
 def snapshot_key(version: int) -> str:
@@ -113,20 +195,24 @@ def _cut_ranges(table: pa.Table) -> list[tuple[int, int]]:
     return spans
 
 
-def _json_object(objects: ObjectStore, doc: Any, known: set[str]) -> str:
+def _json_object(objects: ObjectStore, doc: Any, known: KnownDigests) -> str:
     data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     digest = hashlib.sha256(data).hexdigest()
     key = f"{OBJECT_PREFIX}{digest}.json"
     if digest not in known:
+        started = _memo_now(known)
         objects.put(key, data)
-        known.add(digest)
+        _noted(known, (digest,), started)
     return digest
 
 
-def write_snapshot(objects: ObjectStore, state: TableState, known: set[str]) -> dict[str, Any]:
+def write_snapshot(objects: ObjectStore, state: TableState, known: KnownDigests
+                   ) -> dict[str, Any]:
     """Write the snapshot of ``state``; ``known`` holds digests already stored (updated).
 
-    Returns the pointer document. Only ranges whose digest is not known are written.
+    Returns the pointer document. Only ranges whose digest is not known are written; pass a
+    :class:`DigestMemo` (not a plain set) from anything that lives longer than a few seconds,
+    so that a digest whose object prune has deleted since is written again.
     """
     refs = _state_references_table(state)
     ranges: list[RangeInfo] = []
@@ -140,9 +226,10 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: set[str]) -> 
         if digest not in known:
             to_write.append((digest, data))
     if to_write:
+        started = _memo_now(known)
         with ThreadPoolExecutor(min(8, len(to_write))) as pool:
             list(pool.map(lambda dd: objects.put(object_key(dd[0]), dd[1]), to_write))
-        known.update(d for d, _ in to_write)
+        _noted(known, (d for d, _ in to_write), started)
     meta = pa.table({
         "first_partition": [r.first_partition for r in ranges],
         "last_partition": [r.last_partition for r in ranges],
@@ -151,8 +238,9 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: set[str]) -> 
     meta_bytes = _parquet_bytes(meta)
     meta_digest = hashlib.sha256(meta_bytes).hexdigest()
     if meta_digest not in known:
+        started = _memo_now(known)
         objects.put(object_key(meta_digest), meta_bytes)
-        known.add(meta_digest)
+        _noted(known, (meta_digest,), started)
     assert state.schema is not None
     pointer = {
         "format": FORMAT_VERSION, "table_id": state.table_id, "version": state.version,
@@ -203,9 +291,11 @@ def read_pointer(objects: ObjectStore, version: int, table_id: str) -> dict[str,
 
 
 def read_snapshot(objects: ObjectStore, version: int, table_id: str,
-                  known: set[str] | None = None) -> TableState:
-    """Load the state stored by the snapshot at ``version``."""
+                  known: KnownDigests | None = None) -> TableState:
+    """Load the state stored by the snapshot at ``version`` (``known``: records the digests
+    of the objects read, as of when the read started)."""
     where = f"snapshot {version} of table {table_id}"
+    started = _memo_now(known)
     doc = read_pointer(objects, version, table_id)
     try:
         ranges = read_metarange(objects, doc["metarange"], where)
@@ -229,8 +319,8 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptMetadataError(f"{where} is malformed: {e!r}") from e
     if known is not None:
-        known.update(r.digest for r in ranges)
-        known.update((doc["metarange"], doc["partitions"], doc["unreferenced"]))
+        _noted(known, [*(r.digest for r in ranges), doc["metarange"], doc["partitions"],
+                       doc["unreferenced"]], started)
     return state
 
 

@@ -10,6 +10,7 @@ version inside the retention window and no tag still needs.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Iterable
@@ -18,16 +19,20 @@ from typing import Any
 
 from sediment.core.model import FileReference
 from sediment.core.state import TableState
-from sediment.errors import CorruptMetadataError, ObjectNotFoundError, QueryError
-from sediment.state.log import LOG_PREFIX, log_key
+from sediment.errors import CorruptMetadataError, ObjectNotFoundError, QueryError, SedimentError
+from sediment.state.log import LOG_PREFIX, version_of_key
 from sediment.state.snapshot import (
     OBJECT_PREFIX,
     read_metarange,
     read_pointer,
+    read_snapshot,
     snapshot_key,
     snapshot_versions,
 )
 from sediment.state.store import PRUNE_GRACE_SECONDS, StateStore
+from sediment.storage.clock import CLOCK_SKEW_SECONDS, deletion_clock
+
+log = logging.getLogger(__name__)
 
 TAG_PREFIX = "tags/"
 OBJECT_GRACE_SECONDS = 3600.0
@@ -180,48 +185,115 @@ class PruneResult:
     log_entries: int = 0
     snapshots: int = 0
     objects: int = 0
+    base: int | None = None
+    """The snapshot kept as the base (the log continues after it), None when nothing went."""
+    unusable_snapshots: tuple[int, ...] = ()
+    """Snapshots that could have been the base but do not load (never used as one)."""
+    note: str = ""
+    """Why less (or nothing) was pruned, when something stood in the way."""
 
 
 def prune(states: StateStore, retention_seconds: float, *, now: float | None = None
           ) -> PruneResult:
-    """Delete log entries, snapshots and objects no retained version or tag needs."""
-    now = time.time() if now is None else now
+    """Delete log entries, snapshots and objects no retained version or tag needs.
+
+    Times are those of the object store: log entries younger than the retention window (at
+    least ``PRUNE_GRACE_SECONDS``) plus the clock skew (``gc.clock_skew_seconds``, default
+    ``CLOCK_SKEW_SECONDS``) by their modification times,
+    compared with the store's own clock (a probe object), stay. ``now`` (this machine's clock,
+    default ``time.time()``) only ever makes pruning more careful: the earlier of the two
+    clocks is used, so a clock running ahead deletes nothing early.
+
+    The snapshot kept as the base is loaded in full (every object it names read and parsed)
+    before anything older is deleted; when it does not load, an older one that does is used,
+    or nothing is deleted.
+    """
+    clock = deletion_clock(states.objects, now)
     head = states.head()
-    needed = [t.version for t in list_tags(states)]
-    # the oldest version still inside the retention window
-    # (never less than PRUNE_GRACE_SECONDS: a writer that synced that recently must still
-    # find the log slot after its cached head; see StateStore.commit)
-    window = max(retention_seconds, PRUNE_GRACE_SECONDS)
-    versions = [e.version for e in _entries_since(states, now - window)]
-    needed.append(min(versions) if versions else head.version)
-    floor = min(needed)
+    where = f"prune of table {states.table_id}"
+    logs = {v: o for o in states.objects.list(LOG_PREFIX)
+            if (v := version_of_key(o.key, LOG_PREFIX)) is not None}
+    # Versions committed inside the window stay readable, and so does the one before the
+    # oldest of them (the state at the window's start); the head's own entry always stays.
+    # The base is strictly below every recent entry: an entry inside the window is never
+    # deleted (a writer synced within PRUNE_GRACE_SECONDS relies on it; see StateStore.commit).
+    skew = float(head.properties.get("gc.clock_skew_seconds", CLOCK_SKEW_SECONDS))
+    window = max(retention_seconds, PRUNE_GRACE_SECONDS) + skew
+    recent = [v for v, o in logs.items() if clock - o.mtime < window]
+    limit = min([head.version, *recent]) - 1
+    tags = [t.version for t in list_tags(states)]
+    if tags:
+        limit = min(limit, min(tags))
     snaps = snapshot_versions(states.objects)
-    # The base snapshot stays below the head, so at least the head's log entry is kept: with
-    # no log entry left, the oldest readable version could not be told (``earliest_version``
-    # fell back to 1 and loading an old version failed on a log gap) and history was empty.
-    base = max((v for v in snaps if v <= floor and v < head.version), default=None)
+    base: int | None = None
+    unusable: list[int] = []
+    for v in sorted((v for v in snaps if v <= limit), reverse=True):
+        problem = _base_problem(states, v)
+        if problem is None:
+            base = v
+            break
+        log.warning("%s: snapshot %s cannot be the base: %s", where, v, problem)
+        unusable.append(v)
     if base is None:
-        return PruneResult()
-    old_logs = [o.key for o in states.objects.list(LOG_PREFIX) if o.key < log_key(base + 1)]
+        note = (f"no snapshot at or below version {limit} loads" if unusable else "")
+        return PruneResult(unusable_snapshots=tuple(unusable), note=note)
+    gap = [v for v in range(base + 1, head.version + 1) if v not in logs]
+    if gap:
+        # Never make a damaged log worse: deleting below the base would not mend the gap.
+        note = f"log entries {gap[:5]} after the base {base} are missing: nothing deleted"
+        log.warning("%s: %s", where, note)
+        return PruneResult(base=None, unusable_snapshots=tuple(unusable), note=note)
+    old_logs = [o.key for v, o in sorted(logs.items()) if v <= base]
     old_snaps = [v for v in snaps if v < base]
     keep_digests: set[str] = set()
+    complete = True
     for v in snaps:
         if v >= base:
-            doc = read_pointer(states.objects, v, states.table_id)
-            keep_digests.update((doc["metarange"], doc["partitions"], doc["unreferenced"]))
-            keep_digests.update(r.digest for r in read_metarange(
-                states.objects, doc["metarange"], f"prune of table {states.table_id}"))
-    # Objects younger than the grace period stay: a writer holding an older snapshot's digests
-    # in memory may reuse one for a new snapshot without rewriting it.
-    dead_objects = [o.key for o in states.objects.list(OBJECT_PREFIX)
-                    if o.key[len(OBJECT_PREFIX):].split(".")[0] not in keep_digests
-                    and now - o.mtime >= OBJECT_GRACE_SECONDS]
+            complete &= _snapshot_digests(states, v, keep_digests)
+    dead_objects: list[str] = []
+    if complete:
+        # Objects younger than the grace period stay: a writer holding an older snapshot's
+        # digests in memory (a DigestMemo, for less long than this) may reuse one for a new
+        # snapshot without rewriting it, and a snapshot being written now has no pointer yet.
+        grace = OBJECT_GRACE_SECONDS + skew
+        dead_objects = [o.key for o in states.objects.list(OBJECT_PREFIX)
+                        if o.key[len(OBJECT_PREFIX):].split(".")[0] not in keep_digests
+                        and clock - o.mtime >= grace]
     states.objects.delete_many(old_logs)
     states.objects.delete_many(snapshot_key(v) for v in old_snaps)
     states.objects.delete_many(dead_objects)
-    return PruneResult(len(old_logs), len(old_snaps), len(dead_objects))
+    note = "" if complete else ("a snapshot above the base is unreadable: no snapshot object "
+                                "was deleted")
+    return PruneResult(len(old_logs), len(old_snaps), len(dead_objects), base,
+                       tuple(unusable), note)
 
 
-def _entries_since(states: StateStore, since: float) -> list[Any]:
-    return [e for e in states.history() if e.time >= since]
+def _base_problem(states: StateStore, version: int) -> str | None:
+    """Why the snapshot at ``version`` cannot be a base (None: it loads completely)."""
+    try:
+        state = read_snapshot(states.objects, version, states.table_id)
+    except SedimentError as e:
+        return f"{type(e).__name__}: {e}"
+    if state.version != version or state.table_id != states.table_id:
+        return f"it holds version {state.version} of table {state.table_id}"
+    return None
 
+
+def _snapshot_digests(states: StateStore, version: int, out: set[str]) -> bool:
+    """Add the digests of every object the snapshot at ``version`` names to ``out``; False
+    when some cannot be told (its pointer is unreadable)."""
+    where = f"prune of table {states.table_id}"
+    try:
+        doc = read_pointer(states.objects, version, states.table_id)
+        out.update((doc["metarange"], doc["partitions"], doc["unreferenced"]))
+    except ObjectNotFoundError:
+        return True  # deleted since the listing (a concurrent prune): names nothing
+    except (SedimentError, KeyError, TypeError) as e:
+        log.warning("%s: snapshot %s is unreadable: %s", where, version, e)
+        return False
+    try:
+        out.update(r.digest for r in read_metarange(states.objects, doc["metarange"], where))
+    except CorruptMetadataError as e:
+        # its metarange is gone or damaged, so it cannot load anyway: its ranges need no keeping
+        log.warning("%s: snapshot %s cannot load: %s", where, version, e)
+    return True

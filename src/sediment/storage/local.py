@@ -1,4 +1,9 @@
-"""Local-disk object store. put-if-absent is an atomic hard link of a fully written temp file."""
+"""Local-disk object store. put-if-absent is an atomic hard link of a fully written temp file.
+
+Durability: a put returns only once the object survives an OS crash or power loss: the temp
+file is fsynced before it is renamed or linked into place, and so is the directory that holds
+the new name afterwards (a rename or link lives in the directory, not in the file), as is the
+parent of every directory the put had to create."""
 
 from __future__ import annotations
 
@@ -19,8 +24,23 @@ _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 """Errors meaning "no object at this key" (a folder, or a path through a file, is no object)."""
 
 
+def _fsync_directory(path: Path) -> None:
+    """Make the entries of directory ``path`` (new names, renames) durable."""
+    if os.name == "nt":  # Windows cannot open a directory for fsync; NTFS journals names
+        return
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class LocalObjectStore(ObjectStore):
     """Objects are files under a root folder; keys map to relative paths."""
+
+    sync_directories: bool = True
+    """Fsync directories after a put (see the module docstring). Only the state-store
+    benchmark turns it off, to measure what it costs."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.directory = Path(root).expanduser().resolve()
@@ -50,8 +70,27 @@ class LocalObjectStore(ObjectStore):
         except OSError as e:
             raise StorageError(f"reading {key!r} in {self.uri}: {e}") from e
 
+    def _make_directories(self, folder: Path) -> None:
+        """Create ``folder`` and its missing parents, each made durable in its parent."""
+        if folder.is_dir():
+            return
+        missing: list[Path] = []
+        d = folder
+        while not d.is_dir() and d != d.parent:
+            missing.append(d)
+            d = d.parent
+        for d in reversed(missing):
+            try:
+                d.mkdir()
+            except FileExistsError:
+                if not d.is_dir():
+                    raise
+                continue  # made by a concurrent put, which syncs its parent itself
+            if self.sync_directories:
+                _fsync_directory(d.parent)
+
     def _write_temp(self, path: Path, data: bytes) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_directories(path.parent)
         tmp = path.parent / f"{_TMP}{uuid.uuid4().hex}"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -64,6 +103,8 @@ class LocalObjectStore(ObjectStore):
         try:
             tmp = self._write_temp(path, data)
             os.replace(tmp, path)
+            if self.sync_directories:
+                _fsync_directory(path.parent)
         except OSError as e:
             raise StorageError(f"writing {key!r} in {self.uri}: {e}") from e
 
@@ -75,7 +116,6 @@ class LocalObjectStore(ObjectStore):
             raise StorageError(f"writing {key!r} in {self.uri}: {e}") from e
         try:
             os.link(tmp, path)  # atomic: fails if the name exists; content is complete
-            return True
         except FileExistsError:
             return False
         except OSError as e:
@@ -83,6 +123,13 @@ class LocalObjectStore(ObjectStore):
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        if self.sync_directories:
+            # Only now is the new name durable (one fsync covers the link and the unlink).
+            try:
+                _fsync_directory(path.parent)
+            except OSError as e:
+                raise StorageError(f"syncing the folder of {key!r} in {self.uri}: {e}") from e
+        return True
 
     def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
         yield from self._walk(prefix, start_after, temporary=False)
