@@ -178,3 +178,30 @@ def no_prune_grace(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(versions, "PRUNE_GRACE_SECONDS", 0.0)
     monkeypatch.setattr(versions, "CLOCK_SKEW_SECONDS", 0.0)
+
+
+# ---- fault injection (tests/faultproxy.py) ---------------------------------------------------
+@pytest.fixture
+def fault_proxy(s3_server: str) -> Iterator[Any]:
+    """A :class:`faultproxy.FaultProxy` in front of the moto server, with no rules yet
+    (a seed per test for probabilistic rules); stopped after the test."""
+    from faultproxy import FaultProxy
+
+    proxy = FaultProxy(s3_server, seed=int(os.environ.get("SEDIMENT_FAULT_SEED", "0"))).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def proxied_s3(fault_proxy: Any, s3_server: str, aws_test_env: None) -> Any:
+    """A fresh bucket reachable through the fault proxy (``.uri``, ``.options``, ``.open()``)
+    and directly (``.direct_options``, ``.open_direct()``: for checks that must not see
+    faults)."""
+    from faultproxy import ProxiedS3
+
+    bucket = f"sediment-faults-{uuid.uuid4().hex[:20]}"
+    s3_client(s3_server).create_bucket(Bucket=bucket)
+    return ProxiedS3(fault_proxy, s3_server, f"s3://{bucket}/store", region=S3_REGION,
+                     **S3_CREDENTIALS)

@@ -1,0 +1,608 @@
+"""A fault-injecting HTTP/1.1 proxy for S3 tests (standard library only).
+
+The proxy is a real TCP server on 127.0.0.1 in front of an HTTP server (the moto S3 server of
+``tests/conftest.py``). S3 clients (boto3, pyarrow's S3 filesystem, worker processes) point
+their ``endpoint_url`` at :attr:`FaultProxy.url`; every request is forwarded to the upstream
+server over a persistent connection, except when a rule says otherwise::
+
+    proxy = FaultProxy(upstream="http://127.0.0.1:5000", seed=1).start()
+    rule = proxy.add_rule("drop_response", method="PUT", path=r"/log/\\d{20}\\.json$", count=1)
+    ...                       # the next log PUT is written upstream, its answer never arrives
+    assert rule.fired == 1 and proxy.counts["drop_response"] == 1
+    proxy.stop()
+
+Actions (``FaultProxy.add_rule``):
+
+``drop_response``  forward the request, read the upstream's whole response, then reset the
+                   client connection without answering: the write happened, the client does
+                   not know (botocore retries it).
+``reset``          reset the client connection before forwarding anything (nothing happened).
+``delay``          sleep ``delay`` seconds, then forward normally.
+``status``         answer ``status`` (default 503) with an S3-style XML error without
+                   forwarding (nothing happened; botocore and the AWS C++ SDK retry 500/503).
+
+A rule matches on ``method`` (exact, None: any), ``path`` (regex searched in the unquoted
+request path, without the query), ``query`` (regex searched in the raw query string),
+``body`` (regex searched in the request body as received, e.g. ``'"kind":"add_files"'`` to
+pick one kind of log entry), and
+fires after letting ``skip`` matches through, at most ``count`` times (None: unlimited), each
+time with ``probability`` (drawn from the proxy's seeded random generator). The first rule
+that fires decides; a ``delay`` rule that fires lets later rules be considered too.
+
+HTTP handling: keep-alive (one upstream connection per client connection), request bodies by
+``Content-Length`` or ``Transfer-Encoding: chunked`` (forwarded as they came), ``Expect:
+100-continue`` (answered ``100 Continue`` by the proxy itself and stripped before forwarding),
+responses by ``Content-Length``, chunked, or read-to-close; no body for HEAD, 1xx, 204, 304.
+Every loop is bounded (header sizes, socket timeouts, a stop flag); :meth:`stop` closes the
+listener and every connection and joins the threads.
+
+Run as a script it serves until interrupted: ``python tests/faultproxy.py UPSTREAM [--port N]
+[--rules JSON] [--seed N]`` (prints its URL, and its counts as JSON on exit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import re
+import socket
+import struct
+import sys
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIONS = ("drop_response", "reset", "delay", "status")
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 200
+IO_TIMEOUT = 60.0
+"""Seconds a connection may be idle (client keep-alive, or a slow upstream) before closing."""
+LOG_LIMIT = 10_000
+"""Events kept in :attr:`FaultProxy.events` (counts keep counting past it)."""
+
+_REASONS = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
+            504: "Gateway Timeout", 429: "Too Many Requests"}
+_S3_CODES = {500: "InternalError", 503: "SlowDown", 502: "BadGateway", 504: "GatewayTimeout",
+             429: "SlowDown"}
+
+
+class _Closed(Exception):
+    """The peer closed the connection (or it timed out) between or within messages."""
+
+
+@dataclass
+class Rule:
+    """One programmed fault (see the module docs). ``fired``: how often it acted."""
+
+    action: str
+    method: str | None = None
+    path: str | None = None
+    query: str | None = None
+    body: str | None = None
+    count: int | None = None
+    probability: float = 1.0
+    skip: int = 0
+    delay: float = 0.0
+    status: int = 503
+    name: str = ""
+    matched: int = 0
+    fired: int = 0
+    _path_re: re.Pattern[str] | None = field(default=None, repr=False)
+    _query_re: re.Pattern[str] | None = field(default=None, repr=False)
+    _body_re: re.Pattern[bytes] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown fault action {self.action!r} (one of {ACTIONS})")
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"probability {self.probability} is not in [0, 1]")
+        self._path_re = re.compile(self.path) if self.path else None
+        self._query_re = re.compile(self.query) if self.query else None
+        self._body_re = re.compile(self.body.encode()) if self.body else None
+        self.name = self.name or f"{self.action}:{self.method or '*'}:{self.path or '*'}"
+
+    def matches(self, method: str, path: str, query: str, body: bytes) -> bool:
+        if self.method is not None and self.method.upper() != method:
+            return False
+        if self._path_re is not None and not self._path_re.search(path):
+            return False
+        if self._query_re is not None and not self._query_re.search(query):
+            return False
+        return self._body_re is None or bool(self._body_re.search(body))
+
+    @property
+    def exhausted(self) -> bool:
+        return self.count is not None and self.fired >= self.count
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "method": self.method, "path": self.path,
+                "query": self.query, "body": self.body, "count": self.count,
+                "probability": self.probability,
+                "skip": self.skip, "delay": self.delay, "status": self.status,
+                "name": self.name, "matched": self.matched, "fired": self.fired}
+
+
+@dataclass
+class Request:
+    method: str
+    target: str
+    version: str
+    headers: list[tuple[str, str]]
+    body: bytes  # as received (chunked bodies keep their framing)
+
+    @property
+    def path(self) -> str:
+        return urllib.parse.unquote(urllib.parse.urlsplit(self.target).path)
+
+    @property
+    def query(self) -> str:
+        return urllib.parse.urlsplit(self.target).query
+
+    def header(self, name: str) -> str | None:
+        name = name.lower()
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return None
+
+    @property
+    def wants_close(self) -> bool:
+        c = (self.header("connection") or "").lower()
+        return "close" in c or (self.version == "HTTP/1.0" and "keep-alive" not in c)
+
+    def encode(self) -> bytes:
+        lines = [f"{self.method} {self.target} {self.version}"]
+        lines += [f"{k}: {v}" for k, v in self.headers if k.lower() != "expect"]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + self.body
+
+
+@dataclass
+class Response:
+    status: int
+    raw: bytes  # status line, headers and body, as the upstream sent them
+    close: bool  # the upstream connection cannot be reused
+
+
+class _Reader:
+    """Buffered reads from a socket, each bounded by the socket's timeout."""
+
+    def __init__(self, sock: socket.socket, stop: threading.Event) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.stop = stop
+
+    def _fill(self) -> None:
+        if self.stop.is_set():
+            raise _Closed("proxy stopping")
+        try:
+            data = self.sock.recv(256 * 1024)
+        except (TimeoutError, OSError) as e:
+            raise _Closed(str(e)) from None
+        if not data:
+            raise _Closed("end of stream")
+        self.buf += data
+
+    def line(self, limit: int = MAX_HEAD_BYTES) -> bytes:
+        while True:
+            i = self.buf.find(b"\r\n")
+            if i >= 0:
+                out = bytes(self.buf[: i + 2])
+                del self.buf[: i + 2]
+                return out
+            if len(self.buf) > limit:
+                raise _Closed("line too long")
+            self._fill()
+
+    def exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def until_close(self) -> bytes:
+        with contextlib.suppress(_Closed):
+            while True:
+                self._fill()
+        out = bytes(self.buf)
+        self.buf.clear()
+        return out
+
+    def head(self) -> list[bytes]:
+        """Lines of a message head (start line + headers), without the blank line."""
+        lines: list[bytes] = []
+        size = 0
+        while True:
+            line = self.line()
+            size += len(line)
+            if size > MAX_HEAD_BYTES or len(lines) > MAX_HEADERS:
+                raise _Closed("message head too large")
+            if line == b"\r\n":
+                if not lines:
+                    continue  # stray CRLF between messages (RFC 9112 allows ignoring it)
+                return lines
+            lines.append(line[:-2])
+
+    def chunked(self) -> bytes:
+        """A chunked body, framing included (chunks, last chunk, trailers, blank line)."""
+        out = bytearray()
+        while True:
+            size_line = self.line()
+            out += size_line
+            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while True:  # trailers up to the blank line
+                    t = self.line()
+                    out += t
+                    if t == b"\r\n":
+                        return bytes(out)
+            out += self.exactly(size + 2)
+
+
+def _headers(lines: list[bytes]) -> list[tuple[str, str]]:
+    out = []
+    for raw in lines:
+        k, sep, v = raw.decode("latin-1").partition(":")
+        if sep:
+            out.append((k.strip(), v.strip()))
+    return out
+
+
+def _get(headers: list[tuple[str, str]], name: str) -> str | None:
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a TCP reset (SO_LINGER 0): the peer sees ECONNRESET, not a clean end."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class FaultProxy:
+    """The proxy (see the module docs). Thread-safe: rules may change while it serves."""
+
+    def __init__(self, upstream: str, *, seed: int = 0, host: str = "127.0.0.1",
+                 port: int = 0) -> None:
+        parts = urllib.parse.urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"upstream must be http://host:port, not {upstream!r}")
+        self.upstream = (parts.hostname, parts.port or 80)
+        self._bind = (host, port)
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._rules: list[Rule] = []
+        self.counts: Counter[str] = Counter()
+        """``requests`` (received), ``forwarded``, one count per action that fired,
+        ``upstream_errors`` (the upstream closed or failed: the client connection is closed)."""
+        self.events: list[tuple[float, str, str, str]] = []
+        """(time, action, method, path) of every fault, up to LOG_LIMIT."""
+        self._stop = threading.Event()
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+        self._threads: set[threading.Thread] = set()
+        self._socks: set[socket.socket] = set()
+        self.url = ""
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> FaultProxy:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(self._bind)
+        listener.listen(128)
+        listener.settimeout(0.2)
+        self._listener = listener
+        host, port = listener.getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        self._accept_thread = threading.Thread(target=self._accept_loop, name="faultproxy-accept",
+                                               daemon=True)
+        self._accept_thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop accepting, close every connection, join the threads."""
+        self._stop.set()
+        if self._accept_thread is not None:
+            self._accept_thread.join(timeout)
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+        with self._lock:
+            socks, threads = list(self._socks), list(self._threads)
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def __enter__(self) -> FaultProxy:
+        return self.start() if self._listener is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- rules -------------------------------------------------------------------------------
+    def add_rule(self, action: str, *, method: str | None = None, path: str | None = None,
+                 query: str | None = None, body: str | None = None, count: int | None = None,
+                 probability: float = 1.0, skip: int = 0, delay: float = 0.0, status: int = 503,
+                 name: str = "") -> Rule:
+        rule = Rule(action, method, path, query, body, count, probability, skip, delay, status,
+                    name)
+        with self._lock:
+            self._rules.append(rule)
+        return rule
+
+    def add_rules(self, specs: list[dict[str, Any]]) -> list[Rule]:
+        """Rules from dicts of :meth:`add_rule`'s arguments (e.g. parsed from JSON)."""
+        return [self.add_rule(**spec) for spec in specs]
+
+    def remove_rule(self, rule: Rule) -> None:
+        with self._lock:
+            with contextlib.suppress(ValueError):
+                self._rules.remove(rule)
+
+    def clear(self) -> None:
+        """Remove every rule (counts are kept)."""
+        with self._lock:
+            self._rules.clear()
+
+    @property
+    def rules(self) -> list[Rule]:
+        with self._lock:
+            return list(self._rules)
+
+    def faults(self) -> int:
+        """How many faults of any kind fired so far (delays included)."""
+        with self._lock:
+            return sum(self.counts[a] for a in ACTIONS)
+
+    def summary(self) -> dict[str, Any]:
+        with self._lock:
+            return {"counts": dict(self.counts), "rules": [r.to_json() for r in self._rules]}
+
+    def _decide(self, req: Request) -> list[Rule]:
+        """The rules that fire for this request: delays, then at most one other action."""
+        fired: list[Rule] = []
+        method, path, query = req.method, req.path, req.query
+        with self._lock:
+            self.counts["requests"] += 1
+            for rule in self._rules:
+                if rule.exhausted or not rule.matches(method, path, query, req.body):
+                    continue
+                rule.matched += 1
+                if rule.matched <= rule.skip:
+                    continue
+                if rule.probability < 1.0 and self._rng.random() >= rule.probability:
+                    continue
+                rule.fired += 1
+                self.counts[rule.action] += 1
+                if len(self.events) < LOG_LIMIT:
+                    self.events.append((time.time(), rule.action, method, path))
+                fired.append(rule)
+                if rule.action != "delay":
+                    break
+        return fired
+
+    # ---- serving -----------------------------------------------------------------------------
+    def _track(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.add(sock)
+
+    def _untrack(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.discard(sock)
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    return
+                time.sleep(0.01)
+                continue
+            client.settimeout(IO_TIMEOUT)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            t = threading.Thread(target=self._serve, args=(client,), name="faultproxy-conn",
+                                 daemon=True)
+            with self._lock:
+                self._threads = {x for x in self._threads if x.is_alive()}
+                self._threads.add(t)
+                self._socks.add(client)
+            t.start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream: socket.socket | None = None
+        reader = _Reader(client, self._stop)
+        up_reader: _Reader | None = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    req = self._read_request(reader, client)
+                except _Closed:
+                    return
+                rules = self._decide(req)
+                action = rules[-1] if rules and rules[-1].action != "delay" else None
+                for r in rules:
+                    if r.action == "delay" and r.delay > 0:
+                        self._stop.wait(r.delay)
+                if action is not None and action.action == "reset":
+                    _reset(client)
+                    return
+                if action is not None and action.action == "status":
+                    client.sendall(self._error_response(action.status, req))
+                    if req.wants_close:
+                        return
+                    continue
+                try:
+                    if upstream is None:
+                        upstream = socket.create_connection(self.upstream, timeout=IO_TIMEOUT)
+                        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                        self._track(upstream)
+                        up_reader = _Reader(upstream, self._stop)
+                    assert up_reader is not None
+                    upstream.sendall(req.encode())
+                    resp = self._read_response(up_reader, req.method)
+                except (_Closed, OSError):
+                    with self._lock:
+                        self.counts["upstream_errors"] += 1
+                    return
+                with self._lock:
+                    self.counts["forwarded"] += 1
+                if action is not None and action.action == "drop_response":
+                    _reset(client)
+                    return
+                client.sendall(resp.raw)
+                if resp.close or req.wants_close:
+                    return
+        except OSError:
+            return
+        finally:
+            self._untrack(client)
+            with contextlib.suppress(OSError):
+                client.close()
+            if upstream is not None:
+                self._untrack(upstream)
+                with contextlib.suppress(OSError):
+                    upstream.close()
+
+    def _read_request(self, reader: _Reader, client: socket.socket) -> Request:
+        lines = reader.head()
+        parts = lines[0].decode("latin-1").split(" ")
+        if len(parts) != 3:
+            raise _Closed(f"bad request line {lines[0][:100]!r}")
+        method, target, version = parts
+        headers = _headers(lines[1:])
+        te = (_get(headers, "transfer-encoding") or "").lower()
+        length = _get(headers, "content-length")
+        if "100-continue" in (_get(headers, "expect") or "").lower():
+            client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if "chunked" in te:
+            body = reader.chunked()
+        elif length is not None:
+            body = reader.exactly(int(length))
+        else:
+            body = b""
+        return Request(method.upper(), target, version, headers, body)
+
+    @staticmethod
+    def _read_response(reader: _Reader, method: str) -> Response:
+        while True:
+            lines = reader.head()
+            status_line = lines[0].decode("latin-1")
+            status = int(status_line.split(" ", 2)[1])
+            if 100 <= status < 200 and status != 101:
+                continue  # an interim response (we strip Expect, but be safe)
+            break
+        headers = _headers(lines[1:])
+        head = b"\r\n".join(lines) + b"\r\n\r\n"
+        conn = (_get(headers, "connection") or "").lower()
+        close = "close" in conn or status_line.startswith("HTTP/1.0") and "keep-alive" not in conn
+        te = (_get(headers, "transfer-encoding") or "").lower()
+        length = _get(headers, "content-length")
+        if method == "HEAD" or status in (204, 304):
+            body = b""
+        elif "chunked" in te:
+            body = reader.chunked()
+        elif length is not None:
+            body = reader.exactly(int(length))
+        else:
+            body, close = reader.until_close(), True
+        return Response(status, head + body, close)
+
+    @staticmethod
+    def _error_response(status: int, req: Request) -> bytes:
+        code = _S3_CODES.get(status, "InternalError")
+        body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                f"<Message>injected by faultproxy</Message><Resource>{req.path}</Resource>"
+                f"<RequestId>faultproxy</RequestId></Error>").encode()
+        if req.method == "HEAD":
+            body = b""
+        head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+                f"Content-Type: application/xml\r\nContent-Length: {len(body)}\r\n"
+                f"x-amz-request-id: faultproxy\r\n"
+                f"Connection: {'close' if req.wants_close else 'keep-alive'}\r\n\r\n")
+        return head.encode() + body
+
+
+class ProxiedS3:
+    """A store URI reachable through a proxy and directly (the checks use the direct path).
+
+    ``open()`` opens ``sediment.Store`` through the proxy, ``open_direct()`` without it;
+    ``env()`` is the environment for worker processes (AWS variables through the proxy).
+    """
+
+    def __init__(self, proxy: FaultProxy, direct_endpoint: str, uri: str, *,
+                 region: str = "us-east-1", access_key_id: str = "testing",
+                 secret_access_key: str = "testing") -> None:
+        self.proxy = proxy
+        self.uri = uri
+        self.direct_endpoint = direct_endpoint
+        creds = {"region": region, "access_key_id": access_key_id,
+                 "secret_access_key": secret_access_key}
+        self.options: dict[str, Any] = {"endpoint_url": proxy.url, **creds}
+        self.direct_options: dict[str, Any] = {"endpoint_url": direct_endpoint, **creds}
+
+    def open(self, **kwargs: Any) -> Any:
+        return open_store(self.proxy, self.uri, **{**self.options, **kwargs})
+
+    def open_direct(self, **kwargs: Any) -> Any:
+        import sediment as sd
+
+        return sd.Store.open(self.uri, **{**self.direct_options, **kwargs})
+
+    def env(self, *, direct: bool = False) -> dict[str, str]:
+        o = self.direct_options if direct else self.options
+        return {"AWS_ENDPOINT_URL": o["endpoint_url"], "AWS_REGION": o["region"],
+                "AWS_DEFAULT_REGION": o["region"], "AWS_ACCESS_KEY_ID": o["access_key_id"],
+                "AWS_SECRET_ACCESS_KEY": o["secret_access_key"],
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def open_store(proxy: FaultProxy, uri: str, **options: Any) -> Any:
+    """``sediment.Store.open(uri)`` with every S3 request going through ``proxy``
+    (``options``: region and credentials as for ``Store.open``)."""
+    import sediment as sd
+
+    return sd.Store.open(uri, **{**options, "endpoint_url": proxy.url})
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Fault-injecting HTTP proxy (see module docs).")
+    p.add_argument("upstream", help="http://host:port of the server to forward to")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rules", default="[]", help="JSON list of add_rule arguments")
+    a = p.parse_args(argv)
+    proxy = FaultProxy(a.upstream, seed=a.seed, port=a.port).start()
+    proxy.add_rules(json.loads(a.rules))
+    print(proxy.url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        proxy.stop()
+        print(json.dumps(proxy.summary()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
