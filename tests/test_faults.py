@@ -331,9 +331,11 @@ def test_split(proxied_s3: ProxiedS3) -> None:
     ok, result = h.attempt(h.table.split, h.drop_next(body=kind_body("split_partition")),
                            kind="split_partition", before=before, landed=None)
     if ok:
-        assert result.splits >= 1
+        assert result.splits >= 1, (
+            f"split() reports {result.splits} splits although its split_partition landed: "
+            f"its own commit was not recognised")
     h.check()
-    h.table.maintain()
+    h.ingest()
     h.check()
 
 
@@ -509,12 +511,12 @@ def test_data_file_get_faults(h: Harness) -> None:
     h.ingest(3)
     h.table.compact()
     want = frame(pa.concat_tables(h.expected))
-    h.proxy.add_rule("reset", method="GET", path=DATA, probability=0.2)
-    h.proxy.add_rule("status", method="GET", path=DATA, probability=0.2, status=503)
-    h.proxy.add_rule("drop_response", method="GET", path=DATA, probability=0.1)
+    h.proxy.add_rule("reset", method="GET", path=DATA, probability=0.2, count=4)
+    h.proxy.add_rule("status", method="GET", path=DATA, probability=0.2, status=503, count=3)
+    h.proxy.add_rule("drop_response", method="GET", path=DATA, probability=0.2, count=3)
     fresh = h.s3.open().table(h.name)  # cold caches: every query reads files
     answered = errors = 0
-    for i in range(12):
+    for i in range(9):
         t = h.table if i % 2 else fresh
         try:
             if i % 3 == 0:
@@ -537,7 +539,7 @@ def test_data_file_get_faults(h: Harness) -> None:
     counts = h.proxy.counts
     h.proxy.clear()
     assert counts["reset"] + counts["status"] + counts["drop_response"] > 0
-    assert answered >= 6, f"only {answered} of 12 queries answered ({errors} errors)"
+    assert answered >= 5, f"only {answered} of 9 queries answered ({errors} errors)"
     h.check()
 
 
@@ -546,12 +548,14 @@ def test_random_faults_everywhere(h: Harness) -> None:
     ingests, compacts, splits and collects: afterwards it loads, every file of every version
     exists and the records are exactly those of the calls that succeeded."""
     h.table.set_properties({"partition.split.threshold": 250})
-    h.proxy.add_rule("drop_response", method="PUT", probability=0.04)
-    h.proxy.add_rule("reset", probability=0.03)
-    h.proxy.add_rule("status", probability=0.03, status=503)
-    h.proxy.add_rule("delay", probability=0.05, delay=0.02)
+    h.proxy.add_rule("drop_response", method="PUT", path=LOG_PUT, probability=0.3)
+    # bounded counts: each reset or 503 costs botocore a backoff sleep (~0.5 s on average)
+    h.proxy.add_rule("drop_response", method="PUT", probability=0.03, count=4)
+    h.proxy.add_rule("reset", probability=0.03, count=4)
+    h.proxy.add_rule("status", probability=0.02, status=503, count=3)
+    h.proxy.add_rule("delay", probability=0.03, delay=0.02)
     outcomes: Counter[str] = Counter()
-    for i in range(8):
+    for i in range(6):
         b = h.next_batch()
         before = h.table.version
         try:
