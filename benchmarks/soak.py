@@ -295,11 +295,11 @@ class Soak:
     def settle(self) -> dict[str, Any]:
         table = sd.Store.open(self.uri, **self.options).table(w.TABLE)
         before = Counter(w.rows_of(table.query()))
-        table.set_properties({"gc.delay_seconds": 0, "gc.orphan_timeout_seconds": 0,
+        table.set_properties({"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
                               "compaction.job_timeout_seconds": 0})
         t0 = time.perf_counter()
         table.maintain()
-        table.gc()
+        w.collect_later(table)
         left = w.leftovers(table)
         return {"settle_seconds": time.perf_counter() - t0,
                 "leftovers": sum(len(v) for v in left.values()),

@@ -65,6 +65,7 @@ def setup(tmp_path: Path) -> tuple[str, sd.Table, Reference]:
     table = sd.Store.open(store).create_table(
         "events", SCHEMA, split_points=["g", "p"],
         properties={"state.cache.refresh_seconds": 0, "gc.delay_seconds": 0,
+                    "gc.clock_skew_seconds": 0,
                     "state.snapshot.interval": 2, "compaction.strategy": "basic",
                     "compaction.batch_size": 3})
     ref = Reference(SCHEMA)

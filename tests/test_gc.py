@@ -25,6 +25,7 @@ from sediment.files.writer import (
     write_sorted_file,
 )
 from sediment.gc import GcResult, gc
+from sediment.state import pending
 from sediment.workload import benchmark_schema, generate
 
 SCHEMA = benchmark_schema()
@@ -65,6 +66,7 @@ def write_orphan(table: sd.Table, seed: int = 0) -> str:
     data = rows(20, seed).sort_by([("key", "ascending"), ("timestamp", "ascending")])
     name = new_data_filename("root")
     write_sorted_file(table.objects, name, SCHEMA, table.properties, [data])
+    pending.release(table.objects, [name])  # its writer is gone: nothing holds it any more
     return name
 
 
@@ -92,7 +94,8 @@ def test_unreferenced_files_deleted_after_delay(store_uri: tuple[str, dict[str, 
     assert r == GcResult(0, 0, r.seconds) and not r.did_work
     assert set(inputs) <= stored(table)
     version = table.version
-    r = gc(table, now=time.time() + 901)
+    assert gc(table, now=time.time() + 901).deleted == 0  # within the clock-skew margin
+    r = gc(table, now=time.time() + 1201)
     assert r.deleted == 3 and r.orphans_deleted == 0
     keys = stored(table)
     for f in inputs:
@@ -103,12 +106,12 @@ def test_unreferenced_files_deleted_after_delay(store_uri: tuple[str, dict[str, 
     assert isinstance(txn, DeleteFiles) and sorted(txn.filenames) == sorted(inputs)
     assert table.history()[-1].kind == "delete_files"
     assert_matches(table.query(), ref)
-    assert not gc(table, now=time.time() + 901).did_work
+    assert not gc(table, now=time.time() + 1201).did_work
 
 
 def test_younger_unreferenced_files_are_kept(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 2,
-                                    "gc.delay_seconds": 100})
+                                    "gc.delay_seconds": 100, "gc.clock_skew_seconds": 0})
     ref = Reference(SCHEMA)
     ingest(table, ref, 50, 1)
     ingest(table, ref, 50, 2)
@@ -135,6 +138,7 @@ def test_younger_unreferenced_files_are_kept(tmp_path: Path) -> None:
 
 def test_retention_keeps_files_past_the_gc_delay(tmp_path: Path) -> None:
     table, ref, inputs = compacted_table(tmp_path, **{"gc.delay_seconds": 0,
+                                                      "gc.clock_skew_seconds": 0,
                                                       "retention.seconds": 1000})
     assert table.gc().deleted == 0
     assert set(inputs) <= stored(table)
@@ -143,7 +147,8 @@ def test_retention_keeps_files_past_the_gc_delay(tmp_path: Path) -> None:
 
 
 def test_racing_collectors_record_each_deletion_once(tmp_path: Path) -> None:
-    table, ref, inputs = compacted_table(tmp_path, **{"gc.delay_seconds": 0})
+    table, ref, inputs = compacted_table(tmp_path, **{"gc.delay_seconds": 0,
+                                                      "gc.clock_skew_seconds": 0})
     tables = [sd.Store.open(str(tmp_path)).table(table.name) for _ in range(2)]
     for t in tables:
         t.states.head()
@@ -193,7 +198,7 @@ def test_orphans_deleted_after_timeout(store_uri: tuple[str, dict[str, Any]]) ->
 
 
 def test_young_orphans_kept_old_ones_deleted(tmp_path: Path) -> None:
-    table = make_table(tmp_path, **{"gc.orphan_timeout_seconds": 600})
+    table = make_table(tmp_path)
     ref = Reference(SCHEMA)
     ingest(table, ref, 100, 1)
     old, young = write_orphan(table, 1), write_orphan(table, 2)
@@ -201,7 +206,7 @@ def test_young_orphans_kept_old_ones_deleted(tmp_path: Path) -> None:
     table.objects.put(stray_sample, b"x")
     stray_filter = keys_name(new_data_filename("root"))
     table.objects.put(stray_filter, b"x")
-    past = time.time() - 3600
+    past = time.time() - 3601
     for key in (*with_sidecars([old]), stray_sample, stray_filter):
         os.utime(table.objects.path(key), (past, past))
     r = table.gc()
@@ -209,8 +214,7 @@ def test_young_orphans_kept_old_ones_deleted(tmp_path: Path) -> None:
     keys = stored(table)
     assert not {*with_sidecars([old]), stray_sample, stray_filter} & keys
     assert set(with_sidecars([young])) <= keys
-    table.set_properties({"gc.orphan_timeout_seconds": 0})
-    assert table.gc().orphans_deleted == 1
+    assert table.gc(orphan_timeout=0).orphans_deleted == 1
     assert young not in stored(table)
     assert_referenced_files_exist(table)
     assert_matches(table.query(), ref)
@@ -218,9 +222,9 @@ def test_young_orphans_kept_old_ones_deleted(tmp_path: Path) -> None:
 
 def test_gc_events(tmp_path: Path) -> None:
     table, _, _ = compacted_table(tmp_path, **{"gc.delay_seconds": 0,
-                                               "gc.orphan_timeout_seconds": 0})
+                                               "gc.clock_skew_seconds": 0})
     write_orphan(table)
-    table.gc()
+    table.gc(orphan_timeout=0)
     (ev,) = list(table.status.events("gc"))
     assert ev.status == "finished"
     assert ev.details["deleted"] == 3 and ev.details["orphans_deleted"] == 1
@@ -232,7 +236,7 @@ def test_gc_events(tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_mixes_never_delete_referenced_files(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
-    table = make_table(tmp_path, **{"gc.delay_seconds": 0, "gc.orphan_timeout_seconds": 0,
+    table = make_table(tmp_path, **{"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
                                     "partition.split.threshold": 600,
                                     "compaction.batch_size": rng.choice([2, 3, 4]),
                                     "compaction.strategy": rng.choice(["basic", "size_ratio"]),
@@ -249,12 +253,12 @@ def test_random_mixes_never_delete_referenced_files(tmp_path: Path, seed: int) -
         elif op == "split":
             table.split()
         else:
-            table.gc()
+            table.gc(orphan_timeout=0)
             assert table.state().unreferenced == {}
         assert_referenced_files_exist(table)
         assert_matches(table.query(), ref)
-    table.maintain()
-    table.gc()
+    table.maintain(orphan_timeout=0)
+    table.gc(orphan_timeout=0)
     assert_referenced_files_exist(table)
     referenced = set(table.state().refcount)
     assert stored(table) == set(with_sidecars(referenced))
@@ -262,7 +266,8 @@ def test_random_mixes_never_delete_referenced_files(tmp_path: Path, seed: int) -
 
 
 def test_gc_racing_compaction_keeps_referenced_files(tmp_path: Path) -> None:
-    table = make_table(tmp_path, **{"gc.delay_seconds": 0, "compaction.strategy": "basic",
+    table = make_table(tmp_path, **{"gc.delay_seconds": 0,
+                                    "gc.clock_skew_seconds": 0, "compaction.strategy": "basic",
                                     "compaction.batch_size": 2,
                                     "partition.split.threshold": 800})
     ref = Reference(SCHEMA)
@@ -273,7 +278,7 @@ def test_gc_racing_compaction_keeps_referenced_files(tmp_path: Path) -> None:
     def collect() -> None:
         try:
             while not stop.is_set():
-                collector.gc()
+                collector.gc(orphan_timeout=0)  # leases protect live writers
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 

@@ -94,7 +94,7 @@ def test_random_operation_sequences_settle(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     batch = rng.choice([2, 3, 5])
     table = make_table(tmp_path, **{
-        "gc.delay_seconds": 0, "gc.orphan_timeout_seconds": 0,
+        "gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
         "partition.split.threshold": rng.choice([400, 900]),
         "compaction.batch_size": batch,
         "compaction.strategy": rng.choice(["basic", "size_ratio"]),
@@ -116,18 +116,18 @@ def test_random_operation_sequences_settle(tmp_path: Path, seed: int) -> None:
         elif op == "split":
             table.split()
         elif op == "gc":
-            table.gc()
+            table.gc(orphan_timeout=0)
         else:
-            maintain_pass(table)
+            maintain_pass(table, orphan_timeout=0)
         assert_matches(table.query(), ref)
-    result = table.maintain()
+    result = table.maintain(orphan_timeout=0)
     assert isinstance(result, MaintenanceResult)
     assert result.passes < 100 and result.jobs_failed == 0
     check_settled(table, ref, rng)
-    table.gc()
+    table.gc(orphan_timeout=0)
     check_storage(table)
     # settled means settled: another maintain does nothing
-    again = table.maintain()
+    again = table.maintain(orphan_timeout=0)
     assert again.passes == 1 and again.splits == 0 and again.jobs_committed == 0
     check_settled(table, ref, rng)
 
@@ -145,7 +145,7 @@ OPS = st.lists(st.one_of(
 def test_maintain_after_any_mix(ops: list[tuple[str, int, bool]], batch: int, threshold: int,
                                 strategy: str) -> None:
     with tempfile.TemporaryDirectory() as root:
-        table = make_table(root, **{"gc.delay_seconds": 0, "gc.orphan_timeout_seconds": 0,
+        table = make_table(root, **{"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
                                     "partition.split.threshold": threshold,
                                     "compaction.batch_size": batch,
                                     "compaction.strategy": strategy})
@@ -157,9 +157,9 @@ def test_maintain_after_any_mix(ops: list[tuple[str, int, bool]], batch: int, th
                 ref.add(data)
             else:
                 getattr(table, op)()
-        table.maintain()
+        table.maintain(orphan_timeout=0)
         check_settled(table, ref, random.Random(0))
-        table.gc()
+        table.gc(orphan_timeout=0)
         check_storage(table)
 
 
@@ -167,7 +167,8 @@ def test_maintain_after_any_mix(ops: list[tuple[str, int, bool]], batch: int, th
 def test_maintain_reports_each_pass(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"partition.split.threshold": 500,
                                     "compaction.strategy": "basic",
-                                    "compaction.batch_size": 2, "gc.delay_seconds": 0})
+                                    "compaction.batch_size": 2, "gc.delay_seconds": 0,
+                                    "gc.clock_skew_seconds": 0})
     ref = Reference(SCHEMA)
     for i in range(3):
         data = rows(400, i)
@@ -213,7 +214,7 @@ def test_maintain_store_covers_every_table(tmp_path: Path) -> None:
 def test_events_and_job_rows_for_every_kind(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"partition.split.threshold": 300,
                                     "compaction.strategy": "basic", "compaction.batch_size": 2,
-                                    "gc.delay_seconds": 0})
+                                    "gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
     for i in range(2):
         table.ingest(rows(200, i))
     table.maintain()

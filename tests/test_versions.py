@@ -183,6 +183,7 @@ def test_diff_matches_independent_states(tmp_path: Path, interval: int) -> None:
     snapshots at every version (digest path), some (mixed) and none (log replay)."""
     table = make_table(tmp_path / "s", split_points=["m"],
                        **{"state.snapshot.interval": interval, "gc.delay_seconds": 0,
+                          "gc.clock_skew_seconds": 0,
                           "compaction.strategy": "basic", "compaction.batch_size": 2})
     ref = Reference(SCHEMA)
     ingest(table, ref, 300, 1)
@@ -301,7 +302,9 @@ def test_restore_after_compactions_and_splits(tmp_path: Path) -> None:
 
 
 def test_restore_of_garbage_collected_version_fails(tmp_path: Path) -> None:
-    table = make_table(tmp_path / "s", **{"gc.delay_seconds": 0, "compaction.strategy": "basic",
+    table = make_table(tmp_path / "s", **{"gc.delay_seconds": 0,
+                                          "gc.clock_skew_seconds": 0,
+                                          "compaction.strategy": "basic",
                                           "compaction.batch_size": 3})
     ref = Reference(SCHEMA)
     for i in range(3):
@@ -320,7 +323,8 @@ def test_restore_of_garbage_collected_version_fails(tmp_path: Path) -> None:
 # ---- GC keeps what tags and retention need -----------------------------------------------------
 def test_gc_never_deletes_files_a_tag_needs(store_uri: tuple[str, dict[str, Any]]) -> None:
     uri, options = store_uri
-    table = make_table(uri, options, **{"gc.delay_seconds": 0, "compaction.strategy": "basic",
+    table = make_table(uri, options, **{"gc.delay_seconds": 0,
+                                        "gc.clock_skew_seconds": 0, "compaction.strategy": "basic",
                                         "compaction.batch_size": 3})
     ref = Reference(SCHEMA)
     for i in range(3):
@@ -348,7 +352,8 @@ def test_gc_never_deletes_files_a_tag_needs(store_uri: tuple[str, dict[str, Any]
 
 
 def test_retention_keeps_files_of_recent_versions(tmp_path: Path) -> None:
-    table = make_table(tmp_path / "s", **{"gc.delay_seconds": 0, "retention.seconds": 3600,
+    table = make_table(tmp_path / "s", **{"gc.delay_seconds": 0,
+                                          "gc.clock_skew_seconds": 0, "retention.seconds": 3600,
                                           "compaction.strategy": "basic",
                                           "compaction.batch_size": 3})
     ref = Reference(SCHEMA)
@@ -437,7 +442,7 @@ def test_prune_never_below_a_tag_or_inside_retention(tmp_path: Path,
 def test_tag_deleted_while_listing_and_corrupt_tag_objects(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
-    table = make_table(tmp_path / "s", **{"gc.delay_seconds": 0})
+    table = make_table(tmp_path / "s", **{"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
     ref = Reference(SCHEMA)
     ingest(table, ref, 50, 1)
     table.tag("a")

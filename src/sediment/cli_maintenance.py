@@ -33,6 +33,10 @@ LoopOption = Annotated[bool, typer.Option("--loop", help="Repeat until interrupt
 IntervalOption = Annotated[float, typer.Option("--interval", help="Seconds between loop "
                                                "passes (maintain: between its report rows and "
                                                "GC runs; jobs start as soon as they are due).")]
+OrphanTimeoutOption = Annotated[float | None, typer.Option(
+    "--orphan-timeout", help="Seconds after which files no transaction added and no live "
+    "writer holds are deleted; overrides gc.orphan_timeout_seconds (which is at least an "
+    "hour). Lower it only where no writer can be slower, e.g. in tests.")]
 PassesOption = Annotated[int, typer.Option("--max-loops", help="Stop --loop after this many "
                                            "passes (0: never).")]
 
@@ -67,13 +71,32 @@ def _emit_rows(rows: list[dict[str, Any]], json_out: bool) -> None:
         [[row.get(k, "") for k in dict.fromkeys(k for row in r for k in row)] for row in r]))
 
 
+def _collect_unnamed(store: str | None, orphan_timeout: float | None) -> dict[str, Any] | None:
+    """Remove the folders of tables no catalog entry names (dropped tables, killed loads);
+    a report row when it did something or could not."""
+    r = open_store(store).collect_unnamed_tables(timeout=orphan_timeout)
+    if not (r.removed or r.note):
+        return None
+    return {"table": "(unnamed tables)", "removed": len(r.removed),
+            "deleted": r.objects_deleted, **({"error": r.note} if r.note else {})}
+
+
 def _run(store: str | None, table: str | None, loop: bool, interval: float, max_loops: int,
-         json_out: bool, action: Callable[[Table], dict[str, Any]], *, online_only: bool
-         ) -> None:
+         json_out: bool, action: Callable[[Table], dict[str, Any]], *, online_only: bool,
+         store_pass: Callable[[], dict[str, Any] | None] | None = None) -> None:
     passes = 0
     while True:
         passes += 1
         rows: list[dict[str, Any]] = []
+        if store_pass is not None:
+            try:
+                row = store_pass()
+            except SedimentError as e:
+                if not loop:
+                    raise
+                row = {"table": "(unnamed tables)", "error": f"{type(e).__name__}: {e}"}
+            if row is not None:
+                rows.append(row)
         try:
             tables = _each_table(store, table, online_only=online_only)
         except SedimentError as e:
@@ -128,10 +151,10 @@ def split(table: TableOption = None, loop: LoopOption = False, interval: Interva
 @app.command()
 def gc(table: TableOption = None, loop: LoopOption = False, interval: IntervalOption = 60.0,
        max_loops: PassesOption = 0, store: StoreOption = None,
-       json_out: JsonOption = False) -> None:
+       json_out: JsonOption = False, orphan_timeout: OrphanTimeoutOption = None) -> None:
     """Delete unreferenced files past the GC delay and orphans past the orphan timeout."""
     def act(t: Table) -> dict[str, Any]:
-        r = t.gc()
+        r = t.gc(orphan_timeout=orphan_timeout)
         return {"deleted": r.deleted, "orphans_deleted": r.orphans_deleted}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False)
 
@@ -143,7 +166,8 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
                                                  "Spark tasks.")] = False,
              master: Annotated[str | None, typer.Option("--master", help="Spark master URL "
                                                         "(default local[*]).")] = None,
-             store: StoreOption = None, json_out: JsonOption = False) -> None:
+             store: StoreOption = None, json_out: JsonOption = False,
+             orphan_timeout: OrphanTimeoutOption = None) -> None:
     """Split, compact and collect garbage until nothing is left to do (offline tables:
     GC only). With --loop (local jobs): maintain continuously, starting splits and compaction
     jobs as soon as they are due and each job committing as it ends; one report row per table
@@ -156,23 +180,38 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         from sediment.maintainer import Maintainer
 
         stop = _stop_on_signals()
-        Maintainer(lambda: _each_table(store, table, online_only=False),
-                   gc_every=interval, refresh_tables=interval).run(
+        collected = [float("-inf")]
+
+        def tables() -> list[Table]:
+            # once per GC period, the store's unnamed table folders (whole-store runs only)
+            if table is None and time.monotonic() - collected[0] >= interval:
+                collected[0] = time.monotonic()
+                try:
+                    _collect_unnamed(store, orphan_timeout)
+                except SedimentError as e:
+                    typer.echo(f"collecting unnamed table folders: {type(e).__name__}: {e}",
+                               err=True)
+            return _each_table(store, table, online_only=False)
+
+        Maintainer(tables,
+                   gc_every=interval, refresh_tables=interval,
+                   orphan_timeout=orphan_timeout).run(
             report_every=interval, max_reports=max_loops, stop=stop,
             on_report=lambda rows: _emit_rows(rows, json_out))
         return
     def act(t: Table) -> dict[str, Any]:
         if not t.online:
-            r = t.gc()
+            r = t.gc(orphan_timeout=orphan_timeout)
             return {"passes": 1, "splits": 0, "jobs": 0, "failed": 0,
                     "deleted": r.deleted + r.orphans_deleted}
         show = not json_out and sys.stderr.isatty()
         if show:
             typer.echo(f"maintaining {t.name} ...", err=True)
-        r = t.maintain(runner="spark" if spark else "local")
+        r = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout)
         return {"passes": r.passes, "splits": r.splits, "jobs": r.jobs_committed,
                 "failed": r.jobs_failed, "deleted": r.files_deleted}
-    _run(store, table, loop, interval, max_loops, json_out, act, online_only=False)
+    _run(store, table, loop, interval, max_loops, json_out, act, online_only=False,
+         store_pass=None if table else lambda: _collect_unnamed(store, orphan_timeout))
 
 
 # ---- reports --------------------------------------------------------------------------------

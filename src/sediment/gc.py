@@ -1,12 +1,20 @@
 """Garbage collection: delete unreferenced files after a delay, and orphans after a timeout.
 
-Unreferenced files (their last reference went away at least ``gc.delay_seconds`` ago, so no
-running query still reads them) are recorded as deleted by a DeleteFiles transaction, one per
+Unreferenced files (their last reference went away at least ``gc.delay_seconds`` plus
+``gc.clock_skew_seconds`` ago, so no running query still reads them, even by the clock of a
+machine up to that much behind) are recorded as deleted by a DeleteFiles transaction, one per
 batch, then deleted from storage (in that order: see ``gc``). Orphans are files under ``data/``
 that no transaction ever added (a failed ingest or compaction, a killed job) older than
 ``gc.orphan_timeout_seconds``; so are the temp files of writes a crash interrupted
-(``ObjectStore.temporaries``), anywhere in the table's folder. The listing happens before the
-state is loaded, so every file committed by then is known; a referenced file is never deleted.
+(``ObjectStore.temporaries``), anywhere in the table's folder. A file that a live writer still
+means to commit is named by its lease (``sediment.state.pending``) and is never an orphan,
+however long the writer takes. Orphan and lease ages are read off the object store's own clock
+(modification times against a probe written now), so no machine's clock enters them.
+
+Order matters: the listing happens first, then the leases are read, then the state is loaded.
+A listed file was registered before it was created, so either its lease is still live, or its
+writer committed it (the state loaded after knows it), or gave it up. A referenced file is never
+deleted.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from typing import TYPE_CHECKING
 from sediment.core.transactions import DeleteFiles
 from sediment.errors import TransactionInvalidError
 from sediment.files.writer import data_file_of, with_sidecars
+from sediment.state import pending
+from sediment.storage.clock import object_store_time
 
 if TYPE_CHECKING:
     from sediment.table import Table
@@ -52,14 +62,20 @@ def _files_at(table: Table, version: int) -> frozenset[str]:
     return files
 
 
-def gc(table: Table, *, now: float | None = None) -> GcResult:
-    """One garbage-collection pass over ``table``."""
+def gc(table: Table, *, now: float | None = None,
+       orphan_timeout: float | None = None) -> GcResult:
+    """One garbage-collection pass over ``table``. ``now`` stands in for both this machine's
+    and the store's clock (tests); ``orphan_timeout`` overrides the property, which may not go
+    below an hour: only tests that control every writer should go lower."""
     started = time.perf_counter()
-    now = time.time() if now is None else now
     listed = list(table.objects.list("data/"))
+    store_now = (object_store_time(table.objects) or time.time()) if now is None else now
+    live = pending.live_pending(table.objects, store_now)
+    now = time.time() if now is None else now
     state = table.states.head()
     props = {**table.properties}
-    delay = max(float(props["gc.delay_seconds"]), float(props["retention.seconds"]))
+    delay = max(float(props["gc.delay_seconds"]), float(props["retention.seconds"])) + \
+        float(props["gc.clock_skew_seconds"])
     protected: set[str] = set()
     for tag in table.tags():  # tagged versions keep their files
         protected.update(_files_at(table, tag.version))
@@ -79,19 +95,20 @@ def gc(table: Table, *, now: float | None = None) -> GcResult:
         table.objects.delete_many(with_sidecars(batch))
         deleted += len(batch)
 
-    known = set(state.refcount) | set(state.unreferenced) | protected
-    timeout = float(props["gc.orphan_timeout_seconds"])
+    known = set(state.refcount) | set(state.unreferenced) | protected | live
+    timeout = float(props["gc.orphan_timeout_seconds"]) if orphan_timeout is None \
+        else float(orphan_timeout)
     orphans = []
     for o in listed:
         if o.key.endswith("/"):
             continue  # a folder marker (pyarrow's S3 create_dir writes them), not a file
         data = data_file_of(o.key)
-        if data not in known and now - o.mtime >= timeout:
+        if data not in known and store_now - o.mtime >= timeout:
             orphans.append(o.key)
     if orphans:
         table.objects.delete_many(orphans)
     # partial writes of killed writers (local temp files), anywhere in the table's folder
-    stale = [o.key for o in table.objects.temporaries("") if now - o.mtime >= timeout]
+    stale = [o.key for o in table.objects.temporaries("") if store_now - o.mtime >= timeout]
     if stale:
         table.objects.delete_many(stale)
     n_orphans = sum(1 for k in orphans if data_file_of(k) == k)

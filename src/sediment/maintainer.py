@@ -126,8 +126,11 @@ class Maintainer:
 
     def __init__(self, tables: Callable[[], list[Table]], *, threads: int = 0,
                  tick_seconds: float = 0.25, gc_every: float = 10.0,
-                 refresh_tables: float = 10.0, max_waiting: int = 0) -> None:
+                 refresh_tables: float = 10.0, max_waiting: int = 0,
+                 orphan_timeout: float | None = None) -> None:
         self._tables_fn = tables
+        self.orphan_timeout = orphan_timeout
+        """Overrides each table's ``gc.orphan_timeout_seconds`` (see ``sediment.gc.gc``)."""
         self.threads = threads or (os.cpu_count() or 2)
         self.tick_seconds = tick_seconds
         self.gc_every = gc_every
@@ -182,7 +185,7 @@ class Maintainer:
                 self._compact(t, act)
         if now - self._gc_at.get(t.name, float("-inf")) >= self.gc_every:
             self._gc_at[t.name] = now
-            g = gc(t)
+            g = gc(t, orphan_timeout=self.orphan_timeout)
             act.files_deleted += g.deleted + g.orphans_deleted
         return act.splits + act.jobs_started - before
 

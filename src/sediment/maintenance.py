@@ -28,24 +28,26 @@ class MaintenanceResult:
     seconds: float
 
 
-def maintain_pass(table: Table, *, runner: JobRunner | None = None
+def maintain_pass(table: Table, *, runner: JobRunner | None = None,
+                  orphan_timeout: float | None = None
                   ) -> tuple[SplitResult, CompactionResult, GcResult]:
-    """One pass: split leaves over the threshold, compact, collect garbage."""
+    """One pass: split leaves over the threshold, compact, collect garbage
+    (``orphan_timeout``: see ``sediment.gc.gc``)."""
     s = split(table)
     c = compact(table, runner=runner)
-    g = gc(table)
+    g = gc(table, orphan_timeout=orphan_timeout)
     return s, c, g
 
 
 def maintain(table: Table, *, max_passes: int = MAX_PASSES, runner: JobRunner | None = None,
              on_pass: Callable[[int, SplitResult, CompactionResult, GcResult], None] | None
-             = None) -> MaintenanceResult:
+             = None, orphan_timeout: float | None = None) -> MaintenanceResult:
     """Run passes until one does nothing (or ``max_passes``)."""
     started = time.perf_counter()
     splits = committed = failed = deleted = 0
     passes = 0
     for passes in range(1, max_passes + 1):  # noqa: B007 - used after the loop
-        s, c, g = maintain_pass(table, runner=runner)
+        s, c, g = maintain_pass(table, runner=runner, orphan_timeout=orphan_timeout)
         splits += s.splits
         committed += c.jobs_committed
         failed += c.jobs_failed
@@ -60,6 +62,12 @@ def maintain(table: Table, *, max_passes: int = MAX_PASSES, runner: JobRunner | 
 
 def maintain_store(store: Store, *, table: str | None = None, **kwargs: object
                    ) -> dict[str, MaintenanceResult]:
-    """Maintain one table or every table of the store."""
+    """Maintain one table or every table of the store; a whole-store pass also removes the
+    folders of tables no catalog entry names (``Store.collect_unnamed_tables``, with
+    ``orphan_timeout`` as its timeout when given)."""
     names = [table] if table else store.tables()
-    return {n: maintain(store.table(n), **kwargs) for n in names}  # type: ignore[arg-type]
+    out = {n: maintain(store.table(n), **kwargs) for n in names}  # type: ignore[arg-type]
+    if not table:
+        timeout = kwargs.get("orphan_timeout")
+        store.collect_unnamed_tables(timeout=None if timeout is None else float(timeout))
+    return out

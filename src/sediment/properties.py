@@ -182,7 +182,12 @@ _SPECS = [
                  "Unreferenced files younger than this are kept (readers may still use them).",
                  minimum=0),
     PropertySpec("gc.orphan_timeout_seconds", float, 3600.0,
-                 "Files no transaction added are deleted once older than this.", minimum=0),
+                 "Files no transaction added, and no live writer holds, are deleted once older "
+                 "than this (by the object store's clock; at least an hour).", minimum=3600),
+    PropertySpec("gc.clock_skew_seconds", float, 300.0,
+                 "The largest difference between the clocks of machines using this store "
+                 "(the documented assumption is 5 minutes): added to every delay that compares "
+                 "times written by one machine with another's clock.", minimum=0),
     # --- ingest batcher ---
     PropertySpec("batcher.max_files", int, 100,
                  "Most files in one ingest job made by the ingest batcher.", minimum=1),

@@ -237,13 +237,16 @@ class Table:
 
         return split(self)
 
-    def gc(self) -> GcResult:
-        """Delete unreferenced files past the GC delay and orphans past the orphan timeout."""
+    def gc(self, *, orphan_timeout: float | None = None) -> GcResult:
+        """Delete unreferenced files past the GC delay and orphans past the orphan timeout
+        (``orphan_timeout`` overrides the property, which may not go below an hour: lower
+        only where no writer could be slower, as in tests)."""
         from sediment.gc import gc
 
-        return gc(self)
+        return gc(self, orphan_timeout=orphan_timeout)
 
-    def maintain(self, *, runner: Literal["local", "spark"] = "local") -> MaintenanceResult:
+    def maintain(self, *, runner: Literal["local", "spark"] = "local",
+                 orphan_timeout: float | None = None) -> MaintenanceResult:
         """Split, compact and collect garbage until there is nothing left to do (compaction
         jobs in local threads, or as Spark tasks with ``runner="spark"``)."""
         from sediment.maintenance import maintain
@@ -251,8 +254,8 @@ class Table:
         if runner == "spark":
             from sediment.spark.runner import run_jobs_on_spark
 
-            return maintain(self, runner=run_jobs_on_spark)
-        return maintain(self)
+            return maintain(self, runner=run_jobs_on_spark, orphan_timeout=orphan_timeout)
+        return maintain(self, orphan_timeout=orphan_timeout)
 
     # ---- ingest ----------------------------------------------------------------------------
     def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None

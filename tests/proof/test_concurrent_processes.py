@@ -160,10 +160,10 @@ class Run:
         """After the run: maintain + gc with no delays leave no leftover; content kept."""
         table = sd.Store.open(self.uri, **self.options).table(w.TABLE)
         before = Counter(w.rows_of(table.query()))
-        table.set_properties({"gc.delay_seconds": 0, "gc.orphan_timeout_seconds": 0,
+        table.set_properties({"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
                               "compaction.job_timeout_seconds": 0})
         table.maintain()
-        table.gc()
+        w.collect_later(table)
         left = w.leftovers(table)
         assert not any(left.values()), f"leftovers after maintain + gc: {left}"
         assert Counter(w.rows_of(table.query())) == before

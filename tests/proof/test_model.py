@@ -90,7 +90,7 @@ class TableModel(RuleBasedStateMachine):
             "model", w.SCHEMA,
             properties={"partition.split.threshold": 12, "compaction.strategy": "basic",
                         "compaction.batch_size": 2, "gc.delay_seconds": 0,
-                        "gc.orphan_timeout_seconds": 0, "parquet.row_group_rows": 128,
+                        "gc.clock_skew_seconds": 0, "parquet.row_group_rows": 128,
                         "state.snapshot.interval": 5, "state.cache.refresh_seconds": 0})
         self.versions: dict[int, Rows] = {1: Counter()}
         self.head = 1

@@ -185,6 +185,14 @@ def filter_objects(table: sd.Table) -> set[str]:
     return {o.key for o in table.objects.list("data/") if o.key.endswith(".keys")}
 
 
+def collect_later(table: sd.Table) -> None:
+    """GC as if run two hours from now: the leases of killed writers are dead by then and
+    every leftover is past the orphan timeout, so nothing but referenced files remains."""
+    from sediment.gc import gc
+
+    gc(table, now=time.time() + 2 * 3600)
+
+
 def leftovers(table: sd.Table) -> dict[str, list[str]]:
     """Files in storage that no state knows, and referenced files missing from storage."""
     state = table.state()

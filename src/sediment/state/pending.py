@@ -7,7 +7,7 @@ bulk import or compaction), so every process that writes data files holds, per t
 a file is created and rewritten by a heartbeat thread every ``HEARTBEAT_SECONDS``; the collector
 skips every file named by a lease written less than ``LEASE_TIMEOUT_SECONDS`` ago, both times
 read from the object store's own clock (the lease's modification time against
-:func:`store_now`), so machine clocks never enter the judgement.
+``sediment.storage.clock.object_store_time``), so machine clocks never enter the judgement.
 
 A committer whose lease went stale (its process was stopped longer than the timeout) refuses to
 commit files it registered: the collector may be deleting them. ``StateStore.commit`` checks
@@ -36,7 +36,6 @@ HEARTBEAT_SECONDS = 20.0
 """How often a live process rewrites its leases."""
 LEASE_TIMEOUT_SECONDS = 300.0
 """A lease not rewritten for this long (by the store's clock) protects nothing."""
-_CLOCK_PREFIX = "pending/clock-"
 
 
 @dataclass
@@ -145,28 +144,15 @@ def check_fresh(objects: ObjectStore, filenames: Iterable[str]) -> str | None:
             f"(limit {LEASE_TIMEOUT_SECONDS - HEARTBEAT_SECONDS:.0f} s)")
 
 
-def store_now(objects: ObjectStore) -> float:
-    """The object store's clock: the modification time of a probe object written now."""
-    key = f"{_CLOCK_PREFIX}{uuid.uuid4().hex}"
-    objects.put(key, b"")
-    try:
-        info = objects.head(key)
-    finally:
-        objects.delete_many([key])
-    if info is None:
-        raise ObjectNotFoundError(f"clock probe {key} vanished in {objects.uri}")
-    return info.mtime
-
-
 def live_pending(objects: ObjectStore, now: float) -> set[str]:
     """Files named by live leases under ``objects`` (``now``: the store's clock). Leases dead
     for longer than the timeout are deleted: their files are ordinary orphans now."""
-    protected: set[str] = set()
+    with _LOCK:  # this process's own lease: its in-memory files are newer than its object
+        own = _leases().get(objects.uri)
+        protected: set[str] = set() if own is None else set(own.files)
     dead: list[str] = []
     for o in objects.list(PENDING_PREFIX):
-        if o.key.startswith(_CLOCK_PREFIX):
-            if now - o.mtime >= LEASE_TIMEOUT_SECONDS:
-                dead.append(o.key)  # a probe whose writer died between put and delete
+        if own is not None and o.key == own.key:
             continue
         if now - o.mtime >= LEASE_TIMEOUT_SECONDS:
             dead.append(o.key)
