@@ -539,6 +539,25 @@ class FaultProxy:
         return head.encode() + body
 
 
+def random_fault_specs(scale: float = 1.0, *, log_path: str = r"/log/\d{20}\.json$"
+                       ) -> list[dict[str, Any]]:
+    """The random fault mix of the proof and soak runs (``add_rules`` arguments): lost answers
+    of log-entry PUTs (ambiguous commits) and of other writes, resets and 503s anywhere, and
+    short delays. ``scale`` multiplies every probability."""
+    def p(x: float) -> float:
+        return min(1.0, x * scale)
+
+    return [
+        {"action": "drop_response", "method": "PUT", "path": log_path, "probability": p(0.15),
+         "name": "lost log-entry answer"},
+        {"action": "drop_response", "method": "PUT", "probability": p(0.02),
+         "name": "lost write answer"},
+        {"action": "reset", "probability": p(0.02), "name": "reset"},
+        {"action": "status", "status": 503, "probability": p(0.01), "name": "503"},
+        {"action": "delay", "delay": 0.05, "probability": p(0.02), "name": "delay"},
+    ]
+
+
 class ProxiedS3:
     """A store URI reachable through a proxy and directly (the checks use the direct path).
 
