@@ -1,12 +1,24 @@
-"""The store: a root URI with a catalog of tables (``catalog/<name>.json``) and store defaults."""
+"""The store: a root URI with a catalog of tables (``catalog/<name>.json``) and store defaults.
+
+A table's objects live under ``tables/<table id>/``; only the catalog names a folder. Dropping
+a table first writes the marker ``tables/<id>/dropped`` (``StateStore.commit`` refuses every
+later commit to the table), then removes the catalog entry, then deletes the folder's other
+objects. Folders that no catalog entry names (dropped tables, with whatever late writers left;
+a load or create killed before its catalog entry) are removed by
+:meth:`Store.collect_unnamed_tables`, which ``sediment maintain`` runs once per pass, once their
+newest object is older than a timeout by the object store's own clock.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from sediment.core.model import FileReference, Partition, Region
@@ -23,15 +35,36 @@ from sediment.errors import (
 from sediment.properties import defaults, validate_properties
 from sediment.schema import Schema
 from sediment.state.log import FORMAT_VERSION, check_format
-from sediment.state.store import StateStore
+from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage.base import ObjectStore, open_object_store
+from sediment.storage.clock import object_store_time
 
 if TYPE_CHECKING:
     from sediment.table import Table
 
+log = logging.getLogger(__name__)
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 STORE_FILE = "store.json"
 CATALOG_PREFIX = "catalog/"
+TABLES_PREFIX = "tables/"
+UNNAMED_TABLE_TIMEOUT_SECONDS = 3600.0
+"""A table folder no catalog entry names is removed once its newest object is this old (or
+``gc.orphan_timeout_seconds`` of the store, if longer): a table being created or loaded has no
+catalog entry until it is complete, and its writers keep writing (data files, leases)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnnamedTablesResult:
+    """What :meth:`Store.collect_unnamed_tables` did."""
+
+    removed: tuple[str, ...] = ()
+    """Table ids whose folders were deleted."""
+    waiting: tuple[str, ...] = ()
+    """Unnamed folders not old enough yet."""
+    objects_deleted: int = 0
+    note: str = ""
+    """Why nothing was collected, when something stood in the way."""
 
 
 def validate_table_name(name: object) -> str:
@@ -155,7 +188,7 @@ class Store:
             raise TableExistsError(f"table {name!r} already exists in {self.uri}")
         partitions = build_partition_tree(schema, split_points)
         table_id = uuid.uuid4().hex
-        states = StateStore(self.table_objects(table_id), table_id)
+        states = StateStore(self.table_objects(table_id), table_id, name)
         states.commit(InitialiseTable(schema, props, partitions))
         if initial_files is not None:
             try:
@@ -187,7 +220,8 @@ class Store:
             table_id = str(doc["table_id"])
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
             raise CorruptMetadataError(f"{where} is corrupt: {e!r}") from e
-        return Table(self, name, table_id, StateStore(self.table_objects(table_id), table_id))
+        return Table(self, name, table_id,
+                     StateStore(self.table_objects(table_id), table_id, name))
 
     def tables(self) -> list[str]:
         """Names of the tables in the store, sorted."""
@@ -195,10 +229,77 @@ class Store:
                 for o in self.objects.list(CATALOG_PREFIX) if o.key.endswith(".json")]
 
     def drop_table(self, name: str) -> None:
-        """Remove a table from the catalog, then delete its objects."""
+        """Drop a table: mark its folder dropped (every later commit to it is refused,
+        whichever process makes it), remove the catalog entry, then delete the folder's
+        objects except the marker (:meth:`collect_unnamed_tables` removes the rest later,
+        with anything a writer that was running still wrote)."""
         table = self.table(name)
+        objects = self.table_objects(table.table_id)
+        marker = {"format": FORMAT_VERSION, "name": name, "table_id": table.table_id,
+                  "dropped": time.time()}
+        objects.put(DROPPED_MARKER, json.dumps(marker).encode())
         self.objects.delete_many([self._catalog_key(name)])
-        self._delete_prefix(f"tables/{table.table_id}/")
+        objects.delete_many(o.key for o in objects.list("") if o.key != DROPPED_MARKER)
+
+    def _named_table_ids(self) -> set[str]:
+        """Ids of the tables the catalog names (CorruptMetadataError when an entry cannot be
+        read: then no folder can safely be called unnamed)."""
+        ids: set[str] = set()
+        for o in self.objects.list(CATALOG_PREFIX):
+            if not o.key.endswith(".json"):
+                continue
+            try:
+                doc = json.loads(self.objects.get(o.key))
+                ids.add(str(doc["table_id"]))
+            except ObjectNotFoundError:
+                continue  # dropped since the listing
+            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+                raise CorruptMetadataError(f"catalog entry {o.key} of store {self.uri} is "
+                                           f"corrupt: {e!r}") from e
+        return ids
+
+    def collect_unnamed_tables(self, *, timeout: float | None = None) -> UnnamedTablesResult:
+        """Delete the folders ``tables/<id>/`` that no catalog entry names, once their newest
+        object (temporaries included) is older than ``timeout`` seconds by the object store's
+        clock (default: ``UNNAMED_TABLE_TIMEOUT_SECONDS`` or the store's
+        ``gc.orphan_timeout_seconds``, whichever is longer; only tests should go lower).
+
+        The folders are listed before the catalog is read, so a table created meanwhile is
+        seen as named. A folder whose writer is still active is never old enough."""
+        if timeout is None:
+            timeout = max(UNNAMED_TABLE_TIMEOUT_SECONDS,
+                          float(self.properties.get("gc.orphan_timeout_seconds", 0.0)))
+        folders = self.objects.list_folders(TABLES_PREFIX)
+        if not folders:
+            return UnnamedTablesResult()
+        try:
+            named = self._named_table_ids()
+        except CorruptMetadataError as e:
+            log.warning("not collecting unnamed table folders: %s", e)
+            return UnnamedTablesResult(note=str(e))
+        unnamed = [f for f in folders if f not in named]
+        if not unnamed:
+            return UnnamedTablesResult()
+        now = object_store_time(self.objects)
+        if now is None:
+            note = f"the clock of store {self.uri} could not be read"
+            return UnnamedTablesResult(waiting=tuple(unnamed), note=note)
+        removed: list[str] = []
+        waiting: list[str] = []
+        deleted = 0
+        for table_id in unnamed:
+            prefix = f"{TABLES_PREFIX}{table_id}/"
+            newest = max((o.mtime for o in chain(self.objects.list(prefix),
+                                                 self.objects.temporaries(prefix))),
+                         default=None)
+            if newest is not None and now - newest < timeout:
+                waiting.append(table_id)
+                continue
+            deleted += self.objects.delete_folder(prefix)
+            removed.append(table_id)
+            log.info("removed the folder of unnamed table %s from store %s", table_id,
+                     self.uri)
+        return UnnamedTablesResult(tuple(removed), tuple(waiting), deleted)
 
     def _delete_prefix(self, prefix: str) -> None:
         self.objects.delete_many(o.key for o in self.objects.list(prefix))

@@ -70,6 +70,20 @@ class ObjectStore(ABC):
     def exists(self, key: str) -> bool:
         return self.head(key) is not None
 
+    def list_folders(self, prefix: str) -> list[str]:
+        """Names of the folders directly under ``prefix`` (which ends with '/'), sorted: the
+        next key segment of every object below it. Stores override this with a listing that
+        does not visit every object (a delimiter listing, a directory read)."""
+        names = {o.key[len(prefix):].split("/", 1)[0] for o in self.list(prefix)
+                 if "/" in o.key[len(prefix):]}
+        return sorted(names)
+
+    def delete_folder(self, prefix: str) -> int:
+        """Delete every object (and leftover temporary) under ``prefix``; how many."""
+        keys = [o.key for o in self.list(prefix)] + [o.key for o in self.temporaries(prefix)]
+        self.delete_many(keys)
+        return len(keys)
+
     def temporaries(self, prefix: str) -> Iterator[ObjectInfo]:
         """Leftovers of writes interrupted by a crash under ``prefix`` that ``list`` hides
         (the local store's temp files); ``delete_many`` removes them. None by default."""
@@ -129,6 +143,12 @@ class PrefixedObjectStore(ObjectStore):
         n = len(self.prefix)
         for o in self.inner.temporaries(self._k(prefix)):
             yield ObjectInfo(o.key[n:], o.size, o.mtime)
+
+    def list_folders(self, prefix: str) -> list[str]:
+        return self.inner.list_folders(self._k(prefix))
+
+    def delete_folder(self, prefix: str) -> int:
+        return self.inner.delete_folder(self._k(prefix))
 
     def head(self, key: str) -> ObjectInfo | None:
         o = self.inner.head(self._k(key))

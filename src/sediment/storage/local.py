@@ -164,6 +164,28 @@ class LocalObjectStore(ObjectStore):
         out.sort(key=lambda o: o.key)
         yield from out
 
+    def list_folders(self, prefix: str) -> list[str]:
+        folder, _, start = prefix.rpartition("/")
+        base = self.directory / folder if folder else self.directory
+        try:
+            entries = list(os.scandir(base))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as e:
+            raise StorageError(f"listing {prefix!r} in {self.uri}: {e}") from e
+        return sorted(e.name for e in entries if e.is_dir() and e.name.startswith(start))
+
+    def delete_folder(self, prefix: str) -> int:
+        """Delete the objects and temporaries under ``prefix``, then its empty directories."""
+        n = super().delete_folder(prefix)
+        folder = prefix.rstrip("/")
+        if folder and prefix.endswith("/"):
+            top = self._p(folder)
+            for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+                with contextlib.suppress(OSError):  # not empty (a late write): kept
+                    os.rmdir(dirpath)
+        return n
+
     def delete_many(self, keys: Iterable[str]) -> None:
         for key in keys:
             try:

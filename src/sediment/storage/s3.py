@@ -114,6 +114,18 @@ class S3ObjectStore(ObjectStore):
         except Exception as e:
             raise self._error("list", prefix, e) from e
 
+    def list_folders(self, prefix: str) -> list[str]:
+        full = self._k(prefix)
+        names: list[str] = []
+        try:
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=full, Delimiter="/"):
+                names.extend(p["Prefix"][len(full):].rstrip("/")
+                             for p in page.get("CommonPrefixes", []))
+        except Exception as e:
+            raise self._error("list", prefix, e) from e
+        return sorted(n for n in names if n)
+
     def delete_many(self, keys: Iterable[str]) -> None:
         batch: list[str] = []
 
