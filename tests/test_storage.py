@@ -393,3 +393,67 @@ def test_s3_stores_under_prefix(s3_store_uri: tuple[str, dict[str, str]]) -> Non
     bucket = uri.removeprefix("s3://").split("/")[0]
     listed = s3_client(options["endpoint_url"]).list_objects_v2(Bucket=bucket)
     assert [o["Key"] for o in listed["Contents"]] == ["store/a/b"]
+
+
+# ---- local durability and folder helpers ------------------------------------------------------
+def _synced_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Paths that os.fsync is called on, from now on."""
+    import os
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return synced
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd")
+def test_local_puts_sync_the_new_name_and_new_folders(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A put returns only once its name survives an OS crash: the folder holding it is fsynced
+    after the rename/link, and the parent of every folder the put created."""
+    store = LocalObjectStore(tmp_path / "s")
+    synced = _synced_paths(monkeypatch)
+    assert store.put_if_absent("log/a/00001.json", b"1")
+    root = str(tmp_path / "s")
+    assert synced[-1] == f"{root}/log/a"  # after the link
+    # the new folders, each in its parent, before the file's data
+    assert [f"{root}", f"{root}/log"] == [p for p in synced if p in (root, f"{root}/log")]
+    synced.clear()
+    assert not store.put_if_absent("log/a/00001.json", b"2")  # taken: nothing to make durable
+    assert synced == [p for p in synced if ".tmp-" in p]
+    synced.clear()
+    store.put("log/a/00002.json", b"2")
+    assert synced[-1] == f"{root}/log/a" and len(synced) == 2  # the temp file, then the folder
+    monkeypatch.setattr(LocalObjectStore, "sync_directories", False)
+    synced.clear()
+    store.put("log/b/x", b"3")
+    assert all(".tmp-" in p for p in synced)
+
+
+@pytest.mark.parametrize("kind", ["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])
+def test_list_folders_and_delete_folder(kind: str, tmp_path: Path,
+                                        request: pytest.FixtureRequest) -> None:
+    if kind == "memory":
+        store: ObjectStore = MemoryObjectStore()
+    elif kind == "local":
+        store = LocalObjectStore(tmp_path / "s")
+    else:
+        uri, options = request.getfixturevalue("s3_store_uri")
+        store = open_object_store(uri, **options)
+    for key in ("tables/a/log/1", "tables/a/x", "tables/b/data/p/f", "tables/c", "other/d/e"):
+        store.put(key, b"1")
+    assert store.list_folders("tables/") == ["a", "b"]
+    assert store.list_folders("nothing/") == []
+    assert store.child("tables").list_folders("") == ["a", "b"]
+    assert store.child("tables").delete_folder("b/") == 1
+    assert store.list_folders("tables/") == ["a"]
+    assert store.delete_folder("tables/a/") == 2
+    assert store.list_folders("tables/") == []
+    assert sorted(o.key for o in store.list("")) == ["other/d/e", "tables/c"]
+    if kind == "local":
+        assert sorted(p.name for p in (tmp_path / "s" / "tables").iterdir()) == ["c"]
