@@ -230,3 +230,14 @@ def test_sediment_maintain_collects_unnamed_folders(store_uri: tuple[str, dict[s
     rows = json.loads(r.stdout)
     assert {"table": "(unnamed tables)", "removed": 2}.items() <= rows[0].items()
     assert store.objects.list_folders(TABLES_PREFIX) == []
+
+
+def test_maintain_loop_collects_unnamed_folders(tmp_path: Path) -> None:
+    store, _ = make((str(tmp_path / "s"), {}), "kept")
+    orphan = killed_create(store)
+    r = CliRunner().invoke(app, ["maintain", "--store", str(tmp_path / "s"), "--loop",
+                                 "--interval", "0.2", "--max-loops", "2", "--json",
+                                 "--orphan-timeout", "0"])
+    assert r.exit_code == 0, (r.stdout, r.exception)
+    assert orphan not in store.objects.list_folders(TABLES_PREFIX)
+    assert store.table("kept").query().num_rows == 5

@@ -365,3 +365,15 @@ def test_long_lived_writer_against_a_pruning_process(tmp_path: Path, memo_ttl: f
     assert versions_left == list(range(versions_left[0], fresh.version + 1))
     assert checks > 10
     assert not any(o.key.startswith("clock/") for o in LocalObjectStore(path).list(""))
+
+
+def test_the_store_clock_probe(object_store: ObjectStore) -> None:
+    """The object store's time, read off a probe object that is deleted at once (S3 times have
+    one-second resolution)."""
+    from sediment.storage.clock import deletion_clock, object_store_time
+
+    t = object_store_time(object_store.child("tables/x"))
+    assert t is not None and abs(t - time.time()) < 5
+    assert list(object_store.list("")) == []  # the probe is gone, at the root of the store
+    assert deletion_clock(object_store, time.time() + 3600) <= time.time() + 5
+    assert deletion_clock(object_store, 1000.0) == 1000.0  # a clock behind is more careful
