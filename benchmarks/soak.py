@@ -6,6 +6,7 @@ The long variant of ``tests/proof`` (the concurrency and crash suites), run as a
     .venv/bin/python benchmarks/soak.py --minutes 10 --s3       # and the loopback S3 server
     .venv/bin/python benchmarks/soak.py --quick                 # 30 s smoke run
     .venv/bin/python benchmarks/soak.py --proof-scale 10        # + tests/proof, 10x longer
+    .venv/bin/python benchmarks/soak.py --faults --minutes 2    # S3 through the fault proxy
 
 Processes (each its own Python, racing only through the object store): ``--writers`` ingest
 batches of unique records until the time is up; ``--maintainers`` run ``sediment maintain
@@ -26,6 +27,14 @@ At the end it prints, per store:
 With ``--proof-scale N`` it also runs ``tests/proof`` with ``SEDIMENT_PROOF_SCALE=N``: N times
 the hypothesis examples of the model-based test and N times the random kills of the crash
 tests (the long variants of what CI runs at scale 1).
+
+With ``--faults`` the run is on the loopback S3 server only, and every process reaches it
+through the fault-injecting proxy of ``tests/faultproxy.py`` (seeded by ``--seed``): the answers
+of log-entry PUTs are lost (the write happened; the committer must recognise its own entry),
+so are some answers of other writes, and connections are reset, answered 503 or delayed at
+random (``--fault-scale`` multiplies the probabilities). The checks run without the proxy. A
+failed ingest or query is then allowed (reported) as long as nothing it did is visible; lost,
+duplicated and wrong stay 0-targets. The proxy's fault counts are printed and saved.
 
 Exit status 1 when any of the zero-targets is not met.
 """
@@ -51,6 +60,7 @@ from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "tests" / "proof"))  # the proof suites' workers
+sys.path.insert(0, str(BENCH_DIR.parent / "tests"))  # the fault proxy
 
 import _common  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
@@ -131,8 +141,11 @@ def s3_server() -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
 # ---- one soak run ------------------------------------------------------------------------------
 class Soak:
     def __init__(self, uri: str, options: dict[str, Any], env: dict[str, str], work: Path,
-                 args: argparse.Namespace) -> None:
+                 args: argparse.Namespace, *, direct: dict[str, Any] | None = None) -> None:
         self.uri, self.options, self.work, self.args = uri, options, work, args
+        self.direct = options if direct is None else direct
+        """Options the main process checks with (``--faults``: past the proxy)."""
+        self.faulty = direct is not None
         self.env = w.worker_env(env)
         self.store = sd.Store.open(uri, **options)
         self.table = self.store.create_table(w.TABLE, w.SCHEMA, properties=PROPERTIES)
@@ -183,7 +196,7 @@ class Soak:
         for i in range(a.readers):
             self.start_reader(i)
         next_kill = time.time() + a.chaos_seconds if a.chaos_seconds else float("inf")
-        table = sd.Store.open(self.uri, **self.options).table(w.TABLE)
+        table = sd.Store.open(self.uri, **self.direct).table(w.TABLE)
         while time.time() < self.deadline:
             time.sleep(1.0)
             self.max_files_during = max(self.max_files_during, w.max_files_per_leaf(table))
@@ -229,7 +242,7 @@ class Soak:
         return writer, int(batch)
 
     def check(self) -> dict[str, Any]:
-        table = sd.Store.open(self.uri, **self.options).table(w.TABLE)
+        table = sd.Store.open(self.uri, **self.direct).table(w.TABLE)
         got = Counter(r[2] for r in w.rows_of(table.query()))
         rows_of = {}  # (writer, batch) -> rows
         commits: list[tuple[int, list[w.Row]]] = []
@@ -267,10 +280,15 @@ class Soak:
         wrong: list[str] = []
         latencies: list[float] = []
         travel: list[float] = []
+        query_errors = 0
         for i in range(self.args.readers):
             path = self.work / f"reader-{i}.jsonl"
             for line in path.read_text().splitlines() if path.exists() else []:
                 q = json.loads(line)
+                if "error" in q:
+                    query_errors += 1
+                    if self.faulty:  # a clean failure under faults is allowed, not wrong
+                        continue
                 problem = checker.check(q)
                 if problem:
                     wrong.append(problem)
@@ -283,7 +301,8 @@ class Soak:
             "killed_writer_batches_committed": len(orphan_versions),
             "ingests_failed": failed, "records_lost": lost, "records_duplicated": duplicated,
             "records_unexpected": unexpected, "partial_batches": partial,
-            "queries": len(latencies) + len(travel), "wrong_answers": len(wrong),
+            "queries": len(latencies) + len(travel), "query_errors": query_errors,
+            "wrong_answers": len(wrong),
             "wrong_examples": wrong[:5],
             "query_p50_ms": _pct(latencies, 50) * 1000, "query_p99_ms": _pct(latencies, 99) * 1000,
             "time_travel_p99_ms": _pct(travel, 99) * 1000,
@@ -293,7 +312,7 @@ class Soak:
         }
 
     def settle(self) -> dict[str, Any]:
-        table = sd.Store.open(self.uri, **self.options).table(w.TABLE)
+        table = sd.Store.open(self.uri, **self.direct).table(w.TABLE)
         before = Counter(w.rows_of(table.query()))
         table.set_properties({"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
                               "compaction.job_timeout_seconds": 0})
@@ -324,17 +343,36 @@ def _pct(values: list[float], p: float) -> float:
 
 
 def soak_one(label: str, uri: str, options: dict[str, Any], env: dict[str, str],
-             args: argparse.Namespace) -> dict[str, Any]:
+             args: argparse.Namespace, proxy: Any = None) -> dict[str, Any]:
+    """One run. With ``proxy`` (a started ``faultproxy.FaultProxy`` in front of the server of
+    ``options``), the workers go through it with random faults; the checks do not."""
     with tempfile.TemporaryDirectory(prefix="sediment-soak-") as tmp:
         work = Path(tmp)
         if not uri:
             uri = str(work / "store")
-        s = Soak(uri, options, env, work, args)
+        faults: dict[str, Any] = {}
+        if proxy is None:
+            s = Soak(uri, options, env, work, args)
+        else:
+            from faultproxy import random_fault_specs
+
+            s = Soak(uri, {**options, "endpoint_url": proxy.url},
+                     {**env, "AWS_ENDPOINT_URL": proxy.url}, work, args, direct=options)
+            proxy.add_rules(random_fault_specs(args.fault_scale))
         print(f"\n[{label}] {args.minutes:g} min: {args.writers} writers, {args.maintainers} "
               f"maintainers, {args.readers} readers, kill -9 every "
-              f"{args.chaos_seconds or 'never'} s", flush=True)
-        seconds = s.run()
+              f"{args.chaos_seconds or 'never'} s"
+              + (f", random faults x{args.fault_scale:g}" if proxy else ""), flush=True)
+        try:
+            seconds = s.run()
+        finally:
+            if proxy is not None:
+                faults = {"counts": dict(proxy.counts),
+                          "rules": {r.name: r.fired for r in proxy.rules}}
+                proxy.clear()
         result = {"store": label, "seconds": seconds, **s.check(), **s.settle()}
+        if proxy is not None:
+            result["faults"] = faults
         return result
 
 
@@ -359,6 +397,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--minutes", type=float, default=None,
                        help="length of each run (default 2; --quick: 0.5)")
         p.add_argument("--s3", action="store_true", help="also run on a loopback S3 server")
+        p.add_argument("--faults", action="store_true",
+                       help="run only on the loopback S3 server, every process through the "
+                            "fault proxy (tests/faultproxy.py): lost answers, resets, 503s, "
+                            "delays at random")
+        p.add_argument("--fault-scale", type=float, default=1.0,
+                       help="with --faults: multiply every fault probability by this")
         p.add_argument("--writers", type=int, default=3)
         p.add_argument("--maintainers", type=int, default=2)
         p.add_argument("--readers", type=int, default=2)
@@ -376,10 +420,18 @@ def main(argv: list[str] | None = None) -> int:
         args.minutes = 0.5 if args.quick else 2.0
     if args.quick:
         args.rows = min(args.rows, 500)
-    results = [soak_one("local", "", {}, {}, args)]
-    if args.s3:
-        with s3_server() as (uri, options, env):
-            results.append(soak_one("s3", uri, options, env, args))
+    results = []
+    if args.faults:
+        from faultproxy import FaultProxy
+
+        with s3_server() as (uri, options, env), \
+                FaultProxy(options["endpoint_url"], seed=args.seed) as proxy:
+            results.append(soak_one("s3+faults", uri, options, env, args, proxy))
+    else:
+        results.append(soak_one("local", "", {}, {}, args))
+        if args.s3:
+            with s3_server() as (uri, options, env):
+                results.append(soak_one("s3", uri, options, env, args))
     _common.print_table(
         ["store", "records", "lost", "dup", "partial", "queries", "wrong", "p50 ms", "p99 ms",
          "files/leaf max", "final", "leaves", "kills", "settle s", "leftovers"],
@@ -396,8 +448,15 @@ def main(argv: list[str] | None = None) -> int:
         s = r["store"]
         for key in ("records_lost", "records_duplicated", "records_unexpected",
                     "partial_batches", "wrong_answers", "leftovers", "ingests_failed"):
+            if key == "ingests_failed" and "faults" in r:
+                continue  # under faults a clean failure is allowed (its records are checked)
             goals.append(_common.goal_line(f"{s} {key}", r[key], 0, "",
                                            higher_is_better=False))
+        if "faults" in r:
+            f = r["faults"]
+            print(f"  {s}: faults injected {json.dumps(f['rules'])}; proxy "
+                  f"{json.dumps(f['counts'])}; ingests failed cleanly "
+                  f"{r['ingests_failed']}, queries failed {r['query_errors']}")
         goals.append(_common.goal_line(f"{s} content kept by settle", int(r["content_kept"]), 1,
                                        ""))
         for example in r["wrong_examples"]:
@@ -406,8 +465,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  leftovers: {r['leftover_examples']}")
     print(f"peak RSS of this process: {_common.peak_rss_mib():.0f} MiB")
     if not args.no_save:
-        _common.save_results("soak", {"parameters": dict(vars(args)),
-                                      "runs": results, "goals": goals}, quick=args.quick)
+        _common.save_results("soak_faults" if args.faults else "soak",
+                             {"parameters": dict(vars(args)), "runs": results, "goals": goals},
+                             quick=args.quick)
     return 0 if all(g["passed"] for g in goals) else 1
 
 
