@@ -69,6 +69,7 @@ from sediment.ingest.sources import expand_paths, file_format, read_file
 from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged, stage_batches
 from sediment.properties import defaults
 from sediment.state.store import definitely_not_committed
+from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
     from sediment.table import Table
@@ -292,8 +293,8 @@ def _claim(table: Table, job_id: str, requests: Sequence[Request]) -> list[Reque
     got = []
     for r in requests:
         claim = f"{CLAIMED}{r.id}.json"
-        if not table.objects.put_if_absent(claim, json.dumps({**r.to_json(), "job": job_id})
-                                           .encode()):
+        if not create_once(table.objects, claim,
+                           json.dumps({**r.to_json(), "job": job_id}).encode()):
             continue  # another job has it
         if not table.objects.exists(f"{REQUESTS}{r.id}.json"):
             table.objects.delete_many([claim])  # already finished by another job
@@ -383,7 +384,7 @@ def _run_job(table: Table, batch: Batch, route: str, spark: SparkSession | None)
 
     def before_commit(staged: StagedFiles) -> None:
         _save_job(table, job, state="staged", files=sorted(w.filename for w in staged.written))
-        if not table.objects.put_if_absent(f"{JOBS}{job_id}.decision", b"commit") and \
+        if not create_once(table.objects, f"{JOBS}{job_id}.decision", b"commit") and \
                 _decision(table, job_id) != "commit":
             raise _Aborted(job_id)
 
@@ -448,13 +449,13 @@ def recover(table: Table, *, now: float | None = None) -> list[JobOutcome]:
             continue
         if now - float(job.get("updated", job.get("created", 0))) < timeout:
             continue  # its runner may still be working
-        if not table.objects.put_if_absent(f"{JOBS}{job_id}.recovering",
-                                           json.dumps({"time": now}).encode()):
+        if not create_once(table.objects, f"{JOBS}{job_id}.recovering",
+                           json.dumps({"time": now, "id": uuid.uuid4().hex}).encode()):
             continue  # another run settles it
         route, files = str(job.get("route", "ingest")), list(job.get("files") or [])
         n, size = len(job.get("requests") or []), sum(int(r["size"]) for r in
                                                       job.get("requests") or [])
-        decided = table.objects.put_if_absent(f"{JOBS}{job_id}.decision", b"abort")
+        decided = create_once(table.objects, f"{JOBS}{job_id}.decision", b"abort")
         if not decided and _decision(table, job_id) == "commit":
             version = committed_version(table, int(job["base_version"]), files)
             if version is not None:

@@ -38,6 +38,7 @@ from sediment.state.log import FORMAT_VERSION, check_format
 from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage.base import ObjectStore, open_object_store
 from sediment.storage.clock import object_store_time
+from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
     from sediment.table import Table
@@ -139,7 +140,7 @@ class Store:
         objects = open_object_store(str(uri), **storage_options)
         props = validate_properties(properties or {}, context=f"store {objects.uri}")
         doc = {"format": FORMAT_VERSION, "created": time.time(), "properties": props}
-        if not objects.put_if_absent(STORE_FILE, json.dumps(doc).encode()):
+        if not create_once(objects, STORE_FILE, json.dumps(doc).encode()):
             doc = cls._read_store_file(objects)
             if props:
                 doc["properties"] = {**doc.get("properties", {}), **props}
@@ -199,7 +200,7 @@ class Store:
                 raise
         entry = {"format": FORMAT_VERSION, "name": name, "table_id": table_id,
                  "created": time.time()}
-        if not self.objects.put_if_absent(key, json.dumps(entry).encode()):
+        if not create_once(self.objects, key, json.dumps(entry).encode()):
             self._delete_prefix(f"tables/{table_id}/")
             raise TableExistsError(f"table {name!r} already exists in {self.uri}")
         return Table(self, name, table_id, states)

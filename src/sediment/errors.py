@@ -6,7 +6,8 @@ happen into one of these, with a message naming the table, field, file or row co
     SedimentError
     ├── StorageError                 an object store failed (I/O, permissions, network)
     │   ├── ObjectNotFoundError      a key that should exist does not
-    │   └── ObjectExistsError        put-if-absent found the key taken (a commit race)
+    │   ├── ObjectExistsError        put-if-absent found the key taken (a commit race)
+    │   └── WriteOutcomeUnknownError a conditional write the store never confirmed or denied
     ├── CatalogError
     │   ├── InvalidTableNameError    empty, separators, traversal, bad characters
     │   ├── TableExistsError
@@ -17,6 +18,7 @@ happen into one of these, with a message naming the table, field, file or row co
     │   ├── TransactionInvalidError  a transaction does not validate against the state it follows
     │   ├── CommitConflictError      retries exhausted while racing other writers
     │   └── CommitOutcomeUnknownError  the store never said whether the entry landed
+    │                                (also a WriteOutcomeUnknownError)
     ├── CorruptMetadataError         unreadable / corrupt log entry, snapshot or catalog entry
     │   └── UnsupportedFormatError   written by a newer format version
     ├── TableOfflineError            the operation needs an online table
@@ -42,6 +44,11 @@ class ObjectNotFoundError(StorageError):
 
 class ObjectExistsError(StorageError):
     """put_if_absent found the key already taken."""
+
+
+class WriteOutcomeUnknownError(StorageError):
+    """A conditional write was sent, but the store never said (even when asked again) whether
+    it landed. Nothing may be assumed either way; reading later tells."""
 
 
 class CatalogError(SedimentError):
@@ -80,7 +87,7 @@ class CommitConflictError(TransactionError):
     """Too many other writers won the race for the next version."""
 
 
-class CommitOutcomeUnknownError(TransactionError):
+class CommitOutcomeUnknownError(TransactionError, WriteOutcomeUnknownError):
     """The store did not answer whether a log entry was written, even when asked again: the
     transaction may have committed. Staged files are kept; reading the table tells."""
 

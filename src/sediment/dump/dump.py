@@ -45,6 +45,7 @@ from sediment.files.sample import KeySampler
 from sediment.files.writer import sample_name
 from sediment.query.planner import SubQuery
 from sediment.storage.base import ObjectStore, open_object_store
+from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
     from sediment.table import Table
@@ -254,7 +255,7 @@ class _Lock:
     def acquire(self) -> bool:
         """True when the job is new; False when it resumes a stale job to the same root."""
         objects = self.table.objects
-        if objects.put_if_absent(LOCK_KEY, json.dumps(self.doc).encode()):
+        if create_once(objects, LOCK_KEY, json.dumps(self.doc).encode()):
             return True
         try:
             held = json.loads(objects.get(LOCK_KEY))

@@ -13,6 +13,7 @@ from typing import Any
 from sediment.core.transactions import Transaction, transaction_from_json
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, UnsupportedFormatError
 from sediment.storage.base import ObjectStore
+from sediment.storage.conditional import create_once
 
 FORMAT_VERSION = 1
 """Version of the on-storage metadata format this code writes and understands."""
@@ -77,15 +78,11 @@ class TransactionLog:
         return json.dumps(doc, separators=(",", ":")).encode()
 
     def try_append(self, version: int, time: float, txn: Transaction, commit_id: str) -> bool:
-        """Create the entry at ``version``; False when the slot is taken (by anyone, this
-        committer included: see ``StateStore.commit``). Raises StorageError when unanswered."""
-        return self.objects.put_if_absent(log_key(version),
-                                          self.encode(version, time, txn, commit_id))
-
-    def commit_id_of(self, version: int, data: bytes) -> str:
-        """The commit id in an entry's bytes ("" for entries written before ids existed)."""
-        doc = self._document(version, data)
-        return str(doc.get("commit_id", ""))
+        """Create the entry at ``version``: True when the slot holds this entry (written now,
+        or by an earlier try whose answer was lost), False when another writer's. Raises
+        WriteOutcomeUnknownError when the store cannot tell (see ``create_once``)."""
+        return create_once(self.objects, log_key(version),
+                           self.encode(version, time, txn, commit_id))
 
     def _document(self, version: int, data: bytes) -> dict[str, Any]:
         where = f"log entry {version} of table {self.table_id} ({log_key(version)})"

@@ -32,12 +32,11 @@ from sediment.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
     CorruptMetadataError,
-    ObjectNotFoundError,
     QueryError,
     SedimentError,
-    StorageError,
     TableNotFoundError,
     TransactionInvalidError,
+    WriteOutcomeUnknownError,
 )
 from sediment.properties import PROPERTIES
 from sediment.state import pending
@@ -57,8 +56,6 @@ PRUNE_GRACE_SECONDS = 300.0
 """Pruning keeps every log entry younger than this (see ``StateStore.commit``)."""
 DROPPED_MARKER = "dropped"
 """Table-rooted key that ``Store.drop_table`` writes first: later commits are refused."""
-RESOLVE_ATTEMPTS = 8
-"""Reads and identical re-puts spent resolving one log slot whose put outcome is unknown."""
 
 
 def _prop(state: TableState, name: str) -> Any:
@@ -272,32 +269,15 @@ class StateStore:
             head, fresh = self._current(max_age=None)
 
     def _append(self, version: int, now: float, txn: Transaction, commit_id: str) -> bool:
-        """Put ``txn`` at ``version``: True when the entry there is ours (written now, or by
-        an earlier try whose response was lost), False when another writer's. Never guesses:
-        an unanswered put is followed by reading the slot, and an empty slot by the same put
-        again (the bytes carry our id, so a late duplicate of the first put cannot make a
-        second entry)."""
-        key = log_key(version)
-        error: Exception | None = None
-        for attempt in range(RESOLVE_ATTEMPTS):
-            if attempt:
-                time.sleep(min(4.0, 0.05 * 2 ** attempt) * random.uniform(0.5, 1.5))
-            try:
-                if self.log.try_append(version, now, txn, commit_id):
-                    return True
-            except StorageError as e:  # unknown: the put may have reached the store
-                error = e
-            try:
-                raw = self.objects.get(key)
-            except ObjectNotFoundError:
-                continue  # not there (yet): put the same bytes again
-            except StorageError as e:
-                error = e
-                continue
-            return self.log.commit_id_of(version, raw) == commit_id
-        raise CommitOutcomeUnknownError(
-            f"table {self.name}: could not learn whether version {version} ({txn.kind}) was "
-            f"committed: {error}; its files are kept, and a later read of the table tells")
+        """Put ``txn`` at ``version``: True when the entry there is ours, False when another
+        writer's; never guessed (``TransactionLog.try_append``)."""
+        try:
+            return self.log.try_append(version, now, txn, commit_id)
+        except WriteOutcomeUnknownError as e:
+            raise CommitOutcomeUnknownError(
+                f"table {self.name}: could not learn whether version {version} ({txn.kind}) "
+                f"was committed: {e}; its files are kept, and a later read of the table "
+                f"tells") from e
 
     def _check_new_files(self, txn: Transaction, checked: set[str]) -> None:
         """Refuse a transaction naming data files that no longer exist (their writer stalled

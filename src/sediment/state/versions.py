@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from sediment.state.snapshot import (
 )
 from sediment.state.store import PRUNE_GRACE_SECONDS, StateStore
 from sediment.storage.clock import CLOCK_SKEW_SECONDS, deletion_clock
+from sediment.storage.conditional import create_once
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +57,9 @@ class Tag:
 
 
 def create_tag(states: StateStore, name: str, version: int) -> Tag:
-    doc = {"name": name, "version": version, "created": time.time()}
-    if not states.objects.put_if_absent(_tag_key(name), json.dumps(doc).encode()):
+    # the random id makes the bytes ours alone, so a lost answer is resolved by reading
+    doc = {"name": name, "version": version, "created": time.time(), "id": uuid.uuid4().hex}
+    if not create_once(states.objects, _tag_key(name), json.dumps(doc).encode()):
         raise QueryError(f"table {states.table_id}: tag {name!r} already exists")
     return Tag(name, version, doc["created"])
 
