@@ -54,6 +54,7 @@ from sediment.core.transactions import (
 )
 from sediment.errors import TransactionInvalidError
 from sediment.files.sample import COUNT
+from sediment.files.sequence import without_sequence
 from sediment.files.writer import sample_name, with_sidecars
 from sediment.properties import defaults
 from sediment.workload import benchmark_schema, generate
@@ -341,7 +342,8 @@ def test_compact_merges_inputs_into_one_sorted_file(store_uri: tuple[str, dict[s
     assert result_rows(data, KEYS) == ref.query()  # exactly the inputs' records
     sorting = pq.ParquetFile(io.BytesIO(table.objects.get(out.filename))).metadata \
         .row_group(0).sorting_columns
-    assert [c.column_index for c in sorting] == [0, 1]
+    # sorted by the keys, then the hidden record sequence (the last column)
+    assert [c.column_index for c in sorting] == [0, 1, len(SCHEMA.field_names)]
     sample = read_object(table, sample_name(out.filename))
     assert sample.num_rows > 0 and sum(sample.column(COUNT).to_pylist()) == 1000
     assert set(key_tuples(sample, ["key"])) <= set(key_tuples(data, ["key"]))

@@ -51,6 +51,10 @@ _SIMPLE_TYPES: dict[str, pa.DataType] = {
     "date64[ms]": pa.date64(),
 }
 
+RESERVED_PREFIX = "__sediment"
+"""Field names starting with this are Sediment's own (e.g. the hidden record sequence of
+compacted files, sediment.files.sequence); user schemas may not use them."""
+
 FieldSpec = pa.Field | tuple[str, pa.DataType] | tuple[str, pa.DataType, bool]
 
 
@@ -153,6 +157,10 @@ class Schema:
                 raise SchemaError("field names must not be empty")
             if f.name in seen:
                 raise SchemaError(f"duplicate field name {f.name!r}")
+            if f.name.startswith(RESERVED_PREFIX):
+                raise SchemaError(f"field name {f.name!r}: names starting with "
+                                  f"{RESERVED_PREFIX!r} are reserved for Sediment's own "
+                                  "columns")
             seen.add(f.name)
         object.__setattr__(self, "row_keys", rk)
         object.__setattr__(self, "sort_keys", sk)

@@ -8,6 +8,11 @@ rounds through local temporary files. Rows outside the partition's region are dr
 table's compaction iterators run on the merged stream, and the result is written with the
 table's sorted writer. Inputs on a remote store are first copied to a local temp folder with
 whole-object reads (one coalesced read per input instead of many small ranged ones).
+
+Records with equal keys merge in sequence order (sediment.files.sequence): an input without
+the hidden sequence column reads it as a constant, its reference's sequence (so it is sorted by
+(keys, sequence) and the merge needs no sort), a compacted input has it; the output holds every
+record's resolved sequence.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from sediment.compaction.strategy import CompactionJob
 from sediment.core.model import Region
 from sediment.errors import CorruptMetadataError, JobError, SedimentError
 from sediment.files.keys import region_mask
+from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names
 from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.schema import Schema
@@ -67,35 +73,76 @@ def _coarse_region_filter(schema: Schema, region: Region | None) -> Any:
     return expr
 
 
-def _merged_batches(paths: Sequence[str], schema: Schema, batch_rows: int,
+@dataclass(frozen=True, slots=True)
+class _Input:
+    """A local copy of an input file, the sequence of its records without their own, and
+    whether its sequence column (if any) holds its records' own (FileReference.sequenced)."""
+
+    path: str
+    sequence: int
+    sequenced: bool = False
+
+
+def _file_has_sequence(path: str) -> tuple[bool, bool]:
+    """(has the sequence column, every value of it non-null) from the Parquet footer."""
+    md = pq.ParquetFile(path).metadata
+    idx = next((i for i in range(md.num_columns) if md.schema.column(i).path == SEQ), None)
+    if idx is None:
+        return False, False
+    for g in range(md.num_row_groups):
+        st = md.row_group(g).column(idx).statistics
+        if st is None or st.null_count is None or st.null_count:
+            return True, False
+    return True, True
+
+
+def _merged_batches(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int,
                     memory_limit: int, region: Region | None = None
                     ) -> Iterator[pa.RecordBatch]:
-    """DataFusion sort-preserving merge of sorted Parquet files (rows of ``region`` and
-    possibly a few more: see ``_coarse_region_filter``)."""
+    """DataFusion sort-preserving merge of sorted Parquet files by (keys, sequence), the
+    sequence column resolved (rows of ``region`` and possibly a few more: see
+    ``_coarse_region_filter``). A bare path is an input of sequence 0."""
+    inputs = [i if isinstance(i, _Input) else _Input(i, 0, True) for i in inputs]
     import datafusion
-    from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, col
+    from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, col, functions, lit
 
     # One stream per input: every file is sorted already, so letting DataFusion split each
     # file into byte ranges (repartition_file_scans) only multiplies the merge's fan-in and
     # its buffered batches: inputs x target_partitions streams, memory growing with the
     # square of the inputs (16 inputs: 1.3 GiB RSS with it, 0.37 GiB without).
-    config = (SessionConfig().with_target_partitions(max(2, len(paths)))
+    config = (SessionConfig().with_target_partitions(max(2, len(inputs)))
               .with_batch_size(batch_rows).with_repartition_file_scans(False)
               # likewise a filter would get a round-robin repartition per input (sort order
               # kept: inputs x target_partitions streams again)
               .set("datafusion.optimizer.enable_round_robin_repartition", "false"))
     runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_limit)
     ctx = SessionContext(config, runtime)
-    order = [[col(f'"{n}"').sort() for n in schema.key_names]]
-    arrow = schema.to_arrow()
-    frames = [ctx.read_parquet(p, schema=arrow, file_sort_order=order) for p in paths]
+    keys = [col(f'"{n}"').sort() for n in schema.key_names]
+    by_seq = [*keys, col(f'"{SEQ}"').sort()]
+    user = schema.to_arrow()
+    arrow = user.append(SEQ_FIELD)
+    frames = []
+    for inp in inputs:
+        present, complete = _file_has_sequence(inp.path) if inp.sequenced else (False, False)
+        own = lit(pa.scalar(inp.sequence, pa.int64()))
+        if not present:
+            # a constant sequence: DataFusion knows the input stays sorted by (keys, seq)
+            f = ctx.read_parquet(inp.path, schema=user, file_sort_order=[keys])
+            f = f.select(*(col(f'"{n}"') for n in user.names), own.alias(SEQ))
+        elif complete:
+            f = ctx.read_parquet(inp.path, schema=arrow, file_sort_order=[by_seq])
+        else:  # some rows without a sequence (not written by Sediment): resolve, then sort
+            f = ctx.read_parquet(inp.path, schema=arrow, file_sort_order=[keys])
+            f = f.select(*(col(f'"{n}"') for n in user.names),
+                         functions.coalesce(col(f'"{SEQ}"'), own).alias(SEQ))
+        frames.append(f)
     df = frames[0]
     for f in frames[1:]:
         df = df.union(f)
     coarse = _coarse_region_filter(schema, region)
     if coarse is not None:
         df = df.filter(coarse)
-    df = df.sort(*(datafusion.col(f'"{n}"').sort() for n in schema.key_names))
+    df = df.sort(*(datafusion.col(f'"{n}"').sort() for n in merge_names(schema.key_names)))
     for b in df.execute_stream():
         batch = b.to_pyarrow()
         if not batch.schema.equals(arrow):
@@ -187,6 +234,8 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
     writer: SortedFileWriter | None = None
     try:
         paths = _local_paths(objects, [r.filename for r in job.inputs], tmp)
+        inputs = [_Input(p, r.sequence, r.sequenced)
+                  for p, r in zip(paths, job.inputs, strict=True)]
         rows_in = 0
         for ref, path in zip(job.inputs, paths, strict=True):
             try:
@@ -196,28 +245,30 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                                            f"{ref.filename} in {objects.uri} is not valid "
                                            f"Parquet: {e}") from e
         rounds = 0
-        while len(paths) > max_inputs:  # merge in rounds to bound memory
+        while len(inputs) > max_inputs:  # merge in rounds to bound memory
             rounds += 1
-            merged: list[str] = []
-            for i in range(0, len(paths), max_inputs):
-                group = paths[i : i + max_inputs]
+            merged: list[_Input] = []
+            for i in range(0, len(inputs), max_inputs):
+                group = inputs[i : i + max_inputs]
                 if len(group) == 1:
                     merged.append(group[0])
                     continue
                 out = os.path.join(tmp, f"round-{rounds}-{i:05d}.parquet")
-                with pq.ParquetWriter(out, schema.to_arrow(), compression="lz4",
+                arrow = schema.to_arrow().append(SEQ_FIELD)
+                with pq.ParquetWriter(out, arrow, compression="lz4",
                                       sorting_columns=[pq.SortingColumn(k) for k in
-                                                       range(len(schema.key_names))]) as w:
+                                                       [*range(len(schema.key_names)),
+                                                        len(arrow) - 1]]) as w:
                     for b in _merged_batches(group, schema, batch_rows, memory, region):
                         w.write_batch(b)
-                merged.append(out)
-            paths = merged
-        stream = _in_region(_prefetched(_merged_batches(paths, schema, batch_rows, memory,
+                merged.append(_Input(out, 0, True))  # every row has its sequence
+            inputs = merged
+        stream = _in_region(_prefetched(_merged_batches(inputs, schema, batch_rows, memory,
                                                         region)),
                             schema.row_key_names, region)
         stream = apply_iterators(stream, iterators)
         writer = SortedFileWriter(objects, new_data_filename(job.partition_id), schema,
-                                  properties)
+                                  properties, sequence=True)
         for b in stream:
             writer.write(b)
         if writer.rows == 0:

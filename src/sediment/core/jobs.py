@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sediment.core.model import FileReference
+from sediment.core.model import FileReference, file_sequence
 from sediment.core.state import TableState
 from sediment.core.transactions import Transaction, _fail, _require_initialised, _require_partition
 
@@ -106,7 +106,10 @@ class ReplaceFileReferences(Transaction):
             state.remove_reference(self.partition_id, f, time)
         state.jobs.pop(self.job_id, None)
         if self.output is not None:
-            state.put_reference(self.output._replace(job_id=None))
+            # The output holds each record's resolved sequence (sediment.files.sequence);
+            # the reference's own is this commit's, for any record written without one.
+            state.put_reference(self.output._replace(
+                job_id=None, sequence=file_sequence(state.version + 1, 0), sequenced=True))
 
     def to_json(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "partition": self.partition_id,

@@ -73,11 +73,29 @@ class Partition:
         )
 
 
+RANK_BITS = 24
+"""Bits of a file sequence below the version: the rank of the file within its transaction."""
+
+
+def file_sequence(version: int, rank: int) -> int:
+    """The sequence of the ``rank``-th distinct file (0-based, in the order the transaction
+    lists them) added by the commit at ``version``: later commits have greater sequences."""
+    return (version << RANK_BITS) | min(rank, (1 << RANK_BITS) - 1)
+
+
 class FileReference(NamedTuple):
     """The part of one data file inside one partition's region.
 
     A NamedTuple rather than a frozen dataclass: states hold up to millions of these and a
     tuple is several times cheaper to build when a snapshot is loaded.
+
+    ``sequence`` orders the file's records against other files' records with equal keys
+    (``sediment.files.sequence``): the state gives it when the file is first added
+    (``version << 24 | rank`` of the file in its transaction), so a later commit's records
+    sort after an earlier one's. References built by writers leave it 0; 0 in a state is a
+    reference from before sequences existed. ``sequenced``: the file is this table's
+    compaction output, whose hidden sequence column gives each record its own sequence (the
+    column of any other file, e.g. one loaded from a dump of another table, is ignored).
     """
 
     filename: str
@@ -85,6 +103,8 @@ class FileReference(NamedTuple):
     records: int
     approximate: bool = False
     job_id: str | None = None
+    sequence: int = 0
+    sequenced: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"file": self.filename, "partition": self.partition_id,
@@ -93,9 +113,14 @@ class FileReference(NamedTuple):
             d["approximate"] = True
         if self.job_id is not None:
             d["job_id"] = self.job_id
+        if self.sequence:
+            d["sequence"] = self.sequence
+        if self.sequenced:
+            d["sequenced"] = True
         return d
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> FileReference:
         return cls(doc["file"], doc["partition"], int(doc["records"]),
-                   bool(doc.get("approximate", False)), doc.get("job_id"))
+                   bool(doc.get("approximate", False)), doc.get("job_id"),
+                   int(doc.get("sequence", 0)), bool(doc.get("sequenced", False)))

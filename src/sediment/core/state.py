@@ -20,6 +20,10 @@ from sediment.core.model import FileReference, Partition, Region
 from sediment.schema import Schema
 
 ROOT_PARTITION_ID = "root"
+REFERENCE_COLUMNS = ("filename", "partition_id", "records", "approximate", "job_id", "sequence",
+                     "sequenced")
+"""The columns of a snapshot's reference table, in FileReference field order."""
+_DEFAULTS: dict[str, Any] = {"sequence": 0, "sequenced": False}
 
 _V = TypeVar("_V")
 _DELETED: Any = object()
@@ -135,8 +139,10 @@ class LazyReferences:
             enabled = gc.isenabled()
             gc.disable()
             try:
-                cols = [self.table.column(n).to_pylist() for n in
-                        ("filename", "partition_id", "records", "approximate", "job_id")]
+                n = self.table.num_rows
+                names = self.table.schema.names
+                cols = [self.table.column(c).to_pylist() if c in names else [_DEFAULTS[c]] * n
+                        for c in REFERENCE_COLUMNS]
                 self.refs = {r.filename: r for r in map(FileReference, *cols)}
             finally:
                 if enabled:

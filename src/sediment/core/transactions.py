@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sediment.core.keys import Key, decode_key, encode_key
-from sediment.core.model import FileReference, Partition
+from sediment.core.model import FileReference, Partition, file_sequence
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.errors import CorruptMetadataError, SchemaError, TransactionInvalidError
 from sediment.properties import validate_properties
@@ -32,7 +32,10 @@ class Transaction(ABC):
 
     @abstractmethod
     def apply(self, state: TableState, time: float) -> None:
-        """Change ``state`` in place (the caller owns it: see TableState.copy)."""
+        """Change ``state`` in place (the caller owns it: see TableState.copy).
+
+        ``state.version`` is still the version this transaction follows: the caller sets it
+        to ``state.version + 1`` (this transaction's version) after ``apply``."""
 
     @abstractmethod
     def to_json(self) -> dict[str, Any]:
@@ -124,8 +127,14 @@ class AddFiles(Transaction):
             seen.add((r.filename, r.partition_id))
 
     def apply(self, state: TableState, time: float) -> None:
+        # Each new file's sequence: this commit's version, then the file's rank in the order
+        # the transaction lists the files (the log's order, so every replay gives the same).
+        version = state.version + 1
+        ranks: dict[str, int] = {}
         for r in self.references:
-            state.put_reference(r)
+            rank = ranks.setdefault(r.filename, len(ranks))
+            state.put_reference(r._replace(sequence=file_sequence(version, rank),
+                                           sequenced=False))
 
     def to_json(self) -> dict[str, Any]:
         return {"references": [r.to_json() for r in self.references]}
@@ -183,8 +192,9 @@ class SplitFileReferences(Transaction):
 
     def apply(self, state: TableState, time: float) -> None:
         for s in self.splits:
+            src = state.references(s.from_partition)[s.filename]
             for t in s.to:
-                state.put_reference(t)
+                state.put_reference(t._replace(sequence=src.sequence, sequenced=src.sequenced))
             state.remove_reference(s.from_partition, s.filename, time)
 
     def to_json(self) -> dict[str, Any]:

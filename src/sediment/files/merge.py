@@ -3,6 +3,11 @@
 Each round takes, from every stream's current batch, the rows whose key is <= the smallest "last
 key" among those batches (found by bisection), sorts that slab (it holds only the overlapping
 rows) and emits it. Memory holds one batch per stream plus one slab, whatever the stream sizes.
+
+The merge is stable: rows with equal keys come out in stream order (all of stream 0's, then
+stream 1's, ...), each stream's in its own order. Rows equal to the cutoff key are taken only
+from the streams up to the first one whose batch ends with that key (its next batch may hold
+more of them); later streams' wait for the next round.
 """
 
 from __future__ import annotations
@@ -34,13 +39,15 @@ def merge_sorted(streams: Sequence[Iterable[pa.RecordBatch]], names: Sequence[st
             yield heads[i]  # type: ignore[misc]
             yield from (b for b in iters[i] if b.num_rows)
             return
-        cutoff = min(row_key(heads[i], heads[i].num_rows - 1, names)  # type: ignore[union-attr]
-                     for i in active)
+        lasts = [row_key(heads[i], heads[i].num_rows - 1, names)  # type: ignore[union-attr]
+                 for i in active]
+        cutoff = min(lasts)
+        limiting = active[lasts.index(cutoff)]  # the first stream whose batch ends at cutoff
         pieces: list[pa.RecordBatch] = []
         for i in active:
             h = heads[i]
             assert h is not None
-            cut = bisect_key(h, cutoff, names, right=True)
+            cut = bisect_key(h, cutoff, names, right=i <= limiting)
             if cut:
                 pieces.append(h.slice(0, cut))
             if cut >= h.num_rows:

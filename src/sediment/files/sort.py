@@ -7,6 +7,10 @@ sort below ~0.6 s. The normalised-key sort (as DuckDB and Polars do) orders rows
 re-sorts only the rows whose 8-byte prefixes tie, by the full keys, with Arrow. When ties are
 common (keys sharing long prefixes) or the key types do not suit it, DataFusion sorts instead;
 below ~64k rows pyarrow does.
+
+Every path is stable: rows with equal keys keep their input order (the later input row stays
+later, which is how "the later record wins" holds within one write; see
+``sediment.files.sequence``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from sediment.files.keys import sort_indices
 _DATAFUSION_MIN_ROWS = 65_536
 _MAX_TIE_FRACTION = 0.05
 _PREFIX = 8
+_RUN = "__sediment_run"
+_POS = "__sediment_pos"
 
 
 def sort_table(table: pa.Table, names: Sequence[str]) -> pa.Table:
@@ -70,7 +76,8 @@ def _normalised_key_order(table: pa.Table, names: Sequence[str]) -> np.ndarray |
     prefix = _prefix_keys(first)
     if prefix is None:
         return None
-    order = np.argsort(prefix)  # not stable: tied prefixes are re-sorted by the full keys
+    # not stable: tied prefixes are re-sorted below by the full keys and the input position
+    order = np.argsort(prefix)
     sp = prefix[order]
     tie = np.zeros(len(sp), dtype=bool)
     eq = sp[1:] == sp[:-1]
@@ -88,9 +95,12 @@ def _normalised_key_order(table: pa.Table, names: Sequence[str]) -> np.ndarray |
     run_id = np.cumsum(run_start) - 1
     rows = order[positions]
     sub = table.select(list(names)).take(pa.array(rows))
-    sub = sub.append_column("__run", pa.array(run_id))
-    sub_order = pc.sort_indices(sub, sort_keys=[("__run", "ascending"),
-                                                *((n, "ascending") for n in names)])
+    # ... and by input position: the argsort above is not stable, so within a run the rows'
+    # order no longer tells which came first (sorting by position keeps equal keys in order)
+    sub = sub.append_column(_RUN, pa.array(run_id)).append_column(_POS, pa.array(rows))
+    sub_order = pc.sort_indices(sub, sort_keys=[(_RUN, "ascending"),
+                                                *((n, "ascending") for n in names),
+                                                (_POS, "ascending")])
     order[positions] = rows[sub_order.to_numpy()]
     return order
 
@@ -99,9 +109,14 @@ def _datafusion_sort(table: pa.Table, names: Sequence[str]) -> pa.Table:
     import datafusion
 
     ctx = datafusion.SessionContext()
-    df = ctx.from_arrow(table).sort(*(datafusion.col(f'"{n}"').sort() for n in names))
+    # DataFusion's sort is not stable: the input position as the last key keeps equal keys
+    # in input order
+    positioned = table.append_column(_POS, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    df = ctx.from_arrow(positioned).sort(
+        *(datafusion.col(f'"{n}"').sort() for n in (*names, _POS)))
     batches = df.collect()
-    out = pa.Table.from_batches(batches) if batches else table.schema.empty_table()
+    out = pa.Table.from_batches(batches).drop_columns([_POS]) if batches \
+        else table.schema.empty_table()
     if not out.schema.equals(table.schema):
         out = out.cast(table.schema)
     return out

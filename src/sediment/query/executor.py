@@ -28,6 +28,7 @@ from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageEr
 from sediment.files.keyfilter import HEADER_BYTES, FilterLayout, hash_keys
 from sediment.files.keys import rows_in
 from sediment.files.merge import merge_sorted
+from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
 from sediment.files.writer import keys_name
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.planner import QueryPlan, SubQuery
@@ -45,6 +46,8 @@ class FileFooter:
     filter: FilterLayout | None = None
     """The layout of the file's key filters (None: the file has none, e.g. written with
     ``parquet.key_filter_bits`` 0 or before filters existed)."""
+    sequenced: bool = False
+    """Whether the file has the hidden sequence column (compaction output)."""
 
 
 class FooterCache:
@@ -148,7 +151,8 @@ class FooterCache:
             else:
                 mins.append(st.min)
                 maxs.append(st.max)
-        return FileFooter(md, mins, maxs, layout)
+        sequenced = any(md.schema.column(i).path == SEQ for i in range(md.num_columns))
+        return FileFooter(md, mins, maxs, layout, sequenced)
 
 
 def _bounds_on_first(region: Region, ranges: tuple[Range, ...] | None) -> list[tuple[Any, Any]]:
@@ -268,12 +272,16 @@ class Executor:
         return rows_in(data, names, sub.region, sub.ranges)
 
     def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
-                         hashes: np.ndarray | None) -> Iterator[pa.Table]:
-        """The file's wanted rows, one (filtered) run of row groups at a time."""
+                         hashes: np.ndarray | None, *, sequence: bool = False
+                         ) -> Iterator[pa.Table]:
+        """The file's wanted rows, one (filtered) run of row groups at a time; with
+        ``sequence``, each row's resolved sequence in a last column (files/sequence.py)."""
         footer = self.footers.cached(ref.filename)
         pf = None
         if footer is None:
             pf, footer = self.footers.open(ref.filename)
+        if sequence and footer.sequenced and ref.sequenced:
+            columns = [*columns, SEQ]
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
         layout = footer.filter
         if hashes is not None and layout is not None:
@@ -294,7 +302,7 @@ class Executor:
                 if sub.ranges is not None or not _inside(footer, run[0], run[-1], sub.region):
                     t = self._filter(t, sub)
                 if t.num_rows:
-                    yield t
+                    yield with_sequence(t, ref.sequence) if sequence else t
         except (pa.ArrowInvalid, OSError) as e:
             raise CorruptMetadataError(f"data file {ref.filename} in {self.objects.uri} "
                                        f"cannot be read: {e}") from e
@@ -305,17 +313,22 @@ class Executor:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self._point_hashes(sub)
+        # several files: merged by (keys, sequence) so equal keys come out in commit order
+        # (one file's rows are in that order already)
+        sequence = len(sub.references) > 1
         per_file = [p for ref in sub.references
-                    if (p := list(self._file_row_groups(ref, sub, columns, hashes)))]
+                    if (p := list(self._file_row_groups(ref, sub, columns, hashes,
+                                                        sequence=sequence)))]
         if not per_file:
             return schema.empty_table()
         if len(per_file) == 1:
             # one file's row groups are already in key order: no sort
-            data = pa.concat_tables(per_file[0])
+            data = without_sequence(pa.concat_tables(per_file[0]))
         else:
             streams = [(b for t in p for b in t.to_batches()) for p in per_file]
-            data = pa.Table.from_batches(
-                list(merge_sorted(streams, self.schema.key_names, schema)), schema=schema)
+            merged = merge_sorted(streams, merge_names(self.schema.key_names),
+                                  schema.append(SEQ_FIELD))
+            data = pa.Table.from_batches([without_sequence(b) for b in merged], schema=schema)
         if iterators:
             batches = apply_iterators(iter(data.to_batches()), iterators)
             data = pa.Table.from_batches(list(batches), schema=schema)
@@ -343,10 +356,15 @@ class Executor:
         schema = pa.schema([arrow.field(c) for c in columns])
         for sub in plan.subqueries:
             hashes = self._point_hashes(sub)
+            sequence = len(sub.references) > 1
             streams = [
-                (b for t in self._file_row_groups(ref, sub, columns, hashes)
+                (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence)
                  for b in t.to_batches())
                 for ref in sub.references
             ]
-            merged = merge_sorted(streams, self.schema.key_names, schema)
+            if sequence:
+                merged = (without_sequence(b) for b in merge_sorted(
+                    streams, merge_names(self.schema.key_names), schema.append(SEQ_FIELD)))
+            else:
+                merged = merge_sorted(streams, self.schema.key_names, schema)
             yield from apply_iterators(merged, iterators)

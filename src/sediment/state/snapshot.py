@@ -21,11 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sediment.core.model import Partition
-from sediment.core.state import CowDict, TableState, partition_runs
+from sediment.core.state import REFERENCE_COLUMNS, CowDict, TableState, partition_runs
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError
 from sediment.schema import Schema
 from sediment.state.log import FORMAT_VERSION, check_format, version_of_key
@@ -41,9 +42,10 @@ _BOUNDARY_MODULUS = 4
 
 REFERENCE_SCHEMA = pa.schema([
     ("partition_id", pa.string()), ("filename", pa.string()), ("records", pa.int64()),
-    ("approximate", pa.bool_()), ("job_id", pa.string()),
+    ("approximate", pa.bool_()), ("job_id", pa.string()), ("sequence", pa.int64()),
+    ("sequenced", pa.bool_()),
 ])
-_STATE_COLUMNS = ["filename", "partition_id", "records", "approximate", "job_id"]
+_STATE_COLUMNS = list(REFERENCE_COLUMNS)
 METARANGE_SCHEMA = pa.schema([
     ("first_partition", pa.string()), ("last_partition", pa.string()),
     ("rows", pa.int64()), ("digest", pa.string()),
@@ -168,7 +170,8 @@ def _state_references_table(state: TableState) -> pa.Table:
         parts.append(pa.table({
             "partition_id": [pid] * len(rows), "filename": names,
             "records": [r.records for r in rows], "approximate": [r.approximate for r in rows],
-            "job_id": [r.job_id for r in rows],
+            "job_id": [r.job_id for r in rows], "sequence": [r.sequence for r in rows],
+            "sequenced": [r.sequenced for r in rows],
         }, schema=REFERENCE_SCHEMA))
     if not parts:
         return REFERENCE_SCHEMA.empty_table()
@@ -314,7 +317,8 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
         state.unreferenced = CowDict((f, float(t)) for f, t in unref)
         state.jobs = {j: (str(p), float(t)) for j, (p, t) in doc.get("jobs", {}).items()}
         if tables:
-            refs = pa.concat_tables(tables).select(_STATE_COLUMNS)
+            refs = pa.concat_tables([_with_sequence_column(t) for t in tables]
+                                    ).select(_STATE_COLUMNS)
             state.load_references(refs)
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptMetadataError(f"{where} is malformed: {e!r}") from e
@@ -322,6 +326,15 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
         _noted(known, [*(r.digest for r in ranges), doc["metarange"], doc["partitions"],
                        doc["unreferenced"]], started)
     return state
+
+
+def _with_sequence_column(table: pa.Table) -> pa.Table:
+    """A range written before file sequences existed: its references have sequence 0."""
+    if "sequence" in table.schema.names:
+        return table
+    n = table.num_rows
+    return table.append_column("sequence", pa.array(np.zeros(n, np.int64))) \
+        .append_column("sequenced", pa.array(np.zeros(n, bool)))
 
 
 def snapshot_versions(objects: ObjectStore) -> list[int]:
