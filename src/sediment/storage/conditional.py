@@ -23,13 +23,13 @@ backoff in all, beyond the client's own retries)."""
 
 
 def create_once(objects: ObjectStore, key: str, data: bytes, *,
-                attempts: int = ATTEMPTS) -> bool:
+                attempts: int | None = None) -> bool:
     """Create ``key`` holding ``data`` unless it exists. True when the object now holds exactly
     ``data`` (written by this call, or by an earlier try of it whose answer was lost), False
     when it holds anything else. Raises WriteOutcomeUnknownError when the store never answers
     well enough to tell."""
     error: Exception | None = None
-    for attempt in range(attempts):
+    for attempt in range(ATTEMPTS if attempts is None else attempts):
         if attempt:
             time.sleep(min(4.0, 0.05 * 2 ** attempt) * random.uniform(0.5, 1.5))
         try:
