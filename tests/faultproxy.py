@@ -282,7 +282,8 @@ class FaultProxy:
         self._rules: list[Rule] = []
         self.counts: Counter[str] = Counter()
         """``requests`` (received), ``forwarded``, one count per action that fired,
-        ``upstream_errors`` (the upstream closed or failed: the client connection is closed)."""
+        ``upstream_errors`` (the upstream closed or failed: the client connection is closed),
+        ``protocol_errors`` (a request the proxy could not parse: closed)."""
         self.events: list[tuple[float, str, str, str]] = []
         """(time, action, method, path) of every fault, up to LOG_LIMIT."""
         self._stop = threading.Event()
@@ -435,6 +436,10 @@ class FaultProxy:
                     req = self._read_request(reader, client)
                 except _Closed:
                     return
+                except (ValueError, IndexError):  # not HTTP we understand: hang up
+                    with self._lock:
+                        self.counts["protocol_errors"] += 1
+                    return
                 rules = self._decide(req)
                 action = rules[-1] if rules and rules[-1].action != "delay" else None
                 for r in rules:
@@ -457,7 +462,7 @@ class FaultProxy:
                     assert up_reader is not None
                     upstream.sendall(req.encode())
                     resp = self._read_response(up_reader, req.method)
-                except (_Closed, OSError):
+                except (_Closed, OSError, ValueError, IndexError):
                     with self._lock:
                         self.counts["upstream_errors"] += 1
                     return
@@ -484,7 +489,7 @@ class FaultProxy:
         lines = reader.head()
         parts = lines[0].decode("latin-1").split(" ")
         if len(parts) != 3:
-            raise _Closed(f"bad request line {lines[0][:100]!r}")
+            raise ValueError(f"bad request line {lines[0][:100]!r}")
         method, target, version = parts
         headers = _headers(lines[1:])
         te = (_get(headers, "transfer-encoding") or "").lower()

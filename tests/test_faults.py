@@ -256,6 +256,33 @@ def test_proxy_rules_skip_probability_and_body(fault_proxy: FaultProxy) -> None:
     assert 400 < fired < 600 and p.fired == fired
 
 
+def test_proxy_hangs_up_on_garbage_and_stops_cleanly(s3_server: str) -> None:
+    import socket
+    import threading
+    import time
+
+    proxy = FaultProxy(s3_server).start()
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"NOT HTTP AT ALL\r\nContent-Length: x\r\n\r\n")
+        assert s.recv(100) == b""  # closed without an answer
+    idle = socket.create_connection((host, int(port)), timeout=5)  # an idle keep-alive peer
+
+    def serving() -> int:
+        return sum(t.name.startswith("faultproxy") and t.is_alive()
+                   for t in threading.enumerate())
+
+    deadline = time.monotonic() + 5
+    while serving() < 2 and time.monotonic() < deadline:  # accept loop + the idle peer's
+        time.sleep(0.01)
+    assert serving() >= 2
+    proxy.stop(timeout=5)
+    assert proxy.counts["protocol_errors"] == 1
+    assert serving() == 0  # every thread ended, the idle connection's too
+    assert idle.recv(100) == b""
+    idle.close()
+
+
 # ---- ambiguous commits: the response of the log PUT is lost -------------------------------------
 def test_ingest(h: Harness) -> None:
     h.ingest(2)
