@@ -41,7 +41,12 @@ from sediment.errors import (
 from sediment.properties import PROPERTIES
 from sediment.state import pending
 from sediment.state.log import HistoryEntry, LogEntry, TransactionLog, log_key
-from sediment.state.snapshot import read_snapshot, snapshot_versions, write_snapshot
+from sediment.state.snapshot import (
+    DigestMemo,
+    read_snapshot,
+    snapshot_versions,
+    write_snapshot,
+)
 from sediment.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -88,7 +93,9 @@ class StateStore:
         """The table's name in errors (its id when the store was opened without one)."""
         self.log = TransactionLog(objects, table_id)
         self._head: TableState | None = None
-        self._known_digests: set[str] = set()
+        self._known_digests = DigestMemo()
+        """Snapshot objects known to exist, forgotten well within the prune grace period (a
+        digest remembered past a prune would make a snapshot name a deleted object)."""
         self._lock = threading.Lock()
         self._synced = 0.0
         """When the cached head was last known to be current (monotonic seconds)."""
