@@ -36,6 +36,7 @@ from sediment.files.keys import range_mask, row_key, sort_indices
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.writer import sample_name, write_key_filters
 from sediment.schema import Schema
+from sediment.state import pending
 from sediment.storage.base import ObjectStore, open_object_store
 
 if TYPE_CHECKING:
@@ -174,10 +175,13 @@ def load_dump(store: Store, job_manifest_uri: str, table_name: str) -> Table:
     if table is None:
         return store.create_table(table_name, schema, split_points=boundaries,
                                   initial_files=lambda t: _copy_and_reference(src, t, files))
-    refs, _ = _copy_and_reference(src, table, files)
+    refs, names = _copy_and_reference(src, table, files)
     from sediment.core.transactions import AddFiles
 
-    table.states.commit(AddFiles(refs))
+    try:
+        table.states.commit(AddFiles(refs))
+    finally:  # committed: referenced now; failed or unknown: GC's orphan pass judges them
+        pending.release(table.objects, names)
     table._invalidate_cache()
     return table
 
@@ -207,6 +211,7 @@ def _copy_and_reference(src: ObjectStore, table: Table, files: list[DumpedFile]
         table.objects.put(sample_name(name), src.get(f.sample))
         write_key_filters(table.objects, name, raw, schema, props)
 
+    pending.register(table.objects, [name for _, name in copies])  # uncommitted until loaded
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(copy, copies))
     for f, name in copies:
