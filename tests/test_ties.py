@@ -395,3 +395,25 @@ def test_uuid_names_do_not_decide(tmp_path: Path) -> None:
         assert answer(t, "last", in_compaction=False) == expected(batches, "last")
         got = pd.DataFrame(answer(t, None, in_compaction=False))
         assert got["v"].tolist() == [r["v"] for r in expected(batches, None)]
+
+
+def test_compaction_merge_needs_no_sort(tmp_path: Path) -> None:
+    """Inputs without the column (a constant sequence) and compacted inputs (sorted by keys
+    then sequence) merge with DataFusion's streaming sort-preserving merge, never a sort."""
+    from sediment.compaction.job import _Input, _merge_frame
+    from sediment.core.model import Region
+
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    table = store.create_table("t", SCHEMA, properties={
+        "compaction.strategy": "basic", "compaction.batch_size": 2})
+    for c in (1, 2):
+        table.ingest(records(c, [("a", 0), ("b", 1)]))
+    table.compact()
+    table.ingest(records(3, [("a", 0)]))
+    refs = table.files()
+    assert sorted(r.sequenced for r in refs) == [False, True]
+    inputs = [_Input(table.objects.path(r.filename), r.sequence, r.sequenced) for r in refs]
+    for region in (None, Region(("a",), ("b",))):
+        plan = str(_merge_frame(inputs, SCHEMA, 1024, 64 << 20, region)
+                   .execution_plan().display_indent())
+        assert "SortPreservingMergeExec" in plan and "SortExec" not in plan, plan

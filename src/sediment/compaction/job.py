@@ -102,10 +102,26 @@ def _merged_batches(inputs: Sequence[_Input | str], schema: Schema, batch_rows: 
     """DataFusion sort-preserving merge of sorted Parquet files by (keys, sequence), the
     sequence column resolved (rows of ``region`` and possibly a few more: see
     ``_coarse_region_filter``). A bare path is an input of sequence 0."""
-    inputs = [i if isinstance(i, _Input) else _Input(i, 0, True) for i in inputs]
+    arrow = schema.to_arrow().append(SEQ_FIELD)
+    df = _merge_frame(inputs, schema, batch_rows, memory_limit, region)
+    for b in df.execute_stream():
+        batch = b.to_pyarrow()
+        if not batch.schema.equals(arrow):
+            batch = pa.RecordBatch.from_arrays(
+                [batch.column(i).cast(arrow.field(i).type) for i in range(len(arrow))],
+                schema=arrow)
+        yield batch
+
+
+def _merge_frame(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int,
+                 memory_limit: int, region: Region | None = None) -> Any:
+    """The DataFusion DataFrame of :func:`_merged_batches` (its plan is a
+    SortPreservingMergeExec over the inputs, no SortExec, unless an input has some rows
+    without a sequence)."""
     import datafusion
     from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, col, functions, lit
 
+    inputs = [i if isinstance(i, _Input) else _Input(i, 0, True) for i in inputs]
     # One stream per input: every file is sorted already, so letting DataFusion split each
     # file into byte ranges (repartition_file_scans) only multiplies the merge's fan-in and
     # its buffered batches: inputs x target_partitions streams, memory growing with the
@@ -142,14 +158,7 @@ def _merged_batches(inputs: Sequence[_Input | str], schema: Schema, batch_rows: 
     coarse = _coarse_region_filter(schema, region)
     if coarse is not None:
         df = df.filter(coarse)
-    df = df.sort(*(datafusion.col(f'"{n}"').sort() for n in merge_names(schema.key_names)))
-    for b in df.execute_stream():
-        batch = b.to_pyarrow()
-        if not batch.schema.equals(arrow):
-            batch = pa.RecordBatch.from_arrays(
-                [batch.column(i).cast(arrow.field(i).type) for i in range(len(arrow))],
-                schema=arrow)
-        yield batch
+    return df.sort(*(datafusion.col(f'"{n}"').sort() for n in merge_names(schema.key_names)))
 
 
 def _prefetched(batches: Iterator[pa.RecordBatch], depth: int = 2

@@ -17,6 +17,9 @@ end; a batch that only continues the held-back run is appended to it without any
 - ``{"type": "keep_latest", "by": "timestamp"}``: one row per row key (sort keys not part of
   the key): the one with the greatest ``by`` (null below every value; ties: the last in stream
   order).
+
+Stream order among equal keys is commit order, then input position (``sediment.files.sequence``):
+``last`` and keep-latest's ties pick the latest record, the same for every reader.
 """
 
 from __future__ import annotations
