@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from sediment.table import Table
 
 BATCH = 1000
+TEMPORARY_TIMEOUT_SECONDS = 3600.0
+"""Temp files of puts are collected only once this old, whatever the orphan timeout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +109,10 @@ def gc(table: Table, *, now: float | None = None,
             orphans.append(o.key)
     if orphans:
         table.objects.delete_many(orphans)
-    # partial writes of killed writers (local temp files), anywhere in the table's folder
-    stale = [o.key for o in table.objects.temporaries("") if store_now - o.mtime >= timeout]
+    # partial writes of killed writers (local temp files), anywhere in the table's folder; a
+    # put in flight writes one too, and no override goes below the hour no put ever takes
+    stale = [o.key for o in table.objects.temporaries("")
+             if store_now - o.mtime >= max(timeout, TEMPORARY_TIMEOUT_SECONDS)]
     if stale:
         table.objects.delete_many(stale)
     n_orphans = sum(1 for k in orphans if data_file_of(k) == k)

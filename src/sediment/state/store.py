@@ -137,7 +137,9 @@ class StateStore:
         state: TableState | None = None
         for v in reversed(snaps):
             try:
-                state = read_snapshot(self.objects, v, self.table_id, self._known_digests)
+                # an old version's objects are the ones prune deletes next: not remembered
+                state = read_snapshot(self.objects, v, self.table_id,
+                                      self._known_digests if version is None else None)
                 break
             except SedimentError as e:  # a damaged snapshot: fall back to an older one
                 log.warning("ignoring snapshot %s of table %s: %s", v, self.name, e)
