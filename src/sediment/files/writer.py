@@ -133,6 +133,9 @@ class SortedFileWriter:
         if sequence:  # sorted by (keys, sequence): the column is the last one
             opts["sorting_columns"] = [*opts["sorting_columns"],
                                        pq.SortingColumn(len(self.arrow_schema) - 1)]
+            # few distinct values (one per input file): a dictionary makes it ~2/3 the size
+            # of plain zstd and cheaper to encode (2M rows of 10 values: 0.86 vs 1.3 MB)
+            opts["use_dictionary"] = [*(opts["use_dictionary"] or []), SEQ]
         self._writer = pq.ParquetWriter(self._sink, self.arrow_schema, **opts)
         bits = int(properties["parquet.key_filter_bits"])
         self._filter = FilterLayout.for_rows(self.row_group_rows, bits) if bits else None
