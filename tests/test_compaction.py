@@ -56,7 +56,9 @@ from sediment.errors import TransactionInvalidError
 from sediment.files.sample import COUNT
 from sediment.files.sequence import without_sequence
 from sediment.files.writer import sample_name, with_sidecars
+from sediment.gc import gc
 from sediment.properties import defaults
+from sediment.state import pending
 from sediment.workload import benchmark_schema, generate
 
 SCHEMA = benchmark_schema()
@@ -590,8 +592,10 @@ def test_killed_compaction_loses_nothing_and_is_rerun(tmp_path: Path) -> None:
     assert len(jobs) == 2
     state = table.states.head()
     for j in jobs:  # run but "die" before committing
-        run_compaction_job(table.objects, table.schema, table.properties, j,
-                           state.partitions[j.partition_id].region)
+        out = run_compaction_job(table.objects, table.schema, table.properties, j,
+                                 state.partitions[j.partition_id].region)
+        assert out.written is not None
+        pending.release(table.objects, [out.written.filename])  # its writer is gone
     assert len(_orphans(table)) == 2
     assert_matches(table.query(), ref)
     # not stale yet: nothing runs, the inputs stay assigned
@@ -648,7 +652,9 @@ def test_killed_compaction_process(tmp_path: Path) -> None:
     assert r.jobs_committed == 1
     assert [f.records for f in table.files()] == [600]
     assert_matches(table.query(), ref)
-    assert table.gc(orphan_timeout=0).orphans_deleted == 1
+    # the killed process's lease still protects its output until the lease times out
+    assert table.gc(orphan_timeout=0).orphans_deleted == 0
+    assert gc(table, now=time.time() + 2 * 3600).orphans_deleted == 1
     assert _orphans(table) == set()
     assert_matches(table.query(), ref)
 

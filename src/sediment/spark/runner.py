@@ -17,6 +17,7 @@ from sediment.core.model import FileReference
 from sediment.core.state import TableState
 from sediment.core.transactions import ReplaceFileReferences
 from sediment.errors import SedimentError
+from sediment.state import pending
 
 if TYPE_CHECKING:
     from sediment.table import Table
@@ -61,6 +62,8 @@ def run_jobs_on_spark(table: Table, state: TableState,
             continue
         output = None if o["filename"] is None else FileReference(o["filename"],
                                                                    j.partition_id, o["rows"])
+        if output is not None:  # written by an executor: the driver's to protect now
+            pending.register(table.objects, [output.filename])
         try:
             table.states.commit(ReplaceFileReferences(
                 j.job_id, j.partition_id, tuple(r.filename for r in j.inputs), output))

@@ -241,6 +241,16 @@ class StateStore:
         head, fresh = self._current(max_age=SYNC_MAX_AGE_SECONDS)
         # Pruning never touches entries younger than PRUNE_GRACE_SECONDS, so a head synced
         # within SYNC_MAX_AGE_SECONDS cannot have its next slot pruned under it.
+        built: list[Transaction] = []
+        try:
+            return self._commit(source, head, fresh, built)
+        finally:
+            # Settled: committed (referenced now), refused (the caller deletes them) or
+            # unknown (GC's orphan pass judges them): no longer this process's to protect.
+            pending.release(self.objects, [f for t in built for f in new_files(t)])
+
+    def _commit(self, source: TransactionSource, head: TableState, fresh: bool,
+                built: list[Transaction]) -> TableState:
         attempts = int(_prop(head, "state.commit.max_attempts"))
         base = float(_prop(head, "state.commit.backoff_seconds"))
         commit_id = uuid.uuid4().hex
@@ -248,6 +258,7 @@ class StateStore:
         lost = 0
         while True:
             txn = source(head) if callable(source) else source
+            built.append(txn)
             try:
                 txn.validate(head)
             except TransactionInvalidError:
@@ -264,7 +275,6 @@ class StateStore:
                 state.version = version
                 state.last_update = now
                 published = self._publish(state, time.monotonic())
-                pending.release(self.objects, new_files(txn))
                 if published is state:
                     self._maybe_snapshot(state)
                 return state.copy()
