@@ -143,6 +143,12 @@ def s3_client(endpoint: str) -> Any:
 
 
 @pytest.fixture
+def s3_client_at() -> Any:
+    """``s3_client`` for tests: a boto3 client for a loopback endpoint (a proxy, say)."""
+    return s3_client
+
+
+@pytest.fixture
 def s3_store_uri(s3_server: str, aws_test_env: None) -> tuple[str, dict[str, Any]]:
     """``("s3://<fresh bucket>/<prefix>", storage options)`` on the moto server."""
     bucket = f"sediment-test-{uuid.uuid4().hex[:20]}"

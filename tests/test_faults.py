@@ -175,8 +175,8 @@ def h(proxied_s3: ProxiedS3) -> Harness:
 
 
 # ---- the proxy itself --------------------------------------------------------------------------
-def test_proxy_forwards_keep_alive_chunked_and_expect_continue(fault_proxy: FaultProxy,
-                                                               s3_server: str) -> None:
+def test_proxy_forwards_keep_alive_chunked_and_expect_continue(
+        fault_proxy: FaultProxy, s3_server: str, s3_client_at: Callable[[str], Any]) -> None:
     """Raw HTTP/1.1 through the proxy: requests on one connection, a chunked body, an
     ``Expect: 100-continue`` body; then each action on a request that matches. (moto refuses
     unsigned GETs with 403: reads go through a signed boto3 client, also via the proxy.)"""
@@ -184,11 +184,9 @@ def test_proxy_forwards_keep_alive_chunked_and_expect_continue(fault_proxy: Faul
     import time
     import uuid
 
-    from conftest import s3_client
-
     bucket = f"proxy-{uuid.uuid4().hex[:12]}"
     host, port = fault_proxy.url.removeprefix("http://").split(":")
-    client = s3_client(fault_proxy.url)
+    client = s3_client_at(fault_proxy.url)
 
     def body(key: str) -> bytes:
         return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())

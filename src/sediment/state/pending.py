@@ -87,14 +87,14 @@ def _heartbeat() -> None:
         with _LOCK:
             leases = list(_LEASES.values())
         for lease in leases:
+            with _LOCK:  # an empty lease is deleted once, then forgotten until a file registers
+                if not lease.files and _LEASES.get(lease.objects.uri) is lease:
+                    del _LEASES[lease.objects.uri]
             try:
                 lease.write()
             except SedimentError as e:  # the next beat tries again; commits check freshness
-                log.warning("could not refresh pending-file lease %s: %s", lease.key, e)
-                continue
-            with _LOCK:  # an empty lease was deleted: forget it until a file registers again
-                if not lease.files and _LEASES.get(lease.objects.uri) is lease:
-                    del _LEASES[lease.objects.uri]
+                if lease.files:
+                    log.warning("could not refresh pending-file lease %s: %s", lease.key, e)
 
 
 def register(objects: ObjectStore, filenames: Iterable[str]) -> None:
