@@ -237,3 +237,25 @@ def test_a_commit_is_refused_when_its_files_are_gone(tmp_path: Path) -> None:
         table.states.commit(AddFiles([FileReference(name, "root", 5)]))
     pending.release(table.objects, [name])
     assert table.version == 1
+
+
+def test_writers_of_one_process_take_turns_instead_of_racing(tmp_path: Path) -> None:
+    """Threads of one process committing at once never lose a version to each other: each
+    puts exactly once (they queue for the commit, not for the head readers use)."""
+    states = init_store(LocalObjectStore(tmp_path))
+    puts: list[int] = []
+    original = states.log.try_append
+
+    def counting(version: int, t: float, txn: object, commit_id: str) -> bool:
+        puts.append(version)
+        return original(version, t, txn, commit_id)  # type: ignore[arg-type]
+
+    states.log.try_append = counting  # type: ignore[method-assign]
+    threads = [threading.Thread(target=lambda i=i: states.commit(AddFiles([ref(f"f{i}")])))
+               for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(puts) == list(range(2, 10))
+    assert states.head().version == 9

@@ -368,7 +368,8 @@ def crash_worker(args: dict[str, Any]) -> None:
             ingest_one()
         elif op == "compact":
             ingest_one()
-            table.compact()
+            r = table.compact()
+            print(f"compact: {r}", flush=True)  # the harness shows it when a kill point is late
         elif op == "split":
             ingest_one()
             table.split()

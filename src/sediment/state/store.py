@@ -97,6 +97,9 @@ class StateStore:
         """Snapshot objects known to exist, forgotten well within the prune grace period (a
         digest remembered past a prune would make a snapshot name a deleted object)."""
         self._lock = threading.Lock()
+        """Guards reading and swapping ``_head`` only: never held across I/O."""
+        self._commit_lock = threading.Lock()
+        """Taken by this process's committers in turn (see ``_commit``); readers never take it."""
         self._synced = 0.0
         """When the cached head was last known to be current (monotonic seconds)."""
 
@@ -238,54 +241,58 @@ class StateStore:
         """
         if self.objects.exists(DROPPED_MARKER):
             raise TableNotFoundError(f"table {self.name} was dropped; nothing was committed")
-        head, fresh = self._current(max_age=SYNC_MAX_AGE_SECONDS)
-        # Pruning never touches entries younger than PRUNE_GRACE_SECONDS, so a head synced
-        # within SYNC_MAX_AGE_SECONDS cannot have its next slot pruned under it.
         built: list[Transaction] = []
         try:
-            return self._commit(source, head, fresh, built)
+            state = self._commit(source, built)
         finally:
             # Settled: committed (referenced now), refused (the caller deletes them) or
             # unknown (GC's orphan pass judges them): no longer this process's to protect.
             pending.release(self.objects, [f for t in built for f in new_files(t)])
+        self._maybe_snapshot(state)
+        return state.copy()
 
-    def _commit(self, source: TransactionSource, head: TableState, fresh: bool,
-                built: list[Transaction]) -> TableState:
-        attempts = int(_prop(head, "state.commit.max_attempts"))
-        base = float(_prop(head, "state.commit.backoff_seconds"))
+    def _commit(self, source: TransactionSource, built: list[Transaction]) -> TableState:
+        """The commit loop. Writers of this process take turns (``_commit_lock``) to build,
+        validate and append, so they never race each other for a version; readers never wait
+        for them (they take only ``_lock``), and nobody waits behind a backoff sleep."""
         commit_id = uuid.uuid4().hex
         checked: set[str] = set()
         lost = 0
+        # Pruning never touches entries younger than PRUNE_GRACE_SECONDS, so a head synced
+        # within SYNC_MAX_AGE_SECONDS cannot have its next slot pruned under it.
+        max_age: float | None = SYNC_MAX_AGE_SECONDS
         while True:
-            txn = source(head) if callable(source) else source
-            built.append(txn)
-            try:
-                txn.validate(head)
-            except TransactionInvalidError:
-                if fresh:
-                    raise
-                head, fresh = self._current(max_age=None)  # judge it at the real head
-                continue
-            self._check_new_files(txn, checked)
-            version = head.version + 1
-            now = time.time()
-            if self._append(version, now, txn, commit_id):
-                state = head.copy()
-                txn.apply(state, now)
-                state.version = version
-                state.last_update = now
-                published = self._publish(state, time.monotonic())
-                if published is state:
-                    self._maybe_snapshot(state)
-                return state.copy()
+            with self._commit_lock:
+                head, fresh = self._current(max_age=max_age)
+                while True:
+                    txn = source(head) if callable(source) else source
+                    built.append(txn)
+                    try:
+                        txn.validate(head)
+                        break
+                    except TransactionInvalidError:
+                        if fresh:
+                            raise
+                        head, fresh = self._current(max_age=None)  # judge it at the real head
+                self._check_new_files(txn, checked)
+                version = head.version + 1
+                now = time.time()
+                if self._append(version, now, txn, commit_id):
+                    state = head.copy()
+                    txn.apply(state, now)
+                    state.version = version
+                    state.last_update = now
+                    self._publish(state, time.monotonic())
+                    return state
             lost += 1
+            attempts = int(_prop(head, "state.commit.max_attempts"))
             if lost >= attempts:
                 raise CommitConflictError(
                     f"table {self.name}: gave up after {attempts} attempts to commit "
                     f"{txn.kind}; other writers took every version up to {version}")
-            delay = min(1.0, base * (2 ** min(lost - 1, 8))) * random.uniform(0.5, 1.5)
-            time.sleep(delay)
-            head, fresh = self._current(max_age=None)
+            base = float(_prop(head, "state.commit.backoff_seconds"))
+            time.sleep(min(1.0, base * (2 ** min(lost - 1, 8))) * random.uniform(0.5, 1.5))
+            max_age = None  # another writer moved the head: read it
 
     def _append(self, version: int, now: float, txn: Transaction, commit_id: str) -> bool:
         """Put ``txn`` at ``version``: True when the entry there is ours, False when another
