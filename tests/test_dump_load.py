@@ -104,7 +104,9 @@ def snapshot_objects(objects: ObjectStore, prefix: str = "") -> dict[str, bytes]
 
 
 def table_keys(store: sd.Store) -> set[str]:
-    return {o.key for o in store.objects.list("tables/")}
+    """Every object of every table but writers' leases (a heartbeat rewrites or deletes them
+    at any moment: see sediment.state.pending)."""
+    return {o.key for o in store.objects.list("tables/") if "/pending/" not in o.key}
 
 
 # ---- round trips -----------------------------------------------------------------------------
