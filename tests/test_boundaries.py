@@ -17,7 +17,7 @@ CORE = SRC / "core"
 CORE_FORBIDDEN = {
     # storage SDKs, Spark, and the rooms that do I/O
     "boto3", "botocore", "obstore", "s3fs", "pyspark", "sediment.storage", "sediment.state",
-    "sediment.catalog", "sediment.table", "sediment.files", "sediment.ingest", "sediment.query",
+    "sediment.store", "sediment.table", "sediment.files", "sediment.ingest", "sediment.query",
     # os-level I/O
     "os", "pathlib", "io", "shutil", "tempfile", "socket", "subprocess", "urllib", "glob",
     "pyarrow.fs", "pyarrow.parquet", "pyarrow.dataset", "pyarrow.csv", "pyarrow.json",
@@ -129,7 +129,7 @@ print(json.dumps(sorted(sys.modules)))
     modules = json.loads(out.stdout)
     assert "sediment.core.transactions" in modules
     forbidden = {"boto3", "botocore", "obstore", "pyspark", "sediment.storage", "sediment.state",
-                 "sediment.catalog", "sediment.table", "pyarrow.fs", "pyarrow.parquet",
+                 "sediment.store", "sediment.table", "pyarrow.fs", "pyarrow.parquet",
                  "pyarrow.dataset"}
     assert [m for m in modules if _hits(m, forbidden)] == []
 

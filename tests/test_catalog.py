@@ -12,7 +12,6 @@ import pyarrow as pa
 import pytest
 
 import sediment as sd
-from sediment.catalog import build_partition_tree, validate_table_name
 from sediment.core.model import Partition
 from sediment.errors import (
     CorruptMetadataError,
@@ -23,6 +22,7 @@ from sediment.errors import (
     TableNotFoundError,
 )
 from sediment.properties import defaults
+from sediment.store import build_partition_tree, validate_table_name
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("value", pa.string())])

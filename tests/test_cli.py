@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import json
 import os
 import subprocess
@@ -16,10 +17,13 @@ import pytest
 from typer.testing import CliRunner, Result
 
 import sediment as sd
-from sediment import cli, cli_format
-from sediment.cli import app, convert_split_point
+from sediment.cli import app
+from sediment.cli import output as cli_format
+from sediment.cli.parsing import convert_split_point
 from sediment.errors import TableNotFoundError
 from sediment.properties import describe_properties
+
+cli = importlib.import_module("sediment.cli.app")  # the module (the package exports its app)
 
 SCRIPT = Path(sys.executable).with_name("sediment")
 

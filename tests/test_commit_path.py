@@ -96,8 +96,8 @@ class FaultyStore(ObjectStore):
 
 
 def init_store(objects: ObjectStore) -> StateStore:
-    from sediment.catalog import build_partition_tree
     from sediment.core.transactions import InitialiseTable
+    from sediment.store import build_partition_tree
 
     states = StateStore(objects, "t1", "events")
     states.commit(InitialiseTable(SCHEMA, {}, build_partition_tree(SCHEMA, None)))

@@ -30,7 +30,6 @@ from reference import (
     result_rows,
     string_key_pool,
 )
-from sediment.catalog import build_partition_tree
 from sediment.compaction import job as job_module
 from sediment.compaction.job import run_compaction_job
 from sediment.compaction.runner import create_jobs, push_down_references, run_job
@@ -56,9 +55,10 @@ from sediment.errors import TransactionInvalidError
 from sediment.files.sample import COUNT
 from sediment.files.sequence import without_sequence
 from sediment.files.writer import sample_name, with_sidecars
-from sediment.gc import gc
+from sediment.maintenance.gc import gc
 from sediment.properties import defaults
 from sediment.state import pending
+from sediment.store import build_partition_tree
 from sediment.workload import benchmark_schema, generate
 
 SCHEMA = benchmark_schema()

@@ -19,14 +19,14 @@ import pytest
 from typer.testing import CliRunner
 
 import sediment as sd
-from sediment.catalog import TABLES_PREFIX, UNNAMED_TABLE_TIMEOUT_SECONDS, build_partition_tree
 from sediment.cli import app
 from sediment.core.transactions import InitialiseTable
 from sediment.errors import TableNotFoundError
-from sediment.maintenance import maintain_store
+from sediment.maintenance.passes import maintain_store
 from sediment.state.log import LOG_PREFIX
 from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage.base import ObjectStore
+from sediment.store import TABLES_PREFIX, UNNAMED_TABLE_TIMEOUT_SECONDS, build_partition_tree
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], values=[("value", pa.int64())])
 

@@ -28,8 +28,8 @@ import pytest
 
 import sediment as sd
 from faultproxy import FaultProxy, ProxiedS3, Rule
-from sediment import batcher
 from sediment.errors import SedimentError, TableNotFoundError
+from sediment.ingest import batcher
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 

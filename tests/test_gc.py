@@ -24,7 +24,7 @@ from sediment.files.writer import (
     with_sidecars,
     write_sorted_file,
 )
-from sediment.gc import GcResult, gc
+from sediment.maintenance.gc import GcResult, gc
 from sediment.state import pending
 from sediment.workload import benchmark_schema, generate
 

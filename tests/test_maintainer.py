@@ -16,7 +16,7 @@ import pyarrow as pa
 import sediment as sd
 from reference import Reference, assert_matches
 from sediment.files.writer import with_sidecars
-from sediment.maintainer import Maintainer
+from sediment.maintenance.continuous import Maintainer
 from test_maintenance import check_settled, rows
 
 SCHEMA = sd.workload.benchmark_schema()
@@ -155,7 +155,7 @@ def test_offline_tables_only_collect_garbage(tmp_path: Path) -> None:
 
 
 def test_pool_runs_smallest_first_and_close_drops_queued_jobs() -> None:
-    from sediment.maintainer import SmallestFirstPool
+    from sediment.maintenance.continuous import SmallestFirstPool
 
     gate = threading.Event()
     ran: list[int] = []

@@ -18,7 +18,7 @@ import sediment as sd
 from reference import Reference, assert_matches, order_key, random_range
 from sediment.core.model import Region
 from sediment.files.writer import with_sidecars
-from sediment.maintenance import MaintenanceResult, maintain, maintain_pass, maintain_store
+from sediment.maintenance.passes import MaintenanceResult, maintain, maintain_pass, maintain_store
 from sediment.workload import benchmark_schema, generate
 
 SCHEMA = benchmark_schema()

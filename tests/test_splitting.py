@@ -20,7 +20,7 @@ from sediment.core.state import ROOT_PARTITION_ID
 from sediment.core.transactions import SplitPartition
 from sediment.errors import TransactionInvalidError
 from sediment.files.sample import build_sample
-from sediment.splitting import SplitResult, choose_split_key, plan_splits
+from sediment.maintenance.splitting import SplitResult, choose_split_key, plan_splits
 from sediment.workload import benchmark_schema, generate
 
 SCHEMA = benchmark_schema()

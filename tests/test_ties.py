@@ -89,8 +89,8 @@ def log_only_copy(root: Path, dest: Path) -> sd.Store:
 
 # ---- file sequences in the state ------------------------------------------------------------
 def _state() -> TableState:
-    from sediment.catalog import build_partition_tree
     from sediment.core.transactions import InitialiseTable
+    from sediment.store import build_partition_tree
 
     st_ = TableState("t")
     _commit(st_, InitialiseTable(SCHEMA, {}, build_partition_tree(SCHEMA, [("m",)])))

@@ -27,7 +27,7 @@ from sediment.errors import (
     TransactionInvalidError,
 )
 from sediment.files.writer import sample_name
-from sediment.gc import gc
+from sediment.maintenance.gc import gc
 from sediment.state.log import LOG_PREFIX
 from sediment.state.snapshot import SNAPSHOT_PREFIX
 from sediment.workload import benchmark_schema, generate

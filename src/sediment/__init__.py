@@ -8,12 +8,12 @@
 1
 """
 
-from sediment.catalog import Store
 from sediment.core.model import FileReference, Partition, Region
 from sediment.core.ranges import Range
 from sediment.errors import SedimentError
 from sediment.schema import Schema
 from sediment.state.log import HistoryEntry
+from sediment.store import Store
 from sediment.table import Table
 
 __version__ = "0.1.0"

@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from sediment.catalog import Store
 from sediment.core.ranges import Range
 from sediment.errors import TableNotFoundError
+from sediment.store import Store
 from sediment.workload import benchmark_schema, generate
 
 

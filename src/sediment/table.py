@@ -21,19 +21,19 @@ from sediment.state.log import HistoryEntry
 from sediment.state.store import StateStore
 
 if TYPE_CHECKING:
-    from sediment.catalog import Store
     from sediment.compaction.runner import CompactionResult
     from sediment.core.ranges import Range
     from sediment.dump import DumpJob
     from sediment.files.samples_io import SampleReader
-    from sediment.gc import GcResult
     from sediment.ingest import IngestResult
-    from sediment.maintenance import MaintenanceResult
+    from sediment.maintenance.gc import GcResult
+    from sediment.maintenance.passes import MaintenanceResult
+    from sediment.maintenance.splitting import SplitResult
     from sediment.query.executor import Executor
     from sediment.query.planner import QueryPlan
-    from sediment.splitting import SplitResult
     from sediment.state.versions import Diff, PruneResult, Tag
     from sediment.status import StatusStore
+    from sediment.store import Store
 
 
 class Table:
@@ -233,7 +233,7 @@ class Table:
 
     def split(self) -> SplitResult:
         """Split every leaf partition over ``partition.split.threshold`` at its median."""
-        from sediment.splitting import split
+        from sediment.maintenance.splitting import split
 
         return split(self)
 
@@ -241,7 +241,7 @@ class Table:
         """Delete unreferenced files past the GC delay and orphans past the orphan timeout
         (``orphan_timeout`` overrides the property, which may not go below an hour: lower
         only where no writer could be slower, as in tests)."""
-        from sediment.gc import gc
+        from sediment.maintenance.gc import gc
 
         return gc(self, orphan_timeout=orphan_timeout)
 
@@ -249,7 +249,7 @@ class Table:
                  orphan_timeout: float | None = None) -> MaintenanceResult:
         """Split, compact and collect garbage until there is nothing left to do (compaction
         jobs in local threads, or as Spark tasks with ``runner="spark"``)."""
-        from sediment.maintenance import maintain
+        from sediment.maintenance.passes import maintain
 
         if runner == "spark":
             from sediment.spark.runner import run_jobs_on_spark

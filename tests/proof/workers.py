@@ -188,7 +188,7 @@ def filter_objects(table: sd.Table) -> set[str]:
 def collect_later(table: sd.Table) -> None:
     """GC as if run two hours from now: the leases of killed writers are dead by then and
     every leftover is past the orphan timeout, so nothing but referenced files remains."""
-    from sediment.gc import gc
+    from sediment.maintenance.gc import gc
 
     gc(table, now=time.time() + 2 * 3600)
 

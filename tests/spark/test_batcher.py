@@ -27,8 +27,8 @@ from spark_helpers import (
 from typer.testing import CliRunner
 
 import sediment as sd
-from sediment import batcher
-from sediment.batcher import Batch, Request, plan_batches, route_for
+from sediment.ingest import batcher
+from sediment.ingest.batcher import Batch, Request, plan_batches, route_for
 
 PROPS = {"batcher.max_files": 3, "batcher.max_bytes": 100, "batcher.max_age_seconds": 60.0}
 

@@ -40,7 +40,7 @@ from sediment.state import pending
 from sediment.storage.base import ObjectStore, open_object_store
 
 if TYPE_CHECKING:
-    from sediment.catalog import Store
+    from sediment.store import Store
     from sediment.table import Table
 
 

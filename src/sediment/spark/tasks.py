@@ -34,8 +34,8 @@ def open_table(spec: dict[str, Any], name: str, table_id: str | None = None) -> 
     new one with the old one's plan; without it, the catalog is checked (one small read) and
     a stale cached table is replaced.
     """
-    from sediment.catalog import Store
     from sediment.errors import TableNotFoundError
+    from sediment.store import Store
 
     key = (repr(sorted(spec.items())), name)
     with _LOCK:

@@ -11,19 +11,23 @@ import pyarrow as pa
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sediment.cli import TableArg, app, convert_split_point
-from sediment.cli_format import (
+from sediment.cli.output import (
     CliError,
     JsonOption,
     StoreOption,
+    TableArg,
     emit,
     key_value_table,
     open_table,
     resolve_store_uri,
     stdout_console,
 )
+from sediment.cli.parsing import convert_split_point
 from sediment.core.ranges import Range
 from sediment.schema import Schema
+
+commands = typer.Typer()
+"""This group's commands (added to the root app by ``sediment.cli.app``)."""
 
 
 def _key_values(text: str, schema: Schema, what: str) -> tuple[Any, ...]:
@@ -69,7 +73,7 @@ def parse_range(text: str, schema: Schema) -> Range:
     return Range(start, end, start_inclusive=t[0] == "[", end_inclusive=t[-1] == "]")
 
 
-@app.command()
+@commands.command()
 def ingest(
     name: TableArg,
     files: Annotated[list[str], typer.Argument(help="Parquet, CSV or JSON-lines files; globs "
@@ -90,7 +94,7 @@ def ingest(
     emit(data, json_out, lambda d: key_value_table(d.items(), title="ingest"))
 
 
-@app.command()
+@commands.command()
 def query(
     name: TableArg,
     key: Annotated[list[str] | None, typer.Option("--key", "-k", help="Exact row key (JSON "
@@ -140,7 +144,7 @@ def _write_result(result: pa.Table, fmt: str, output: Path | None, limit: int) -
             sys.stdout.write(sink.getvalue().to_pybytes().decode())
         return
     if fmt == "json":
-        from sediment.cli_format import json_default
+        from sediment.cli.output import json_default
 
         text = "\n".join(json.dumps(r, default=json_default) for r in result.to_pylist())
         if output is not None:
@@ -148,7 +152,7 @@ def _write_result(result: pa.Table, fmt: str, output: Path | None, limit: int) -
         elif text:
             sys.stdout.write(text + "\n")
         return
-    from sediment.cli_format import make_table
+    from sediment.cli.output import make_table
 
     shown = result.slice(0, limit)
     console = stdout_console()
@@ -160,7 +164,7 @@ def _write_result(result: pa.Table, fmt: str, output: Path | None, limit: int) -
         raise CliError("--output needs --format csv, json or parquet")
 
 
-@app.command()
+@commands.command()
 def demo(
     store: StoreOption = None,
     rows: Annotated[int, typer.Option("--rows", help="Rows to generate.")] = 2_000_000,

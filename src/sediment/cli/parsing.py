@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sediment.cli_format import CliError
+from sediment.cli.output import CliError
 from sediment.errors import SchemaError
 from sediment.schema import Schema, parse_type
 

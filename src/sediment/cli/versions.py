@@ -8,11 +8,11 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
 
-from sediment.cli import TableArg, app
-from sediment.cli_data import parse_range
-from sediment.cli_format import (
+from sediment.cli.data import parse_range
+from sediment.cli.output import (
     JsonOption,
     StoreOption,
+    TableArg,
     emit,
     iso_time,
     key_value_table,
@@ -21,10 +21,13 @@ from sediment.cli_format import (
     open_table,
 )
 
+commands = typer.Typer()
+"""This group's commands (added to the root app by ``sediment.cli.app``)."""
+
 VersionArg = Annotated[str, typer.Argument(help="A version number or a tag.")]
 
 
-@app.command()
+@commands.command()
 def tag(name: TableArg, tag_name: Annotated[str, typer.Argument(metavar="TAG")],
         version: Annotated[int | None, typer.Option("--version", help="Default: latest.")]
         = None,
@@ -42,7 +45,7 @@ def tag(name: TableArg, tag_name: Annotated[str, typer.Argument(metavar="TAG")],
          lambda d: f"tagged version {tg.version} of {name} as {tg.name}")
 
 
-@app.command()
+@commands.command()
 def tags(name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
     """List a table's tags."""
     rows = [{"tag": x.name, "version": x.version, "created": x.created}
@@ -51,7 +54,7 @@ def tags(name: TableArg, store: StoreOption = None, json_out: JsonOption = False
         [r["tag"], r["version"], iso_time(r["created"])] for r in rs]))
 
 
-@app.command()
+@commands.command()
 def diff(name: TableArg, v1: VersionArg,
          v2: Annotated[str | None, typer.Argument(help="Default: latest.")] = None,
          store: StoreOption = None, json_out: JsonOption = False) -> None:
@@ -70,7 +73,7 @@ def diff(name: TableArg, v1: VersionArg,
         title=f"diff {d.from_version} -> {d.to_version}"))
 
 
-@app.command()
+@commands.command()
 def restore(name: TableArg, version: VersionArg, store: StoreOption = None,
             json_out: JsonOption = False) -> None:
     """Make the table's content what it was at a version (as a new transaction)."""
@@ -79,7 +82,7 @@ def restore(name: TableArg, version: VersionArg, store: StoreOption = None,
          lambda d: f"restored {name} to {version} as version {v}")
 
 
-@app.command()
+@commands.command()
 def prune(name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
     """Delete log entries and snapshots that no tag or retained version needs."""
     r = open_table(store, name).prune()
@@ -87,7 +90,7 @@ def prune(name: TableArg, store: StoreOption = None, json_out: JsonOption = Fals
          json_out, lambda d: key_value_table(d.items(), title="pruned"))
 
 
-@app.command()
+@commands.command()
 def dump(name: TableArg, root: Annotated[str, typer.Argument(help="Destination folder or "
                                                              "s3://bucket/prefix.")],
          range_: Annotated[str | None, typer.Option("--range", help="Key range, e.g. [a,m)")]
@@ -120,7 +123,7 @@ def dump(name: TableArg, root: Annotated[str, typer.Argument(help="Destination f
          lambda d: key_value_table(d.items(), title="dump"))
 
 
-@app.command()
+@commands.command()
 def load(manifest: Annotated[str, typer.Argument(help="<root>/<job>/job-manifest.json")],
          name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
     """Verify a dump and load it into a new or existing table (one transaction)."""

@@ -7,11 +7,13 @@ from typing import Annotated
 
 import typer
 
-from sediment.cli import TableArg, app
-from sediment.cli_format import JsonOption, StoreOption, emit, key_value_table, open_table
+from sediment.cli.output import JsonOption, StoreOption, TableArg, emit, key_value_table, open_table
+
+commands = typer.Typer()
+"""This group's commands (added to the root app by ``sediment.cli.app``)."""
 
 
-@app.command("bulk-import")
+@commands.command("bulk-import")
 def bulk_import_cmd(
     name: TableArg,
     paths: Annotated[list[str], typer.Argument(help="Parquet, CSV or JSON-lines files; globs "

@@ -40,8 +40,8 @@ from sediment.compaction.runner import (
     stale_jobs,
 )
 from sediment.errors import SedimentError, TransactionInvalidError
-from sediment.gc import gc
-from sediment.splitting import leaf_records, split
+from sediment.maintenance.gc import gc
+from sediment.maintenance.splitting import leaf_records, split
 
 if TYPE_CHECKING:
     from sediment.table import Table
@@ -130,7 +130,8 @@ class Maintainer:
                  orphan_timeout: float | None = None) -> None:
         self._tables_fn = tables
         self.orphan_timeout = orphan_timeout
-        """Overrides each table's ``gc.orphan_timeout_seconds`` (see ``sediment.gc.gc``)."""
+        """Overrides each table's ``gc.orphan_timeout_seconds`` (see
+        ``sediment.maintenance.gc.gc``)."""
         self.threads = threads or (os.cpu_count() or 2)
         self.tick_seconds = tick_seconds
         self.gc_every = gc_every

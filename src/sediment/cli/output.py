@@ -1,7 +1,6 @@
 """Shared plumbing for ``sediment`` CLI commands: store resolution, options, output, errors.
 
-Every command module (``cli.py`` and the ones that add ingest, query, compaction... later) uses
-these helpers so that all commands behave alike:
+Every command module of :mod:`sediment.cli` uses these helpers so that all commands behave alike:
 
 * ``StoreOption`` / ``JsonOption`` are the ``--store`` and ``--json`` options, declared once so
   their names, help and the ``SEDIMENT_STORE`` fallback cannot drift between commands;
@@ -29,7 +28,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from sediment.catalog import Store
+    from sediment.store import Store
     from sediment.table import Table
 
 STORE_ENV = "SEDIMENT_STORE"
@@ -93,8 +92,8 @@ def resolve_store_uri(store: str | None) -> str:
 
 def store_exists(uri: str) -> bool:
     """Does a Sediment store (its ``store.json``) exist at ``uri``? Never creates anything."""
-    from sediment.catalog import STORE_FILE
     from sediment.storage.base import open_object_store
+    from sediment.store import STORE_FILE
 
     return open_object_store(uri).exists(STORE_FILE)
 
@@ -107,7 +106,7 @@ def open_store(store: str | None, *, create: bool = False,
     (``init``, ``create-table``) pass ``create=True``, so that a mistyped ``--store`` on any
     other command fails loudly instead of producing a fresh empty store.
     """
-    from sediment.catalog import Store
+    from sediment.store import Store
 
     uri = resolve_store_uri(store)
     if not create and not store_exists(uri):
@@ -231,3 +230,6 @@ def is_interactive() -> bool:
         return sys.stdin is not None and sys.stdin.isatty()
     except (OSError, ValueError):
         return False
+
+
+TableArg = Annotated[str, typer.Argument(metavar="TABLE", help="Table name.")]

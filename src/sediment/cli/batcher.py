@@ -8,8 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import RenderableType
 
-from sediment.cli import app
-from sediment.cli_format import (
+from sediment.cli.output import (
     JsonOption,
     StoreOption,
     emit,
@@ -24,7 +23,6 @@ batcher_app = typer.Typer(
     "and age (big jobs go to Spark bulk import with --spark).",
     no_args_is_help=True,
 )
-app.add_typer(batcher_app, name="batcher")
 
 TableArg = Annotated[str, typer.Argument(metavar="TABLE", help="Table name.")]
 
@@ -50,7 +48,7 @@ def submit_cmd(
     json_out: JsonOption = False,
 ) -> None:
     """Queue files for ingest into a table (nothing is ingested until `batcher run`)."""
-    from sediment import batcher
+    from sediment.ingest import batcher
 
     table = open_table(store, name)
     requests = batcher.submit(table, files)
@@ -63,7 +61,7 @@ def submit_cmd(
 @batcher_app.command("status")
 def status_cmd(name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
     """Pending requests, the jobs a run would make now, running and recent jobs, failures."""
-    from sediment import batcher
+    from sediment.ingest import batcher
 
     data = batcher.status(open_table(store, name))
     emit(data, json_out, _render_status)
@@ -112,7 +110,7 @@ def run_cmd(
     json_out: JsonOption = False,
 ) -> None:
     """Make and run every job that is due (and settle jobs whose runner died)."""
-    from sediment import batcher
+    from sediment.ingest import batcher
 
     table = open_table(store, name)
     started = time.perf_counter()

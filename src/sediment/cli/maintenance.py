@@ -13,8 +13,7 @@ import typer
 from rich.console import RenderableType
 from rich.tree import Tree
 
-from sediment.cli import app
-from sediment.cli_format import (
+from sediment.cli.output import (
     CliError,
     JsonOption,
     StoreOption,
@@ -26,6 +25,9 @@ from sediment.cli_format import (
 )
 from sediment.errors import SedimentError
 from sediment.table import Table
+
+commands = typer.Typer()
+"""This group's commands (added to the root app by ``sediment.cli.app``)."""
 
 TableOption = Annotated[str | None, typer.Option("--table", "-t",
                                                  help="One table (default: every table).")]
@@ -124,7 +126,7 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
         time.sleep(interval)
 
 
-@app.command()
+@commands.command()
 def compact(table: TableOption = None, loop: LoopOption = False, interval: IntervalOption = 10.0,
             max_loops: PassesOption = 0, store: StoreOption = None,
             json_out: JsonOption = False) -> None:
@@ -137,7 +139,7 @@ def compact(table: TableOption = None, loop: LoopOption = False, interval: Inter
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=True)
 
 
-@app.command()
+@commands.command()
 def split(table: TableOption = None, loop: LoopOption = False, interval: IntervalOption = 10.0,
           max_loops: PassesOption = 0, store: StoreOption = None,
           json_out: JsonOption = False) -> None:
@@ -148,7 +150,7 @@ def split(table: TableOption = None, loop: LoopOption = False, interval: Interva
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=True)
 
 
-@app.command()
+@commands.command()
 def gc(table: TableOption = None, loop: LoopOption = False, interval: IntervalOption = 60.0,
        max_loops: PassesOption = 0, store: StoreOption = None,
        json_out: JsonOption = False, orphan_timeout: OrphanTimeoutOption = None) -> None:
@@ -159,7 +161,7 @@ def gc(table: TableOption = None, loop: LoopOption = False, interval: IntervalOp
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False)
 
 
-@app.command()
+@commands.command()
 def maintain(table: TableOption = None, loop: LoopOption = False,
              interval: IntervalOption = 10.0, max_loops: PassesOption = 0,
              spark: Annotated[bool, typer.Option("--spark", help="Run compaction jobs as "
@@ -177,7 +179,7 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
 
         session(master)
     elif loop:
-        from sediment.maintainer import Maintainer
+        from sediment.maintenance.continuous import Maintainer
 
         stop = _stop_on_signals()
         collected = [float("-inf")]
@@ -247,7 +249,7 @@ def _partition_tree(rows: list[dict[str, Any]]) -> RenderableType:
     return tree
 
 
-@app.command()
+@commands.command()
 def report(
     what: Annotated[str, typer.Argument(help="partitions, files, jobs or tasks")],
     table: Annotated[str, typer.Option("--table", "-t", help="Table to report on.")],

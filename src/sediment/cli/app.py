@@ -1,20 +1,18 @@
 """The ``sediment`` command: store and table administration from a shell.
 
-One typer ``app`` holds every command. Commands live in this module (store and table admin) and
-in further modules (ingest, query, compaction, ...) that do ``from sediment.cli import app`` and
-register with ``@app.command()``; list such modules in :data:`COMMAND_MODULES` at the bottom of
-this file so they are imported whenever the CLI is. Shared options and output helpers are in
-:mod:`sediment.cli_format`: take ``store: StoreOption = None`` and, for commands that print data,
+One typer ``app`` holds every command. Store and table administration lives in this module; each
+further group (data, maintenance, versions, spark, batcher) is a module with its own ``commands``
+app that :func:`_register` adds here explicitly. Shared options and output helpers are in
+:mod:`sediment.cli.output`: take ``store: StoreOption = None`` and, for commands that print data,
 ``json_out: JsonOption = False``, then ``open_store(store)`` / ``emit(data, json_out, render)``.
 
-Errors: any :class:`~sediment.errors.SedimentError` or :class:`~sediment.cli_format.CliError`
+Errors: any :class:`~sediment.errors.SedimentError` or :class:`~sediment.cli.output.CliError`
 escaping a command is printed as ``error: <message>`` on stderr with exit code 1 by
 :class:`SedimentGroup`, so command bodies never need their own try/except for that.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,10 +22,11 @@ from rich.padding import Padding
 from rich.text import Text
 from typer.core import TyperGroup
 
-from sediment.cli_format import (
+from sediment.cli.output import (
     CliError,
     JsonOption,
     StoreOption,
+    TableArg,
     emit,
     is_interactive,
     iso_time,
@@ -40,7 +39,7 @@ from sediment.cli_format import (
     resolve_store_uri,
     store_exists,
 )
-from sediment.cli_parse import _parse_field, _schema_from_file, convert_split_point
+from sediment.cli.parsing import _parse_field, _schema_from_file, convert_split_point
 from sediment.errors import PropertyError, SedimentError
 from sediment.properties import PROPERTIES, defaults, describe_properties, validate_properties
 from sediment.schema import Schema
@@ -91,7 +90,6 @@ def _root(
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-TableArg = Annotated[str, typer.Argument(metavar="TABLE", help="Table name.")]
 PropertyOption = Annotated[
     list[str] | None,
     typer.Option("--property", "-p", metavar="NAME=VALUE",
@@ -350,31 +348,20 @@ def offline(name: TableArg, store: StoreOption = None, json_out: JsonOption = Fa
     _set_online(store, name, False, json_out)
 
 
-# ---- other command modules ----------------------------------------------------------------------
-COMMAND_MODULES: tuple[str, ...] = (
-    "sediment.cli_data",
-    "sediment.cli_maintenance",
-    "sediment.cli_versions",
-    "sediment.cli_spark",
-    "sediment.cli_batcher",
-)
-"""Modules that add commands to ``app`` (e.g. ``"sediment.cli_ingest"``), imported below so the
-commands exist whenever ``sediment.cli`` is imported (the console script, tests)."""
+# ---- the other command groups -------------------------------------------------------------------
+def _register() -> None:
+    """Add the command groups' commands to ``app``: each module holds its own ``commands``
+    (and the batcher its sub-app), so nothing registers by being imported."""
+    from sediment.cli import batcher, data, maintenance, spark, versions
 
-if __name__ != "__main__":  # as ``__main__`` (python -m sediment.cli) see the end
-    for _module in COMMAND_MODULES:
-        importlib.import_module(_module)
+    for module in (data, maintenance, versions, spark):
+        app.registered_commands.extend(module.commands.registered_commands)
+    app.add_typer(batcher.batcher_app, name="batcher")
+
+
+_register()
 
 
 def main() -> None:
     """Entry point of the ``sediment`` console script."""
     app(prog_name="sediment")
-
-
-if __name__ == "__main__":
-    # ``python -m sediment.cli`` runs this file as ``__main__``, a second copy of the module:
-    # the command modules register on ``sediment.cli.app`` (and importing them from here was a
-    # circular import), so run the real module's app.
-    from sediment.cli import main as _main
-
-    _main()

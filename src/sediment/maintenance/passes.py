@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sediment.compaction.runner import CompactionResult, JobRunner, compact
-from sediment.gc import GcResult, gc
-from sediment.splitting import SplitResult, split
+from sediment.maintenance.gc import GcResult, gc
+from sediment.maintenance.splitting import SplitResult, split
 
 if TYPE_CHECKING:
-    from sediment.catalog import Store
+    from sediment.store import Store
     from sediment.table import Table
 
 MAX_PASSES = 100
@@ -32,7 +32,7 @@ def maintain_pass(table: Table, *, runner: JobRunner | None = None,
                   orphan_timeout: float | None = None
                   ) -> tuple[SplitResult, CompactionResult, GcResult]:
     """One pass: split leaves over the threshold, compact, collect garbage
-    (``orphan_timeout``: see ``sediment.gc.gc``)."""
+    (``orphan_timeout``: see ``sediment.maintenance.gc.gc``)."""
     s = split(table)
     c = compact(table, runner=runner)
     g = gc(table, orphan_timeout=orphan_timeout)

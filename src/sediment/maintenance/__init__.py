@@ -1,0 +1,4 @@
+"""Keeping tables in shape: one-off passes (``passes``: split, compact, collect garbage until
+settled), the continuous maintainer (``continuous``: the ``maintain --loop`` daemon), partition
+splitting (``splitting``: a leaf over the threshold becomes two at its median) and garbage
+collection (``gc``: unreferenced files, orphans)."""
