@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -33,6 +33,7 @@ from sediment.core.transactions import (
 )
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sample import estimate_count
+from sediment.state import pending
 
 if TYPE_CHECKING:
     from sediment.table import Table
@@ -117,33 +118,66 @@ def stale_jobs(state: TableState, timeout: float, *, exclude: set[str],
             if job_id not in exclude and now - at >= timeout]
 
 
-def run_job(table: Table, state: TableState, job: CompactionJob) -> JobResult:
-    """Run one job and commit it; records status events; never raises for a job failure."""
+def record_job_started(table: Table, job: CompactionJob) -> None:
+    """The ``started`` event of a job about to run (here or on a Spark executor)."""
+    table.status.record("compaction", job.job_id, "started", partition_id=job.partition_id,
+                        inputs=len(job.inputs), records_in=job.records)
+
+
+def commit_job(table: Table, job: CompactionJob, out: JobOutput | str, *,
+               adopt: bool = False) -> JobResult:
+    """End a job that ran: record ``finished`` and commit its output (``committed``), or
+    record ``failed`` when it did not run (``out`` is then the reason) or its commit no longer
+    validates. ``adopt``: the output was written by another process (a Spark executor), so
+    this one protects it from GC until the commit settles. Never raises for a job failure.
+
+    Every runner (local, Spark, the continuous maintainer) ends its jobs here."""
     status = table.status
-    status.record("compaction", job.job_id, "started", partition_id=job.partition_id,
-                  inputs=len(job.inputs), records_in=job.records)
-    try:
-        region = state.partitions[job.partition_id].region
-        out: JobOutput = run_compaction_job(table.objects, table.schema, table.properties, job,
-                                            region, table.compaction_iterators())
-        rows_out = out.written.rows if out.written else 0
-        status.record("compaction", job.job_id, "finished", partition_id=job.partition_id,
-                      rows_in=out.rows_in, rows_out=rows_out,
-                      bytes_out=out.written.bytes if out.written else 0,
-                      seconds=out.seconds,
-                      rows_per_second=out.rows_in / out.seconds if out.seconds else 0.0)
-        output = None if out.written is None else FileReference(
-            out.written.filename, job.partition_id, out.written.rows)
-        table.states.commit(ReplaceFileReferences(
-            job.job_id, job.partition_id, tuple(r.filename for r in job.inputs), output))
-        status.record("compaction", job.job_id, "committed", partition_id=job.partition_id)
-        return JobResult(job, True, out.rows_in, rows_out,
-                         out.written.bytes if out.written else 0, out.seconds)
-    except (SedimentError, OSError) as e:
-        reason = f"{type(e).__name__}: {e}"
+
+    def failed(reason: str) -> JobResult:
         status.record("compaction", job.job_id, "failed", partition_id=job.partition_id,
                       reason=reason)
         return JobResult(job, False, error=reason)
+
+    if isinstance(out, str):
+        return failed(out)
+    w = out.written
+    rows_out, bytes_out = (w.rows, w.bytes) if w else (0, 0)
+    status.record("compaction", job.job_id, "finished", partition_id=job.partition_id,
+                  rows_in=out.rows_in, rows_out=rows_out, bytes_out=bytes_out,
+                  seconds=out.seconds,
+                  rows_per_second=out.rows_in / out.seconds if out.seconds else 0.0)
+    output = None if w is None else FileReference(w.filename, job.partition_id, w.rows)
+    try:
+        if output is not None and adopt:
+            pending.register(table.objects, [output.filename])
+        table.states.commit(ReplaceFileReferences(
+            job.job_id, job.partition_id, tuple(r.filename for r in job.inputs), output))
+    except (SedimentError, OSError) as e:
+        return failed(_reason(e))
+    status.record("compaction", job.job_id, "committed", partition_id=job.partition_id)
+    return JobResult(job, True, out.rows_in, rows_out, bytes_out, out.seconds)
+
+
+def _reason(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def execute_job(table: Table, job: CompactionJob, region: Region) -> JobOutput | str:
+    """Run one job (of the partition with ``region``) in this process: its output, or why it
+    failed (a storage or data error: one bad job fails alone)."""
+    try:
+        return run_compaction_job(table.objects, table.schema, table.properties, job, region,
+                                  table.compaction_iterators())
+    except (SedimentError, OSError) as e:
+        return _reason(e)
+
+
+def run_job(table: Table, state: TableState, job: CompactionJob) -> JobResult:
+    """Run one job and commit it; records status events; never raises for a job failure."""
+    record_job_started(table, job)
+    region = state.partitions[job.partition_id].region
+    return commit_job(table, job, execute_job(table, job, region))
 
 
 def run_jobs_locally(table: Table, state: TableState,
@@ -155,11 +189,20 @@ def run_jobs_locally(table: Table, state: TableState,
         return list(pool.map(lambda j: run_job(table, state, j), jobs))
 
 
-def compact(table: Table, *, runner: JobRunner | None = None) -> CompactionResult:
-    """One compaction pass over ``table`` (nothing for an offline table)."""
-    started = time.perf_counter()
-    if not table.states.head().online:
-        return CompactionResult()
+@dataclass(frozen=True, slots=True)
+class DueJobs:
+    """What the start of a pass found to run: the jobs it assigned, then the stale ones."""
+
+    state: TableState
+    """The head the jobs were planned on (what their regions are read from)."""
+    jobs: list[CompactionJob]
+    references_pushed_down: int = 0
+
+
+def due_jobs(table: Table, *, exclude: Set[str] = frozenset(),
+             refresh: bool = True) -> DueJobs:
+    """The start of every pass (``compact``, the continuous maintainer): push references down,
+    assign new jobs (each recorded ``created``), and add the stale jobs not in ``exclude``."""
     try:
         moved = push_down_references(table)
     except TransactionInvalidError:
@@ -168,13 +211,22 @@ def compact(table: Table, *, runner: JobRunner | None = None) -> CompactionResul
     for j in jobs:
         table.status.record("compaction", j.job_id, "created", partition_id=j.partition_id,
                             inputs=len(j.inputs), records_in=j.records)
-    state = table.states.head()
-    jobs = jobs + stale_jobs(state, float(table.properties["compaction.job_timeout_seconds"]),
-                             exclude={j.job_id for j in jobs})
-    results = (runner or run_jobs_locally)(table, state, jobs) if jobs else []
-    table._invalidate_cache()
+    state = table.states.head(refresh=refresh)
+    timeout = float(table.properties["compaction.job_timeout_seconds"])
+    stale = stale_jobs(state, timeout, exclude=set(exclude) | {j.job_id for j in jobs})
+    return DueJobs(state, jobs + stale, moved)
+
+
+def compact(table: Table, *, runner: JobRunner | None = None) -> CompactionResult:
+    """One compaction pass over ``table`` (nothing for an offline table)."""
+    started = time.perf_counter()
+    if not table.states.head().online:
+        return CompactionResult()
+    due = due_jobs(table)
+    jobs = due.jobs
+    results = (runner or run_jobs_locally)(table, due.state, jobs) if jobs else []
     ok = [r for r in results if r.committed]
     return CompactionResult(
-        moved, len(jobs), len(ok), len(results) - len(ok),
+        due.references_pushed_down, len(jobs), len(ok), len(results) - len(ok),
         sum(r.rows_in for r in ok), sum(r.rows_out for r in ok),
         time.perf_counter() - started, tuple(r.error for r in results if r.error))

@@ -32,14 +32,8 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sediment.compaction.runner import (
-    JobResult,
-    create_jobs,
-    push_down_references,
-    run_job,
-    stale_jobs,
-)
-from sediment.errors import SedimentError, TransactionInvalidError
+from sediment.compaction.runner import JobResult, due_jobs, run_job
+from sediment.errors import SedimentError
 from sediment.maintenance.gc import gc
 from sediment.maintenance.splitting import leaf_records, split
 
@@ -202,15 +196,6 @@ class Maintainer:
         return False
 
     def _compact(self, t: Table, act: TableActivity) -> None:
-        try:
-            push_down_references(t)
-        except TransactionInvalidError:
-            pass  # raced with another maintainer: next tick
-        jobs = create_jobs(t)
-        for j in jobs:
-            t.status.record("compaction", j.job_id, "created", partition_id=j.partition_id,
-                            inputs=len(j.inputs), records_in=j.records)
-        state = t.states.head(refresh=False)
         timeout = float(t.properties["compaction.job_timeout_seconds"])
         now = time.monotonic()
         with self._lock:
@@ -218,10 +203,11 @@ class Maintainer:
             # failed stays assigned: rerun it as any stale job, not on every tick)
             recent = set(self._running) | {j for j, (_, at) in self._ran_at.items()
                                            if now - at < timeout}
-        jobs += stale_jobs(state, timeout, exclude=recent | {j.job_id for j in jobs})
+        due = due_jobs(t, exclude=recent, refresh=False)
+        state = due.state
         live = set(state.jobs)  # forget this table's jobs that are no longer assigned
         self._ran_at = {j: v for j, v in self._ran_at.items() if v[0] != t.name or j in live}
-        for j in jobs:
+        for j in due.jobs:
             self._ran_at[j.job_id] = (t.name, now)
             fut = self._pool.submit(j.records, functools.partial(run_job, t, state, j))
             with self._lock:
