@@ -334,7 +334,7 @@ def test_open_object_store_s3_uri(aws_test_env: None) -> None:
     assert store.uri == "s3://my-bucket/some/prefix"
     assert store.endpoint_url == "http://127.0.0.1:9"
     assert store.region == "eu-west-2"
-    assert store.options()["access_key_id"] == "testing"
+    assert store.reopen_options()["access_key_id"] == "testing"
     bare = open_object_store("s3://my-bucket", **opts)
     assert isinstance(bare, S3ObjectStore)
     assert (bare.prefix, bare.uri) == ("", "s3://my-bucket")
@@ -365,6 +365,84 @@ def test_open_object_store_rejects_s3_without_bucket() -> None:
         open_object_store("s3:///prefix")
 
 
+@pytest.mark.parametrize("uri", ["PLAIN", "FILE", "memory://options-test"])
+def test_local_and_memory_stores_refuse_every_option(uri: str, tmp_path: Path) -> None:
+    uri = {"PLAIN": str(tmp_path / "s"), "FILE": (tmp_path / "s").as_uri()}.get(uri, uri)
+    with pytest.raises(StorageError, match="'endpoint_url'.*takes none"):
+        open_object_store(uri, endpoint_url="http://127.0.0.1:9")
+
+
+def test_s3_refuses_an_unknown_option_naming_it(aws_test_env: None) -> None:
+    with pytest.raises(StorageError, match="'endpoint'.*'regoin'.*takes access_key_id"):
+        open_object_store("s3://my-bucket/p", region="eu-west-2", regoin="eu-west-1",
+                          endpoint="http://127.0.0.1:9")
+
+
+def test_store_open_refuses_an_unknown_storage_option(tmp_path: Path) -> None:
+    import sediment as sd
+
+    with pytest.raises(StorageError, match="'acess_key_id'"):
+        sd.Store.open(str(tmp_path / "s"), acess_key_id="x")
+    assert not (tmp_path / "s").exists()  # refused before anything was written
+
+
+def test_registered_scheme_opens_with_its_factory(tmp_path: Path) -> None:
+    from sediment.storage import registry
+
+    opened: list[tuple[str, dict[str, Any]]] = []
+
+    def factory(uri: str, **options: Any) -> ObjectStore:
+        opened.append((uri, options))
+        return LocalObjectStore(tmp_path / "x")
+
+    registry.register_scheme("testfs", factory)
+    try:
+        store = open_object_store("testfs://somewhere", flavour="x")
+        assert isinstance(store, LocalObjectStore) and opened == [("testfs://somewhere",
+                                                                   {"flavour": "x"})]
+    finally:
+        registry._FACTORIES.pop("testfs")
+    with pytest.raises(StorageError, match="scheme 'testfs'"):
+        open_object_store("testfs://somewhere")
+
+
+def test_local_path_is_the_file_of_a_local_store_only(tmp_path: Path) -> None:
+    local = LocalObjectStore(tmp_path / "s")
+    local.put("a/b.bin", b"x")
+    assert local.local_path("a/b.bin") == str(tmp_path / "s" / "a" / "b.bin")
+    assert Path(local.child("a").local_path("b.bin") or "").read_bytes() == b"x"
+    assert MemoryObjectStore().local_path("a/b.bin") is None
+    assert MemoryObjectStore().child("a").local_path("b.bin") is None
+
+
+def test_local_path_of_s3_is_none(aws_test_env: None) -> None:
+    store = open_object_store("s3://my-bucket/p", endpoint_url="http://127.0.0.1:9")
+    assert store.local_path("k") is None and store.child("t").local_path("k") is None
+
+
+def test_reopen_options_round_trip(tmp_path: Path, aws_test_env: None) -> None:
+    opts = {"endpoint_url": "http://127.0.0.1:9", "region": "eu-west-2",
+            "access_key_id": "AKIDTEST", "secret_access_key": "secret", "session_token": "tok"}
+    s3 = open_object_store("s3://my-bucket/some/prefix", **opts).child("tables/t")
+    assert s3.reopen_options() == opts
+    again = open_object_store(s3.uri, **s3.reopen_options())
+    assert again.uri == s3.uri and again.reopen_options() == opts
+    base = "my-bucket/some/prefix/tables/t"
+    assert again.arrow_filesystem()[1] == s3.arrow_filesystem()[1] == base
+    for store in (LocalObjectStore(tmp_path / "s").child("t"),
+                  open_object_store("memory://reopen-test")):
+        assert store.reopen_options() == {}
+        assert open_object_store(store.uri, **store.reopen_options()).uri == store.uri
+
+
+def test_store_spec_reopens_the_store(tmp_path: Path) -> None:
+    import sediment as sd
+
+    local = sd.Store.open(str(tmp_path / "s"))
+    assert local.spec() == {"uri": local.uri}
+    assert sd.Store.open(**local.spec()).uri == local.uri
+
+
 # ---- S3 specifics ---------------------------------------------------------------------------
 @pytest.mark.s3
 def test_s3_missing_bucket_is_a_storage_error(s3_server: str, aws_test_env: None) -> None:
@@ -393,6 +471,51 @@ def test_s3_stores_under_prefix(s3_store_uri: tuple[str, dict[str, str]]) -> Non
     bucket = uri.removeprefix("s3://").split("/")[0]
     listed = s3_client(options["endpoint_url"]).list_objects_v2(Bucket=bucket)
     assert [o["Key"] for o in listed["Contents"]] == ["store/a/b"]
+
+
+class _NotBotocore(RuntimeError):
+    pass
+
+
+def test_s3_does_not_turn_other_exceptions_into_storage_errors(aws_test_env: None) -> None:
+    """Only botocore's errors are storage failures; anything else (a bug) propagates as is."""
+    store = open_object_store("s3://my-bucket/p", endpoint_url="http://127.0.0.1:9")
+    assert isinstance(store, S3ObjectStore)
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise _NotBotocore("a bug")
+
+    for name in ("get_object", "put_object", "head_object", "delete_objects", "get_paginator"):
+        setattr(store._client, name, broken)
+    calls = [lambda: store.get("k"), lambda: store.get_range("k", 0, 4),
+             lambda: store.put("k", b"v"), lambda: store.put_if_absent("k", b"v"),
+             lambda: store.head("k"), lambda: store.delete_many(["k"]),
+             lambda: list(store.list("")), lambda: store.list_folders("")]
+    for call in calls:
+        with pytest.raises(_NotBotocore):
+            call()
+
+
+def test_s3_botocore_failures_are_storage_errors(aws_test_env: None) -> None:
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    store = open_object_store("s3://my-bucket/p", endpoint_url="http://127.0.0.1:9")
+    assert isinstance(store, S3ObjectStore)
+
+    def unreachable(*_: Any, **__: Any) -> Any:
+        raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+
+    def missing(*_: Any, **__: Any) -> Any:
+        raise ClientError({"Error": {"Code": "NoSuchKey", "Message": "gone"}}, "GetObject")
+
+    store._client.get_object = unreachable
+    with pytest.raises(StorageError, match="S3 get of 'k'.*Could not connect"):
+        store.get("k")
+    store._client.get_object = missing
+    with pytest.raises(ObjectNotFoundError):
+        store.get("k")
+    store._client.head_object = missing
+    assert store.head("k") is None
 
 
 # ---- local durability and folder helpers ------------------------------------------------------

@@ -113,9 +113,7 @@ class Store:
         """What reopens this store in another process (a Spark task): ``Store.open(**spec)``
         with the URI and the storage options (S3 endpoint, region, credentials)."""
         root = self.objects.root()
-        opts = dict(self.storage_options)
-        if hasattr(root, "options"):
-            opts = {**root.options(), **opts}
+        opts = {**root.reopen_options(), **self.storage_options}
         return {"uri": self.uri, **{k: v for k, v in opts.items() if v is not None}}
 
     @property

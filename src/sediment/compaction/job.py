@@ -40,7 +40,6 @@ from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filena
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
-from sediment.storage.local import LocalObjectStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +215,10 @@ def _in_region(batches: Iterator[pa.RecordBatch], names: Sequence[str],
 
 
 def _local_paths(objects: ObjectStore, filenames: Sequence[str], tmp: str) -> list[str]:
-    """Local paths of the inputs: direct for a local store, else copied to ``tmp``."""
-    if isinstance(objects.root(), LocalObjectStore):
-        return [objects.path(f) for f in filenames]
+    """Local paths of the inputs: direct for a store of local files, else copied to ``tmp``."""
+    direct = [objects.local_path(f) for f in filenames]
+    if all(p is not None for p in direct):
+        return [p for p in direct if p is not None]
 
     def fetch(item: tuple[int, str]) -> str:
         i, name = item

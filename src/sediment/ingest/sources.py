@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 
 from sediment.errors import DataError
 from sediment.schema import Schema
-from sediment.storage.base import ObjectStore
+from sediment.storage import ObjectStore, open_object_store
 
 IngestInput = Any  # pa.Table | pa.RecordBatch | pa.RecordBatchReader | DataFrame | Iterable
 
@@ -110,10 +110,11 @@ def _filesystem_for(path: str, store: ObjectStore) -> tuple[pafs.FileSystem, str
     """Filesystem and path for an input file; S3 inputs reuse the store's S3 settings."""
     parsed = urlparse(path)
     if parsed.scheme == "s3":
-        from sediment.storage.s3 import S3ObjectStore
-
         root = store.root()
-        s3 = root if isinstance(root, S3ObjectStore) else S3ObjectStore(parsed.netloc)
+        # An S3 store's filesystem reaches every bucket with its settings; otherwise the
+        # bucket is opened with the AWS environment's settings.
+        s3 = root if urlparse(root.uri).scheme == "s3" else \
+            open_object_store(f"s3://{parsed.netloc}")
         fs, _ = s3.arrow_filesystem()
         return fs, parsed.netloc + parsed.path
     if parsed.scheme == "file":

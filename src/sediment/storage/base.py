@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
@@ -89,6 +87,17 @@ class ObjectStore(ABC):
         (the local store's temp files); ``delete_many`` removes them. None by default."""
         return iter(())
 
+    def local_path(self, key: str) -> str | None:
+        """The local filesystem path of ``key`` when this store keeps its objects in local
+        files (readers may then open it directly), else None."""
+        return None
+
+    def reopen_options(self) -> dict[str, Any]:
+        """The options that reopen this store elsewhere (in a Spark task, another process):
+        ``open_object_store(store.uri, **store.reopen_options())``; empty for a store that
+        takes no options."""
+        return {}
+
     def path(self, key: str) -> str:
         """Path of ``key`` in :meth:`arrow_filesystem` (for Parquet reads and writes)."""
         _, base = self.arrow_filesystem()
@@ -154,38 +163,20 @@ class PrefixedObjectStore(ObjectStore):
         o = self.inner.head(self._k(key))
         return None if o is None else ObjectInfo(key, o.size, o.mtime)
 
+    def local_path(self, key: str) -> str | None:
+        return self.inner.local_path(self._k(key))
+
+    def reopen_options(self) -> dict[str, Any]:
+        return self.inner.reopen_options()
+
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
         fs, base = self.inner.arrow_filesystem()
         return fs, (f"{base}/" if base else "") + self.prefix.rstrip("/")
 
 
 def open_object_store(uri: str, **options: Any) -> ObjectStore:
-    """Open the store for a URI: local path, ``file://``, ``s3://bucket/prefix``, ``memory://``.
+    """Open the store for a URI: see :func:`sediment.storage.registry.open_object_store`,
+    where the schemes are registered (this module knows no implementation)."""
+    from sediment.storage.registry import open_object_store as open_registered
 
-    S3 options: ``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``,
-    ``session_token``; when omitted they come from the usual AWS environment variables
-    (``AWS_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID``, ...).
-    """
-    from sediment.errors import StorageError
-
-    parsed = urlparse(uri)
-    if parsed.scheme == "s3":
-        from sediment.storage.s3 import S3ObjectStore
-
-        if not parsed.netloc:
-            raise StorageError(f"S3 URI {uri!r} names no bucket")
-        return S3ObjectStore(parsed.netloc, parsed.path.strip("/"), **options)
-    if parsed.scheme == "memory":
-        from sediment.storage.memory import MemoryObjectStore
-
-        return MemoryObjectStore.named(parsed.netloc + parsed.path)
-    if parsed.scheme == "file":
-        from sediment.storage.local import LocalObjectStore
-
-        return LocalObjectStore(parsed.path)
-    if parsed.scheme in ("", ) or (len(parsed.scheme) == 1 and os.name == "nt"):
-        from sediment.storage.local import LocalObjectStore
-
-        return LocalObjectStore(uri)
-    raise StorageError(f"unsupported store URI scheme {parsed.scheme!r} in {uri!r}; "
-                       "use a path, file://, s3:// or memory://")
+    return open_registered(uri, **options)

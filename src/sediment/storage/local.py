@@ -206,5 +206,8 @@ class LocalObjectStore(ObjectStore):
             return None
         return ObjectInfo(key, st.st_size, st.st_mtime)
 
+    def local_path(self, key: str) -> str:
+        return str(self._p(key))
+
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
         return self._fs, str(self.directory)

@@ -7,11 +7,19 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow.fs as pafs
+from botocore.exceptions import BotoCoreError, ClientError
 
 from sediment.errors import ObjectNotFoundError, StorageError
 from sediment.storage.base import ObjectInfo, ObjectStore
 
 _DELETE_BATCH = 1000  # S3's DeleteObjects limit
+_S3_ERRORS = (ClientError, BotoCoreError)
+"""What a failed S3 request raises: the service's answer, or botocore's own failure (no
+connection, no credentials, a broken response stream). Anything else is a bug, not storage."""
+_NOT_FOUND = ("NoSuchKey", "404", "NotFound")
+
+S3_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key", "session_token")
+"""The options an S3 store takes (each defaults to its AWS environment variable)."""
 
 
 class S3ObjectStore(ObjectStore):
@@ -22,8 +30,8 @@ class S3ObjectStore(ObjectStore):
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  region: str | None = None, access_key_id: str | None = None,
-                 secret_access_key: str | None = None, session_token: str | None = None,
-                 **_: Any) -> None:
+                 secret_access_key: str | None = None,
+                 session_token: str | None = None) -> None:
         import boto3
         from botocore.config import Config
 
@@ -54,20 +62,22 @@ class S3ObjectStore(ObjectStore):
     def _strip(self, full: str) -> str:
         return full[len(self.prefix) + 1 :] if self.prefix else full
 
-    def _error(self, op: str, key: str, e: Exception) -> StorageError:
+    def _error(self, op: str, key: str, e: ClientError | BotoCoreError) -> StorageError:
         return StorageError(f"S3 {op} of {key!r} in {self.uri} failed: {e}")
 
     @staticmethod
-    def _code(e: Exception) -> str:
-        resp = getattr(e, "response", None) or {}
-        return str(resp.get("Error", {}).get("Code", ""))
+    def _code(e: ClientError | BotoCoreError) -> str:
+        """The S3 error code of a service answer ("" for botocore's own failures)."""
+        if isinstance(e, ClientError):
+            return str(e.response.get("Error", {}).get("Code", ""))
+        return ""
 
     # ---- interface -------------------------------------------------------------------
     def get(self, key: str) -> bytes:
         try:
             return self._client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()
-        except Exception as e:
-            if self._code(e) in ("NoSuchKey", "404", "NotFound"):
+        except _S3_ERRORS as e:
+            if self._code(e) in _NOT_FOUND:
                 raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
             raise self._error("get", key, e) from e
 
@@ -78,8 +88,8 @@ class S3ObjectStore(ObjectStore):
             r = self._client.get_object(Bucket=self.bucket, Key=self._k(key),
                                         Range=f"bytes={start}-{end - 1}")
             return r["Body"].read()
-        except Exception as e:
-            if self._code(e) in ("NoSuchKey", "404", "NotFound"):
+        except _S3_ERRORS as e:
+            if self._code(e) in _NOT_FOUND:
                 raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
             if self._code(e) == "InvalidRange":
                 return b""
@@ -88,7 +98,7 @@ class S3ObjectStore(ObjectStore):
     def put(self, key: str, data: bytes) -> None:
         try:
             self._client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data)
-        except Exception as e:
+        except _S3_ERRORS as e:
             raise self._error("put", key, e) from e
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
@@ -96,7 +106,7 @@ class S3ObjectStore(ObjectStore):
             self._client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data,
                                     IfNoneMatch="*")
             return True
-        except Exception as e:
+        except _S3_ERRORS as e:
             if self._code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict",
                                  "409"):
                 return False
@@ -111,7 +121,7 @@ class S3ObjectStore(ObjectStore):
                 for o in page.get("Contents", []):
                     yield ObjectInfo(self._strip(o["Key"]), int(o["Size"]),
                                      o["LastModified"].timestamp())
-        except Exception as e:
+        except _S3_ERRORS as e:
             raise self._error("list", prefix, e) from e
 
     def list_folders(self, prefix: str) -> list[str]:
@@ -122,7 +132,7 @@ class S3ObjectStore(ObjectStore):
                     Bucket=self.bucket, Prefix=full, Delimiter="/"):
                 names.extend(p["Prefix"][len(full):].rstrip("/")
                              for p in page.get("CommonPrefixes", []))
-        except Exception as e:
+        except _S3_ERRORS as e:
             raise self._error("list", prefix, e) from e
         return sorted(n for n in names if n)
 
@@ -136,7 +146,7 @@ class S3ObjectStore(ObjectStore):
                 r = self._client.delete_objects(
                     Bucket=self.bucket,
                     Delete={"Objects": [{"Key": self._k(k)} for k in batch], "Quiet": True})
-            except Exception as e:
+            except _S3_ERRORS as e:
                 raise self._error("delete", batch[0], e) from e
             errors = r.get("Errors", [])
             if errors:
@@ -153,8 +163,8 @@ class S3ObjectStore(ObjectStore):
     def head(self, key: str) -> ObjectInfo | None:
         try:
             r = self._client.head_object(Bucket=self.bucket, Key=self._k(key))
-        except Exception as e:
-            if self._code(e) in ("NoSuchKey", "404", "NotFound"):
+        except _S3_ERRORS as e:
+            if self._code(e) in _NOT_FOUND:
                 return None
             raise self._error("head", key, e) from e
         return ObjectInfo(key, int(r["ContentLength"]), r["LastModified"].timestamp())
@@ -175,7 +185,11 @@ class S3ObjectStore(ObjectStore):
         base = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
         return self._fs, base
 
-    def options(self) -> dict[str, Any]:
-        """Options that reopen this store elsewhere (e.g. in a Spark task)."""
-        return {"endpoint_url": self.endpoint_url, "region": self.region,
-                **{k.replace("aws_", ""): v for k, v in self._creds.items() if v}}
+    def reopen_options(self) -> dict[str, Any]:
+        """Endpoint, region and credentials as resolved here (options or environment), so a
+        store reopened elsewhere (a Spark task) reaches the same objects the same way."""
+        out: dict[str, Any] = {"region": self.region}
+        if self.endpoint_url:
+            out["endpoint_url"] = self.endpoint_url
+        out.update({k.removeprefix("aws_"): v for k, v in self._creds.items() if v})
+        return out

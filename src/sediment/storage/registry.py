@@ -1,0 +1,108 @@
+"""The opener: which ObjectStore implementation a URI scheme names.
+
+``open_object_store(uri, **options)`` looks the URI's scheme up in a small registry and calls
+the factory registered for it. The built-in schemes are registered below, explicitly; each
+factory imports its implementation only when a store of that kind is opened (so opening a local
+store never imports boto3). ``register_scheme`` adds another (a test double, a new backend).
+
+A factory takes the URI and the options and returns the store; it refuses options it does not
+take with a :class:`~sediment.errors.StorageError` naming them (see :func:`refuse_options`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+from sediment.errors import StorageError
+from sediment.storage.base import ObjectStore
+
+StoreFactory = Callable[..., ObjectStore]
+"""``factory(uri, **options) -> ObjectStore``."""
+
+_PATH = ""
+"""The registry key of a plain filesystem path (no scheme)."""
+
+_FACTORIES: dict[str, StoreFactory] = {}
+
+
+def register_scheme(scheme: str, factory: StoreFactory) -> None:
+    """Open URIs ``<scheme>://...`` with ``factory(uri, **options)`` (replacing any earlier
+    factory for the scheme). ``""`` is a plain path without a scheme."""
+    _FACTORIES[scheme.lower()] = factory
+
+
+def schemes() -> list[str]:
+    """The registered schemes, sorted (``""`` is a plain path)."""
+    return sorted(_FACTORIES)
+
+
+def refuse_options(uri: str, options: Mapping[str, Any],
+                   accepted: Collection[str] = ()) -> None:
+    """StorageError naming the options that a store for ``uri`` does not take."""
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        takes = f"it takes {', '.join(sorted(accepted))}" if accepted else "it takes none"
+        raise StorageError(f"unknown storage option{'s' if len(unknown) > 1 else ''} "
+                           f"{', '.join(map(repr, unknown))} for store {uri!r}; {takes}")
+
+
+def open_object_store(uri: str, **options: Any) -> ObjectStore:
+    """Open the store for a URI: local path, ``file://``, ``s3://bucket/prefix``, ``memory://``
+    (or another registered scheme).
+
+    S3 options: ``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``,
+    ``session_token``; when omitted they come from the usual AWS environment variables
+    (``AWS_ENDPOINT_URL``, ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID``, ...).
+    Local and memory stores take no options. An option the store does not take is refused
+    with a StorageError naming it.
+    """
+    scheme = urlparse(uri).scheme.lower()
+    if len(scheme) == 1 and os.name == "nt":  # a drive letter: C:\data
+        scheme = _PATH
+    factory = _FACTORIES.get(scheme)
+    if factory is None:
+        known = ", ".join("a path" if s == _PATH else f"{s}://" for s in schemes())
+        raise StorageError(f"unsupported store URI scheme {scheme!r} in {uri!r}; use {known}")
+    return factory(uri, **options)
+
+
+# ---- the built-in schemes ------------------------------------------------------------------
+def _open_path(uri: str, **options: Any) -> ObjectStore:
+    from sediment.storage.local import LocalObjectStore
+
+    refuse_options(uri, options)
+    return LocalObjectStore(uri)
+
+
+def _open_file(uri: str, **options: Any) -> ObjectStore:
+    from sediment.storage.local import LocalObjectStore
+
+    refuse_options(uri, options)
+    return LocalObjectStore(urlparse(uri).path)
+
+
+def _open_memory(uri: str, **options: Any) -> ObjectStore:
+    from sediment.storage.memory import MemoryObjectStore
+
+    refuse_options(uri, options)
+    parsed = urlparse(uri)
+    return MemoryObjectStore.named(parsed.netloc + parsed.path)
+
+
+def _open_s3(uri: str, **options: Any) -> ObjectStore:
+    from sediment.storage.s3 import S3_OPTIONS, S3ObjectStore
+
+    parsed = urlparse(uri)
+    if not parsed.netloc:
+        raise StorageError(f"S3 URI {uri!r} names no bucket")
+    refuse_options(uri, options, S3_OPTIONS)
+    return S3ObjectStore(parsed.netloc, parsed.path.strip("/"), **options)
+
+
+register_scheme(_PATH, _open_path)
+register_scheme("file", _open_file)
+register_scheme("memory", _open_memory)
+register_scheme("s3", _open_s3)
