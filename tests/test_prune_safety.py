@@ -30,10 +30,17 @@ import pytest
 
 import sediment as sd
 import sediment.state.versions as versions
-from sediment.core.jobs import AssignJobIds, JobAssignment, ReplaceFileReferences
 from sediment.core.model import FileReference, Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID
-from sediment.core.transactions import AddFiles, DeleteFiles, InitialiseTable, Transaction
+from sediment.core.transactions import (
+    AddFiles,
+    AssignJobIds,
+    DeleteFiles,
+    InitialiseTable,
+    JobAssignment,
+    ReplaceFileReferences,
+    Transaction,
+)
 from sediment.errors import SedimentError
 from sediment.properties import PROPERTIES
 from sediment.schema import Schema

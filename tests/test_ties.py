@@ -117,7 +117,7 @@ def test_files_get_the_sequence_of_their_commit_and_rank() -> None:
     assert y.sequence == file_sequence(v + 1, 0) > file_sequence(v, 1)
     assert not y.sequenced
     # a compaction output is sequenced, with its commit's sequence; splits carry both
-    from sediment.core.jobs import AssignJobIds, JobAssignment
+    from sediment.core.transactions import AssignJobIds, JobAssignment
 
     _commit(state, AssignJobIds([JobAssignment("j", leaves[0], ["s", "y"])]))
     _commit(state, ReplaceFileReferences("j", leaves[0], ["s", "y"],
@@ -282,7 +282,7 @@ def test_compaction_of_files_not_adjacent_in_commit_order(tmp_path: Path) -> Non
     first, _, third = (files[s] for s in sorted(files))
     from sediment.compaction.runner import run_job
     from sediment.compaction.strategy import CompactionJob
-    from sediment.core.jobs import AssignJobIds, JobAssignment
+    from sediment.core.transactions import AssignJobIds, JobAssignment
 
     table.states.commit(AssignJobIds([JobAssignment("j", first.partition_id,
                                                     [first.filename, third.filename])]))

@@ -99,7 +99,7 @@ class Table:
 
     def restore(self, version: int | str) -> int:
         """Make the content what it was at ``version``, as a new transaction; returns it."""
-        from sediment.core.restore import plan_restore
+        from sediment.core.transactions.restore import plan_restore
 
         v = self.resolve_version(version)
         assert v is not None

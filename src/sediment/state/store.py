@@ -25,9 +25,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sediment.core.jobs import ReplaceFileReferences
 from sediment.core.state import TableState
-from sediment.core.transactions import AddFiles, Transaction
+from sediment.core.transactions import AddFiles, ReplaceFileReferences, Transaction
 from sediment.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
