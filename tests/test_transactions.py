@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import datetime
 import json
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pytest
 
 from sediment.core.model import FileReference, Partition, Region
-from sediment.core.restore import RestoreVersion
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.core.transactions import (
     TRANSACTION_KINDS,
@@ -20,6 +22,7 @@ from sediment.core.transactions import (
     InitialiseTable,
     JobAssignment,
     ReplaceFileReferences,
+    RestoreVersion,
     SetOnline,
     SetProperties,
     SplitFileReferences,
@@ -28,6 +31,7 @@ from sediment.core.transactions import (
     Transaction,
     transaction_from_json,
 )
+from sediment.core.transactions import base as transactions_base
 from sediment.errors import CorruptMetadataError, PropertyError, TransactionInvalidError
 from sediment.schema import Schema
 
@@ -495,6 +499,137 @@ def test_json_round_trip(txn: Transaction) -> None:
 def test_round_trips_cover_every_kind() -> None:
     assert {t.kind for t in ROUND_TRIPS} == set(TRANSACTION_KINDS)
     assert len(TRANSACTION_KINDS) == 10
+
+
+# The bodies below were written by the code before transactions became a package: a log
+# written by any version must read the same, so these bytes only ever change on purpose.
+# (The schema's own JSON is Schema's format, pinned with the schema; here it is a stand-in.)
+GOLDEN_LOG_BODIES = [
+    ('{"kind":"initialise","transaction":{"schema":"<Schema.to_json()>",'
+     '"properties":{"state.snapshot.interval":3,"gc.delay_seconds":1.5},'
+     '"partitions":[{"id":"root","parent_id":null,"region":{"min":null,"max":null},'
+     '"children":["a","b"],"split_key":[{"b64":"AP96"},3]},{"id":"a","parent_id":"root",'
+     '"region":{"min":null,"max":[{"b64":"AP96"},3]},"children":[],"split_key":null},'
+     '{"id":"b","parent_id":"root","region":{"min":[{"b64":"AP96"},3],"max":null},'
+     '"children":[],"split_key":null}]}}'),
+    ('{"kind":"add_files","transaction":{"references":[{"file":"f1","partition":"a",'
+     '"records":10},{"file":"f1","partition":"b","records":5,"approximate":true},'
+     '{"file":"f2","partition":"root","records":0}]}}'),
+    ('{"kind":"split_file_references","transaction":{"splits":[{"file":"f2","from":"root",'
+     '"to":[{"file":"f2","partition":"a","records":1,"approximate":true},{"file":"f2",'
+     '"partition":"b","records":2}]}]}}'),
+    ('{"kind":"assign_job_ids","transaction":{"assignments":[{"job_id":"job-1",'
+     '"partition":"a","files":["f1","f2"]},{"job_id":"job-2","partition":"b",'
+     '"files":[]}]}}'),
+    ('{"kind":"replace_file_references","transaction":{"job_id":"job-1","partition":"a",'
+     '"inputs":["f1","f2"],"output":{"file":"f3","partition":"a","records":11}}}'),
+    ('{"kind":"replace_file_references","transaction":{"job_id":"job-2","partition":"b",'
+     '"inputs":["f1"],"output":null}}'),
+    ('{"kind":"split_partition","transaction":{"partition":"a",'
+     '"split_key":[{"b64":"AA=="},-7],"left":"a1","right":"a2"}}'),
+    ('{"kind":"split_partition","transaction":{"partition":"b",'
+     '"split_key":[{"b64":"//4A"}],"left":"b1","right":"b2"}}'),
+    ('{"kind":"split_partition","transaction":{"partition":"c",'
+     '"split_key":["\\u00fcn\\u00efcode",1099511627776],"left":"c1","right":"c2"}}'),
+    '{"kind":"delete_files","transaction":{"files":["f1","x/y.parquet"]}}',
+    ('{"kind":"set_properties","transaction":{"updates":{"compaction.strategy":"basic",'
+     '"compaction.ratio":2.5},"removed":["gc.delay_seconds"]}}'),
+    '{"kind":"set_properties","transaction":{"updates":{},"removed":[]}}',
+    '{"kind":"set_online","transaction":{"online":false}}',
+    '{"kind":"set_online","transaction":{"online":true}}',
+    ('{"kind":"restore","transaction":{"version":3,"partitions":[{"id":"root",'
+     '"parent_id":null,"region":{"min":null,"max":null},"children":[],"split_key":null}],'
+     '"drop":[["root","f9"]],"add":[{"file":"f1","partition":"root","records":10}]}}'),
+]
+
+
+def _log_body(txn: Transaction) -> str:
+    doc = txn.to_json()
+    if isinstance(txn, InitialiseTable):
+        doc = {**doc, "schema": "<Schema.to_json()>"}
+    return json.dumps({"kind": txn.kind, "transaction": doc}, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("txn, golden", list(zip(ROUND_TRIPS, GOLDEN_LOG_BODIES, strict=True)),
+                         ids=[t.kind for t in ROUND_TRIPS])
+def test_log_bodies_are_byte_identical(txn: Transaction, golden: str) -> None:
+    assert _log_body(txn) == golden
+    doc = json.loads(golden)["transaction"]
+    if isinstance(txn, InitialiseTable):
+        doc["schema"] = txn.schema.to_json()
+    assert transaction_from_json(txn.kind, doc, where="golden") == txn
+
+
+# ---- the registry ---------------------------------------------------------------------------
+
+def test_registry_holds_exactly_the_known_kinds() -> None:
+    assert dict(TRANSACTION_KINDS) == {
+        "initialise": InitialiseTable, "set_properties": SetProperties, "set_online": SetOnline,
+        "add_files": AddFiles, "delete_files": DeleteFiles,
+        "split_partition": SplitPartition, "split_file_references": SplitFileReferences,
+        "assign_job_ids": AssignJobIds, "replace_file_references": ReplaceFileReferences,
+        "restore": RestoreVersion}
+    # the registered class is the one the name refers to (dataclass(slots=True) makes a second)
+    assert all("__slots__" in vars(cls) for cls in TRANSACTION_KINDS.values())
+
+
+def test_registry_is_read_only() -> None:
+    with pytest.raises(TypeError):
+        TRANSACTION_KINDS["merge"] = AddFiles  # type: ignore[index]
+
+
+def test_a_duplicate_kind_raises_and_leaves_the_registry_alone() -> None:
+    before = dict(TRANSACTION_KINDS)
+    with pytest.raises(TypeError, match="kind 'add_files' of .*MyAddFiles is already "
+                                        "sediment.core.transactions.files.AddFiles's"):
+        @dataclass(frozen=True, slots=True)
+        class MyAddFiles(AddFiles):
+            kind: ClassVar[str] = "add_files"
+    with pytest.raises(TypeError, match="non-empty string"):
+        class Nameless(SetOnline):
+            kind: ClassVar[str] = ""
+    assert dict(TRANSACTION_KINDS) == before
+
+
+def test_a_new_kind_registers_itself_and_a_class_without_kind_does_not() -> None:
+    class Family(Transaction):  # shared base: no kind of its own
+        pass
+
+    try:
+        @dataclass(frozen=True, slots=True)
+        class Noop(Family):
+            kind: ClassVar[str] = "test_noop"
+
+            def validate(self, state: TableState) -> None:
+                pass
+
+            def apply(self, state: TableState, time: float) -> None:
+                pass
+
+            def to_json(self) -> dict[str, Any]:
+                return {}
+
+            @classmethod
+            def from_json(cls, doc: dict[str, Any]) -> Noop:
+                return cls()
+
+        assert TRANSACTION_KINDS["test_noop"] is Noop
+        assert Family not in TRANSACTION_KINDS.values()
+        assert transaction_from_json("test_noop", {}, where="test") == Noop()
+    finally:
+        transactions_base._KINDS.pop("test_noop", None)
+
+
+def test_families_depend_only_on_base() -> None:
+    """No family imports another, or the package: the registry needs no import order."""
+    package = Path(transactions_base.__file__).parent
+    for path in package.glob("*.py"):
+        if path.name in ("__init__.py", "base.py"):
+            continue
+        imported = {n.module for n in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(n, ast.ImportFrom) and n.module
+                    and n.module.startswith("sediment.core.transactions")}
+        assert imported == {"sediment.core.transactions.base"}, path.name
 
 
 def test_binary_split_key_stays_bytes_through_json() -> None:

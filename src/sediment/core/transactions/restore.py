@@ -14,7 +14,11 @@ from typing import Any, ClassVar
 
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
-from sediment.core.transactions import Transaction, _fail, _require_initialised
+from sediment.core.transactions.base import (
+    Transaction,
+    fail,
+    require_initialised,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,19 +34,19 @@ class RestoreVersion(Transaction):
     """References of the old version that the head does not have."""
 
     def validate(self, state: TableState) -> None:
-        _require_initialised(state)
+        require_initialised(state)
         if not 1 <= self.version < state.version:
-            raise _fail(state, f"cannot restore version {self.version}")
+            raise fail(state, f"cannot restore version {self.version}")
         for pid, f in self.drop:
             if f not in state.references(pid):
-                raise _fail(state, f"restore of {self.version}: {f} is no longer in {pid}")
+                raise fail(state, f"restore of {self.version}: {f} is no longer in {pid}")
         pids = {p.id for p in self.partitions}
         for r in self.add:
             if r.filename not in state.refcount and r.filename not in state.unreferenced:
-                raise _fail(state, f"restore of {self.version}: file {r.filename} was "
-                                   "garbage-collected; tag versions to keep their files")
+                raise fail(state, f"restore of {self.version}: file {r.filename} was "
+                                  "garbage-collected; tag versions to keep their files")
             if r.partition_id not in pids:
-                raise _fail(state, f"restore of {self.version}: no partition {r.partition_id}")
+                raise fail(state, f"restore of {self.version}: no partition {r.partition_id}")
 
     def apply(self, state: TableState, time: float) -> None:
         for pid, f in self.drop:

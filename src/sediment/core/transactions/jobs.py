@@ -1,4 +1,10 @@
-"""Compaction transactions: claiming input files for jobs, and committing a job's output."""
+"""Compaction kinds: claiming input files for jobs, and committing a job's output.
+
+A job runs outside any commit, for as long as it takes. Claiming its inputs first
+(AssignJobIds) is what lets its commit (ReplaceFileReferences) validate without retrying: no
+other job can take the same references, and a push-down or restore that moved them makes the
+commit invalid instead of silently losing or duplicating records.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,12 @@ from typing import Any, ClassVar
 
 from sediment.core.model import FileReference, file_sequence
 from sediment.core.state import TableState
-from sediment.core.transactions import Transaction, _fail, _require_initialised, _require_partition
+from sediment.core.transactions.base import (
+    Transaction,
+    fail,
+    require_initialised,
+    require_partition,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,28 +39,28 @@ class AssignJobIds(Transaction):
     assignments: Sequence[JobAssignment]
 
     def validate(self, state: TableState) -> None:
-        _require_initialised(state)
+        require_initialised(state)
         new_ids = [a.job_id for a in self.assignments]
         if len(set(new_ids)) != len(new_ids):
-            raise _fail(state, "duplicate job ids in one assignment")
+            raise fail(state, "duplicate job ids in one assignment")
         existing = state.job_ids()
         claimed: set[tuple[str, str]] = set()
         for a in self.assignments:
             if a.job_id in existing:
-                raise _fail(state, f"job id {a.job_id} is already in use")
+                raise fail(state, f"job id {a.job_id} is already in use")
             refs = state.references(a.partition_id)
             for f in a.filenames:
                 if (a.partition_id, f) in claimed:
-                    raise _fail(state, f"job {a.job_id}: {f} in {a.partition_id} is claimed "
-                                       "twice in one assignment")
+                    raise fail(state, f"job {a.job_id}: {f} in {a.partition_id} is claimed "
+                                      "twice in one assignment")
                 claimed.add((a.partition_id, f))
                 ref = refs.get(f)
                 if ref is None:
-                    raise _fail(state, f"job {a.job_id}: no reference to {f} in "
-                                       f"{a.partition_id}")
+                    raise fail(state, f"job {a.job_id}: no reference to {f} in "
+                                      f"{a.partition_id}")
                 if ref.job_id is not None:
-                    raise _fail(state, f"job {a.job_id}: {f} in {a.partition_id} is already "
-                                       f"assigned to job {ref.job_id}")
+                    raise fail(state, f"job {a.job_id}: {f} in {a.partition_id} is already "
+                                      f"assigned to job {ref.job_id}")
 
     def apply(self, state: TableState, time: float) -> None:
         for a in self.assignments:
@@ -82,24 +93,24 @@ class ReplaceFileReferences(Transaction):
     output: FileReference | None
 
     def validate(self, state: TableState) -> None:
-        _require_initialised(state)
-        _require_partition(state, self.partition_id)
+        require_initialised(state)
+        require_partition(state, self.partition_id)
         if len(set(self.inputs)) != len(self.inputs):
-            raise _fail(state, f"job {self.job_id}: an input is listed twice")
+            raise fail(state, f"job {self.job_id}: an input is listed twice")
         refs = state.references(self.partition_id)
         for f in self.inputs:
             ref = refs.get(f)
             if ref is None or ref.job_id != self.job_id:
-                raise _fail(state, f"job {self.job_id}: input {f} is no longer assigned to it "
-                                   f"in {self.partition_id}")
+                raise fail(state, f"job {self.job_id}: input {f} is no longer assigned to it "
+                                  f"in {self.partition_id}")
         if self.output is not None:
             if self.output.partition_id != self.partition_id:
-                raise _fail(state, f"job {self.job_id}: output is in another partition")
+                raise fail(state, f"job {self.job_id}: output is in another partition")
             name = self.output.filename
             if name in state.refcount or name in state.unreferenced:
-                raise _fail(state, f"job {self.job_id}: output {name} is already in the table")
+                raise fail(state, f"job {self.job_id}: output {name} is already in the table")
             if self.output.records < 0:
-                raise _fail(state, f"job {self.job_id}: negative record count")
+                raise fail(state, f"job {self.job_id}: negative record count")
 
     def apply(self, state: TableState, time: float) -> None:
         for f in self.inputs:

@@ -1,0 +1,97 @@
+"""File lifecycle kinds: data files entering the table, and garbage-collected ones leaving it.
+
+A file enters with its references (AddFiles) and leaves the table's bookkeeping only once no
+reference is left and storage has deleted it (DeleteFiles); in between, the other families move
+and replace its references.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sediment.core.model import FileReference, file_sequence
+from sediment.core.state import TableState
+from sediment.core.transactions.base import (
+    Transaction,
+    fail,
+    require_initialised,
+    require_partition,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AddFiles(Transaction):
+    """New data files, each with one or more references (ingest, bulk import, load)."""
+
+    kind: ClassVar[str] = "add_files"
+    references: Sequence[FileReference]
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        seen: set[tuple[str, str]] = set()
+        for r in self.references:
+            require_partition(state, r.partition_id)
+            if r.filename in state.refcount or r.filename in state.unreferenced:
+                raise fail(state, f"file {r.filename} is already in the table")
+            if (r.filename, r.partition_id) in seen:
+                raise fail(state, f"file {r.filename} referenced twice in {r.partition_id}")
+            if r.records < 0:
+                raise fail(state, f"file {r.filename}: negative record count")
+            if r.job_id is not None:
+                raise fail(state, f"file {r.filename}: new references carry no job id")
+            seen.add((r.filename, r.partition_id))
+
+    def apply(self, state: TableState, time: float) -> None:
+        # Each new file's sequence: this commit's version, then the file's rank in the order
+        # the transaction lists the files (the log's order, so every replay gives the same).
+        version = state.version + 1
+        ranks: dict[str, int] = {}
+        for r in self.references:
+            rank = ranks.setdefault(r.filename, len(ranks))
+            state.put_reference(r._replace(sequence=file_sequence(version, rank),
+                                           sequenced=False))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"references": [r.to_json() for r in self.references]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> AddFiles:
+        return cls([FileReference.from_json(r) for r in doc["references"]])
+
+    def summary(self) -> str:
+        files = len({r.filename for r in self.references})
+        return f"{files} files, {sum(r.records for r in self.references)} records"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteFiles(Transaction):
+    """Garbage collection: files with no reference were deleted from storage."""
+
+    kind: ClassVar[str] = "delete_files"
+    filenames: Sequence[str]
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        if len(set(self.filenames)) != len(self.filenames):
+            raise fail(state, "a file is listed twice")
+        for f in self.filenames:
+            if f in state.refcount:
+                raise fail(state, f"file {f} is still referenced")
+            if f not in state.unreferenced:
+                raise fail(state, f"file {f} is not an unreferenced file of this table")
+
+    def apply(self, state: TableState, time: float) -> None:
+        for f in self.filenames:
+            del state.unreferenced[f]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"files": list(self.filenames)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> DeleteFiles:
+        return cls(doc["files"])
+
+    def summary(self) -> str:
+        return f"{len(self.filenames)} files deleted"

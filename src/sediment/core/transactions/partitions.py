@@ -1,0 +1,143 @@
+"""Partition-tree kinds: splitting a leaf, and pushing file references down to descendants.
+
+Splitting a partition changes only the tree; the references of the old leaf stay where they
+are until SplitFileReferences moves them below it, so the two can commit independently (and a
+split never rewrites data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sediment.core.keys import Key, decode_key, encode_key
+from sediment.core.model import FileReference, Partition, Region
+from sediment.core.state import TableState
+from sediment.core.transactions.base import (
+    Transaction,
+    fail,
+    require_initialised,
+    require_partition,
+)
+from sediment.errors import SchemaError
+
+
+@dataclass(frozen=True, slots=True)
+class SplitReference:
+    """Replace one file's reference in a partition by references in descendant partitions."""
+
+    filename: str
+    from_partition: str
+    to: Sequence[FileReference]
+
+
+@dataclass(frozen=True, slots=True)
+class SplitFileReferences(Transaction):
+    """Push references down the tree (before compaction, or to spread a loaded file)."""
+
+    kind: ClassVar[str] = "split_file_references"
+    splits: Sequence[SplitReference]
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        seen: set[tuple[str, str]] = set()
+        for s in self.splits:
+            if (s.filename, s.from_partition) in seen:
+                raise fail(state, f"{s.filename} in {s.from_partition} is split twice")
+            seen.add((s.filename, s.from_partition))
+            ref = state.references(s.from_partition).get(s.filename)
+            if ref is None:
+                raise fail(state, f"no reference to {s.filename} in {s.from_partition}")
+            if ref.job_id is not None:
+                raise fail(state, f"{s.filename} in {s.from_partition} is assigned to "
+                                  f"job {ref.job_id}")
+            for t in s.to:
+                require_partition(state, t.partition_id)
+                if t.filename != s.filename or not state.is_descendant(t.partition_id,
+                                                                       s.from_partition):
+                    raise fail(state, f"{s.filename}: {t.partition_id} is not below "
+                                      f"{s.from_partition}")
+                if s.filename in state.references(t.partition_id):
+                    raise fail(state, f"{s.filename} already referenced in {t.partition_id}")
+                if t.records < 0:
+                    raise fail(state, f"{s.filename}: negative record count")
+                if t.job_id is not None:
+                    raise fail(state, f"{s.filename}: new references carry no job id")
+
+    def apply(self, state: TableState, time: float) -> None:
+        for s in self.splits:
+            # The pushed-down references keep the file's sequence: the data did not change.
+            src = state.references(s.from_partition)[s.filename]
+            for t in s.to:
+                state.put_reference(t._replace(sequence=src.sequence, sequenced=src.sequenced))
+            state.remove_reference(s.from_partition, s.filename, time)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"splits": [{"file": s.filename, "from": s.from_partition,
+                            "to": [t.to_json() for t in s.to]} for s in self.splits]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SplitFileReferences:
+        return cls([SplitReference(s["file"], s["from"],
+                                   [FileReference.from_json(t) for t in s["to"]])
+                    for s in doc["splits"]])
+
+    def summary(self) -> str:
+        return f"{len(self.splits)} references pushed down"
+
+
+@dataclass(frozen=True, slots=True)
+class SplitPartition(Transaction):
+    """Turn a leaf into a parent of two leaves at ``split_key``, if it is still a leaf."""
+
+    kind: ClassVar[str] = "split_partition"
+    partition_id: str
+    split_key: Key
+    left_id: str
+    right_id: str
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        p = require_partition(state, self.partition_id)
+        if not p.is_leaf:
+            raise fail(state, f"partition {self.partition_id} is no longer a leaf")
+        assert state.schema is not None
+        try:
+            key = state.schema.check_row_key(self.split_key, what="split key")
+        except SchemaError as e:
+            raise fail(state, str(e)) from None
+        # The key is logged as given, so it must already be in the schema's canonical form.
+        if not isinstance(self.split_key, tuple) or key != self.split_key:
+            raise fail(state, f"split key {self.split_key!r} must be a tuple of key values "
+                              f"(temporal values as int: {key!r})")
+        if not p.region.is_strictly_inside(self.split_key):
+            raise fail(state, f"split key {self.split_key!r} is not inside {p.region}")
+        for cid in (self.left_id, self.right_id):
+            if cid in state.partitions:
+                raise fail(state, f"partition id {cid} is already used")
+        if self.left_id == self.right_id:
+            raise fail(state, "children need distinct ids")
+
+    def apply(self, state: TableState, time: float) -> None:
+        p = state.partitions[self.partition_id]
+        state.partitions[self.partition_id] = Partition(
+            p.id, p.parent_id, p.region, (self.left_id, self.right_id), self.split_key)
+        state.partitions[self.left_id] = Partition(
+            self.left_id, p.id, Region(p.region.min, self.split_key))
+        state.partitions[self.right_id] = Partition(
+            self.right_id, p.id, Region(self.split_key, p.region.max))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"partition": self.partition_id, "split_key": encode_key(self.split_key),
+                "left": self.left_id, "right": self.right_id}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SplitPartition:
+        key = decode_key(doc["split_key"])
+        if key is None:
+            raise ValueError("split_key is null")  # (reported as corrupt metadata)
+        return cls(doc["partition"], key, doc["left"], doc["right"])
+
+    def summary(self) -> str:
+        return f"{self.partition_id} split at {self.split_key!r}"

@@ -1,0 +1,116 @@
+"""Table-level kinds: creating a table, changing its properties, taking it offline.
+
+They touch no file reference, so they never conflict with ingest or compaction on the same
+partitions; they are kept together because each changes what the whole table is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from sediment.core.model import Partition
+from sediment.core.state import ROOT_PARTITION_ID, TableState
+from sediment.core.transactions.base import Transaction, fail, require_initialised
+from sediment.properties import PROPERTIES, validate_properties
+from sediment.schema import Schema
+
+
+@dataclass(frozen=True, slots=True)
+class InitialiseTable(Transaction):
+    """Version 1 of every table: schema, properties and the initial partition tree."""
+
+    kind: ClassVar[str] = "initialise"
+    schema: Schema
+    properties: Mapping[str, Any]
+    partitions: Sequence[Partition]
+
+    def validate(self, state: TableState) -> None:
+        if state.schema is not None or state.version != 0:
+            raise fail(state, "table is already initialised")
+        ids = {p.id for p in self.partitions}
+        if ROOT_PARTITION_ID not in ids or len(ids) != len(self.partitions):
+            raise fail(state, "partition tree needs one root and unique ids")
+        validate_properties(self.properties, context=f"table {state.table_id}")
+
+    def apply(self, state: TableState, time: float) -> None:
+        state.schema = self.schema
+        state.properties = validate_properties(self.properties)
+        state.partitions = {p.id: p for p in self.partitions}
+        state.online = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": self.schema.to_json(), "properties": dict(self.properties),
+                "partitions": [p.to_json() for p in self.partitions]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> InitialiseTable:
+        return cls(Schema.from_json(doc["schema"]), doc.get("properties", {}),
+                   [Partition.from_json(p) for p in doc["partitions"]])
+
+    def summary(self) -> str:
+        return f"created with {len(self.schema.field_names)} fields, " \
+               f"{sum(p.is_leaf for p in self.partitions)} leaf partitions"
+
+
+@dataclass(frozen=True, slots=True)
+class SetProperties(Transaction):
+    """Change table properties (validated); ``removed`` falls back to defaults."""
+
+    kind: ClassVar[str] = "set_properties"
+    updates: Mapping[str, Any]
+    removed: Sequence[str] = field(default=())
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        validate_properties(self.updates, context=f"table {state.table_id}")
+        # Removing a property sets it back to its default, which must itself be valid
+        # (an unknown name has none, and is refused like setting it would be).
+        validate_properties({k: _default_of(k) for k in self.removed},
+                            context=f"table {state.table_id}")
+
+    def apply(self, state: TableState, time: float) -> None:
+        state.properties.update(validate_properties(self.updates))
+        for k in self.removed:
+            state.properties.pop(k, None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"updates": dict(self.updates), "removed": list(self.removed)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SetProperties:
+        return cls(doc.get("updates", {}), doc.get("removed", []))
+
+    def summary(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.updates.items()] + [f"-{k}" for k in self.removed]
+        return "set " + ", ".join(parts)
+
+
+def _default_of(name: str) -> Any:
+    spec = PROPERTIES.get(name)
+    return None if spec is None else spec.default
+
+
+@dataclass(frozen=True, slots=True)
+class SetOnline(Transaction):
+    """Take a table offline (maintenance skips it) or bring it back online."""
+
+    kind: ClassVar[str] = "set_online"
+    online: bool
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+
+    def apply(self, state: TableState, time: float) -> None:
+        state.online = self.online
+
+    def to_json(self) -> dict[str, Any]:
+        return {"online": self.online}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SetOnline:
+        return cls(bool(doc["online"]))
+
+    def summary(self) -> str:
+        return "online" if self.online else "offline"
