@@ -264,9 +264,6 @@ class TableState:
         leaves = [p for p in self.partitions.values() if p.is_leaf]
         return sorted(leaves, key=_region_sort_key)
 
-    def partition(self, partition_id: str) -> Partition:
-        return self.partitions[partition_id]
-
     def ancestors(self, partition_id: str) -> list[Partition]:
         out = []
         p = self.partitions[partition_id]

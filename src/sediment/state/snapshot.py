@@ -351,7 +351,3 @@ def range_digests(objects: ObjectStore, version: int, table_id: str) -> list[Ran
     """The metarange of a snapshot (for diff and reuse checks)."""
     doc = read_pointer(objects, version, table_id)
     return read_metarange(objects, doc["metarange"], f"snapshot {version} of table {table_id}")
-
-
-def iter_digests(ranges: Iterable[RangeInfo]) -> list[str]:
-    return [r.digest for r in ranges]

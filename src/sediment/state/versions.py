@@ -15,8 +15,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from sediment.core.model import FileReference
 from sediment.core.state import TableState
@@ -114,7 +113,6 @@ class Diff:
     records_change: int = 0
     ranges_compared: int = 0
     ranges_skipped: int = 0
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 def _compare(a: TableState, b: TableState, pids: Iterable[str], v1: int, v2: int,
