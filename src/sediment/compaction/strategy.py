@@ -13,10 +13,9 @@
      files (counting those in running jobs), its smallest files merge regardless of the
      ratio, just enough of them to come back to that level: the files per leaf stay within
      the batch size while ingest goes on, the last third being headroom for files that
-     arrive while jobs run. (Until this release the ratio test was inverted - the largest at
-     most ``ratio`` times the others - which let 2 files merge: under continuous ingest
-     each record was rewritten ~6.6 times, against ~2.7 now; see
-     benchmarks/steady_state.py.)
+     arrive while jobs run. The test is on the largest file, not on the others: "the largest
+     at most ``ratio`` times the others" would let 2 files merge, and under continuous ingest
+     rewrites each record ~6.6 times against ~2.7 (benchmarks/steady_state.py).
 """
 
 from __future__ import annotations
