@@ -24,7 +24,8 @@ from sediment.storage.base import ObjectStore
 
 @dataclass(frozen=True, slots=True)
 class WrittenFile:
-    """A data file written (not yet committed): its key, rows, bytes and sample key."""
+    """A data file written (not yet committed): its object key, rows and bytes (its sidecars
+    are named from the key: :func:`sample_name`, :func:`keys_name`)."""
 
     filename: str
     rows: int
