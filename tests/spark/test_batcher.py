@@ -27,8 +27,9 @@ from spark_helpers import (
 from typer.testing import CliRunner
 
 import sediment as sd
-from sediment.ingest import batcher
+from sediment.ingest import batcher, standard
 from sediment.ingest.batcher import Batch, Request, plan_batches, route_for
+from sediment.state.store import StateStore
 
 PROPS = {"batcher.max_files": 3, "batcher.max_bytes": 100, "batcher.max_age_seconds": 60.0}
 
@@ -209,7 +210,8 @@ def test_crash_before_commit_requeues(tmp_path: Path, monkeypatch: pytest.Monkey
     def crash(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt("crash before the commit")
 
-    monkeypatch.setattr(batcher, "commit_staged", crash)
+    # the files are staged and recorded; the process dies as it commits them
+    monkeypatch.setattr(StateStore, "commit", crash)
     with pytest.raises(KeyboardInterrupt):
         batcher.run(table)
     monkeypatch.undo()
@@ -232,7 +234,7 @@ def test_a_job_given_up_by_recovery_cannot_commit(tmp_path: Path,
     store = sd.Store.open(str(tmp_path / "store"))
     table = _table(store, **{"batcher.max_age_seconds": 0.0})
     frame = _one_request(tmp_path, table)
-    real_stage = batcher.stage_batches
+    real_stage = standard.stage_batches
     recovered: list[Any] = []
 
     def slow_stage(*args: Any, **kwargs: Any) -> Any:
@@ -241,7 +243,7 @@ def test_a_job_given_up_by_recovery_cannot_commit(tmp_path: Path,
         recovered.extend(batcher.recover(other, now=batcher.jobs(other)[0]["updated"] + 3601))
         return staged
 
-    monkeypatch.setattr(batcher, "stage_batches", slow_stage)
+    monkeypatch.setattr(standard, "stage_batches", slow_stage)
     result = batcher.run(table)
     monkeypatch.undo()
 

@@ -55,18 +55,16 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 
 from sediment.core.transactions import AddFiles
 from sediment.errors import DataError, ObjectNotFoundError, SedimentError
-from sediment.files.writer import with_sidecars
-from sediment.ingest.sources import expand_paths, file_format, read_file
-from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged, stage_batches
+from sediment.ingest.sources import expand_paths, file_format
+from sediment.ingest.standard import StagedFiles, delete_staged, ingest_files
 from sediment.properties import defaults
 from sediment.state.store import definitely_not_committed
 from sediment.storage.conditional import create_once
@@ -330,11 +328,6 @@ def _fail_requests(table: Table, job_id: str, error: str) -> None:
         table.objects.delete_many([key])
 
 
-def _delete_staged(table: Table, files: Sequence[str]) -> None:
-    with contextlib.suppress(SedimentError, OSError):
-        table.objects.delete_many(with_sidecars(files))
-
-
 def committed_version(table: Table, base_version: int, files: Sequence[str]) -> int | None:
     """The version of the AddFiles after ``base_version`` that added any of ``files``."""
     wanted = set(files)
@@ -345,27 +338,6 @@ def committed_version(table: Table, base_version: int, files: Sequence[str]) -> 
         if isinstance(txn, AddFiles) and any(r.filename in wanted for r in txn.references):
             return entry.version
     return None
-
-
-def _ingest_files(table: Table, paths: Sequence[str],
-                  before_commit: Callable[[StagedFiles], None]) -> IngestResult:
-    """Standard ingest of files, with a hook between writing and committing."""
-    started = time.perf_counter()
-    files = expand_paths(list(paths), table.objects)
-    schema = table.schema
-
-    def batches() -> Iterator[tuple[str, pa.RecordBatch]]:
-        for fs, path in files:
-            for b in read_file(fs, path, schema):
-                yield path, b
-
-    staged = stage_batches(table, table.states.head(), batches())
-    try:
-        before_commit(staged)
-    except BaseException:
-        _delete_staged(table, [w.filename for w in staged.written])
-        raise
-    return commit_staged(table, staged, started, kind="ingest")
 
 
 def _run_job(table: Table, batch: Batch, route: str, spark: SparkSession | None) -> JobOutcome:
@@ -396,7 +368,7 @@ def _run_job(table: Table, batch: Batch, route: str, spark: SparkSession | None)
             assert spark is not None
             result = bulk_import(spark, table, paths, before_commit=before_commit)
         else:
-            result = _ingest_files(table, paths, before_commit)
+            result = ingest_files(table, paths, before_commit=before_commit)
     except _Aborted:
         _save_job(table, job, state="aborted", error="given up by a recovering run")
         return JobOutcome(job_id, route, "aborted", len(claimed), size)
@@ -463,7 +435,7 @@ def recover(table: Table, *, now: float | None = None) -> list[JobOutcome]:
                 _release(table, job_id)
                 out.append(JobOutcome(job_id, route, "committed", n, size, version=version))
                 continue
-        _delete_staged(table, files)
+        delete_staged(table, files)
         _save_job(table, job, state="aborted", error="runner presumed dead; requests re-queued")
         _requeue(table, job_id)
         out.append(JobOutcome(job_id, route, "requeued", n, size))

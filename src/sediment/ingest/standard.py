@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 Progress = Callable[[int], None]
 """Called with the number of rows just accepted (for progress bars)."""
+BeforeCommit = Callable[["StagedFiles"], None]
+"""Called with the written, not yet committed files just before their commit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +198,15 @@ def _write_partitioned(table: Table, state: TableState, stream: Iterator[pa.Reco
 
 
 def _delete_files(table: Table, written: Sequence[WrittenFile]) -> None:
+    delete_staged(table, [w.filename for w in written])
+
+
+def delete_staged(table: Table, filenames: Sequence[str]) -> None:
+    """Delete staged (never committed) files and their sidecars, best effort, and stop
+    protecting them from GC (what is left is an orphan for GC's orphan pass)."""
     with contextlib.suppress(Exception):
-        table.objects.delete_many(with_sidecars(w.filename for w in written))
-    pending.release(table.objects, [w.filename for w in written])
+        table.objects.delete_many(with_sidecars(filenames))
+    pending.release(table.objects, filenames)
 
 
 def discard_staged(table: Table, filenames: Sequence[str], error: BaseException) -> None:
@@ -206,9 +214,9 @@ def discard_staged(table: Table, filenames: Sequence[str], error: BaseException)
     have landed; otherwise (an unknown outcome, an interrupt) keep them, since they may be
     committed, and leave them to GC's orphan pass, which deletes them only if they are not."""
     if definitely_not_committed(error):
-        with contextlib.suppress(Exception):
-            table.objects.delete_many(with_sidecars(filenames))
-    pending.release(table.objects, filenames)
+        delete_staged(table, filenames)
+    else:
+        pending.release(table.objects, filenames)
 
 
 def ingest(table: Table, data: IngestInput, *, progress: Progress | None = None,
@@ -218,8 +226,10 @@ def ingest(table: Table, data: IngestInput, *, progress: Progress | None = None,
 
 
 def ingest_files(table: Table, paths: Sequence[str] | str, *,
-                 progress: Progress | None = None) -> IngestResult:
-    """Ingest Parquet, CSV and JSON-lines files (local or S3, globs allowed) in one transaction."""
+                 progress: Progress | None = None,
+                 before_commit: BeforeCommit | None = None) -> IngestResult:
+    """Ingest Parquet, CSV and JSON-lines files (local or S3, globs allowed) in one transaction
+    (``before_commit``: see :func:`commit_staged`)."""
     if isinstance(paths, str):
         paths = [paths]
     files = expand_paths(paths, table.objects)
@@ -232,7 +242,7 @@ def ingest_files(table: Table, paths: Sequence[str] | str, *,
             for b in read_file(fs, path, schema):
                 yield path, b
 
-    return _ingest_batches(table, batches(), progress)
+    return _ingest_batches(table, batches(), progress, before_commit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +288,19 @@ def stage_batches(table: Table, state: TableState, batches: Iterator[tuple[str, 
 
 
 def commit_staged(table: Table, staged: StagedFiles, started: float, *,
-                  kind: str = "ingest") -> IngestResult:
-    """Commit staged files in one AddFiles transaction (deleting them if it fails)."""
+                  kind: str = "ingest", before_commit: BeforeCommit | None = None
+                  ) -> IngestResult:
+    """Commit staged files in one AddFiles transaction (deleting them if it fails).
+
+    ``before_commit`` is called with the staged files just before the commit (the ingest
+    batcher records them there); if it raises, the files are deleted and nothing is
+    committed."""
+    if before_commit is not None:
+        try:
+            before_commit(staged)
+        except BaseException:
+            _delete_files(table, staged.written)
+            raise
     if staged.rows == 0:
         return IngestResult(0, 0, 0, table.version, time.perf_counter() - started)
     # Files written by other processes (Spark tasks) are this process's to protect now.
@@ -299,7 +320,8 @@ def commit_staged(table: Table, staged: StagedFiles, started: float, *,
 
 
 def _ingest_batches(table: Table, batches: Iterator[tuple[str, pa.RecordBatch]],
-                    progress: Progress | None) -> IngestResult:
+                    progress: Progress | None,
+                    before_commit: BeforeCommit | None = None) -> IngestResult:
     started = time.perf_counter()
     staged = stage_batches(table, table.states.head(), batches, progress)
-    return commit_staged(table, staged, started)
+    return commit_staged(table, staged, started, before_commit=before_commit)

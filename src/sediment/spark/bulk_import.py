@@ -25,7 +25,7 @@ import pyarrow as pa
 from sediment.core.model import FileReference
 from sediment.core.transactions import SplitPartition
 from sediment.errors import DataError, JobError, SedimentError, TransactionInvalidError
-from sediment.files.writer import WrittenFile, with_sidecars
+from sediment.files.writer import WrittenFile
 from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged
 from sediment.spark import tasks
 
@@ -251,13 +251,8 @@ def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Seq
     written = {r["filename"]: WrittenFile(r["filename"], 0, int(r["bytes"]))
                for r in staged_rows}
     staged = StagedFiles(sum(r.records for r in refs), refs, list(written.values()))
-    if before_commit is not None:
-        try:
-            before_commit(staged)
-        except BaseException:
-            table.objects.delete_many(with_sidecars(w.filename for w in staged.written))
-            raise
-    return commit_staged(table, staged, started, kind="bulk_import")
+    return commit_staged(table, staged, started, kind="bulk_import",
+                         before_commit=before_commit)
 
 
 def _translate(e: Exception, table: str) -> SedimentError:
