@@ -100,6 +100,11 @@ def build_partition_tree(schema: Schema, split_points: Sequence[Any] | None) -> 
     return out
 
 
+def _storage_options(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The storage options of a :meth:`Store.spec` (all but its URI)."""
+    return {k: v for k, v in spec.items() if k != "uri"}
+
+
 class Store:
     """A Sediment store: ``Store.open("./data")``, ``Store.open("s3://bucket/prefix")``."""
 
@@ -115,6 +120,17 @@ class Store:
         root = self.objects.root()
         opts = {**root.reopen_options(), **self.storage_options}
         return {"uri": self.uri, **{k: v for k, v in opts.items() if v is not None}}
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> Store:
+        """The store a :meth:`spec` describes (opened in another process: a Spark task)."""
+        return cls.open(str(spec["uri"]), **_storage_options(spec))
+
+    def object_store_at(self, root: str) -> ObjectStore:
+        """An object store at ``root`` (a dump's folder): on S3 with this store's storage
+        options (endpoint, region, credentials), elsewhere with none."""
+        opts = _storage_options(self.spec()) if root.startswith("s3://") else {}
+        return open_object_store(root, **opts)
 
     @property
     def uri(self) -> str:

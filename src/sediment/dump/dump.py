@@ -16,7 +16,6 @@ batch's manifest says ``final``. When every task is done the job writes
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import os
 import time
@@ -44,7 +43,7 @@ from sediment.errors import JobError, ObjectNotFoundError, QueryError, SedimentE
 from sediment.files.sample import KeySampler
 from sediment.files.writer import sample_name
 from sediment.query.planner import SubQuery
-from sediment.storage.base import ObjectStore, open_object_store
+from sediment.storage.base import ObjectStore
 from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
@@ -99,12 +98,6 @@ def plan_dump_tasks(state: TableState, rng: Range) -> list[DumpTask]:
         out.append(DumpTask(f"task-{i:05d}", leaf.id,
                             Range(start, end, start_inclusive=s_inc, end_inclusive=e_inc), rng))
     return out
-
-
-def _dest(table: Table, root: str) -> ObjectStore:
-    spec = table.store.spec()
-    opts = {k: v for k, v in spec.items() if k != "uri"} if root.startswith("s3://") else {}
-    return open_object_store(root, **opts)
 
 
 def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
@@ -242,6 +235,20 @@ def _task_done(dest: ObjectStore, job_id: str, task: DumpTask, version: int) -> 
     return manifests if last.get("final") else None
 
 
+def run_dump_task_retried(table: Table, dest: ObjectStore, job_id: str, version: int,
+                          task: DumpTask) -> tuple[str, list[str]]:
+    """``(task id, manifest paths)`` of :func:`run_dump_task`, tried up to ``RETRIES`` times
+    (each try clears the task's folder first); JobError when every try fails. Used by the
+    local threads and by Spark tasks."""
+    last: Exception | None = None
+    for _ in range(RETRIES):
+        try:
+            return task.task_id, run_dump_task(table, dest, job_id, version, task)
+        except SedimentError as e:
+            last = e
+    raise JobError(f"dump job {job_id}: task {task.task_id} failed {RETRIES} times: {last}")
+
+
 class _Lock:
     """The table's one-dump-at-a-time lock, with a heartbeat."""
 
@@ -327,7 +334,7 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
         else:
             lock.mark_stale()
         raise
-    dest = _dest(table, root)
+    dest = table.store.object_store_at(root)
     try:
         state = table.state(v)
         tasks = plan_dump_tasks(state, rng)
@@ -339,16 +346,6 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
         resumed = len(done)
         todo = [t for t in tasks if t.task_id not in done]
 
-        def attempt(t: DumpTask) -> tuple[str, list[str]]:
-            last: Exception | None = None
-            for _ in itertools.repeat(None, RETRIES):
-                try:
-                    return t.task_id, run_dump_task(table, dest, job_id, v, t)
-                except SedimentError as e:  # retried: the task clears its folder first
-                    last = e
-            raise JobError(f"dump job {job_id}: task {t.task_id} failed {RETRIES} times: "
-                           f"{last}")
-
         if runner == "spark" and todo:
             from sediment.spark.dump_runner import run_tasks_on_spark
 
@@ -357,7 +354,8 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
         else:
             n = threads or os.cpu_count() or 2
             with ThreadPoolExecutor(max(1, min(n, len(todo) or 1))) as pool:
-                for tid, paths in pool.map(attempt, todo):
+                for tid, paths in pool.map(
+                        lambda t: run_dump_task_retried(table, dest, job_id, v, t), todo):
                     done[tid] = paths
                     lock.beat()
                     if progress is not None:

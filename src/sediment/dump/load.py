@@ -37,7 +37,7 @@ from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.writer import sample_name, write_key_filters
 from sediment.schema import Schema
 from sediment.state import pending
-from sediment.storage.base import ObjectStore, open_object_store
+from sediment.storage.base import ObjectStore
 
 if TYPE_CHECKING:
     from sediment.store import Store
@@ -160,9 +160,7 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
 def load_dump(store: Store, job_manifest_uri: str, table_name: str) -> Table:
     """Verify the dump, then load it into ``table_name`` (created when it does not exist)."""
     root, job_key = _split_uri(job_manifest_uri)
-    spec = store.spec()
-    opts = {k: v for k, v in spec.items() if k != "uri"} if root.startswith("s3://") else {}
-    src = open_object_store(root, **opts)
+    src = store.object_store_at(root)
     job, files = verify_dump(src, job_key)
     schema = Schema.from_json(job["schema"])
     try:

@@ -1,4 +1,4 @@
-"""Dump tasks as Spark tasks: the same ``run_dump_task`` on executors."""
+"""Dump tasks as Spark tasks: the same ``run_dump_task_retried`` on executors."""
 
 from __future__ import annotations
 
@@ -20,18 +20,10 @@ def run_tasks_on_spark(table: Table, root: str, job_id: str, version: int,
     spec, name = table.store.spec(), table.name
 
     def run(task: DumpTask) -> tuple[str, list[str]]:
-        from sediment.dump.dump import RETRIES, _dest, run_dump_task
-        from sediment.errors import JobError, SedimentError
+        from sediment.dump.dump import run_dump_task_retried
         from sediment.spark.tasks import open_table
 
         t = open_table(spec, name)
-        dest = _dest(t, root)
-        last: Exception | None = None
-        for _ in range(RETRIES):
-            try:
-                return task.task_id, run_dump_task(t, dest, job_id, version, task)
-            except SedimentError as e:
-                last = e
-        raise JobError(f"dump job {job_id}: task {task.task_id} failed: {last}")
+        return run_dump_task_retried(t, t.store.object_store_at(root), job_id, version, task)
 
     return spark.sparkContext.parallelize(list(tasks), max(1, len(tasks))).map(run).collect()

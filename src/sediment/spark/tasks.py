@@ -41,8 +41,7 @@ def open_table(spec: dict[str, Any], name: str, table_id: str | None = None) -> 
     with _LOCK:
         store = _STORES.get(key[0])
         if store is None:
-            opts = {k: v for k, v in spec.items() if k != "uri"}
-            store = _STORES[key[0]] = Store.open(spec["uri"], **opts)
+            store = _STORES[key[0]] = Store.from_spec(spec)
         t = _TABLES.get(key)
         if t is None or t.table_id != (table_id or store.table(name).table_id):
             t = _TABLES[key] = store.table(name)
