@@ -216,23 +216,25 @@ def child_monitor(table: sd.Table, a: dict[str, Any]) -> dict[str, Any]:
 def child_replay(table: sd.Table, a: dict[str, Any]) -> dict[str, Any]:
     """The run's keys against pinned versions, in alternating blocks, after a warm-up.
 
-    A query pins a version by overriding the table's cached query state (what ``table.query``
-    would use for ``state.cache.refresh_seconds``): ``query(version=v)`` reloads the state
-    from the log on every call, which is not what is measured here."""
+    A query pins a version by preparing it against that version's state, loaded once, with
+    the table's own executor (what ``table.query`` does with its cached head):
+    ``query(version=v)`` reloads the state from the log on every call, which is not what is
+    measured here."""
+    from sediment.query.prepare import prepare_query
+
     keys: list[str] = a["keys"]
     states = {name: table.state(v) for name, v in a["versions"].items()}
+    executor = table.prepare().executor
     lat: dict[str, list[float]] = {name: [] for name in states}
     for st in states.values():  # warm-up: footers and page cache, not timed
-        table._cached = (st, float("inf"))
         for k in keys[: min(len(keys), 200)]:
-            table.query(keys=[k])
+            prepare_query(st, executor, table.name, keys=[k]).run()
     for i in range(0, len(keys), REPLAY_BLOCK):
         block = keys[i : i + REPLAY_BLOCK]
         for name, st in states.items():
-            table._cached = (st, float("inf"))
             for k in block:
                 t0 = time.perf_counter()
-                table.query(keys=[k])
+                prepare_query(st, executor, table.name, keys=[k]).run()
                 lat[name].append((time.perf_counter() - t0) * 1000)
     return {"latency": {name: percentiles(ms) for name, ms in lat.items()}}
 

@@ -290,7 +290,6 @@ def test_compaction_of_files_not_adjacent_in_commit_order(tmp_path: Path) -> Non
     result = run_job(table, state, CompactionJob("j", first.partition_id,
                                                  tuple(state.job_inputs("j"))))
     assert result.committed
-    table._invalidate_cache()
     assert len(table.files()) == 2
     for how in ("last", "latest", None):
         assert answer(table, how, in_compaction=False) == expected(batches, how)

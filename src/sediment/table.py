@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -13,9 +11,10 @@ import pyarrow as pa
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import SetOnline, SetProperties
-from sediment.errors import PropertyError, QueryError
+from sediment.errors import PropertyError
 from sediment.iterators.base import RecordIterator
 from sediment.properties import PROPERTIES, defaults, validate_properties
+from sediment.query.prepare import ExecutorCache
 from sediment.schema import Schema
 from sediment.state.log import HistoryEntry
 from sediment.state.store import StateStore
@@ -29,8 +28,8 @@ if TYPE_CHECKING:
     from sediment.maintenance.gc import GcResult
     from sediment.maintenance.passes import MaintenanceResult
     from sediment.maintenance.splitting import SplitResult
-    from sediment.query.executor import Executor
     from sediment.query.planner import QueryPlan
+    from sediment.query.prepare import PreparedQuery
     from sediment.state.versions import Diff, PruneResult, Tag
     from sediment.status import StatusStore
     from sediment.store import Store
@@ -45,9 +44,7 @@ class Table:
         self.table_id = table_id
         self.states = states
         self.objects = states.objects
-        self._cache_lock = threading.Lock()
-        self._cached: tuple[TableState, float] | None = None
-        self._executor: Executor | None = None
+        self._executors = ExecutorCache(self.objects)
 
     # ---- state ---------------------------------------------------------------------------
     def state(self, version: int | str | None = None) -> TableState:
@@ -104,9 +101,7 @@ class Table:
         v = self.resolve_version(version)
         assert v is not None
         old = self.states.load(v)
-        state = self.states.commit(lambda head: plan_restore(head, old))
-        self._invalidate_cache()
-        return state.version
+        return self.states.commit(lambda head: plan_restore(head, old)).version
 
     def dump(self, root: str, *, range: Range | None = None,  # noqa: A002 (public API name)
              version: int | str | None = None, runner: Literal["local", "spark"] = "local",
@@ -149,9 +144,7 @@ class Table:
                 raise PropertyError(f"table {self.name}: unknown property {name!r}")
         validate_properties(updates, context=f"table {self.name}")  # errors name the table,
         # not its id (the transaction validates again against the head it follows)
-        state = self.states.commit(SetProperties(updates, tuple(remove)))
-        self._invalidate_cache(executor=True)
-        return state.version
+        return self.states.commit(SetProperties(updates, tuple(remove))).version
 
     @property
     def online(self) -> bool:
@@ -159,9 +152,7 @@ class Table:
 
     def set_online(self, online: bool) -> int:
         """Bring the table online or take it offline (maintenance skips offline tables)."""
-        version = self.states.commit(SetOnline(online)).version
-        self._invalidate_cache()
-        return version
+        return self.states.commit(SetOnline(online)).version
 
     def history(self) -> list[HistoryEntry]:
         """Every committed transaction: version, time, kind and a one-line summary."""
@@ -274,71 +265,24 @@ class Table:
         return ingest_files(self, paths, progress=progress)
 
     # ---- queries ---------------------------------------------------------------------------
-    def _invalidate_cache(self, *, executor: bool = False) -> None:
-        """Forget the cached state after our own commits (and the executor, whose settings
-        come from properties, after property changes)."""
-        with self._cache_lock:
-            self._cached = None
-            if executor:
-                self._executor = None
-
     def _query_state(self, version: int | str | None) -> TableState:
-        """The state a query reads: cached for ``state.cache.refresh_seconds``."""
+        """The state a query reads: the version asked for, or the head this process shares
+        (its own commits at once, others' within ``state.cache.refresh_seconds``)."""
         if version is not None:
             return self.state(version)
-        now = time.monotonic()
-        with self._cache_lock:
-            cached = self._cached
-        if cached is not None:
-            state, at = cached
-            if now - at < float(state.properties.get(
-                    "state.cache.refresh_seconds",
-                    PROPERTIES["state.cache.refresh_seconds"].default)):
-                return state
-        state = self.states.head()
-        with self._cache_lock:
-            self._cached = (state, now)
-        return state
+        return self.states.cached_head()
 
-    def _query_executor(self, state: TableState) -> Executor:
-        from sediment.query.executor import Executor, FooterCache
-
-        if self._executor is None:
-            props = {**defaults(), **state.properties}
-            assert state.schema is not None
-            footers = FooterCache(self.objects, state.schema.row_key_names[0],
-                                  int(props["query.footer_cache_files"]),
-                                  int(props["query.key_filter_cache_bytes"]))
-            self._executor = Executor(self.objects, state.schema, footers,
-                                      int(props["query.threads"]))
-        return self._executor
-
-    def _prepare(self, keys: Sequence[Any] | None, ranges: Any, columns: Sequence[str] | None,
-                 version: int | str | None, iterators: Sequence[Any] | None
-                 ) -> tuple[Executor, QueryPlan, list[str], list[str], list[RecordIterator]]:
-        from sediment.iterators import iterator_from_config, iterators_from_property
-        from sediment.query.planner import normalise_ranges, plan_query
+    def prepare(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+                columns: Sequence[str] | None = None, version: int | str | None = None,
+                iterators: Sequence[Any] | None = None) -> PreparedQuery:
+        """A query planned and ready to run (``run()``, ``reader()``, one leaf at a time
+        with ``read_subquery``): what :meth:`query` and :meth:`scan` run, and what engines
+        (the Spark reader, dumps) use to read the same records."""
+        from sediment.query.prepare import prepare_query
 
         state = self._query_state(version)
-        schema = state.schema
-        assert schema is not None
-        wanted = list(columns) if columns is not None else schema.field_names
-        for c in wanted:
-            if c not in schema.field_names:
-                raise QueryError(f"table {self.name} has no column {c!r} "
-                                 f"(columns: {', '.join(schema.field_names)})")
-        props = {**defaults(), **state.properties}
-        its = iterators_from_property(str(props["compaction.iterators"]), schema,
-                                      where=f"table {self.name} property compaction.iterators")
-        its += iterators_from_property(str(props["query.iterators"]), schema,
-                                       where=f"table {self.name} property query.iterators")
-        for it in iterators or ():
-            its.append(it if isinstance(it, RecordIterator) else iterator_from_config(it, schema))
-        extra = set().union(*(it.fields() for it in its)) if its else set()
-        read = [c for c in schema.field_names
-                if c in wanted or c in schema.key_names or c in extra]
-        plan = plan_query(state, normalise_ranges(state, keys, ranges))
-        return self._query_executor(state), plan, read, wanted, its
+        return prepare_query(state, self._executors.get(state), self.name, keys=keys,
+                             ranges=ranges, columns=columns, iterators=iterators)
 
     def query(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
               columns: Sequence[str] | None = None, version: int | str | None = None,
@@ -348,28 +292,20 @@ class Table:
         ``keys``: row-key values (or tuples; a shorter tuple is a prefix). ``ranges``: Range
         values. Neither: the whole table. ``version``: read an older version.
         """
-        executor, plan, read, wanted, its = self._prepare(keys, ranges, columns, version,
-                                                          iterators)
-        return executor.run(plan, read, its).select(wanted)
+        return self.prepare(keys, ranges, columns=columns, version=version,
+                            iterators=iterators).run()
 
     def scan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
              columns: Sequence[str] | None = None, version: int | str | None = None,
              iterators: Sequence[Any] | None = None) -> pa.RecordBatchReader:
         """Like :meth:`query`, streamed as a RecordBatchReader in bounded memory."""
-        executor, plan, read, wanted, its = self._prepare(keys, ranges, columns, version,
-                                                          iterators)
-        out_schema = pa.schema([self.schema.field(c) for c in wanted])
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for b in executor.stream(plan, read, its):
-                yield b.select(wanted)
-
-        return pa.RecordBatchReader.from_batches(out_schema, batches())
+        return self.prepare(keys, ranges, columns=columns, version=version,
+                            iterators=iterators).reader()
 
     def plan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
              version: int | None = None) -> QueryPlan:
         """The query plan (leaves and files a query would read), for inspection."""
-        return self._prepare(keys, ranges, None, version, None)[1]
+        return self.prepare(keys, ranges, version=version).plan
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, store={self.store.uri!r})"

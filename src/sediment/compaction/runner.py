@@ -225,7 +225,6 @@ def compact(table: Table, *, runner: JobRunner | None = None) -> CompactionResul
     due = due_jobs(table)
     jobs = due.jobs
     results = (runner or run_jobs_locally)(table, due.state, jobs) if jobs else []
-    table._invalidate_cache()
     ok = [r for r in results if r.committed]
     return CompactionResult(
         due.references_pushed_down, len(jobs), len(ok), len(results) - len(ok),

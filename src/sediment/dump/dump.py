@@ -142,7 +142,7 @@ def run_dump_task(table: Table, dest: ObjectStore, job_id: str, version: int,
     for anc in state.ancestors(leaf.id):
         refs.extend(state.references(anc.id).values())
     schema = table.schema
-    executor = table._query_executor(state)
+    executor = table.prepare(version=version).executor  # the table's own, with its caches
     whole = _whole_file(table, executor, refs, task)
     if whole is not None:
         return [_copy_file(table, dest, f"{folder}/batch-00000", version, task, whole)]

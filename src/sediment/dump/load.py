@@ -180,7 +180,6 @@ def load_dump(store: Store, job_manifest_uri: str, table_name: str) -> Table:
         table.states.commit(AddFiles(refs))
     finally:  # committed: referenced now; failed or unknown: GC's orphan pass judges them
         pending.release(table.objects, names)
-    table._invalidate_cache()
     return table
 
 

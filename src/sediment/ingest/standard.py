@@ -310,7 +310,6 @@ def commit_staged(table: Table, staged: StagedFiles, started: float, *,
     except BaseException as e:
         discard_staged(table, [w.filename for w in staged.written], e)
         raise
-    table._invalidate_cache()
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
                           time.perf_counter() - started)
     table.status.record(kind, f"v{result.version}", "committed", rows=result.rows,

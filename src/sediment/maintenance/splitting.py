@@ -128,6 +128,4 @@ def split(table: Table) -> SplitResult:
         table.status.record("split", d.partition_id, "committed", partition_id=d.partition_id,
                             records=d.records, split_key=list(d.split_key), left=left,
                             right=right)
-    if done:
-        table._invalidate_cache()
     return SplitResult(done, tuple(stuck), time.perf_counter() - started)

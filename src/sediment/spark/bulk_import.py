@@ -199,7 +199,6 @@ def presplit(spark: SparkSession, table: Table, frame: DataFrame, min_leaves: in
             made += 1
         except TransactionInvalidError:
             continue
-    table._invalidate_cache()
     return made
 
 

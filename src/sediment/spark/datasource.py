@@ -167,31 +167,11 @@ class SedimentReader(DataSourceReader):
         if not partition.leaf_id:
             return
         table = tasks.open_table(self.spec, self.name, self.table_id)
-        plan = table.plan(ranges=self.ranges, version=self.version) if self.ranges is not None \
-            else table.plan(version=self.version)
-        for sub in plan.subqueries:
+        prepared = table.prepare(ranges=self.ranges, columns=self.columns,
+                                 version=self.version)  # as table.query prepares it
+        for sub in prepared.plan.subqueries:
             if sub.leaf_id == partition.leaf_id:
-                state = table.state(self.version)
-                executor = table._query_executor(state)
-                its = _query_iterators(table, state)
-                extra = set().union(*(it.fields() for it in its)) if its else set()
-                read = [c for c in table.schema.field_names
-                        if c in self.columns or c in table.schema.key_names or c in extra]
-                data = executor.read_subquery(sub, read, its).select(self.columns)
-                yield from data.to_batches(max_chunksize=100_000)
-
-
-def _query_iterators(table: Any, state: Any) -> list[Any]:
-    """The iterators ``table.query`` applies: compaction's, then the query-time ones."""
-    from sediment.iterators import iterators_from_property
-    from sediment.properties import defaults
-
-    props = {**defaults(), **state.properties}
-    its = iterators_from_property(str(props["compaction.iterators"]), state.schema,
-                                  where=f"table {table.name} property compaction.iterators")
-    its += iterators_from_property(str(props["query.iterators"]), state.schema,
-                                   where=f"table {table.name} property query.iterators")
-    return its
+                yield from prepared.read_subquery(sub).to_batches(max_chunksize=100_000)
 
 
 @dataclass

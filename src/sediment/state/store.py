@@ -156,6 +156,17 @@ class StateStore:
         state, _ = self._current(max_age=None if refresh else float("inf"))
         return state.copy()
 
+    def cached_head(self) -> TableState:
+        """The head this process shares, without a copy (read it, never change it): this
+        process's own commits are in it at once, other writers' once it was re-read, which
+        happens when it was last synced more than ``state.cache.refresh_seconds`` ago."""
+        head, synced = self._cached()
+        if head is not None:
+            max_age = float(_prop(head, "state.cache.refresh_seconds"))
+            if time.monotonic() - synced < max_age:
+                return head
+        return self._current(max_age=None)[0]
+
     def _refreshed(self, base: TableState) -> TableState:
         """``base`` brought up to the log's head (a new state; ``base`` is left alone)."""
         state, complete = self._probe(base)
