@@ -380,8 +380,8 @@ def test_users_never_see_the_hidden_column(tmp_path: Path) -> None:
 
 
 def test_uuid_names_do_not_decide(tmp_path: Path) -> None:
-    """Whatever the file names, the later commit wins (they used to order ties when the state
-    came from a snapshot)."""
+    """Whatever the file names, the later commit wins, also when the state comes from a
+    snapshot (which stores references sorted by file name)."""
     store = sd.Store.open(str(tmp_path / "s"), create=True)
     table = store.create_table("t", SCHEMA, properties={"state.snapshot.interval": 1,
                                                         "state.cache.refresh_seconds": 0})

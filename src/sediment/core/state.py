@@ -293,7 +293,8 @@ class TableState:
 
     # ---- comparison ----------------------------------------------------------------------
     def canonical(self) -> dict[str, Any]:
-        """A plain-data form used to compare states (replay vs snapshot) in tests."""
+        """A plain-data form of the state; equal states (e.g. replayed and loaded from a
+        snapshot) have equal forms, which is what ``==`` compares."""
         return {
             "table_id": self.table_id,
             "version": self.version,
