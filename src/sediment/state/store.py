@@ -10,8 +10,10 @@ jittered exponential backoff. An outcome it cannot resolve by reading raises
 later), since the commit may have landed. Every ``state.snapshot.interval`` versions the
 committer writes a content-addressed snapshot.
 
-The in-memory head is immutable once published (every change builds a new ``TableState``), so a
-lock is held only to read or swap it, never across object-store I/O or backoff sleeps.
+The in-memory head is immutable once published (every change builds a new ``TableState``), so
+its lock is held only to read or swap it, never across object-store I/O or backoff sleeps:
+readers never wait for a writer. Writers of one process take turns for the append itself (a
+second lock readers never take), so they queue instead of racing each other for a version.
 """
 
 from __future__ import annotations
