@@ -34,6 +34,7 @@ from sediment.errors import (
 )
 from sediment.properties import defaults, validate_properties
 from sediment.schema import Schema
+from sediment.state.documents import json_object
 from sediment.state.log import FORMAT_VERSION, check_format
 from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage.base import ObjectStore, open_object_store
@@ -166,12 +167,7 @@ class Store:
     @staticmethod
     def _read_store_file(objects: ObjectStore) -> dict[str, Any]:
         where = f"{STORE_FILE} of store {objects.uri}"
-        try:
-            doc = json.loads(objects.get(STORE_FILE))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CorruptMetadataError(f"{where} is not valid JSON: {e}") from e
-        if not isinstance(doc, dict):
-            raise CorruptMetadataError(f"{where} is not a JSON object")
+        doc = json_object(objects.get(STORE_FILE), where)
         check_format(doc, where)
         return doc
 

@@ -14,6 +14,7 @@ from typing import Any
 from sediment.core.keys import decode_key, encode_key
 from sediment.core.ranges import Range
 from sediment.errors import CorruptMetadataError
+from sediment.state.documents import json_object
 
 JOB_MANIFEST = "job-manifest.json"
 FORMAT = 1
@@ -47,12 +48,7 @@ def dumps(doc: dict[str, Any]) -> bytes:
 
 
 def loads(data: bytes, where: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CorruptMetadataError(f"{where} is not valid JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise CorruptMetadataError(f"{where} is not a JSON object")
+    doc = json_object(data, where)
     fmt = doc.get("format")
     if fmt != FORMAT:
         raise CorruptMetadataError(f"{where}: unsupported dump format {fmt!r}")

@@ -12,6 +12,7 @@ from typing import Any
 
 from sediment.core.transactions import Transaction, transaction_from_json
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, UnsupportedFormatError
+from sediment.state.documents import json_object
 from sediment.storage.base import ObjectStore
 from sediment.storage.conditional import create_once
 
@@ -86,12 +87,7 @@ class TransactionLog:
 
     def _document(self, version: int, data: bytes) -> dict[str, Any]:
         where = f"log entry {version} of table {self.table_id} ({log_key(version)})"
-        try:
-            doc = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CorruptMetadataError(f"{where} is not valid JSON: {e}") from e
-        if not isinstance(doc, dict):
-            raise CorruptMetadataError(f"{where} is not a JSON object")
+        doc = json_object(data, where)
         check_format(doc, where)
         if doc.get("version") != version:
             raise CorruptMetadataError(f"{where} claims version {doc.get('version')}")

@@ -29,6 +29,7 @@ from sediment.core.model import Partition
 from sediment.core.state import REFERENCE_COLUMNS, CowDict, TableState, partition_runs
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError
 from sediment.schema import Schema
+from sediment.state.documents import json_object, json_value
 from sediment.state.log import FORMAT_VERSION, check_format, version_of_key
 from sediment.storage.base import ObjectStore
 
@@ -275,20 +276,21 @@ def _read_parquet(objects: ObjectStore, key: str, where: str) -> pa.Table:
         raise CorruptMetadataError(f"{where}: object {key} is corrupt: {e}") from e
 
 
-def _read_json(objects: ObjectStore, key: str, where: str) -> Any:
+def _get(objects: ObjectStore, key: str, where: str) -> bytes:
     try:
-        return json.loads(objects.get(key))
+        return objects.get(key)
     except ObjectNotFoundError:
         raise CorruptMetadataError(f"{where}: {key} is missing") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CorruptMetadataError(f"{where}: {key} is not valid JSON: {e}") from e
+
+
+def _read_json(objects: ObjectStore, key: str, where: str) -> Any:
+    return json_value(_get(objects, key, where), f"{where}: {key}")
 
 
 def read_pointer(objects: ObjectStore, version: int, table_id: str) -> dict[str, Any]:
     where = f"snapshot {version} of table {table_id}"
-    doc = _read_json(objects, snapshot_key(version), where)
-    if not isinstance(doc, dict):
-        raise CorruptMetadataError(f"{where}: {snapshot_key(version)} is not a JSON object")
+    key = snapshot_key(version)
+    doc = json_object(_get(objects, key, where), f"{where}: {key}")
     check_format(doc, where)
     return doc
 
