@@ -355,3 +355,11 @@ def test_losing_a_create_race_leaves_nothing_behind(tmp_path: Path,
     assert [p.name for p in (tmp_path / "s" / "tables").iterdir()
             if any(q.is_file() for q in p.rglob("*"))] == [winner.table_id]
     assert store.table("t").table_id == winner.table_id
+
+
+def test_open_with_create_false_refuses_a_missing_store(tmp_path: Path) -> None:
+    with pytest.raises(sd.SedimentError, match="no Sediment store at"):
+        sd.Store.open(str(tmp_path / "typo"), create=False)
+    assert not (tmp_path / "typo").exists() or not any((tmp_path / "typo").iterdir())
+    sd.Store.open(str(tmp_path / "real"), create=True)
+    assert sd.Store.open(str(tmp_path / "real"), create=False).tables() == []
