@@ -25,6 +25,7 @@ from sediment.core.model import FileReference, Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID
 from sediment.core.transactions import AddFiles, InitialiseTable
 from sediment.errors import (
+    CatalogError,
     CorruptMetadataError,
     InvalidTableNameError,
     ObjectNotFoundError,
@@ -144,15 +145,20 @@ class Store:
         return {**defaults(), **self._properties}
 
     @classmethod
-    def open(cls, uri: str, *, properties: Mapping[str, Any] | None = None,
-             **storage_options: Any) -> Store:
-        """Open (creating when missing) the store at ``uri``.
+    def open(cls, uri: str, *, create: bool = True,
+             properties: Mapping[str, Any] | None = None, **storage_options: Any) -> Store:
+        """Open the store at ``uri``, creating it when missing unless ``create=False`` (then a
+        missing store raises CatalogError: a typo in a URI must not make a new, empty store).
 
         ``properties`` become the store's defaults for new tables when the store is created,
         or update them when it exists. ``storage_options`` go to the object store (S3:
-        ``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``).
+        ``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``); an option the
+        store does not take is refused, naming it.
         """
         objects = open_object_store(str(uri), **storage_options)
+        if not create and not objects.exists(STORE_FILE):
+            raise CatalogError(f"no Sediment store at {objects.uri} (open it with create=True "
+                               "to make one)")
         props = validate_properties(properties or {}, context=f"store {objects.uri}")
         doc = {"format": FORMAT_VERSION, "created": time.time(), "properties": props}
         if not create_once(objects, STORE_FILE, json.dumps(doc).encode()):
