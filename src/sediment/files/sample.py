@@ -90,10 +90,20 @@ def estimate_count(sample: pa.Table, names: Sequence[str], region: Region) -> in
 
 
 def quantile(sample: pa.Table, names: Sequence[str], q: float) -> Key | None:
-    """The key at quantile ``q`` (0..1) of a (merged, sorted) sample; None when empty."""
+    """The key at sorted position ``floor(q * n)`` (0-based) of the ``n`` sampled records of a
+    (merged, sorted) sample; None when empty.
+
+    That is the first key of the upper part, as Sleeper's split point is: for distinct keys
+    0..999 the median (``q`` 0.5) is 500, and keys below it are exactly half of the records.
+    A sample row stands for the records from its own key up to the next row's, so with a
+    sample step ``k`` the key returned is that of a record less than ``k`` positions below
+    ``floor(q * n)``.
+    """
     if sample.num_rows == 0:
         return None
     cum = np.cumsum(sample.column(COUNT).to_numpy())
-    target = q * cum[-1]
-    i = int(np.searchsorted(cum, target, side="left"))
+    position = math.floor(q * int(cum[-1]))
+    # The row standing for the record at ``position``: the first whose cumulative count
+    # passes it (records before row i number cum[i-1]).
+    i = int(np.searchsorted(cum, position, side="right"))
     return row_key(sample, min(i, sample.num_rows - 1), names)

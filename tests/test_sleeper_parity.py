@@ -1,0 +1,149 @@
+"""Sleeper parity (issue 13, "Behaviour to fix"): the semantics a Sleeper user relies on.
+
+Each section pins one point against what Sleeper's own code and tests do (gchq/sleeper:
+``FindPartitionSplitPoint``/``SplitPartitionTest``, ``PartitionSplitCheck``,
+``BasicCompactionStrategy``, ``AgeOffIterator``, the transaction-log state store).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sediment as sd
+from sediment.core.model import Partition, Region
+from sediment.core.state import ROOT_PARTITION_ID
+from sediment.files.sample import build_sample
+from sediment.maintenance.splitting import choose_split_key
+
+INT_SCHEMA = sd.Schema(row_keys=[("key", pa.int64())], values=[("value", pa.string())])
+
+
+def make_table(tmp_path: Path, schema: sd.Schema = INT_SCHEMA, **props: Any) -> sd.Table:
+    store = sd.Store.open(str(tmp_path))
+    return store.create_table(f"t{uuid.uuid4().hex[:8]}", schema,
+                              properties={"state.cache.refresh_seconds": 0, **props})
+
+
+def int_rows(keys: list[int]) -> pa.Table:
+    return pa.table({"key": pa.array(keys, pa.int64()),
+                     "value": [f"v{k}" for k in keys]}, schema=INT_SCHEMA.to_arrow())
+
+
+def leaves(table: sd.Table) -> list[Partition]:
+    return [p for p in table.partitions() if p.is_leaf]
+
+
+# ---- 1. the split point ------------------------------------------------------------------------
+@pytest.mark.parametrize("keys,split_key", [(range(1000), 500), (range(1, 101), 51)])
+def test_split_key_is_the_first_key_of_the_upper_half(tmp_path: Path, keys: range,
+                                                      split_key: int) -> None:
+    """As in Sleeper's SplitPartitionTest: keys 0..999 split at 500, each child holding 500."""
+    table = make_table(tmp_path, **{"partition.split.threshold": len(keys) - 1})
+    shuffled = list(keys)
+    random.Random(1).shuffle(shuffled)
+    table.ingest(int_rows(shuffled))
+    assert table.split().splits == 1
+    root = next(p for p in table.partitions() if p.id == ROOT_PARTITION_ID)
+    assert root.split_key == (split_key,)
+    by_side = {p.region.min is None: p for p in leaves(table)}
+    left, right = by_side[True], by_side[False]
+    n = len(keys)
+    assert sum(1 for k in keys if k < split_key) == n // 2
+    assert table.query(ranges=[sd.Range(None, split_key)]).num_rows == n // 2
+    assert left.region.max == (split_key,)
+    assert right.region.min == (split_key,)
+
+
+KEY_TYPES: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
+    "int32": (pa.int32(), st.integers(-(2**31), 2**31 - 1)),
+    "int64": (pa.int64(), st.integers(-(2**63), 2**63 - 1)),
+    "string": (pa.string(), st.text(max_size=6)),
+    "binary": (pa.binary(), st.binary(max_size=6)),
+}
+
+
+def _check_median(table: pa.Table, names: list[str], sample_size: int, files: int = 1) -> None:
+    """``choose_split_key`` against a pyarrow reference, the records dealt over ``files`` files.
+
+    For distinct keys and exact samples the split key is the key at sorted position
+    floor(n/2) = p and the left child holds exactly p records. Otherwise the left child holds at
+    most p records and the split key's run reaches to within the sample steps of p (one step
+    for one file; for several, a row's estimated position is off by at most the sum of their
+    steps). When the median is the smallest key, the split key is the next sampled key up.
+    """
+    order = [(n, "ascending") for n in names]
+    n = table.num_rows
+    deal = [i % files for i in range(n)]
+    random.Random(n).shuffle(deal)
+    parts = [table.filter(pa.array([d == f for d in deal])).sort_by(order) for f in range(files)]
+    parts = [t for t in parts if t.num_rows] or [table.slice(0, 0)]
+    samples = [build_sample(t, sample_size) for t in parts]
+    steps = [max(1, -(-t.num_rows // sample_size)) for t in parts]
+    slack = steps[0] if len(parts) == 1 else 2 * sum(steps)
+    root = Partition(ROOT_PARTITION_ID, None, Region())
+    key = choose_split_key(root, samples, names)
+    data = table.sort_by(order)
+    keys = list(zip(*(data.column(c).to_pylist() for c in names), strict=True))
+    p = n // 2
+    if key is None:
+        sampled = {k for s in samples
+                   for k in zip(*(s.column(c).to_pylist() for c in names), strict=True)}
+        assert len(sampled) <= 1, "samples with two keys must give a split key"
+        return
+    below = sum(1 for k in keys if k < key)  # the left child's records
+    upto = sum(1 for k in keys if k <= key)
+    smallest = sum(1 for k in keys if k == keys[0])
+    assert keys[0] < key <= keys[-1]  # both children get records
+    if max(steps) == 1 and len(set(keys)) == n:
+        assert key == keys[p] and below == p
+    elif not (below <= p and upto > p - slack):  # the median is the smallest key
+        assert smallest > p - slack and smallest <= below < smallest + sum(steps)
+
+
+@pytest.mark.parametrize("kind", sorted(KEY_TYPES))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_median_property_one_field(kind: str, data: st.DataObject) -> None:
+    arrow_type, values = KEY_TYPES[kind]
+    distinct = data.draw(st.booleans(), label="distinct")
+    keys = data.draw(st.lists(values, min_size=1, max_size=300, unique=distinct), label="keys")
+    size = data.draw(st.sampled_from([1000, 64, 7]), label="sample size")
+    files = data.draw(st.integers(1, 3), label="files")
+    _check_median(pa.table({"key": pa.array(keys, arrow_type)}), ["key"], size, files)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(keys=st.lists(st.tuples(st.integers(-3, 3), st.text(max_size=3)), min_size=1,
+                     max_size=300),
+       distinct=st.booleans(), size=st.sampled_from([1000, 64, 7]), files=st.integers(1, 3))
+def test_median_property_two_fields(keys: list[tuple[int, str]], distinct: bool,
+                                    size: int, files: int) -> None:
+    if distinct:
+        keys = list(dict.fromkeys(keys))
+    t = pa.table({"a": pa.array([k[0] for k in keys], pa.int32()),
+                  "b": pa.array([k[1] for k in keys], pa.string())})
+    _check_median(t, ["a", "b"], size, files)
+
+
+def test_median_of_distinct_keys_is_exact_for_every_type() -> None:
+    """The brief's examples, for each key type, without hypothesis's luck."""
+    for n in (2, 3, 100, 999, 1000):
+        for arrow_type, make in ((pa.int32(), int), (pa.int64(), int),
+                                 (pa.string(), lambda i: f"k{i:05d}"),
+                                 (pa.binary(), lambda i: i.to_bytes(2, "big"))):
+            values = [make(i) for i in range(n)]
+            t = pa.table({"key": pa.array(values, arrow_type)})
+            key = choose_split_key(Partition(ROOT_PARTITION_ID, None, Region()),
+                                   [build_sample(t, 2000)], ["key"])
+            assert key == (values[n // 2],), (arrow_type, n)
+            assert pc.sum(pc.less(t.column("key"), pa.scalar(key[0], arrow_type))).as_py() \
+                == n // 2
