@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from typer.testing import CliRunner, Result
 
 import sediment as sd
+from helpers import rows
 from reference import Reference, assert_matches
 from sediment.cli import app
-from sediment.workload import benchmark_schema, generate
+from sediment.workload import benchmark_schema
 
 SCHEMA = benchmark_schema()
 PROPS = {"state.cache.refresh_seconds": 0, "compaction.strategy": "basic",
@@ -29,10 +29,6 @@ def _no_store_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
-
-
-def rows(n: int, seed: int) -> pa.Table:
-    return pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=n)))
 
 
 @pytest.fixture

@@ -8,15 +8,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from typer.testing import CliRunner, Result
 
 import sediment as sd
+from helpers import rows
 from reference import Reference, assert_matches
 from sediment.cli import app
 from sediment.dump.dump import LOCK_KEY
-from sediment.workload import benchmark_schema, generate
+from sediment.workload import benchmark_schema
 
 SCHEMA = benchmark_schema()
 
@@ -52,10 +52,6 @@ def fails(runner: CliRunner, *args: str) -> str:
     assert result.stderr.startswith("error: "), result.stderr
     assert "Traceback" not in result.output
     return result.stderr
-
-
-def rows(n: int, seed: int) -> pa.Table:
-    return pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=max(1, n))))
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sediment as sd
+from helpers import make_table, rows
 from reference import (
     AWKWARD_BINARIES,
     INT64_EXTREMES,
@@ -59,27 +60,16 @@ from sediment.maintenance.gc import gc
 from sediment.properties import defaults
 from sediment.state import pending
 from sediment.store import build_partition_tree
-from sediment.workload import benchmark_schema, generate
+from sediment.workload import benchmark_schema
 
 SCHEMA = benchmark_schema()
 KEYS = SCHEMA.key_names
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-def make_table(uri: str | Path, options: dict[str, Any] | None = None, *,
-               split_points: Any = None, **props: Any) -> sd.Table:
-    store = sd.Store.open(str(uri), **(options or {}))
-    return store.create_table(f"t{uuid.uuid4().hex[:8]}", SCHEMA, split_points=split_points,
-                              properties={"state.cache.refresh_seconds": 0, **props})
-
-
 def reopen(table: sd.Table, options: dict[str, Any] | None = None) -> sd.Table:
     """A second, independent Table object (own state cache) for the same table."""
     return sd.Store.open(table.store.uri, **(options or {})).table(table.name)
-
-
-def rows(n: int, seed: int) -> pa.Table:
-    return pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=max(n, 1))))
 
 
 def ingest_files(table: sd.Table, ref: Reference, count: int, n: int, seed: int = 0) -> None:

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import pytest
 
 import sediment as sd
 import sediment.dump.dump as dump_mod
+from helpers import make_table, rows
 from reference import Reference, assert_matches, result_rows
 from sediment.dump.dump import LOCK_KEY, abandon_dump
 from sediment.dump.manifest import range_to_json
@@ -66,16 +66,6 @@ def dump_root(store_uri: StoreUri, name: str = "dumps") -> str:
 
 def dump_objects(store_uri: StoreUri, root: str) -> ObjectStore:
     return open_object_store(root, **store_uri[1])
-
-
-def make_table(store: sd.Store, split_points: list[Any] | None = None,
-               schema: sd.Schema = SCHEMA, **props: Any) -> sd.Table:
-    return store.create_table(f"t{uuid.uuid4().hex[:8]}", schema, split_points=split_points,
-                              properties={"state.cache.refresh_seconds": 0, **props})
-
-
-def rows(n: int, seed: int) -> pa.Table:
-    return pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=max(1, n))))
 
 
 def ingest(table: sd.Table, ref: Reference, n: int, seed: int) -> int:
@@ -835,7 +825,7 @@ def test_dump_copies_whole_compacted_files_byte_for_byte(tmp_path: Path) -> None
 
     import pyarrow as pa
 
-    from sediment.workload import benchmark_schema, generate
+    from sediment.workload import benchmark_schema
 
     store = sd.Store.open(str(tmp_path / "store"))
     table = store.create_table("ev", benchmark_schema(), split_points=["h", "p"],

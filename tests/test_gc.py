@@ -7,14 +7,13 @@ import os
 import random
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 import sediment as sd
+from helpers import make_table, rows
 from reference import Reference, assert_matches
 from sediment.core.transactions import DeleteFiles
 from sediment.files.writer import (
@@ -26,20 +25,9 @@ from sediment.files.writer import (
 )
 from sediment.maintenance.gc import GcResult, gc
 from sediment.state import pending
-from sediment.workload import benchmark_schema, generate
+from sediment.workload import benchmark_schema
 
 SCHEMA = benchmark_schema()
-
-
-def make_table(uri: str | Path, options: dict[str, Any] | None = None, **props: Any
-               ) -> sd.Table:
-    store = sd.Store.open(str(uri), **(options or {}))
-    return store.create_table(f"t{uuid.uuid4().hex[:8]}", SCHEMA,
-                              properties={"state.cache.refresh_seconds": 0, **props})
-
-
-def rows(n: int, seed: int) -> pa.Table:
-    return pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=max(1, n))))
 
 
 def ingest(table: sd.Table, ref: Reference, n: int, seed: int) -> None:

@@ -4,28 +4,27 @@ without stopping the daemon, an unsplittable leaf is reported once."""
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+import helpers
 import sediment as sd
+from helpers import rows
 from reference import Reference, assert_matches
 from sediment.files.writer import with_sidecars
 from sediment.maintenance.continuous import Maintainer
-from test_maintenance import check_settled, rows
+from test_maintenance import check_settled
 
 SCHEMA = sd.workload.benchmark_schema()
 
 
-def make_table(root: Path, **props: Any) -> sd.Table:
-    store = sd.Store.open(str(root))
-    return store.create_table(f"t{uuid.uuid4().hex[:8]}", SCHEMA, properties={
-        "state.cache.refresh_seconds": 0, "parquet.row_group_rows": 128, **props})
+make_table = functools.partial(helpers.make_table, **{"parquet.row_group_rows": 128})
 
 
 def run_in_thread(m: Maintainer, stop: threading.Event, reports: list[Any],

@@ -5,37 +5,22 @@ from __future__ import annotations
 
 import random
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sediment as sd
+from helpers import make_table, rows
 from reference import Reference, assert_matches, order_key, random_range
 from sediment.core.model import Region
 from sediment.files.writer import with_sidecars
 from sediment.maintenance.passes import MaintenanceResult, maintain, maintain_pass, maintain_store
-from sediment.workload import benchmark_schema, generate
+from sediment.workload import benchmark_schema
 
 SCHEMA = benchmark_schema()
-
-
-def make_table(uri: str | Path, name: str | None = None, **props: Any) -> sd.Table:
-    store = sd.Store.open(str(uri))
-    return store.create_table(name or f"t{uuid.uuid4().hex[:8]}", SCHEMA,
-                              properties={"state.cache.refresh_seconds": 0, **props})
-
-
-def rows(n: int, seed: int, *, keys: list[str] | None = None) -> pa.Table:
-    t = pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=max(1, n))))
-    if keys is not None:  # narrow key space: many duplicate row keys
-        rng = random.Random(seed)
-        t = t.set_column(0, "key", pa.array([rng.choice(keys) for _ in range(n)], pa.string()))
-    return t
 
 
 def in_region(key: tuple[Any, ...], region: Region) -> bool:
@@ -190,7 +175,7 @@ def test_maintain_reports_each_pass(tmp_path: Path) -> None:
 
 def test_maintain_store_covers_every_table(tmp_path: Path) -> None:
     props = {"compaction.strategy": "basic", "compaction.batch_size": 2}
-    a, b, off = (make_table(tmp_path, n, **props) for n in ("a", "b", "off"))
+    a, b, off = (make_table(tmp_path, name=n, **props) for n in ("a", "b", "off"))
     refs = {}
     for t in (a, b, off):
         refs[t.name] = Reference(SCHEMA)

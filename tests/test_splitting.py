@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 import sediment as sd
+from helpers import make_table, rows
 from reference import Reference, assert_matches, order_key
 from sediment.core.keys import Key
 from sediment.core.model import Partition, Region
@@ -21,22 +21,11 @@ from sediment.core.transactions import SplitPartition
 from sediment.errors import TransactionInvalidError
 from sediment.files.sample import build_sample
 from sediment.maintenance.splitting import SplitResult, choose_split_key, plan_splits
-from sediment.workload import benchmark_schema, generate
+from sediment.workload import benchmark_schema
 
 SCHEMA = benchmark_schema()
 MULTI = sd.Schema(row_keys=[("a", pa.string()), ("b", pa.int64())],
                   sort_keys=[("ts", pa.int64())], values=[("v", pa.string())])
-
-
-def make_table(uri: str | Path, schema: sd.Schema = SCHEMA, *, options: dict[str, Any] | None
-               = None, split_points: Any = None, **props: Any) -> sd.Table:
-    store = sd.Store.open(str(uri), **(options or {}))
-    return store.create_table(f"t{uuid.uuid4().hex[:8]}", schema, split_points=split_points,
-                              properties={"state.cache.refresh_seconds": 0, **props})
-
-
-def rows(n: int, seed: int) -> pa.Table:
-    return pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=n)))
 
 
 def one_key_rows(key: str, n: int, start: int = 0) -> pa.Table:
@@ -163,7 +152,7 @@ def test_repeated_splits_until_under_threshold(tmp_path: Path) -> None:
 
 
 def test_multi_field_row_keys_split_lexicographically(tmp_path: Path) -> None:
-    table = make_table(tmp_path, MULTI, **{"partition.split.threshold": 1000})
+    table = make_table(tmp_path, schema=MULTI, **{"partition.split.threshold": 1000})
     rng = random.Random(5)
     ref = Reference(MULTI)
     for _ in range(3):
@@ -301,7 +290,7 @@ def test_offline_table_is_not_split(tmp_path: Path) -> None:
 def test_split_other_key_types(tmp_path: Path, kind: str) -> None:
     types = {"int32": pa.int32(), "int64": pa.int64(), "binary": pa.binary()}
     schema = sd.Schema(row_keys=[("k", types[kind])], values=[("v", pa.int64())])
-    table = make_table(tmp_path, schema, **{"partition.split.threshold": 500,
+    table = make_table(tmp_path, schema=schema, **{"partition.split.threshold": 500,
                                             "compaction.strategy": "basic",
                                             "compaction.batch_size": 2})
     rng = random.Random(11)

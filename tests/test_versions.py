@@ -9,16 +9,14 @@ code under test.
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 import sediment as sd
 import sediment.state.snapshot as snapshot_mod
+from helpers import make_table, rows
 from reference import Reference, assert_matches
 from sediment.errors import (
     CorruptMetadataError,
@@ -30,30 +28,13 @@ from sediment.files.writer import sample_name
 from sediment.maintenance.gc import gc
 from sediment.state.log import LOG_PREFIX
 from sediment.state.snapshot import SNAPSHOT_PREFIX
-from sediment.workload import benchmark_schema, generate
+from sediment.workload import benchmark_schema
 
 SCHEMA = benchmark_schema()
 
 
-def make_table(uri: str | Path, options: dict[str, Any] | None = None,
-               split_points: list[Any] | None = None, **props: Any) -> sd.Table:
-    store = sd.Store.open(str(uri), **(options or {}))
-    return store.create_table(f"t{uuid.uuid4().hex[:8]}", SCHEMA, split_points=split_points,
-                              properties={"state.cache.refresh_seconds": 0, **props})
-
-
-def rows(n: int, seed: int, prefix: str = "") -> pa.Table:
-    """``n`` benchmark rows; with ``prefix`` every key starts with it (same key length)."""
-    t = pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=max(1, n))))
-    if prefix:
-        tail = pc.utf8_slice_codeunits(t.column("key"), len(prefix))
-        keys = pc.binary_join_element_wise(pa.scalar(prefix), tail, "")
-        t = t.set_column(0, t.schema.field("key"), keys)
-    return t
-
-
 def ingest(table: sd.Table, ref: Reference, n: int, seed: int, prefix: str = "") -> int:
-    data = rows(n, seed, prefix)
+    data = rows(n, seed, prefix=prefix)
     table.ingest(data)
     ref.add(data)
     return table.version

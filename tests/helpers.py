@@ -1,0 +1,42 @@
+"""Helpers the test modules share: a fresh table of the benchmark schema, and rows for it."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import sediment as sd
+from sediment.workload import benchmark_schema, generate
+
+SCHEMA = benchmark_schema()
+
+
+def make_table(where: str | Path | sd.Store, options: dict[str, Any] | None = None, *,
+               schema: sd.Schema = SCHEMA, name: str | None = None,
+               split_points: Any = None, **props: Any) -> sd.Table:
+    """A new table (named ``name``, else a fresh name) in ``where``: an open Store, or the
+    URI or path of one (opened with storage ``options``). Its state cache is off, so every
+    read sees the latest commit; ``props`` are its other properties."""
+    store = where if isinstance(where, sd.Store) else sd.Store.open(str(where), **(options or {}))
+    return store.create_table(name or f"t{uuid.uuid4().hex[:8]}", schema,
+                              split_points=split_points,
+                              properties={"state.cache.refresh_seconds": 0, **props})
+
+
+def rows(n: int, seed: int, *, keys: list[str] | None = None, prefix: str = "") -> pa.Table:
+    """``n`` rows of the benchmark schema; with ``keys``, every row key is one of them (many
+    duplicates); with ``prefix``, every key starts with it (same key length)."""
+    t = pa.Table.from_batches(list(generate(n, seed=seed, batch_rows=max(1, n))))
+    if keys is not None:
+        rng = random.Random(seed)
+        t = t.set_column(0, "key", pa.array([rng.choice(keys) for _ in range(n)], pa.string()))
+    if prefix:
+        tail = pc.utf8_slice_codeunits(t.column("key"), len(prefix))
+        t = t.set_column(0, t.schema.field("key"),
+                         pc.binary_join_element_wise(pa.scalar(prefix), tail, ""))
+    return t
