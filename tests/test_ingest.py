@@ -6,7 +6,6 @@ import io
 import json
 import os
 import random
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sediment as sd
+from helpers import make_table
 from reference import Reference, assert_matches, random_batch, string_key_pool
 from sediment.errors import DataError
 from sediment.ingest import IngestResult
@@ -28,11 +28,8 @@ SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64()
                    values=[("value", pa.string()), ("n", pa.int64())])
 
 
-def new_table(root: Path | str, schema: sd.Schema = SCHEMA, *, split_points: Any = None,
-              options: dict[str, Any] | None = None, **props: Any) -> sd.Table:
-    store = sd.Store.open(str(root), **(options or {}))
-    return store.create_table(f"t{uuid.uuid4().hex[:8]}", schema, split_points=split_points,
-                              properties={"state.cache.refresh_seconds": 0, **props})
+def new_table(root: Path | str, schema: sd.Schema = SCHEMA, **kwargs: Any) -> sd.Table:
+    return make_table(root, schema=schema, **kwargs)
 
 
 def data_objects(table: sd.Table) -> list[str]:

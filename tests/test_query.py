@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import random
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sediment as sd
+from helpers import make_table
 from reference import (
     INT32_EXTREMES,
     INT64_EXTREMES,
@@ -31,14 +31,10 @@ from sediment.errors import QueryError
 STRATEGIES = ["per_partition", "shared_file"]
 
 
-def new_table(root: Path | str, schema: sd.Schema, *, split_points: Any = None,
-              strategy: str = "per_partition", options: dict[str, Any] | None = None,
-              **props: Any) -> sd.Table:
-    store = sd.Store.open(str(root), **(options or {}))
-    properties = {"ingest.write_strategy": strategy, "parquet.row_group_rows": 128,
-                  "state.cache.refresh_seconds": 0, **props}
-    return store.create_table(f"t{uuid.uuid4().hex[:8]}", schema, split_points=split_points,
-                              properties=properties)
+def new_table(root: Path | str, schema: sd.Schema, *, strategy: str = "per_partition",
+              **kwargs: Any) -> sd.Table:
+    return make_table(root, schema=schema, **{"ingest.write_strategy": strategy,
+                                              "parquet.row_group_rows": 128, **kwargs})
 
 
 def check_queries(table: sd.Table, ref: Reference, rng: random.Random, pool: list[Any],

@@ -7,8 +7,8 @@ Each section pins one point against what Sleeper's own code and tests do (gchq/s
 
 from __future__ import annotations
 
+import functools
 import random
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +18,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import helpers
 import sediment as sd
-from sediment.core.model import Partition, Region
-from sediment.core.state import ROOT_PARTITION_ID
+from sediment.compaction.runner import push_down_references
+from sediment.core.model import FileReference, Partition, Region
+from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.files.sample import build_sample
-from sediment.maintenance.splitting import choose_split_key
+from sediment.maintenance.splitting import choose_split_key, plan_splits
 
 INT_SCHEMA = sd.Schema(row_keys=[("key", pa.int64())], values=[("value", pa.string())])
 
 
-def make_table(tmp_path: Path, schema: sd.Schema = INT_SCHEMA, **props: Any) -> sd.Table:
-    store = sd.Store.open(str(tmp_path))
-    return store.create_table(f"t{uuid.uuid4().hex[:8]}", schema,
-                              properties={"state.cache.refresh_seconds": 0, **props})
+make_table = functools.partial(helpers.make_table, schema=INT_SCHEMA)
 
 
 def int_rows(keys: list[int]) -> pa.Table:
@@ -147,3 +146,43 @@ def test_median_of_distinct_keys_is_exact_for_every_type() -> None:
             assert key == (values[n // 2],), (arrow_type, n)
             assert pc.sum(pc.less(t.column("key"), pa.scalar(key[0], arrow_type))).as_py() \
                 == n // 2
+
+
+# ---- 2. what counts toward the split threshold -------------------------------------------------
+@settings(max_examples=100, deadline=None)
+@given(refs=st.lists(st.tuples(st.integers(0, 50), st.booleans()), max_size=8),
+       threshold=st.integers(1, 200))
+def test_only_known_records_count_toward_the_threshold(refs: list[tuple[int, bool]],
+                                                       threshold: int) -> None:
+    """A leaf splits when it is known to hold MORE THAN ``partition.split.threshold`` records
+    (strictly more, as Sleeper's property text says; its code compares with >=): only exact
+    references count. Estimated counts (``approximate`` references, to files spanning several
+    leaves) never push a leaf over the threshold, however large they are."""
+    state = TableState("t")
+    state.schema = INT_SCHEMA
+    state.partitions = {ROOT_PARTITION_ID: Partition(ROOT_PARTITION_ID, None, Region())}
+    for i, (records, approximate) in enumerate(refs):
+        state.put_reference(FileReference(f"f{i}", ROOT_PARTITION_ID, records, approximate))
+    sample = build_sample(pa.table({"key": pa.array(range(100), pa.int64())}), 1000)
+    planned = plan_splits(state, {"partition.split.threshold": threshold}, lambda f: sample)
+    known = sum(n for n, approximate in refs if not approximate)
+    assert bool(planned) == (known > threshold)
+    if planned:
+        assert planned[0].records == known
+
+
+def test_estimated_references_do_not_split_a_leaf(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"partition.split.threshold": 999})
+    table.ingest(int_rows(list(range(1000))))
+    assert table.split().splits == 1
+    push_down_references(table)  # the root's file is now referenced, estimated, by both leaves
+    refs = table.files()
+    assert len(refs) == 2 and all(r.approximate and r.records == 500 for r in refs)
+    table.set_properties({"partition.split.threshold": 400})
+    assert table.split().splits == 0  # 500 estimated records each: not known to be over
+    assert len(leaves(table)) == 2
+    table.ingest(int_rows(list(range(1000, 1400))))  # 400 known records in the right leaf
+    assert table.split().splits == 0  # exactly the threshold: not more than it
+    table.ingest(int_rows([1400]))
+    assert table.split().splits == 1
+    assert len(leaves(table)) == 3
