@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+import threading
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,6 +16,9 @@ import sediment as sd
 from sediment.workload import benchmark_schema, generate
 
 SCHEMA = benchmark_schema()
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def make_table(where: str | Path | sd.Store, options: dict[str, Any] | None = None, *,
@@ -40,3 +45,26 @@ def rows(n: int, seed: int, *, keys: list[str] | None = None, prefix: str = "") 
         t = t.set_column(0, t.schema.field("key"),
                          pc.binary_join_element_wise(pa.scalar(prefix), tail, ""))
     return t
+
+
+def run_together(items: Sequence[T], work: Callable[[T], R], *, timeout: float = 60.0) -> list[R]:
+    """``work(item)`` for every item in a thread of its own, all let go at once (a barrier):
+    the results in the order of ``items``; fails the test if any thread raised."""
+    barrier = threading.Barrier(len(items))
+    results: dict[int, R] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int, item: T) -> None:
+        try:
+            barrier.wait()
+            results[i] = work(item)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i, item)) for i, item in enumerate(items)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout)
+    assert not errors, errors
+    return [results[i] for i in range(len(items))]

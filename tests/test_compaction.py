@@ -9,7 +9,6 @@ import random
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -20,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sediment as sd
-from helpers import make_table, rows
+from helpers import make_table, rows, run_together
 from reference import (
     AWKWARD_BINARIES,
     INT64_EXTREMES,
@@ -467,24 +466,8 @@ def test_two_thread_runners_never_double_commit(tmp_path: Path) -> None:
     ingest_files(table, ref, 8, 100, seed=4)
     originals = {r.filename for r in table.files()}
     runners = [reopen(table), reopen(table)]
-    barrier = threading.Barrier(2)
-    results: list[Any] = []
-    errors: list[BaseException] = []
-
-    def work(t: sd.Table) -> None:
-        try:
-            barrier.wait()
-            for _ in range(4):
-                results.append(t.compact())
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in runners]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-    assert not errors, errors
+    results = [r for rs in run_together(runners, lambda t: [t.compact() for _ in range(4)])
+               for r in rs]
     assert sum(r.jobs_failed for r in results) == 0
     while table.compact().did_work:
         pass
@@ -659,25 +642,8 @@ def test_racing_runners_rerunning_each_others_jobs(tmp_path: Path) -> None:
     ingest_files(table, ref, 6, 80, seed=9)
     originals = {r.filename for r in table.files()}
     runners = [reopen(table) for _ in range(3)]
-    barrier = threading.Barrier(len(runners))
-    errors: list[BaseException] = []
-
-    reasons: list[str] = []
-
-    def work(t: sd.Table) -> None:
-        try:
-            barrier.wait()
-            for _ in range(3):
-                reasons.extend(t.compact().errors)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in runners]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(90)
-    assert not errors, errors
+    reasons = [e for rs in run_together(runners, lambda t: [t.compact() for _ in range(3)],
+                                        timeout=90) for r in rs for e in r.errors]
     assert all("no longer assigned" in r for r in reasons), reasons  # duplicates lose cleanly
     while table.compact().did_work:
         pass

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import sediment as sd
-from helpers import make_table, rows
+from helpers import make_table, rows, run_together
 from reference import Reference, assert_matches
 from sediment.core.transactions import DeleteFiles
 from sediment.files.writer import (
@@ -140,23 +140,7 @@ def test_racing_collectors_record_each_deletion_once(tmp_path: Path) -> None:
     tables = [sd.Store.open(str(tmp_path)).table(table.name) for _ in range(2)]
     for t in tables:
         t.states.head()
-    barrier = threading.Barrier(2)
-    results: list[GcResult] = []
-    errors: list[BaseException] = []
-
-    def work(t: sd.Table) -> None:
-        try:
-            barrier.wait()
-            results.append(t.gc())
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in tables]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-    assert not errors, errors
+    results: list[GcResult] = run_together(tables, lambda t: t.gc())
     assert sum(r.deleted for r in results) == 3
     deletes = [e.transaction for e in table.states.log.read_after(0)
                if isinstance(e.transaction, DeleteFiles)]

@@ -4,7 +4,6 @@ split being conditional on the partition still being a leaf."""
 from __future__ import annotations
 
 import random
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 import sediment as sd
-from helpers import make_table, rows
+from helpers import make_table, rows, run_together
 from reference import Reference, assert_matches, order_key
 from sediment.core.keys import Key
 from sediment.core.model import Partition, Region
@@ -242,23 +241,7 @@ def test_concurrent_splits_of_one_leaf(tmp_path: Path) -> None:
     table.ingest(data)
     ref.add(data)
     tables = [sd.Store.open(str(tmp_path)).table(table.name) for _ in range(3)]
-    barrier = threading.Barrier(len(tables))
-    results: list[SplitResult] = []
-    errors: list[BaseException] = []
-
-    def work(t: sd.Table) -> None:
-        try:
-            barrier.wait()
-            results.append(t.split())
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in tables]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-    assert not errors, errors
+    results: list[SplitResult] = run_together(tables, lambda t: t.split())
     assert sum(r.splits for r in results) == 1
     assert len(table.partitions()) == 3
     assert_matches(table.query(), ref)
