@@ -150,7 +150,9 @@ _SPECS = [
                  "Threads for parallel sub-queries (0: number of CPUs).", minimum=0),
     # --- partitions, compaction, gc -------------------------------------------------------
     PropertySpec("partition.split.threshold", int, 1_000_000_000,
-                 "A leaf partition holding more records than this is split at its median.",
+                 "A leaf partition known to hold more records than this (strictly more, as "
+                 "Sleeper documents it) is split at its median. Only exact counts are known: "
+                 "an estimate for a file spanning several leaves does not count.",
                  minimum=1),
     PropertySpec("compaction.strategy", str, "size_ratio", "Compaction strategy.",
                  choices=("size_ratio", "basic")),

@@ -51,8 +51,14 @@ class SplitResult:
 
 
 def leaf_records(state: TableState, leaf: Partition) -> int:
-    """Records referenced in a leaf (its own references; ancestors' are pushed down first)."""
-    return sum(r.records for r in state.references(leaf.id).values())
+    """Records known to lie in a leaf: the counts of its exact references.
+
+    As in Sleeper (``PartitionSplitCheck``), a reference whose count is an estimate (one pushed
+    down from a parent, to a file spanning several leaves) does not count: an estimate alone
+    never makes a leaf split. Once compaction rewrites it into a file of the leaf's own, its
+    exact count does. Ancestors' references are not counted (they are pushed down first).
+    """
+    return sum(r.records for r in state.references(leaf.id).values() if not r.approximate)
 
 
 def choose_split_key(leaf: Partition, samples: Sequence[pa.Table],
@@ -90,7 +96,12 @@ def choose_split_key(leaf: Partition, samples: Sequence[pa.Table],
 
 def plan_splits(state: TableState, properties: Mapping[str, Any],
                 sample_of: SampleLookup) -> list[SplitDecision]:
-    """Leaves over ``partition.split.threshold`` records, with their split keys."""
+    """Leaves with more than ``partition.split.threshold`` known records (``leaf_records``),
+    with their split keys.
+
+    "More than", as Sleeper documents its threshold (its code compares with ``>=``): a leaf
+    holding exactly the threshold does not split.
+    """
     if not state.online:
         return []
     assert state.schema is not None
