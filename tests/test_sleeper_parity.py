@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import random
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,12 @@ from hypothesis import strategies as st
 import helpers
 import sediment as sd
 from sediment.compaction.runner import push_down_references
+from sediment.compaction.strategy import plan_compaction_jobs
 from sediment.core.model import FileReference, Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.files.sample import build_sample
 from sediment.maintenance.splitting import choose_split_key, plan_splits
+from sediment.properties import defaults
 
 INT_SCHEMA = sd.Schema(row_keys=[("key", pa.int64())], values=[("value", pa.string())])
 
@@ -186,3 +189,47 @@ def test_estimated_references_do_not_split_a_leaf(tmp_path: Path) -> None:
     table.ingest(int_rows([1400]))
     assert table.split().splits == 1
     assert len(leaves(table)) == 3
+
+
+# ---- 3. the basic strategy's order -------------------------------------------------------------
+def _leaf_state(refs: list[FileReference]) -> TableState:
+    state = TableState("t")
+    state.schema = INT_SCHEMA
+    state.partitions = {ROOT_PARTITION_ID: Partition(ROOT_PARTITION_ID, None, Region())}
+    for r in refs:
+        state.put_reference(r)
+    return state
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=st.lists(st.integers(0, 5), max_size=20), batch=st.integers(2, 5),
+       seed=st.integers(0, 2**32 - 1))
+def test_basic_takes_batches_in_ascending_record_count(records: list[int], batch: int,
+                                                       seed: int) -> None:
+    """As Sleeper's BasicLeafStrategy: full batches of the files in ascending order of record
+    count (ties by filename here, so the plan does not depend on the order references were
+    added in nor on the random file names); a remainder short of a batch waits."""
+    names = [uuid.UUID(int=random.Random(seed + i).getrandbits(128)).hex
+             for i in range(len(records))]
+    refs = [FileReference(f"data/{n}.parquet", ROOT_PARTITION_ID, r)
+            for n, r in zip(names, records, strict=True)]
+    props = {**defaults(), "compaction.strategy": "basic", "compaction.batch_size": batch}
+    ids = iter(range(1000))
+    jobs = plan_compaction_jobs(_leaf_state(refs), props, new_id=lambda: f"j{next(ids)}")
+    expected = sorted(refs, key=lambda r: (r.records, r.filename))
+    expected = expected[: len(expected) // batch * batch]
+    assert [r for j in jobs for r in j.inputs] == expected
+    assert all(len(j.inputs) == batch for j in jobs)
+    shuffled = refs[:]
+    random.Random(seed).shuffle(shuffled)
+    ids = iter(range(1000))
+    again = plan_compaction_jobs(_leaf_state(shuffled), props, new_id=lambda: f"j{next(ids)}")
+    assert again == jobs
+
+
+def test_basic_merges_the_smallest_files_first() -> None:
+    refs = [FileReference(f"data/{n}.parquet", ROOT_PARTITION_ID, r)
+            for n, r in (("a", 900), ("b", 10), ("c", 500), ("d", 20), ("e", 30))]
+    props = {**defaults(), "compaction.strategy": "basic", "compaction.batch_size": 2}
+    jobs = plan_compaction_jobs(_leaf_state(refs), props)
+    assert [[r.records for r in j.inputs] for j in jobs] == [[10, 20], [30, 500]]

@@ -4,7 +4,9 @@
    two children (one level per pass, as Sleeper does), with record counts estimated from the
    file's sample (an ``estimate`` function supplied by the caller does that I/O).
 2. Pick jobs per leaf with a strategy over references that have no job yet:
-   - ``basic``: full batches of ``compaction.batch_size`` files, oldest first;
+   - ``basic``: full batches of ``compaction.batch_size`` files taken in ascending order of
+     record count (ties by filename, so planning is deterministic), as Sleeper's basic
+     strategy takes them; a remainder short of a batch waits;
    - ``size_ratio`` (default): files sorted by records; the largest group of up to batch-size
      smallest files in which ``ratio`` times the largest is at most the sum of the others
      (Sleeper's criterion; with ratio 3, at least 4 files of one size, and a big file merges
@@ -66,6 +68,8 @@ def plan_reference_splits(state: TableState, estimate: Estimate) -> list[SplitRe
 
 
 def _basic(files: list[FileReference], batch: int) -> list[list[FileReference]]:
+    """Full batches of the files smallest first (ties by filename)."""
+    files = sorted(files, key=lambda r: (r.records, r.filename))
     return [files[i : i + batch] for i in range(0, len(files) - batch + 1, batch)]
 
 
