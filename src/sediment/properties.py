@@ -96,7 +96,8 @@ _SPECS = [
     PropertySpec("state.commit.backoff_seconds", float, 0.005,
                  "Base of the jittered exponential backoff between commit attempts.", minimum=0),
     PropertySpec("state.cache.refresh_seconds", float, 1.0,
-                 "How long a table's cached state is used by queries before checking the log.",
+                 "How long queries trust the state they read before checking the log for "
+                 "other processes' commits (this process's own commits show at once).",
                  minimum=0),
     PropertySpec("retention.seconds", float, 0.0,
                  "Versions younger than this stay readable: GC keeps their files (0: only the "

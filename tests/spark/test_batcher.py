@@ -299,7 +299,8 @@ def test_cli_submit_status_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("SEDIMENT_STORE", raising=False)
     root = str(tmp_path / "store")
     store = sd.Store.open(root)
-    table = _table(store)
+    # the CLI commits through its own handle: this one checks the log at every query
+    table = _table(store, **{"state.cache.refresh_seconds": 0})
     frames = [make_frame(80, seed=70 + i, start=i * 1000) for i in range(2)]
     for i, f in enumerate(frames):
         write_input(pafs.LocalFileSystem(), str(tmp_path), f"f{i}.jsonl", f)
