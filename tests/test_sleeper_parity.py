@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import random
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -233,3 +234,28 @@ def test_basic_merges_the_smallest_files_first() -> None:
     props = {**defaults(), "compaction.strategy": "basic", "compaction.batch_size": 2}
     jobs = plan_compaction_jobs(_leaf_state(refs), props)
     assert [[r.records for r in j.inputs] for j in jobs] == [[10, 20], [30, 500]]
+
+
+# ---- 4. age-off and nulls ----------------------------------------------------------------------
+def test_age_off_drops_records_whose_field_is_null(tmp_path: Path) -> None:
+    """Sleeper's AgeOffFilter keeps a row only when its value is present and young enough."""
+    from sediment.iterators import AgeOff
+
+    now_s = 1_700_000_000.0
+    batch = pa.record_batch({"ts": pa.array([int(now_s * 1000), None, int(now_s * 1000) - 10**9],
+                                            pa.int64()),
+                             "at": pa.array([int(now_s), None, int(now_s) - 10**6],
+                                            pa.timestamp("s"))})
+    for field, unit in (("ts", "ms"), ("at", "s")):
+        it = AgeOff(field, 3600, unit, now=lambda: now_s)
+        out = pa.Table.from_batches(list(it.apply(iter([batch]))), schema=batch.schema)
+        assert out.column(field).null_count == 0
+        assert out.num_rows == 1
+    schema = sd.Schema(row_keys=[("key", pa.int64())], values=[("ts", pa.int64())])
+    table = helpers.make_table(tmp_path, schema=schema)
+    now_ms = int(time.time() * 1000)
+    table.ingest(pa.table({"key": pa.array([1, 2, 3], pa.int64()),
+                           "ts": pa.array([now_ms, None, now_ms - 10**9], pa.int64())},
+                          schema=schema.to_arrow()))
+    got = table.query(iterators=[{"type": "age_off", "field": "ts", "ttl_seconds": 3600}])
+    assert got.column("key").to_pylist() == [1]

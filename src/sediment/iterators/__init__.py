@@ -7,7 +7,7 @@ JSON object with a ``type``:
 
 - ``{"type": "age_off", "field": "ts", "ttl_seconds": 86400}``: drop rows whose ``field``
   (a timestamp, or an integer in ``unit``: "s", "ms", "us", "ns"; default "ms") is older than
-  ``ttl_seconds`` before now.
+  ``ttl_seconds`` before now, and rows whose ``field`` is null (as Sleeper's age-off does).
 - ``{"type": "filter", "field": "value", "op": "==", "value": "x"}``: keep rows where the
   comparison holds (ops ==, !=, <, <=, >, >=, in, not_in, is_null, not_null).
 - ``{"type": "aggregate", "functions": {"count": "sum", "lo": "min", "hi": "max",

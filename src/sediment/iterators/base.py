@@ -47,7 +47,11 @@ _UNITS = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 @dataclass(frozen=True)
 class AgeOff(_RowLocal):
-    """Drop records older than ``ttl_seconds`` by ``field`` (timestamp or integer epoch)."""
+    """Drop records older than ``ttl_seconds`` by ``field`` (timestamp or integer epoch).
+
+    A record whose ``field`` is null has no age to keep it by and is dropped, as Sleeper's
+    ``AgeOffFilter`` drops it.
+    """
 
     field: str
     ttl_seconds: float
@@ -66,7 +70,7 @@ class AgeOff(_RowLocal):
         else:
             scale = _UNITS[self.unit]
         return pc.fill_null(pc.greater_equal(col, pa.scalar(int(cutoff_s * scale), col.type)),
-                            True)
+                            False)
 
 
 _OPS: dict[str, Callable[[Any, Any], Any]] = {
