@@ -44,7 +44,7 @@ from _common import (
 )
 
 import sediment as sd
-from sediment.storage.base import ObjectStore, open_object_store
+from sediment.storage import ObjectStore, open_object_store
 
 MB = 1e6
 

@@ -38,7 +38,7 @@ from sediment.schema import Schema
 from sediment.state.documents import json_object
 from sediment.state.log import FORMAT_VERSION, check_format
 from sediment.state.store import DROPPED_MARKER, StateStore
-from sediment.storage.base import ObjectStore, open_object_store
+from sediment.storage import ObjectStore, open_object_store
 from sediment.storage.clock import object_store_time
 from sediment.storage.conditional import create_once
 

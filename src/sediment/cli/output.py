@@ -92,7 +92,7 @@ def resolve_store_uri(store: str | None) -> str:
 
 def store_exists(uri: str) -> bool:
     """Does a Sediment store (its ``store.json``) exist at ``uri``? Never creates anything."""
-    from sediment.storage.base import open_object_store
+    from sediment.storage import open_object_store
     from sediment.store import STORE_FILE
 
     return open_object_store(uri).exists(STORE_FILE)

@@ -172,11 +172,3 @@ class PrefixedObjectStore(ObjectStore):
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
         fs, base = self.inner.arrow_filesystem()
         return fs, (f"{base}/" if base else "") + self.prefix.rstrip("/")
-
-
-def open_object_store(uri: str, **options: Any) -> ObjectStore:
-    """Open the store for a URI: see :func:`sediment.storage.registry.open_object_store`,
-    where the schemes are registered (this module knows no implementation)."""
-    from sediment.storage.registry import open_object_store as open_registered
-
-    return open_registered(uri, **options)
