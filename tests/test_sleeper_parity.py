@@ -259,3 +259,46 @@ def test_age_off_drops_records_whose_field_is_null(tmp_path: Path) -> None:
                           schema=schema.to_arrow()))
     got = table.query(iterators=[{"type": "age_off", "field": "ts", "ttl_seconds": 3600}])
     assert got.column("key").to_pylist() == [1]
+
+
+# ---- 5. an aggregation configuration naming a field twice -------------------------------------
+AGG_SCHEMA = sd.Schema(row_keys=[("key", pa.string())],
+                       values=[("n", pa.int64()), ("m", pa.int64())])
+
+
+@pytest.mark.parametrize("text", [
+    '[{"type": "aggregate", "functions": {"n": "sum", "m": "max", "n": "max"}}]',
+    '[{"type": "aggregate", "functions": {"n": "sum", "n": "sum"}}]',
+])
+def test_aggregation_naming_a_field_twice_is_refused(tmp_path: Path, text: str) -> None:
+    """JSON keeps the last of two equal keys; the configuration is refused instead, naming the
+    field, wherever it is given (table properties, at creation or later, or the Python API)."""
+    from sediment.errors import PropertyError
+    from sediment.iterators import Aggregate, iterators_from_property
+
+    with pytest.raises(PropertyError, match="field 'n' is given more than one function"):
+        iterators_from_property(text, AGG_SCHEMA)
+    with pytest.raises(PropertyError, match="'n'"):
+        iterators_from_property(text)  # checked without the schema too
+    table = helpers.make_table(tmp_path, schema=AGG_SCHEMA)
+    for prop in ("compaction.iterators", "query.iterators"):
+        with pytest.raises(PropertyError, match="'n'"):
+            table.set_properties({prop: text})
+        assert table.properties[prop] == ""
+    with pytest.raises(PropertyError, match="'n'"):
+        helpers.make_table(tmp_path / "other", schema=AGG_SCHEMA,
+                           **{"compaction.iterators": text})
+    with pytest.raises(PropertyError, match="field 'n' is given more than one function"):
+        Aggregate([("n", "sum"), ("n", "max")], AGG_SCHEMA)
+    # once each is fine
+    ok = '[{"type": "aggregate", "functions": {"n": "sum", "m": "max"}}]'
+    assert len(iterators_from_property(ok, AGG_SCHEMA)) == 1
+
+
+def test_iterator_config_giving_an_option_twice_is_refused() -> None:
+    from sediment.errors import PropertyError
+    from sediment.iterators import iterators_from_property
+
+    text = '[{"type": "age_off", "field": "n", "ttl_seconds": 5, "field": "m"}]'
+    with pytest.raises(PropertyError, match="'field' more than once"):
+        iterators_from_property(text, AGG_SCHEMA)

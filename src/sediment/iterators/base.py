@@ -110,10 +110,39 @@ class RowFilter(_RowLocal):
         return pc.fill_null(_OPS[self.op](col, pa.scalar(self.value, type=col.type)), False)
 
 
+class JsonObject(dict[str, Any]):
+    """A parsed JSON object that remembers the keys it held more than once (``duplicates``):
+    ``json.loads`` alone keeps the last, so a configuration naming a field twice would be
+    silently resolved to one of them."""
+
+    duplicates: tuple[str, ...] = ()
+
+
+def json_object(pairs: list[tuple[str, Any]]) -> JsonObject:
+    """``object_pairs_hook`` for configurations: a JsonObject noting repeated keys."""
+    obj = JsonObject(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        obj.duplicates = tuple(dict.fromkeys(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
+def repeated_names(obj: Any) -> tuple[str, ...]:
+    """Names a configuration object gave more than once (a JsonObject's repeated keys, or the
+    repeated first items of a sequence of pairs); () for a plain mapping."""
+    if isinstance(obj, Mapping):
+        return tuple(getattr(obj, "duplicates", ()))
+    names = [k for k, _ in obj]
+    return tuple(dict.fromkeys(k for i, k in enumerate(names) if k in names[:i]))
+
+
 def iterator_from_config(cfg: Mapping[str, Any], schema: Schema | None = None,
                          *, where: str = "iterator") -> RecordIterator:
     """Build an iterator from its JSON config (see the package docs)."""
     kind = cfg.get("type")
+    twice = repeated_names(cfg)
+    if twice:
+        raise PropertyError(f"{where}: {kind} iterator gives {twice[0]!r} more than once")
     try:
         if kind == "age_off":
             it: RecordIterator = AgeOff(str(cfg["field"]), float(cfg["ttl_seconds"]),
@@ -161,7 +190,7 @@ def iterators_from_property(text: str, schema: Schema | None = None, *,
     if not text.strip():
         return []
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=json_object)
     except json.JSONDecodeError as e:
         raise PropertyError(f"{where}: not valid JSON: {e}") from None
     if not isinstance(doc, list) or not all(isinstance(d, dict) for d in doc):

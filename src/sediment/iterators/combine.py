@@ -25,7 +25,7 @@ Stream order among equal keys is commit order, then input position (``sediment.f
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sediment.errors import PropertyError
-from sediment.iterators.base import RecordIterator
+from sediment.iterators.base import RecordIterator, repeated_names
 from sediment.iterators.registry import register_iterator
 from sediment.schema import Schema
 
@@ -181,7 +181,12 @@ def _combine_maps(col: pa.ChunkedArray, group: np.ndarray, starts: np.ndarray, f
 class Aggregate(_RunCombiner):
     """Combine rows with equal row keys and sort keys, a function per value field."""
 
-    def __init__(self, functions: Mapping[str, str], schema: Schema | None = None) -> None:
+    def __init__(self, functions: Mapping[str, str] | Iterable[tuple[str, str]],
+                 schema: Schema | None = None) -> None:
+        twice = repeated_names(functions)
+        if twice:
+            raise PropertyError(f"aggregate: field {twice[0]!r} is given more than one "
+                                "function; name each field once")
         self.functions = dict(functions)
         self.schema = schema
         for name, fn in self.functions.items():
