@@ -14,6 +14,8 @@ JSON object with a ``type``:
   "value": "last", "tags": "map_sum"}}``: rows with equal row keys and sort keys combine into
   one; each listed value field gets its function (sum, min, max: nulls skipped; last: the last
   row's value; map_sum, map_min, map_max: maps combined key by key); unlisted fields take last.
+  A field named twice (a JSON object with a repeated key) is refused, naming the field, rather
+  than resolved to the last function as plain JSON parsing would; so is any option given twice.
 - ``{"type": "keep_latest", "by": "timestamp"}``: one row per row key, the one with the greatest
   ``by`` (nulls lowest; ties: the last in stream order).
 
