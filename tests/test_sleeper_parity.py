@@ -302,3 +302,31 @@ def test_iterator_config_giving_an_option_twice_is_refused() -> None:
     text = '[{"type": "age_off", "field": "n", "ttl_seconds": 5, "field": "m"}]'
     with pytest.raises(PropertyError, match="'field' more than once"):
         iterators_from_property(text, AGG_SCHEMA)
+
+
+# ---- 6. empty transactions ---------------------------------------------------------------------
+def test_empty_transactions_commit_nothing(tmp_path: Path) -> None:
+    """Adding, deleting, assigning or splitting nothing writes no log entry and returns the
+    current state, as Sleeper's transaction-log store ignores an empty transaction."""
+    from sediment.core.transactions import (
+        AddFiles,
+        AssignJobIds,
+        DeleteFiles,
+        SplitFileReferences,
+    )
+
+    table = make_table(tmp_path)
+    table.ingest(int_rows([1, 2, 3]))
+    v = table.version
+    history = len(table.history())
+    for txn in (AddFiles([]), DeleteFiles([]), AssignJobIds([]), SplitFileReferences([])):
+        assert txn.is_empty()
+        state = table.states.commit(txn)
+        assert state.version == v, txn
+        assert table.states.commit(lambda head, t=txn: t).version == v  # built from the head
+    assert table.version == v and len(table.history()) == history
+    assert list(table.states.log.read_after(v)) == []
+    # a reopened table reads the same head
+    again = sd.Store.open(str(tmp_path)).table(table.name)
+    assert again.version == v
+    assert table.query().num_rows == 3

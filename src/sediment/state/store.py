@@ -246,7 +246,9 @@ class StateStore:
     def commit(self, source: TransactionSource) -> TableState:
         """Append one transaction at the next version; returns the new state.
 
-        Raises ``TransactionInvalidError`` only for a transaction invalid at the log's real
+        An empty transaction (``Transaction.is_empty``: adding, deleting, assigning or
+        splitting nothing) commits nothing and returns the current state, as Sleeper ignores
+        one. Raises ``TransactionInvalidError`` only for a transaction invalid at the log's real
         head (a cached head is re-read first), ``CommitConflictError`` when every attempt lost
         the race to other writers (nothing committed), and ``CommitOutcomeUnknownError`` when
         the store could not tell whether the entry landed.
@@ -260,7 +262,8 @@ class StateStore:
             # Settled: committed (referenced now), refused (the caller deletes them) or
             # unknown (GC's orphan pass judges them): no longer this process's to protect.
             pending.release(self.objects, [f for t in built for f in new_files(t)])
-        self._maybe_snapshot(state)
+        if not built[-1].is_empty():
+            self._maybe_snapshot(state)
         return state.copy()
 
     def _commit(self, source: TransactionSource, built: list[Transaction]) -> TableState:
@@ -279,6 +282,8 @@ class StateStore:
                 while True:
                     txn = source(head) if callable(source) else source
                     built.append(txn)
+                    if txn.is_empty():  # adds, moves or removes nothing: no log entry
+                        return head
                     try:
                         txn.validate(head)
                         break

@@ -76,6 +76,12 @@ class Transaction(ABC):
         """One line for ``history``."""
         return self.kind
 
+    def is_empty(self) -> bool:
+        """True when applying this would change nothing (no files added, deleted, assigned or
+        moved): the state store then commits nothing and returns the current state, as
+        Sleeper's ``StateStoreTransaction.isEmpty`` lets its store ignore one."""
+        return False
+
 
 def _is_slots_copy(cls: type, known: type) -> bool:
     """Whether ``cls`` is the class @dataclass(slots=True) built to replace ``known``.

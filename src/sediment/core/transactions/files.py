@@ -60,6 +60,9 @@ class AddFiles(Transaction):
     def from_json(cls, doc: dict[str, Any]) -> AddFiles:
         return cls([FileReference.from_json(r) for r in doc["references"]])
 
+    def is_empty(self) -> bool:
+        return not self.references
+
     def summary(self) -> str:
         files = len({r.filename for r in self.references})
         return f"{files} files, {sum(r.records for r in self.references)} records"
@@ -92,6 +95,9 @@ class DeleteFiles(Transaction):
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> DeleteFiles:
         return cls(doc["files"])
+
+    def is_empty(self) -> bool:
+        return not self.filenames
 
     def summary(self) -> str:
         return f"{len(self.filenames)} files deleted"

@@ -78,6 +78,9 @@ class AssignJobIds(Transaction):
         return cls([JobAssignment(a["job_id"], a["partition"], a["files"])
                     for a in doc["assignments"]])
 
+    def is_empty(self) -> bool:
+        return not self.assignments
+
     def summary(self) -> str:
         return f"{len(self.assignments)} jobs assigned"
 

@@ -83,6 +83,9 @@ class SplitFileReferences(Transaction):
                                    [FileReference.from_json(t) for t in s["to"]])
                     for s in doc["splits"]])
 
+    def is_empty(self) -> bool:
+        return not self.splits
+
     def summary(self) -> str:
         return f"{len(self.splits)} references pushed down"
 
