@@ -8,6 +8,7 @@ Each section pins one point against what Sleeper's own code and tests do (gchq/s
 from __future__ import annotations
 
 import functools
+import json
 import random
 import time
 import uuid
@@ -330,3 +331,23 @@ def test_empty_transactions_commit_nothing(tmp_path: Path) -> None:
     again = sd.Store.open(str(tmp_path)).table(table.name)
     assert again.version == v
     assert table.query().num_rows == 3
+
+
+# ---- 7. a compaction job's counts --------------------------------------------------------------
+def test_job_rows_in_counts_records_inside_its_partition(tmp_path: Path) -> None:
+    """Two leaves share a file from before the split: each job reads only its half of it, and
+    rows_in - rows_out is exactly what the compaction iterators dropped."""
+    table = make_table(tmp_path, **{"partition.split.threshold": 999, "compaction.ratio": 0})
+    table.ingest(int_rows(list(range(1000))))
+    assert table.split().splits == 1  # at 500
+    table.ingest(int_rows(list(range(1000))))  # one more file per leaf (or one spanning both)
+    table.set_properties({"compaction.iterators": json.dumps(
+        [{"type": "filter", "field": "key", "op": ">=", "value": 100}])})  # drops 200 records
+    result = table.compact()
+    assert result.jobs_committed == 2
+    assert result.rows_in == 2000  # 1000 per leaf, not the 1000-record files read whole
+    assert result.rows_out == 1800
+    assert result.rows_in - result.rows_out == 200
+    per_job = [e.details for e in table.status.events("compaction") if e.status == "finished"]
+    assert sorted((d["rows_in"], d["rows_out"]) for d in per_job) == [(1000, 800), (1000, 1000)]
+    assert table.query().num_rows == 1800

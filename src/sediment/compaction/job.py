@@ -44,7 +44,12 @@ from sediment.storage.base import ObjectStore
 
 @dataclass(frozen=True, slots=True)
 class JobOutput:
-    """What a job wrote: the file (None when every row was dropped), rows read, seconds."""
+    """What a job wrote: the file (None when every row was dropped), rows read, seconds.
+
+    ``rows_in`` counts the records read inside the job's partition region (a pushed-down
+    reference's file also holds records of other partitions, which the job skips), so
+    ``rows_in - written.rows`` is exactly what the compaction iterators dropped.
+    """
 
     written: WrittenFile | None
     rows_in: int
@@ -206,11 +211,13 @@ def _prefetched(batches: Iterator[pa.RecordBatch], depth: int = 2
 
 
 def _in_region(batches: Iterator[pa.RecordBatch], names: Sequence[str],
-               region: Region) -> Iterator[pa.RecordBatch]:
+               region: Region, counted: list[int]) -> Iterator[pa.RecordBatch]:
+    """The rows of ``region``; adds their number to ``counted[0]``."""
     for b in batches:
         mask = region_mask(b, names, region)
         out = b if mask is None else b.filter(mask)
         if out.num_rows:
+            counted[0] += out.num_rows
             yield out
 
 
@@ -245,10 +252,9 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
         paths = _local_paths(objects, [r.filename for r in job.inputs], tmp)
         inputs = [_Input(p, r.sequence, r.sequenced)
                   for p, r in zip(paths, job.inputs, strict=True)]
-        rows_in = 0
         for ref, path in zip(job.inputs, paths, strict=True):
             try:
-                rows_in += pq.ParquetFile(path).metadata.num_rows
+                pq.read_metadata(path)  # an input that is not Parquet fails here
             except (pa.ArrowInvalid, OSError) as e:
                 raise CorruptMetadataError(f"compaction job {job.job_id}: input "
                                            f"{ref.filename} in {objects.uri} is not valid "
@@ -272,9 +278,10 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                         w.write_batch(b)
                 merged.append(_Input(out, 0, True))  # every row has its sequence
             inputs = merged
+        rows_in = [0]  # records read inside the region, before the iterators
         stream = _in_region(_prefetched(_merged_batches(inputs, schema, batch_rows, memory,
                                                         region)),
-                            schema.row_key_names, region)
+                            schema.row_key_names, region, rows_in)
         stream = apply_iterators(stream, iterators)
         writer = SortedFileWriter(objects, new_data_filename(job.partition_id), schema,
                                   properties, sequence=True)
@@ -283,10 +290,10 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
         if writer.rows == 0:
             writer.abort()
             writer = None
-            return JobOutput(None, rows_in, time.perf_counter() - started)
+            return JobOutput(None, rows_in[0], time.perf_counter() - started)
         written = writer.close()
         writer = None
-        return JobOutput(written, rows_in, time.perf_counter() - started)
+        return JobOutput(written, rows_in[0], time.perf_counter() - started)
     except SedimentError:
         raise
     except Exception as e:
