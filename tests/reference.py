@@ -98,6 +98,11 @@ class RefRange:
                  end_inclusive: bool = False) -> None:
         self.start = None if start is None else _as_tuple(start)
         self.end = None if end is None else _as_tuple(end)
+        if self.start is not None and self.end is not None:
+            n = min(len(self.start), len(self.end))
+            if self.start[:n] > self.end[:n]:  # Sediment refuses it: the ends are swapped
+                self.start, self.end = self.end, self.start
+                start_inclusive, end_inclusive = end_inclusive, start_inclusive
         self.start_inclusive = start_inclusive
         self.end_inclusive = end_inclusive
 

@@ -351,3 +351,39 @@ def test_job_rows_in_counts_records_inside_its_partition(tmp_path: Path) -> None
     per_job = [e.details for e in table.status.events("compaction") if e.status == "finished"]
     assert sorted((d["rows_in"], d["rows_out"]) for d in per_job) == [(1000, 800), (1000, 1000)]
     assert table.query().num_rows == 1800
+
+
+# ---- 8. edge cases a user hits first -----------------------------------------------------------
+def test_restore_of_the_head_is_a_no_op(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    table.ingest(int_rows([1, 2]))
+    table.tag("v1")
+    v = table.version
+    history = len(table.history())
+    assert table.restore("v1") == v  # the README's example, right after tagging
+    assert table.restore(v) == v
+    assert table.version == v and len(table.history()) == history
+    table.ingest(int_rows([3]))
+    assert table.restore("v1") == v + 2  # an older version still restores
+    assert table.query().column("key").to_pylist() == [1, 2]
+
+
+def test_a_range_whose_start_is_after_its_end_is_refused(tmp_path: Path) -> None:
+    from sediment.errors import QueryError
+
+    table = make_table(tmp_path)
+    table.ingest(int_rows(list(range(10))))
+    with pytest.raises(QueryError, match=r"range start 7 is after its end 3"):
+        table.query(ranges=[sd.Range(7, 3)])
+    with pytest.raises(QueryError, match=r"range start 7 is after its end 3"):
+        table.scan(ranges=sd.Range(7, 3))
+    with pytest.raises(QueryError, match=r"range start 7 is after its end 3"):
+        table.plan(ranges=[sd.Range(0, 5), sd.Range(7, 3)])
+    # equal ends are not a mistake: inclusive selects the key, exclusive nothing
+    assert table.query(ranges=[sd.Range(3, 3, end_inclusive=True)]).num_rows == 1
+    assert table.query(ranges=[sd.Range(3, 3)]).num_rows == 0
+    two = sd.Schema(row_keys=[("a", pa.string()), ("b", pa.int64())])
+    t2 = helpers.make_table(tmp_path / "two", schema=two)
+    with pytest.raises(QueryError, match=r"range start \('b', 1\) is after its end \('a',\)"):
+        t2.query(ranges=[sd.Range(("b", 1), ("a",))])
+    assert t2.query(ranges=[sd.Range(("a", 5), ("a",), end_inclusive=True)]).num_rows == 0

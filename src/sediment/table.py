@@ -95,11 +95,16 @@ class Table:
         return diff(self.states, a, b)
 
     def restore(self, version: int | str) -> int:
-        """Make the content what it was at ``version``, as a new transaction; returns it."""
+        """Make the content what it was at ``version``, as a new transaction; returns it.
+
+        Restoring the version that is already the head changes nothing: no transaction is
+        committed and that version is returned."""
         from sediment.core.transactions.restore import plan_restore
 
         v = self.resolve_version(version)
         assert v is not None
+        if v == self.version:
+            return v
         old = self.states.load(v)
         return self.states.commit(lambda head: plan_restore(head, old)).version
 

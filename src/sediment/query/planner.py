@@ -39,7 +39,10 @@ class QueryPlan:
 
 def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
                      ranges: Sequence[Range] | Range | None) -> tuple[Range, ...] | None:
-    """Keys and ranges as one tuple of Ranges checked against the schema (None: all rows)."""
+    """Keys and ranges as one tuple of Ranges checked against the schema (None: all rows).
+
+    A range whose start is after its end is refused (QueryError naming both ends); one whose
+    ends are equal and not both inclusive selects nothing."""
     schema = state.schema
     assert schema is not None
     if keys is None and ranges is None:
@@ -64,6 +67,12 @@ def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
                 ends.append(None if end is None else schema.check_row_key(end, what="range end"))
             except Exception as e:
                 raise QueryError(str(e)) from None
+        if ends[0] is not None and ends[1] is not None:
+            n = min(len(ends[0]), len(ends[1]))
+            if ends[0][:n] > ends[1][:n]:  # a mistake, not a query for nothing
+                one = len(schema.row_key_names) == 1  # show a one-field key as its value
+                raise QueryError(f"range start {r.start[0] if one else r.start!r} is after "
+                                 f"its end {r.end[0] if one else r.end!r}")
         out.append(Range(ends[0], ends[1], start_inclusive=r.start_inclusive,
                          end_inclusive=r.end_inclusive))
     return tuple(r for r in out if not r.is_empty())
