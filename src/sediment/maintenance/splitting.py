@@ -67,9 +67,11 @@ def choose_split_key(leaf: Partition, samples: Sequence[pa.Table],
 
     The median is the key at sorted position ``floor(n/2)`` of the leaf's ``n`` sampled records
     (``quantile``), the first key of the right child, as in Sleeper: for distinct keys 0..999
-    it is 500 and each child gets 500 records; for 1..100 it is 51. With repeated keys or
-    samples that keep every k-th key the left child is within one sample step of half. When
-    that key is the leaf's smallest (most records share it), the next sampled key up is taken.
+    it is 500 and each child gets 500 records; for 1..100 it is 51. A sample that keeps every
+    k-th key gives the key of a record less than one sample step (k) below that position, so
+    for distinct keys the left child holds within k records of half; with repeated keys it
+    holds the records below that key's run. When the key is the leaf's smallest (most records
+    share it), the next sampled key up is taken.
     """
     if not samples:
         return None
