@@ -191,6 +191,14 @@ _SPECS = [
                  "The largest difference between the clocks of machines using this store "
                  "(the documented assumption is 5 minutes): added to every delay that compares "
                  "times written by one machine with another's clock.", minimum=0),
+    PropertySpec("gc.batch_size", int, 1000,
+                 "Files recorded deleted by one DeleteFiles transaction, and deleted from "
+                 "storage by one delete request, in a garbage-collection pass (Sleeper's "
+                 "sleeper.gc.batch.size).", minimum=1),
+    PropertySpec("gc.max_files_per_run", int, 100_000,
+                 "Most unreferenced files one garbage-collection pass deletes (oldest first); "
+                 "the rest wait for the next pass (Sleeper's limit on deletions per "
+                 "invocation).", minimum=1),
     # --- ingest batcher ---
     PropertySpec("batcher.max_files", int, 100,
                  "Most files in one ingest job made by the ingest batcher.", minimum=1),

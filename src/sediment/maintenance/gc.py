@@ -32,7 +32,6 @@ from sediment.storage.clock import object_store_time
 if TYPE_CHECKING:
     from sediment.table import Table
 
-BATCH = 1000
 TEMPORARY_TIMEOUT_SECONDS = 3600.0
 """Temp files of puts are collected only once this old, whatever the orphan timeout."""
 
@@ -81,11 +80,14 @@ def gc(table: Table, *, now: float | None = None,
     protected: set[str] = set()
     for tag in table.tags():  # tagged versions keep their files
         protected.update(_files_at(table, tag.version))
-    ready = sorted(f for f, t in state.unreferenced.items()
-                   if now - t >= delay and f not in protected)
+    batch_size = int(props["gc.batch_size"])
+    # oldest unreferenced first (ties by name), at most gc.max_files_per_run in one pass
+    ready = [f for t, f in sorted((t, f) for f, t in state.unreferenced.items()
+                                  if now - t >= delay and f not in protected)]
+    ready = ready[: int(props["gc.max_files_per_run"])]
     deleted = 0
-    for i in range(0, len(ready), BATCH):
-        batch = ready[i : i + BATCH]
+    for i in range(0, len(ready), batch_size):
+        batch = ready[i : i + batch_size]
         # Record first, then delete: once recorded, no transaction can reference the files
         # again (a restore validates against the recorded state). Deleting first left a window
         # (or, after a crash, forever) in which a restore could bring back references to files
@@ -94,7 +96,7 @@ def gc(table: Table, *, now: float | None = None,
             table.states.commit(DeleteFiles(batch))
         except TransactionInvalidError:
             break  # another collector recorded them first, or a restore referenced them again
-        table.objects.delete_many(with_sidecars(batch))
+        table.objects.delete_many(with_sidecars(batch))  # one request per batch
         deleted += len(batch)
 
     known = set(state.refcount) | set(state.unreferenced) | protected | live

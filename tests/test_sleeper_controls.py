@@ -1,0 +1,84 @@
+"""Sleeper controls (issue 13, "Controls Sleeper has that we lack"): GC batch size and files per
+run, table clear/reinitialise, forced full compaction and jobs per pass, aggregation by extra
+value fields and concat."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sediment as sd
+from helpers import make_table, rows
+from sediment.core.transactions import DeleteFiles
+from sediment.errors import PropertyError
+from sediment.maintenance.gc import gc
+from sediment.properties import defaults, validate_properties
+
+
+# ---- 10. GC controls -------------------------------------------------------------------------
+def unreferenced_table(tmp_path: Path, n_files: int, **props: Any) -> tuple[sd.Table, list[str]]:
+    """``n_files`` files compacted into one: they are unreferenced, in the order they became so."""
+    table = make_table(tmp_path, **{"compaction.strategy": "basic",
+                                    "compaction.batch_size": n_files, **props})
+    for i in range(n_files):
+        table.ingest(rows(10, i))
+    inputs = [r.filename for r in table.files()]
+    assert table.compact().jobs_committed == 1
+    assert set(table.state().unreferenced) == set(inputs)
+    return table, inputs
+
+
+def test_gc_property_defaults() -> None:
+    d = defaults()
+    assert d["gc.batch_size"] == 1000 and d["gc.max_files_per_run"] == 100_000
+    with pytest.raises(PropertyError):
+        validate_properties({"gc.batch_size": 0})
+    with pytest.raises(PropertyError):
+        validate_properties({"gc.max_files_per_run": 0})
+
+
+def test_gc_batch_size_sets_deletions_per_transaction_and_request(tmp_path: Path) -> None:
+    table, inputs = unreferenced_table(tmp_path, 7, **{"gc.batch_size": 3})
+    requests: list[list[str]] = []
+    real = table.objects.delete_many
+
+    def spy(keys: Any) -> None:
+        keys = list(keys)
+        requests.append(keys)
+        real(keys)
+
+    table.objects.delete_many = spy  # type: ignore[method-assign]
+    version = table.version
+    assert gc(table, now=time.time() + 1201).deleted == 7
+    txns = [e.transaction for e in table.states.log.read_after(version)]
+    assert all(isinstance(t, DeleteFiles) for t in txns)
+    assert [len(t.filenames) for t in txns] == [3, 3, 1]
+    assert sorted(f for t in txns for f in t.filenames) == sorted(inputs)
+    data_requests = [[k for k in r if k in inputs] for r in requests]
+    assert [len(r) for r in data_requests if r] == [3, 3, 1]
+
+
+def test_gc_max_files_per_run_leaves_the_rest_for_the_next_pass(tmp_path: Path) -> None:
+    table, inputs = unreferenced_table(tmp_path, 5, **{"gc.max_files_per_run": 2,
+                                                       "gc.batch_size": 1})
+    later = time.time() + 1201
+    assert gc(table, now=later).deleted == 2
+    assert len(table.state().unreferenced) == 3
+    assert gc(table, now=later).deleted == 2
+    assert gc(table, now=later).deleted == 1
+    assert table.state().unreferenced == {}
+    assert not gc(table, now=later).did_work
+
+
+def test_gc_takes_the_oldest_unreferenced_first(tmp_path: Path) -> None:
+    table, first = unreferenced_table(tmp_path, 2, **{"gc.max_files_per_run": 2})
+    time.sleep(0.01)
+    for i in range(2):
+        table.ingest(rows(10, 100 + i))
+    assert table.compact().jobs_committed == 1
+    assert gc(table, now=time.time() + 1201).deleted == 2
+    assert set(table.state().unreferenced).isdisjoint(first)
+    assert len(table.state().unreferenced) == 2
