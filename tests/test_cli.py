@@ -83,7 +83,8 @@ def events(runner: CliRunner, store: str) -> str:
 # ---- help, store resolution -----------------------------------------------------------------
 def test_help_lists_every_command(runner: CliRunner) -> None:
     out = ok(runner, "--help").stdout
-    for command in ("init", "tables", "create-table", "describe", "drop-table", "history",
+    for command in ("init", "tables", "create-table", "describe", "drop-table", "clear",
+                    "reinitialise", "history",
                     "properties", "set-properties", "online", "offline"):
         assert command in out
 
@@ -488,3 +489,57 @@ def test_console_script_smoke(tmp_path: Path) -> None:
     assert missing.returncode == 1
     assert missing.stderr.startswith("error: ") and "'nope'" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+# ---- clear, reinitialise (issue 13, item 12) ----------------------------------------------------
+def _ingest_events(events: str) -> sd.Table:
+    table = sd.Store.open(events).table("events")
+    table.ingest(pa.table({"key": ["a", "k", "z"], "ts": [1, 2, 3], "value": ["x", "y", "z"],
+                           "count": [1, 2, 3]}))
+    return table
+
+
+def _records(events: str) -> int:
+    """Records in ``events`` read through a fresh handle (a handle caches its head)."""
+    return sd.Store.open(events).table("events").query().num_rows
+
+
+def test_clear_needs_yes_off_a_terminal(runner: CliRunner, events: str) -> None:
+    _ingest_events(events)
+    assert "--yes" in fails(runner, "clear", "events", "--store", events)
+    assert _records(events) == 3
+    assert "cleared table events" in ok(runner, "clear", "events", "--store", events,
+                                        "--yes").stdout
+    assert _records(events) == 0
+    assert sd.Store.open(events).table("events").schema.field_names == [
+        "key", "ts", "value", "count"]
+    assert "nothing to clear" in ok(runner, "clear", "events", "--store", events, "-y").stdout
+
+
+def test_clear_confirms_on_a_terminal(runner: CliRunner, events: str,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _ingest_events(events)
+    monkeypatch.setattr(cli, "is_interactive", lambda: True)
+    assert run(runner, "clear", "events", "--store", events, input="n\n").exit_code == 1
+    assert _records(events) == 3
+    ok(runner, "clear", "events", "--store", events, input="y\n")
+    assert _records(events) == 0
+
+
+def test_clear_unknown_table(runner: CliRunner, events: str) -> None:
+    assert "'ghost'" in fails(runner, "clear", "ghost", "--store", events, "--yes")
+
+
+def test_reinitialise(runner: CliRunner, events: str) -> None:
+    _ingest_events(events)
+    err = fails(runner, "reinitialise", "events", "--store", events, "--split-point", "m")
+    assert "holds records" in err and "clear it first" in err
+    ok(runner, "clear", "events", "--store", events, "--yes")
+    out = ok(runner, "reinitialise", "events", "--store", events, "--split-point", "c",
+             "--split-point", "m", "--split-point", "t").stdout
+    assert "reinitialised table events" in out and "4 leaf partitions" in out
+    d = json_of(ok(runner, "reinitialise", "events", "--store", events, "--json"))
+    assert d["leaf_partitions"] == 1
+    assert "increasing" in fails(runner, "reinitialise", "events", "--store", events,
+                                 "--split-point", "m", "--split-point", "c")
+    assert _records(events) == 0

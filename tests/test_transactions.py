@@ -18,9 +18,11 @@ from sediment.core.transactions import (
     TRANSACTION_KINDS,
     AddFiles,
     AssignJobIds,
+    ClearTable,
     DeleteFiles,
     InitialiseTable,
     JobAssignment,
+    ReinitialiseTable,
     ReplaceFileReferences,
     RestoreVersion,
     SetOnline,
@@ -482,6 +484,10 @@ ROUND_TRIPS: list[Transaction] = [
     SetOnline(True),
     RestoreVersion(3, [Partition("root", None, Region())], [("root", "f9")],
                    [ref("f1", "root", 10)]),
+    ClearTable(),
+    ReinitialiseTable([Partition("root", None, Region(), ("l", "r"), (5,)),
+                       Partition("l", "root", Region(None, (5,))),
+                       Partition("r", "root", Region((5,), None))]),
 ]
 
 
@@ -498,7 +504,7 @@ def test_json_round_trip(txn: Transaction) -> None:
 
 def test_round_trips_cover_every_kind() -> None:
     assert {t.kind for t in ROUND_TRIPS} == set(TRANSACTION_KINDS)
-    assert len(TRANSACTION_KINDS) == 10
+    assert len(TRANSACTION_KINDS) == 12
 
 
 # The bodies below were written by the code before transactions became a package: a log
@@ -540,6 +546,12 @@ GOLDEN_LOG_BODIES = [
     ('{"kind":"restore","transaction":{"version":3,"partitions":[{"id":"root",'
      '"parent_id":null,"region":{"min":null,"max":null},"children":[],"split_key":null}],'
      '"drop":[["root","f9"]],"add":[{"file":"f1","partition":"root","records":10}]}}'),
+    '{"kind":"clear","transaction":{}}',
+    ('{"kind":"reinitialise","transaction":{"partitions":[{"id":"root","parent_id":null,'
+     '"region":{"min":null,"max":null},"children":["l","r"],"split_key":[5]},{"id":"l",'
+     '"parent_id":"root","region":{"min":null,"max":[5]},"children":[],"split_key":null},'
+     '{"id":"r","parent_id":"root","region":{"min":[5],"max":null},"children":[],'
+     '"split_key":null}]}}'),
 ]
 
 
@@ -568,7 +580,7 @@ def test_registry_holds_exactly_the_known_kinds() -> None:
         "add_files": AddFiles, "delete_files": DeleteFiles,
         "split_partition": SplitPartition, "split_file_references": SplitFileReferences,
         "assign_job_ids": AssignJobIds, "replace_file_references": ReplaceFileReferences,
-        "restore": RestoreVersion}
+        "restore": RestoreVersion, "clear": ClearTable, "reinitialise": ReinitialiseTable}
     # the registered class is the one the name refers to (dataclass(slots=True) makes a second)
     assert all("__slots__" in vars(cls) for cls in TRANSACTION_KINDS.values())
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
-from sediment.core.transactions import SetOnline, SetProperties
+from sediment.core.transactions import ClearTable, ReinitialiseTable, SetOnline, SetProperties
 from sediment.errors import PropertyError
 from sediment.iterators.base import RecordIterator
 from sediment.properties import PROPERTIES, defaults, validate_properties
@@ -158,6 +158,25 @@ class Table:
     def set_online(self, online: bool) -> int:
         """Bring the table online or take it offline (maintenance skips offline tables)."""
         return self.states.commit(SetOnline(online)).version
+
+    def clear(self) -> int:
+        """Remove every record in one transaction; returns the new version. Schema, properties
+        and partitions are kept. The files become unreferenced: older versions (time travel,
+        tags, ``restore``) still read them until the collector deletes them after
+        ``gc.delay_seconds``. Clearing an empty table commits nothing."""
+        head = self.states.head()
+        if head.reference_count() == 0 and not head.jobs:
+            return head.version
+        return self.states.commit(ClearTable()).version
+
+    def reinitialise(self, split_points: Sequence[Any] | None = None) -> int:
+        """Give a table that holds no records a new partition tree cut at ``split_points``
+        (none: a single root partition); returns the new version. A table with records is
+        refused (TransactionInvalidError): clear it first. Schema and properties are kept."""
+        from sediment.store import build_partition_tree
+
+        partitions = build_partition_tree(self.schema, split_points)
+        return self.states.commit(ReinitialiseTable(partitions)).version
 
     def history(self) -> list[HistoryEntry]:
         """Every committed transaction: version, time, kind and a one-line summary."""

@@ -276,6 +276,50 @@ def drop_table(
 
 
 @app.command()
+def clear(
+    name: TableArg,
+    store: StoreOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y",
+                                      help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Remove every record of a table in one transaction, keeping its schema, properties and
+    partitions. Older versions still read the records until gc deletes the files. Asks first
+    unless --yes (required when not a terminal)."""
+    st = open_store(store)
+    table = st.table(name)  # fail on an unknown table before asking anything
+    if not yes:
+        if not is_interactive():
+            raise CliError(f"refusing to clear table {name!r} without --yes "
+                           "(not running on a terminal, so cannot ask)")
+        typer.confirm(f"Remove every record of table {name!r} in {st.uri}?", abort=True)
+    before = table.version
+    version = table.clear()
+    typer.echo(f"cleared table {name} (version {version})" if version != before
+               else f"table {name} holds no records: nothing to clear (version {version})")
+
+
+@app.command()
+def reinitialise(
+    name: TableArg,
+    store: StoreOption = None,
+    split_point: Annotated[list[str] | None, typer.Option(
+        "--split-point", metavar="V",
+        help="New partition boundary on the first row key (repeatable, increasing; none: "
+             "one partition).")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Give an empty table a new partition tree (refused while it holds records: clear it
+    first)."""
+    table = open_table(store, name)
+    splits = [convert_split_point(s, table.schema.row_keys[0]) for s in split_point or []]
+    table.reinitialise(splits or None)
+    info = table.describe()
+    emit(info, json_out,
+         lambda d: f"reinitialised table {d['name']} (version {d['version']}, "
+                   f"{d['leaf_partitions']} leaf partition{'s' * (d['leaf_partitions'] != 1)})")
+
+
+@app.command()
 def history(
     name: TableArg,
     store: StoreOption = None,

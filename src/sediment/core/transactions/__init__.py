@@ -1,10 +1,10 @@
 """Transactions: the only way a table's state changes (see ``base`` for the contract).
 
-One module per family of kinds: ``table`` (create, properties, online), ``files`` (files in
-and out), ``partitions`` (the tree and pushing references down), ``jobs`` (compaction) and
-``restore``. Each class registers its ``kind`` itself when defined, so importing the families
-here is what completes ``TRANSACTION_KINDS``; every import path into this package runs this
-module first, so no caller can see a partial registry.
+One module per family of kinds: ``table`` (create, properties, online, clear, reinitialise),
+``files`` (files in and out), ``partitions`` (the tree and pushing references down), ``jobs``
+(compaction) and ``restore``. Each class registers its ``kind`` itself when defined, so
+importing the families here is what completes ``TRANSACTION_KINDS``; every import path into
+this package runs this module first, so no caller can see a partial registry.
 """
 
 from sediment.core.transactions.base import (
@@ -20,9 +20,16 @@ from sediment.core.transactions.partitions import (
     SplitReference,
 )
 from sediment.core.transactions.restore import RestoreVersion
-from sediment.core.transactions.table import InitialiseTable, SetOnline, SetProperties
+from sediment.core.transactions.table import (
+    ClearTable,
+    InitialiseTable,
+    ReinitialiseTable,
+    SetOnline,
+    SetProperties,
+)
 
-__all__ = ["AddFiles", "AssignJobIds", "DeleteFiles", "InitialiseTable", "JobAssignment",
-           "ReplaceFileReferences", "RestoreVersion", "SetOnline", "SetProperties",
+__all__ = ["AddFiles", "AssignJobIds", "ClearTable", "DeleteFiles", "InitialiseTable",
+           "JobAssignment", "ReinitialiseTable", "ReplaceFileReferences", "RestoreVersion",
+           "SetOnline", "SetProperties",
            "SplitFileReferences", "SplitPartition", "SplitReference", "TRANSACTION_KINDS",
            "Transaction", "transaction_from_json"]

@@ -114,3 +114,68 @@ class SetOnline(Transaction):
 
     def summary(self) -> str:
         return "online" if self.online else "offline"
+
+
+@dataclass(frozen=True, slots=True)
+class ClearTable(Transaction):
+    """Every record gone in one commit: every file reference is removed (the files become
+    unreferenced, so the collector deletes them after its delay) and every compaction job is
+    dropped (a job still running then fails to commit). Schema, properties and the partition
+    tree are kept. Older versions still read the records (time travel, restore) until the
+    files are collected. Sleeper's ``ClearFilesTransaction``, but the files are left to the
+    collector instead of being deleted at once."""
+
+    kind: ClassVar[str] = "clear"
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+
+    def apply(self, state: TableState, time: float) -> None:
+        for pid in state.partitions_with_references():
+            for f in list(state.references(pid)):
+                state.remove_reference(pid, f, time)
+        state.jobs = {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ClearTable:
+        return cls()
+
+    def summary(self) -> str:
+        return "cleared"
+
+
+@dataclass(frozen=True, slots=True)
+class ReinitialiseTable(Transaction):
+    """A new partition tree for a table that holds no records (Sleeper's
+    ``InitialisePartitionsTransaction``, as ``sleeper reinit`` commits it after clearing).
+    Refused while any file reference remains, so records can never fall outside the tree."""
+
+    kind: ClassVar[str] = "reinitialise"
+    partitions: Sequence[Partition]
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        n = state.reference_count()
+        if n:
+            raise fail(state, f"cannot reinitialise a table that holds records ({n} file "
+                              "references): clear it first")
+        ids = {p.id for p in self.partitions}
+        if ROOT_PARTITION_ID not in ids or len(ids) != len(self.partitions):
+            raise fail(state, "partition tree needs one root and unique ids")
+
+    def apply(self, state: TableState, time: float) -> None:
+        state.partitions = {p.id: p for p in self.partitions}
+        state.jobs = {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"partitions": [p.to_json() for p in self.partitions]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ReinitialiseTable:
+        return cls([Partition.from_json(p) for p in doc["partitions"]])
+
+    def summary(self) -> str:
+        return f"reinitialised with {sum(p.is_leaf for p in self.partitions)} leaf partitions"
