@@ -187,3 +187,158 @@ def test_reinitialise_refuses_bad_split_points(tmp_path: Path) -> None:
     table = make_table(tmp_path)
     with pytest.raises(SchemaError):
         table.reinitialise(split_points=["m", "d"])
+
+
+# ---- 9. Compaction controls --------------------------------------------------------------------
+def leaf_files(table: sd.Table) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for r in table.files():
+        out.setdefault(r.partition_id, []).append(r)
+    return out
+
+
+def test_full_compaction_merges_every_leaf_whatever_the_strategy(tmp_path: Path) -> None:
+    table = make_table(tmp_path, split_points=["h", "p"],
+                       **{"compaction.ratio": 1000.0, "compaction.batch_size": 12})
+    ref = Reference(table.schema)
+    for i, n in enumerate([30, 300, 3000]):  # sizes the ratio never merges
+        data = rows(n, i)
+        table.ingest(data)
+        ref.add(data)
+    assert table.compact().jobs_created == 0
+    assert [len(fs) for fs in leaf_files(table).values()] == [3, 3, 3]
+    r = table.compact(full=True)
+    assert r.jobs_created == r.jobs_committed == 3
+    assert all(len(fs) == 1 and not fs[0].approximate for fs in leaf_files(table).values())
+    assert_matches(table.query(), ref)
+    assert table.compact(full=True).jobs_created == 0  # one file per leaf: nothing to do
+
+
+def test_full_compaction_of_a_shared_file_gives_each_leaf_its_own(tmp_path: Path) -> None:
+    table = make_table(tmp_path, split_points=["h", "p"],
+                       **{"ingest.write_strategy": "shared_file"})
+    ref = Reference(table.schema)
+    data = rows(300, 1)
+    table.ingest(data)
+    ref.add(data)
+    (shared,) = {r.filename for r in table.files()}
+    assert len(table.files()) == 3  # one file, referenced from every leaf
+    r = table.compact(full=True)
+    assert r.jobs_committed == 3
+    files = table.files()
+    assert len({f.filename for f in files}) == 3 and shared not in {f.filename for f in files}
+    assert not any(f.approximate for f in files)
+    assert sum(f.records for f in files) == 300
+    assert shared in table.state().unreferenced
+    assert gc(table, now=time.time() + 1201).deleted == 1
+    assert_matches(table.query(), ref)
+
+
+def test_full_compaction_pushes_references_down_every_level(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"partition.split.threshold": 100})
+    ref = Reference(table.schema)
+    data = rows(400, 5)
+    table.ingest(data)
+    ref.add(data)
+    assert table.split().splits == 1  # the file stays referenced from the old root
+    r = table.compact(full=True)
+    assert r.references_pushed_down >= 1 and r.jobs_committed == 2
+    leaves = {p.id for p in table.partitions() if p.is_leaf}
+    assert set(leaf_files(table)) == leaves
+    assert_matches(table.query(), ref)
+
+
+def test_estimated_references_get_single_file_jobs(tmp_path: Path) -> None:
+    table = make_table(tmp_path, split_points=["m"],
+                       **{"ingest.write_strategy": "shared_file"})
+    ref = Reference(table.schema)
+    data = rows(200, 2)
+    table.ingest(data)
+    ref.add(data)
+    (shared,) = {r.filename for r in table.files()}
+    r = table.compact()  # default strategy: one file per leaf would never merge
+    assert r.jobs_created == r.jobs_committed == 2
+    assert all(len(fs) == 1 and not fs[0].approximate and fs[0].filename != shared
+               for fs in leaf_files(table).values())
+    assert shared in table.state().unreferenced
+    assert_matches(table.query(), ref)
+    assert table.compact().jobs_created == 0  # exact now: nothing more
+
+
+def test_a_leaf_with_one_estimated_reference_is_compacted_and_then_splits(tmp_path: Path
+                                                                          ) -> None:
+    table = make_table(tmp_path, **{"partition.split.threshold": 100})
+    ref = Reference(table.schema)
+    data = rows(1000, 3)
+    table.ingest(data)
+    ref.add(data)
+    assert table.split().splits == 1
+    # each child holds ~500 records, known only as estimates: they do not split
+    table.compact()
+    assert not any(f.approximate for f in table.files())
+    assert len([p for p in table.partitions() if p.is_leaf]) == 2
+    assert table.split().splits == 2  # exact now, so the children split
+    assert_matches(table.query(), ref)
+
+
+def test_max_jobs_per_pass_caps_jobs_created(tmp_path: Path) -> None:
+    table = make_table(tmp_path, split_points=["d", "h", "p"],
+                       **{"compaction.strategy": "basic", "compaction.batch_size": 2,
+                          "compaction.max_jobs_per_pass": 3})
+    ref = Reference(table.schema)
+    for i in range(2):
+        data = rows(200, i)
+        table.ingest(data)
+        ref.add(data)
+    assert all(len(fs) == 2 for fs in leaf_files(table).values())
+    assert len(leaf_files(table)) == 4
+    assert table.compact().jobs_created == 3
+    assert sorted(len(fs) for fs in leaf_files(table).values()) == [1, 1, 1, 2]
+    assert table.compact().jobs_created == 1
+    assert all(len(fs) == 1 for fs in leaf_files(table).values())
+    assert_matches(table.query(), ref)
+    assert defaults()["compaction.max_jobs_per_pass"] == 0
+
+
+def test_max_jobs_per_pass_goes_round_robin_most_fragmented_first() -> None:
+    from sediment.compaction.strategy import plan_compaction_jobs
+    from sediment.core.model import FileReference, Partition, Region
+    from sediment.core.state import TableState
+
+    state = TableState("t")
+    state.partitions = {
+        "root": Partition("root", None, Region(), ("a", "b"), (10,)),
+        "a": Partition("a", "root", Region(None, (10,))),
+        "b": Partition("b", "root", Region((10,), None)),
+    }
+    for i in range(4):
+        state.put_reference(FileReference(f"a{i}", "a", 10, False))
+    for i in range(6):
+        state.put_reference(FileReference(f"b{i}", "b", 10, False))
+    props = {**defaults(), "compaction.strategy": "basic", "compaction.batch_size": 2,
+             "compaction.max_jobs_per_pass": 3}
+    jobs = plan_compaction_jobs(state, props)
+    assert [j.partition_id for j in jobs] == ["b", "a", "b"]
+    props["compaction.max_jobs_per_pass"] = 0
+    assert len(plan_compaction_jobs(state, props)) == 5
+
+
+def test_cli_compact_full(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from sediment.cli import app
+
+    table = make_table(tmp_path, name="events", **{"compaction.ratio": 1000.0})
+    for i, n in enumerate([30, 3000]):
+        table.ingest(rows(n, i))
+    runner = CliRunner()
+    args = ["compact", "--store", str(tmp_path), "--table", "events", "--json"]
+    (doc,) = json.loads(runner.invoke(app, args).stdout)
+    assert doc["jobs"] == 0
+    result = runner.invoke(app, [*args, "--full"])
+    assert result.exit_code == 0, result.output
+    (doc,) = json.loads(result.stdout)
+    assert doc["jobs"] == doc["committed"] == 1
+    assert len(sd.Store.open(str(tmp_path)).table("events").files()) == 1

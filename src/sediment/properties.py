@@ -163,6 +163,10 @@ _SPECS = [
     PropertySpec("compaction.batch_size", int, 12, "Files per compaction job.", minimum=2),
     PropertySpec("compaction.max_concurrent_jobs_per_partition", int, 0,
                  "Cap on running compaction jobs per partition (0: no cap).", minimum=0),
+    PropertySpec("compaction.max_jobs_per_pass", int, 0,
+                 "Most compaction jobs one pass creates (0: no cap); the rest wait for the next "
+                 "pass. Taken round robin over the leaves, the most fragmented first.",
+                 minimum=0),
     PropertySpec("compaction.max_merge_inputs", int, 16,
                  "Inputs merged at once; jobs with more merge in rounds (bounds memory).",
                  minimum=2),

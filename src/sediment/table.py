@@ -235,16 +235,19 @@ class Table:
                                        self.schema,
                                        where=f"table {self.name} property compaction.iterators")
 
-    def compact(self, *, runner: Literal["local", "spark"] = "local") -> CompactionResult:
+    def compact(self, *, full: bool = False,
+                runner: Literal["local", "spark"] = "local") -> CompactionResult:
         """One compaction pass: push references down, create jobs, run them in parallel
-        (threads here, or Spark tasks with ``runner="spark"``)."""
+        (threads here, or Spark tasks with ``runner="spark"``). ``full``: a forced full
+        compaction, every leaf with more than one file (or a file spanning other leaves too)
+        compacted into one file whatever the strategy."""
         from sediment.compaction.runner import compact
 
         if runner == "spark":
             from sediment.spark.runner import run_jobs_on_spark
 
-            return compact(self, runner=run_jobs_on_spark)
-        return compact(self)
+            return compact(self, runner=run_jobs_on_spark, full=full)
+        return compact(self, full=full)
 
     def split(self) -> SplitResult:
         """Split every leaf partition over ``partition.split.threshold`` at its median."""

@@ -129,10 +129,14 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
 @commands.command()
 def compact(table: TableOption = None, loop: LoopOption = False, interval: IntervalOption = 10.0,
             max_loops: PassesOption = 0, store: StoreOption = None,
-            json_out: JsonOption = False) -> None:
+            json_out: JsonOption = False,
+            full: Annotated[bool, typer.Option(
+                "--full", help="Compact every leaf with more than one file (or a file spanning "
+                               "other leaves too) into one file, whatever the strategy.")
+                            ] = False) -> None:
     """One compaction pass (jobs run in parallel); offline tables are skipped."""
     def act(t: Table) -> dict[str, Any]:
-        r = t.compact()
+        r = t.compact(full=full)
         return {"pushed_down": r.references_pushed_down, "jobs": r.jobs_created,
                 "committed": r.jobs_committed, "failed": r.jobs_failed, "rows_in": r.rows_in,
                 "rows_out": r.rows_out}

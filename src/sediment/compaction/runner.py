@@ -93,17 +93,18 @@ def push_down_references(table: Table) -> int:
     return moved
 
 
-def create_jobs(table: Table) -> list[CompactionJob]:
-    """Pick jobs with the table's strategy and assign them in one transaction."""
+def create_jobs(table: Table, *, full: bool = False) -> list[CompactionJob]:
+    """Pick jobs with the table's strategy (``full``: every leaf into one file) and assign
+    them in one transaction."""
     props = table.properties
     jobs: list[CompactionJob] = []
 
     def build(head: TableState) -> Transaction:
         nonlocal jobs
-        jobs = plan_compaction_jobs(head, props)
+        jobs = plan_compaction_jobs(head, props, full=full)
         return AssignJobIds(assignments(jobs))
 
-    if not plan_compaction_jobs(table.states.head(), props):
+    if not plan_compaction_jobs(table.states.head(), props, full=full):
         return []
     table.states.commit(build)
     return jobs
@@ -200,14 +201,15 @@ class DueJobs:
 
 
 def due_jobs(table: Table, *, exclude: Set[str] = frozenset(),
-             refresh: bool = True) -> DueJobs:
+             refresh: bool = True, full: bool = False) -> DueJobs:
     """The start of every pass (``compact``, the continuous maintainer): push references down,
-    assign new jobs (each recorded ``created``), and add the stale jobs not in ``exclude``."""
+    assign new jobs (each recorded ``created``; ``full``: a forced full compaction), and add
+    the stale jobs not in ``exclude``."""
     try:
         moved = push_down_references(table)
     except TransactionInvalidError:
         moved = 0  # raced with another runner: next pass
-    jobs = create_jobs(table)
+    jobs = create_jobs(table, full=full)
     for j in jobs:
         table.status.record("compaction", j.job_id, "created", partition_id=j.partition_id,
                             inputs=len(j.inputs), records_in=j.records)
@@ -217,16 +219,29 @@ def due_jobs(table: Table, *, exclude: Set[str] = frozenset(),
     return DueJobs(state, jobs + stale, moved)
 
 
-def compact(table: Table, *, runner: JobRunner | None = None) -> CompactionResult:
-    """One compaction pass over ``table`` (nothing for an offline table)."""
+def compact(table: Table, *, runner: JobRunner | None = None,
+            full: bool = False) -> CompactionResult:
+    """One compaction pass over ``table`` (nothing for an offline table). ``full``: every
+    leaf with more than one file, or with a file that spans other leaves too, is compacted
+    into one file whatever the strategy (references in non-leaf partitions are first pushed
+    all the way down to the leaves)."""
     started = time.perf_counter()
     if not table.states.head().online:
         return CompactionResult()
-    due = due_jobs(table)
+    moved = 0
+    while full:  # every level at once: a full compaction leaves nothing above the leaves
+        try:
+            n = push_down_references(table)
+        except TransactionInvalidError:
+            break  # raced with another runner's push-down: the next pass goes on
+        if not n:
+            break
+        moved += n
+    due = due_jobs(table, full=full)
     jobs = due.jobs
     results = (runner or run_jobs_locally)(table, due.state, jobs) if jobs else []
     ok = [r for r in results if r.committed]
     return CompactionResult(
-        due.references_pushed_down, len(jobs), len(ok), len(results) - len(ok),
+        moved + due.references_pushed_down, len(jobs), len(ok), len(results) - len(ok),
         sum(r.rows_in for r in ok), sum(r.rows_out for r in ok),
         time.perf_counter() - started, tuple(r.error for r in results if r.error))

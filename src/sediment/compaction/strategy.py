@@ -18,6 +18,9 @@
      arrive while jobs run. The test is on the largest file, not on the others: "the largest
      at most ``ratio`` times the others" would let 2 files merge, and under continuous ingest
      rewrites each record ~6.6 times against ~2.7 (benchmarks/steady_state.py).
+   Either way, an estimated reference (to a file spanning several leaves) left over gets a
+   single-file job, and ``full`` merges every leaf's references into one file (see
+   ``plan_compaction_jobs``).
 """
 
 from __future__ import annotations
@@ -105,28 +108,55 @@ def _size_ratio(files: list[FileReference], batch: int, ratio: float, *, in_leaf
 
 
 def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
+                         full: bool = False,
                          new_id: Callable[[], str] = lambda: uuid.uuid4().hex
                          ) -> list[CompactionJob]:
-    """Jobs for the leaves of an online table (none for an offline one)."""
+    """Jobs for the leaves of an online table (none for an offline one).
+
+    Besides the strategy's groups, every reference whose count is an estimate (a file written
+    for, or pushed down from, a wider region) that no group takes gets a job of its own: the
+    leaf's share is rewritten into a file of its own, so its count becomes exact (the split
+    threshold counts only exact records) and the wide file can be collected once every leaf
+    has done so. ``full`` (a forced full compaction, as Sleeper's ``compact all``): each leaf
+    holding more than one unassigned reference, or one estimated reference, gets one job
+    merging all of them, whatever the strategy. ``compaction.max_jobs_per_pass`` (0: no cap)
+    bounds the jobs planned: taken round robin over the leaves, the leaves with the most
+    references first (ties in key order), so no leaf starves behind the others."""
     if not state.online:
         return []
     strategy = str(properties["compaction.strategy"])
     batch = int(properties["compaction.batch_size"])
     ratio = float(properties["compaction.ratio"])
     cap = int(properties["compaction.max_concurrent_jobs_per_partition"])
-    jobs: list[CompactionJob] = []
-    for leaf in state.leaf_partitions():
+    per_leaf: list[tuple[int, int, list[CompactionJob]]] = []
+    for position, leaf in enumerate(state.leaf_partitions()):
         refs = state.references(leaf.id)
-        if len(refs) < 2:
+        if not refs:
             continue
         running = {r.job_id for r in refs.values() if r.job_id is not None}
         free = [r for name, r in sorted(refs.items()) if r.job_id is None]
-        groups = _basic(free, batch) if strategy == "basic" else _size_ratio(
-            free, batch, ratio, in_leaf=len(refs))
+        if full:
+            groups = [free] if len(free) >= 2 or (free and _estimated(state, free[0])) else []
+        else:
+            groups = [] if len(refs) < 2 else _basic(free, batch) if strategy == "basic" \
+                else _size_ratio(free, batch, ratio, in_leaf=len(refs))
+            taken = {r.filename for g in groups for r in g}
+            groups += [[r] for r in free if r.filename not in taken and _estimated(state, r)]
         if cap:
             groups = groups[: max(0, cap - len(running))]
-        jobs.extend(CompactionJob(new_id(), leaf.id, tuple(g)) for g in groups)
-    return jobs
+        if groups:
+            per_leaf.append((len(refs), position,
+                             [CompactionJob(new_id(), leaf.id, tuple(g)) for g in groups]))
+    per_leaf.sort(key=lambda t: (-t[0], t[1]))
+    jobs = [leaf_jobs[i] for i in range(max((len(j) for _, _, j in per_leaf), default=0))
+            for _, _, leaf_jobs in per_leaf if i < len(leaf_jobs)]
+    most = int(properties["compaction.max_jobs_per_pass"])
+    return jobs[:most] if most else jobs
+
+
+def _estimated(state: TableState, ref: FileReference) -> bool:
+    """Whether a reference's count is an estimate: its file spans more than this leaf."""
+    return ref.approximate or state.refcount.get(ref.filename, 0) > 1
 
 
 def assignments(jobs: Sequence[CompactionJob]) -> list[JobAssignment]:
