@@ -4,10 +4,13 @@ value fields and concat."""
 
 from __future__ import annotations
 
+import json
+import random
 import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import sediment as sd
@@ -16,6 +19,7 @@ from reference import Reference, assert_matches
 from sediment.compaction.runner import create_jobs, run_job
 from sediment.core.transactions import DeleteFiles
 from sediment.errors import PropertyError, SchemaError, TransactionInvalidError
+from sediment.iterators import Aggregate, iterator_from_config
 from sediment.maintenance.gc import gc
 from sediment.properties import defaults, validate_properties
 
@@ -324,8 +328,6 @@ def test_max_jobs_per_pass_goes_round_robin_most_fragmented_first() -> None:
 
 
 def test_cli_compact_full(tmp_path: Path) -> None:
-    import json
-
     from typer.testing import CliRunner
 
     from sediment.cli import app
@@ -342,3 +344,118 @@ def test_cli_compact_full(tmp_path: Path) -> None:
     (doc,) = json.loads(result.stdout)
     assert doc["jobs"] == doc["committed"] == 1
     assert len(sd.Store.open(str(tmp_path)).table("events").files()) == 1
+
+
+# ---- 11. Aggregation: group_by and concat ------------------------------------------------------
+AGG_SCHEMA = sd.Schema(row_keys=[("k", pa.int64())], sort_keys=[("t", pa.int32())],
+                       values=[("region", pa.string()), ("count", pa.int64()),
+                               ("s", pa.string()), ("b", pa.binary()), ("v", pa.int64())])
+AGG_FUNCTIONS = {"count": "sum", "s": "concat", "b": "concat"}
+
+
+def agg_rows(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    return [{"k": rng.randrange(4), "t": rng.randrange(2),
+             "region": rng.choice(["eu", "us", None]), "count": rng.randrange(10),
+             "s": rng.choice(["a", "bc", "", None]), "b": rng.choice([b"\x00", b"xy", None]),
+             "v": rng.randrange(100)} for _ in range(n)]
+
+
+def expected_aggregate(records: list[dict[str, Any]], group_by: list[str]
+                       ) -> list[dict[str, Any]]:
+    """The reference: records in stream order (sorted by keys, stable), grouped by keys and
+    ``group_by``; within a key, groups in the order of their last records."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    last: dict[tuple[Any, ...], int] = {}
+    for i, r in enumerate(sorted(records, key=lambda r: (r["k"], r["t"]))):  # stream order
+        g = (r["k"], r["t"], *(r[f] for f in group_by))
+        last[g] = i
+        o = out.get(g)
+        if o is None:
+            out[g] = dict(r)
+            continue
+        o["count"] += r["count"]
+        for f in ("s", "b"):
+            if r[f] is not None:
+                o[f] = r[f] if o[f] is None else o[f] + r[f]
+        for f in ("region", "v"):
+            if f not in group_by:
+                o[f] = r[f]  # last
+    return [out[g] for g in sorted(out, key=last.__getitem__)]
+
+
+def run_aggregate(records: list[dict[str, Any]], agg: Aggregate, rng: random.Random
+                  ) -> list[dict[str, Any]]:
+    t = pa.Table.from_pylist(sorted(records, key=lambda r: (r["k"], r["t"])),
+                             schema=AGG_SCHEMA.to_arrow())
+    cuts = sorted(rng.sample(range(1, len(records)), min(3, len(records) - 1))) \
+        if len(records) > 1 else []
+    bounds = [0, *cuts, len(records)]
+    batches = [b for i in range(len(bounds) - 1)
+               for b in t.slice(bounds[i], bounds[i + 1] - bounds[i]).to_batches()]
+    return pa.Table.from_batches(list(agg.apply(iter(batches))),
+                                 schema=AGG_SCHEMA.to_arrow()).to_pylist()
+
+
+@pytest.mark.parametrize("group_by", [[], ["region"], ["region", "v"]])
+@pytest.mark.parametrize("seed", range(8))
+def test_aggregate_group_by_and_concat_match_a_reference(group_by: list[str], seed: int
+                                                         ) -> None:
+    rng = random.Random(seed)
+    records = agg_rows(rng, rng.randrange(1, 80))
+    functions = {k: v for k, v in AGG_FUNCTIONS.items() if k not in group_by}
+    if "v" not in group_by:
+        functions["v"] = "last"
+    agg = Aggregate(functions, AGG_SCHEMA, group_by=group_by)
+    assert run_aggregate(records, agg, rng) == expected_aggregate(records, group_by)
+
+
+def test_group_by_keeps_groups_apart_in_the_order_of_their_last_records() -> None:
+    records = [{"k": 1, "t": 0, "region": r, "count": c, "s": s, "b": None, "v": 0}
+               for r, c, s in [("us", 1, "a"), ("eu", 2, "b"), ("us", 3, "c"), (None, 4, "d"),
+                               ("eu", 5, None), (None, 6, "e")]]
+    agg = Aggregate(AGG_FUNCTIONS, AGG_SCHEMA, group_by=["region"])
+    out = run_aggregate(records, agg, random.Random(0))
+    assert [(r["region"], r["count"], r["s"], r["b"]) for r in out] == [
+        ("us", 4, "ac", None), ("eu", 7, "b", None), (None, 10, "de", None)]
+    # the order of the last records: us (3rd), eu (5th), null (6th)
+
+
+def test_group_by_and_concat_configuration_errors() -> None:
+    def build(cfg: dict[str, Any]) -> Any:
+        return iterator_from_config({"type": "aggregate", **cfg}, AGG_SCHEMA)
+
+    agg = build({"functions": {"s": "concat"}, "group_by": ["region"]})
+    assert isinstance(agg, Aggregate) and agg.group_by == ["region"]
+    for cfg, message in [
+        ({"functions": {"count": "concat"}}, "concat on field 'count'"),
+        ({"group_by": ["nope"]}, "unknown field 'nope'"),
+        ({"group_by": ["k"]}, "key field"),
+        ({"group_by": ["region", "region"]}, "named twice"),
+        ({"group_by": "region"}, "list of field names"),
+        ({"functions": {"region": "last"}, "group_by": ["region"]}, "both grouped by"),
+    ]:
+        with pytest.raises(PropertyError, match=message):
+            build(cfg)
+
+
+def test_table_aggregates_by_group_at_query_and_compaction(tmp_path: Path) -> None:
+    cfg = json.dumps([{"type": "aggregate", "functions": AGG_FUNCTIONS,
+                       "group_by": ["region"]}])
+    table = make_table(tmp_path, schema=AGG_SCHEMA, **{"compaction.iterators": cfg,
+                                                       "compaction.ratio": 0.0})
+    rng = random.Random(7)
+    records: list[dict[str, Any]] = []
+    for _ in range(4):  # each ingest commits after the last: stream order = commit order
+        batch = agg_rows(rng, 40)
+        table.ingest(pa.Table.from_pylist(batch, schema=AGG_SCHEMA.to_arrow()))
+        records += batch
+    want = expected_aggregate(records, ["region"])
+    assert table.query().to_pylist() == want
+    assert table.compact().jobs_committed == 1
+    assert table.query().to_pylist() == want
+    more = agg_rows(rng, 40)
+    table.ingest(pa.Table.from_pylist(more, schema=AGG_SCHEMA.to_arrow()))
+    want = expected_aggregate(records + more, ["region"])
+    assert table.query().to_pylist() == want
+    table.compact()
+    assert table.query().to_pylist() == want

@@ -13,7 +13,10 @@ JSON object with a ``type``:
 - ``{"type": "aggregate", "functions": {"count": "sum", "lo": "min", "hi": "max",
   "value": "last", "tags": "map_sum"}}``: rows with equal row keys and sort keys combine into
   one; each listed value field gets its function (sum, min, max: nulls skipped; last: the last
-  row's value; map_sum, map_min, map_max: maps combined key by key); unlisted fields take last.
+  row's value; concat: string or binary values joined in record order, nulls skipped; map_sum,
+  map_min, map_max: maps combined key by key); unlisted fields take last. ``"group_by":
+  ["region", ...]`` (value fields) groups by those fields besides the keys: rows combine only
+  when they are equal too, and they keep their value.
   A field named twice (a JSON object with a repeated key) is refused, naming the field, rather
   than resolved to the last function as plain JSON parsing would; so is any option given twice.
 - ``{"type": "keep_latest", "by": "timestamp"}``: one row per row key, the one with the greatest

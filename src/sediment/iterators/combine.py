@@ -14,6 +14,15 @@ end; a batch that only continues the held-back run is appended to it without any
   ``map<K, V>`` fields (maps combine key by key with the function on V; a null map is skipped,
   the result is null only when every map of the group is null; keys come out sorted). Value
   fields not listed take ``last``. Sums wrap around on overflow of the field's type.
+  ``concat`` (string and binary fields) joins the group's non-null values in stream order with
+  no separator (null when every value is null). A combined record keeps one sequence (its
+  latest record's), so a compaction job whose inputs are not consecutive in commit order (a
+  file committed between them left out) can put that file's values after theirs; ``sum``,
+  ``min``, ``max`` and ``last`` are unaffected. ``"group_by": ["f", ...]`` (value fields) splits
+  the groups further: rows combine only when those fields are equal too (null equal to null),
+  and the fields keep their value; a key's groups come out in the order of their last records
+  (each combined record stands where its latest one stood, so the order does not depend on
+  how far compaction got).
 - ``{"type": "keep_latest", "by": "timestamp"}``: one row per row key (sort keys not part of
   the key): the one with the greatest ``by`` (null below every value; ties: the last in stream
   order).
@@ -37,7 +46,7 @@ from sediment.iterators.base import RecordIterator, repeated_names
 from sediment.iterators.registry import register_iterator
 from sediment.schema import Schema
 
-_FUNCTIONS = ("sum", "min", "max", "last", "map_sum", "map_min", "map_max")
+_FUNCTIONS = ("sum", "min", "max", "last", "concat", "map_sum", "map_min", "map_max")
 _GROUP_COL = "__sediment_group"
 
 
@@ -130,6 +139,16 @@ def _orders(t: pa.DataType) -> bool:
             or pa.types.is_large_binary(t) or pa.types.is_temporal(t))
 
 
+def _concats(t: pa.DataType) -> bool:
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+def _groups_by(t: pa.DataType) -> bool:
+    """Whether values of ``t`` can be compared for equality to group by (no nested types)."""
+    return not pa.types.is_nested(t) and not pa.types.is_dictionary(t)
+
+
 def _check_function(name: str, fn: str, field: pa.Field) -> None:
     t = field.type
     if fn in ("map_sum", "map_min", "map_max"):
@@ -140,6 +159,9 @@ def _check_function(name: str, fn: str, field: pa.Field) -> None:
         name = f"{name} (map values)"
     if fn == "sum" and not _sums(t):
         raise PropertyError(f"aggregate: sum on field {name!r} needs a numeric type, not {t}")
+    if fn == "concat" and not _concats(t):
+        raise PropertyError(f"aggregate: concat on field {name!r} needs a string or binary "
+                            f"type, not {t}")
     if fn in ("min", "max") and not _orders(t):
         raise PropertyError(f"aggregate: {fn} on field {name!r} needs an ordered scalar type "
                             f"(number, string, binary, temporal, bool), not {t}")
@@ -152,11 +174,11 @@ def _group_aggregate(columns: Mapping[str, pa.ChunkedArray | pa.Array], by: Sequ
     return table.group_by(list(by), use_threads=False).aggregate(list(aggregates))
 
 
-def _combine_maps(col: pa.ChunkedArray, group: np.ndarray, starts: np.ndarray, fn: str,
+def _combine_maps(col: pa.ChunkedArray, group: np.ndarray, n_groups: int, fn: str,
                   typ: pa.MapType) -> pa.Array:
-    """Key-by-key ``fn`` (sum/min/max) of the maps of each group."""
+    """Key-by-key ``fn`` (sum/min/max) of the maps of each group (``group``: group number of
+    each row, 0 .. n_groups - 1)."""
     arr = _array(col)
-    n_groups = len(starts)
     offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
     valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     base, end = int(offsets[0]), int(offsets[-1])
@@ -172,23 +194,62 @@ def _combine_maps(col: pa.ChunkedArray, group: np.ndarray, starts: np.ndarray, f
     new_offsets = np.zeros(n_groups + 1, dtype=np.int32)
     np.cumsum(counts, out=new_offsets[1:])
     values = _array(agg.column(f"v_{fn}")).cast(typ.item_type, safe=False)
-    group_valid = np.logical_or.reduceat(valid, starts)
+    group_valid = np.bincount(group, weights=valid, minlength=n_groups) > 0
     return pa.MapArray.from_arrays(pa.array(new_offsets, type=pa.int32()),
                                    _array(agg.column("k")), values, type=typ,
                                    mask=pa.array(~group_valid))
+
+
+def _concat(col: pa.ChunkedArray, group: np.ndarray, order: np.ndarray, n_groups: int
+            ) -> pa.Array:
+    """The non-null values of each group joined in stream order (``order``: row numbers
+    stably sorted by group); null when every value of the group is null."""
+    values = _array(col).take(pa.array(order))
+    valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    kept = values.filter(pa.array(valid))
+    counts = np.bincount(group[order][valid], minlength=n_groups)
+    offsets = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets, type=pa.int64()), kept)
+    empty = "" if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) else b""
+    joined = pc.binary_join(lists, pa.scalar(empty, type=col.type))
+    return pc.if_else(pa.array(counts > 0), joined, pa.scalar(None, type=col.type))
+
+
+def _subgroups(table: pa.Table, group: np.ndarray, names: Sequence[str]
+               ) -> tuple[np.ndarray, int]:
+    """Split each run (``group``) further by the values of ``names`` (null equal to null):
+    the subgroup number of each row and their count. Subgroups are numbered in the order of
+    their last records: a combined record stands where its latest record stood and takes its
+    sequence (``last``), so output stays sorted by (keys, sequence), and the order is the same
+    before and after any compaction."""
+    codes = [group]
+    for name in names:
+        enc = pc.dictionary_encode(_array(table.column(name)), null_encoding="encode")
+        codes.append(np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64))
+    _, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
+    inverse = np.asarray(inverse).reshape(-1)
+    n = int(inverse.max()) + 1 if len(inverse) else 0
+    last = np.zeros(n, dtype=np.int64)
+    np.maximum.at(last, inverse, np.arange(len(inverse), dtype=np.int64))
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(last, kind="stable")] = np.arange(n)
+    return rank[inverse], n
 
 
 class Aggregate(_RunCombiner):
     """Combine rows with equal row keys and sort keys, a function per value field."""
 
     def __init__(self, functions: Mapping[str, str] | Iterable[tuple[str, str]],
-                 schema: Schema | None = None) -> None:
+                 schema: Schema | None = None, *, group_by: Sequence[str] = ()) -> None:
         twice = repeated_names(functions)
         if twice:
             raise PropertyError(f"aggregate: field {twice[0]!r} is given more than one "
                                 "function; name each field once")
         self.functions = dict(functions)
         self.schema = schema
+        self.group_by = list(group_by)
+        self._check_group_by()
         for name, fn in self.functions.items():
             if fn not in _FUNCTIONS:
                 raise PropertyError(f"aggregate: unknown function {fn!r} for field {name!r} "
@@ -203,7 +264,33 @@ class Aggregate(_RunCombiner):
                                     "fields take functions")
             _check_function(name, fn, schema.field(name))
 
+    def _check_group_by(self) -> None:
+        gb = self.group_by
+        if not all(isinstance(n, str) and n for n in gb):
+            raise PropertyError("aggregate: 'group_by' must be a list of field names")
+        twice = sorted({n for n in gb if gb.count(n) > 1})
+        if twice:
+            raise PropertyError(f"aggregate: field {twice[0]!r} is named twice in 'group_by'")
+        both = [n for n in gb if n in self.functions]
+        if both:
+            raise PropertyError(f"aggregate: field {both[0]!r} is both grouped by and given a "
+                                "function; a group_by field keeps its value")
+        if self.schema is None:
+            return
+        for name in gb:
+            if name not in self.schema.field_names:
+                raise PropertyError(f"aggregate: unknown field {name!r} in 'group_by' "
+                                    f"(fields: {', '.join(self.schema.field_names)})")
+            if name in self.schema.key_names:
+                raise PropertyError(f"aggregate: field {name!r} in 'group_by' is a key field; "
+                                    "rows are always grouped by the row and sort keys")
+            t = self.schema.field(name).type
+            if not _groups_by(t):
+                raise PropertyError(f"aggregate: cannot group by field {name!r} of type {t}")
+
     def __repr__(self) -> str:
+        if self.group_by:
+            return f"Aggregate({self.functions!r}, group_by={self.group_by!r})"
         return f"Aggregate({self.functions!r})"
 
     def group_names(self) -> list[str]:
@@ -212,12 +299,20 @@ class Aggregate(_RunCombiner):
 
     def fields(self) -> set[str]:
         keys = set(self.schema.key_names) if self.schema is not None else set()
-        return keys | set(self.functions)
+        return keys | set(self.functions) | set(self.group_by)
 
     def reduce(self, table: pa.Table, starts: np.ndarray, group: np.ndarray) -> pa.Table:
         assert self.schema is not None
-        keys = set(self.schema.key_names)
-        ends = np.append(starts[1:], table.num_rows) - 1
+        keys = set(self.schema.key_names) | set(self.group_by)
+        if self.group_by:  # runs of equal keys split further by the group_by values
+            group, n = _subgroups(table, group, self.group_by)
+            order = np.argsort(group, kind="stable")
+            offsets = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(group, minlength=n), out=offsets[1:])
+            firsts, lasts = order[offsets[:-1]], order[offsets[1:] - 1]
+        else:  # runs are the groups, in order
+            n, order = len(starts), np.arange(table.num_rows)
+            firsts, lasts = starts, np.append(starts[1:], table.num_rows) - 1
         scalar = [(c, self.functions[c]) for c in table.column_names
                   if c not in keys and self.functions.get(c) in ("sum", "min", "max")]
         agg = None
@@ -226,21 +321,23 @@ class Aggregate(_RunCombiner):
             agg = _group_aggregate({_GROUP_COL: group, **cols}, [_GROUP_COL],
                                    [(f"c{i}", fn) for i, (_, fn) in enumerate(scalar)])
             got = agg.column(_GROUP_COL).to_numpy()
-            if not np.array_equal(got, np.arange(len(starts))):  # not in run order: sort
+            if not np.array_equal(got, np.arange(n)):  # not in group order: sort
                 agg = agg.take(pc.sort_indices(agg, sort_keys=[(_GROUP_COL, "ascending")]))
         arrays = []
         for c in table.column_names:
             col, fn = table.column(c), self.functions.get(c, "last")
             if c in keys:
-                arrays.append(col.take(starts))
+                arrays.append(col.take(firsts))
             elif fn in ("sum", "min", "max"):
                 assert agg is not None
                 i = next(i for i, (name, _) in enumerate(scalar) if name == c)
                 arrays.append(agg.column(f"c{i}_{fn}").cast(col.type, safe=False))
+            elif fn == "concat":
+                arrays.append(_concat(col, group, order, n))
             elif fn.startswith("map_"):
-                arrays.append(_combine_maps(col, group, starts, fn[4:], col.type))
+                arrays.append(_combine_maps(col, group, n, fn[4:], col.type))
             else:
-                arrays.append(col.take(ends))
+                arrays.append(col.take(lasts))
         return pa.Table.from_arrays(arrays, schema=table.schema)
 
 
@@ -290,13 +387,16 @@ def _check_options(cfg: Mapping[str, Any], kind: str, allowed: set[str]) -> None
 
 
 def aggregate_from_config(cfg: Mapping[str, Any], schema: Schema | None) -> Aggregate:
-    _check_options(cfg, "aggregate", {"functions"})
+    _check_options(cfg, "aggregate", {"functions", "group_by"})
     functions = cfg.get("functions", {})
     if not isinstance(functions, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in functions.items()):
         raise PropertyError("aggregate iterator: 'functions' must be an object of "
                             "field name -> function name")
-    return Aggregate(functions, schema)
+    group_by = cfg.get("group_by", [])
+    if not isinstance(group_by, list) or not all(isinstance(n, str) for n in group_by):
+        raise PropertyError("aggregate iterator: 'group_by' must be a list of field names")
+    return Aggregate(functions, schema, group_by=group_by)
 
 
 def keep_latest_from_config(cfg: Mapping[str, Any], schema: Schema | None) -> KeepLatest:
