@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sediment.core.state import TableState
-from sediment.core.transactions import AddFiles, ReplaceFileReferences, Transaction
+from sediment.core.transactions import Transaction
 from sediment.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
@@ -66,15 +66,6 @@ DROPPED_MARKER = "dropped"
 
 def _prop(state: TableState, name: str) -> Any:
     return state.properties.get(name, PROPERTIES[name].default)
-
-
-def new_files(txn: Transaction) -> list[str]:
-    """Data files a transaction brings into the table (each must exist when it commits)."""
-    if isinstance(txn, AddFiles):
-        return sorted({r.filename for r in txn.references})
-    if isinstance(txn, ReplaceFileReferences) and txn.output is not None:
-        return [txn.output.filename]
-    return []
 
 
 def definitely_not_committed(error: BaseException) -> bool:
@@ -261,7 +252,7 @@ class StateStore:
         finally:
             # Settled: committed (referenced now), refused (the caller deletes them) or
             # unknown (GC's orphan pass judges them): no longer this process's to protect.
-            pending.release(self.objects, [f for t in built for f in new_files(t)])
+            pending.release(self.objects, [f for t in built for f in t.new_files()])
         if not built[-1].is_empty():
             self._maybe_snapshot(state)
         return state.copy()
@@ -326,7 +317,7 @@ class StateStore:
         """Refuse a transaction naming data files that no longer exist (their writer stalled
         past its lease and GC collected them): committing would lose their records. Checked
         for the files this process protects as pending: every writer registers its files."""
-        files = [f for f in pending.held(self.objects, new_files(txn)) if f not in checked]
+        files = [f for f in pending.held(self.objects, txn.new_files()) if f not in checked]
         if not files:
             return
         stale = pending.check_fresh(self.objects, files)

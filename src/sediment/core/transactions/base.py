@@ -76,6 +76,11 @@ class Transaction(ABC):
         """One line for ``history``."""
         return self.kind
 
+    def new_files(self) -> list[str]:
+        """Data files this transaction brings into the table, in order: each must still exist
+        when it commits (see ``sediment.state.pending``). None by default."""
+        return []
+
     def is_empty(self) -> bool:
         """True when applying this would change nothing (no files added, deleted, assigned or
         moved): the state store then commits nothing and returns the current state, as

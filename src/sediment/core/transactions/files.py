@@ -63,6 +63,9 @@ class AddFiles(Transaction):
     def is_empty(self) -> bool:
         return not self.references
 
+    def new_files(self) -> list[str]:
+        return sorted({r.filename for r in self.references})
+
     def summary(self) -> str:
         files = len({r.filename for r in self.references})
         return f"{files} files, {sum(r.records for r in self.references)} records"

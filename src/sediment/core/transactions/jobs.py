@@ -136,5 +136,8 @@ class ReplaceFileReferences(Transaction):
         return cls(doc["job_id"], doc["partition"], doc["inputs"],
                    None if out is None else FileReference.from_json(out))
 
+    def new_files(self) -> list[str]:
+        return [] if self.output is None else [self.output.filename]
+
     def summary(self) -> str:
         return f"job {self.job_id}: {len(self.inputs)} files -> 1 in {self.partition_id}"
