@@ -290,7 +290,8 @@ def stage_batches(table: Table, state: TableState, batches: Iterator[tuple[str, 
 def commit_staged(table: Table, staged: StagedFiles, started: float, *,
                   kind: str = "ingest", before_commit: BeforeCommit | None = None
                   ) -> IngestResult:
-    """Commit staged files in one AddFiles transaction (deleting them if it fails).
+    """Commit staged files in one AddFiles transaction (deleting them when it surely did not
+    land: see ``discard_staged``).
 
     ``before_commit`` is called with the staged files just before the commit (the ingest
     batcher records them there); if it raises, the files are deleted and nothing is
