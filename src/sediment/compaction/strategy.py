@@ -21,6 +21,14 @@
    Either way, an estimated reference (to a file spanning several leaves) left over gets a
    single-file job, and ``full`` merges every leaf's references into one file (see
    ``plan_compaction_jobs``).
+3. When the compaction iterators combine records in an order that matters across files
+   (``concat``: ``RecordIterator.needs_consecutive_inputs``), a multi-file job takes every
+   reference of its leaf, and only while no job runs in the leaf and no ancestor still holds
+   references to push down: a combined record keeps one sequence, so a file committed between
+   a job's inputs and left out would read as coming after all of them. Records in other
+   leaves never share a key, and files committed later have greater sequences, so merging
+   the whole leaf keeps commit order. The cost is write amplification (each such job rewrites
+   the leaf); single-file jobs need no such care.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from typing import Any
 from sediment.core.model import FileReference, Region
 from sediment.core.state import TableState
 from sediment.core.transactions import JobAssignment, SplitReference
+from sediment.iterators.base import iterators_from_property
 
 Estimate = Callable[[FileReference, Region], int]
 """Estimated records of a referenced file inside a region (from its sample)."""
@@ -128,6 +137,8 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
     batch = int(properties["compaction.batch_size"])
     ratio = float(properties["compaction.ratio"])
     cap = int(properties["compaction.max_concurrent_jobs_per_partition"])
+    whole_leaf = any(it.needs_consecutive_inputs() for it in iterators_from_property(
+        str(properties["compaction.iterators"]), where="property compaction.iterators"))
     per_leaf: list[tuple[int, int, list[CompactionJob]]] = []
     for position, leaf in enumerate(state.leaf_partitions()):
         refs = state.references(leaf.id)
@@ -142,6 +153,10 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
                 else _size_ratio(free, batch, ratio, in_leaf=len(refs))
             taken = {r.filename for g in groups for r in g}
             groups += [[r] for r in free if r.filename not in taken and _estimated(state, r)]
+        if whole_leaf and any(len(g) > 1 for g in groups):
+            alone = not running and not any(state.references(a.id)
+                                            for a in state.ancestors(leaf.id))
+            groups = [free] if alone else [g for g in groups if len(g) == 1]
         if cap:
             groups = groups[: max(0, cap - len(running))]
         if groups:

@@ -27,6 +27,12 @@ class RecordIterator(ABC):
         """Fields the iterator reads (so queries fetch them even when not requested)."""
         return set()
 
+    def needs_consecutive_inputs(self) -> bool:
+        """Whether combining records depends on their order across files (``concat``): a
+        compaction job must then merge files consecutive in commit order, or a file committed
+        between its inputs would read as coming after all of them (see compaction.strategy)."""
+        return False
+
 
 class _RowLocal(RecordIterator):
     """An iterator that keeps or drops each row on its own: a mask per batch."""

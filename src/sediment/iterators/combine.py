@@ -16,9 +16,9 @@ end; a batch that only continues the held-back run is appended to it without any
   fields not listed take ``last``. Sums wrap around on overflow of the field's type.
   ``concat`` (string and binary fields) joins the group's non-null values in stream order with
   no separator (null when every value is null). A combined record keeps one sequence (its
-  latest record's), so a compaction job whose inputs are not consecutive in commit order (a
-  file committed between them left out) can put that file's values after theirs; ``sum``,
-  ``min``, ``max`` and ``last`` are unaffected. ``"group_by": ["f", ...]`` (value fields) splits
+  latest record's), so with ``concat`` compaction merges only files consecutive in commit
+  order (``needs_consecutive_inputs``; see ``sediment.compaction.strategy``); ``sum``, ``min``,
+  ``max`` and ``last`` do not depend on it. ``"group_by": ["f", ...]`` (value fields) splits
   the groups further: rows combine only when those fields are equal too (null equal to null),
   and the fields keep their value; a key's groups come out in the order of their last records
   (each combined record stands where its latest one stood, so the order does not depend on
@@ -300,6 +300,9 @@ class Aggregate(_RunCombiner):
     def fields(self) -> set[str]:
         keys = set(self.schema.key_names) if self.schema is not None else set()
         return keys | set(self.functions) | set(self.group_by)
+
+    def needs_consecutive_inputs(self) -> bool:
+        return "concat" in self.functions.values()
 
     def reduce(self, table: pa.Table, starts: np.ndarray, group: np.ndarray) -> pa.Table:
         assert self.schema is not None
