@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import tempfile
 import time
@@ -22,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from sediment.core.ranges import Range
@@ -37,6 +39,14 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
 
 def _java_available() -> bool:
     return shutil.which("java") is not None
+
+
+def _pyspark_installed() -> bool:
+    """Whether the optional ``[spark]`` extra (pyspark) can be imported."""
+    try:
+        return importlib.util.find_spec("pyspark") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def run_demo(store_uri: str, *, rows: int = 2_000_000, table_name: str = "demo",
@@ -64,7 +74,8 @@ def run_demo(store_uri: str, *, rows: int = 2_000_000, table_name: str = "demo",
         steps.append(("generate", f"{rows:,} rows as Parquet in "
                                   f"{time.perf_counter() - t0:.1f} s"))
 
-        spark_ok = _java_available() if use_spark is None else use_spark
+        has_pyspark = _pyspark_installed()
+        spark_ok = (has_pyspark and _java_available()) if use_spark is None else use_spark
         if spark_ok:
             from sediment.spark import bulk_import, session
 
@@ -78,7 +89,9 @@ def run_demo(store_uri: str, *, rows: int = 2_000_000, table_name: str = "demo",
                           f"{result.rows_per_second / 1e6:.2f} M rows/s "
                           f"(+{start_s:.0f} s Spark start)"))
         else:
-            con.print("[yellow]Java not found: using standard ingest instead of Spark "
+            why = ("Java not found" if has_pyspark
+                   else "PySpark not installed (pip install 'sediment-lsm[spark]')")
+            con.print(f"[yellow]{escape(why)}: using standard ingest instead of Spark "
                       "bulk import[/yellow]")
             result = table.ingest_files([str(work / "*.parquet")])
             steps.append(("standard ingest", f"{result.rows:,} rows, "

@@ -24,7 +24,8 @@ happen into one of these, with a message naming the table, field, file or row co
     ├── TableOfflineError            the operation needs an online table
     ├── DataError                    input records that do not fit the schema (field, row named)
     ├── QueryError                   an invalid query (bad range, unknown column, bad version)
-    └── JobError                     a job (compaction, dump, ...) failed
+    ├── JobError                     a job (compaction, dump, ...) failed
+    └── MissingDependencyError       an optional dependency (an extra such as [spark]) is missing
 """
 
 from __future__ import annotations
@@ -114,3 +115,8 @@ class QueryError(SedimentError):
 
 class JobError(SedimentError):
     """A background job failed."""
+
+
+class MissingDependencyError(SedimentError):
+    """A feature needs an optional dependency that is not installed; the message says which
+    extra to install (``pip install 'sediment-lsm[spark]'``)."""

@@ -2,10 +2,23 @@
 source ``spark.read.format("sediment")`` / ``df.write.format("sediment")``, and a Spark runner
 for compaction jobs.
 
-Only this package imports pyspark; the rest of Sediment runs without it.
+Only this package imports pyspark; the rest of Sediment runs without it. pyspark is the optional
+``[spark]`` extra: importing this package (which every Spark command, ``runner="spark"`` and
+``bulk_import`` do) without it raises :class:`~sediment.errors.MissingDependencyError` saying what
+to install.
 """
 
-from sediment.spark.bulk_import import bulk_import
-from sediment.spark.session import register_data_source, session, ship_package
+from sediment.errors import MissingDependencyError
+
+SPARK_INSTALL_HINT = "pip install 'sediment-lsm[spark]'"
+
+try:
+    import pyspark  # noqa: F401  (the check: every Spark entry point imports this package)
+except ImportError as exc:
+    raise MissingDependencyError(
+        f"PySpark is not installed and this runs on Spark: {SPARK_INSTALL_HINT}") from exc
+
+from sediment.spark.bulk_import import bulk_import  # noqa: E402  (after the check)
+from sediment.spark.session import register_data_source, session, ship_package  # noqa: E402
 
 __all__ = ["bulk_import", "register_data_source", "session", "ship_package"]
