@@ -14,7 +14,8 @@ What the test environment changes, and nothing else:
   it, and the MinIO endpoint the docs use (``http://127.0.0.1:9000``) is replaced by the
   server's. Such pages are marked ``s3``.
 - Spark: cluster URLs (``spark://host:port``) are replaced by ``local[2]``; pages that use Spark
-  are marked ``spark`` and ``slow``. A Spark session a page starts is stopped after the page.
+  are marked ``spark`` and ``slow``. A Spark session the pages start is stopped at the end of
+  this module (not after each page: later pages reuse it, which saves a JVM start).
 - ``REWRITES`` below: each replacement applied to the code before it runs, with its reason.
 - ``PRELUDES``: input files a page refers to without making them (the README's reference card).
 
@@ -180,7 +181,7 @@ def _active_spark() -> Any:
 
 
 def _finish(run: PageRun) -> None:
-    """Stop a Spark session the page started (not one that was running before it)."""
+    """Stop a Spark session the pages started (not one that was running before them)."""
     spark = _active_spark()
     if spark is not None and spark is not run.spark_before:
         spark.stop()
@@ -283,10 +284,7 @@ def test_snippet(block: Block, request: pytest.FixtureRequest,
         _run_block(run, block, monkeypatch)
     except BaseException:
         run.failed = block.id
-        _finish(run)
         raise
-    if all(b.no_run is not None for b in blocks[block.number:]):
-        _finish(run)
 
 
 def test_exemptions_are_listed() -> None:
