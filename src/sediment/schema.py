@@ -11,7 +11,7 @@ import base64
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
@@ -55,7 +55,7 @@ RESERVED_PREFIX = "__sediment"
 """Field names starting with this are Sediment's own (e.g. the hidden record sequence of
 compacted files, sediment.files.sequence); user schemas may not use them."""
 
-FieldSpec = pa.Field | tuple[str, pa.DataType] | tuple[str, pa.DataType, bool]
+FieldSpec: TypeAlias = pa.Field | tuple[str, pa.DataType] | tuple[str, pa.DataType, bool]
 
 
 def parse_type(text: str) -> pa.DataType:

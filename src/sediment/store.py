@@ -160,7 +160,8 @@ class Store:
             raise CatalogError(f"no Sediment store at {objects.uri} (open it with create=True "
                                "to make one)")
         props = validate_properties(properties or {}, context=f"store {objects.uri}")
-        doc = {"format": FORMAT_VERSION, "created": time.time(), "properties": props}
+        doc: dict[str, Any] = {"format": FORMAT_VERSION, "created": time.time(),
+                               "properties": props}
         if not create_once(objects, STORE_FILE, json.dumps(doc).encode()):
             doc = cls._read_store_file(objects)
             if props:

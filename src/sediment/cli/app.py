@@ -14,13 +14,16 @@ escaping a command is printed as ``error: <message>`` on stderr with exit code 1
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import RenderableType
 from rich.padding import Padding
 from rich.text import Text
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:  # the click that typer vendors; typer.Context is a subclass of its Context
+    from typer._click.core import Context as ClickContext
 
 from sediment.cli.output import (
     CliError,
@@ -52,7 +55,7 @@ class SedimentGroup(TyperGroup):
     behaviour without a decorator, and a SedimentError never shows a traceback.
     """
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: ClickContext) -> Any:
         try:
             return super().invoke(ctx)
         except (SedimentError, CliError) as exc:
@@ -121,8 +124,8 @@ def init(
                                 context=f"store {uri}")
     existed = store_exists(uri)
     st = open_store(uri, create=True, properties=props)
-    data = {"uri": st.uri, "created": not existed,
-            "properties": _changed_properties(st.properties)}
+    data: dict[str, Any] = {"uri": st.uri, "created": not existed,
+                            "properties": _changed_properties(st.properties)}
     emit(data, json_out, lambda d: d["uri"])
 
 

@@ -52,7 +52,7 @@ def submit_cmd(
 
     table = open_table(store, name)
     requests = batcher.submit(table, files)
-    data = {"table": name, "submitted": [r.to_json() for r in requests],
+    data: dict[str, Any] = {"table": name, "submitted": [r.to_json() for r in requests],
             "files": len(requests), "bytes": sum(r.size for r in requests)}
     emit(data, json_out, lambda d: f"table {name}: queued {d['files']} file(s), "
          f"{_size(d['bytes'])}")

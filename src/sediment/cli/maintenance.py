@@ -213,9 +213,9 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         show = not json_out and sys.stderr.isatty()
         if show:
             typer.echo(f"maintaining {t.name} ...", err=True)
-        r = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout)
-        return {"passes": r.passes, "splits": r.splits, "jobs": r.jobs_committed,
-                "failed": r.jobs_failed, "deleted": r.files_deleted}
+        m = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout)
+        return {"passes": m.passes, "splits": m.splits, "jobs": m.jobs_committed,
+                "failed": m.jobs_failed, "deleted": m.files_deleted}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False,
          store_pass=None if table else lambda: _collect_unnamed(store, orphan_timeout))
 

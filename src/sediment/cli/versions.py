@@ -48,8 +48,8 @@ def tag(name: TableArg, tag_name: Annotated[str, typer.Argument(metavar="TAG")],
 @commands.command()
 def tags(name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
     """List a table's tags."""
-    rows = [{"tag": x.name, "version": x.version, "created": x.created}
-            for x in open_table(store, name).tags()]
+    rows: list[dict[str, Any]] = [{"tag": x.name, "version": x.version, "created": x.created}
+                                  for x in open_table(store, name).tags()]
     emit(rows, json_out, lambda rs: make_table(["tag", "version", "created"], [
         [r["tag"], r["version"], iso_time(r["created"])] for r in rs]))
 

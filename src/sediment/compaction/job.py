@@ -125,12 +125,12 @@ def _merge_frame(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int
     import datafusion
     from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, col, functions, lit
 
-    inputs = [i if isinstance(i, _Input) else _Input(i, 0, True) for i in inputs]
+    resolved = [i if isinstance(i, _Input) else _Input(i, 0, True) for i in inputs]
     # One stream per input: every file is sorted already, so letting DataFusion split each
     # file into byte ranges (repartition_file_scans) only multiplies the merge's fan-in and
     # its buffered batches: inputs x target_partitions streams, memory growing with the
     # square of the inputs (16 inputs: 1.3 GiB RSS with it, 0.37 GiB without).
-    config = (SessionConfig().with_target_partitions(max(2, len(inputs)))
+    config = (SessionConfig().with_target_partitions(max(2, len(resolved)))
               .with_batch_size(batch_rows).with_repartition_file_scans(False)
               # likewise a filter would get a round-robin repartition per input (sort order
               # kept: inputs x target_partitions streams again)
@@ -142,7 +142,7 @@ def _merge_frame(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int
     user = schema.to_arrow()
     arrow = user.append(SEQ_FIELD)
     frames = []
-    for inp in inputs:
+    for inp in resolved:
         present, complete = _file_has_sequence(inp.path) if inp.sequenced else (False, False)
         own = lit(pa.scalar(inp.sequence, pa.int64()))
         if not present:

@@ -199,7 +199,7 @@ def _whole_file(table: Table, executor: Any, refs: Sequence[FileReference],
 def _copy_file(table: Table, dest: ObjectStore, prefix: str, version: int, task: DumpTask,
                ref: FileReference) -> str:
     """Dump a whole data file and its sample by copying their bytes (no re-encoding)."""
-    files = []
+    files: list[dict[str, Any]] = []
     for kind, key in (("data", ref.filename), ("sample", sample_name(ref.filename))):
         raw = table.objects.get(key)
         path = f"{prefix}/{version}-{kind}.parquet"
@@ -255,9 +255,9 @@ class _Lock:
     def __init__(self, table: Table, root: str, rng: Range, version: int | None,
                  job_id: str | None = None) -> None:
         self.table = table
-        self.doc = {"job_id": job_id or uuid.uuid4().hex[:16], "root": root,
-                    "range": range_to_json(rng), "version": version,
-                    "started": time.time(), "heartbeat": time.time()}
+        self.doc: dict[str, Any] = {
+            "job_id": job_id or uuid.uuid4().hex[:16], "root": root, "range": range_to_json(rng),
+            "version": version, "started": time.time(), "heartbeat": time.time()}
 
     def acquire(self) -> bool:
         """True when the job is new; False when it resumes a stale job to the same root."""

@@ -7,7 +7,7 @@ path here loops over records in Python.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,7 +16,7 @@ from sediment.core.keys import Key
 from sediment.core.model import Region
 from sediment.core.ranges import Range
 
-Columnar = pa.Table | pa.RecordBatch
+Columnar: TypeAlias = pa.Table | pa.RecordBatch
 
 
 _TEMPORAL_SCALARS = (pa.TimestampScalar, pa.Date32Scalar, pa.Date64Scalar)

@@ -36,7 +36,7 @@ def merge_sorted(streams: Sequence[Iterable[pa.RecordBatch]], names: Sequence[st
             return
         if len(active) == 1:
             i = active[0]
-            yield heads[i]  # type: ignore[misc]
+            yield heads[i]
             yield from (b for b in iters[i] if b.num_rows)
             return
         lasts = [row_key(heads[i], heads[i].num_rows - 1, names)  # type: ignore[union-attr]

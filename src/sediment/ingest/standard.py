@@ -171,11 +171,11 @@ def _write_partitioned(table: Table, state: TableState, stream: Iterator[pa.Reco
                 writer.write(piece)
                 counts[leaf.id] = counts.get(leaf.id, 0) + piece.num_rows
                 continue
-            if current is None or leaf.id != current.id:
-                if writer is not None:
+            if writer is None or current is None or leaf.id != current.id:
+                if writer is not None and current is not None:
                     w = writer.close()
                     written.append(w)
-                    refs.append(FileReference(w.filename, current.id, w.rows))  # type: ignore
+                    refs.append(FileReference(w.filename, current.id, w.rows))
                 writer = SortedFileWriter(table.objects, new_data_filename(leaf.id), schema,
                                           props)
                 current = leaf

@@ -129,7 +129,12 @@ def json_object(pairs: list[tuple[str, Any]]) -> JsonObject:
     obj = JsonObject(pairs)
     if len(obj) < len(pairs):
         seen: set[str] = set()
-        obj.duplicates = tuple(dict.fromkeys(k for k, _ in pairs if k in seen or seen.add(k)))
+        repeated: dict[str, None] = {}  # in the order they repeat
+        for k, _ in pairs:
+            if k in seen:
+                repeated[k] = None
+            seen.add(k)
+        obj.duplicates = tuple(repeated)
     return obj
 
 

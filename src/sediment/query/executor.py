@@ -139,7 +139,8 @@ class FooterCache:
         col = md.schema.names.index(self.first_key)
         # temporal keys are integers in the model (sediment.core.keys): use the raw statistics
         raw = md.schema.column(col).logical_type.type in ("TIMESTAMP", "DATE")
-        mins, maxs = [], []
+        mins: list[Any] = []
+        maxs: list[Any] = []
         for i in range(md.num_row_groups):
             st = md.row_group(i).column(col).statistics
             if st is None or not st.has_min_max:
@@ -362,6 +363,7 @@ class Executor:
                  for b in t.to_batches())
                 for ref in sub.references
             ]
+            merged: Iterator[pa.RecordBatch]
             if sequence:
                 merged = (without_sequence(b) for b in merge_sorted(
                     streams, merge_names(self.schema.key_names), schema.append(SEQ_FIELD)))

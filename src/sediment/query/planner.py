@@ -67,9 +67,10 @@ def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
                 ends.append(None if end is None else schema.check_row_key(end, what="range end"))
             except Exception as e:
                 raise QueryError(str(e)) from None
-        if ends[0] is not None and ends[1] is not None:
-            n = min(len(ends[0]), len(ends[1]))
-            if ends[0][:n] > ends[1][:n]:  # a mistake, not a query for nothing
+        lo, hi = ends
+        if lo is not None and hi is not None and r.start is not None and r.end is not None:
+            n = min(len(lo), len(hi))
+            if lo[:n] > hi[:n]:  # a mistake, not a query for nothing
                 one = len(schema.row_key_names) == 1  # show a one-field key as its value
                 raise QueryError(f"range start {r.start[0] if one else r.start!r} is after "
                                  f"its end {r.end[0] if one else r.end!r}")

@@ -103,7 +103,7 @@ def _source_frame(spark: SparkSession, table: Table, source: Any,
                 for rb in read_file(fs, p, schema):
                     c = conform(rb, schema, name, offset, p)
                     offset += rb.num_rows
-                    if leaves is None:
+                    if leaves is None or bucket_arr is None:
                         yield c
                     else:
                         yield tasks.with_leaf_column(c, key_names, leaves[0], bucket_arr)
@@ -218,12 +218,15 @@ def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Seq
 
     started = time.perf_counter()
     register_data_source(spark)
-    if not isinstance(source, DataFrame):
+    inputs: DataFrame | list[tuple[Any, str]]  # a DataFrame, or (filesystem, path) pairs
+    if isinstance(source, DataFrame):
+        inputs = source
+    else:
         from sediment.ingest.sources import expand_paths
 
-        source = expand_paths([source] if isinstance(source, str) else list(source),
+        inputs = expand_paths([source] if isinstance(source, str) else list(source),
                               table.objects)
-    frame = _source_frame(spark, table, source)
+    frame = _source_frame(spark, table, inputs)
     min_leaves = int(table.properties["bulk_import.min_leaf_partitions"])
     try:
         presplit(spark, table, frame, min_leaves)
@@ -235,7 +238,7 @@ def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Seq
         from pyspark.sql.pandas.types import from_arrow_schema
 
         # read (or validate) and assign leaves in one pass through Python
-        with_pid = _source_frame(spark, table, source, (boundaries, buckets))
+        with_pid = _source_frame(spark, table, inputs, (boundaries, buckets))
         shuffled = with_pid.repartition(len(leaves), tasks.PID)
         version, table_id = state.version, table.table_id
         staged_rows = shuffled.mapInArrow(

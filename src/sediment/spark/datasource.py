@@ -22,7 +22,7 @@ boundaries; the driver commits all files in one AddFiles transaction (abort dele
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,7 @@ _STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key"
                   "session_token")
 
 
-def _spec(options: dict[str, str]) -> dict[str, Any]:
+def _spec(options: Mapping[str, str]) -> dict[str, Any]:
     from sediment.errors import QueryError
 
     if "store" not in options or "table" not in options:
@@ -159,7 +159,7 @@ class SedimentReader(DataSourceReader):
         table = tasks.open_table(self.spec, self.name, self.table_id)
         plan = table.plan(ranges=self.ranges, version=self.version) if self.ranges is not None \
             else table.plan(version=self.version)
-        parts = [LeafPartition(s.leaf_id) for s in plan.subqueries]
+        parts: list[InputPartition] = [LeafPartition(s.leaf_id) for s in plan.subqueries]
         return parts or [LeafPartition("")]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

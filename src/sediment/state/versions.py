@@ -57,10 +57,11 @@ class Tag:
 
 def create_tag(states: StateStore, name: str, version: int) -> Tag:
     # the random id makes the bytes ours alone, so a lost answer is resolved by reading
-    doc = {"name": name, "version": version, "created": time.time(), "id": uuid.uuid4().hex}
+    created = time.time()
+    doc = {"name": name, "version": version, "created": created, "id": uuid.uuid4().hex}
     if not create_once(states.objects, _tag_key(name), json.dumps(doc).encode()):
         raise QueryError(f"table {states.table_id}: tag {name!r} already exists")
-    return Tag(name, version, doc["created"])
+    return Tag(name, version, created)
 
 
 def list_tags(states: StateStore) -> list[Tag]:

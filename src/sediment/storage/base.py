@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ class ObjectStore(ABC):
     def exists(self, key: str) -> bool:
         return self.head(key) is not None
 
-    def list_folders(self, prefix: str) -> list[str]:
+    def list_folders(self, prefix: str) -> builtins.list[str]:
         """Names of the folders directly under ``prefix`` (which ends with '/'), sorted: the
         next key segment of every object below it. Stores override this with a listing that
         does not visit every object (a delimiter listing, a directory read)."""
@@ -153,7 +154,7 @@ class PrefixedObjectStore(ObjectStore):
         for o in self.inner.temporaries(self._k(prefix)):
             yield ObjectInfo(o.key[n:], o.size, o.mtime)
 
-    def list_folders(self, prefix: str) -> list[str]:
+    def list_folders(self, prefix: str) -> builtins.list[str]:
         return self.inner.list_folders(self._k(prefix))
 
     def delete_folder(self, prefix: str) -> int:

@@ -7,6 +7,7 @@ parent of every directory the put had to create."""
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import stat
@@ -164,7 +165,7 @@ class LocalObjectStore(ObjectStore):
         out.sort(key=lambda o: o.key)
         yield from out
 
-    def list_folders(self, prefix: str) -> list[str]:
+    def list_folders(self, prefix: str) -> builtins.list[str]:
         folder, _, start = prefix.rpartition("/")
         base = self.directory / folder if folder else self.directory
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -51,7 +52,9 @@ class S3ObjectStore(ObjectStore):
             "s3", endpoint_url=self.endpoint_url, region_name=self.region,
             config=Config(retries={"max_attempts": 5, "mode": "standard"},
                           max_pool_connections=32),
-            **{k: v for k, v in self._creds.items() if v},
+            aws_access_key_id=self._creds["aws_access_key_id"] or None,
+            aws_secret_access_key=self._creds["aws_secret_access_key"] or None,
+            aws_session_token=self._creds["aws_session_token"] or None,
         )
         self._fs: pafs.S3FileSystem | None = None
 
@@ -124,7 +127,7 @@ class S3ObjectStore(ObjectStore):
         except _S3_ERRORS as e:
             raise self._error("list", prefix, e) from e
 
-    def list_folders(self, prefix: str) -> list[str]:
+    def list_folders(self, prefix: str) -> builtins.list[str]:
         full = self._k(prefix)
         names: list[str] = []
         try:
