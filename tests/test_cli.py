@@ -466,7 +466,13 @@ def test_unexpected_exceptions_are_not_swallowed(runner: CliRunner,
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(cli, "open_store", boom)
-    result = run(runner, "create-table", "t", "--store", store, "--row-key", "k:string")
+    # a bug is one ``error: internal error`` line naming the exception, exit code 1 ...
+    stderr = fails(runner, "create-table", "t", "--store", store, "--row-key", "k:string")
+    assert stderr.startswith("error: internal error: RuntimeError: a bug")
+    assert stderr.count("\n") == 1
+    # ... and SEDIMENT_DEBUG=1 lets it escape with its traceback
+    result = run(runner, "create-table", "t", "--store", store, "--row-key", "k:string",
+                 env={"SEDIMENT_DEBUG": "1"})
     assert isinstance(result.exception, RuntimeError)
 
 

@@ -13,7 +13,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -37,8 +40,53 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return float(np.percentile(a, 50)), float(np.percentile(a, 99))
 
 
+def java_command() -> str | None:
+    """The ``java`` Spark would start: ``$JAVA_HOME/bin/java`` when JAVA_HOME is set (as
+    Spark's launcher does), else ``java`` on the PATH; None when neither exists."""
+    home = os.environ.get("JAVA_HOME", "").strip()
+    if home:
+        candidate = Path(home) / "bin" / ("java.exe" if os.name == "nt" else "java")
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("java")
+
+
+def java_version() -> int | None:
+    """The major version of :func:`java_command` (``java -version`` prints it on stderr:
+    ``openjdk version "17.0.15"``, or ``"1.8.0_392"`` for Java 8); None when there is no java
+    or it does not run."""
+    cmd = java_command()
+    if cmd is None:
+        return None
+    try:
+        done = subprocess.run([cmd, "-version"], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if m is None:
+        return None
+    major = int(m.group(1))
+    return int(m.group(2)) if major == 1 and m.group(2) else major
+
+
+SPARK_JAVA = 17
+"""The oldest Java the Spark version Sediment uses runs on."""
+
+
+def java_problem() -> str | None:
+    """Why Spark cannot start here for lack of a suitable Java (None: Java is fine)."""
+    version = java_version()
+    if version is None:
+        return ("Java not found (looked for $JAVA_HOME/bin/java, then java on the PATH)"
+                if java_command() is None else f"{java_command()} -version failed")
+    if version < SPARK_JAVA:
+        return f"Java {version} found, Spark needs Java {SPARK_JAVA}+"
+    return None
+
+
 def _java_available() -> bool:
-    return shutil.which("java") is not None
+    return java_problem() is None
 
 
 def _pyspark_installed() -> bool:
@@ -89,8 +137,9 @@ def run_demo(store_uri: str, *, rows: int = 2_000_000, table_name: str = "demo",
                           f"{result.rows_per_second / 1e6:.2f} M rows/s "
                           f"(+{start_s:.0f} s Spark start)"))
         else:
-            why = ("Java not found" if has_pyspark
-                   else "PySpark not installed (pip install 'sediment-lsm[spark]')")
+            why = ("Spark bulk import not asked for (--no-spark)" if use_spark is False
+                   else "PySpark not installed (pip install 'sediment-lsm[spark]')"
+                   if not has_pyspark else java_problem() or "Java not usable")
             con.print(f"[yellow]{escape(why)}: using standard ingest instead of Spark "
                       "bulk import[/yellow]")
             result = table.ingest_files([str(work / "*.parquet")])

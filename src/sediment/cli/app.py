@@ -7,12 +7,19 @@ app that :func:`_register` adds here explicitly. Shared options and output helpe
 ``json_out: JsonOption = False``, then ``open_store(store)`` / ``emit(data, json_out, render)``.
 
 Errors: any :class:`~sediment.errors.SedimentError` or :class:`~sediment.cli.output.CliError`
-escaping a command is printed as ``error: <message>`` on stderr with exit code 1 by
-:class:`SedimentGroup`, so command bodies never need their own try/except for that.
+escaping a command, and any I/O error (``OSError``, botocore errors, pyarrow errors reading a
+bad input file), is printed as one line ``error: <message>`` on stderr with exit code 1 by
+:class:`SedimentGroup`, so command bodies never need their own try/except for that. Anything
+else is a bug: also one ``error: internal error ...`` line, unless ``SEDIMENT_DEBUG=1`` asks
+for the traceback.
+
+Help texts are plain text (``rich_markup_mode=None``): examples such as ``[a,m)`` print as
+written instead of being read as rich markup.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,17 +28,23 @@ from rich.console import RenderableType
 from rich.padding import Padding
 from rich.text import Text
 from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 if TYPE_CHECKING:  # the click that typer vendors; typer.Context is a subclass of its Context
     from typer._click.core import Context as ClickContext
 
 from sediment.cli.output import (
+    ROOT_STORE,
     CliError,
     JsonOption,
     StoreOption,
     TableArg,
+    VersionOption,
+    effective_store,
     emit,
+    error_message,
     is_interactive,
+    is_io_error,
     iso_time,
     key_value_table,
     make_table,
@@ -40,6 +53,7 @@ from sediment.cli.output import (
     parse_assignments,
     report_error,
     resolve_store_uri,
+    resolve_version_option,
     store_exists,
 )
 from sediment.cli.parsing import _parse_field, _schema_from_file, convert_split_point
@@ -58,18 +72,37 @@ class SedimentGroup(TyperGroup):
     def invoke(self, ctx: ClickContext) -> Any:
         try:
             return super().invoke(ctx)
+        except (TyperException, typer.Exit, typer.Abort):
+            raise  # usage errors, --help, exits: typer reports them
         except (SedimentError, CliError) as exc:
             report_error(exc)
             raise typer.Exit(1) from None
+        except Exception as exc:
+            if is_io_error(exc):
+                report_error(exc)
+                raise typer.Exit(1) from None
+            if os.environ.get(DEBUG_ENV, "").strip() not in ("", "0"):
+                raise
+            typer.echo(f"error: internal error: {type(exc).__name__}: {error_message(exc)} "
+                       f"(set {DEBUG_ENV}=1 for the traceback)", err=True)
+            raise typer.Exit(1) from None
+
+
+DEBUG_ENV = "SEDIMENT_DEBUG"
+"""Set to 1 to let unexpected exceptions (bugs) show their traceback."""
 
 
 app = typer.Typer(
     name="sediment",
     cls=SedimentGroup,
-    help="Sediment: an LSM table store of sorted Parquet files on object storage.",
+    help="Sediment: an LSM table store of sorted Parquet files on object storage.\n\n"
+    "Every command takes --store URI, before the command (sediment --store URI COMMAND) or "
+    "after it (after wins), or the SEDIMENT_STORE environment variable. Every read command "
+    "takes --json. Failures print one line, error: MESSAGE, and exit with code 1.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,
 )
 
 
@@ -85,11 +118,16 @@ def _version_callback(value: bool) -> None:
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version_callback,
                                           is_eager=True, help="Print the version.")] = False,
+    store: Annotated[str | None, typer.Option(
+        "--store", metavar="URI",
+        help="Store root for the command that follows (its own --store wins).")] = None,
 ) -> None:
     """Sediment: an LSM table store of sorted Parquet files on object storage.
 
-    Every command takes --store URI (or the SEDIMENT_STORE environment variable).
+    Every command takes --store URI, here before the command or after it (after wins), or
+    the SEDIMENT_STORE environment variable. Every read command takes --json.
     """
+    ROOT_STORE.set(store)
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -140,6 +178,7 @@ def properties_cmd(
     created from now on).
     """
     rows = describe_properties()
+    store = effective_store(store)
     if store:
         store_props = open_store(store).properties
         for row in rows:
@@ -223,10 +262,13 @@ def create_table(
 def describe(
     name: TableArg,
     store: StoreOption = None,
+    version: VersionOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Show a table's schema, non-default properties, version and partition/file counts."""
-    info = open_table(store, name).describe()
+    """Show a table's schema, non-default properties, version and partition/file counts
+    (at --version, a number or a tag)."""
+    table = open_table(store, name)
+    info = table.describe(resolve_version_option(table, version))
     emit(info, json_out, _render_describe)
 
 

@@ -9,22 +9,33 @@ import typer
 from rich.console import RenderableType
 
 from sediment.cli.output import (
+    CliError,
     JsonOption,
     StoreOption,
     emit,
+    human_seconds,
     key_value_table,
     make_table,
     open_table,
 )
+from sediment.table import Table
 
 batcher_app = typer.Typer(
     name="batcher",
     help="The ingest batcher: queue files, then ingest them in jobs grouped by count, size "
     "and age (big jobs go to Spark bulk import with --spark).",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 TableArg = Annotated[str, typer.Argument(metavar="TABLE", help="Table name.")]
+
+
+def _handle(table: Table) -> Any:
+    """What the batcher functions take: the table's handle. Table has no public accessor
+    for it (nor batcher methods) yet, so this reaches for it; a Table from before the
+    handle refactor is passed as it is."""
+    return getattr(table, "_handle", table)
 
 
 def _size(n: int | None) -> str:
@@ -51,7 +62,7 @@ def submit_cmd(
     from sediment.ingest import batcher
 
     table = open_table(store, name)
-    requests = batcher.submit(table, files)
+    requests = batcher.submit(_handle(table), files)
     data: dict[str, Any] = {"table": name, "submitted": [r.to_json() for r in requests],
             "files": len(requests), "bytes": sum(r.size for r in requests)}
     emit(data, json_out, lambda d: f"table {name}: queued {d['files']} file(s), "
@@ -63,7 +74,7 @@ def status_cmd(name: TableArg, store: StoreOption = None, json_out: JsonOption =
     """Pending requests, the jobs a run would make now, running and recent jobs, failures."""
     from sediment.ingest import batcher
 
-    data = batcher.status(open_table(store, name))
+    data = batcher.status(_handle(open_table(store, name)))
     emit(data, json_out, _render_status)
 
 
@@ -106,13 +117,19 @@ def run_cmd(
                                         "(a local[*] session unless --master).")] = False,
     master: Annotated[str | None, typer.Option("--master", metavar="URL",
                                                help="Spark master for --spark.")] = None,
+    now: Annotated[bool, typer.Option(
+        "--now", help="Also run the groups that are not full yet, without waiting for "
+        "batcher.max_age_seconds (flush the queue).")] = False,
     store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Make and run every job that is due (and settle jobs whose runner died)."""
+    """Make and run every job that is due (and settle jobs whose runner died).
+
+    A job is due when its group is full (batcher.max_files, batcher.max_bytes) or its oldest
+    request is batcher.max_age_seconds old; with --now, every pending request runs."""
     from sediment.ingest import batcher
 
-    table = open_table(store, name)
+    table = _handle(open_table(store, name))
     started = time.perf_counter()
     session = None
     if spark or master:
@@ -120,14 +137,18 @@ def run_cmd(
 
         session = spark_session(master)
     try:
-        result = batcher.run(table, session)
+        result = batcher.run(table, session, flush=now)
     finally:
         if session is not None:
             session.stop()
     data = {"table": name, **result.to_json(), "seconds": time.perf_counter() - started}
     emit(data, json_out, _render_run)
-    if any(o["state"] != "committed" for o in data["jobs"]):
-        raise typer.Exit(1)
+    failed = [o for o in data["jobs"] if o["state"] != "committed"]
+    if failed:
+        first = failed[0]
+        raise CliError(f"{len(failed)} of {len(data['jobs'])} batcher job(s) of table {name} "
+                       f"did not commit (job {_short(first['job_id'])}: "
+                       f"{first['error'] or first['state']})")
 
 
 def _render_run(d: dict[str, Any]) -> list[RenderableType]:
@@ -143,7 +164,7 @@ def _render_run(d: dict[str, Any]) -> list[RenderableType]:
         out.extend(f"job {_short(o['job_id'])}: {o['error']}" for o in done if o["error"])
     out.append(f"table {d['table']}: {len(d['jobs'])} job(s) run, "
                f"{sum(o['state'] == 'committed' for o in d['jobs'])} committed, "
-               f"{d['waiting']} request(s) waiting ({d['seconds']:.1f} s)")
+               f"{d['waiting']} request(s) waiting ({human_seconds(d['seconds'])})")
     return out
 
 

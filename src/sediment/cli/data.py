@@ -4,23 +4,31 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import nullcontext
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import pyarrow as pa
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from sediment.cli.output import (
     CliError,
     JsonOption,
     StoreOption,
     TableArg,
+    VersionOption,
     emit,
+    human_items,
     key_value_table,
     open_table,
+    progress_bar,
     resolve_store_uri,
+    resolve_version_option,
     stdout_console,
+    to_json,
 )
 from sediment.cli.parsing import convert_split_point
 from sediment.core.ranges import Range
@@ -83,15 +91,26 @@ def ingest(
 ) -> None:
     """Ingest files into a table as one transaction, with a progress bar."""
     table = open_table(store, name)
-    show = not json_out and sys.stderr.isatty()
-    with Progress(TextColumn("ingest"), BarColumn(), TextColumn("{task.completed:,} rows"),
-                  TimeElapsedColumn(), disable=not show, transient=True) as bar:
-        task = bar.add_task("ingest", total=None)
+    with progress_bar(json_out, "rows") as bar:
+        task = bar.add_task(f"ingest {name}", total=None)
         result = table.ingest_files(files, progress=lambda n: bar.advance(task, n))
     data = {"table": name, "rows": result.rows, "files": result.files, "bytes": result.bytes,
             "version": result.version, "seconds": result.seconds,
             "rows_per_second": result.rows_per_second}
-    emit(data, json_out, lambda d: key_value_table(d.items(), title="ingest"))
+    emit(data, json_out, lambda d: key_value_table(human_items(d), title="ingest"))
+
+
+class Format(StrEnum):
+    """``query --format``: how records are written."""
+
+    table = "table"
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+TABLE_ROWS = 100
+"""Rows ``--format table`` shows when no ``--limit`` is given."""
 
 
 @commands.command()
@@ -104,64 +123,129 @@ def query(
                                                      "as [a,m) or (a,]; repeatable.")] = None,
     columns: Annotated[str | None, typer.Option("--columns", "-c",
                                                 help="Comma-separated columns.")] = None,
-    version: Annotated[int | None, typer.Option("--version", help="Read this version.")]
-    = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv, json or parquet")]
-    = "table",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a file.")]
-    = None,
-    limit: Annotated[int, typer.Option("--limit", help="Rows shown by --format table.")] = 100,
+    version: VersionOption = None,
+    fmt: Annotated[Format | None, typer.Option(
+        "--format", "-f", case_sensitive=False,
+        help="table (default; a rich table of the first rows), csv (with a header), json "
+             "(one JSON object per line), parquet (to --output FILE, or binary to stdout when "
+             "stdout is not a terminal: `... --format parquet > out.parquet`).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a file "
+                                                "(csv, json, parquet).")] = None,
+    limit: Annotated[int | None, typer.Option(
+        "--limit", "-n", min=0,
+        help=f"Stop after N rows (streamed: the rest is never read). Default: every row, "
+             f"or the first {TABLE_ROWS} for --format table.")] = None,
     store: StoreOption = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
 ) -> None:
-    """Query a table by exact keys and/or ranges (no key or range: the whole table)."""
-    if fmt not in ("table", "csv", "json", "parquet"):
-        raise CliError(f"unknown --format {fmt!r}: use table, csv, json or parquet")
-    if fmt == "parquet" and output is None:
-        raise CliError("--format parquet needs --output FILE")
+    """Query a table by exact keys and/or ranges (no key or range: the whole table).
+
+    Records stream from the table batch by batch in key order, so --limit and --format
+    csv/json/parquet never hold the whole result in memory. Examples:
+    sediment query events --key a --json;
+    sediment query events --range '[a,m)' --format csv --output out.csv;
+    sediment query events --version v1 --limit 10.
+    """
+    if json_out:
+        if fmt not in (None, Format.json):
+            raise CliError(f"--json and --format {fmt.value} disagree: give one of them")
+        fmt = Format.json
+    fmt = fmt or Format.table
+    if fmt is Format.table and output is not None:
+        raise CliError("--output needs --format csv, json or parquet")
+    if fmt is Format.parquet and output is None and _stdout_is_terminal():
+        raise CliError("--format parquet writes binary: give --output FILE or redirect "
+                       "stdout to a file or pipe")
     table = open_table(store, name)
     schema = table.schema
     keys = [_key_values(k, schema, "key") for k in key] if key else None
     ranges = [parse_range(r, schema) for r in range_] if range_ else None
     cols = [c.strip() for c in columns.split(",")] if columns else None
-    result = table.query(keys=keys, ranges=ranges, columns=cols, version=version)
-    _write_result(result, fmt, output, limit)
+    v = resolve_version_option(table, version)
+    reader = table.scan(keys=keys, ranges=ranges, columns=cols, version=v)
+    try:
+        if fmt is Format.table:
+            _print_table(reader, TABLE_ROWS if limit is None else limit, limit is not None)
+        else:
+            _write_stream(reader, fmt, output, limit)
+    finally:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
 
 
-def _write_result(result: pa.Table, fmt: str, output: Path | None, limit: int) -> None:
+def _stdout_is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def limited(reader: pa.RecordBatchReader, limit: int | None) -> Iterator[pa.RecordBatch]:
+    """The reader's batches, cut after ``limit`` rows; stops reading there."""
+    if limit is not None and limit <= 0:
+        return
+    left = limit
+    for batch in reader:
+        if left is not None and batch.num_rows >= left:
+            yield batch.slice(0, left)
+            return
+        if left is not None:
+            left -= batch.num_rows
+        yield batch
+
+
+def _binary_stdout() -> BinaryIO:
+    sys.stdout.flush()
+    return sys.stdout.buffer
+
+
+def _write_stream(reader: pa.RecordBatchReader, fmt: Format, output: Path | None,
+                  limit: int | None) -> None:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    if fmt == "parquet":
-        assert output is not None
-        pq.write_table(result, output)
-        return
-    if fmt == "csv":
-        if output is not None:
-            pacsv.write_csv(result, output)
-        else:
-            sink = pa.BufferOutputStream()
-            pacsv.write_csv(result, sink)
-            sys.stdout.write(sink.getvalue().to_pybytes().decode())
-        return
-    if fmt == "json":
-        from sediment.cli.output import json_default
+    from sediment.cli.output import json_default
 
-        text = "\n".join(json.dumps(r, default=json_default) for r in result.to_pylist())
-        if output is not None:
-            output.write_text(text + ("\n" if text else ""))
-        elif text:
-            sys.stdout.write(text + "\n")
+    batches = limited(reader, limit)
+    if fmt is Format.json:
+        with (output.open("w", encoding="utf-8") if output is not None
+              else nullcontext(sys.stdout)) as out:
+            for batch in batches:
+                for row in batch.to_pylist():
+                    out.write(json.dumps(row, default=json_default) + "\n")
         return
+    sink: Any = str(output) if output is not None else _binary_stdout()
+    if fmt is Format.csv:
+        with pacsv.CSVWriter(sink, reader.schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+    else:
+        with pq.ParquetWriter(sink, reader.schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+    if output is None:
+        sys.stdout.buffer.flush()
+
+
+def _print_table(reader: pa.RecordBatchReader, limit: int, explicit: bool) -> None:
+    """The first ``limit`` rows as a rich table; reads one row more to say whether there
+    are more (never the whole result)."""
     from sediment.cli.output import make_table
 
-    shown = result.slice(0, limit)
+    rows: list[dict[str, Any]] = []
+    for batch in limited(reader, limit + 1):
+        rows.extend(batch.to_pylist())
+    more = len(rows) > limit
+    rows = rows[:limit]
     console = stdout_console()
-    console.print(make_table(result.column_names,
-                             [list(r.values()) for r in shown.to_pylist()],
-                             title=f"{result.num_rows:,} rows"
-                                   + (f" (first {limit})" if result.num_rows > limit else "")))
-    if output is not None:
-        raise CliError("--output needs --format csv, json or parquet")
+    console.print(make_table(reader.schema.names, [list(r.values()) for r in rows],
+                             title=f"{'first ' if more else ''}{len(rows):,} "
+                                   f"row{'s' * (len(rows) != 1)}"))
+    if more:
+        console.print(Text("more rows not shown: " + ("raise --limit" if explicit
+                                                      else "use --limit N")
+                           + ", or --format csv/json/parquet for every row"))
 
 
 @commands.command()
@@ -174,9 +258,14 @@ def demo(
     json_out: JsonOption = False,
 ) -> None:
     """The main job on an embedded store: bulk import (Spark), ingest, maintain, query, dump."""
+    from rich.console import Console
+
     from sediment.demo import run_demo
 
+    # With --json, stdout carries only the JSON document: the demo's notes and tables go to
+    # stderr.
     result = run_demo(resolve_store_uri(store), rows=rows, use_spark=spark,
-                      console=stdout_console() if not json_out else None)
+                      console=Console(stderr=True, highlight=False) if json_out
+                      else stdout_console())
     if json_out:
-        typer.echo(json.dumps(result))
+        typer.echo(to_json(result))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -17,11 +16,15 @@ from sediment.cli.output import (
     CliError,
     JsonOption,
     StoreOption,
+    VersionOption,
     emit,
+    human_value,
     iso_time,
     make_table,
     open_store,
     open_table,
+    progress_bar,
+    resolve_version_option,
 )
 from sediment.errors import SedimentError
 from sediment.table import Table
@@ -68,9 +71,17 @@ def _stop_on_signals() -> threading.Event:
 
 
 def _emit_rows(rows: list[dict[str, Any]], json_out: bool) -> None:
-    emit(rows, json_out, lambda r: make_table(
-        list(dict.fromkeys(k for row in r for k in row)),
-        [[row.get(k, "") for k in dict.fromkeys(k for row in r for k in row)] for row in r]))
+    """One row per table: full values in JSON, rounded for people in the table."""
+    def render(r: list[dict[str, Any]]) -> RenderableType:
+        cols = list(dict.fromkeys(k for row in r for k in row))
+        numeric = [c for c in cols if any(isinstance(row.get(c), int | float)
+                                          and not isinstance(row.get(c), bool) for row in r)]
+        # headers with spaces ("rows in") wrap between words in a narrow terminal
+        return make_table([c.replace("_", " ") for c in cols],
+                          [[human_value(k, row[k]) if k in row else "" for k in cols]
+                           for row in r], numeric=[c.replace("_", " ") for c in numeric],
+                          no_wrap=["table"], compact=True)
+    emit(rows, json_out, render)
 
 
 def _collect_unnamed(store: str | None, orphan_timeout: float | None) -> dict[str, Any] | None:
@@ -85,7 +96,10 @@ def _collect_unnamed(store: str | None, orphan_timeout: float | None) -> dict[st
 
 def _run(store: str | None, table: str | None, loop: bool, interval: float, max_loops: int,
          json_out: bool, action: Callable[[Table], dict[str, Any]], *, online_only: bool,
-         store_pass: Callable[[], dict[str, Any] | None] | None = None) -> None:
+         store_pass: Callable[[], dict[str, Any] | None] | None = None,
+         verb: str = "") -> None:
+    """Run ``action`` on each table (once, or every ``interval`` with ``loop``), a progress
+    bar over the tables on a terminal, then one report row per table."""
     passes = 0
     while True:
         passes += 1
@@ -106,20 +120,26 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
                 raise
             tables = []
             rows.append({"table": table or "*", "error": f"{type(e).__name__}: {e}"})
-        for t in tables:
-            started = time.perf_counter()
-            try:
-                if not t.online and online_only:
-                    rows.append({"table": t.name, "skipped": "offline"})
-                    continue
-                rows.append({"table": t.name, **action(t),
-                             "seconds": round(time.perf_counter() - started, 3)})
-            except SedimentError as e:
-                # A loop is a daemon: one table's failure (a damaged file, a storage error)
-                # is reported and retried next pass; it must not stop every table's upkeep.
-                if not loop:
-                    raise
-                rows.append({"table": t.name, "error": f"{type(e).__name__}: {e}"})
+        with progress_bar(json_out, "tables") as bar:
+            task = bar.add_task(verb, total=len(tables))
+            for t in tables:
+                bar.update(task, description=f"{verb} {t.name}")
+                started = time.perf_counter()
+                try:
+                    if not t.online and online_only:
+                        rows.append({"table": t.name, "skipped": "offline"})
+                        continue
+                    rows.append({"table": t.name, **action(t),
+                                 "seconds": time.perf_counter() - started})
+                except SedimentError as e:
+                    # A loop is a daemon: one table's failure (a damaged file, a storage
+                    # error) is reported and retried next pass; it must not stop every
+                    # table's upkeep.
+                    if not loop:
+                        raise
+                    rows.append({"table": t.name, "error": f"{type(e).__name__}: {e}"})
+                finally:
+                    bar.advance(task)
         _emit_rows(rows, json_out)
         if not loop or (max_loops and passes >= max_loops):
             return
@@ -140,7 +160,8 @@ def compact(table: TableOption = None, loop: LoopOption = False, interval: Inter
         return {"pushed_down": r.references_pushed_down, "jobs": r.jobs_created,
                 "committed": r.jobs_committed, "failed": r.jobs_failed, "rows_in": r.rows_in,
                 "rows_out": r.rows_out}
-    _run(store, table, loop, interval, max_loops, json_out, act, online_only=True)
+    _run(store, table, loop, interval, max_loops, json_out, act, online_only=True,
+         verb="compact")
 
 
 @commands.command()
@@ -151,7 +172,8 @@ def split(table: TableOption = None, loop: LoopOption = False, interval: Interva
     def act(t: Table) -> dict[str, Any]:
         r = t.split()
         return {"splits": r.splits, "unsplittable": len(r.unsplittable)}
-    _run(store, table, loop, interval, max_loops, json_out, act, online_only=True)
+    _run(store, table, loop, interval, max_loops, json_out, act, online_only=True,
+         verb="split")
 
 
 @commands.command()
@@ -162,7 +184,8 @@ def gc(table: TableOption = None, loop: LoopOption = False, interval: IntervalOp
     def act(t: Table) -> dict[str, Any]:
         r = t.gc(orphan_timeout=orphan_timeout)
         return {"deleted": r.deleted, "orphans_deleted": r.orphans_deleted}
-    _run(store, table, loop, interval, max_loops, json_out, act, online_only=False)
+    _run(store, table, loop, interval, max_loops, json_out, act, online_only=False,
+         verb="gc")
 
 
 @commands.command()
@@ -210,27 +233,24 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
             r = t.gc(orphan_timeout=orphan_timeout)
             return {"passes": 1, "splits": 0, "jobs": 0, "failed": 0,
                     "deleted": r.deleted + r.orphans_deleted}
-        show = not json_out and sys.stderr.isatty()
-        if show:
-            typer.echo(f"maintaining {t.name} ...", err=True)
         m = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout)
         return {"passes": m.passes, "splits": m.splits, "jobs": m.jobs_committed,
                 "failed": m.jobs_failed, "deleted": m.files_deleted}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False,
-         store_pass=None if table else lambda: _collect_unnamed(store, orphan_timeout))
+         store_pass=None if table else lambda: _collect_unnamed(store, orphan_timeout),
+         verb="maintain")
 
 
 # ---- reports --------------------------------------------------------------------------------
-def _partition_rows(t: Table) -> list[dict[str, Any]]:
-    st = t.state()
-    out = []
-    for p in t.partitions():
-        refs = st.references(p.id)
-        out.append({"id": p.id, "parent": p.parent_id, "leaf": p.is_leaf,
-                    "region": str(p.region), "files": len(refs),
-                    "records": sum(r.records for r in refs.values()),
-                    "children": list(p.children)})
-    return out
+def _partition_rows(t: Table, version: int | None) -> list[dict[str, Any]]:
+    files: dict[str, int] = {}
+    records: dict[str, int] = {}
+    for r in t.files(version):
+        files[r.partition_id] = files.get(r.partition_id, 0) + 1
+        records[r.partition_id] = records.get(r.partition_id, 0) + r.records
+    return [{"id": p.id, "parent": p.parent_id, "leaf": p.is_leaf, "region": str(p.region),
+             "files": files.get(p.id, 0), "records": records.get(p.id, 0),
+             "children": list(p.children)} for p in t.partitions(version)]
 
 
 def _partition_tree(rows: list[dict[str, Any]]) -> RenderableType:
@@ -258,32 +278,39 @@ def report(
     what: Annotated[str, typer.Argument(help="partitions, files, jobs or tasks")],
     table: Annotated[str, typer.Option("--table", "-t", help="Table to report on.")],
     store: StoreOption = None,
+    version: VersionOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Reports: the partition tree, file references, compaction jobs, or all job events."""
+    """Reports: the partition tree, file references, compaction jobs, or all job events.
+
+    partitions and files read --version (a number or a tag; default: latest)."""
+    if what not in ("partitions", "files", "jobs", "tasks"):
+        raise CliError(f"unknown report {what!r}: use partitions, files, jobs or tasks")
     t = open_table(store, table)
+    if version is not None and what in ("jobs", "tasks"):
+        raise CliError(f"report {what} covers every version: --version applies to "
+                       "partitions and files")
+    v = resolve_version_option(t, version)
     if what == "partitions":
-        emit(_partition_rows(t), json_out, _partition_tree)
+        emit(_partition_rows(t, v), json_out, _partition_tree)
     elif what == "files":
-        rows = [r._asdict() for r in t.files()]
+        rows = [r._asdict() for r in t.files(v)]
         emit(rows, json_out, lambda rs: make_table(
             ["filename", "partition_id", "records", "approximate", "job_id"],
             [[r[k] for k in ("filename", "partition_id", "records", "approximate", "job_id")]
              for r in rs], title=f"{len(rs)} file references"))
     elif what == "jobs":
-        rows = t.status.jobs("compaction")
+        rows = t.jobs("compaction")
         cols = ["job_id", "partition_id", "status", "created", "inputs", "rows_in", "rows_out",
                 "seconds", "rows_per_second", "reason"]
         emit(rows, json_out, lambda rs: make_table(cols, [
             [iso_time(r[c]) if c == "created" else r.get(c, "") for c in cols] for r in rs],
             title=f"{len(rs)} compaction jobs"))
     elif what == "tasks":
-        rows = [e.to_json() for e in t.status.events()]
+        rows = [e.to_json() for e in t.events()]
         emit(rows, json_out, lambda rs: make_table(
             ["time", "kind", "job_id", "status", "partition_id", "details"],
             [[iso_time(r["time"]), r["kind"], r["job_id"], r["status"],
               r["partition_id"] or "", r["details"]] for r in rs],
             title=f"{len(rs)} events"))
-    else:
-        raise CliError(f"unknown report {what!r}: use partitions, files, jobs or tasks")
 

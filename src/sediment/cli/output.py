@@ -17,13 +17,25 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from rich.box import SIMPLE_HEAD
 from rich.console import Console, RenderableType
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table as RichTable
 from rich.text import Text
 
@@ -38,14 +50,15 @@ StoreOption = Annotated[
     str | None,
     typer.Option(
         "--store",
-        envvar=STORE_ENV,
-        show_envvar=True,
         metavar="URI",
         help="Store root: a path, file://..., s3://bucket/prefix (S3 settings come from the "
-        "usual AWS_* environment variables).",
+        "usual AWS_* environment variables). Also accepted before the command "
+        "(`sediment --store URI COMMAND`); given in both places, this one wins; given in "
+        f"neither, ${STORE_ENV}.",
     ),
 ]
-"""The ``--store`` option every command takes; falls back to ``$SEDIMENT_STORE``."""
+"""The ``--store`` option every command takes; falls back to the root ``--store`` (before the
+command), then ``$SEDIMENT_STORE`` (see :func:`effective_store`)."""
 
 JsonOption = Annotated[
     bool,
@@ -73,18 +86,145 @@ def stdout_console() -> Console:
 
 
 def report_error(exc: BaseException) -> None:
-    """Print ``error: <message>`` on stderr, no traceback and no rich markup.
+    """Print ``error: <message>`` on stderr, on one line, no traceback and no rich markup.
 
     Plain ``typer.echo`` because messages quote user input (paths, values) that may contain
     ``[`` and must not be read as rich markup.
     """
-    message = str(exc) or type(exc).__name__
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {error_message(exc)}", err=True)
+
+
+def one_line(text: str) -> str:
+    """A possibly multi-line message (a Spark or Java error with its stack) as one line: the
+    text before any traceback plus the traceback's last line (the exception itself)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    for i, ln in enumerate(lines):
+        if ln.startswith(("Traceback (most recent call last)", "at ")) and i > 0:
+            tail = next((x for x in reversed(lines[i:]) if not x.startswith(("at ", "File "))),
+                        "")
+            head = " ".join(lines[:i]).rstrip(":")
+            return f"{head}: {tail}" if tail and tail != lines[i] else head
+    return " ".join(lines)
+
+
+def error_message(exc: BaseException) -> str:
+    """The one-line text after ``error:`` for an exception a command let escape."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename if exc.filename is not None else None
+        text = f"{exc.strerror}: {where}" if where is not None else exc.strerror
+        if exc.filename2 is not None:
+            text += f" -> {exc.filename2}"
+        return one_line(text)
+    message = one_line(str(exc)) or type(exc).__name__
+    if is_io_error(exc) and not isinstance(exc, OSError):
+        kind = type(exc).__name__
+        if kind not in message:
+            message = f"{kind}: {message}"
+    return message
+
+
+def is_io_error(exc: BaseException) -> bool:
+    """An error of the environment or the input rather than of Sediment: I/O and permission
+    errors, storage service errors (botocore), unreadable input files (pyarrow)."""
+    if isinstance(exc, OSError):
+        return True
+    mod = type(exc).__module__ or ""
+    if mod.startswith(("botocore", "boto3", "s3transfer")):
+        return True
+    try:
+        import pyarrow as pa
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        return False
+    return isinstance(exc, pa.ArrowException)
+
+
+# ---- numbers for people -------------------------------------------------------------------
+def human_seconds(seconds: float) -> str:
+    """``0.2701268340001661`` -> ``0.27 s``: three significant digits at most, minutes and
+    hours past a minute."""
+    if seconds is None or not math.isfinite(seconds):
+        return str(seconds)
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+    if seconds >= 60:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    if seconds >= 10:
+        return f"{seconds:.0f} s"
+    if seconds >= 0.1 or seconds == 0:
+        return f"{seconds:.3g} s"
+    return f"{seconds * 1000:.3g} ms"
+
+
+def human_bytes(n: float | None) -> str:
+    """A size in B, KiB, MiB, GiB or TiB (one decimal past bytes)."""
+    if n is None:
+        return ""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return str(n)  # pragma: no cover
+
+
+def human_number(value: Any) -> Any:
+    """Counts with thousands separators, other floats to three significant digits."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not math.isfinite(value):
+        return str(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def human_value(key: str, value: Any) -> Any:
+    """A result field for people, by its name: seconds, bytes, rates and counts rounded."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if key == "seconds" or key.endswith("_seconds"):
+        return human_seconds(float(value))
+    if key in ("bytes", "size") or key.endswith("_bytes"):
+        return human_bytes(value)
+    if key.endswith("per_second"):
+        return f"{human_number(float(value))}/s"
+    if key in ("version", "job_id") or key.endswith("_version"):
+        return value
+    return human_number(value)
+
+
+def human_items(data: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``data``'s items with :func:`human_value` applied (for key/value tables)."""
+    return [(k, human_value(k, v)) for k, v in data.items()]
 
 
 # ---- store and table resolution -------------------------------------------------------------
+ROOT_STORE: ContextVar[str | None] = ContextVar("sediment_root_store", default=None)
+"""The ``--store`` given before the command (``sediment --store URI COMMAND``), set by the root
+callback on every invocation."""
+
+
+def effective_store(store: str | None) -> str | None:
+    """The store a command runs on: its own ``--store``, else the ``--store`` given before the
+    command (``sediment --store URI COMMAND``), else ``$SEDIMENT_STORE``, else None."""
+    if store is not None and store.strip():
+        return store
+    before = ROOT_STORE.get()
+    if before is not None and before.strip():
+        return before
+    env = os.environ.get(STORE_ENV)
+    return env if env and env.strip() else None
+
+
 def resolve_store_uri(store: str | None) -> str:
-    """The store URI from ``--store`` (typer already applied ``$SEDIMENT_STORE``)."""
+    """The store URI from ``--store`` (after or before the command) or ``$SEDIMENT_STORE``."""
+    store = effective_store(store)
     if store is None or not store.strip():
         raise CliError(f"no store given: pass --store URI or set {STORE_ENV}")
     return store.strip()
@@ -197,14 +337,16 @@ def cell(value: Any) -> Text:
 
 def make_table(columns: Iterable[str], rows: Iterable[Iterable[Any]], *,
                title: str | None = None, numeric: Iterable[str] = (),
-               no_wrap: Iterable[str] = ()) -> RichTable:
+               no_wrap: Iterable[str] = (), compact: bool = False) -> RichTable:
     """A rich table in Sediment's house style.
 
     ``numeric`` columns are right-aligned; ``no_wrap`` columns (times, ids) are kept on one line
-    so they stay copyable, and the other columns fold instead.
+    so they stay copyable, and the other columns fold instead. ``compact``: no vertical rules,
+    for wide rows of numbers (maintenance reports) in an 80-column terminal.
     """
     numeric_set, no_wrap_set = set(numeric), set(no_wrap)
-    table = RichTable(title=title, title_justify="left", header_style="bold")
+    table = RichTable(title=title, title_justify="left", header_style="bold",
+                      **({"box": SIMPLE_HEAD, "pad_edge": False} if compact else {}))
     for col in columns:
         table.add_column(col, justify="right" if col in numeric_set else "left",
                          overflow="fold", no_wrap=col in no_wrap_set)
@@ -224,6 +366,40 @@ def key_value_table(pairs: Iterable[tuple[str, Any]], *, title: str | None = Non
     return table
 
 
+def show_progress(json_out: bool) -> bool:
+    """Progress bars only for a person at a terminal: never with --json, never when stderr
+    (where bars go) is a file or a pipe."""
+    if json_out:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _CountColumn(ProgressColumn):
+    """``3/12 jobs`` once the total is known, ``3 jobs`` before (never ``0/None``)."""
+
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task: Task) -> Text:
+        done = int(task.completed)
+        if task.total is None:
+            return Text(f"{done:,} {self.unit}")
+        return Text(f"{done:,}/{int(task.total):,} {self.unit}")
+
+
+def progress_bar(json_out: bool, unit: str) -> Progress:
+    """A rich progress bar on stderr (``with progress_bar(...) as bar: bar.add_task(...)``):
+    description, bar, ``done/total unit``, elapsed time; disabled when
+    :func:`show_progress` says no, and gone from the screen once finished."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), _CountColumn(unit),
+                    TimeElapsedColumn(), console=Console(stderr=True),
+                    disable=not show_progress(json_out), transient=True)
+
+
 def is_interactive() -> bool:
     """Can we ask the user a question? (Confirmation prompts only make sense on a terminal.)"""
     try:
@@ -233,3 +409,21 @@ def is_interactive() -> bool:
 
 
 TableArg = Annotated[str, typer.Argument(metavar="TABLE", help="Table name.")]
+
+VersionOption = Annotated[
+    str | None,
+    typer.Option("--version", metavar="VERSION|TAG",
+                 help="Read this version: a version number or a tag name (default: latest)."),
+]
+"""The ``--version`` option of every command that reads a version: a number or a tag."""
+
+
+def resolve_version_option(table: Table, version: str | None) -> int | None:
+    """``--version`` as a version number: digits are the number, anything else a tag of
+    ``table`` (an unknown tag is the library's error naming it); None is the latest."""
+    if version is None:
+        return None
+    text = version.strip()
+    if not text:
+        raise CliError("--version needs a version number or a tag name")
+    return table.resolve_version(text)

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import sys
+import time
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn
 
 from sediment.cli.data import parse_range
 from sediment.cli.output import (
     JsonOption,
     StoreOption,
     TableArg,
+    VersionOption,
     emit,
+    human_items,
     iso_time,
     key_value_table,
     make_table,
     open_store,
     open_table,
+    progress_bar,
+    resolve_version_option,
 )
 
 commands = typer.Typer()
@@ -29,8 +32,9 @@ VersionArg = Annotated[str, typer.Argument(help="A version number or a tag.")]
 
 @commands.command()
 def tag(name: TableArg, tag_name: Annotated[str, typer.Argument(metavar="TAG")],
-        version: Annotated[int | None, typer.Option("--version", help="Default: latest.")]
-        = None,
+        version: Annotated[str | None, typer.Option(
+            "--version", metavar="VERSION|TAG",
+            help="The version to tag: a number or another tag (default: latest).")] = None,
         delete: Annotated[bool, typer.Option("--delete", help="Delete the tag.")] = False,
         store: StoreOption = None, json_out: JsonOption = False) -> None:
     """Tag a version (GC keeps its files), or delete a tag with --delete."""
@@ -40,7 +44,7 @@ def tag(name: TableArg, tag_name: Annotated[str, typer.Argument(metavar="TAG")],
         emit({"table": name, "deleted": tag_name}, json_out,
              lambda d: f"deleted tag {tag_name} of {name}")
         return
-    tg = t.tag(tag_name, version)
+    tg = t.tag(tag_name, resolve_version_option(t, version))
     emit({"table": name, "tag": tg.name, "version": tg.version}, json_out,
          lambda d: f"tagged version {tg.version} of {name} as {tg.name}")
 
@@ -87,7 +91,7 @@ def prune(name: TableArg, store: StoreOption = None, json_out: JsonOption = Fals
     """Delete log entries and snapshots that no tag or retained version needs."""
     r = open_table(store, name).prune()
     emit({"log_entries": r.log_entries, "snapshots": r.snapshots, "objects": r.objects},
-         json_out, lambda d: key_value_table(d.items(), title="pruned"))
+         json_out, lambda d: key_value_table(human_items(d), title="pruned"))
 
 
 @commands.command()
@@ -95,8 +99,7 @@ def dump(name: TableArg, root: Annotated[str, typer.Argument(help="Destination f
                                                              "s3://bucket/prefix.")],
          range_: Annotated[str | None, typer.Option("--range", help="Key range, e.g. [a,m)")]
          = None,
-         version: Annotated[str | None, typer.Option("--version", help="Number or tag.")]
-         = None,
+         version: VersionOption = None,
          spark: Annotated[bool, typer.Option("--spark", help="Run tasks on Spark.")] = False,
          abandon: Annotated[bool, typer.Option("--abandon", help="Drop an interrupted dump "
                                                "job's lock instead of dumping.")] = False,
@@ -104,33 +107,42 @@ def dump(name: TableArg, root: Annotated[str, typer.Argument(help="Destination f
     """Dump a key range at a version (resumes an interrupted dump to the same root)."""
     t = open_table(store, name)
     if abandon:
-        from sediment.dump.dump import abandon_dump
+        abandon_method = getattr(t, "abandon_dump", None)
+        if abandon_method is not None:
+            abandon_method()
+        else:  # no public Table method for this yet
+            from sediment.dump.dump import abandon_dump
 
-        abandon_dump(t)
+            abandon_dump(getattr(t, "_handle", t))
         emit({"table": name, "abandoned": True}, json_out, lambda d: "dump lock removed")
         return
     rng = parse_range(range_, t.schema) if range_ else None
-    show = not json_out and sys.stderr.isatty()
-    with Progress(TextColumn("dump"), BarColumn(), TextColumn("{task.completed}/{task.total} "
-                  "tasks"), disable=not show, transient=True) as bar:
-        task = bar.add_task("dump", total=None)
-        job = t.dump(root, range=rng, version=version, runner="spark" if spark else "local",
+    with progress_bar(json_out, "tasks") as bar:
+        task = bar.add_task(f"dump {name}", total=None)
+        job = t.dump(root, range=rng, version=resolve_version_option(t, version),
+                     runner="spark" if spark else "local",
                      progress=lambda done, total: bar.update(task, completed=done,
                                                              total=total))
     emit({"job_id": job.job_id, "manifest": job.manifest_uri, "version": job.version,
           "tasks": job.tasks, "rows": job.rows, "bytes": job.bytes, "seconds": job.seconds,
           "resumed_tasks": job.resumed_tasks}, json_out,
-         lambda d: key_value_table(d.items(), title="dump"))
+         lambda d: key_value_table(human_items(d), title="dump"))
 
 
 @commands.command()
 def load(manifest: Annotated[str, typer.Argument(help="<root>/<job>/job-manifest.json")],
          name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
     """Verify a dump and load it into a new or existing table (one transaction)."""
-    t = open_store(store).load(manifest, name)
+    started = time.perf_counter()
+    with progress_bar(json_out, "steps") as bar:
+        # Store.load has no progress hook: one step (verify, copy and commit the dump)
+        task = bar.add_task(f"load {name}", total=1)
+        t = open_store(store).load(manifest, name)
+        bar.update(task, completed=1)
     d = t.describe()
     emit({"table": name, "version": d["version"], "records": d["records"],
-          "files": d["files"]}, json_out, lambda x: key_value_table(x.items(), title="load"))
+          "files": d["files"], "seconds": time.perf_counter() - started}, json_out,
+         lambda x: key_value_table(human_items(x), title="load"))
 
 
 

@@ -345,12 +345,16 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
                 done[t.task_id] = m
         resumed = len(done)
         todo = [t for t in tasks if t.task_id not in done]
+        if progress is not None:  # the total at once (a progress bar's "0/N")
+            progress(len(done), len(tasks))
 
         if runner == "spark" and todo:
             from sediment.spark.dump_runner import run_tasks_on_spark
 
             for tid, paths in run_tasks_on_spark(table, root, job_id, v, todo):
                 done[tid] = paths
+            if progress is not None:  # Spark's own console bar shows its tasks meanwhile
+                progress(len(done), len(tasks))
         else:
             n = threads or os.cpu_count() or 2
             with ThreadPoolExecutor(max(1, min(n, len(todo) or 1))) as pool:

@@ -108,7 +108,8 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class Batch:
     """Requests that make one job, and why it is released now: ``files`` (count reached),
-    ``bytes`` (size reached) or ``age`` (the oldest request waited long enough)."""
+    ``bytes`` (size reached), ``age`` (the oldest request waited long enough) or ``flush``
+    (released at once on request: ``run(flush=True)``)."""
 
     requests: tuple[Request, ...]
     reason: str
@@ -133,10 +134,11 @@ def _settings(properties: Mapping[str, Any]) -> tuple[int, int, float]:
 
 
 def plan_batches(requests: Sequence[Request], properties: Mapping[str, Any],
-                 now: float) -> list[Batch]:
+                 now: float, *, flush: bool = False) -> list[Batch]:
     """Group requests, oldest first, into jobs of at most ``batcher.max_files`` files and
     ``batcher.max_bytes`` bytes (a larger file is a job alone). Full groups are released; the
-    last, partial group only once its oldest request is ``batcher.max_age_seconds`` old."""
+    last, partial group only once its oldest request is ``batcher.max_age_seconds`` old, or at
+    once with ``flush`` (reason ``flush``)."""
     max_files, max_bytes, max_age = _settings(properties)
     ordered = sorted(requests, key=lambda r: (r.submitted, r.id))
     out: list[Batch] = []
@@ -155,6 +157,8 @@ def plan_batches(requests: Sequence[Request], properties: Mapping[str, Any],
             out.append(Batch(tuple(group), "bytes"))
         elif now - group[0].submitted >= max_age:
             out.append(Batch(tuple(group), "age"))
+        elif flush:
+            out.append(Batch(tuple(group), "flush"))
     return out
 
 
@@ -449,18 +453,19 @@ def _prune_jobs(table: Table) -> None:
                                for suffix in (".json", ".decision", ".recovering")])
 
 
-def run(table: Table, spark: SparkSession | None = None, *, now: float | None = None
-        ) -> RunResult:
+def run(table: Table, spark: SparkSession | None = None, *, now: float | None = None,
+        flush: bool = False) -> RunResult:
     """Settle abandoned jobs, then make and run every job that is due (see module docs).
 
     With ``spark``, jobs of at least ``batcher.bulk_import_min_bytes`` go to Spark bulk import;
-    the rest (or all, without Spark) to standard ingest.
+    the rest (or all, without Spark) to standard ingest. ``flush``: a group that is neither
+    full nor old enough runs too (``sediment batcher run --now``).
     """
     now = time.time() if now is None else now
     recovered = recover(table, now=now)
     props = table.properties
     requests = pending(table)
-    batches = plan_batches(requests, props, now)
+    batches = plan_batches(requests, props, now, flush=flush)
     outcomes = [_run_job(table, b, route_for(b, props, spark is not None), spark)
                 for b in batches]
     _prune_jobs(table)
