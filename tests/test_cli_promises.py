@@ -290,6 +290,15 @@ def test_bars_on_a_terminal_and_rounded_numbers(runner: CliRunner, store: str, t
     assert seconds and all(isinstance(s, float) for s in seconds)  # full values in JSON
 
 
+def test_report_jobs_rounds_for_people(runner: CliRunner, store: str) -> None:
+    ok(runner, "compact", "--full", "--table", "events", "--store", store)
+    jobs = json.loads(ok(runner, "report", "jobs", "-t", "events", "--store", store,
+                         "--json").stdout)
+    assert jobs and any(isinstance(j.get("seconds"), float) for j in jobs)
+    text = ok(runner, "report", "jobs", "-t", "events", "--store", store).stdout
+    assert not LONG_FLOAT.search(text), text
+
+
 def test_human_numbers() -> None:
     assert cli_output.human_seconds(0.2701268340001661) == "0.27 s"
     assert cli_output.human_seconds(12.345) == "12 s"

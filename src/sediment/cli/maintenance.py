@@ -304,7 +304,8 @@ def report(
         cols = ["job_id", "partition_id", "status", "created", "inputs", "rows_in", "rows_out",
                 "seconds", "rows_per_second", "reason"]
         emit(rows, json_out, lambda rs: make_table(cols, [
-            [iso_time(r[c]) if c == "created" else r.get(c, "") for c in cols] for r in rs],
+            [iso_time(r[c]) if c == "created" else human_value(c, r.get(c, "")) for c in cols]
+            for r in rs],
             title=f"{len(rs)} compaction jobs"))
     elif what == "tasks":
         rows = [e.to_json() for e in t.events()]
