@@ -422,7 +422,7 @@ def breakdown_sediment(spark: Any, tree: SparkTree, source_kind: str, src: Path,
     steps["read"], _ = measure(spark, tree, lambda: _noop(frame))
     steps["presplit"], made = measure(spark, tree,
                                       lambda: bi.presplit(spark, table, frame, LEAVES))
-    state = table.states.head()
+    state = table._handle.states.head()
     leaves = state.leaf_partitions()
     boundaries = tasks.boundary_table(state)
     buckets = bi._bucket_values(len(leaves))
@@ -455,7 +455,7 @@ def breakdown_sediment(spark: Any, tree: SparkTree, source_kind: str, src: Path,
     written = [WrittenFile(r["filename"], 0, int(r["bytes"])) for r in staged_rows]
     staged = StagedFiles(sum(r.records for r in refs), refs, written)
     steps["commit"], result = measure(
-        spark, tree, lambda: commit_staged(table, staged, time.perf_counter(),
+        spark, tree, lambda: commit_staged(table._handle, staged, time.perf_counter(),
                                            kind="bulk_import"))
     if result.rows != rows or table.describe()["records"] != rows:
         raise AssertionError(f"breakdown {source_kind}: {result.rows} rows committed, "

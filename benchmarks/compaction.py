@@ -123,14 +123,14 @@ def build_template(root: Path, files: int, rows_per_file: int) -> dict[str, Any]
     if len(refs) != files or sum(r.records for r in refs) != files * rows_per_file:
         raise AssertionError(f"expected {files} files of {rows_per_file} rows, got "
                              f"{[(r.filename, r.records) for r in refs]}")
-    paths = [table.objects.path(r.filename) for r in refs]
+    paths = [table._handle.objects.path(r.filename) for r in refs]
     return {"seconds": t.seconds, "files": files, "rows_per_file": rows_per_file,
             "bytes": sum(os.path.getsize(p) for p in paths)}
 
 
 def input_paths(root: Path) -> list[str]:
     table = sd.Store.open(str(root)).table(TABLE)
-    return [table.objects.path(r.filename) for r in table.files()]
+    return [table._handle.objects.path(r.filename) for r in table.files()]
 
 
 def _dir_bytes(path: Path) -> int:
@@ -154,11 +154,11 @@ def run_sediment(root: Path, profile: bool = False) -> dict[str, Any]:
     if result.jobs_committed != 1 or len(after) != 1 or after[0].records != rows:
         raise AssertionError(f"compaction did not produce one file of {rows} rows: {result}, "
                              f"{after}")
-    job = [e for e in table.status.jobs("compaction") if e.get("seconds")]
+    job = [e for e in table._handle.status.jobs("compaction") if e.get("seconds")]
     out = {"seconds": t.seconds, "cpu_seconds": t.cpu, "rows": rows,
            "rows_per_second": rate(rows, t.seconds),
            "job_seconds": job[-1]["seconds"] if job else None,
-           "bytes_out": os.path.getsize(table.objects.path(after[0].filename)),
+           "bytes_out": os.path.getsize(table._handle.objects.path(after[0].filename)),
            "inputs": len(refs), "peak_rss_delta_mib": mem.delta_mib,
            "rss_before_mib": mem.start_mib}
     if prof is not None:
@@ -251,7 +251,7 @@ def run_stages(root: Path) -> dict[str, Any]:
     refs = table.files()
     leaf = refs[0].partition_id
     region = state.partitions[leaf].region
-    paths = [table.objects.path(r.filename) for r in refs]
+    paths = [table._handle.objects.path(r.filename) for r in refs]
     rows = sum(r.records for r in refs)
     stages = {"merge_next": 0.0, "region_filter": 0.0, "writer_write": 0.0,
               "writer_close": 0.0}
@@ -259,7 +259,7 @@ def run_stages(root: Path) -> dict[str, Any]:
     with Timer() as total:
         merged = _merged_batches(paths, schema, int(props["compaction.batch_rows"]),
                                  int(props["compaction.memory_limit_bytes"]))
-        writer = SortedFileWriter(table.objects, new_data_filename(leaf), schema, props)
+        writer = SortedFileWriter(table._handle.objects, new_data_filename(leaf), schema, props)
         while True:
             t0 = time.perf_counter()
             b = next(merged, None)
@@ -279,7 +279,7 @@ def run_stages(root: Path) -> dict[str, Any]:
         stages["writer_close"] = time.perf_counter() - t3
     if written.rows != rows:
         raise AssertionError(f"stage run wrote {written.rows} rows, expected {rows}")
-    table.objects.delete_many([written.filename])
+    table._handle.objects.delete_many([written.filename])
     return {"seconds": total.seconds, "cpu_seconds": total.cpu, "rows": rows,
             "batches": batches, "stages": stages,
             "rows_per_second": rate(rows, total.seconds)}
@@ -299,26 +299,26 @@ def run_writer_only(root: Path) -> dict[str, Any]:
     props = table.properties
     schema = table.schema
     refs = table.files()
-    paths = [table.objects.path(r.filename) for r in refs]
+    paths = [table._handle.objects.path(r.filename) for r in refs]
     batches = list(_merged_batches(paths, schema, int(props["compaction.batch_rows"]),
                                    int(props["compaction.memory_limit_bytes"])))
     data = pa.Table.from_batches(batches)
     rows = data.num_rows
     out: dict[str, Any] = {"rows": rows}
     with Timer() as t:
-        w = SortedFileWriter(table.objects, new_data_filename(refs[0].partition_id), schema,
+        w = SortedFileWriter(table._handle.objects, new_data_filename(refs[0].partition_id), schema,
                              props)
         for b in batches:
             w.write(b)
         written = w.close()
-    table.objects.delete_many([written.filename])
+    table._handle.objects.delete_many([written.filename])
     out["sorted_file_writer_seconds"] = t.seconds
     with Timer() as t:
         sampler = KeySampler(schema.row_key_names, int(props["sample.size"]))
         for b in batches:
             sampler.add(pa.Table.from_batches([b]))
     out["sampler_seconds"] = t.seconds
-    tmp = Path(table.objects.path("bench-writer-only.parquet"))
+    tmp = Path(table._handle.objects.path("bench-writer-only.parquet"))
     opts = writer_options(schema, props)
     for rg in (int(props["parquet.row_group_rows"]), 1024 * 1024):
         with Timer() as t:

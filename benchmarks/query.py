@@ -102,7 +102,7 @@ def build_table(data: pa.Table, root: Path, properties: dict[str, Any]
     table = store.create_table("bench", bench_schema(), properties=properties)
     with Timer() as t:
         table.ingest(data)
-    files = sorted({table.objects.path(r.filename) for r in table.files()})
+    files = sorted({table._handle.objects.path(r.filename) for r in table.files()})
     return table, files, t.seconds
 
 

@@ -234,9 +234,9 @@ class Soak:
     # ---- accounting ------------------------------------------------------------------------
     def _batch_of_version(self, table: sd.Table, version: int) -> tuple[str, int]:
         """(writer, batch) whose ingest committed ``version`` (read from its files)."""
-        txn = table.states.log.read(version).transaction
+        txn = table._handle.states.log.read(version).transaction
         name = txn.references[0].filename  # type: ignore[attr-defined]
-        value = pq.read_table(table.objects.path(name) if self.uri.startswith("/")
+        value = pq.read_table(table._handle.objects.path(name) if self.uri.startswith("/")
                               else _open(table, name), columns=["value"])["value"][0].as_py()
         writer, batch, _ = value.rsplit("-", 2)
         return writer, int(batch)
@@ -331,7 +331,7 @@ class Soak:
 def _open(table: sd.Table, name: str) -> Any:
     import pyarrow as pa
 
-    return pa.BufferReader(table.objects.get(name))
+    return pa.BufferReader(table._handle.objects.get(name))
 
 
 def _pct(values: list[float], p: float) -> float:

@@ -315,7 +315,7 @@ def job_stats(table: sd.Table, since: float, until: float) -> dict[str, Any]:
     """Compaction jobs created in [since, until] from the status events: counts, rows read
     (``rows_in``: whole input files, also the rows outside the job's partition that a
     pushed-down reference leaves out) and written, job seconds, inputs per job."""
-    jobs = [j for j in table.status.jobs("compaction") if since <= j["created"] <= until]
+    jobs = [j for j in table._handle.status.jobs("compaction") if since <= j["created"] <= until]
     done = [j for j in jobs if j.get("status") == "committed"]
     secs = [float(j["seconds"]) for j in done if "seconds" in j]
     lag = [float(j["updated"]) - float(j["created"]) for j in done]

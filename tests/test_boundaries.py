@@ -18,6 +18,7 @@ import tomllib
 from pathlib import Path
 
 import sediment
+from helpers import make_table, rows
 
 SRC = Path(sediment.__file__).resolve().parent
 CORE = SRC / "core"
@@ -182,3 +183,49 @@ def test_all_in_a_fresh_interpreter() -> None:
                          timeout=60)
     assert json.loads(out.stdout) == []
     assert importlib.import_module("sediment.errors").SedimentError is sediment.SedimentError
+
+
+# ---- the façade ------------------------------------------------------------------------------
+
+TABLE_PUBLIC = {
+    "abandon_dump", "clear", "compact", "delete_tag", "describe", "diff", "dump", "events",
+    "files", "gc", "history", "ingest", "ingest_files", "jobs", "maintain", "name", "online",
+    "partitions", "plan", "prepare", "properties", "prune", "query", "reinitialise",
+    "resolve_version", "restore", "scan", "schema", "set_online", "set_properties", "split",
+    "state", "store", "table_id", "tag", "tag_version", "tags", "version",
+}
+
+
+def test_table_exposes_its_api_not_its_internals(tmp_path: Path) -> None:
+    """Internals (state store, object store, samples, status, executors) stay behind the
+    handle; what users read of them comes through public methods (jobs, events, files...)."""
+    table = make_table(tmp_path)
+    public = {n for n in dir(table) if not n.startswith("_")}
+    assert public == TABLE_PUBLIC
+    for internal in ("states", "objects", "samples", "status", "compaction_iterators"):
+        assert not hasattr(table, internal), internal
+
+
+def test_services_take_the_handle_not_the_facade() -> None:
+    """No service module names the façade, even for typing: they take a TableHandle."""
+    services = ["compaction", "dump", "ingest", "maintenance", "query", "files", "state",
+                "status", "storage", "core", "iterators"]
+    offenders = []
+    for room in services:
+        for path in (SRC / room).rglob("*.py"):
+            text = path.read_text()
+            if "from sediment.table import" in text or "import sediment.table" in text:
+                offenders.append(str(path.relative_to(SRC)))
+    assert offenders == []
+
+
+def test_report_apis_read_job_events(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"compaction.strategy": "basic",
+                                    "compaction.batch_size": 2})
+    table.ingest(rows(50, 1))
+    table.ingest(rows(50, 2))
+    assert table.compact().jobs_committed == 1
+    (job,) = table.jobs("compaction")
+    assert job["status"] == "committed" and job["rows_in"] == 100
+    statuses = [e.status for e in table.events("compaction")]
+    assert statuses == ["created", "started", "finished", "committed"]

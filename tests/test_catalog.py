@@ -13,6 +13,7 @@ import pytest
 
 import sediment as sd
 from sediment.core.model import Partition
+from sediment.core.state import build_partition_tree
 from sediment.errors import (
     CorruptMetadataError,
     InvalidTableNameError,
@@ -22,7 +23,7 @@ from sediment.errors import (
     TableNotFoundError,
 )
 from sediment.properties import defaults
-from sediment.store import build_partition_tree, validate_table_name
+from sediment.store import validate_table_name
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("value", pa.string())])

@@ -195,12 +195,12 @@ def test_dump_lock_and_abandon(runner: CliRunner, setup: tuple[str, sd.Table, Re
              "range": {"start": None, "end": None, "start_inclusive": True,
                        "end_inclusive": False},
              "version": 4, "started": 0.0, "heartbeat": 0.0}
-    table.objects.put(LOCK_KEY, json.dumps(stale).encode())
+    table._handle.objects.put(LOCK_KEY, json.dumps(stale).encode())
     err = fails(runner, "dump", "events", str(tmp_path / "dumps"), "--store", store)
     assert "abandon" in err and stale["job_id"] in err
     assert js(runner, "dump", "events", "ignored", "--abandon", "--store", store) == {
         "table": "events", "abandoned": True}
-    assert not table.objects.exists(LOCK_KEY)
+    assert not table._handle.objects.exists(LOCK_KEY)
     job = js(runner, "dump", "events", str(tmp_path / "dumps"), "--store", store)
     js(runner, "load", job["manifest"], "copy", "--store", store)
     assert_matches(sd.Store.open(store).table("copy").query(), ref)

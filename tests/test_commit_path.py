@@ -96,8 +96,8 @@ class FaultyStore(ObjectStore):
 
 
 def init_store(objects: ObjectStore) -> StateStore:
+    from sediment.core.state import build_partition_tree
     from sediment.core.transactions import InitialiseTable
-    from sediment.store import build_partition_tree
 
     states = StateStore(objects, "t1", "events")
     states.commit(InitialiseTable(SCHEMA, {}, build_partition_tree(SCHEMA, None)))
@@ -141,8 +141,8 @@ def test_an_ingest_whose_answer_was_lost_keeps_its_files(tmp_path: Path) -> None
     deleted the data files of the version that did commit."""
     store = sd.Store.open(str(tmp_path / "s"))
     table = store.create_table("events", SCHEMA, split_points=["m"])
-    faulty = FaultyStore(table.objects)
-    table.objects = table.states.objects = table.states.log.objects = faulty
+    faulty = FaultyStore(table._handle.objects)
+    table._handle.objects = table._handle.states.objects = table._handle.states.log.objects = faulty
     faulty.lose_answers = 1
     data = pa.Table.from_batches(list(generate(500, seed=1, batch_rows=500)))
     result = table.ingest(data)
@@ -152,15 +152,15 @@ def test_an_ingest_whose_answer_was_lost_keeps_its_files(tmp_path: Path) -> None
     ref_.add(data)
     assert_matches(again.query(), ref_)
     for f in again.state().refcount:
-        assert again.objects.exists(f)
+        assert again._handle.objects.exists(f)
 
 
 def test_an_unknown_outcome_raises_and_keeps_the_staged_files(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = sd.Store.open(str(tmp_path / "s"))
     table = store.create_table("events", SCHEMA)
-    faulty = FaultyStore(table.objects)
-    table.objects = table.states.objects = table.states.log.objects = faulty
+    faulty = FaultyStore(table._handle.objects)
+    table._handle.objects = table._handle.states.objects = table._handle.states.log.objects = faulty
     before = {o.key for o in faulty.inner.list("data/")}
 
     original = faulty.put_if_absent
@@ -232,10 +232,10 @@ def test_a_commit_is_refused_when_its_files_are_gone(tmp_path: Path) -> None:
     store = sd.Store.open(str(tmp_path / "s"))
     table = store.create_table("events", SCHEMA)
     name = f"data/root/{uuid.uuid4().hex}.parquet"
-    pending.register(table.objects, [name])  # written by this process (then lost)
+    pending.register(table._handle.objects, [name])  # written by this process (then lost)
     with pytest.raises(TransactionInvalidError, match="no longer exist"):
-        table.states.commit(AddFiles([FileReference(name, "root", 5)]))
-    pending.release(table.objects, [name])
+        table._handle.states.commit(AddFiles([FileReference(name, "root", 5)]))
+    pending.release(table._handle.objects, [name])
     assert table.version == 1
 
 

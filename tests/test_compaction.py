@@ -40,7 +40,7 @@ from sediment.compaction.strategy import (
     plan_reference_splits,
 )
 from sediment.core.model import FileReference, Region
-from sediment.core.state import ROOT_PARTITION_ID, TableState
+from sediment.core.state import ROOT_PARTITION_ID, TableState, build_partition_tree
 from sediment.core.transactions import (
     AddFiles,
     AssignJobIds,
@@ -58,7 +58,6 @@ from sediment.files.writer import sample_name, with_sidecars
 from sediment.maintenance.gc import gc
 from sediment.properties import defaults
 from sediment.state import pending
-from sediment.store import build_partition_tree
 from sediment.workload import benchmark_schema
 
 SCHEMA = benchmark_schema()
@@ -80,11 +79,11 @@ def ingest_files(table: sd.Table, ref: Reference, count: int, n: int, seed: int 
 
 def read_object(table: sd.Table, key: str) -> pa.Table:
     """A data file's user columns (compacted files also hold the hidden record sequences)."""
-    return without_sequence(pq.read_table(io.BytesIO(table.objects.get(key))))
+    return without_sequence(pq.read_table(io.BytesIO(table._handle.objects.get(key))))
 
 
 def data_keys(table: sd.Table) -> set[str]:
-    return {o.key for o in table.objects.list("data/") if not o.key.endswith("/")}
+    return {o.key for o in table._handle.objects.list("data/") if not o.key.endswith("/")}
 
 
 def key_tuples(t: pa.Table, names: list[str]) -> list[tuple[Any, ...]]:
@@ -108,7 +107,7 @@ def region_rows(ref: Reference, region: Region) -> list[tuple[Any, ...]]:
 
 
 def committed(table: sd.Table, kind: type[Transaction]) -> list[Any]:
-    return [e.transaction for e in table.states.log.read_after(0)
+    return [e.transaction for e in table._handle.states.log.read_after(0)
             if isinstance(e.transaction, kind)]
 
 
@@ -331,7 +330,7 @@ def test_compact_merges_inputs_into_one_sorted_file(store_uri: tuple[str, dict[s
     assert data.num_rows == 1000
     assert_sorted_file(data)
     assert result_rows(data, KEYS) == ref.query()  # exactly the inputs' records
-    sorting = pq.ParquetFile(io.BytesIO(table.objects.get(out.filename))).metadata \
+    sorting = pq.ParquetFile(io.BytesIO(table._handle.objects.get(out.filename))).metadata \
         .row_group(0).sorting_columns
     # sorted by the keys, then the hidden record sequence (the last column)
     assert [c.column_index for c in sorting] == [0, 1, len(SCHEMA.field_names)]
@@ -360,7 +359,7 @@ def test_compaction_after_split_keeps_rows_of_each_partition(
     shared = {r.filename for r in table.files()}
     assert table.split().splits == 1
     # references move down; the children now share the three files (estimated counts)
-    assert push_down_references(table) == 3
+    assert push_down_references(table._handle) == 3
     refs = table.files()
     assert {r.filename for r in refs} == shared and all(r.approximate for r in refs)
     assert_matches(table.query(), ref)
@@ -439,15 +438,15 @@ def test_compaction_events(tmp_path: Path) -> None:
     ref = Reference(SCHEMA)
     ingest_files(table, ref, 3, 100)
     table.compact()
-    events = list(table.status.events("compaction"))
+    events = list(table._handle.status.events("compaction"))
     assert [e.status for e in events] == ["created", "started", "finished", "committed"]
     assert len({e.job_id for e in events}) == 1
     assert events[0].details["inputs"] == 3 and events[0].details["records_in"] == 300
     assert events[2].details["rows_in"] == 300 and events[2].details["rows_out"] == 300
-    (row,) = table.status.jobs("compaction")
+    (row,) = table._handle.status.jobs("compaction")
     assert row["status"] == "committed" and row["rows_out"] == 300
     assert row["partition_id"] == ROOT_PARTITION_ID
-    assert [r["kind"] for r in table.status.jobs("ingest")] == ["ingest"] * 3
+    assert [r["kind"] for r in table._handle.status.jobs("ingest")] == ["ingest"] * 3
 
 
 # ---- racing runners --------------------------------------------------------------------------
@@ -513,25 +512,25 @@ def test_job_with_replaced_inputs_fails_and_leaves_an_orphan(tmp_path: Path) -> 
     table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 3})
     ref = Reference(SCHEMA)
     ingest_files(table, ref, 3, 100, seed=6)
-    (job,) = create_jobs(table)
-    state = table.states.head()
+    (job,) = create_jobs(table._handle)
+    state = table._handle.states.head()
     region = state.partitions[job.partition_id].region
     # a runner that lost track of the job: writes its output, commits too late
-    late = run_compaction_job(table.objects, table.schema, table.properties, job, region)
+    late = run_compaction_job(table._handle.objects, table.schema, table.properties, job, region)
     assert late.written is not None
-    first = run_job(reopen(table), state, job)
+    first = run_job(reopen(table)._handle, state, job)
     assert first.committed and first.rows_out == 300
     with pytest.raises(TransactionInvalidError, match="no longer assigned"):
-        table.states.commit(ReplaceFileReferences(
+        table._handle.states.commit(ReplaceFileReferences(
             job.job_id, job.partition_id, tuple(r.filename for r in job.inputs),
             FileReference(late.written.filename, job.partition_id, late.written.rows)))
     # the runner path reports it as failed, with the reason
-    second = run_job(table, state, job)
+    second = run_job(table._handle, state, job)
     assert not second.committed and second.error is not None
     assert second.error.startswith("TransactionInvalidError")
-    failed = [e for e in table.status.events("compaction") if e.status == "failed"]
+    failed = [e for e in table._handle.status.events("compaction") if e.status == "failed"]
     assert len(failed) == 1 and "no longer assigned" in failed[0].details["reason"]
-    assert table.status.jobs("compaction")[-1]["status"] in ("failed", "committed")
+    assert table._handle.status.jobs("compaction")[-1]["status"] in ("failed", "committed")
     # exactly one output is referenced; the two others are orphans
     (out,) = table.files()
     assert out.records == 300
@@ -561,14 +560,14 @@ def test_killed_compaction_loses_nothing_and_is_rerun(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 2})
     ref = Reference(SCHEMA)
     ingest_files(table, ref, 4, 150, seed=7)
-    jobs = create_jobs(table)
+    jobs = create_jobs(table._handle)
     assert len(jobs) == 2
-    state = table.states.head()
+    state = table._handle.states.head()
     for j in jobs:  # run but "die" before committing
-        out = run_compaction_job(table.objects, table.schema, table.properties, j,
+        out = run_compaction_job(table._handle.objects, table.schema, table.properties, j,
                                  state.partitions[j.partition_id].region)
         assert out.written is not None
-        pending.release(table.objects, [out.written.filename])  # its writer is gone
+        pending.release(table._handle.objects, [out.written.filename])  # its writer is gone
     assert len(_orphans(table)) == 2
     assert_matches(table.query(), ref)
     # not stale yet: nothing runs, the inputs stay assigned
@@ -606,7 +605,7 @@ def test_killed_compaction_process(tmp_path: Path) -> None:
             print("written", flush=True)
             time.sleep(120)  # killed here, before any commit
             return []
-        compact(t, runner=runner)
+        compact(t._handle, runner=runner)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -627,7 +626,7 @@ def test_killed_compaction_process(tmp_path: Path) -> None:
     assert_matches(table.query(), ref)
     # the killed process's lease still protects its output until the lease times out
     assert table.gc(orphan_timeout=0).orphans_deleted == 0
-    assert gc(table, now=time.time() + 2 * 3600).orphans_deleted == 1
+    assert gc(table._handle, now=time.time() + 2 * 3600).orphans_deleted == 1
     assert _orphans(table) == set()
     assert_matches(table.query(), ref)
 
@@ -662,10 +661,10 @@ def test_job_committing_after_its_partition_split(tmp_path: Path) -> None:
                                     "partition.split.threshold": 100})
     ref = Reference(SCHEMA)
     ingest_files(table, ref, 3, 100, seed=10)
-    (job,) = create_jobs(table)
-    state = table.states.head()
+    (job,) = create_jobs(table._handle)
+    state = table._handle.states.head()
     assert table.split().splits == 1  # the leaf splits under the running job
-    result = run_job(table, state, job)
+    result = run_job(table._handle, state, job)
     assert result.committed
     (out,) = table.files()
     assert out.partition_id == ROOT_PARTITION_ID and out.records == 300
@@ -691,7 +690,7 @@ def test_job_keeping_no_rows_commits_no_file(tmp_path: Path) -> None:
         table.ingest(data)
         ref.add(data)
     inputs = {r.filename for r in table.files()}
-    table.states.commit(SplitPartition(ROOT_PARTITION_ID, ("m",), "left", "right"))
+    table._handle.states.commit(SplitPartition(ROOT_PARTITION_ID, ("m",), "left", "right"))
     result = table.compact()
     assert result.references_pushed_down == 2 and result.jobs_committed == 2
     files = table.files()

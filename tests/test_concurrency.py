@@ -40,15 +40,15 @@ from sediment.errors import TransactionInvalidError
 
 args = json.loads(sys.argv[1])
 table = sd.Store.open(args["uri"], **args["options"]).table(args["table"])
-table.states.head()  # load the state before the race starts
+table._handle.states.head()  # load the state before the race starts
 lost = 0
-try_append = table.states.log.try_append
+try_append = table._handle.states.log.try_append
 def counting_try_append(*a, **k):
     global lost
     ok = try_append(*a, **k)
     lost += not ok
     return ok
-table.states.log.try_append = counting_try_append
+table._handle.states.log.try_append = counting_try_append
 sync = Path(args["sync"])
 (sync / f"ready-{args['worker']}").touch()
 deadline = time.monotonic() + args["wait"]
@@ -62,14 +62,14 @@ if args["mode"] == "add":
     versions = []
     for i in range(args["commits"]):
         ref = FileReference(f"{args['worker']}-{i:03d}.parquet", "root", i + 1)
-        versions.append(table.states.commit(AddFiles([ref])).version)
+        versions.append(table._handle.states.commit(AddFiles([ref])).version)
         time.sleep(random.uniform(0, args["pause"]))  # let the others in between commits
     out["versions"] = versions
 elif args["mode"] == "split":
     w = args["worker"]
     txn = SplitPartition("root", (args["key"],), f"left-{w}", f"right-{w}")
     try:
-        out["version"] = table.states.commit(txn).version
+        out["version"] = table._handle.states.commit(txn).version
         out["result"] = "won"
     except TransactionInvalidError as e:
         out["result"] = "invalid"
@@ -119,7 +119,7 @@ def run_workers(uri: str, options: dict[str, Any], table: str, sync: Path, mode:
 def replay(table: sd.Table, upto: int | None = None) -> TableState:
     """The state rebuilt from the log alone (no snapshots)."""
     state = TableState(table.table_id)
-    for entry in table.states.log.read_after(0, upto=upto):
+    for entry in table._handle.states.log.read_after(0, upto=upto):
         entry.transaction.apply(state, entry.time)
         state.version = entry.version
         state.last_update = entry.time
@@ -158,10 +158,10 @@ def test_concurrent_add_files_from_processes(store_uri: tuple[str, dict[str, Any
 
     table = sd.Store.open(uri, **options).table("events")
     # the log is gap-free: version 1 (create) then exactly one entry per commit
-    assert table.states.log.versions_after(0) == list(range(1, total + 2))
+    assert table._handle.states.log.versions_after(0) == list(range(1, total + 2))
     assert table.version == total + 1
 
-    entries = list(table.states.log.read_after(0))
+    entries = list(table._handle.states.log.read_after(0))
     assert [e.version for e in entries] == list(range(1, total + 2))
     assert entries[0].transaction.kind == "initialise"
     logged = Counter()
@@ -223,14 +223,14 @@ def test_split_partition_race_between_threads(store_uri: tuple[str, dict[str, An
     n = 8
     tables = [sd.Store.open(uri, **options).table("t") for _ in range(n)]
     for t in tables:
-        t.states.head()  # every writer starts from version 1, where root is a leaf
+        t._handle.states.head()  # every writer starts from version 1, where root is a leaf
     barrier = threading.Barrier(n, timeout=30)
     results: list[Any] = [None] * n
 
     def split(i: int) -> None:
         barrier.wait()
         try:
-            results[i] = tables[i].states.commit(
+            results[i] = tables[i]._handle.states.commit(
                 SplitPartition(ROOT_PARTITION_ID, ("k",), f"l{i}", f"r{i}")).version
         except TransactionInvalidError as e:
             results[i] = e
@@ -257,14 +257,16 @@ def test_stale_writer_revalidates_after_losing(store_uri: tuple[str, dict[str, A
     sd.Store.open(uri, **options).create_table("t", SCHEMA)
     a = sd.Store.open(uri, **options).table("t")
     b = sd.Store.open(uri, **options).table("t")
-    a.states.head()
-    b.states.head()
-    assert a.states.commit(AddFiles([FileReference("f1", ROOT_PARTITION_ID, 1)])).version == 2
+    a._handle.states.head()
+    b._handle.states.head()
+    a_refs = AddFiles([FileReference("f1", ROOT_PARTITION_ID, 1)])
+    assert a._handle.states.commit(a_refs).version == 2
     # b still believes the head is version 1: it loses version 2, catches up, commits at 3
-    assert b.states.commit(AddFiles([FileReference("f2", ROOT_PARTITION_ID, 1)])).version == 3
+    b_refs = AddFiles([FileReference("f2", ROOT_PARTITION_ID, 1)])
+    assert b._handle.states.commit(b_refs).version == 3
     # a is now stale; adding the file b added no longer validates after catching up
     with pytest.raises(TransactionInvalidError, match="already in the table"):
-        a.states.commit(AddFiles([FileReference("f2", ROOT_PARTITION_ID, 5)]))
+        a._handle.states.commit(AddFiles([FileReference("f2", ROOT_PARTITION_ID, 5)]))
     fresh = sd.Store.open(uri, **options).table("t")
     assert fresh.version == 3
     assert sorted(f.filename for f in fresh.files()) == ["f1", "f2"]

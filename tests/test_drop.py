@@ -20,13 +20,13 @@ from typer.testing import CliRunner
 
 import sediment as sd
 from sediment.cli import app
+from sediment.core.state import build_partition_tree
 from sediment.core.transactions import InitialiseTable
 from sediment.errors import TableNotFoundError
-from sediment.maintenance.passes import maintain_store
 from sediment.state.log import LOG_PREFIX
 from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage.base import ObjectStore
-from sediment.store import TABLES_PREFIX, UNNAMED_TABLE_TIMEOUT_SECONDS, build_partition_tree
+from sediment.store import TABLES_PREFIX, UNNAMED_TABLE_TIMEOUT_SECONDS
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], values=[("value", pa.int64())])
 
@@ -102,7 +102,7 @@ def test_an_ingest_running_while_its_table_is_dropped_fails(
     real_commit = StateStore.commit
 
     def paused_commit(self: StateStore, *args: Any, **kwargs: Any) -> Any:
-        if self is table.states:
+        if self is table._handle.states:
             before_commit.set()
             assert dropped.wait(30)
         return real_commit(self, *args, **kwargs)
@@ -203,12 +203,12 @@ def test_maintain_collects_unnamed_folders(store_uri: tuple[str, dict[str, Any]]
     _, dropped = make(store_uri, "dropped")
     store.drop_table("dropped")
     orphan = killed_create(store)
-    maintain_store(store)  # default timeout: nothing is old enough
+    store.maintain()  # default timeout: nothing is old enough
     assert set(store.objects.list_folders(TABLES_PREFIX)) == \
         {kept.table_id, dropped.table_id, orphan}
-    maintain_store(store, table="kept", orphan_timeout=0)  # one table: no store pass
+    store.maintain(table="kept", orphan_timeout=0)  # one table: no store pass
     assert len(store.objects.list_folders(TABLES_PREFIX)) == 3
-    maintain_store(store, orphan_timeout=0)
+    store.maintain(orphan_timeout=0)
     assert store.objects.list_folders(TABLES_PREFIX) == [kept.table_id]
     assert store.table("kept").query().num_rows == 5
 

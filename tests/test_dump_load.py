@@ -30,7 +30,7 @@ import sediment as sd
 import sediment.dump.dump as dump_mod
 from helpers import make_table, rows
 from reference import Reference, assert_matches, result_rows
-from sediment.dump.dump import LOCK_KEY, abandon_dump
+from sediment.dump.dump import LOCK_KEY
 from sediment.dump.manifest import range_to_json
 from sediment.errors import (
     CorruptMetadataError,
@@ -112,7 +112,7 @@ def test_dump_and_load_round_trip(store_uri: StoreUri) -> None:
     assert job.version == v and job.rows == len(ref.rows)
     assert job.tasks == len(leaf_regions(table))
     assert job.manifest_uri == f"{root}/{job.job_id}/job-manifest.json"
-    assert not table.objects.exists(LOCK_KEY)
+    assert not table._handle.objects.exists(LOCK_KEY)
     assert [t.name for t in table.tags()] == []  # the job's tag is gone with the job
 
     # the layout: <job>/<task>/<batch>/<version>-{data,sample,manifest}
@@ -301,7 +301,7 @@ def test_dump_of_an_empty_range_or_table_loads_empty(tmp_path: Path) -> None:
     assert store.load(job.manifest_uri, "none").query().num_rows == 0
     with pytest.raises(QueryError, match="empty"):  # (it could not be loaded)
         table.dump(str(tmp_path / "dumps"), range=sd.Range("m", "c"))
-    assert not table.objects.exists(LOCK_KEY)
+    assert not table._handle.objects.exists(LOCK_KEY)
     empty = make_table(store)
     job = empty.dump(str(tmp_path / "dumps"))
     assert job.rows == 0
@@ -321,29 +321,29 @@ def test_one_dump_job_per_table(store_uri: StoreUri) -> None:
     table, ref = source_table(store, n=100, files=1)
     root = dump_root(store_uri)
     dest = dump_objects(store_uri, root)
-    table.objects.put(LOCK_KEY, lock_doc(root + "-elsewhere", time.time(), table.version))
+    table._handle.objects.put(LOCK_KEY, lock_doc(root + "-elsewhere", time.time(), table.version))
     with pytest.raises(JobError, match="one dump job per table"):
         table.dump(root)
     assert not list(dest.list(""))  # nothing written
     # a stale lock of a job to another root must be resumed or abandoned first
-    table.objects.put(LOCK_KEY, lock_doc(root + "-elsewhere", time.time() - 3600,
+    table._handle.objects.put(LOCK_KEY, lock_doc(root + "-elsewhere", time.time() - 3600,
                                          table.version))
     with pytest.raises(JobError, match="abandon"):
         table.dump(root)
-    abandon_dump(table)
-    assert not table.objects.exists(LOCK_KEY)
+    table.abandon_dump()
+    assert not table._handle.objects.exists(LOCK_KEY)
     job = table.dump(root)
     assert_matches(store.load(job.manifest_uri, "copy").query(), ref)
     # a stale lock of a job to this root that crashed before tagging its version: resumed
-    table.objects.put(LOCK_KEY, lock_doc(root, 0.0, table.version, job_id="crashed"))
+    table._handle.objects.put(LOCK_KEY, lock_doc(root, 0.0, table.version, job_id="crashed"))
     job = table.dump(root)
     assert job.job_id == "crashed" and job.resumed_tasks == 0
-    assert table.tags() == [] and not table.objects.exists(LOCK_KEY)
+    assert table.tags() == [] and not table._handle.objects.exists(LOCK_KEY)
     assert_matches(store.load(job.manifest_uri, "copy2").query(), ref)
     # a dump with an unknown version fails at once and leaves no lock behind
     with pytest.raises(sd.SedimentError):
         table.dump(root, version=table.version + 10)
-    assert not table.objects.exists(LOCK_KEY)
+    assert not table._handle.objects.exists(LOCK_KEY)
     assert table.dump(root).rows == len(ref.rows)
 
 
@@ -402,7 +402,7 @@ def test_dump_interrupted_midway_resumes(store_uri: StoreUri,
     monkeypatch.setattr(dump_mod, "run_dump_task", dies_after_two)
     with pytest.raises(RuntimeError, match="killed"):
         table.dump(root)
-    held = json.loads(table.objects.get(LOCK_KEY))
+    held = json.loads(table._handle.objects.get(LOCK_KEY))
     assert held["heartbeat"] == 0.0 and held["version"] == pinned
     dest = dump_objects(store_uri, root)
     assert not dest.exists(f"{held['job_id']}/job-manifest.json")
@@ -410,7 +410,7 @@ def test_dump_interrupted_midway_resumes(store_uri: StoreUri,
     ingest(table, ref, 200, 3)
     table.compact()
     table.gc()
-    stored = {o.key for o in table.objects.list("data/")}
+    stored = {o.key for o in table._handle.objects.list("data/")}
     pinned_files = {r.filename for r in table.files(pinned)}
     assert pinned_files - {r.filename for r in table.files()}  # some compacted away...
     assert pinned_files <= stored  # ...yet kept: the job's tag protects them
@@ -418,7 +418,7 @@ def test_dump_interrupted_midway_resumes(store_uri: StoreUri,
     job = table.dump(root)
     assert job.job_id == held["job_id"] and job.version == pinned
     assert job.resumed_tasks == 2 and job.tasks == 4
-    assert not table.objects.exists(LOCK_KEY) and table.tags() == []
+    assert not table._handle.objects.exists(LOCK_KEY) and table.tags() == []
     assert_matches(store.load(job.manifest_uri, "resumed").query(), ref.upto(2))
 
 
@@ -439,7 +439,7 @@ def task(*a):
     done.append(out)
     return out
 d.run_dump_task = task
-d.dump_table(table, sys.argv[4], threads=1)
+d.dump_table(table._handle, sys.argv[4], threads=1)
 """
 
 
@@ -840,7 +840,7 @@ def test_dump_copies_whole_compacted_files_byte_for_byte(tmp_path: Path) -> None
     manifests = [json.loads(p.read_text()) for p in (tmp_path / "dump").rglob("*-manifest.json")
                  if p.name != "job-manifest.json"]
     assert manifests and all(m.get("copied") for m in manifests)
-    data = {f.filename: table.objects.get(f.filename) for f in table.files()}
+    data = {f.filename: table._handle.objects.get(f.filename) for f in table.files()}
     dumped = [p.read_bytes() for p in (tmp_path / "dump").rglob("*-data.parquet")]
     assert sorted(dumped) == sorted(data.values())  # the very same bytes
     copy = store.load(job.manifest_uri, "copy")

@@ -156,9 +156,9 @@ class Harness:
         expected = self.expected if expected is None else expected
         fresh = self.s3.open_direct().table(name)
         head = fresh.version
-        present = {o.key for o in fresh.objects.list("data/")}
+        present = {o.key for o in fresh._handle.objects.list("data/")}
         missing: dict[int, list[str]] = {}
-        for v in range(max(from_version, fresh.states.earliest_version()), head + 1):
+        for v in range(max(from_version, fresh._handle.states.earliest_version()), head + 1):
             gone = [r.filename for r in fresh.files(version=v) if r.filename not in present]
             if gone:
                 missing[v] = gone
@@ -454,7 +454,7 @@ def test_dump(h: Harness, target: str) -> None:
     assert rule.fired == 1
     fresh = h.s3.open_direct().table(h.name)
     left = [t.name for t in fresh.tags()]
-    locked = fresh.objects.exists("dumps/lock.json")
+    locked = fresh._handle.objects.exists("dumps/lock.json")
     assert not left and not locked, (
         f"after the dump {'failed: ' + repr(error) if error else 'succeeded'}, the table "
         f"still holds dump tags {left} / its dump lock ({locked}): the dump's own write "
@@ -505,7 +505,7 @@ def test_create_table(proxied_s3: ProxiedS3, target: str) -> None:
         assert "new" not in direct.tables(), (
             f"create_table failed ({error}) but the catalog names the table: "
             f"version {direct.table('new').version}, "
-            f"{len(list(direct.table('new').objects.list('')))} objects in its folder")
+            f"{len(list(direct.table('new')._handle.objects.list('')))} objects in its folder")
         store.create_table("new", SCHEMA, properties=PROPERTIES)
     t = store.table("new")
     t.ingest(batch(1))

@@ -226,7 +226,7 @@ def test_parquet_files_are_sorted_zstd_with_statistics(tmp_path: Path) -> None:
     refs = table.files()
     assert len(refs) == 2 and sum(r.records for r in refs) == total
     for ref in refs:
-        pf = pq.ParquetFile(table.objects.path(ref.filename))
+        pf = pq.ParquetFile(table._handle.objects.path(ref.filename))
         md = pf.metadata
         assert md.num_rows == ref.records
         sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
@@ -249,7 +249,7 @@ def test_parquet_files_are_sorted_zstd_with_statistics(tmp_path: Path) -> None:
                 assert stats.min == min(values, key=order_key_one)
                 assert stats.max == max(values, key=order_key_one)
         # the sidecar sample: every k-th row key of the file, counts summing to its rows
-        sample = pq.read_table(table.objects.path(sample_name(ref.filename)))
+        sample = pq.read_table(table._handle.objects.path(sample_name(ref.filename)))
         assert sample.column_names == ["key", "k2", COUNT]
         counts = sample.column(COUNT).to_pylist()
         assert sum(counts) == ref.records
@@ -270,7 +270,7 @@ def order_key_one(v: Any) -> Any:
 def test_compression_property(tmp_path: Path, codec: str, expected: str) -> None:
     table, _ = _ingested_table(tmp_path, **{"parquet.compression": codec})
     for ref in table.files():
-        md = pq.ParquetFile(table.objects.path(ref.filename)).metadata
+        md = pq.ParquetFile(table._handle.objects.path(ref.filename)).metadata
         assert {md.row_group(0).column(c).compression for c in range(4)} == {expected}
 
 

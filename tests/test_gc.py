@@ -38,7 +38,7 @@ def ingest(table: sd.Table, ref: Reference, n: int, seed: int) -> None:
 
 def stored(table: sd.Table) -> set[str]:
     """Objects under data/ (not S3 folder markers, which pyarrow's writer leaves)."""
-    return {o.key for o in table.objects.list("data/") if not o.key.endswith("/")}
+    return {o.key for o in table._handle.objects.list("data/") if not o.key.endswith("/")}
 
 
 def assert_referenced_files_exist(table: sd.Table) -> None:
@@ -53,8 +53,8 @@ def write_orphan(table: sd.Table, seed: int = 0) -> str:
     """A data file + sample written like a job's output, never committed."""
     data = rows(20, seed).sort_by([("key", "ascending"), ("timestamp", "ascending")])
     name = new_data_filename("root")
-    write_sorted_file(table.objects, name, SCHEMA, table.properties, [data])
-    pending.release(table.objects, [name])  # its writer is gone: nothing holds it any more
+    write_sorted_file(table._handle.objects, name, SCHEMA, table.properties, [data])
+    pending.release(table._handle.objects, [name])  # its writer is gone: nothing holds it any more
     return name
 
 
@@ -82,19 +82,19 @@ def test_unreferenced_files_deleted_after_delay(store_uri: tuple[str, dict[str, 
     assert r == GcResult(0, 0, r.seconds) and not r.did_work
     assert set(inputs) <= stored(table)
     version = table.version
-    assert gc(table, now=time.time() + 901).deleted == 0  # within the clock-skew margin
-    r = gc(table, now=time.time() + 1201)
+    assert gc(table._handle, now=time.time() + 901).deleted == 0  # within the clock-skew margin
+    r = gc(table._handle, now=time.time() + 1201)
     assert r.deleted == 3 and r.orphans_deleted == 0
     keys = stored(table)
     for f in inputs:
         assert not set(with_sidecars([f])) & keys
     assert keys == set(with_sidecars([out]))
     assert table.state().unreferenced == {}
-    (txn,) = [e.transaction for e in table.states.log.read_after(version)]
+    (txn,) = [e.transaction for e in table._handle.states.log.read_after(version)]
     assert isinstance(txn, DeleteFiles) and sorted(txn.filenames) == sorted(inputs)
     assert table.history()[-1].kind == "delete_files"
     assert_matches(table.query(), ref)
-    assert not gc(table, now=time.time() + 1201).did_work
+    assert not gc(table._handle, now=time.time() + 1201).did_work
 
 
 def test_younger_unreferenced_files_are_kept(tmp_path: Path) -> None:
@@ -113,13 +113,13 @@ def test_younger_unreferenced_files_are_kept(tmp_path: Path) -> None:
     assert len(second) == 2
     t1, t2 = max(first.values()), min(second.values())
     assert t2 > t1
-    r = gc(table, now=t1 + 100 + (t2 - t1) / 2)
+    r = gc(table._handle, now=t1 + 100 + (t2 - t1) / 2)
     assert r.deleted == 2
     keys = stored(table)
     assert not set(first) & keys
     assert set(with_sidecars(second)) <= keys
     assert set(table.state().unreferenced) == set(second)
-    assert gc(table, now=t2 + 100).deleted == 2
+    assert gc(table._handle, now=t2 + 100).deleted == 2
     assert_matches(table.query(), ref)
     assert_referenced_files_exist(table)
 
@@ -130,7 +130,7 @@ def test_retention_keeps_files_past_the_gc_delay(tmp_path: Path) -> None:
                                                       "retention.seconds": 1000})
     assert table.gc().deleted == 0
     assert set(inputs) <= stored(table)
-    assert gc(table, now=time.time() + 1001).deleted == 3
+    assert gc(table._handle, now=time.time() + 1001).deleted == 3
     assert_matches(table.query(), ref)
 
 
@@ -139,10 +139,10 @@ def test_racing_collectors_record_each_deletion_once(tmp_path: Path) -> None:
                                                       "gc.clock_skew_seconds": 0})
     tables = [sd.Store.open(str(tmp_path)).table(table.name) for _ in range(2)]
     for t in tables:
-        t.states.head()
+        t._handle.states.head()
     results: list[GcResult] = run_together(tables, lambda t: t.gc())
     assert sum(r.deleted for r in results) == 3
-    deletes = [e.transaction for e in table.states.log.read_after(0)
+    deletes = [e.transaction for e in table._handle.states.log.read_after(0)
                if isinstance(e.transaction, DeleteFiles)]
     assert sorted(f for d in deletes for f in d.filenames) == sorted(inputs)
     assert not set(inputs) & stored(table)
@@ -159,7 +159,7 @@ def test_orphans_deleted_after_timeout(store_uri: tuple[str, dict[str, Any]]) ->
     assert set(with_sidecars([orphan])) <= stored(table)
     assert table.gc().orphans_deleted == 0  # younger than the default hour
     assert orphan in stored(table)
-    r = gc(table, now=time.time() + 3601)
+    r = gc(table._handle, now=time.time() + 3601)
     assert r.orphans_deleted == 1 and r.deleted == 0
     keys = stored(table)
     assert not set(with_sidecars([orphan])) & keys
@@ -175,12 +175,12 @@ def test_young_orphans_kept_old_ones_deleted(tmp_path: Path) -> None:
     ingest(table, ref, 100, 1)
     old, young = write_orphan(table, 1), write_orphan(table, 2)
     stray_sample = sample_name(new_data_filename("root"))  # a sample whose data never landed
-    table.objects.put(stray_sample, b"x")
+    table._handle.objects.put(stray_sample, b"x")
     stray_filter = keys_name(new_data_filename("root"))
-    table.objects.put(stray_filter, b"x")
+    table._handle.objects.put(stray_filter, b"x")
     past = time.time() - 3601
     for key in (*with_sidecars([old]), stray_sample, stray_filter):
-        os.utime(table.objects.path(key), (past, past))
+        os.utime(table._handle.objects.path(key), (past, past))
     r = table.gc()
     assert r.orphans_deleted == 1
     keys = stored(table)
@@ -197,11 +197,11 @@ def test_gc_events(tmp_path: Path) -> None:
                                                "gc.clock_skew_seconds": 0})
     write_orphan(table)
     table.gc(orphan_timeout=0)
-    (ev,) = list(table.status.events("gc"))
+    (ev,) = list(table._handle.status.events("gc"))
     assert ev.status == "finished"
     assert ev.details["deleted"] == 3 and ev.details["orphans_deleted"] == 1
     table.gc()  # nothing to do: no event
-    assert len(list(table.status.events("gc"))) == 1
+    assert len(list(table._handle.status.events("gc"))) == 1
 
 
 # ---- referenced files are never deleted -------------------------------------------------------

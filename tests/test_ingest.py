@@ -33,7 +33,7 @@ def new_table(root: Path | str, schema: sd.Schema = SCHEMA, **kwargs: Any) -> sd
 
 
 def data_objects(table: sd.Table) -> list[str]:
-    return sorted(o.key for o in table.objects.list("data/"))
+    return sorted(o.key for o in table._handle.objects.list("data/"))
 
 
 def sample_rows(n: int, seed: int = 0) -> pa.Table:
@@ -122,7 +122,7 @@ def test_ingest_result_fields(tmp_path: Path) -> None:
     assert result.rows_per_second > 0
     touched = {f.partition_id for f in table.files()}
     assert result.files == len(touched) == 3
-    sizes = {o.key: o.size for o in table.objects.list("data/")}
+    sizes = {o.key: o.size for o in table._handle.objects.list("data/")}
     data_files = [k for k in sizes if k.endswith(".parquet") and not k.endswith(".sample.parquet")]
     assert len(data_files) == result.files
     assert result.bytes == sum(sizes[k] for k in data_files) > 0
@@ -292,7 +292,7 @@ def test_ingest_past_memory_limit_spills_and_stays_exact(
         want.sort_values(cols).reset_index(drop=True).astype(object))
     # each data file is sorted with row groups of exactly parquet.row_group_rows rows
     for name in {r.filename for r in refs}:
-        md = pq.ParquetFile(table.objects.path(name)).metadata
+        md = pq.ParquetFile(table._handle.objects.path(name)).metadata
         sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
         assert all(s == 4096 for s in sizes[:-1]) and 0 < sizes[-1] <= 4096
 

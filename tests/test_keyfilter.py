@@ -185,7 +185,7 @@ def test_lookups_equal_with_and_without_filters(store_uri: tuple[str, dict[str, 
                       "value": list(range(300))})
     table.ingest(extra)
     ref.add(extra)
-    listed = {o.key for o in table.objects.list("data/")}
+    listed = {o.key for o in table._handle.objects.list("data/")}
     with_filters = [f.filename for f in table.files() if keys_name(f.filename) in listed]
     assert len(with_filters) == 5 and len(table.files()) == 6
     for k in rng.sample(keys, 20) + extra.column("key").to_pylist()[:10] + ["nope"]:
@@ -241,7 +241,7 @@ def test_temporal_keys_use_filters(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_damaged_sidecar_is_named(tmp_path: Path) -> None:
     table, _, keys = many_files_table(str(tmp_path / "s"), files=2)
     f = table.files()[0].filename
-    table.objects.put(keys_name(f), b"garbage that is long enough to be read")
+    table._handle.objects.put(keys_name(f), b"garbage that is long enough to be read")
     fresh = sd.Store.open(str(tmp_path / "s")).table(table.name)
     with pytest.raises(CorruptMetadataError, match=keys_name(f).rsplit("/", 1)[-1]):
         fresh.query(keys=[keys[0]])
@@ -252,7 +252,7 @@ def test_loaded_files_get_key_filters(tmp_path: Path, monkeypatch: pytest.Monkey
     table.compact()  # some files merged by a job, some as ingested: both kinds are dumped
     job = table.dump(str(tmp_path / "dumps"))
     loaded = table.store.load(job.manifest_uri, "copy")
-    listed = {o.key for o in loaded.objects.list("data/")}
+    listed = {o.key for o in loaded._handle.objects.list("data/")}
     assert all(keys_name(f.filename) in listed for f in loaded.files())
     wanted = random.Random(3).sample(keys, 40)
     loaded.query(keys=[wanted[0]])

@@ -64,7 +64,7 @@ def test_a_slow_writer_never_loses_files_to_the_collector(
             time.sleep(0.1)
         for i in range(3):
             data = pa.Table.from_batches(list(generate(3000, seed=i, batch_rows=3000)))
-            staged = stage_batches(table, table.states.head(),
+            staged = stage_batches(table._handle, table._handle.states.head(),
                                    (("input", b) for b in data.to_batches()))
             assert len(staged.written) == 3  # one file per leaf, written, not committed
             seen = _gc_passes(log)
@@ -72,12 +72,12 @@ def test_a_slow_writer_never_loses_files_to_the_collector(
                 assert time.monotonic() < deadline + 60, "the collector stopped reporting"
                 time.sleep(0.1)
             for w in staged.written:
-                assert table.objects.exists(w.filename), f"{w.filename} was collected"
-            result = commit_staged(table, staged, time.perf_counter())
+                assert table._handle.objects.exists(w.filename), f"{w.filename} was collected"
+            result = commit_staged(table._handle, staged, time.perf_counter())
             ref.add(data)
             assert result.rows == 3000
             for f in table.state().refcount:  # success implies every file present
-                assert table.objects.exists(f), f
+                assert table._handle.objects.exists(f), f
     finally:
         proc.terminate()
         proc.wait(30)

@@ -103,7 +103,7 @@ def test_failing_job_is_reported_and_not_rerun_every_tick(tmp_path: Path) -> Non
     for i in range(2):
         table.ingest(rows(50, seed=i))
     victim = table.files()[0].filename
-    table.objects.put(victim, b"not parquet")  # the job over it fails every time
+    table._handle.objects.put(victim, b"not parquet")  # the job over it fails every time
     m = Maintainer(lambda: [table], tick_seconds=0.01, gc_every=3600)
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:
@@ -113,9 +113,9 @@ def test_failing_job_is_reported_and_not_rerun_every_tick(tmp_path: Path) -> Non
     m.close()
     (row,) = rep
     assert row["failed"] == 1 and row["jobs"] == 0 and int(row["passes"]) > 10
-    started = [e for e in table.status.events("compaction") if e.status == "started"]
+    started = [e for e in table._handle.status.events("compaction") if e.status == "started"]
     assert len(started) == 1  # not started again within the job timeout
-    (failed,) = [e for e in table.status.events("compaction") if e.status == "failed"]
+    (failed,) = [e for e in table._handle.status.events("compaction") if e.status == "failed"]
     assert victim.rsplit("/", 1)[-1] in failed.details["reason"]
 
 
@@ -128,7 +128,7 @@ def test_unsplittable_leaf_reported_once(tmp_path: Path) -> None:
     for _ in range(20):
         m.tick()
     m.close()
-    events = [e for e in table.status.events("split") if e.status == "unsplittable"]
+    events = [e for e in table._handle.status.events("split") if e.status == "unsplittable"]
     assert len(events) == 1
     assert len(table.state().leaf_partitions()) == 1
 
@@ -149,7 +149,7 @@ def test_offline_tables_only_collect_garbage(tmp_path: Path) -> None:
     m.tick()
     m.close()
     assert len(table.files()) == files  # no compaction
-    listed = {o.key for o in table.objects.list("data/")}
+    listed = {o.key for o in table._handle.objects.list("data/")}
     assert not set(with_sidecars(old)) & listed  # but GC ran
 
 

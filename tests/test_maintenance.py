@@ -17,7 +17,7 @@ from helpers import make_table, rows
 from reference import Reference, assert_matches, order_key, random_range
 from sediment.core.model import Region
 from sediment.files.writer import with_sidecars
-from sediment.maintenance.passes import MaintenanceResult, maintain, maintain_pass, maintain_store
+from sediment.maintenance.passes import MaintenanceResult, maintain, maintain_pass
 from sediment.workload import benchmark_schema
 
 SCHEMA = benchmark_schema()
@@ -72,7 +72,7 @@ def check_settled(table: sd.Table, ref: Reference, rng: random.Random) -> None:
 def check_storage(table: sd.Table) -> None:
     """After GC with no delay: storage holds exactly the referenced files and samples."""
     referenced = set(table.state().refcount)
-    keys = {o.key for o in table.objects.list("data/") if not o.key.endswith("/")}
+    keys = {o.key for o in table._handle.objects.list("data/") if not o.key.endswith("/")}
     assert keys == set(with_sidecars(referenced))
 
 
@@ -106,7 +106,7 @@ def test_random_operation_sequences_settle(tmp_path: Path, seed: int) -> None:
         elif op == "gc":
             table.gc(orphan_timeout=0)
         else:
-            maintain_pass(table, orphan_timeout=0)
+            maintain_pass(table._handle, orphan_timeout=0)
         assert_matches(table.query(), ref)
     result = table.maintain(orphan_timeout=0)
     assert isinstance(result, MaintenanceResult)
@@ -163,7 +163,7 @@ def test_maintain_reports_each_pass(tmp_path: Path) -> None:
         table.ingest(data)
         ref.add(data)
     passes: list[tuple[int, int, int, int]] = []
-    result = maintain(table, on_pass=lambda n, s, c, g: passes.append(
+    result = maintain(table._handle, on_pass=lambda n, s, c, g: passes.append(
         (n, s.splits, c.jobs_committed, g.deleted)))
     assert [p[0] for p in passes] == list(range(1, result.passes + 1))
     assert result.splits == sum(p[1] for p in passes) >= 2
@@ -173,7 +173,7 @@ def test_maintain_reports_each_pass(tmp_path: Path) -> None:
     check_settled(table, ref, random.Random(1))
     limited = make_table(tmp_path, **{"partition.split.threshold": 100})
     limited.ingest(rows(1000, 9))
-    assert maintain(limited, max_passes=1).passes == 1
+    assert maintain(limited._handle, max_passes=1).passes == 1
 
 
 def test_maintain_store_covers_every_table(tmp_path: Path) -> None:
@@ -188,11 +188,11 @@ def test_maintain_store_covers_every_table(tmp_path: Path) -> None:
             refs[t.name].add(data)
     off.set_online(False)
     store = sd.Store.open(str(tmp_path))
-    results = maintain_store(store)
+    results = store.maintain()
     assert set(results) == {"a", "b", "off"}
     assert results["a"].jobs_committed == results["b"].jobs_committed == 1
     assert results["off"].jobs_committed == 0 and len(off.files()) == 2
-    only = maintain_store(store, table="a")
+    only = store.maintain(table="a")
     assert set(only) == {"a"} and only["a"].jobs_committed == 0
     for t in (a, b, off):
         assert_matches(t.query(), refs[t.name])
@@ -206,22 +206,22 @@ def test_events_and_job_rows_for_every_kind(tmp_path: Path) -> None:
     for i in range(2):
         table.ingest(rows(200, i))
     table.maintain()
-    kinds = {e.kind for e in table.status.events()}
+    kinds = {e.kind for e in table._handle.status.events()}
     assert {"ingest", "compaction", "split", "gc"} <= kinds
-    ingest_events = list(table.status.events("ingest"))
+    ingest_events = list(table._handle.status.events("ingest"))
     assert [e.status for e in ingest_events] == ["committed", "committed"]
     assert [e.details["rows"] for e in ingest_events] == [200, 200]
     assert all(e.details["files"] == 1 for e in ingest_events)
-    times = [e.time for e in table.status.events()]
+    times = [e.time for e in table._handle.status.events()]
     assert times == sorted(times)
-    jobs = table.status.jobs("compaction")
+    jobs = table._handle.status.jobs("compaction")
     assert jobs and all(j["status"] == "committed" for j in jobs)
     for j in jobs:
-        evs = [e.status for e in table.status.events("compaction") if e.job_id == j["job_id"]]
+        evs = [e.status for e in table.events("compaction") if e.job_id == j["job_id"]]
         assert evs == ["created", "started", "finished", "committed"]
         assert j["rows_in"] >= j["rows_out"] > 0 and j["inputs"] >= 2
-    every = table.status.jobs()
+    every = table._handle.status.jobs()
     assert {r["kind"] for r in every} == kinds
     assert all({"kind", "job_id", "status", "created", "updated"} <= set(r) for r in every)
-    later = list(table.status.events(since=times[-1] + 1))
+    later = list(table._handle.status.events(since=times[-1] + 1))
     assert later == []

@@ -291,7 +291,7 @@ _PRUNER = textwrap.dedent("""
     versions.OBJECT_GRACE_SECONDS = float(object_grace)
     table = sd.Store.open(path).table(name)
     while not os.path.exists(stop):
-        r = versions.prune(table.states, 0.0, now=time.time() + 3600)  # clock an hour ahead
+        r = versions.prune(table._handle.states, 0.0, now=time.time() + 3600)  # clock an hour ahead
         print(json.dumps({"logs": r.log_entries, "snapshots": r.snapshots,
                           "objects": r.objects, "base": r.base,
                           "unusable": list(r.unusable_snapshots)}), flush=True)
@@ -317,7 +317,7 @@ def test_long_lived_writer_against_a_pruning_process(tmp_path: Path, memo_ttl: f
     if "gc.clock_skew_seconds" in PROPERTIES:
         props["gc.clock_skew_seconds"] = 0
     table = sd.Store.open(path).create_table("events", SCHEMA, properties=props)
-    table.states._known_digests = DigestMemo(memo_ttl)  # type: ignore[assignment]
+    table._handle.states._known_digests = DigestMemo(memo_ttl)  # type: ignore[assignment]
     stop = tmp_path / "stop"
     errors = tmp_path / "pruner.err"  # a file, not a pipe: its warnings must never block it
     with open(errors, "w") as err:

@@ -49,17 +49,17 @@ def test_gc_property_defaults() -> None:
 def test_gc_batch_size_sets_deletions_per_transaction_and_request(tmp_path: Path) -> None:
     table, inputs = unreferenced_table(tmp_path, 7, **{"gc.batch_size": 3})
     requests: list[list[str]] = []
-    real = table.objects.delete_many
+    real = table._handle.objects.delete_many
 
     def spy(keys: Any) -> None:
         keys = list(keys)
         requests.append(keys)
         real(keys)
 
-    table.objects.delete_many = spy  # type: ignore[method-assign]
+    table._handle.objects.delete_many = spy  # type: ignore[method-assign]
     version = table.version
-    assert gc(table, now=time.time() + 1201).deleted == 7
-    txns = [e.transaction for e in table.states.log.read_after(version)]
+    assert gc(table._handle, now=time.time() + 1201).deleted == 7
+    txns = [e.transaction for e in table._handle.states.log.read_after(version)]
     assert all(isinstance(t, DeleteFiles) for t in txns)
     assert [len(t.filenames) for t in txns] == [3, 3, 1]
     assert sorted(f for t in txns for f in t.filenames) == sorted(inputs)
@@ -71,12 +71,12 @@ def test_gc_max_files_per_run_leaves_the_rest_for_the_next_pass(tmp_path: Path) 
     table, inputs = unreferenced_table(tmp_path, 5, **{"gc.max_files_per_run": 2,
                                                        "gc.batch_size": 1})
     later = time.time() + 1201
-    assert gc(table, now=later).deleted == 2
+    assert gc(table._handle, now=later).deleted == 2
     assert len(table.state().unreferenced) == 3
-    assert gc(table, now=later).deleted == 2
-    assert gc(table, now=later).deleted == 1
+    assert gc(table._handle, now=later).deleted == 2
+    assert gc(table._handle, now=later).deleted == 1
     assert table.state().unreferenced == {}
-    assert not gc(table, now=later).did_work
+    assert not gc(table._handle, now=later).did_work
 
 
 def test_gc_takes_the_oldest_unreferenced_first(tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ def test_gc_takes_the_oldest_unreferenced_first(tmp_path: Path) -> None:
     for i in range(2):
         table.ingest(rows(10, 100 + i))
     assert table.compact().jobs_committed == 1
-    assert gc(table, now=time.time() + 1201).deleted == 2
+    assert gc(table._handle, now=time.time() + 1201).deleted == 2
     assert set(table.state().unreferenced).isdisjoint(first)
     assert len(table.state().unreferenced) == 2
 
@@ -120,8 +120,8 @@ def test_clear_removes_every_record_in_one_transaction(tmp_path: Path) -> None:
     new.add(data)
     assert_matches(table.query(), new)
     # the old files are collected after the delay, in batches
-    assert gc(table).deleted == 0
-    assert gc(table, now=time.time() + 1201).deleted == len(files)
+    assert gc(table._handle).deleted == 0
+    assert gc(table._handle, now=time.time() + 1201).deleted == len(files)
     assert_matches(table.query(), new)
 
 
@@ -148,11 +148,11 @@ def test_clear_drops_created_jobs_and_their_commit_fails(tmp_path: Path) -> None
                                     "compaction.batch_size": 2})
     for i in range(2):
         table.ingest(rows(10, i))
-    (job,) = create_jobs(table)
+    (job,) = create_jobs(table._handle)
     assert table.state().jobs
     table.clear()
     assert table.state().jobs == {}
-    result = run_job(table, table.state(), job)
+    result = run_job(table._handle, table.state(), job)
     assert not result.committed
     assert table.query().num_rows == 0
 
@@ -234,7 +234,7 @@ def test_full_compaction_of_a_shared_file_gives_each_leaf_its_own(tmp_path: Path
     assert not any(f.approximate for f in files)
     assert sum(f.records for f in files) == 300
     assert shared in table.state().unreferenced
-    assert gc(table, now=time.time() + 1201).deleted == 1
+    assert gc(table._handle, now=time.time() + 1201).deleted == 1
     assert_matches(table.query(), ref)
 
 

@@ -180,7 +180,7 @@ def test_estimated_references_do_not_split_a_leaf(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"partition.split.threshold": 999})
     table.ingest(int_rows(list(range(1000))))
     assert table.split().splits == 1
-    push_down_references(table)  # the root's file is now referenced, estimated, by both leaves
+    push_down_references(table._handle)  # the root file: referenced, estimated, by both leaves
     refs = table.files()
     assert len(refs) == 2 and all(r.approximate and r.records == 500 for r in refs)
     table.set_properties({"partition.split.threshold": 400})
@@ -322,11 +322,12 @@ def test_empty_transactions_commit_nothing(tmp_path: Path) -> None:
     history = len(table.history())
     for txn in (AddFiles([]), DeleteFiles([]), AssignJobIds([]), SplitFileReferences([])):
         assert txn.is_empty()
-        state = table.states.commit(txn)
+        state = table._handle.states.commit(txn)
         assert state.version == v, txn
-        assert table.states.commit(lambda head, t=txn: t).version == v  # built from the head
+        # built from the head
+        assert table._handle.states.commit(lambda head, t=txn: t).version == v
     assert table.version == v and len(table.history()) == history
-    assert list(table.states.log.read_after(v)) == []
+    assert list(table._handle.states.log.read_after(v)) == []
     # a reopened table reads the same head
     again = sd.Store.open(str(tmp_path)).table(table.name)
     assert again.version == v
@@ -348,7 +349,7 @@ def test_job_rows_in_counts_records_inside_its_partition(tmp_path: Path) -> None
     assert result.rows_in == 2000  # 1000 per leaf, not the 1000-record files read whole
     assert result.rows_out == 1800
     assert result.rows_in - result.rows_out == 200
-    per_job = [e.details for e in table.status.events("compaction") if e.status == "finished"]
+    per_job = [e.details for e in table.events("compaction") if e.status == "finished"]
     assert sorted((d["rows_in"], d["rows_out"]) for d in per_job) == [(1000, 800), (1000, 1000)]
     assert table.query().num_rows == 1800
 

@@ -191,7 +191,7 @@ def test_leaf_of_one_row_key_is_unsplittable(store_uri: tuple[str, dict[str, Any
     r = table.split()
     assert r.splits == 0 and r.unsplittable == (ROOT_PARTITION_ID,) and not r.did_work
     assert len(table.partitions()) == 1 and table.version == version
-    events = list(table.status.events("split"))
+    events = list(table._handle.status.events("split"))
     assert [e.status for e in events] == ["unsplittable"]
     assert events[0].details["records"] == 200 and events[0].details["reason"]
     # maintain settles rather than looping
@@ -226,14 +226,14 @@ def test_split_is_conditional_on_still_being_a_leaf(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"partition.split.threshold": 100})
     table.ingest(rows(500, seed=3))
     other = sd.Store.open(str(tmp_path)).table(table.name)
-    other.states.head()  # its cached head still shows the root as a leaf
-    table.states.commit(SplitPartition(ROOT_PARTITION_ID, ("m",), "l1", "r1"))
+    other._handle.states.head()  # its cached head still shows the root as a leaf
+    table._handle.states.commit(SplitPartition(ROOT_PARTITION_ID, ("m",), "l1", "r1"))
     with pytest.raises(TransactionInvalidError, match="no longer a leaf"):
-        other.states.commit(SplitPartition(ROOT_PARTITION_ID, ("g",), "l2", "r2"))
+        other._handle.states.commit(SplitPartition(ROOT_PARTITION_ID, ("g",), "l2", "r2"))
     assert {p.id for p in table.partitions()} == {ROOT_PARTITION_ID, "l1", "r1"}
     # a planned decision that lost the race is not applied either
-    state = other.states.head()
-    assert plan_splits(state, other.properties, other.samples.sample) == []
+    state = other._handle.states.head()
+    assert plan_splits(state, other.properties, other._handle.samples.sample) == []
 
 
 def test_concurrent_splits_of_one_leaf(tmp_path: Path) -> None:
@@ -253,13 +253,13 @@ def test_split_events(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"partition.split.threshold": 100})
     table.ingest(rows(400, seed=6))
     table.split()
-    (ev,) = list(table.status.events("split"))
+    (ev,) = list(table._handle.status.events("split"))
     assert ev.status == "committed" and ev.partition_id == ROOT_PARTITION_ID
     kids = set(table.state().partitions[ROOT_PARTITION_ID].children)
     assert {ev.details["left"], ev.details["right"]} == kids
     assert tuple(ev.details["split_key"]) == table.state().partitions[ROOT_PARTITION_ID] \
         .split_key
-    rows_ = table.status.jobs("split")
+    rows_ = table._handle.status.jobs("split")
     assert len(rows_) == 1 and rows_[0]["status"] == "committed"
 
 

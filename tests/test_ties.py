@@ -89,8 +89,8 @@ def log_only_copy(root: Path, dest: Path) -> sd.Store:
 
 # ---- file sequences in the state ------------------------------------------------------------
 def _state() -> TableState:
+    from sediment.core.state import build_partition_tree
     from sediment.core.transactions import InitialiseTable
-    from sediment.store import build_partition_tree
 
     st_ = TableState("t")
     _commit(st_, InitialiseTable(SCHEMA, {}, build_partition_tree(SCHEMA, [("m",)])))
@@ -267,7 +267,7 @@ def _run_scenario(tmp: Path, sc: dict[str, Any]) -> None:
                 (v, reader)
     assert answer(fresh, how, in_compaction=in_compaction) == want
     assert answer(log_only, how, in_compaction=in_compaction) == want
-    assert fresh.states.head() == log_only.states.head()  # sequences included
+    assert fresh._handle.states.head() == log_only._handle.states.head()  # sequences included
 
 
 def test_compaction_of_files_not_adjacent_in_commit_order(tmp_path: Path) -> None:
@@ -284,10 +284,10 @@ def test_compaction_of_files_not_adjacent_in_commit_order(tmp_path: Path) -> Non
     from sediment.compaction.strategy import CompactionJob
     from sediment.core.transactions import AssignJobIds, JobAssignment
 
-    table.states.commit(AssignJobIds([JobAssignment("j", first.partition_id,
+    table._handle.states.commit(AssignJobIds([JobAssignment("j", first.partition_id,
                                                     [first.filename, third.filename])]))
-    state = table.states.head()
-    result = run_job(table, state, CompactionJob("j", first.partition_id,
+    state = table._handle.states.head()
+    result = run_job(table._handle, state, CompactionJob("j", first.partition_id,
                                                  tuple(state.job_inputs("j"))))
     assert result.committed
     assert len(table.files()) == 2
@@ -411,7 +411,7 @@ def test_compaction_merge_needs_no_sort(tmp_path: Path) -> None:
     table.ingest(records(3, [("a", 0)]))
     refs = table.files()
     assert sorted(r.sequenced for r in refs) == [False, True]
-    inputs = [_Input(table.objects.path(r.filename), r.sequence, r.sequenced) for r in refs]
+    inputs = [_Input(table._handle.objects.path(r.filename), r.sequence, r.sequenced) for r in refs]
     for region in (None, Region(("a",), ("b",))):
         plan = str(_merge_frame(inputs, SCHEMA, 1024, 64 << 20, region)
                    .execution_plan().display_indent())

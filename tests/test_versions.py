@@ -74,7 +74,7 @@ def actual_diff(d: Any) -> dict[str, Any]:
 
 
 def keys_of(table: sd.Table) -> set[str]:
-    return {o.key for o in table.objects.list("") if not o.key.endswith("/")}
+    return {o.key for o in table._handle.objects.list("") if not o.key.endswith("/")}
 
 
 # ---- history and time travel -----------------------------------------------------------------
@@ -221,7 +221,7 @@ def test_diff_cost_proportional_to_change(tmp_path: Path, monkeypatch: pytest.Mo
     ref = Reference(SCHEMA)
     ingest(table, ref, 3000, 1)
     ingest(table, ref, 3000, 2)
-    snaps = [o.key for o in table.objects.list(SNAPSHOT_PREFIX)]
+    snaps = [o.key for o in table._handle.objects.list(SNAPSHOT_PREFIX)]
     assert len(snaps) == table.version  # a snapshot at every version
     v = ingest(table, ref, 40, 3, prefix="qa")  # one leaf: [q, qm)
     d = table.diff(v - 1, v)
@@ -318,7 +318,7 @@ def test_gc_never_deletes_files_a_tag_needs(store_uri: tuple[str, dict[str, Any]
     assert all(f in stored and sample_name(f) in stored for f in inputs)
     assert_matches(table.query(version="keep"), ref)
     # a later far-future GC still keeps them: tags protect for ever
-    assert gc(table, now=time.time() + 10 * 86400).deleted == 0
+    assert gc(table._handle, now=time.time() + 10 * 86400).deleted == 0
     assert_matches(table.query(version="keep"), ref)
     # restore of the tag works since its files exist
     table.restore("keep")
@@ -342,12 +342,12 @@ def test_retention_keeps_files_of_recent_versions(tmp_path: Path) -> None:
         v = ingest(table, ref, 100, i)
     assert table.compact().jobs_committed == 1
     assert table.gc().deleted == 0
-    assert gc(table, now=time.time() + 1800).deleted == 0  # still inside the window
+    assert gc(table._handle, now=time.time() + 1800).deleted == 0  # still inside the window
     assert_matches(table.query(version=v), ref)
     table.restore(v)  # possible: the files are kept
     assert_matches(table.query(), ref)
     table.compact()
-    assert gc(table, now=time.time() + 7200).deleted >= 3  # past the window
+    assert gc(table._handle, now=time.time() + 7200).deleted >= 3  # past the window
     assert_matches(table.query(), ref)
 
 
@@ -364,7 +364,7 @@ def test_prune_below_oldest_tag_and_retained_version(tmp_path: Path,
     r = table.prune()
     # the oldest needed version is the tag's (5): the snapshot at 3 becomes the base
     assert (r.log_entries, r.snapshots) == (3, 0)
-    assert table.states.earliest_version() == 3
+    assert table._handle.states.earliest_version() == 3
     assert [h.version for h in table.history()][0] == 4
     assert [h.version for h in table.history()][-1] == head
     with pytest.raises(QueryError, match="oldest readable version is 3"):
@@ -389,7 +389,7 @@ def test_prune_below_oldest_tag_and_retained_version(tmp_path: Path,
     assert_matches(table.query(version=6), ref.upto(5))
     assert table.history()[0].version == 7
     assert table.prune().log_entries == 0  # the head's log entry always stays
-    logs = [o.key for o in table.objects.list(LOG_PREFIX)]
+    logs = [o.key for o in table._handle.objects.list(LOG_PREFIX)]
     assert logs and logs[-1].endswith(f"{head:020d}.json")
     # the table carries on committing and reading after pruning
     v = ingest(table, ref, 30, 99)
@@ -428,7 +428,7 @@ def test_tag_deleted_while_listing_and_corrupt_tag_objects(tmp_path: Path,
     ingest(table, ref, 50, 1)
     table.tag("a")
     table.tag("b")
-    objects = table.states.objects
+    objects = table._handle.states.objects
     real_get = objects.get
 
     def racing_get(key: str) -> bytes:

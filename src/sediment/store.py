@@ -19,10 +19,10 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from sediment.core.model import FileReference, Partition, Region
-from sediment.core.state import ROOT_PARTITION_ID
+from sediment.core.model import FileReference
+from sediment.core.state import build_partition_tree
 from sediment.core.transactions import AddFiles, InitialiseTable
 from sediment.errors import (
     CatalogError,
@@ -38,11 +38,18 @@ from sediment.schema import Schema
 from sediment.state.documents import json_object
 from sediment.state.log import FORMAT_VERSION, check_format
 from sediment.state.store import DROPPED_MARKER, StateStore
-from sediment.storage import ObjectStore, open_object_store
+from sediment.storage import (
+    ObjectStore,
+    open_object_store,
+    open_object_store_beside,
+    spec_options,
+)
 from sediment.storage.clock import object_store_time
 from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
+    from sediment.handle import TableHandle
+    from sediment.maintenance.passes import MaintenanceResult
     from sediment.table import Table
 
 log = logging.getLogger(__name__)
@@ -79,34 +86,6 @@ def validate_table_name(name: object) -> str:
     return name
 
 
-def build_partition_tree(schema: Schema, split_points: Sequence[Any] | None) -> list[Partition]:
-    """A balanced partition tree whose leaves are cut at the given split points."""
-    keys = [schema.check_row_key(k, what="split point") for k in (split_points or [])]
-    for a, b in zip(keys, keys[1:], strict=False):
-        if not a < b:
-            raise SchemaError(f"split points must be strictly increasing: {a!r} >= {b!r}")
-    out: list[Partition] = []
-
-    def build(pid: str, parent: str | None, region: Region, cuts: list[tuple[Any, ...]]) -> None:
-        if not cuts:
-            out.append(Partition(pid, parent, region))
-            return
-        mid = len(cuts) // 2
-        key = cuts[mid]
-        left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
-        out.append(Partition(pid, parent, region, (left, right), key))
-        build(left, pid, Region(region.min, key), cuts[:mid])
-        build(right, pid, Region(key, region.max), cuts[mid + 1 :])
-
-    build(ROOT_PARTITION_ID, None, Region(), keys)
-    return out
-
-
-def _storage_options(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The storage options of a :meth:`Store.spec` (all but its URI)."""
-    return {k: v for k, v in spec.items() if k != "uri"}
-
-
 class Store:
     """A Sediment store: ``Store.open("./data")``, ``Store.open("s3://bucket/prefix")``."""
 
@@ -126,13 +105,12 @@ class Store:
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> Store:
         """The store a :meth:`spec` describes (opened in another process: a Spark task)."""
-        return cls.open(str(spec["uri"]), **_storage_options(spec))
+        return cls.open(str(spec["uri"]), **spec_options(spec))
 
     def object_store_at(self, root: str) -> ObjectStore:
         """An object store at ``root`` (a dump's folder): on S3 with this store's storage
         options (endpoint, region, credentials), elsewhere with none."""
-        opts = _storage_options(self.spec()) if root.startswith("s3://") else {}
-        return open_object_store(root, **opts)
+        return open_object_store_beside(root, self.spec())
 
     @property
     def uri(self) -> str:
@@ -187,7 +165,7 @@ class Store:
 
     def create_table(self, name: str, schema: Schema, *, split_points: Sequence[Any] | None = None,
                      properties: Mapping[str, Any] | None = None,
-                     initial_files: Callable[[Table], tuple[list[FileReference], list[str]]]
+                     initial_files: Callable[[TableHandle], tuple[list[FileReference], list[str]]]
                      | None = None) -> Table:
         """Create a table (one partition, or a tree cut at ``split_points``).
 
@@ -210,7 +188,7 @@ class Store:
         states.commit(InitialiseTable(schema, props, partitions))
         if initial_files is not None:
             try:
-                refs, _ = initial_files(Table(self, name, table_id, states))
+                refs, _ = initial_files(Table(self, name, table_id, states)._handle)
                 states.commit(AddFiles(refs))
             except BaseException:
                 self._delete_prefix(f"tables/{table_id}/")
@@ -322,12 +300,32 @@ class Store:
     def _delete_prefix(self, prefix: str) -> None:
         self.objects.delete_many(o.key for o in self.objects.list(prefix))
 
+    def maintain(self, *, table: str | None = None, runner: Literal["local", "spark"] = "local",
+                 orphan_timeout: float | None = None) -> dict[str, MaintenanceResult]:
+        """Maintain one table or every table of the store (``Table.maintain``); a whole-store
+        pass also removes the folders of tables no catalog entry names
+        (:meth:`collect_unnamed_tables`, with ``orphan_timeout`` as its timeout when given)."""
+        names = [table] if table else self.tables()
+        out = {n: self.table(n).maintain(runner=runner, orphan_timeout=orphan_timeout)
+               for n in names}
+        if not table:
+            self.collect_unnamed_tables(timeout=orphan_timeout)
+        return out
+
     def load(self, job_manifest_uri: str, table_name: str) -> Table:
         """Bulk load a dump (``<root>/<job>/job-manifest.json``) into a new or existing table,
-        after verifying every checksum and range; one transaction."""
-        from sediment.dump.load import load_dump
+        after verifying every checksum and range; one transaction. A new table is created
+        with the dump's partition boundaries and appears whole or not at all."""
+        from sediment.dump.load import copy_and_reference, load_into, open_dump
 
-        return load_dump(self, job_manifest_uri, table_name)
+        dump = open_dump(job_manifest_uri, self.object_store_at)
+        try:
+            table = self.table(table_name)
+        except TableNotFoundError:
+            return self.create_table(table_name, dump.schema, split_points=dump.boundaries,
+                                     initial_files=lambda h: copy_and_reference(dump, h))
+        load_into(table._handle, dump)
+        return table
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"

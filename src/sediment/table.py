@@ -1,8 +1,12 @@
-"""Table: one Sediment table, its state at any version, and the operations on it."""
+"""Table: one Sediment table, its state at any version, and the operations on it.
+
+A façade: every operation is a service (ingest, compaction, maintenance, dump, query
+preparation) given the table's :class:`~sediment.handle.TableHandle`, never the ``Table``
+itself, so the services do not depend on this module.
+"""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -12,9 +16,8 @@ from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import ClearTable, ReinitialiseTable, SetOnline, SetProperties
 from sediment.errors import PropertyError
-from sediment.iterators.base import RecordIterator
+from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, defaults, validate_properties
-from sediment.query.prepare import ExecutorCache
 from sediment.schema import Schema
 from sediment.state.log import HistoryEntry
 from sediment.state.store import StateStore
@@ -23,7 +26,6 @@ if TYPE_CHECKING:
     from sediment.compaction.runner import CompactionResult
     from sediment.core.ranges import Range
     from sediment.dump import DumpJob
-    from sediment.files.samples_io import SampleReader
     from sediment.ingest import IngestResult
     from sediment.maintenance.gc import GcResult
     from sediment.maintenance.passes import MaintenanceResult
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from sediment.query.planner import QueryPlan
     from sediment.query.prepare import PreparedQuery
     from sediment.state.versions import Diff, PruneResult, Tag
-    from sediment.status import StatusStore
+    from sediment.status import Event
     from sediment.store import Store
 
 
@@ -42,24 +44,16 @@ class Table:
         self.store = store
         self.name = name
         self.table_id = table_id
-        self.states = states
-        self.objects = states.objects
-        self._executors = ExecutorCache(self.objects)
+        self._handle = TableHandle(name, table_id, states, store.spec)
 
     # ---- state ---------------------------------------------------------------------------
     def state(self, version: int | str | None = None) -> TableState:
         """The table state at ``version`` (a number or a tag; latest when None)."""
-        return self.states.load(self.resolve_version(version))
+        return self._handle.state(version)
 
     def resolve_version(self, version: int | str | None) -> int | None:
         """A version number from a number, a tag name, or None (latest)."""
-        if version is None or isinstance(version, int):
-            return version
-        if isinstance(version, str) and version.isdigit():
-            return int(version)
-        from sediment.state.versions import get_tag
-
-        return get_tag(self.states, str(version)).version
+        return self._handle.resolve_version(version)
 
     # ---- versions -------------------------------------------------------------------------
     def tag(self, name: str, version: int | None = None) -> Tag:
@@ -67,23 +61,23 @@ class Table:
         from sediment.state.versions import create_tag
 
         v = self.version if version is None else int(version)
-        self.states.load(v)  # raises QueryError for an unknown or pruned version
-        return create_tag(self.states, name, v)
+        self._handle.states.load(v)  # raises QueryError for an unknown or pruned version
+        return create_tag(self._handle.states, name, v)
 
     def tags(self) -> list[Tag]:
         from sediment.state.versions import list_tags
 
-        return list_tags(self.states)
+        return list_tags(self._handle.states)
 
     def tag_version(self, name: str) -> int:
         from sediment.state.versions import get_tag
 
-        return get_tag(self.states, name).version
+        return get_tag(self._handle.states, name).version
 
     def delete_tag(self, name: str) -> None:
         from sediment.state.versions import delete_tag
 
-        delete_tag(self.states, name)
+        delete_tag(self._handle.states, name)
 
     def diff(self, v1: int | str, v2: int | str | None = None) -> Diff:
         """Files, partitions and records that changed from ``v1`` to ``v2`` (default: latest)."""
@@ -92,7 +86,7 @@ class Table:
         a = self.resolve_version(v1)
         b = self.resolve_version(v2) if v2 is not None else self.version
         assert a is not None and b is not None
-        return diff(self.states, a, b)
+        return diff(self._handle.states, a, b)
 
     def restore(self, version: int | str) -> int:
         """Make the content what it was at ``version``, as a new transaction; returns it.
@@ -105,8 +99,8 @@ class Table:
         assert v is not None
         if v == self.version:
             return v
-        old = self.states.load(v)
-        return self.states.commit(lambda head: plan_restore(head, old)).version
+        old = self._handle.states.load(v)
+        return self._handle.states.commit(lambda head: plan_restore(head, old)).version
 
     def dump(self, root: str, *, range: Range | None = None,  # noqa: A002 (public API name)
              version: int | str | None = None, runner: Literal["local", "spark"] = "local",
@@ -115,30 +109,35 @@ class Table:
         manifest files per task plus a job manifest; resumes an interrupted dump to ``root``."""
         from sediment.dump import dump_table
 
-        return dump_table(self, root, range=range, version=version, runner=runner,
+        return dump_table(self._handle, root, range=range, version=version, runner=runner,
                           progress=progress)
+
+    def abandon_dump(self) -> None:
+        """Remove the lock (and the version tag) of an interrupted dump job, so that another
+        dump may start; nothing is done when no dump holds the lock."""
+        from sediment.dump.dump import abandon_dump
+
+        abandon_dump(self._handle)
 
     def prune(self) -> PruneResult:
         """Delete log entries and snapshots no tag or retained version needs."""
         from sediment.state.versions import prune
 
-        return prune(self.states, float(self.properties["retention.seconds"]))
+        return prune(self._handle.states, float(self.properties["retention.seconds"]))
 
     @property
     def version(self) -> int:
         """The latest committed version."""
-        return self.states.head().version
+        return self._handle.version
 
     @property
     def schema(self) -> Schema:
-        s = self.states.head(refresh=False).schema
-        assert s is not None
-        return s
+        return self._handle.schema
 
     @property
     def properties(self) -> dict[str, Any]:
         """Every property with its effective value (defaults included)."""
-        return {**defaults(), **self.states.head().properties}
+        return self._handle.properties
 
     def set_properties(self, updates: Mapping[str, Any] | None = None, *,
                        remove: Sequence[str] = ()) -> int:
@@ -149,38 +148,38 @@ class Table:
                 raise PropertyError(f"table {self.name}: unknown property {name!r}")
         validate_properties(updates, context=f"table {self.name}")  # errors name the table,
         # not its id (the transaction validates again against the head it follows)
-        return self.states.commit(SetProperties(updates, tuple(remove))).version
+        return self._handle.states.commit(SetProperties(updates, tuple(remove))).version
 
     @property
     def online(self) -> bool:
-        return self.states.head().online
+        return self._handle.states.head().online
 
     def set_online(self, online: bool) -> int:
         """Bring the table online or take it offline (maintenance skips offline tables)."""
-        return self.states.commit(SetOnline(online)).version
+        return self._handle.states.commit(SetOnline(online)).version
 
     def clear(self) -> int:
         """Remove every record in one transaction; returns the new version. Schema, properties
         and partitions are kept. The files become unreferenced: older versions (time travel,
         tags, ``restore``) still read them until the collector deletes them after
         ``gc.delay_seconds``. Clearing an empty table commits nothing."""
-        head = self.states.head()
+        head = self._handle.states.head()
         if head.reference_count() == 0 and not head.jobs:
             return head.version
-        return self.states.commit(ClearTable()).version
+        return self._handle.states.commit(ClearTable()).version
 
     def reinitialise(self, split_points: Sequence[Any] | None = None) -> int:
         """Give a table that holds no records a new partition tree cut at ``split_points``
         (none: a single root partition); returns the new version. A table with records is
         refused (TransactionInvalidError): clear it first. Schema and properties are kept."""
-        from sediment.store import build_partition_tree
+        from sediment.core.state import build_partition_tree
 
         partitions = build_partition_tree(self.schema, split_points)
-        return self.states.commit(ReinitialiseTable(partitions)).version
+        return self._handle.states.commit(ReinitialiseTable(partitions)).version
 
     def history(self) -> list[HistoryEntry]:
         """Every committed transaction: version, time, kind and a one-line summary."""
-        return self.states.history()
+        return self._handle.states.history()
 
     def partitions(self, version: int | None = None) -> list[Partition]:
         """The partition tree, parents before children."""
@@ -199,7 +198,7 @@ class Table:
         return {
             "name": self.name,
             "table_id": self.table_id,
-            "uri": self.objects.uri,
+            "uri": self._handle.objects.uri,
             "version": st.version,
             "online": st.online,
             "schema": {k: v for k, v in (st.schema.to_json() if st.schema else {}).items()
@@ -213,28 +212,18 @@ class Table:
             "unreferenced_files": len(st.unreferenced),
         }
 
+    # ---- reports -----------------------------------------------------------------------------
+    def jobs(self, kind: str | None = "compaction") -> list[dict[str, Any]]:
+        """Jobs of ``kind`` (compaction, split, gc, ingest, dump; None: all) from their
+        events: id, partition, status, inputs, rows in and out, seconds, as plain data (the
+        CLI's ``report jobs``)."""
+        return self._handle.status.jobs(kind)
+
+    def events(self, kind: str | None = None, *, since: float | None = None) -> list[Event]:
+        """Job and task events, oldest first (the CLI's ``report tasks``)."""
+        return list(self._handle.status.events(kind, since=since))
+
     # ---- maintenance -----------------------------------------------------------------------
-    @functools.cached_property
-    def samples(self) -> SampleReader:
-        """Reader (with cache) of the sidecar samples of this table's data files."""
-        from sediment.files.samples_io import SampleReader
-
-        return SampleReader(self.objects)
-
-    @functools.cached_property
-    def status(self) -> StatusStore:
-        """Job and task events of this table (for reports)."""
-        from sediment.status import StatusStore
-
-        return StatusStore(self.objects)
-
-    def compaction_iterators(self) -> list[RecordIterator]:
-        from sediment.iterators import iterators_from_property
-
-        return iterators_from_property(str(self.properties["compaction.iterators"]),
-                                       self.schema,
-                                       where=f"table {self.name} property compaction.iterators")
-
     def compact(self, *, full: bool = False,
                 runner: Literal["local", "spark"] = "local") -> CompactionResult:
         """One compaction pass: push references down, create jobs, run them in parallel
@@ -246,14 +235,14 @@ class Table:
         if runner == "spark":
             from sediment.spark.runner import run_jobs_on_spark
 
-            return compact(self, runner=run_jobs_on_spark, full=full)
-        return compact(self, full=full)
+            return compact(self._handle, runner=run_jobs_on_spark, full=full)
+        return compact(self._handle, full=full)
 
     def split(self) -> SplitResult:
         """Split every leaf partition over ``partition.split.threshold`` at its median."""
         from sediment.maintenance.splitting import split
 
-        return split(self)
+        return split(self._handle)
 
     def gc(self, *, orphan_timeout: float | None = None) -> GcResult:
         """Delete unreferenced files past the GC delay and orphans past the orphan timeout
@@ -261,7 +250,7 @@ class Table:
         only where no writer could be slower, as in tests)."""
         from sediment.maintenance.gc import gc
 
-        return gc(self, orphan_timeout=orphan_timeout)
+        return gc(self._handle, orphan_timeout=orphan_timeout)
 
     def maintain(self, *, runner: Literal["local", "spark"] = "local",
                  orphan_timeout: float | None = None) -> MaintenanceResult:
@@ -272,8 +261,8 @@ class Table:
         if runner == "spark":
             from sediment.spark.runner import run_jobs_on_spark
 
-            return maintain(self, runner=run_jobs_on_spark, orphan_timeout=orphan_timeout)
-        return maintain(self, orphan_timeout=orphan_timeout)
+            return maintain(self._handle, runner=run_jobs_on_spark, orphan_timeout=orphan_timeout)
+        return maintain(self._handle, orphan_timeout=orphan_timeout)
 
     # ---- ingest ----------------------------------------------------------------------------
     def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None
@@ -282,14 +271,14 @@ class Table:
         iterable of them) in one transaction."""
         from sediment.ingest import ingest
 
-        return ingest(self, data, progress=progress)
+        return ingest(self._handle, data, progress=progress)
 
     def ingest_files(self, paths: Sequence[str] | str, *,
                      progress: Callable[[int], None] | None = None) -> IngestResult:
         """Ingest Parquet, CSV or JSON-lines files (local or S3; globs) in one transaction."""
         from sediment.ingest import ingest_files
 
-        return ingest_files(self, paths, progress=progress)
+        return ingest_files(self._handle, paths, progress=progress)
 
     # ---- queries ---------------------------------------------------------------------------
     def _query_state(self, version: int | str | None) -> TableState:
@@ -297,7 +286,7 @@ class Table:
         (its own commits at once, others' within ``state.cache.refresh_seconds``)."""
         if version is not None:
             return self.state(version)
-        return self.states.cached_head()
+        return self._handle.states.cached_head()
 
     def prepare(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
                 columns: Sequence[str] | None = None, version: int | str | None = None,
@@ -308,7 +297,7 @@ class Table:
         from sediment.query.prepare import prepare_query
 
         state = self._query_state(version)
-        return prepare_query(state, self._executors.get(state), self.name, keys=keys,
+        return prepare_query(state, self._handle.executors.get(state), self.name, keys=keys,
                              ranges=ranges, columns=columns, iterators=iterators)
 
     def query(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,

@@ -188,7 +188,7 @@ def test_corrupt_data_file_in_the_table(store: sd.Store, table: sd.Table, damage
     """Bit rot in a committed file: reads name the file; its compaction job fails and
     commits nothing; the table keeps the file's reference and every other file."""
     ref = table.files()[0]
-    path = Path(table.objects.path(ref.filename))
+    path = Path(table._handle.objects.path(ref.filename))
     data = path.read_bytes()
     if damage == "truncated":
         data = data[: len(data) // 2]
@@ -221,7 +221,7 @@ def _region_bounds(table: sd.Table, pid: str) -> tuple[Any, Any]:
 
 def test_missing_data_file_in_the_table(store: sd.Store, table: sd.Table) -> None:
     ref = table.files()[0]
-    Path(table.objects.path(ref.filename)).unlink()
+    Path(table._handle.objects.path(ref.filename)).unlink()
     with pytest.raises(ObjectNotFoundError, match=ref.filename):
         table.query()
 
@@ -409,7 +409,7 @@ def test_log_entry_from_a_newer_format(store: sd.Store, table: sd.Table) -> None
     nxt = table.version + 1
     doc = {"format": FORMAT_VERSION + 1, "table_id": table.table_id, "version": nxt,
            "time": 0.0, "writer": "future", "kind": "hyperdrive", "transaction": {}}
-    table.objects.put(log_key(nxt), json.dumps(doc).encode())
+    table._handle.objects.put(log_key(nxt), json.dumps(doc).encode())
     for action in (lambda t: t.query(), lambda t: t.ingest(good()), lambda t: t.compact(),
                    lambda t: t.set_properties({"gc.delay_seconds": 1}), lambda t: t.version,
                    lambda t: t.history(), lambda t: t.gc()):
@@ -437,7 +437,7 @@ def test_catalog_entry_from_a_newer_format(store: sd.Store, table: sd.Table) -> 
 
 def test_corrupt_log_entry(store: sd.Store, table: sd.Table) -> None:
     nxt = table.version + 1
-    table.objects.put(log_key(nxt), b"{not json")
+    table._handle.objects.put(log_key(nxt), b"{not json")
     with leaves_store_as_it_was_raw(store), \
             pytest.raises(CorruptMetadataError, match=rf"log entry {nxt} .*not valid JSON"):
         sd.Store.open(store.uri).table(w.TABLE).query()
@@ -460,14 +460,14 @@ def test_damaged_sample_sidecar(store: sd.Store, table: sd.Table, damage: str) -
     ref = table.files()[0]
     sample = ref.filename[: -len(".parquet")] + ".sample.parquet"
     if damage == "missing":
-        table.objects.delete_many([sample])
+        table._handle.objects.delete_many([sample])
     else:
-        table.objects.put(sample, b"garbage")
+        table._handle.objects.put(sample, b"garbage")
     before = w.digest(table.query().column("value").to_pylist())
     result = table.split()
     assert result.unsplittable == (ref.partition_id,)
     assert result.splits >= 1
-    events = [e for e in table.status.events() if e.status == "unsplittable"]
+    events = [e for e in table._handle.status.events() if e.status == "unsplittable"]
     assert any("cannot read a sample" in json.dumps(e.to_json()) and sample in
                json.dumps(e.to_json()) for e in events), "the reason names the sample"
     table.maintain()
@@ -485,7 +485,7 @@ def test_maintain_loop_survives_a_table_it_cannot_read(store: sd.Store, table: s
     nxt = table.version + 1
     doc = {"format": FORMAT_VERSION + 1, "table_id": table.table_id, "version": nxt,
            "time": 0.0, "writer": "future", "kind": "hyperdrive", "transaction": {}}
-    table.objects.put(log_key(nxt), json.dumps(doc).encode())
+    table._handle.objects.put(log_key(nxt), json.dumps(doc).encode())
     cli = [sys.executable, "-m", "sediment.cli", "maintain", "--store", store.uri, "--json"]
     loop = subprocess.run([*cli, "--loop", "--max-loops", "2", "--interval", "0"],
                           capture_output=True, text=True, env=w.worker_env(), timeout=120)

@@ -133,7 +133,7 @@ class Harness:
         self.committed_batches += n
         self.assert_content(table)
         lo = table.state()
-        missing = [f for f in lo.refcount if not table.objects.exists(f)]
+        missing = [f for f in lo.refcount if not table._handle.objects.exists(f)]
         assert not missing, f"after a kill, referenced files are missing: {missing}"
         return table
 
@@ -272,13 +272,13 @@ def check_dump_resume(h: Harness) -> None:
     and loads back whole; the lock and the version tag are gone afterwards."""
     table = sd.Store.open(h.uri, **h.options).table(w.TABLE)
     try:
-        held = json.loads(table.objects.get(dump_module.LOCK_KEY))
+        held = json.loads(table._handle.objects.get(dump_module.LOCK_KEY))
     except sd.SedimentError:
         held = None  # killed between two dumps
     root = held["root"] if held is not None else str(h.tmp / "dumps" / f"fresh-{h.kills}")
     job = table.dump(root)
     assert held is None or job.job_id == held["job_id"], "the interrupted job was not resumed"
-    assert not table.objects.exists(dump_module.LOCK_KEY)
+    assert not table._handle.objects.exists(dump_module.LOCK_KEY)
     assert not [t for t in table.tags() if t.name.startswith("dump-")]
     name = f"reloaded-{h.kills}"
     loaded = h.store.load(job.manifest_uri, name)

@@ -67,7 +67,7 @@ class FaultyRun(tcp.Run):
         unclaimed = [v for v, k in kinds.items() if k == "add_files" and v not in versions]
         assert not unclaimed, f"AddFiles at versions {unclaimed} acknowledged by no writer"
         checker = w.QueryChecker(commits)
-        present = {o.key for o in table.objects.list("data/")}
+        present = {o.key for o in table._handle.objects.list("data/")}
         for e in history:  # every version readable, with the right content
             missing = [r.filename for r in table.files(version=e.version)
                        if r.filename not in present]

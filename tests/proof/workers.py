@@ -173,16 +173,16 @@ def random_range(rng: random.Random) -> tuple[str | None, str | None]:
 # ---- table state checks ---------------------------------------------------------------------
 def data_objects(table: sd.Table) -> set[str]:
     """Data files (not samples, not folder markers) under the table's ``data/``."""
-    return {o.key for o in table.objects.list("data/")
+    return {o.key for o in table._handle.objects.list("data/")
             if o.key.endswith(".parquet") and not o.key.endswith(".sample.parquet")}
 
 
 def sample_objects(table: sd.Table) -> set[str]:
-    return {o.key for o in table.objects.list("data/") if o.key.endswith(".sample.parquet")}
+    return {o.key for o in table._handle.objects.list("data/") if o.key.endswith(".sample.parquet")}
 
 
 def filter_objects(table: sd.Table) -> set[str]:
-    return {o.key for o in table.objects.list("data/") if o.key.endswith(".keys")}
+    return {o.key for o in table._handle.objects.list("data/") if o.key.endswith(".keys")}
 
 
 def collect_later(table: sd.Table) -> None:
@@ -190,7 +190,7 @@ def collect_later(table: sd.Table) -> None:
     every leftover is past the orphan timeout, so nothing but referenced files remains."""
     from sediment.maintenance.gc import gc
 
-    gc(table, now=time.time() + 2 * 3600)
+    gc(table._handle, now=time.time() + 2 * 3600)
 
 
 def leftovers(table: sd.Table) -> dict[str, list[str]]:
@@ -202,7 +202,7 @@ def leftovers(table: sd.Table) -> dict[str, list[str]]:
     known = set(state.refcount) | set(state.unreferenced)
     temporaries: list[str] = []
     if table.store.uri.startswith("file://"):  # temp files of puts a kill interrupted
-        folder = Path(table.objects.path("log")).parent
+        folder = Path(table._handle.objects.path("log")).parent
         temporaries = sorted(str(p.relative_to(folder)) for p in folder.rglob(".tmp-*"))
     return {
         "temporaries": temporaries,
@@ -344,7 +344,7 @@ def crash_worker(args: dict[str, Any]) -> None:
     if args.get("kill_after_delete"):
         _install_delete_kill_point(int(args["kill_after_delete"]))
     table = open_table(args)
-    table.states.head()
+    table._handle.states.head()
     op = args["op"]
     Path(args["ready"]).touch()
     go = Path(args["go"])

@@ -91,11 +91,11 @@ def leaves(table: sd.Table) -> list[Any]:
 def assert_files_in_their_regions(table: sd.Table) -> None:
     """Every data file's keys lie inside the region of each partition referencing it."""
     parts = {p.id: p for p in table.partitions()}
-    fs, _ = table.objects.arrow_filesystem()
+    fs, _ = table._handle.objects.arrow_filesystem()
     refs = table.files()
     assert refs, "the table has no files"
     for ref in refs:
-        keys = pq.read_table(table.objects.path(ref.filename), columns=["key"],
+        keys = pq.read_table(table._handle.objects.path(ref.filename), columns=["key"],
                              filesystem=fs).column("key").to_pylist()
         assert keys, f"{ref.filename} is empty"
         region = parts[ref.partition_id].region

@@ -105,7 +105,7 @@ def _table(store: sd.Store, **props: Any) -> sd.Table:
 
 
 def _no_leftovers(table: sd.Table) -> None:
-    assert list(table.objects.list(batcher.CLAIMED)) == []
+    assert list(table._handle.objects.list(batcher.CLAIMED)) == []
     assert batcher.pending(table) == []
 
 
@@ -223,7 +223,7 @@ def test_crash_before_commit_requeues(tmp_path: Path, monkeypatch: pytest.Monkey
     assert [o.state for o in result.recovered] == ["requeued"]
     assert [o.state for o in result.jobs] == ["committed"]  # ingested again, once
     for f in job["files"]:  # the dead job's files were deleted
-        assert not table.objects.exists(f)
+        assert not table._handle.objects.exists(f)
     _no_leftovers(table)
     assert_same_rows(table.query(), frame)
 
@@ -285,10 +285,10 @@ def test_a_request_is_claimed_by_one_job_only(tmp_path: Path) -> None:
     table = _table(store)
     _one_request(tmp_path, table)
     reqs = batcher.pending(table)
-    assert batcher._claim(table, "job-a", reqs) == reqs
-    assert batcher._claim(table, "job-b", reqs) == []
-    batcher._release(table, "job-a")  # job-a finished: the request is gone for good
-    assert batcher._claim(table, "job-b", reqs) == []
+    assert batcher._claim(table._handle, "job-a", reqs) == reqs
+    assert batcher._claim(table._handle, "job-b", reqs) == []
+    batcher._release(table._handle, "job-a")  # job-a finished: the request is gone for good
+    assert batcher._claim(table._handle, "job-b", reqs) == []
     assert batcher.pending(table) == []
 
 

@@ -40,7 +40,7 @@ def test_compaction_on_spark_commits_jobs(spark: Any, store_uri: Any) -> None:
     kinds = [h.kind for h in table.history() if h.version > before]
     assert kinds.count("replace_file_references") == 3
     assert len(table.files()) == len(leaves(table)) == 3
-    events = [e.status for e in table.status.events("compaction") if e.status != "created"]
+    events = [e.status for e in table._handle.status.events("compaction") if e.status != "created"]
     assert sorted(events) == ["committed"] * 3 + ["finished"] * 3 + ["started"] * 3
     assert_files_in_their_regions(table)
     out = table.query()

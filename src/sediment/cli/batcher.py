@@ -18,7 +18,6 @@ from sediment.cli.output import (
     make_table,
     open_table,
 )
-from sediment.table import Table
 
 batcher_app = typer.Typer(
     name="batcher",
@@ -29,13 +28,6 @@ batcher_app = typer.Typer(
 )
 
 TableArg = Annotated[str, typer.Argument(metavar="TABLE", help="Table name.")]
-
-
-def _handle(table: Table) -> Any:
-    """What the batcher functions take: the table's handle. Table has no public accessor
-    for it (nor batcher methods) yet, so this reaches for it; a Table from before the
-    handle refactor is passed as it is."""
-    return getattr(table, "_handle", table)
 
 
 def _size(n: int | None) -> str:
@@ -62,7 +54,7 @@ def submit_cmd(
     from sediment.ingest import batcher
 
     table = open_table(store, name)
-    requests = batcher.submit(_handle(table), files)
+    requests = batcher.submit(table, files)
     data: dict[str, Any] = {"table": name, "submitted": [r.to_json() for r in requests],
             "files": len(requests), "bytes": sum(r.size for r in requests)}
     emit(data, json_out, lambda d: f"table {name}: queued {d['files']} file(s), "
@@ -74,7 +66,7 @@ def status_cmd(name: TableArg, store: StoreOption = None, json_out: JsonOption =
     """Pending requests, the jobs a run would make now, running and recent jobs, failures."""
     from sediment.ingest import batcher
 
-    data = batcher.status(_handle(open_table(store, name)))
+    data = batcher.status(open_table(store, name))
     emit(data, json_out, _render_status)
 
 
@@ -129,7 +121,7 @@ def run_cmd(
     request is batcher.max_age_seconds old; with --now, every pending request runs."""
     from sediment.ingest import batcher
 
-    table = _handle(open_table(store, name))
+    table = open_table(store, name)
     started = time.perf_counter()
     session = None
     if spark or master:

@@ -345,8 +345,9 @@ def make_table(columns: Iterable[str], rows: Iterable[Iterable[Any]], *,
     for wide rows of numbers (maintenance reports) in an 80-column terminal.
     """
     numeric_set, no_wrap_set = set(numeric), set(no_wrap)
-    table = RichTable(title=title, title_justify="left", header_style="bold",
-                      **({"box": SIMPLE_HEAD, "pad_edge": False} if compact else {}))
+    table = RichTable(title=title, title_justify="left", header_style="bold")
+    if compact:
+        table.box, table.pad_edge = SIMPLE_HEAD, False
     for col in columns:
         table.add_column(col, justify="right" if col in numeric_set else "left",
                          overflow="fold", no_wrap=col in no_wrap_set)

@@ -107,13 +107,7 @@ def dump(name: TableArg, root: Annotated[str, typer.Argument(help="Destination f
     """Dump a key range at a version (resumes an interrupted dump to the same root)."""
     t = open_table(store, name)
     if abandon:
-        abandon_method = getattr(t, "abandon_dump", None)
-        if abandon_method is not None:
-            abandon_method()
-        else:  # no public Table method for this yet
-            from sediment.dump.dump import abandon_dump
-
-            abandon_dump(getattr(t, "_handle", t))
+        t.abandon_dump()
         emit({"table": name, "abandoned": True}, json_out, lambda d: "dump lock removed")
         return
     rng = parse_range(range_, t.schema) if range_ else None

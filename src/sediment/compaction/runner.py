@@ -36,9 +36,9 @@ from sediment.files.sample import estimate_count
 from sediment.state import pending
 
 if TYPE_CHECKING:
-    from sediment.table import Table
+    from sediment.handle import TableHandle
 
-JobRunner = Callable[["Table", TableState, Sequence[CompactionJob]], list["JobResult"]]
+JobRunner = Callable[["TableHandle", TableState, Sequence[CompactionJob]], list["JobResult"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +70,7 @@ class CompactionResult:
         return bool(self.references_pushed_down or self.jobs_created)
 
 
-def push_down_references(table: Table) -> int:
+def push_down_references(table: TableHandle) -> int:
     """Move references in non-leaf partitions one level down; returns how many moved."""
     schema = table.schema
     samples = table.samples
@@ -93,7 +93,7 @@ def push_down_references(table: Table) -> int:
     return moved
 
 
-def create_jobs(table: Table, *, full: bool = False) -> list[CompactionJob]:
+def create_jobs(table: TableHandle, *, full: bool = False) -> list[CompactionJob]:
     """Pick jobs with the table's strategy (``full``: every leaf into one file) and assign
     them in one transaction."""
     props = table.properties
@@ -119,13 +119,13 @@ def stale_jobs(state: TableState, timeout: float, *, exclude: set[str],
             if job_id not in exclude and now - at >= timeout]
 
 
-def record_job_started(table: Table, job: CompactionJob) -> None:
+def record_job_started(table: TableHandle, job: CompactionJob) -> None:
     """The ``started`` event of a job about to run (here or on a Spark executor)."""
     table.status.record("compaction", job.job_id, "started", partition_id=job.partition_id,
                         inputs=len(job.inputs), records_in=job.records)
 
 
-def commit_job(table: Table, job: CompactionJob, out: JobOutput | str, *,
+def commit_job(table: TableHandle, job: CompactionJob, out: JobOutput | str, *,
                adopt: bool = False) -> JobResult:
     """End a job that ran: record ``finished`` and commit its output (``committed``), or
     record ``failed`` when it did not run (``out`` is then the reason) or its commit no longer
@@ -164,7 +164,7 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def execute_job(table: Table, job: CompactionJob, region: Region) -> JobOutput | str:
+def execute_job(table: TableHandle, job: CompactionJob, region: Region) -> JobOutput | str:
     """Run one job (of the partition with ``region``) in this process: its output, or why it
     failed (a storage or data error: one bad job fails alone)."""
     try:
@@ -174,14 +174,14 @@ def execute_job(table: Table, job: CompactionJob, region: Region) -> JobOutput |
         return _reason(e)
 
 
-def run_job(table: Table, state: TableState, job: CompactionJob) -> JobResult:
+def run_job(table: TableHandle, state: TableState, job: CompactionJob) -> JobResult:
     """Run one job and commit it; records status events; never raises for a job failure."""
     record_job_started(table, job)
     region = state.partitions[job.partition_id].region
     return commit_job(table, job, execute_job(table, job, region))
 
 
-def run_jobs_locally(table: Table, state: TableState,
+def run_jobs_locally(table: TableHandle, state: TableState,
                      jobs: Sequence[CompactionJob]) -> list[JobResult]:
     threads = int(table.properties["compaction.threads"]) or (os.cpu_count() or 2)
     if len(jobs) <= 1 or threads == 1:
@@ -200,7 +200,7 @@ class DueJobs:
     references_pushed_down: int = 0
 
 
-def due_jobs(table: Table, *, exclude: Set[str] = frozenset(),
+def due_jobs(table: TableHandle, *, exclude: Set[str] = frozenset(),
              refresh: bool = True, full: bool = False) -> DueJobs:
     """The start of every pass (``compact``, the continuous maintainer): push references down,
     assign new jobs (each recorded ``created``; ``full``: a forced full compaction), and add
@@ -219,7 +219,7 @@ def due_jobs(table: Table, *, exclude: Set[str] = frozenset(),
     return DueJobs(state, jobs + stale, moved)
 
 
-def compact(table: Table, *, runner: JobRunner | None = None,
+def compact(table: TableHandle, *, runner: JobRunner | None = None,
             full: bool = False) -> CompactionResult:
     """One compaction pass over ``table`` (nothing for an offline table). ``full``: every
     leaf with more than one file, or with a file that spans other leaves too, is compacted

@@ -9,7 +9,8 @@ million references loads in a fraction of a second.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ import pyarrow.compute as pc
 
 from sediment.core.keys import Key
 from sediment.core.model import FileReference, Partition, Region
+from sediment.errors import SchemaError
 from sediment.schema import Schema
 
 ROOT_PARTITION_ID = "root"
@@ -333,3 +335,26 @@ def partition_runs(table: pa.Table) -> list[tuple[str, int, int]]:
     starts = [0, *(pc.indices_nonzero(change).to_numpy() + 1).tolist()]
     ends = [*starts[1:], len(pids)]
     return [(pids[s].as_py(), s, e) for s, e in zip(starts, ends, strict=True)]
+
+
+def build_partition_tree(schema: Schema, split_points: Sequence[Any] | None) -> list[Partition]:
+    """A balanced partition tree whose leaves are cut at the given split points."""
+    keys = [schema.check_row_key(k, what="split point") for k in (split_points or [])]
+    for a, b in zip(keys, keys[1:], strict=False):
+        if not a < b:
+            raise SchemaError(f"split points must be strictly increasing: {a!r} >= {b!r}")
+    out: list[Partition] = []
+
+    def build(pid: str, parent: str | None, region: Region, cuts: list[tuple[Any, ...]]) -> None:
+        if not cuts:
+            out.append(Partition(pid, parent, region))
+            return
+        mid = len(cuts) // 2
+        key = cuts[mid]
+        left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
+        out.append(Partition(pid, parent, region, (left, right), key))
+        build(left, pid, Region(region.min, key), cuts[:mid])
+        build(right, pid, Region(key, region.max), cuts[mid + 1 :])
+
+    build(ROOT_PARTITION_ID, None, Region(), keys)
+    return out

@@ -43,11 +43,12 @@ from sediment.errors import JobError, ObjectNotFoundError, QueryError, SedimentE
 from sediment.files.sample import KeySampler
 from sediment.files.writer import sample_name
 from sediment.query.planner import SubQuery
+from sediment.state.versions import create_tag, delete_tag, list_tags
 from sediment.storage.base import ObjectStore
 from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
-    from sediment.table import Table
+    from sediment.handle import TableHandle
 
 LOCK_KEY = "dumps/lock.json"
 LOCK_TIMEOUT_SECONDS = 120.0
@@ -131,7 +132,7 @@ def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
     return manifest
 
 
-def run_dump_task(table: Table, dest: ObjectStore, job_id: str, version: int,
+def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: int,
                   task: DumpTask) -> list[str]:
     """Write one task's batches (clearing its folder first); returns its manifest paths."""
     folder = f"{job_id}/{task.task_id}"
@@ -142,7 +143,7 @@ def run_dump_task(table: Table, dest: ObjectStore, job_id: str, version: int,
     for anc in state.ancestors(leaf.id):
         refs.extend(state.references(anc.id).values())
     schema = table.schema
-    executor = table.prepare(version=version).executor  # the table's own, with its caches
+    executor = table.executors.get(state)  # the table's own, with its caches
     whole = _whole_file(table, executor, refs, task)
     if whole is not None:
         return [_copy_file(table, dest, f"{folder}/batch-00000", version, task, whole)]
@@ -172,7 +173,7 @@ def run_dump_task(table: Table, dest: ObjectStore, job_id: str, version: int,
     return paths
 
 
-def _whole_file(table: Table, executor: Any, refs: Sequence[FileReference],
+def _whole_file(table: TableHandle, executor: Any, refs: Sequence[FileReference],
                 task: DumpTask) -> FileReference | None:
     """The task's only file when it can be copied byte for byte: one exact reference, no
     compaction iterators, and every row strictly inside the task's range (judged on the
@@ -196,7 +197,7 @@ def _whole_file(table: Table, executor: Any, refs: Sequence[FileReference],
     return ref
 
 
-def _copy_file(table: Table, dest: ObjectStore, prefix: str, version: int, task: DumpTask,
+def _copy_file(table: TableHandle, dest: ObjectStore, prefix: str, version: int, task: DumpTask,
                ref: FileReference) -> str:
     """Dump a whole data file and its sample by copying their bytes (no re-encoding)."""
     files: list[dict[str, Any]] = []
@@ -235,7 +236,7 @@ def _task_done(dest: ObjectStore, job_id: str, task: DumpTask, version: int) -> 
     return manifests if last.get("final") else None
 
 
-def run_dump_task_retried(table: Table, dest: ObjectStore, job_id: str, version: int,
+def run_dump_task_retried(table: TableHandle, dest: ObjectStore, job_id: str, version: int,
                           task: DumpTask) -> tuple[str, list[str]]:
     """``(task id, manifest paths)`` of :func:`run_dump_task`, tried up to ``RETRIES`` times
     (each try clears the task's folder first); JobError when every try fails. Used by the
@@ -252,7 +253,7 @@ def run_dump_task_retried(table: Table, dest: ObjectStore, job_id: str, version:
 class _Lock:
     """The table's one-dump-at-a-time lock, with a heartbeat."""
 
-    def __init__(self, table: Table, root: str, rng: Range, version: int | None,
+    def __init__(self, table: TableHandle, root: str, rng: Range, version: int | None,
                  job_id: str | None = None) -> None:
         self.table = table
         self.doc: dict[str, Any] = {
@@ -295,20 +296,20 @@ class _Lock:
         self.table.objects.delete_many([LOCK_KEY])
 
 
-def abandon_dump(table: Table) -> None:
+def abandon_dump(table: TableHandle) -> None:
     """Remove the dump lock (and the version tag) of an interrupted job."""
     try:
         held = json.loads(table.objects.get(LOCK_KEY))
     except ObjectNotFoundError:
         return
     try:
-        table.delete_tag(f"dump-{held['job_id']}")
+        delete_tag(table.states, f"dump-{held['job_id']}")
     except QueryError:
         pass
     table.objects.delete_many([LOCK_KEY])
 
 
-def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: A002
+def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # noqa: A002
                version: int | str | None = None, threads: int = 0,
                progress: Callable[[int, int], None] | None = None,
                runner: str = "local") -> DumpJob:
@@ -326,15 +327,16 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
     tag = f"dump-{job_id}"
     try:
         # a resumed job may lack its tag (a crash before it was created)
-        if new or all(x.name != tag for x in table.tags()):
-            table.tag(tag, v)
+        if new or all(x.name != tag for x in list_tags(table.states)):
+            table.states.load(v)  # QueryError for an unknown or pruned version
+            create_tag(table.states, tag, v)
     except BaseException:
         if new:  # nothing written yet (e.g. an unknown version): free the table at once
             lock.release()
         else:
             lock.mark_stale()
         raise
-    dest = table.store.object_store_at(root)
+    dest = table.object_store_at(root)
     try:
         state = table.state(v)
         tasks = plan_dump_tasks(state, rng)
@@ -383,7 +385,7 @@ def dump_table(table: Table, root: str, *, range: Range | None = None,  # noqa: 
     except BaseException:
         lock.mark_stale()  # (``beat()`` would stamp the current time: fresh, not stale)
         raise
-    table.delete_tag(tag)
+    delete_tag(table.states, tag)
     lock.release()
     table.status.record("dump", job_id, "finished", rows=rows, bytes=size, tasks=len(tasks),
                         root=root, version=v)

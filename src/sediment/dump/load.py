@@ -14,6 +14,7 @@ byte, never rewritten) into the table's data folder and committed:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,6 @@ from sediment.errors import (
     CorruptMetadataError,
     ObjectNotFoundError,
     SchemaError,
-    TableNotFoundError,
 )
 from sediment.files.keys import range_mask, row_key, sort_indices
 from sediment.files.sequence import SEQ, SEQ_FIELD
@@ -40,8 +40,7 @@ from sediment.state import pending
 from sediment.storage.base import ObjectStore
 
 if TYPE_CHECKING:
-    from sediment.store import Store
-    from sediment.table import Table
+    from sediment.handle import TableHandle
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,35 +156,46 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
     return job, out
 
 
-def load_dump(store: Store, job_manifest_uri: str, table_name: str) -> Table:
-    """Verify the dump, then load it into ``table_name`` (created when it does not exist)."""
+@dataclass(frozen=True, slots=True)
+class VerifiedDump:
+    """A dump whose every checksum and range has been verified: where its files are read
+    from, the schema and partition boundaries it was dumped with, and its data files."""
+
+    source: ObjectStore
+    schema: Schema
+    boundaries: list[Any]
+    files: list[DumpedFile]
+
+
+def open_dump(job_manifest_uri: str, open_root: Callable[[str], ObjectStore]) -> VerifiedDump:
+    """Verify the dump of ``<root>/<job>/job-manifest.json`` (``open_root`` opens its root
+    the way the destination store reaches storage); nothing is written."""
     root, job_key = _split_uri(job_manifest_uri)
-    src = store.object_store_at(root)
+    src = open_root(root)
     job, files = verify_dump(src, job_key)
-    schema = Schema.from_json(job["schema"])
-    try:
-        table: Table | None = store.table(table_name)
-    except TableNotFoundError:
-        table = None
-    if table is not None and table.schema.to_arrow() != schema.to_arrow():
-        raise SchemaError(f"table {table_name}: schema differs from the dump's")
     boundaries = [range_from_json(t["range"]).start for t in job["tasks"][1:]]
-    if table is None:
-        return store.create_table(table_name, schema, split_points=boundaries,
-                                  initial_files=lambda t: _copy_and_reference(src, t, files))
-    refs, names = _copy_and_reference(src, table, files)
+    return VerifiedDump(src, Schema.from_json(job["schema"]), boundaries, files)
+
+
+def load_into(table: TableHandle, dump: VerifiedDump) -> None:
+    """Add a verified dump's files to an existing table of the same schema, in one
+    transaction (each file referenced from every leaf its range covers)."""
+    if table.schema.to_arrow() != dump.schema.to_arrow():
+        raise SchemaError(f"table {table.name}: schema differs from the dump's")
+    refs, names = copy_and_reference(dump, table)
     from sediment.core.transactions import AddFiles
 
     try:
         table.states.commit(AddFiles(refs))
     finally:  # committed: referenced now; failed or unknown: GC's orphan pass judges them
         pending.release(table.objects, names)
-    return table
 
 
-def _copy_and_reference(src: ObjectStore, table: Table, files: list[DumpedFile]
-                        ) -> tuple[list[FileReference], list[str]]:
-    """Copy files byte for byte into the table and build their references."""
+def copy_and_reference(dump: VerifiedDump, table: TableHandle
+                       ) -> tuple[list[FileReference], list[str]]:
+    """Copy a dump's files byte for byte into the table and build their references;
+    returns them and the names of the copies (registered as pending until committed)."""
+    src, files = dump.source, dump.files
     from sediment.files.sample import estimate_count
 
     state = table.states.head()

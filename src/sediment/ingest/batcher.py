@@ -63,6 +63,7 @@ import pyarrow.fs as pafs
 
 from sediment.core.transactions import AddFiles
 from sediment.errors import DataError, ObjectNotFoundError, SedimentError
+from sediment.handle import handle_of
 from sediment.ingest.sources import expand_paths, file_format
 from sediment.ingest.standard import StagedFiles, delete_staged, ingest_files
 from sediment.properties import defaults
@@ -70,7 +71,7 @@ from sediment.state.store import definitely_not_committed
 from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
-    from sediment.table import Table
+    from sediment.handle import TableHandle, TableLike
 
 SparkSession = Any
 """A ``pyspark.sql.SparkSession`` (only sediment.spark imports pyspark)."""
@@ -173,7 +174,7 @@ def _request_id(submitted: float) -> str:
     return f"{int(submitted * 1_000_000):020d}-{uuid.uuid4().hex[:12]}"
 
 
-def _read_json(table: Table, key: str) -> dict[str, Any] | None:
+def _read_json(table: TableHandle, key: str) -> dict[str, Any] | None:
     try:
         doc = json.loads(table.objects.get(key))
     except ObjectNotFoundError:
@@ -181,17 +182,18 @@ def _read_json(table: Table, key: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _put_json(table: Table, key: str, doc: Mapping[str, Any]) -> None:
+def _put_json(table: TableHandle, key: str, doc: Mapping[str, Any]) -> None:
     table.objects.put(key, json.dumps(doc, separators=(",", ":")).encode())
 
 
-def submit(table: Table, paths: Sequence[str] | str, *, now: float | None = None
+def submit(table: TableLike, paths: Sequence[str] | str, *, now: float | None = None
            ) -> list[Request]:
     """Record a request for every file named by ``paths`` (local or S3; globs expanded).
 
     Missing files, patterns matching nothing and unknown formats raise DataError before any
     request is recorded.
     """
+    table = handle_of(table)
     if isinstance(paths, str):
         paths = [paths]
     files = expand_paths(list(paths), table.objects)
@@ -211,7 +213,7 @@ def submit(table: Table, paths: Sequence[str] | str, *, now: float | None = None
     return out
 
 
-def _list_docs(table: Table, prefix: str) -> Iterator[dict[str, Any]]:
+def _list_docs(table: TableHandle, prefix: str) -> Iterator[dict[str, Any]]:
     for o in table.objects.list(prefix):
         if o.key.endswith(".json"):
             doc = _read_json(table, o.key)
@@ -219,19 +221,22 @@ def _list_docs(table: Table, prefix: str) -> Iterator[dict[str, Any]]:
                 yield doc
 
 
-def pending(table: Table) -> list[Request]:
+def pending(table: TableLike) -> list[Request]:
     """Requests waiting for a job, oldest first."""
+    table = handle_of(table)
     return sorted((Request.from_json(d) for d in _list_docs(table, REQUESTS)),
                   key=lambda r: (r.submitted, r.id))
 
 
-def failed_requests(table: Table) -> list[dict[str, Any]]:
+def failed_requests(table: TableLike) -> list[dict[str, Any]]:
     """Requests whose job failed on bad input, with the error."""
+    table = handle_of(table)
     return sorted(_list_docs(table, FAILED), key=lambda d: (d.get("submitted", 0), d["id"]))
 
 
-def jobs(table: Table) -> list[dict[str, Any]]:
+def jobs(table: TableLike) -> list[dict[str, Any]]:
     """Every recorded batcher job, oldest first."""
+    table = handle_of(table)
     return sorted((d for d in _list_docs(table, JOBS) if "id" in d),
                   key=lambda d: (d.get("created", 0), d["id"]))
 
@@ -279,19 +284,19 @@ def _job_key(job_id: str) -> str:
     return f"{JOBS}{job_id}.json"
 
 
-def _decision(table: Table, job_id: str) -> str | None:
+def _decision(table: TableHandle, job_id: str) -> str | None:
     try:
         return table.objects.get(f"{JOBS}{job_id}.decision").decode()
     except ObjectNotFoundError:
         return None
 
 
-def _save_job(table: Table, job: dict[str, Any], **changes: Any) -> None:
+def _save_job(table: TableHandle, job: dict[str, Any], **changes: Any) -> None:
     job.update(changes, updated=time.time())
     _put_json(table, _job_key(job["id"]), job)
 
 
-def _claim(table: Table, job_id: str, requests: Sequence[Request]) -> list[Request]:
+def _claim(table: TableHandle, job_id: str, requests: Sequence[Request]) -> list[Request]:
     got = []
     for r in requests:
         claim = f"{CLAIMED}{r.id}.json"
@@ -306,7 +311,7 @@ def _claim(table: Table, job_id: str, requests: Sequence[Request]) -> list[Reque
     return got
 
 
-def _claims_of(table: Table, job_id: str) -> list[tuple[str, dict[str, Any]]]:
+def _claims_of(table: TableHandle, job_id: str) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for o in table.objects.list(CLAIMED):
         doc = _read_json(table, o.key)
@@ -315,24 +320,24 @@ def _claims_of(table: Table, job_id: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _requeue(table: Table, job_id: str) -> None:
+def _requeue(table: TableHandle, job_id: str) -> None:
     for key, doc in _claims_of(table, job_id):
         r = Request.from_json(doc)
         _put_json(table, f"{REQUESTS}{r.id}.json", r.to_json())
         table.objects.delete_many([key])
 
 
-def _release(table: Table, job_id: str) -> None:
+def _release(table: TableHandle, job_id: str) -> None:
     table.objects.delete_many([key for key, _ in _claims_of(table, job_id)])
 
 
-def _fail_requests(table: Table, job_id: str, error: str) -> None:
+def _fail_requests(table: TableHandle, job_id: str, error: str) -> None:
     for key, doc in _claims_of(table, job_id):
         _put_json(table, f"{FAILED}{doc['id']}.json", {**doc, "error": error})
         table.objects.delete_many([key])
 
 
-def committed_version(table: Table, base_version: int, files: Sequence[str]) -> int | None:
+def committed_version(table: TableHandle, base_version: int, files: Sequence[str]) -> int | None:
     """The version of the AddFiles after ``base_version`` that added any of ``files``."""
     wanted = set(files)
     if not wanted:
@@ -344,7 +349,8 @@ def committed_version(table: Table, base_version: int, files: Sequence[str]) -> 
     return None
 
 
-def _run_job(table: Table, batch: Batch, route: str, spark: SparkSession | None) -> JobOutcome:
+def _run_job(table: TableHandle, batch: Batch, route: str, spark: SparkSession | None
+             ) -> JobOutcome:
     job_id = f"{int(time.time() * 1000):015d}-{uuid.uuid4().hex[:12]}"
     job: dict[str, Any] = {
         "id": job_id, "route": route, "state": "claiming", "reason": batch.reason,
@@ -405,9 +411,10 @@ def _run_job(table: Table, batch: Batch, route: str, spark: SparkSession | None)
                       result.version)
 
 
-def recover(table: Table, *, now: float | None = None) -> list[JobOutcome]:
+def recover(table: TableLike, *, now: float | None = None) -> list[JobOutcome]:
     """Settle jobs whose runner is presumed dead (see the module docs), and finish the
     clean-up of finished jobs that a crash interrupted."""
+    table = handle_of(table)
     now = time.time() if now is None else now
     timeout = float(table.properties["batcher.job_timeout_seconds"])
     claimed_by = {doc.get("job") for doc in _list_docs(table, CLAIMED)}
@@ -446,14 +453,14 @@ def recover(table: Table, *, now: float | None = None) -> list[JobOutcome]:
     return out
 
 
-def _prune_jobs(table: Table) -> None:
+def _prune_jobs(table: TableHandle) -> None:
     finished = [j for j in jobs(table) if j.get("state") in TERMINAL]
     old = finished[:-KEEP_FINISHED_JOBS] if len(finished) > KEEP_FINISHED_JOBS else []
     table.objects.delete_many([f"{JOBS}{j['id']}{suffix}" for j in old
                                for suffix in (".json", ".decision", ".recovering")])
 
 
-def run(table: Table, spark: SparkSession | None = None, *, now: float | None = None,
+def run(table: TableLike, spark: SparkSession | None = None, *, now: float | None = None,
         flush: bool = False) -> RunResult:
     """Settle abandoned jobs, then make and run every job that is due (see module docs).
 
@@ -461,6 +468,7 @@ def run(table: Table, spark: SparkSession | None = None, *, now: float | None = 
     the rest (or all, without Spark) to standard ingest. ``flush``: a group that is neither
     full nor old enough runs too (``sediment batcher run --now``).
     """
+    table = handle_of(table)
     now = time.time() if now is None else now
     recovered = recover(table, now=now)
     props = table.properties
@@ -474,8 +482,9 @@ def run(table: Table, spark: SparkSession | None = None, *, now: float | None = 
                      tuple(o.error for o in outcomes if o.error))
 
 
-def status(table: Table, *, now: float | None = None) -> dict[str, Any]:
+def status(table: TableLike, *, now: float | None = None) -> dict[str, Any]:
     """Pending requests, the jobs a run would make now, unfinished and recent jobs, failures."""
+    table = handle_of(table)
     now = time.time() if now is None else now
     props = table.properties
     requests = pending(table)

@@ -39,7 +39,7 @@ from sediment.state import pending
 from sediment.state.store import definitely_not_committed
 
 if TYPE_CHECKING:
-    from sediment.table import Table
+    from sediment.handle import TableHandle
 
 Progress = Callable[[int], None]
 """Called with the number of rows just accepted (for progress bars)."""
@@ -151,7 +151,7 @@ class _LeafCutter:
                 start = end
 
 
-def _write_partitioned(table: Table, state: TableState, stream: Iterator[pa.RecordBatch],
+def _write_partitioned(table: TableHandle, state: TableState, stream: Iterator[pa.RecordBatch],
                        strategy: str) -> tuple[list[FileReference], list[WrittenFile]]:
     schema = state.schema
     assert schema is not None
@@ -197,11 +197,11 @@ def _write_partitioned(table: Table, state: TableState, stream: Iterator[pa.Reco
     return refs, written
 
 
-def _delete_files(table: Table, written: Sequence[WrittenFile]) -> None:
+def _delete_files(table: TableHandle, written: Sequence[WrittenFile]) -> None:
     delete_staged(table, [w.filename for w in written])
 
 
-def delete_staged(table: Table, filenames: Sequence[str]) -> None:
+def delete_staged(table: TableHandle, filenames: Sequence[str]) -> None:
     """Delete staged (never committed) files and their sidecars, best effort, and stop
     protecting them from GC (what is left is an orphan for GC's orphan pass)."""
     with contextlib.suppress(Exception):
@@ -209,7 +209,7 @@ def delete_staged(table: Table, filenames: Sequence[str]) -> None:
     pending.release(table.objects, filenames)
 
 
-def discard_staged(table: Table, filenames: Sequence[str], error: BaseException) -> None:
+def discard_staged(table: TableHandle, filenames: Sequence[str], error: BaseException) -> None:
     """After a failed commit of ``filenames``: delete them when the commit is known not to
     have landed; otherwise (an unknown outcome, an interrupt) keep them, since they may be
     committed, and leave them to GC's orphan pass, which deletes them only if they are not."""
@@ -219,13 +219,13 @@ def discard_staged(table: Table, filenames: Sequence[str], error: BaseException)
         pending.release(table.objects, filenames)
 
 
-def ingest(table: Table, data: IngestInput, *, progress: Progress | None = None,
+def ingest(table: TableHandle, data: IngestInput, *, progress: Progress | None = None,
            source: str = "input") -> IngestResult:
     """Ingest records into ``table`` as one transaction (see module docs)."""
     return _ingest_batches(table, ((source, b) for b in iter_input(data)), progress)
 
 
-def ingest_files(table: Table, paths: Sequence[str] | str, *,
+def ingest_files(table: TableHandle, paths: Sequence[str] | str, *,
                  progress: Progress | None = None,
                  before_commit: BeforeCommit | None = None) -> IngestResult:
     """Ingest Parquet, CSV and JSON-lines files (local or S3, globs allowed) in one transaction
@@ -258,7 +258,8 @@ class StagedFiles:
         return sum(w.bytes for w in self.written)
 
 
-def stage_batches(table: Table, state: TableState, batches: Iterator[tuple[str, pa.RecordBatch]],
+def stage_batches(table: TableHandle, state: TableState,
+                  batches: Iterator[tuple[str, pa.RecordBatch]],
                   progress: Progress | None = None) -> StagedFiles:
     """Validate, sort (spilling past the memory limit) and write files cut at the leaves of
     ``state``; nothing is committed. Used by standard ingest and by Spark tasks."""
@@ -287,7 +288,7 @@ def stage_batches(table: Table, state: TableState, batches: Iterator[tuple[str, 
         runs.cleanup()
 
 
-def commit_staged(table: Table, staged: StagedFiles, started: float, *,
+def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
                   kind: str = "ingest", before_commit: BeforeCommit | None = None
                   ) -> IngestResult:
     """Commit staged files in one AddFiles transaction (deleting them when it surely did not
@@ -319,7 +320,7 @@ def commit_staged(table: Table, staged: StagedFiles, started: float, *,
     return result
 
 
-def _ingest_batches(table: Table, batches: Iterator[tuple[str, pa.RecordBatch]],
+def _ingest_batches(table: TableHandle, batches: Iterator[tuple[str, pa.RecordBatch]],
                     progress: Progress | None,
                     before_commit: BeforeCommit | None = None) -> IngestResult:
     started = time.perf_counter()

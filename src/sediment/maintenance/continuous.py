@@ -27,18 +27,19 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sediment.compaction.runner import JobResult, due_jobs, run_job
 from sediment.errors import SedimentError
+from sediment.handle import handle_of
 from sediment.maintenance.gc import gc
 from sediment.maintenance.splitting import leaf_records, split
 
 if TYPE_CHECKING:
-    from sediment.table import Table
+    from sediment.handle import TableHandle
 
 
 class SmallestFirstPool:
@@ -118,7 +119,7 @@ class Maintainer:
     threads) wait for one, no new job is assigned.
     """
 
-    def __init__(self, tables: Callable[[], list[Table]], *, threads: int = 0,
+    def __init__(self, tables: Callable[[], Sequence[object]], *, threads: int = 0,
                  tick_seconds: float = 0.25, gc_every: float = 10.0,
                  refresh_tables: float = 10.0, max_waiting: int = 0,
                  orphan_timeout: float | None = None) -> None:
@@ -136,7 +137,7 @@ class Maintainer:
         self._activity: dict[str, TableActivity] = {}
         self._stuck: dict[tuple[str, str], int] = {}  # (table, leaf) -> records when stuck
         self._lock = threading.Lock()
-        self._tables: list[Table] = []
+        self._tables: list[TableHandle] = []
         self._tables_at = float("-inf")
         self._gc_at: dict[str, float] = {}
         self._ran_at: dict[str, tuple[str, float]] = {}  # job id -> table, when we last ran it
@@ -148,7 +149,7 @@ class Maintainer:
         now = time.monotonic()
         if now - self._tables_at >= self.refresh_tables:
             try:
-                self._tables = self._tables_fn()
+                self._tables = [handle_of(t) for t in self._tables_fn()]
             except SedimentError as e:
                 self._note("*", f"{type(e).__name__}: {e}")
             self._tables_at = now
@@ -162,7 +163,7 @@ class Maintainer:
                 self._note(t.name, f"{type(e).__name__}: {e}")
         return started
 
-    def _tick_table(self, t: Table, now: float) -> int:
+    def _tick_table(self, t: TableHandle, now: float) -> int:
         act = self._activity.setdefault(t.name, TableActivity())
         act.ticks += 1
         before = act.splits + act.jobs_started
@@ -184,7 +185,7 @@ class Maintainer:
             act.files_deleted += g.deleted + g.orphans_deleted
         return act.splits + act.jobs_started - before
 
-    def _split_due(self, t: Table) -> bool:
+    def _split_due(self, t: TableHandle) -> bool:
         """A leaf is over the threshold and not known to be unsplittable at its size (an
         unsplittable leaf is reported once, not every tick)."""
         state = t.states.head(refresh=False)
@@ -195,7 +196,7 @@ class Maintainer:
                 return True
         return False
 
-    def _compact(self, t: Table, act: TableActivity) -> None:
+    def _compact(self, t: TableHandle, act: TableActivity) -> None:
         timeout = float(t.properties["compaction.job_timeout_seconds"])
         now = time.monotonic()
         with self._lock:

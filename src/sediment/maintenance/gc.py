@@ -27,10 +27,11 @@ from sediment.core.transactions import DeleteFiles
 from sediment.errors import TransactionInvalidError
 from sediment.files.writer import data_file_of, with_sidecars
 from sediment.state import pending
+from sediment.state.versions import list_tags
 from sediment.storage.clock import object_store_time
 
 if TYPE_CHECKING:
-    from sediment.table import Table
+    from sediment.handle import TableHandle
 
 TEMPORARY_TIMEOUT_SECONDS = 3600.0
 """Temp files of puts are collected only once this old, whatever the orphan timeout."""
@@ -52,7 +53,7 @@ _FILES_AT: dict[tuple[str, str, int], frozenset[str]] = {}
 loading one (snapshot + log replay) cost ~7 ms per tag on every pass (14 tags: 7 -> 112 ms)."""
 
 
-def _files_at(table: Table, version: int) -> frozenset[str]:
+def _files_at(table: TableHandle, version: int) -> frozenset[str]:
     key = (table.objects.uri, table.table_id, version)
     files = _FILES_AT.get(key)
     if files is None:
@@ -63,7 +64,7 @@ def _files_at(table: Table, version: int) -> frozenset[str]:
     return files
 
 
-def gc(table: Table, *, now: float | None = None,
+def gc(table: TableHandle, *, now: float | None = None,
        orphan_timeout: float | None = None) -> GcResult:
     """One garbage-collection pass over ``table``. ``now`` stands in for both this machine's
     and the store's clock (tests); ``orphan_timeout`` overrides the property, which may not go
@@ -78,7 +79,7 @@ def gc(table: Table, *, now: float | None = None,
     delay = max(float(props["gc.delay_seconds"]), float(props["retention.seconds"])) + \
         float(props["gc.clock_skew_seconds"])
     protected: set[str] = set()
-    for tag in table.tags():  # tagged versions keep their files
+    for tag in list_tags(table.states):  # tagged versions keep their files
         protected.update(_files_at(table, tag.version))
     batch_size = int(props["gc.batch_size"])
     # oldest unreferenced first (ties by name), at most gc.max_files_per_run in one pass

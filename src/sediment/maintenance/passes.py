@@ -1,4 +1,5 @@
-"""Maintenance passes: split, compact and collect garbage, for one table or a whole store."""
+"""Maintenance passes: split, compact and collect garbage until a table has nothing left to do
+(``Store.maintain`` runs them over every table of a store)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from sediment.maintenance.gc import GcResult, gc
 from sediment.maintenance.splitting import SplitResult, split
 
 if TYPE_CHECKING:
-    from sediment.store import Store
-    from sediment.table import Table
+    from sediment.handle import TableHandle
 
 MAX_PASSES = 100
 
@@ -28,7 +28,7 @@ class MaintenanceResult:
     seconds: float
 
 
-def maintain_pass(table: Table, *, runner: JobRunner | None = None,
+def maintain_pass(table: TableHandle, *, runner: JobRunner | None = None,
                   orphan_timeout: float | None = None
                   ) -> tuple[SplitResult, CompactionResult, GcResult]:
     """One pass: split leaves over the threshold, compact, collect garbage
@@ -39,7 +39,7 @@ def maintain_pass(table: Table, *, runner: JobRunner | None = None,
     return s, c, g
 
 
-def maintain(table: Table, *, max_passes: int = MAX_PASSES, runner: JobRunner | None = None,
+def maintain(table: TableHandle, *, max_passes: int = MAX_PASSES, runner: JobRunner | None = None,
              on_pass: Callable[[int, SplitResult, CompactionResult, GcResult], None] | None
              = None, orphan_timeout: float | None = None) -> MaintenanceResult:
     """Run passes until one does nothing (or ``max_passes``)."""
@@ -59,15 +59,3 @@ def maintain(table: Table, *, max_passes: int = MAX_PASSES, runner: JobRunner | 
     return MaintenanceResult(passes, splits, committed, failed, deleted,
                              time.perf_counter() - started)
 
-
-def maintain_store(store: Store, *, table: str | None = None, **kwargs: object
-                   ) -> dict[str, MaintenanceResult]:
-    """Maintain one table or every table of the store; a whole-store pass also removes the
-    folders of tables no catalog entry names (``Store.collect_unnamed_tables``, with
-    ``orphan_timeout`` as its timeout when given)."""
-    names = [table] if table else store.tables()
-    out = {n: maintain(store.table(n), **kwargs) for n in names}  # type: ignore[arg-type]
-    if not table:
-        timeout = kwargs.get("orphan_timeout")
-        store.collect_unnamed_tables(timeout=None if timeout is None else float(timeout))
-    return out

@@ -24,7 +24,7 @@ from sediment.files.keys import bisect_key, region_mask, row_key
 from sediment.files.sample import COUNT, merge_samples, quantile
 
 if TYPE_CHECKING:
-    from sediment.table import Table
+    from sediment.handle import TableHandle
 
 SampleLookup = Callable[[str], pa.Table]
 
@@ -125,7 +125,7 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
     return out
 
 
-def split(table: Table) -> SplitResult:
+def split(table: TableHandle) -> SplitResult:
     """Split every leaf over the threshold once (one transaction per split)."""
     started = time.perf_counter()
     state = table.states.head()

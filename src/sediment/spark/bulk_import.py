@@ -26,6 +26,7 @@ from sediment.core.model import FileReference
 from sediment.core.transactions import SplitPartition
 from sediment.errors import DataError, JobError, SedimentError, TransactionInvalidError
 from sediment.files.writer import WrittenFile
+from sediment.handle import TableHandle, handle_of
 from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged
 from sediment.spark import tasks
 
@@ -41,7 +42,7 @@ Leaves = tuple[pa.Table, list[int]]
 """Boundaries of the leaves (``tasks.boundary_table``) and each leaf's shuffle key value."""
 
 
-def _source_frame(spark: SparkSession, table: Table, source: Any,
+def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
                   leaves: Leaves | None = None) -> DataFrame:
     """The source as a DataFrame of the table's fields (files are read inside tasks).
 
@@ -82,7 +83,7 @@ def _source_frame(spark: SparkSession, table: Table, source: Any,
     else:
         paths = [source] if isinstance(source, str) else list(source)
         files = expand_paths(paths, table.objects)
-    spec, name, schema = table.store.spec(), table.name, table.schema
+    spec, name, schema = table.store_spec(), table.name, table.schema
     key_names = schema.row_key_names
     listing = spark.createDataFrame([(fs.type_name, p) for fs, p in files],
                                     "fs string, path string")
@@ -92,7 +93,7 @@ def _source_frame(spark: SparkSession, table: Table, source: Any,
     def read(batches: Any) -> Any:
         from sediment.ingest.sources import _filesystem_for, conform
 
-        t = tasks.open_table(spec, name)
+        t = tasks.open_handle(spec, name)
         bucket_arr = None if leaves is None else np.asarray(leaves[1], dtype=np.int64)
         for b in batches:
             for fs_name, path in zip(b.column("fs").to_pylist(), b.column("path").to_pylist(),
@@ -170,7 +171,7 @@ def _sample_keys(frame: DataFrame, names: Sequence[str], schema: pa.Schema) -> p
     return frame.select(*names).mapInArrow(sample, from_arrow_schema(out_schema)).toArrow()
 
 
-def presplit(spark: SparkSession, table: Table, frame: DataFrame, min_leaves: int) -> int:
+def presplit(spark: SparkSession, table: TableHandle, frame: DataFrame, min_leaves: int) -> int:
     """Split the table at quantiles of a sample of ``frame`` until it has ``min_leaves``
     leaves (each split its own transaction); returns the number of splits made."""
     from sediment.files.sample import merge_samples, quantile
@@ -202,9 +203,9 @@ def presplit(spark: SparkSession, table: Table, frame: DataFrame, min_leaves: in
     return made
 
 
-def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Sequence[str],
-                *, before_commit: Callable[[StagedFiles], None] | None = None
-                ) -> IngestResult:
+def bulk_import(spark: SparkSession, table: Table | TableHandle,
+                source: DataFrame | str | Sequence[str], *,
+                before_commit: Callable[[StagedFiles], None] | None = None) -> IngestResult:
     """Import a DataFrame or files (Parquet, CSV, JSON lines; local or S3; globs) into
     ``table`` with Spark, committing every file in one transaction.
 
@@ -217,6 +218,7 @@ def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Seq
     from sediment.spark.session import register_data_source
 
     started = time.perf_counter()
+    table = handle_of(table)
     register_data_source(spark)
     inputs: DataFrame | list[tuple[Any, str]]  # a DataFrame, or (filesystem, path) pairs
     if isinstance(source, DataFrame):
@@ -234,7 +236,7 @@ def bulk_import(spark: SparkSession, table: Table, source: DataFrame | str | Seq
         leaves = state.leaf_partitions()
         boundaries = tasks.boundary_table(state)
         buckets = _bucket_values(len(leaves))
-        name, spec = table.name, table.store.spec()
+        name, spec = table.name, table.store_spec()
         from pyspark.sql.pandas.types import from_arrow_schema
 
         # read (or validate) and assign leaves in one pass through Python

@@ -204,7 +204,7 @@ class SedimentWriter(DataSourceArrowWriter):
         from sediment.ingest.standard import StagedFiles, commit_staged
 
         rows = [r for m in messages if isinstance(m, StagedMessage) for r in m.rows]
-        table = tasks.open_table(self.spec, self.name, self.table_id)
+        table = tasks.open_handle(self.spec, self.name, self.table_id)
         refs = [FileReference(f, p, int(n)) for f, p, n, _ in rows]
         written = list({f: WrittenFile(f, 0, int(b)) for f, _, _, b in rows}.values())
         try:
@@ -221,7 +221,7 @@ class SedimentWriter(DataSourceArrowWriter):
         error = getattr(self, "_commit_error", None)
         if error is not None and not definitely_not_committed(error):
             return  # the commit may have landed: GC's orphan pass judges the files later
-        table = tasks.open_table(self.spec, self.name, self.table_id)
+        table = tasks.open_handle(self.spec, self.name, self.table_id)
         names = {r[0] for m in messages if isinstance(m, StagedMessage) for r in m.rows}
         state = table.states.head()  # never delete a file some version references
         names -= set(state.refcount) | set(state.unreferenced)

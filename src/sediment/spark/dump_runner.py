@@ -7,23 +7,23 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sediment.dump.dump import DumpTask
-    from sediment.table import Table
+    from sediment.handle import TableHandle
 
 
-def run_tasks_on_spark(table: Table, root: str, job_id: str, version: int,
+def run_tasks_on_spark(table: TableHandle, root: str, job_id: str, version: int,
                        tasks: Sequence[DumpTask]) -> list[tuple[str, list[str]]]:
     from pyspark.sql import SparkSession
 
     from sediment.spark.session import session
 
     spark = SparkSession.getActiveSession() or session()
-    spec, name = table.store.spec(), table.name
+    spec, name = table.store_spec(), table.name
 
     def run(task: DumpTask) -> tuple[str, list[str]]:
         from sediment.dump.dump import run_dump_task_retried
-        from sediment.spark.tasks import open_table
+        from sediment.spark.tasks import open_handle
 
-        t = open_table(spec, name)
-        return run_dump_task_retried(t, t.store.object_store_at(root), job_id, version, task)
+        t = open_handle(spec, name)
+        return run_dump_task_retried(t, t.object_store_at(root), job_id, version, task)
 
     return spark.sparkContext.parallelize(list(tasks), max(1, len(tasks))).map(run).collect()

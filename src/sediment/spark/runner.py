@@ -19,15 +19,15 @@ from sediment.core.state import TableState
 from sediment.files.writer import WrittenFile
 
 if TYPE_CHECKING:
-    from sediment.table import Table
+    from sediment.handle import TableHandle
 
 
 def _run_on_executor(spec: dict[str, Any], name: str, job: CompactionJob, region: Any,
                      table_id: str | None = None) -> dict[str, Any]:
     from sediment.compaction.runner import execute_job
-    from sediment.spark.tasks import open_table
+    from sediment.spark.tasks import open_handle
 
-    out = execute_job(open_table(spec, name, table_id), job, region)
+    out = execute_job(open_handle(spec, name, table_id), job, region)
     if isinstance(out, str):
         return {"job_id": job.job_id, "error": out}
     w = out.written
@@ -44,14 +44,14 @@ def _output(o: dict[str, Any]) -> JobOutput | str:
     return JobOutput(written, o["rows_in"], o["seconds"])
 
 
-def run_jobs_on_spark(table: Table, state: TableState,
+def run_jobs_on_spark(table: TableHandle, state: TableState,
                       jobs: Sequence[CompactionJob]) -> list[JobResult]:
     from pyspark.sql import SparkSession
 
     from sediment.spark.session import session
 
     spark = SparkSession.getActiveSession() or session()
-    spec, name, table_id = table.store.spec(), table.name, table.table_id
+    spec, name, table_id = table.store_spec(), table.name, table.table_id
     for j in jobs:
         record_job_started(table, j)
     work = [(j, state.partitions[j.partition_id].region) for j in jobs]

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sediment.core.state import TableState
+from sediment.handle import TableHandle, handle_of
 from sediment.schema import Schema
 
 _STORES: dict[str, Any] = {}
@@ -49,6 +50,11 @@ def open_table(spec: dict[str, Any], name: str, table_id: str | None = None) -> 
         raise TableNotFoundError(f"table {name} was dropped (and perhaps re-created) while a "
                                  f"Spark job on it was running")
     return t
+
+
+def open_handle(spec: dict[str, Any], name: str, table_id: str | None = None) -> TableHandle:
+    """The handle of :func:`open_table`'s table: what services run on an executor take."""
+    return handle_of(open_table(spec, name, table_id))
 
 
 def _type_minimum(t: pa.DataType) -> Any:
@@ -152,7 +158,7 @@ def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], nam
     """Sort and write one Spark partition's rows as data files (not committed)."""
     from sediment.ingest.standard import stage_batches
 
-    table = open_table(spec, name, table_id)
+    table = open_handle(spec, name, table_id)
     state = table.state(version)
 
     def rows() -> Iterator[tuple[str, pa.RecordBatch]]:

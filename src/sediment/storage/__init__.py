@@ -11,7 +11,13 @@ class.
 from sediment.storage.base import ObjectInfo, ObjectStore
 from sediment.storage.local import LocalObjectStore
 from sediment.storage.memory import MemoryObjectStore
-from sediment.storage.registry import open_object_store, register_scheme
+from sediment.storage.registry import (
+    open_object_store,
+    open_object_store_beside,
+    register_scheme,
+    spec_options,
+)
 
 __all__ = ["LocalObjectStore", "MemoryObjectStore", "ObjectInfo", "ObjectStore",
-           "open_object_store", "register_scheme"]
+           "open_object_store", "open_object_store_beside", "register_scheme",
+           "spec_options"]

@@ -69,6 +69,17 @@ def open_object_store(uri: str, **options: Any) -> ObjectStore:
     return factory(uri, **options)
 
 
+def spec_options(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The storage options of a store spec (``{"uri": ..., **options}``): all but its URI."""
+    return {k: v for k, v in spec.items() if k != "uri"}
+
+
+def open_object_store_beside(root: str, spec: Mapping[str, Any]) -> ObjectStore:
+    """An object store at ``root`` (a dump's folder) reached the way the store of ``spec`` is:
+    on S3 with its storage options (endpoint, region, credentials), elsewhere with none."""
+    return open_object_store(root, **(spec_options(spec) if root.startswith("s3://") else {}))
+
+
 # ---- the built-in schemes ------------------------------------------------------------------
 def _open_path(uri: str, **options: Any) -> ObjectStore:
     from sediment.storage.local import LocalObjectStore
