@@ -212,11 +212,12 @@ def _start(page: str, request: pytest.FixtureRequest) -> PageRun:
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     put: Callable[[str, str, bytes], None] | None = None
     if s3:
-        from conftest import S3_REGION, s3_client
-
+        # the fixtures, not ``from conftest import``: tests/spark/conftest.py may be the
+        # module named conftest when Spark tests ran first
         endpoint = request.getfixturevalue("s3_server")
-        env.update({"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": S3_REGION,
-                    "AWS_DEFAULT_REGION": S3_REGION, "AWS_ACCESS_KEY_ID": "testing",
+        s3_client = request.getfixturevalue("s3_client_at")
+        env.update({"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1",
+                    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
                     "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true"})
         client = s3_client(endpoint)
         code = "".join(b.code for b in blocks)
