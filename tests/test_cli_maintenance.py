@@ -18,7 +18,7 @@ from sediment.workload import benchmark_schema
 SCHEMA = benchmark_schema()
 PROPS = {"state.cache.refresh_seconds": 0, "compaction.strategy": "basic",
          "compaction.batch_size": 3, "partition.split.threshold": 500,
-         "gc.delay_seconds": 0, "gc.clock_skew_seconds": 0}
+         "gc.delay_seconds": 0, "retention.seconds": 0, "gc.clock_skew_seconds": 0}
 
 
 @pytest.fixture(autouse=True)

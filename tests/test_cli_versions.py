@@ -60,7 +60,7 @@ def setup(tmp_path: Path) -> tuple[str, sd.Table, Reference]:
     store = str(tmp_path / "store")
     table = sd.Store.open(store).create_table(
         "events", SCHEMA, split_points=["g", "p"],
-        properties={"state.cache.refresh_seconds": 0, "gc.delay_seconds": 0,
+        properties={"state.cache.refresh_seconds": 0, "gc.delay_seconds": 0, "retention.seconds": 0,
                     "gc.clock_skew_seconds": 0,
                     "state.snapshot.interval": 2, "compaction.strategy": "basic",
                     "compaction.batch_size": 3})
@@ -139,7 +139,8 @@ def test_restore_and_prune(runner: CliRunner, setup: tuple[str, sd.Table, Refere
     table.delete_tag("full")
     table.compact()
     table.gc()
-    assert "garbage-collected" in fails(runner, "restore", "events", "2", "--store", store)
+    assert "garbage collection deleted" in fails(runner, "restore", "events", "2", "--store",
+                                                 store)
 
     head = table.version
     r = js(runner, "prune", "events", "--store", store)

@@ -580,7 +580,8 @@ def test_killed_compaction_loses_nothing_and_is_rerun(tmp_path: Path) -> None:
     assert table.state().jobs == {}
     assert sorted(f.records for f in table.files()) == [300, 300]
     assert_matches(table.query(), ref)
-    table.set_properties({"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
+    table.set_properties({"gc.delay_seconds": 0,
+                          "retention.seconds": 0, "gc.clock_skew_seconds": 0})
     g = table.gc(orphan_timeout=0)
     assert g.orphans_deleted == 2 and g.deleted == 4
     assert _orphans(table) == set()
@@ -650,7 +651,8 @@ def test_racing_runners_rerunning_each_others_jobs(tmp_path: Path) -> None:
     assert sum(r.records for r in table.files()) == 480
     assert table.state().jobs == {}
     assert_matches(table.query(), ref)
-    table.set_properties({"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
+    table.set_properties({"gc.delay_seconds": 0,
+                          "retention.seconds": 0, "gc.clock_skew_seconds": 0})
     table.gc(orphan_timeout=0)
     referenced = set(table.state().refcount)
     assert data_keys(table) == set(with_sidecars(referenced))

@@ -213,7 +213,8 @@ def test_dump_range_multi_field_keys(tmp_path: Path, rng: sd.Range) -> None:
 def test_dump_at_a_tagged_version(tmp_path: Path) -> None:
     store_uri: StoreUri = (str(tmp_path / "store"), {})
     store = open_store(store_uri)
-    table, ref = source_table(store, n=150, **{"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
+    table, ref = source_table(store, n=150, **{"gc.delay_seconds": 0,
+                                               "retention.seconds": 0, "gc.clock_skew_seconds": 0,
                                                "compaction.strategy": "basic",
                                                "compaction.batch_size": 2})
     table.tag("release")
@@ -379,7 +380,7 @@ def test_dump_interrupted_midway_resumes(store_uri: StoreUri,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     store = open_store(store_uri)
     table = make_table(store, split_points=["f", "m", "t"],
-                       **{"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
+                       **{"gc.delay_seconds": 0, "retention.seconds": 0, "gc.clock_skew_seconds": 0,
                           "compaction.strategy": "basic",
                           "compaction.batch_size": 2})
     ref = Reference(SCHEMA)

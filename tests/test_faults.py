@@ -372,7 +372,8 @@ def test_split(proxied_s3: ProxiedS3) -> None:
 
 
 def test_gc_delete_files(proxied_s3: ProxiedS3) -> None:
-    h = Harness(proxied_s3, properties={"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
+    h = Harness(proxied_s3, properties={"gc.delay_seconds": 0,
+                                        "retention.seconds": 0, "gc.clock_skew_seconds": 0})
     h.ingest(4)
     assert h.table.compact().jobs_committed >= 1
     ready = sorted(h.table.state().unreferenced)

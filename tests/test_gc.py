@@ -61,8 +61,10 @@ def write_orphan(table: sd.Table, seed: int = 0) -> str:
 def compacted_table(uri: str | Path, options: dict[str, Any] | None = None, **props: Any
                     ) -> tuple[sd.Table, Reference, list[str]]:
     """Three files compacted into one: returns the table, reference and the three inputs."""
+    # retention 0 (the default is 2 days): these tests are about gc.delay_seconds
     table = make_table(uri, options, **{"compaction.strategy": "basic",
-                                        "compaction.batch_size": 3, **props})
+                                        "compaction.batch_size": 3, "retention.seconds": 0,
+                                        **props})
     ref = Reference(SCHEMA)
     for i in range(3):
         ingest(table, ref, 100, i)
@@ -99,7 +101,8 @@ def test_unreferenced_files_deleted_after_delay(store_uri: tuple[str, dict[str, 
 
 def test_younger_unreferenced_files_are_kept(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 2,
-                                    "gc.delay_seconds": 100, "gc.clock_skew_seconds": 0})
+                                    "gc.delay_seconds": 100, "retention.seconds": 0,
+                                    "gc.clock_skew_seconds": 0})
     ref = Reference(SCHEMA)
     ingest(table, ref, 50, 1)
     ingest(table, ref, 50, 2)
@@ -135,7 +138,7 @@ def test_retention_keeps_files_past_the_gc_delay(tmp_path: Path) -> None:
 
 
 def test_racing_collectors_record_each_deletion_once(tmp_path: Path) -> None:
-    table, ref, inputs = compacted_table(tmp_path, **{"gc.delay_seconds": 0,
+    table, ref, inputs = compacted_table(tmp_path, **{"gc.delay_seconds": 0, "retention.seconds": 0,
                                                       "gc.clock_skew_seconds": 0})
     tables = [sd.Store.open(str(tmp_path)).table(table.name) for _ in range(2)]
     for t in tables:
@@ -193,7 +196,7 @@ def test_young_orphans_kept_old_ones_deleted(tmp_path: Path) -> None:
 
 
 def test_gc_events(tmp_path: Path) -> None:
-    table, _, _ = compacted_table(tmp_path, **{"gc.delay_seconds": 0,
+    table, _, _ = compacted_table(tmp_path, **{"gc.delay_seconds": 0, "retention.seconds": 0,
                                                "gc.clock_skew_seconds": 0})
     write_orphan(table)
     table.gc(orphan_timeout=0)
@@ -208,7 +211,8 @@ def test_gc_events(tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_mixes_never_delete_referenced_files(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
-    table = make_table(tmp_path, **{"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
+    table = make_table(tmp_path, **{"gc.delay_seconds": 0,
+                                    "retention.seconds": 0, "gc.clock_skew_seconds": 0,
                                     "partition.split.threshold": 600,
                                     "compaction.batch_size": rng.choice([2, 3, 4]),
                                     "compaction.strategy": rng.choice(["basic", "size_ratio"]),
@@ -238,7 +242,7 @@ def test_random_mixes_never_delete_referenced_files(tmp_path: Path, seed: int) -
 
 
 def test_gc_racing_compaction_keeps_referenced_files(tmp_path: Path) -> None:
-    table = make_table(tmp_path, **{"gc.delay_seconds": 0,
+    table = make_table(tmp_path, **{"gc.delay_seconds": 0, "retention.seconds": 0,
                                     "gc.clock_skew_seconds": 0, "compaction.strategy": "basic",
                                     "compaction.batch_size": 2,
                                     "partition.split.threshold": 800})

@@ -52,7 +52,8 @@ def test_a_slow_writer_never_loses_files_to_the_collector(
         uri, options = request.getfixturevalue("s3_store_uri")
     store = sd.Store.open(uri, **options)
     table = store.create_table("events", SCHEMA, split_points=["g", "p"],
-                               properties={"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
+                               properties={"gc.delay_seconds": 0,
+                                           "retention.seconds": 0, "gc.clock_skew_seconds": 0})
     ref = Reference(SCHEMA)
     log = tmp_path / "maintain.log"
     proc = _maintainer(uri, options, log)

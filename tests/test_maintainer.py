@@ -135,7 +135,8 @@ def test_unsplittable_leaf_reported_once(tmp_path: Path) -> None:
 
 def test_offline_tables_only_collect_garbage(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 2,
-                                    "gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
+                                    "gc.delay_seconds": 0,
+                                    "retention.seconds": 0, "gc.clock_skew_seconds": 0})
     for i in range(4):
         table.ingest(rows(40, seed=i))
     table.compact()

@@ -82,7 +82,7 @@ def test_random_operation_sequences_settle(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     batch = rng.choice([2, 3, 5])
     table = make_table(tmp_path, **{
-        "gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
+        "gc.delay_seconds": 0, "retention.seconds": 0, "gc.clock_skew_seconds": 0,
         "partition.split.threshold": rng.choice([400, 900]),
         "compaction.batch_size": batch,
         "compaction.strategy": rng.choice(["basic", "size_ratio"]),
@@ -133,7 +133,8 @@ OPS = st.lists(st.one_of(
 def test_maintain_after_any_mix(ops: list[tuple[str, int, bool]], batch: int, threshold: int,
                                 strategy: str) -> None:
     with tempfile.TemporaryDirectory() as root:
-        table = make_table(root, **{"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
+        table = make_table(root, **{"gc.delay_seconds": 0,
+                                    "retention.seconds": 0, "gc.clock_skew_seconds": 0,
                                     "partition.split.threshold": threshold,
                                     "compaction.batch_size": batch,
                                     "compaction.strategy": strategy})
@@ -156,7 +157,7 @@ def test_maintain_reports_each_pass(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"partition.split.threshold": 500,
                                     "compaction.strategy": "basic",
                                     "compaction.batch_size": 2, "gc.delay_seconds": 0,
-                                    "gc.clock_skew_seconds": 0})
+                                    "retention.seconds": 0, "gc.clock_skew_seconds": 0})
     ref = Reference(SCHEMA)
     for i in range(3):
         data = rows(400, i)
@@ -202,7 +203,8 @@ def test_maintain_store_covers_every_table(tmp_path: Path) -> None:
 def test_events_and_job_rows_for_every_kind(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"partition.split.threshold": 300,
                                     "compaction.strategy": "basic", "compaction.batch_size": 2,
-                                    "gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
+                                    "gc.delay_seconds": 0,
+                                    "retention.seconds": 0, "gc.clock_skew_seconds": 0})
     for i in range(2):
         table.ingest(rows(200, i))
     table.maintain()

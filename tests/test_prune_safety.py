@@ -312,6 +312,7 @@ def test_long_lived_writer_against_a_pruning_process(tmp_path: Path, memo_ttl: f
     its base, and every fresh reader must still load every record."""
     path = str(tmp_path / "store")
     props: dict[str, Any] = {"state.snapshot.interval": 2, "gc.delay_seconds": 0,
+                             "retention.seconds": 0,
                              "compaction.strategy": "basic", "compaction.batch_size": 2,
                              "state.cache.refresh_seconds": 0}
     if "gc.clock_skew_seconds" in PROPERTIES:

@@ -22,7 +22,7 @@ from sediment.errors import (
     CorruptMetadataError,
     QueryError,
     SedimentError,
-    TransactionInvalidError,
+    VersionExpiredError,
 )
 from sediment.files.writer import sample_name
 from sediment.maintenance.gc import gc
@@ -164,7 +164,7 @@ def test_diff_matches_independent_states(tmp_path: Path, interval: int) -> None:
     snapshots at every version (digest path), some (mixed) and none (log replay)."""
     table = make_table(tmp_path / "s", split_points=["m"],
                        **{"state.snapshot.interval": interval, "gc.delay_seconds": 0,
-                          "gc.clock_skew_seconds": 0,
+                          "retention.seconds": 0, "gc.clock_skew_seconds": 0,
                           "compaction.strategy": "basic", "compaction.batch_size": 2})
     ref = Reference(SCHEMA)
     ingest(table, ref, 300, 1)
@@ -283,7 +283,7 @@ def test_restore_after_compactions_and_splits(tmp_path: Path) -> None:
 
 
 def test_restore_of_garbage_collected_version_fails(tmp_path: Path) -> None:
-    table = make_table(tmp_path / "s", **{"gc.delay_seconds": 0,
+    table = make_table(tmp_path / "s", **{"gc.delay_seconds": 0, "retention.seconds": 0,
                                           "gc.clock_skew_seconds": 0,
                                           "compaction.strategy": "basic",
                                           "compaction.batch_size": 3})
@@ -293,7 +293,7 @@ def test_restore_of_garbage_collected_version_fails(tmp_path: Path) -> None:
     assert table.compact().jobs_committed == 1
     assert table.gc().deleted == 3
     head = table.version
-    with pytest.raises(TransactionInvalidError, match="garbage-collected"):
+    with pytest.raises(VersionExpiredError, match="garbage collection deleted"):
         table.restore(v)
     assert table.version == head
     assert_matches(table.query(), ref)
@@ -304,7 +304,7 @@ def test_restore_of_garbage_collected_version_fails(tmp_path: Path) -> None:
 # ---- GC keeps what tags and retention need -----------------------------------------------------
 def test_gc_never_deletes_files_a_tag_needs(store_uri: tuple[str, dict[str, Any]]) -> None:
     uri, options = store_uri
-    table = make_table(uri, options, **{"gc.delay_seconds": 0,
+    table = make_table(uri, options, **{"gc.delay_seconds": 0, "retention.seconds": 0,
                                         "gc.clock_skew_seconds": 0, "compaction.strategy": "basic",
                                         "compaction.batch_size": 3})
     ref = Reference(SCHEMA)
@@ -354,7 +354,8 @@ def test_retention_keeps_files_of_recent_versions(tmp_path: Path) -> None:
 # ---- pruning ---------------------------------------------------------------------------------
 def test_prune_below_oldest_tag_and_retained_version(tmp_path: Path,
                                                     no_prune_grace: None) -> None:
-    table = make_table(tmp_path / "s", **{"state.snapshot.interval": 3})
+    table = make_table(tmp_path / "s", **{"state.snapshot.interval": 3,
+                                          "retention.seconds": 0})
     ref = Reference(SCHEMA)
     for i in range(8):
         ingest(table, ref, 30, i)  # versions 2..9; snapshots at 3, 6, 9
@@ -423,7 +424,8 @@ def test_prune_never_below_a_tag_or_inside_retention(tmp_path: Path,
 def test_tag_deleted_while_listing_and_corrupt_tag_objects(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
-    table = make_table(tmp_path / "s", **{"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
+    table = make_table(tmp_path / "s", **{"gc.delay_seconds": 0,
+                                          "retention.seconds": 0, "gc.clock_skew_seconds": 0})
     ref = Reference(SCHEMA)
     ingest(table, ref, 50, 1)
     table.tag("a")

@@ -24,6 +24,7 @@ happen into one of these, with a message naming the table, field, file or row co
     ├── TableOfflineError            the operation needs an online table
     ├── DataError                    input records that do not fit the schema (field, row named)
     ├── QueryError                   an invalid query (bad range, unknown column, bad version)
+    │   └── VersionExpiredError      a version past retention.seconds: its files or log are gone
     ├── JobError                     a job (compaction, dump, ...) failed
     └── MissingDependencyError       an optional dependency (an extra such as [spark]) is missing
 """
@@ -111,6 +112,12 @@ class DataError(SedimentError):
 
 class QueryError(SedimentError):
     """A query that cannot be answered as asked."""
+
+
+class VersionExpiredError(QueryError):
+    """A version older than the table's retention (``retention.seconds``) that can no longer be
+    read: garbage collection deleted its data files, or pruning its log entries. The message
+    names the table, the version and the retention setting with its value."""
 
 
 class JobError(SedimentError):

@@ -99,9 +99,15 @@ _SPECS = [
                  "How long queries trust the state they read before checking the log for "
                  "other processes' commits (this process's own commits show at once).",
                  minimum=0),
-    PropertySpec("retention.seconds", float, 0.0,
-                 "Versions younger than this stay readable: GC keeps their files (0: only the "
-                 "GC delay protects old versions).",
+    PropertySpec("retention.seconds", float, 172800.0,
+                 "How far back time travel is promised: versions younger than this stay "
+                 "readable (GC keeps their files, prune their log entries); reading an older "
+                 "one whose files or log are gone raises VersionExpiredError. 2 days, so "
+                 "yesterday's versions read at any time today: shorter than Delta's 7-day "
+                 "deletedFileRetentionDuration (Sediment replaces files far more often, every "
+                 "compaction, and a week of them costs storage), far longer than Sleeper's "
+                 "15-minute GC delay (sleeper.table.gc.delay.minutes), which only protects "
+                 "running queries. 0: only gc.delay_seconds protects old versions.",
                  minimum=0),
     # --- data files ----------------------------------------------------------------------
     PropertySpec("parquet.row_group_rows", int, 4096,

@@ -48,8 +48,25 @@ class Table:
 
     # ---- state ---------------------------------------------------------------------------
     def state(self, version: int | str | None = None) -> TableState:
-        """The table state at ``version`` (a number or a tag; latest when None)."""
-        return self._handle.state(version)
+        """The table state at ``version`` (a number or a tag; latest when None).
+
+        Raises QueryError for an unknown version, VersionExpiredError (a QueryError) for one
+        whose log entries were pruned (older than ``retention.seconds``)."""
+        v = self.resolve_version(version)
+        if v is None:
+            return self._handle.state(None)
+        from sediment.query.expiry import load_version
+
+        return load_version(self._handle.states, self.name, v)
+
+    def _readable_state(self, version: int | str) -> TableState:
+        """The state at ``version`` when its data can still be read: VersionExpiredError when
+        its log was pruned or GC deleted any of its files (older than ``retention.seconds``)."""
+        from sediment.query.expiry import check_files
+
+        state = self.state(version)
+        check_files(self._handle.states, self.name, state)
+        return state
 
     def resolve_version(self, version: int | str | None) -> int | None:
         """A version number from a number, a tag name, or None (latest)."""
@@ -61,7 +78,7 @@ class Table:
         from sediment.state.versions import create_tag
 
         v = self.version if version is None else int(version)
-        self._handle.states.load(v)  # raises QueryError for an unknown or pruned version
+        self.state(v)  # QueryError for an unknown version, VersionExpiredError for a pruned one
         return create_tag(self._handle.states, name, v)
 
     def tags(self) -> list[Tag]:
@@ -80,34 +97,48 @@ class Table:
         delete_tag(self._handle.states, name)
 
     def diff(self, v1: int | str, v2: int | str | None = None) -> Diff:
-        """Files, partitions and records that changed from ``v1`` to ``v2`` (default: latest)."""
+        """Files, partitions and records that changed from ``v1`` to ``v2`` (default: latest).
+
+        A diff reads only the log and snapshots, never data files, so it still answers for a
+        version whose files GC collected. Raises VersionExpiredError for a version whose log
+        entries were pruned (past ``retention.seconds``), QueryError for an unknown one."""
         from sediment.state.versions import diff
 
         a = self.resolve_version(v1)
         b = self.resolve_version(v2) if v2 is not None else self.version
         assert a is not None and b is not None
+        for v in {a, b}:
+            self.state(v)  # VersionExpiredError for a pruned version
         return diff(self._handle.states, a, b)
 
     def restore(self, version: int | str) -> int:
         """Make the content what it was at ``version``, as a new transaction; returns it.
 
         Restoring the version that is already the head changes nothing: no transaction is
-        committed and that version is returned."""
+        committed and that version is returned. Raises VersionExpiredError for a version past
+        ``retention.seconds`` (its log pruned or its files collected: nothing to restore)."""
         from sediment.core.transactions.restore import plan_restore
 
         v = self.resolve_version(version)
         assert v is not None
         if v == self.version:
             return v
-        old = self._handle.states.load(v)
+        old = self._readable_state(v)
         return self._handle.states.commit(lambda head: plan_restore(head, old)).version
 
     def dump(self, root: str, *, range: Range | None = None,  # noqa: A002 (public API name)
              version: int | str | None = None, runner: Literal["local", "spark"] = "local",
              progress: Callable[[int, int], None] | None = None) -> DumpJob:
         """Dump ``range`` at ``version`` under ``root`` (local path or s3://): data, sample and
-        manifest files per task plus a job manifest; resumes an interrupted dump to ``root``."""
+        manifest files per task plus a job manifest; resumes an interrupted dump to ``root``.
+        Raises VersionExpiredError for a ``version`` past ``retention.seconds``."""
         from sediment.dump import dump_table
+
+        if version is not None:
+            v = self.resolve_version(version)
+            assert v is not None
+            if v != self.version:
+                self._readable_state(v)
 
         return dump_table(self._handle, root, range=range, version=version, runner=runner,
                           progress=progress)
@@ -224,19 +255,22 @@ class Table:
         return list(self._handle.status.events(kind, since=since))
 
     # ---- maintenance -----------------------------------------------------------------------
-    def compact(self, *, full: bool = False,
-                runner: Literal["local", "spark"] = "local") -> CompactionResult:
+    def compact(self, *, full: bool = False, runner: Literal["local", "spark"] = "local",
+                progress: Callable[[int, int], None] | None = None) -> CompactionResult:
         """One compaction pass: push references down, create jobs, run them in parallel
         (threads here, or Spark tasks with ``runner="spark"``). ``full``: a forced full
         compaction, every leaf with more than one file (or a file spanning other leaves too)
-        compacted into one file whatever the strategy."""
+        compacted into one file whatever the strategy. ``progress(done, total)``: called with
+        ``(0, jobs)`` once the pass has planned its jobs, then as each ends (with Spark, once
+        when all have)."""
         from sediment.compaction.runner import compact
 
         if runner == "spark":
             from sediment.spark.runner import run_jobs_on_spark
 
-            return compact(self._handle, runner=run_jobs_on_spark, full=full)
-        return compact(self._handle, full=full)
+            return compact(self._handle, runner=run_jobs_on_spark, full=full,
+                           progress=progress)
+        return compact(self._handle, full=full, progress=progress)
 
     def split(self) -> SplitResult:
         """Split every leaf partition over ``partition.split.threshold`` at its median."""
@@ -253,16 +287,20 @@ class Table:
         return gc(self._handle, orphan_timeout=orphan_timeout)
 
     def maintain(self, *, runner: Literal["local", "spark"] = "local",
-                 orphan_timeout: float | None = None) -> MaintenanceResult:
+                 orphan_timeout: float | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> MaintenanceResult:
         """Split, compact and collect garbage until there is nothing left to do (compaction
-        jobs in local threads, or as Spark tasks with ``runner="spark"``)."""
+        jobs in local threads, or as Spark tasks with ``runner="spark"``).
+        ``progress(done, total)``: each pass's compaction jobs, as for :meth:`compact`
+        (``(0, jobs)`` at the start of every pass)."""
         from sediment.maintenance.passes import maintain
 
         if runner == "spark":
             from sediment.spark.runner import run_jobs_on_spark
 
-            return maintain(self._handle, runner=run_jobs_on_spark, orphan_timeout=orphan_timeout)
-        return maintain(self._handle, orphan_timeout=orphan_timeout)
+            return maintain(self._handle, runner=run_jobs_on_spark,
+                            orphan_timeout=orphan_timeout, progress=progress)
+        return maintain(self._handle, orphan_timeout=orphan_timeout, progress=progress)
 
     # ---- ingest ----------------------------------------------------------------------------
     def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None
@@ -283,7 +321,8 @@ class Table:
     # ---- queries ---------------------------------------------------------------------------
     def _query_state(self, version: int | str | None) -> TableState:
         """The state a query reads: the version asked for, or the head this process shares
-        (its own commits at once, others' within ``state.cache.refresh_seconds``)."""
+        (its own commits at once, others' within ``state.cache.refresh_seconds``).
+        VersionExpiredError for a version whose log was pruned."""
         if version is not None:
             return self.state(version)
         return self._handle.states.cached_head()
@@ -294,11 +333,29 @@ class Table:
         """A query planned and ready to run (``run()``, ``reader()``, one leaf at a time
         with ``read_subquery``): what :meth:`query` and :meth:`scan` run, and what engines
         (the Spark reader, dumps) use to read the same records."""
+        from sediment.query.expiry import check_files
         from sediment.query.prepare import prepare_query
 
         state = self._query_state(version)
-        return prepare_query(state, self._handle.executors.get(state), self.name, keys=keys,
-                             ranges=ranges, columns=columns, iterators=iterators)
+        if version is None:
+            return prepare_query(state, self._handle.executors.get(state), self.name, keys=keys,
+                                 ranges=ranges, columns=columns, iterators=iterators)
+        # An old version: the files the plan reads must not have been collected by GC (one
+        # set lookup per file against the head). A file found missing on read is judged
+        # again, against the head then (GC may run meanwhile): VersionExpiredError, or the
+        # missing-file error when the head still knows the file (lost some other way).
+        files: set[str] = set()
+        states = self._handle.states
+
+        def on_missing() -> None:
+            check_files(states, self.name, state, files)
+
+        prepared = prepare_query(state, self._handle.executors.get(state), self.name,
+                                 keys=keys, ranges=ranges, columns=columns,
+                                 iterators=iterators, on_missing=on_missing)
+        files.update(prepared.plan.files)
+        check_files(states, self.name, state, files)
+        return prepared
 
     def query(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
               columns: Sequence[str] | None = None, version: int | str | None = None,
@@ -306,7 +363,9 @@ class Table:
         """Records with the given exact row keys and/or in the given ranges, sorted by key.
 
         ``keys``: row-key values (or tuples; a shorter tuple is a prefix). ``ranges``: Range
-        values. Neither: the whole table. ``version``: read an older version.
+        values. Neither: the whole table. ``version``: read an older version (a number or a
+        tag); VersionExpiredError when it is past ``retention.seconds`` and GC deleted its
+        files or pruning its log (a file lost any other way stays ObjectNotFoundError).
         """
         return self.prepare(keys, ranges, columns=columns, version=version,
                             iterators=iterators).run()

@@ -160,7 +160,8 @@ class Run:
         """After the run: maintain + gc with no delays leave no leftover; content kept."""
         table = sd.Store.open(self.uri, **self.options).table(w.TABLE)
         before = Counter(w.rows_of(table.query()))
-        table.set_properties({"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
+        table.set_properties({"gc.delay_seconds": 0,
+                              "retention.seconds": 0, "gc.clock_skew_seconds": 0,
                               "compaction.job_timeout_seconds": 0})
         table.maintain()
         w.collect_later(table)

@@ -155,7 +155,8 @@ class Harness:
     def clean_up_and_check(self) -> sd.Table:
         """maintain + gc with no delays remove every leftover; content is unchanged."""
         table = sd.Store.open(self.uri, **self.options).table(w.TABLE)
-        table.set_properties({"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
+        table.set_properties({"gc.delay_seconds": 0,
+                              "retention.seconds": 0, "gc.clock_skew_seconds": 0,
                               "compaction.job_timeout_seconds": 0})
         table.maintain()
         # an hour later: killed writers' leases are dead and their files old enough
@@ -228,7 +229,8 @@ def test_kill_during_split(tmp_path: Path) -> None:
 
 def test_kill_during_gc(tmp_path: Path) -> None:
     h = Harness(str(tmp_path / "store"), {}, tmp_path, "gc", seed=4,
-                properties={"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
+                properties={"gc.delay_seconds": 0,
+                            "retention.seconds": 0, "gc.clock_skew_seconds": 0})
     run_kill_points(h, [{"kind": "delete_files", "when": "before", "nth": 1},
                         {"kind": "delete_files", "when": "after", "nth": 1},
                         {"kill_after_delete": 1}])
@@ -240,7 +242,8 @@ def test_restore_after_gc_killed_between_delete_and_record(tmp_path: Path) -> No
     """GC killed between deleting files and recording it must not let a restore bring back
     references to files that are gone (a restore validates against the recorded state)."""
     h = Harness(str(tmp_path / "store"), {}, tmp_path, "gc", seed=5,
-                properties={"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0})
+                properties={"gc.delay_seconds": 0,
+                            "retention.seconds": 0, "gc.clock_skew_seconds": 0})
     old = h.table.version  # base data, three small files per leaf, before any compaction
     old_expected = Counter(h.expected)
     worker = h.spawn(kill_after_delete=1)

@@ -89,7 +89,7 @@ class TableModel(RuleBasedStateMachine):
         self.table = self.store.create_table(
             "model", w.SCHEMA,
             properties={"partition.split.threshold": 12, "compaction.strategy": "basic",
-                        "compaction.batch_size": 2, "gc.delay_seconds": 0,
+                        "compaction.batch_size": 2, "gc.delay_seconds": 0, "retention.seconds": 0,
                         "gc.clock_skew_seconds": 0, "parquet.row_group_rows": 128,
                         "state.snapshot.interval": 5, "state.cache.refresh_seconds": 0})
         self.versions: dict[int, Rows] = {1: Counter()}

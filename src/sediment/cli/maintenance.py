@@ -94,12 +94,17 @@ def _collect_unnamed(store: str | None, orphan_timeout: float | None) -> dict[st
             "deleted": r.objects_deleted, **({"error": r.note} if r.note else {})}
 
 
+Progress = Callable[[int, int], None]
+
+
 def _run(store: str | None, table: str | None, loop: bool, interval: float, max_loops: int,
-         json_out: bool, action: Callable[[Table], dict[str, Any]], *, online_only: bool,
-         store_pass: Callable[[], dict[str, Any] | None] | None = None,
-         verb: str = "") -> None:
+         json_out: bool, action: Callable[[Table, Progress], dict[str, Any]], *,
+         online_only: bool, store_pass: Callable[[], dict[str, Any] | None] | None = None,
+         verb: str = "", unit: str = "tables") -> None:
     """Run ``action`` on each table (once, or every ``interval`` with ``loop``), a progress
-    bar over the tables on a terminal, then one report row per table."""
+    bar on a terminal, then one report row per table. With ``unit`` "tables" the bar counts
+    the tables; otherwise each table gets a bar of its own that ``action`` drives through the
+    ``progress(done, total)`` it is given (compaction jobs: their real total, per pass)."""
     passes = 0
     while True:
         passes += 1
@@ -120,16 +125,22 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
                 raise
             tables = []
             rows.append({"table": table or "*", "error": f"{type(e).__name__}: {e}"})
-        with progress_bar(json_out, "tables") as bar:
-            task = bar.add_task(verb, total=len(tables))
-            for t in tables:
-                bar.update(task, description=f"{verb} {t.name}")
+        with progress_bar(json_out, unit) as bar:
+            per_table = unit != "tables"
+            task = None if per_table else bar.add_task(verb, total=len(tables))
+            for i, t in enumerate(tables, 1):
+                where = f" ({i}/{len(tables)} tables)" if len(tables) > 1 else ""
+                if task is not None:
+                    bar.update(task, description=f"{verb} {t.name}")
+                    progress: Progress = _ignore
+                else:
+                    progress = _table_progress(bar, f"{verb} {t.name}{where}")
                 started = time.perf_counter()
                 try:
                     if not t.online and online_only:
                         rows.append({"table": t.name, "skipped": "offline"})
                         continue
-                    rows.append({"table": t.name, **action(t),
+                    rows.append({"table": t.name, **action(t, progress),
                                  "seconds": time.perf_counter() - started})
                 except SedimentError as e:
                     # A loop is a daemon: one table's failure (a damaged file, a storage
@@ -139,11 +150,33 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
                         raise
                     rows.append({"table": t.name, "error": f"{type(e).__name__}: {e}"})
                 finally:
-                    bar.advance(task)
+                    if task is not None:
+                        bar.advance(task)
         _emit_rows(rows, json_out)
         if not loop or (max_loops and passes >= max_loops):
             return
         time.sleep(interval)
+
+
+def _ignore(done: int, total: int) -> None:
+    pass
+
+
+def _table_progress(bar: Any, description: str) -> Progress:
+    """A ``progress(done, total)`` driving a new task of ``bar``: the total as the work
+    reports it; a ``(0, n)`` after work was done starts a new pass (maintain: "pass 2")."""
+    task = bar.add_task(description, total=None)
+    passes = [0]
+
+    def progress(done: int, total: int) -> None:
+        if done == 0:
+            passes[0] += 1
+            name = description if passes[0] == 1 else f"{description} pass {passes[0]}"
+            bar.update(task, description=name, completed=0, total=total)
+        else:
+            bar.update(task, completed=done, total=total)
+
+    return progress
 
 
 @commands.command()
@@ -155,13 +188,13 @@ def compact(table: TableOption = None, loop: LoopOption = False, interval: Inter
                                "other leaves too) into one file, whatever the strategy.")
                             ] = False) -> None:
     """One compaction pass (jobs run in parallel); offline tables are skipped."""
-    def act(t: Table) -> dict[str, Any]:
-        r = t.compact(full=full)
+    def act(t: Table, progress: Progress) -> dict[str, Any]:
+        r = t.compact(full=full, progress=progress)
         return {"pushed_down": r.references_pushed_down, "jobs": r.jobs_created,
                 "committed": r.jobs_committed, "failed": r.jobs_failed, "rows_in": r.rows_in,
                 "rows_out": r.rows_out}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=True,
-         verb="compact")
+         verb="compact", unit="jobs")
 
 
 @commands.command()
@@ -169,7 +202,7 @@ def split(table: TableOption = None, loop: LoopOption = False, interval: Interva
           max_loops: PassesOption = 0, store: StoreOption = None,
           json_out: JsonOption = False) -> None:
     """Split leaf partitions over the threshold at their medians; offline tables skipped."""
-    def act(t: Table) -> dict[str, Any]:
+    def act(t: Table, progress: Progress) -> dict[str, Any]:
         r = t.split()
         return {"splits": r.splits, "unsplittable": len(r.unsplittable)}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=True,
@@ -181,7 +214,7 @@ def gc(table: TableOption = None, loop: LoopOption = False, interval: IntervalOp
        max_loops: PassesOption = 0, store: StoreOption = None,
        json_out: JsonOption = False, orphan_timeout: OrphanTimeoutOption = None) -> None:
     """Delete unreferenced files past the GC delay and orphans past the orphan timeout."""
-    def act(t: Table) -> dict[str, Any]:
+    def act(t: Table, progress: Progress) -> dict[str, Any]:
         r = t.gc(orphan_timeout=orphan_timeout)
         return {"deleted": r.deleted, "orphans_deleted": r.orphans_deleted}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False,
@@ -228,17 +261,19 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
             report_every=interval, max_reports=max_loops, stop=stop,
             on_report=lambda rows: _emit_rows(rows, json_out))
         return
-    def act(t: Table) -> dict[str, Any]:
+    def act(t: Table, progress: Progress) -> dict[str, Any]:
         if not t.online:
             r = t.gc(orphan_timeout=orphan_timeout)
+            progress(0, 0)
             return {"passes": 1, "splits": 0, "jobs": 0, "failed": 0,
                     "deleted": r.deleted + r.orphans_deleted}
-        m = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout)
+        m = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout,
+                       progress=progress)
         return {"passes": m.passes, "splits": m.splits, "jobs": m.jobs_committed,
                 "failed": m.jobs_failed, "deleted": m.files_deleted}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False,
          store_pass=None if table else lambda: _collect_unnamed(store, orphan_timeout),
-         verb="maintain")
+         verb="maintain", unit="jobs")
 
 
 # ---- reports --------------------------------------------------------------------------------

@@ -128,11 +128,13 @@ def load(manifest: Annotated[str, typer.Argument(help="<root>/<job>/job-manifest
          name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
     """Verify a dump and load it into a new or existing table (one transaction)."""
     started = time.perf_counter()
-    with progress_bar(json_out, "steps") as bar:
-        # Store.load has no progress hook: one step (verify, copy and commit the dump)
-        task = bar.add_task(f"load {name}", total=1)
-        t = open_store(store).load(manifest, name)
-        bar.update(task, completed=1)
+    from sediment.dump.load import load_progress
+
+    with progress_bar(json_out, "bytes") as bar:
+        # bytes copied of the dump's total (reported once the dump is verified)
+        task = bar.add_task(f"load {name}", total=None)
+        with load_progress(lambda done, total: bar.update(task, completed=done, total=total)):
+            t = open_store(store).load(manifest, name)
     d = t.describe()
     emit({"table": name, "version": d["version"], "records": d["records"],
           "files": d["files"], "seconds": time.perf_counter() - started}, json_out,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence, Set
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -181,13 +181,26 @@ def run_job(table: TableHandle, state: TableState, job: CompactionJob) -> JobRes
     return commit_job(table, job, execute_job(table, job, region))
 
 
-def run_jobs_locally(table: TableHandle, state: TableState,
-                     jobs: Sequence[CompactionJob]) -> list[JobResult]:
+def run_jobs_locally(table: TableHandle, state: TableState, jobs: Sequence[CompactionJob], *,
+                     on_done: Callable[[JobResult], None] | None = None) -> list[JobResult]:
+    """Run ``jobs`` in threads (``compaction.threads``); results in the jobs' order.
+    ``on_done`` is called on this thread as each job ends (committed or failed)."""
     threads = int(table.properties["compaction.threads"]) or (os.cpu_count() or 2)
     if len(jobs) <= 1 or threads == 1:
-        return [run_job(table, state, j) for j in jobs]
+        results = []
+        for j in jobs:
+            results.append(run_job(table, state, j))
+            if on_done is not None:
+                on_done(results[-1])
+        return results
     with ThreadPoolExecutor(min(threads, len(jobs))) as pool:
-        return list(pool.map(lambda j: run_job(table, state, j), jobs))
+        futures = {pool.submit(run_job, table, state, j): i for i, j in enumerate(jobs)}
+        out: dict[int, JobResult] = {}
+        for f in as_completed(futures):
+            out[futures[f]] = f.result()
+            if on_done is not None:
+                on_done(out[futures[f]])
+        return [out[i] for i in range(len(jobs))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,14 +232,22 @@ def due_jobs(table: TableHandle, *, exclude: Set[str] = frozenset(),
     return DueJobs(state, jobs + stale, moved)
 
 
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``: called with the real total first (``done`` 0), then as work ends."""
+
+
 def compact(table: TableHandle, *, runner: JobRunner | None = None,
-            full: bool = False) -> CompactionResult:
+            full: bool = False, progress: Progress | None = None) -> CompactionResult:
     """One compaction pass over ``table`` (nothing for an offline table). ``full``: every
     leaf with more than one file, or with a file that spans other leaves too, is compacted
     into one file whatever the strategy (references in non-leaf partitions are first pushed
-    all the way down to the leaves)."""
+    all the way down to the leaves). ``progress(done, total)``: once the jobs are planned
+    (new and stale: every job this pass runs) with ``(0, total)``, then as each job ends
+    (local threads; a custom runner such as Spark's reports once, when all have ended)."""
     started = time.perf_counter()
     if not table.states.head().online:
+        if progress is not None:
+            progress(0, 0)
         return CompactionResult()
     moved = 0
     while full:  # every level at once: a full compaction leaves nothing above the leaves
@@ -239,7 +260,24 @@ def compact(table: TableHandle, *, runner: JobRunner | None = None,
         moved += n
     due = due_jobs(table, full=full)
     jobs = due.jobs
-    results = (runner or run_jobs_locally)(table, due.state, jobs) if jobs else []
+    if progress is not None:
+        progress(0, len(jobs))
+    done = 0
+
+    def tick(_: JobResult) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, len(jobs))
+
+    if not jobs:
+        results: list[JobResult] = []
+    elif runner is None:
+        results = run_jobs_locally(table, due.state, jobs, on_done=tick)
+    else:
+        results = runner(table, due.state, jobs)
+        if progress is not None:
+            progress(len(results), len(jobs))
     ok = [r for r in results if r.committed]
     return CompactionResult(
         moved + due.references_pushed_down, len(jobs), len(ok), len(results) - len(ok),

@@ -13,9 +13,11 @@ byte, never rewritten) into the table's data folder and committed:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import uuid
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +51,26 @@ class DumpedFile:
     sample: str
     rows: int
     range: Range
+    bytes: int = 0
+    """Bytes of the data and sample files (as their manifest states and verification checked)."""
+
+
+Progress = Callable[[int, int], None]
+"""``progress(done, total)`` of a load: bytes copied of the total, the total first."""
+
+_PROGRESS: contextvars.ContextVar[Progress | None] = contextvars.ContextVar(
+    "sediment_load_progress", default=None)
+
+
+@contextlib.contextmanager
+def load_progress(progress: Progress | None) -> Iterator[None]:
+    """Report the progress of loads run inside the block (``Store.load``) to ``progress``,
+    for callers that cannot pass it to :func:`copy_and_reference` themselves."""
+    token = _PROGRESS.set(progress)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
 
 
 def _split_uri(uri: str) -> tuple[str, str]:
@@ -150,7 +172,9 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
                         _check_keys(data, fpath, mpath, dumped, trange)
                 if "data" in files:
                     out.append(DumpedFile(files["data"]["path"], files["sample"]["path"],
-                                          int(files["data"]["rows"]), trange))
+                                          int(files["data"]["rows"]), trange,
+                                          int(files["data"]["bytes"])
+                                          + int(files["sample"]["bytes"])))
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptMetadataError(f"{where} is malformed: {e!r}") from e
     return job, out
@@ -177,12 +201,14 @@ def open_dump(job_manifest_uri: str, open_root: Callable[[str], ObjectStore]) ->
     return VerifiedDump(src, Schema.from_json(job["schema"]), boundaries, files)
 
 
-def load_into(table: TableHandle, dump: VerifiedDump) -> None:
+def load_into(table: TableHandle, dump: VerifiedDump, *,
+              progress: Progress | None = None) -> None:
     """Add a verified dump's files to an existing table of the same schema, in one
-    transaction (each file referenced from every leaf its range covers)."""
+    transaction (each file referenced from every leaf its range covers). ``progress``: see
+    :func:`copy_and_reference`."""
     if table.schema.to_arrow() != dump.schema.to_arrow():
         raise SchemaError(f"table {table.name}: schema differs from the dump's")
-    refs, names = copy_and_reference(dump, table)
+    refs, names = copy_and_reference(dump, table, progress=progress)
     from sediment.core.transactions import AddFiles
 
     try:
@@ -191,10 +217,15 @@ def load_into(table: TableHandle, dump: VerifiedDump) -> None:
         pending.release(table.objects, names)
 
 
-def copy_and_reference(dump: VerifiedDump, table: TableHandle
+def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
+                       progress: Progress | None = None
                        ) -> tuple[list[FileReference], list[str]]:
     """Copy a dump's files byte for byte into the table and build their references;
-    returns them and the names of the copies (registered as pending until committed)."""
+    returns them and the names of the copies (registered as pending until committed).
+    ``progress(done, total)``: bytes copied (data and sample files) of the dump's total,
+    ``(0, total)`` first, then as each file is copied, on the calling thread (default: the
+    one set by :func:`load_progress`, if any)."""
+    progress = progress if progress is not None else _PROGRESS.get()
     src, files = dump.source, dump.files
     from sediment.files.sample import estimate_count
 
@@ -219,8 +250,17 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle
         write_key_filters(table.objects, name, raw, schema, props)
 
     pending.register(table.objects, [name for _, name in copies])  # uncommitted until loaded
+    total = sum(f.bytes for f in files)
+    if progress is not None:
+        progress(0, total)
+    done = 0
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(copy, copies))
+        futures = {pool.submit(copy, c): c[0].bytes for c in copies}
+        for fut in as_completed(futures):
+            fut.result()
+            done += futures[fut]
+            if progress is not None:
+                progress(done, total)
     for f, name in copies:
         hit = [leaf for leaf in leaves if f.range.overlaps(leaf.region)]
         if len(hit) == 1:

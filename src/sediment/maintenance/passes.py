@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sediment.compaction.runner import CompactionResult, JobRunner, compact
+from sediment.compaction.runner import CompactionResult, JobRunner, Progress, compact
 from sediment.maintenance.gc import GcResult, gc
 from sediment.maintenance.splitting import SplitResult, split
 
@@ -29,25 +29,30 @@ class MaintenanceResult:
 
 
 def maintain_pass(table: TableHandle, *, runner: JobRunner | None = None,
-                  orphan_timeout: float | None = None
+                  orphan_timeout: float | None = None, progress: Progress | None = None
                   ) -> tuple[SplitResult, CompactionResult, GcResult]:
     """One pass: split leaves over the threshold, compact, collect garbage
-    (``orphan_timeout``: see ``sediment.maintenance.gc.gc``)."""
+    (``orphan_timeout``: see ``sediment.maintenance.gc.gc``; ``progress``: the pass's
+    compaction jobs, see ``sediment.compaction.runner.compact``)."""
     s = split(table)
-    c = compact(table, runner=runner)
+    c = compact(table, runner=runner, progress=progress)
     g = gc(table, orphan_timeout=orphan_timeout)
     return s, c, g
 
 
 def maintain(table: TableHandle, *, max_passes: int = MAX_PASSES, runner: JobRunner | None = None,
              on_pass: Callable[[int, SplitResult, CompactionResult, GcResult], None] | None
-             = None, orphan_timeout: float | None = None) -> MaintenanceResult:
-    """Run passes until one does nothing (or ``max_passes``)."""
+             = None, orphan_timeout: float | None = None,
+             progress: Progress | None = None) -> MaintenanceResult:
+    """Run passes until one does nothing (or ``max_passes``). ``progress(done, total)``: each
+    pass's compaction jobs, ``(0, total)`` when the pass has planned them, then as they end
+    (so ``done`` starts again from 0 at each pass)."""
     started = time.perf_counter()
     splits = committed = failed = deleted = 0
     passes = 0
     for passes in range(1, max_passes + 1):  # noqa: B007 - used after the loop
-        s, c, g = maintain_pass(table, runner=runner, orphan_timeout=orphan_timeout)
+        s, c, g = maintain_pass(table, runner=runner, orphan_timeout=orphan_timeout,
+                                progress=progress)
         splits += s.splits
         committed += c.jobs_committed
         failed += c.jobs_failed

@@ -9,14 +9,14 @@ arguments and an executor.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from sediment.core.state import TableState
-from sediment.errors import QueryError
+from sediment.errors import ObjectNotFoundError, QueryError
 from sediment.iterators.base import RecordIterator
 from sediment.properties import defaults
 from sediment.query.executor import Executor, FooterCache
@@ -51,31 +51,54 @@ class PreparedQuery:
     wanted: list[str]
     """Columns returned, in the caller's order."""
     iterators: list[RecordIterator]
+    on_missing: Callable[[], None] | None = None
+    """Called when a data file is missing, before the missing-file error is raised: raises a
+    better error instead when it knows why (an old version's files collected by GC: see
+    ``sediment.query.expiry``)."""
+
+    def _explain(self) -> None:
+        if self.on_missing is not None:
+            self.on_missing()
 
     def run(self) -> pa.Table:
         """Every record, sorted by key."""
-        return self.executor.run(self.plan, self.read, self.iterators).select(self.wanted)
+        try:
+            return self.executor.run(self.plan, self.read, self.iterators).select(self.wanted)
+        except ObjectNotFoundError:
+            self._explain()
+            raise
 
     def reader(self) -> pa.RecordBatchReader:
         """The records streamed in bounded memory."""
         out_schema = pa.schema([self.schema.field(c) for c in self.wanted])
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for b in self.executor.stream(self.plan, self.read, self.iterators):
-                yield b.select(self.wanted)
+            try:
+                for b in self.executor.stream(self.plan, self.read, self.iterators):
+                    yield b.select(self.wanted)
+            except ObjectNotFoundError:
+                self._explain()
+                raise
 
         return pa.RecordBatchReader.from_batches(out_schema, batches())
 
     def read_subquery(self, sub: SubQuery) -> pa.Table:
         """The records of one leaf's sub-query (the Spark reader reads one per task)."""
-        return self.executor.read_subquery(sub, self.read, self.iterators).select(self.wanted)
+        try:
+            return self.executor.read_subquery(sub, self.read, self.iterators
+                                               ).select(self.wanted)
+        except ObjectNotFoundError:
+            self._explain()
+            raise
 
 
 def prepare_query(state: TableState, executor: Executor, table: str, *,
                   keys: Sequence[Any] | None = None, ranges: Any = None,
                   columns: Sequence[str] | None = None,
-                  iterators: Sequence[Any] | None = None) -> PreparedQuery:
-    """Check the columns, gather the iterators (the table's, then ``iterators``) and plan."""
+                  iterators: Sequence[Any] | None = None,
+                  on_missing: Callable[[], None] | None = None) -> PreparedQuery:
+    """Check the columns, gather the iterators (the table's, then ``iterators``) and plan.
+    ``on_missing``: see :attr:`PreparedQuery.on_missing`."""
     from sediment.iterators import iterator_from_config
 
     schema = state.schema
@@ -91,7 +114,7 @@ def prepare_query(state: TableState, executor: Executor, table: str, *,
     extra = set().union(*(it.fields() for it in its)) if its else set()
     read = [c for c in schema.field_names if c in wanted or c in schema.key_names or c in extra]
     plan = plan_query(state, normalise_ranges(state, keys, ranges))
-    return PreparedQuery(executor, plan, schema, read, wanted, its)
+    return PreparedQuery(executor, plan, schema, read, wanted, its, on_missing)
 
 
 class ExecutorCache:
