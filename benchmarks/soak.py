@@ -73,6 +73,7 @@ PROPERTIES = {
     "parquet.row_group_rows": 1024,
     "state.cache.refresh_seconds": 0,  # readers see the head when they start a query
     "gc.delay_seconds": 3600,  # old versions stay readable for the checks
+    "retention.seconds": 3600,  # (stated: the default is 2 days; settle() sets both to 0)
     "compaction.job_timeout_seconds": 20,  # jobs of a killed maintainer run again
 }
 
@@ -314,8 +315,8 @@ class Soak:
     def settle(self) -> dict[str, Any]:
         table = sd.Store.open(self.uri, **self.direct).table(w.TABLE)
         before = Counter(w.rows_of(table.query()))
-        table.set_properties({"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
-                              "compaction.job_timeout_seconds": 0})
+        table.set_properties({"gc.delay_seconds": 0, "retention.seconds": 0,
+                              "gc.clock_skew_seconds": 0, "compaction.job_timeout_seconds": 0})
         t0 = time.perf_counter()
         table.maintain()
         w.collect_later(table)
