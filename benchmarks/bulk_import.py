@@ -273,7 +273,7 @@ def run_native(spark: Any, tree: SparkTree, src: Path, out: Path, rows: int) -> 
 
 
 def _sediment_table(root: Path, variant: str) -> Any:
-    store = sd.Store.open(str(root))
+    store = sd.Store.open(str(root), create=True)
     if variant == "presplit":
         return store.create_table("bench", benchmark_schema(),
                                   properties={"bulk_import.min_leaf_partitions": LEAVES})
@@ -572,7 +572,7 @@ def main() -> None:
             run_native(spark, tree, one, tmp / "warm-native", warm_rows)
             wt = _sediment_table(tmp / "warm-store", "files")
             bulk_import(spark, wt, [str(one / "*.parquet")])
-            wt2 = sd.Store.open(str(tmp / "warm-store")).create_table(
+            wt2 = sd.Store.open(str(tmp / "warm-store"), create=True).create_table(
                 "df", benchmark_schema(), split_points=datagen.split_points(LEAVES),
                 properties={"bulk_import.min_leaf_partitions": LEAVES})
             bulk_import(spark, wt2, spark.read.parquet(str(one)))

@@ -106,7 +106,7 @@ def process_peak_mib() -> float:
 # ---- setup -----------------------------------------------------------------------------------
 def build_template(root: Path, files: int, rows_per_file: int) -> dict[str, Any]:
     """A store with one table holding ``files`` sorted files of ``rows_per_file`` rows."""
-    store = sd.Store.open(str(root))
+    store = sd.Store.open(str(root), create=True)
     table = store.create_table(TABLE, bench_schema(), properties={
         "compaction.strategy": "basic",
         "compaction.batch_size": files,

@@ -139,11 +139,11 @@ def main() -> None:
         if server is not None:
             bucket = server.create_bucket(f"bench-{uuid.uuid4().hex[:12]}")
             options = server.options
-            store = sd.Store.open(f"s3://{bucket}/store", **options)
+            store = sd.Store.open(f"s3://{bucket}/store", **options, create=True)
             scratch = f"s3://{bucket}/scratch"
         else:
             options = None
-            store = sd.Store.open(str(tmp / "store"))
+            store = sd.Store.open(str(tmp / "store"), create=True)
             scratch = str(tmp / "scratch")
             Path(scratch).mkdir()
         table = store.create_table("bench", bench_schema(),

@@ -109,7 +109,7 @@ def baseline_datafusion(data: pa.Table, out: Path, props: dict[str, Any]) -> dic
 
 def sediment_ingest(data: pa.Table, root: Path, name: str, *, split_points: list[str] | None,
                     properties: dict[str, Any], profile: bool = False) -> dict[str, Any]:
-    store = sd.Store.open(str(root))
+    store = sd.Store.open(str(root), create=True)
     table = store.create_table("bench", bench_schema(), split_points=split_points,
                                properties=properties)
     prof = cProfile.Profile() if profile else None

@@ -81,7 +81,7 @@ def main() -> None:
     results: dict[str, Any] = {"rows": rows, "lookups": n_lookups, "layouts": {}}
     out_rows = []
     with temp_dir() as tmp:
-        store = sd.Store.open(str(tmp / "store"))
+        store = sd.Store.open(str(tmp / "store"), create=True)
         for files in (1, 4, 12, 24):
             with_f, t_with = build(store, f"f{files}", data, files, 10)
             without, t_without = build(store, f"n{files}", data, files, 0)

@@ -98,7 +98,7 @@ def timed_pairs(fa: Callable[[Any], int], fb: Callable[[Any], int], args: Sequen
 def build_table(data: pa.Table, root: Path, properties: dict[str, Any]
                 ) -> tuple[sd.Table, list[str], float]:
     """Ingest ``data`` into a fresh store at ``root``: (table, data file paths, seconds)."""
-    store = sd.Store.open(str(root))
+    store = sd.Store.open(str(root), create=True)
     table = store.create_table("bench", bench_schema(), properties=properties)
     with Timer() as t:
         table.ingest(data)

@@ -148,7 +148,7 @@ class Soak:
         """Options the main process checks with (``--faults``: past the proxy)."""
         self.faulty = direct is not None
         self.env = w.worker_env(env)
-        self.store = sd.Store.open(uri, **options)
+        self.store = sd.Store.open(uri, **options, create=True)
         self.table = self.store.create_table(w.TABLE, w.SCHEMA, properties=PROPERTIES)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.writer_logs: list[tuple[str, Path]] = []  # (writer id, ingest log)

@@ -193,7 +193,7 @@ def _commit_rate(states: StateStore, pid: str, n: int) -> dict[str, Any]:
 def bench_large_state(root: Path, *, n_refs: int, n_txns: int, n_leaves: int,
                       load_repeats: int, commit_n: int,
                       s3: S3Server | None) -> dict[str, Any]:
-    store = Store.open(str(root / "large"))
+    store = Store.open(str(root / "large"), create=True)
     print(f"\nbuilding a state of {n_refs:,} references over {n_leaves:,} leaves "
           f"({n_txns} AddFiles transactions of {n_refs // n_txns:,}) ...", flush=True)
     with Timer() as t_create:
@@ -351,7 +351,7 @@ def bench_large_state(root: Path, *, n_refs: int, n_txns: int, n_leaves: int,
     # -- the same snapshot on loopback S3: write it, then load it in a fresh StateStore
     if s3 is not None:
         bucket = s3.create_bucket(f"state-{_name()[:12]}")
-        s3_store = Store.open(f"s3://{bucket}/large", **s3.options)
+        s3_store = Store.open(f"s3://{bucket}/large", **s3.options, create=True)
         s3_objects = CountingObjectStore(s3_store.table_objects(tid))
         state = fresh.head(refresh=False)
         expected = state.reference_count()
@@ -464,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
         local_runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
         for i, sync in enumerate((False, True, False, True)):
             LocalObjectStore.sync_directories = sync
-            local_runs[sync].append(bench_commits(Store.open(str(root / f"commits{i}")),
+            local_runs[sync].append(bench_commits(Store.open(str(root / f"commits{i}"),
+                                                             create=True),
                                                   "local disk" if sync else
                                                   "local disk, no directory fsync", n_local))
         LocalObjectStore.sync_directories = True
@@ -480,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
             "cost_ratio": commit_rows[1]["commits_per_s"] / commit_rows[0]["commits_per_s"],
         }
         bucket = s3.create_bucket("commits")
-        commit_rows.append(bench_commits(Store.open(f"s3://{bucket}/store", **s3.options),
+        commit_rows.append(bench_commits(Store.open(f"s3://{bucket}/store", **s3.options,
+                                                    create=True),
                                          "moto S3 (loopback)", n_s3))
         results["commits"] = commit_rows
         report_commits(commit_rows)

@@ -392,7 +392,7 @@ def main() -> None:
         root = tmp / "store"
         work = tmp / "work"
         work.mkdir()
-        store = sd.Store.open(str(root))
+        store = sd.Store.open(str(root), create=True)
         with Timer() as ref_t:
             reference = build_reference(store, props, int(seconds / args.interval) + 1,
                                         args.batch_rows)

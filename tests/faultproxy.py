@@ -587,7 +587,7 @@ class ProxiedS3:
     def open_direct(self, **kwargs: Any) -> Any:
         import sediment as sd
 
-        return sd.Store.open(self.uri, **{**self.direct_options, **kwargs})
+        return sd.Store.open(self.uri, **{"create": True, **self.direct_options, **kwargs})
 
     def env(self, *, direct: bool = False) -> dict[str, str]:
         o = self.direct_options if direct else self.options
@@ -598,11 +598,12 @@ class ProxiedS3:
 
 
 def open_store(proxy: FaultProxy, uri: str, **options: Any) -> Any:
-    """``sediment.Store.open(uri)`` with every S3 request going through ``proxy``
-    (``options``: region and credentials as for ``Store.open``)."""
+    """``sediment.Store.open(uri, create=True)`` with every S3 request going through ``proxy``
+    (``options``: region and credentials as for ``Store.open``, ``create=False`` among
+    them to refuse a missing store)."""
     import sediment as sd
 
-    return sd.Store.open(uri, **{**options, "endpoint_url": proxy.url})
+    return sd.Store.open(uri, **{"create": True, **options, "endpoint_url": proxy.url})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,8 @@ def make_table(where: str | Path | sd.Store, options: dict[str, Any] | None = No
     """A new table (named ``name``, else a fresh name) in ``where``: an open Store, or the
     URI or path of one (opened with storage ``options``). Its state cache is off, so every
     read sees the latest commit; ``props`` are its other properties."""
-    store = where if isinstance(where, sd.Store) else sd.Store.open(str(where), **(options or {}))
+    store = where if isinstance(where, sd.Store) else \
+        sd.Store.open(str(where), **(options or {}), create=True)
     return store.create_table(name or f"t{uuid.uuid4().hex[:8]}", schema,
                               split_points=split_points,
                               properties={"state.cache.refresh_seconds": 0, **props})

@@ -30,7 +30,7 @@ SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64()
 
 
 def memory_store(**kw: Any) -> sd.Store:
-    return sd.Store.open(f"memory://catalog-{uuid.uuid4().hex}", **kw)
+    return sd.Store.open(f"memory://catalog-{uuid.uuid4().hex}", **{"create": True, **kw})
 
 
 def assert_leaves_tile(partitions: list[Partition], boundaries: list[tuple[Any, ...]]) -> None:
@@ -59,7 +59,7 @@ def assert_leaves_tile(partitions: list[Partition], boundaries: list[tuple[Any, 
 
 def test_open_a_path_creates_the_store(tmp_path: Path) -> None:
     root = tmp_path / "data"
-    store = sd.Store.open(str(root))
+    store = sd.Store.open(str(root), create=True)
     assert store.uri == root.resolve().as_uri()
     assert store.uri.startswith("file:///")
     assert (root / "store.json").is_file()
@@ -68,20 +68,20 @@ def test_open_a_path_creates_the_store(tmp_path: Path) -> None:
 
 def test_open_a_file_uri_and_relative_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "data"
-    a = sd.Store.open(root.as_uri())
+    a = sd.Store.open(root.as_uri(), create=True)
     assert a.uri == root.resolve().as_uri()
     a.create_table("t", SCHEMA)
     monkeypatch.chdir(tmp_path)
-    b = sd.Store.open("data")
+    b = sd.Store.open("data", create=True)
     assert b.uri == a.uri
     assert b.tables() == ["t"]
-    c = sd.Store.open(root)  # a PathLike
+    c = sd.Store.open(root, create=True)  # a PathLike
     assert c.uri == a.uri and c.tables() == ["t"]
 
 
 def test_store_properties_are_table_defaults(tmp_path: Path) -> None:
     uri = str(tmp_path / "s")
-    store = sd.Store.open(uri, properties={"compaction.batch_size": "5"})
+    store = sd.Store.open(uri, properties={"compaction.batch_size": "5"}, create=True)
     assert store.properties["compaction.batch_size"] == 5
     assert store.properties["gc.delay_seconds"] == defaults()["gc.delay_seconds"]
     t = store.create_table("t", SCHEMA)
@@ -101,9 +101,9 @@ def test_store_properties_are_table_defaults(tmp_path: Path) -> None:
 
 def test_store_properties_are_validated(tmp_path: Path) -> None:
     with pytest.raises(PropertyError, match="unknown property 'nope'"):
-        sd.Store.open(str(tmp_path / "s"), properties={"nope": 1})
+        sd.Store.open(str(tmp_path / "s"), properties={"nope": 1}, create=True)
     with pytest.raises(PropertyError, match="compaction.batch_size"):
-        sd.Store.open(str(tmp_path / "s"), properties={"compaction.batch_size": 0})
+        sd.Store.open(str(tmp_path / "s"), properties={"compaction.batch_size": 0}, create=True)
 
 
 def test_corrupt_store_file(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_corrupt_store_file(tmp_path: Path) -> None:
 # ---- tables ----------------------------------------------------------------------------------
 
 def test_create_open_list_drop(tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     t = store.create_table("events", SCHEMA)
     assert t.name == "events" and t.version == 1
     assert t.schema == SCHEMA
@@ -138,7 +138,7 @@ def test_create_open_list_drop(tmp_path: Path) -> None:
 
 
 def test_drop_table_deletes_its_objects(tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     t = store.create_table("t", SCHEMA)
     folder = tmp_path / "s" / "tables" / t.table_id
     assert any(folder.rglob("*.json"))
@@ -149,7 +149,7 @@ def test_drop_table_deletes_its_objects(tmp_path: Path) -> None:
 
 
 def test_table_exists(tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     t = store.create_table("t", SCHEMA)
     with pytest.raises(TableExistsError, match="table 't' already exists"):
         store.create_table("t", SCHEMA, split_points=["m"])
@@ -159,8 +159,8 @@ def test_table_exists(tmp_path: Path) -> None:
 
 
 def test_tables_in_different_stores_are_separate(tmp_path: Path) -> None:
-    a = sd.Store.open(str(tmp_path / "a"))
-    b = sd.Store.open(str(tmp_path / "b"))
+    a = sd.Store.open(str(tmp_path / "a"), create=True)
+    b = sd.Store.open(str(tmp_path / "b"), create=True)
     a.create_table("t", SCHEMA)
     assert b.tables() == []
     with pytest.raises(TableNotFoundError):
@@ -175,14 +175,14 @@ def test_memory_store_catalog() -> None:
 
 
 def test_schema_must_be_a_sediment_schema(tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     with pytest.raises(SchemaError, match="must be a sediment.Schema"):
         store.create_table("t", pa.schema([("k", pa.string())]))  # type: ignore[arg-type]
     assert store.tables() == []
 
 
 def test_corrupt_catalog_entry(tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     store.create_table("t", SCHEMA)
     (tmp_path / "s" / "catalog" / "t.json").write_text(json.dumps({"format": 1}))
     with pytest.raises(CorruptMetadataError, match="catalog entry catalog/t.json"):
@@ -197,7 +197,7 @@ BAD_NAMES = ["", "../x", "a/b", ".", "..", "x" * 200, "a\\b", "é", "caf\u00e9",
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
 def test_invalid_table_names(tmp_path: Path, name: Any) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     with pytest.raises(InvalidTableNameError, match="invalid table name"):
         store.create_table(name, SCHEMA)
     with pytest.raises(InvalidTableNameError):
@@ -346,7 +346,7 @@ def test_set_online() -> None:
 
 def test_losing_a_create_race_leaves_nothing_behind(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     winner = store.create_table("t", SCHEMA)
     # the loser checked before the winner wrote its catalog entry
     monkeypatch.setattr(store.objects, "exists", lambda key: False)

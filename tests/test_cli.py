@@ -41,7 +41,10 @@ def runner() -> CliRunner:
 
 @pytest.fixture
 def store(tmp_path: Path) -> str:
-    return str(tmp_path / "store")
+    """An empty store (as `sediment init` makes it: other commands never create one)."""
+    path = str(tmp_path / "store")
+    sd.Store.open(path, create=True)
+    return path
 
 
 def run(runner: CliRunner, *args: str, env: dict[str, str] | None = None,
@@ -123,7 +126,8 @@ def test_init_prints_uri_and_creates_store(runner: CliRunner, store: str) -> Non
     assert (Path(store) / "store.json").exists()
 
 
-def test_init_json_and_store_properties(runner: CliRunner, store: str) -> None:
+def test_init_json_and_store_properties(runner: CliRunner, tmp_path: Path) -> None:
+    store = str(tmp_path / "fresh")
     first = json_of(ok(runner, "init", "--store", store, "--json",
                        "--property", "compaction.batch_size=8"))
     assert first["created"] is True
@@ -284,7 +288,7 @@ def test_split_points_are_typed_by_first_row_key(runner: CliRunner, store: str) 
        "--split-point", "-5", "--split-point", "10", "--split-point", "200")
     ok(runner, "create-table", "bins", "--store", store, "--row-key", "k:binary",
        "--row-key", "k2:int32", "--split-point", "m")
-    st = sd.Store.open(store)
+    st = sd.Store.open(store, create=True)
     leaves = [p for p in st.table("ints").partitions() if p.is_leaf]
     assert sorted(p.region.min for p in leaves if p.region.min) == [(-5,), (10,), (200,)]
     leaves = [p for p in st.table("bins").partitions() if p.is_leaf]

@@ -35,7 +35,7 @@ def runner() -> CliRunner:
 def store(tmp_path: Path) -> tuple[str, dict[str, Reference]]:
     """Tables ``a`` and ``b`` (3 files of 300 rows each) and ``off`` (offline, 3 files)."""
     root = str(tmp_path / "store")
-    st = sd.Store.open(root)
+    st = sd.Store.open(root, create=True)
     refs = {}
     for name in ("a", "b", "off"):
         t = st.create_table(name, SCHEMA, properties=PROPS)

@@ -74,7 +74,7 @@ def store(tmp_path: Path) -> str:
     """Table ``events`` (3 leaves): version 2 holds 6 rows and is tagged ``v1``; version 3
     holds 9."""
     root = str(tmp_path / "store")
-    st = sd.Store.open(root)
+    st = sd.Store.open(root, create=True)
     schema = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                        values=[("value", pa.string())])
     t = st.create_table("events", schema, split_points=["g", "p"])

@@ -58,7 +58,7 @@ def fails(runner: CliRunner, *args: str) -> str:
 def setup(tmp_path: Path) -> tuple[str, sd.Table, Reference]:
     """A store with table ``events`` (3 leaves) holding three ingests (versions 2..4)."""
     store = str(tmp_path / "store")
-    table = sd.Store.open(store).create_table(
+    table = sd.Store.open(store, create=True).create_table(
         "events", SCHEMA, split_points=["g", "p"],
         properties={"state.cache.refresh_seconds": 0, "gc.delay_seconds": 0, "retention.seconds": 0,
                     "gc.clock_skew_seconds": 0,

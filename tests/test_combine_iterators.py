@@ -426,7 +426,7 @@ def _ingest_batch(rng: random.Random, n: int) -> pa.Table:
 
 def test_table_aggregates_before_and_after_compaction(tmp_path: Path) -> None:
     schema = SCHEMAS["str-int"]
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     cfg = [{"type": "aggregate", "functions": AGG}]
     table = store.create_table(f"t{uuid.uuid4().hex[:8]}", schema, properties={
         "compaction.iterators": json.dumps(cfg), "compaction.strategy": "basic",
@@ -464,7 +464,7 @@ def test_table_aggregates_before_and_after_compaction(tmp_path: Path) -> None:
 
 def test_table_property_check_and_query_iterators(tmp_path: Path) -> None:
     schema = KL_SCHEMA
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table("kl", schema, properties={"state.cache.refresh_seconds": 0})
     with pytest.raises(PropertyError, match="'avg'"):
         table.set_properties({"query.iterators": '[{"type": "aggregate", '

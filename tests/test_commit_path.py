@@ -139,7 +139,7 @@ def test_a_commit_whose_answer_was_lost_is_recognised_as_committed(tmp_path: Pat
 def test_an_ingest_whose_answer_was_lost_keeps_its_files(tmp_path: Path) -> None:
     """The defect: a retried put got 412, the ingest took it for a lost race, raised and
     deleted the data files of the version that did commit."""
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table = store.create_table("events", SCHEMA, split_points=["m"])
     faulty = FaultyStore(table._handle.objects)
     table._handle.objects = table._handle.states.objects = table._handle.states.log.objects = faulty
@@ -157,7 +157,7 @@ def test_an_ingest_whose_answer_was_lost_keeps_its_files(tmp_path: Path) -> None
 
 def test_an_unknown_outcome_raises_and_keeps_the_staged_files(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table = store.create_table("events", SCHEMA)
     faulty = FaultyStore(table._handle.objects)
     table._handle.objects = table._handle.states.objects = table._handle.states.log.objects = faulty
@@ -229,7 +229,7 @@ def test_a_commit_is_refused_when_its_files_are_gone(tmp_path: Path) -> None:
     records, so the commit is refused instead."""
     from sediment.state import pending
 
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table = store.create_table("events", SCHEMA)
     name = f"data/root/{uuid.uuid4().hex}.parquet"
     pending.register(table._handle.objects, [name])  # written by this process (then lost)

@@ -734,7 +734,7 @@ def test_compaction_orders_awkward_keys_by_bytes(tmp_path: Path, kind: str) -> N
     key_type = pa.string() if kind == "string" else pa.binary()
     schema = sd.Schema(row_keys=[("key", key_type)], sort_keys=[("ts", pa.int64())],
                        values=[("value", pa.string()), ("n", pa.int64())])
-    table = sd.Store.open(str(tmp_path)).create_table(
+    table = sd.Store.open(str(tmp_path), create=True).create_table(
         "awkward", schema, properties={"state.cache.refresh_seconds": 0,
                                        "compaction.strategy": "basic",
                                        "compaction.batch_size": 4})

@@ -131,7 +131,7 @@ def test_concurrent_add_files_from_processes(store_uri: tuple[str, dict[str, Any
                                              tmp_path: Path) -> None:
     uri, options = store_uri
     # retry quickly after a lost race, so writers keep contending for the same versions
-    sd.Store.open(uri, **options).create_table(
+    sd.Store.open(uri, **options, create=True).create_table(
         "events", SCHEMA, properties={"state.commit.backoff_seconds": 0.001})
 
     started = time.monotonic()
@@ -199,7 +199,7 @@ def test_concurrent_add_files_from_processes(store_uri: tuple[str, dict[str, Any
 def test_split_partition_race_between_processes(store_uri: tuple[str, dict[str, Any]],
                                                 tmp_path: Path) -> None:
     uri, options = store_uri
-    sd.Store.open(uri, **options).create_table("t", SCHEMA)
+    sd.Store.open(uri, **options, create=True).create_table("t", SCHEMA)
     reports = run_workers(uri, options, "t", tmp_path / "sync", "split", PROCESSES, key="m")
     results = Counter(r["result"] for r in reports)
     assert results == {"won": 1, "invalid": PROCESSES - 1}, reports
@@ -219,7 +219,7 @@ def test_split_partition_race_between_processes(store_uri: tuple[str, dict[str, 
 
 def test_split_partition_race_between_threads(store_uri: tuple[str, dict[str, Any]]) -> None:
     uri, options = store_uri
-    sd.Store.open(uri, **options).create_table("t", SCHEMA)
+    sd.Store.open(uri, **options, create=True).create_table("t", SCHEMA)
     n = 8
     tables = [sd.Store.open(uri, **options).table("t") for _ in range(n)]
     for t in tables:
@@ -254,7 +254,7 @@ def test_stale_writer_revalidates_after_losing(store_uri: tuple[str, dict[str, A
     """A writer whose cached head is stale loses the log slot, re-reads, and then either
     commits at a later version (still valid) or fails validation (no longer valid)."""
     uri, options = store_uri
-    sd.Store.open(uri, **options).create_table("t", SCHEMA)
+    sd.Store.open(uri, **options, create=True).create_table("t", SCHEMA)
     a = sd.Store.open(uri, **options).table("t")
     b = sd.Store.open(uri, **options).table("t")
     a._handle.states.head()

@@ -46,7 +46,7 @@ def folder_of(store: sd.Store, table_id: str) -> str:
 def make(store_uri: tuple[str, dict[str, Any]], name: str = "events") -> tuple[sd.Store,
                                                                              sd.Table]:
     uri, options = store_uri
-    store = sd.Store.open(uri, **options)
+    store = sd.Store.open(uri, **options, create=True)
     table = store.create_table(name, SCHEMA)
     table.ingest(data())
     return store, table
@@ -169,7 +169,7 @@ def test_unnamed_folders_go_after_the_timeout(store_uri: tuple[str, dict[str, An
 def test_the_newest_object_decides(tmp_path: Path) -> None:
     """A folder is judged by its newest object, by the store's clock (local disk: mtimes are
     set back to stand for time passing)."""
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     old, busy = killed_create(store), killed_create(store)
     for tid in (old, busy):
         age_folder(store, folder_of(store, tid), 7200)

@@ -52,7 +52,7 @@ StoreUri = tuple[str, dict[str, Any]]
 # ---- helpers ---------------------------------------------------------------------------------
 def open_store(store_uri: StoreUri) -> sd.Store:
     uri, options = store_uri
-    return sd.Store.open(uri, **options)
+    return sd.Store.open(uri, **options, create=True)
 
 
 def dump_root(store_uri: StoreUri, name: str = "dumps") -> str:
@@ -168,7 +168,7 @@ def test_dump_and_load_round_trip(store_uri: StoreUri) -> None:
     sd.Range("zzz", None),
 ], ids=repr)
 def test_dump_range_single_field(tmp_path: Path, rng: sd.Range) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table, ref = source_table(store, n=200, files=2)
     job = table.dump(str(tmp_path / "dumps"), range=rng)
     loaded = store.load(job.manifest_uri, "copy")
@@ -190,7 +190,7 @@ MULTI = sd.Schema(row_keys=[("a", pa.string()), ("b", pa.int64())],
     sd.Range(),
 ], ids=repr)
 def test_dump_range_multi_field_keys(tmp_path: Path, rng: sd.Range) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table = make_table(store, split_points=[("m", 3), ("t",)], schema=MULTI)
     ref = Reference(MULTI)
     gen = __import__("random").Random(5)
@@ -280,7 +280,7 @@ def test_dump_while_ingesting_is_consistent(store_uri: StoreUri,
 def test_dump_splits_tasks_into_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                         ) -> None:
     monkeypatch.setattr(dump_mod, "BATCH_ROWS", 70)
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table, ref = source_table(store, n=200, files=2)
     job = table.dump(str(tmp_path / "dumps"))
     doc = json.loads((tmp_path / "dumps" / job.job_id / "job-manifest.json").read_text())
@@ -294,7 +294,7 @@ def test_dump_splits_tasks_into_batches(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_dump_of_an_empty_range_or_table_loads_empty(tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table, ref = source_table(store, n=100, files=1)
     rng = sd.Range("zzzzzzzzzzz", None)
     job = table.dump(str(tmp_path / "dumps"), range=rng)
@@ -349,7 +349,7 @@ def test_one_dump_job_per_table(store_uri: StoreUri) -> None:
 
 
 def test_concurrent_dumps_of_one_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table, ref = source_table(store, n=100, files=1)
     started, release = threading.Event(), threading.Event()
     real = dump_mod.run_dump_task
@@ -428,7 +428,7 @@ import sys, time
 sys.path.insert(0, sys.argv[1])
 import sediment as sd
 import sediment.dump.dump as d
-store = sd.Store.open(sys.argv[2])
+store = sd.Store.open(sys.argv[2], create=True)
 table = store.table(sys.argv[3])
 real = d.run_dump_task
 done = []
@@ -446,7 +446,7 @@ d.dump_table(table._handle, sys.argv[4], threads=1)
 
 def test_dump_process_killed_midway_resumes(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table = make_table(store, split_points=["d", "h", "m", "r"])
     ref = Reference(SCHEMA)
     ingest(table, ref, 400, 1)
@@ -803,7 +803,7 @@ def test_load_into_existing_table_with_other_partitions(store_uri: StoreUri) -> 
 
 
 def test_load_into_table_with_other_schema(tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table, ref = source_table(store, n=100, files=1)
     job = table.dump(str(tmp_path / "dumps"))
     other_schema = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("timestamp", pa.int64())],
@@ -828,7 +828,7 @@ def test_dump_copies_whole_compacted_files_byte_for_byte(tmp_path: Path) -> None
 
     from sediment.workload import benchmark_schema
 
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table("ev", benchmark_schema(), split_points=["h", "p"],
                                properties={"compaction.strategy": "basic",
                                            "compaction.batch_size": 2})

@@ -205,7 +205,7 @@ def test_merge_sorted_large_random_streams() -> None:
 def _ingested_table(tmp_path: Path, **props: Any) -> tuple[sd.Table, int]:
     schema = sd.Schema(row_keys=[("key", pa.string()), ("k2", pa.int32())],
                        sort_keys=[("ts", pa.int64())], values=[("value", pa.string())])
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table(f"t{uuid.uuid4().hex[:6]}", schema, split_points=[("m",)],
                                properties=props)
     rng = random.Random(4)

@@ -30,7 +30,7 @@ def make_table(tmp_path: Path, **props: Any) -> tuple[sd.Table, Reference, pd.Da
     rng = random.Random(21)
     now_ms = int(time.time() * 1000)
     pool = string_key_pool(rng, 40)
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table(f"t{uuid.uuid4().hex[:6]}", SCHEMA, split_points=["b", "é"],
                                properties={"state.cache.refresh_seconds": 0, **props})
     ref = Reference(SCHEMA)
@@ -173,7 +173,7 @@ BAD_CONFIGS: list[Any] = [
 
 @pytest.mark.parametrize("text", BAD_CONFIGS)
 def test_invalid_iterator_property_is_rejected(tmp_path: Path, text: str) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     with pytest.raises(PropertyError):
         store.create_table("t", SCHEMA, properties={"query.iterators": text})
     table = store.create_table("t", SCHEMA)

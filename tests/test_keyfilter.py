@@ -128,7 +128,7 @@ def test_writer_without_filters(tmp_path: Path) -> None:
 def many_files_table(root: str, options: dict[str, Any] | None = None, files: int = 12,
                      **props: Any) -> tuple[sd.Table, Reference, list[str]]:
     """One leaf holding ``files`` files of random keys (no compaction)."""
-    store = sd.Store.open(root, **(options or {}))
+    store = sd.Store.open(root, **(options or {}), create=True)
     table = store.create_table(f"t{uuid.uuid4().hex[:8]}", SCHEMA, properties={
         "parquet.row_group_rows": 128, "state.cache.refresh_seconds": 0, **props})
     ref = Reference(SCHEMA)
@@ -199,7 +199,7 @@ def test_lookups_equal_with_and_without_filters(store_uri: tuple[str, dict[str, 
 def test_multi_field_prefix_lookups(tmp_path: Path) -> None:
     schema = sd.Schema(row_keys=[("a", pa.int64()), ("b", pa.string())],
                        values=[("v", pa.int64())])
-    store = sd.Store.open(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
     table = store.create_table("t", schema, properties={"parquet.row_group_rows": 128,
                                                         "state.cache.refresh_seconds": 0})
     ref = Reference(schema)
@@ -219,7 +219,7 @@ def test_multi_field_prefix_lookups(tmp_path: Path) -> None:
 
 def test_temporal_keys_use_filters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     schema = sd.Schema(row_keys=[("t", pa.timestamp("us"))], values=[("v", pa.int64())])
-    table = sd.Store.open(str(tmp_path / "s")).create_table(
+    table = sd.Store.open(str(tmp_path / "s"), create=True).create_table(
         "t", schema, properties={"parquet.row_group_rows": 128,
                                  "state.cache.refresh_seconds": 0})
     ref = Reference(schema)

@@ -50,7 +50,7 @@ def test_a_slow_writer_never_loses_files_to_the_collector(
         uri, options = str(tmp_path / "store"), {}
     else:
         uri, options = request.getfixturevalue("s3_store_uri")
-    store = sd.Store.open(uri, **options)
+    store = sd.Store.open(uri, **options, create=True)
     table = store.create_table("events", SCHEMA, split_points=["g", "p"],
                                properties={"gc.delay_seconds": 0,
                                            "retention.seconds": 0, "gc.clock_skew_seconds": 0})

@@ -188,7 +188,7 @@ def test_maintain_store_covers_every_table(tmp_path: Path) -> None:
             t.ingest(data)
             refs[t.name].add(data)
     off.set_online(False)
-    store = sd.Store.open(str(tmp_path))
+    store = sd.Store.open(str(tmp_path), create=True)
     results = store.maintain()
     assert set(results) == {"a", "b", "off"}
     assert results["a"].jobs_committed == results["b"].jobs_committed == 1

@@ -317,7 +317,7 @@ def test_long_lived_writer_against_a_pruning_process(tmp_path: Path, memo_ttl: f
                              "state.cache.refresh_seconds": 0}
     if "gc.clock_skew_seconds" in PROPERTIES:
         props["gc.clock_skew_seconds"] = 0
-    table = sd.Store.open(path).create_table("events", SCHEMA, properties=props)
+    table = sd.Store.open(path, create=True).create_table("events", SCHEMA, properties=props)
     table._handle.states._known_digests = DigestMemo(memo_ttl)  # type: ignore[assignment]
     stop = tmp_path / "stop"
     errors = tmp_path / "pruner.err"  # a file, not a pipe: its warnings must never block it

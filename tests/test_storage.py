@@ -438,7 +438,7 @@ def test_reopen_options_round_trip(tmp_path: Path, aws_test_env: None) -> None:
 def test_store_spec_reopens_the_store(tmp_path: Path) -> None:
     import sediment as sd
 
-    local = sd.Store.open(str(tmp_path / "s"))
+    local = sd.Store.open(str(tmp_path / "s"), create=True)
     assert local.spec() == {"uri": local.uri}
     assert sd.Store.open(**local.spec()).uri == local.uri
 

@@ -84,7 +84,7 @@ def answer(table: sd.Table, how: str | None, *, in_compaction: bool,
 def log_only_copy(root: Path, dest: Path) -> sd.Store:
     """A copy of the store without snapshots: its readers replay the log from version 1."""
     shutil.copytree(root, dest, ignore=shutil.ignore_patterns("snapshots", "objects"))
-    return sd.Store.open(str(dest))
+    return sd.Store.open(str(dest), create=True)
 
 
 # ---- file sequences in the state ------------------------------------------------------------
@@ -293,7 +293,7 @@ def test_compaction_of_files_not_adjacent_in_commit_order(tmp_path: Path) -> Non
     assert len(table.files()) == 2
     for how in ("last", "latest", None):
         assert answer(table, how, in_compaction=False) == expected(batches, how)
-    store2 = sd.Store.open(str(tmp_path / "s"))
+    store2 = sd.Store.open(str(tmp_path / "s"), create=True)
     assert answer(store2.table("t"), "last", in_compaction=False) == expected(batches, "last")
 
 

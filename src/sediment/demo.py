@@ -102,7 +102,7 @@ def run_demo(store_uri: str, *, rows: int = 2_000_000, table_name: str = "demo",
              console: Console | None = None, **storage_options: Any) -> dict[str, Any]:
     """Run the demo; returns the figures it printed."""
     con = console or Console()
-    store = Store.open(store_uri, **storage_options)
+    store = Store.open(store_uri, create=True, **storage_options)
     for name in (table_name, f"{table_name}_loaded"):
         try:
             store.drop_table(name)

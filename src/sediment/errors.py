@@ -6,9 +6,9 @@ happen into one of these, with a message naming the table, field, file or row co
     SedimentError
     ├── StorageError                 an object store failed (I/O, permissions, network)
     │   ├── ObjectNotFoundError      a key that should exist does not
-    │   ├── ObjectExistsError        put-if-absent found the key taken (a commit race)
     │   └── WriteOutcomeUnknownError a conditional write the store never confirmed or denied
     ├── CatalogError
+    │   ├── StoreNotFoundError       no Sediment store at a URI (open with create=True to make one)
     │   ├── InvalidTableNameError    empty, separators, traversal, bad characters
     │   ├── TableExistsError
     │   └── TableNotFoundError
@@ -21,10 +21,12 @@ happen into one of these, with a message naming the table, field, file or row co
     │                                (also a WriteOutcomeUnknownError)
     ├── CorruptMetadataError         unreadable / corrupt log entry, snapshot or catalog entry
     │   └── UnsupportedFormatError   written by a newer format version
-    ├── TableOfflineError            the operation needs an online table
     ├── DataError                    input records that do not fit the schema (field, row named)
     ├── QueryError                   an invalid query (bad range, unknown column, bad version)
-    │   └── VersionExpiredError      a version past retention.seconds: its files or log are gone
+    │   └── TagError                 a tag operation that cannot be done
+    │       ├── InvalidTagNameError  a name that cannot be a tag (separators, all digits, ...)
+    │       ├── TagExistsError       tag for a name that is taken
+    │       └── TagNotFoundError     no tag of that name
     ├── JobError                     a job (compaction, dump, ...) failed
     └── MissingDependencyError       an optional dependency (an extra such as [spark]) is missing
 """
@@ -44,10 +46,6 @@ class ObjectNotFoundError(StorageError):
     """The object at a key does not exist."""
 
 
-class ObjectExistsError(StorageError):
-    """put_if_absent found the key already taken."""
-
-
 class WriteOutcomeUnknownError(StorageError):
     """A conditional write was sent, but the store never said (even when asked again) whether
     it landed. Nothing may be assumed either way; reading later tells."""
@@ -55,6 +53,11 @@ class WriteOutcomeUnknownError(StorageError):
 
 class CatalogError(SedimentError):
     """A problem with the store's catalog of tables."""
+
+
+class StoreNotFoundError(CatalogError):
+    """No Sediment store (no ``store.json``) at the URI opened without ``create=True``: a
+    mistyped URI never makes a new, empty store."""
 
 
 class InvalidTableNameError(CatalogError):
@@ -102,10 +105,6 @@ class UnsupportedFormatError(CorruptMetadataError):
     """Metadata written by a newer, unknown format version."""
 
 
-class TableOfflineError(SedimentError):
-    """The table is offline and the operation needs it online."""
-
-
 class DataError(SedimentError):
     """Input records that do not match the table's schema."""
 
@@ -114,10 +113,21 @@ class QueryError(SedimentError):
     """A query that cannot be answered as asked."""
 
 
-class VersionExpiredError(QueryError):
-    """A version older than the table's retention (``retention.seconds``) that can no longer be
-    read: garbage collection deleted its data files, or pruning its log entries. The message
-    names the table, the version and the retention setting with its value."""
+class TagError(QueryError):
+    """A tag operation that cannot be done (a QueryError, as tag errors were before)."""
+
+
+class InvalidTagNameError(TagError):
+    """A name that cannot be a tag: separators, traversal, all digits (a number means a
+    version)."""
+
+
+class TagExistsError(TagError):
+    """``tag`` for a name the table already uses."""
+
+
+class TagNotFoundError(TagError):
+    """The table has no tag of that name."""
 
 
 class JobError(SedimentError):

@@ -147,7 +147,7 @@ _SPECS = [
     # --- query --------------------------------------------------------------------------
     PropertySpec("query.iterators", str, "",
                  "JSON list of iterators applied at query time (see sediment.iterators).",
-                 check=lambda v: _check_iterators(v)),
+                 check=lambda v: _check_iterators(v, "query.iterators")),
     PropertySpec("query.footer_cache_files", int, 4096,
                  "Parquet footers kept in memory per table (0 disables the cache).", minimum=0),
     PropertySpec("query.key_filter_cache_bytes", int, 64 * 1024 * 1024,
@@ -190,7 +190,7 @@ _SPECS = [
     PropertySpec("compaction.iterators", str, "",
                  "JSON list of iterators applied when compacting (and at query time, so "
                  "results do not depend on how far compaction got).",
-                 check=lambda v: _check_iterators(v)),
+                 check=lambda v: _check_iterators(v, "compaction.iterators")),
     PropertySpec("gc.delay_seconds", float, 900.0,
                  "Unreferenced files younger than this are kept (readers may still use them).",
                  minimum=0),
@@ -226,10 +226,10 @@ _SPECS = [
                  "(committed, or its requests go back to the queue).", minimum=1),
 ]
 
-def _check_iterators(text: str) -> bool:
+def _check_iterators(text: str, name: str) -> bool:
     from sediment.iterators import iterators_from_property
 
-    iterators_from_property(text, where="property query.iterators")
+    iterators_from_property(text, where=f"property {name}")
     return True
 
 

@@ -25,11 +25,11 @@ from sediment.core.model import FileReference
 from sediment.core.state import build_partition_tree
 from sediment.core.transactions import AddFiles, InitialiseTable
 from sediment.errors import (
-    CatalogError,
     CorruptMetadataError,
     InvalidTableNameError,
     ObjectNotFoundError,
     SchemaError,
+    StoreNotFoundError,
     TableExistsError,
     TableNotFoundError,
 )
@@ -87,7 +87,13 @@ def validate_table_name(name: object) -> str:
 
 
 class Store:
-    """A Sediment store: ``Store.open("./data")``, ``Store.open("s3://bucket/prefix")``."""
+    """A Sediment store: ``Store.open("./data")``, ``Store.open("s3://bucket/prefix")``
+    (``create=True`` to make a new one).
+
+    Every error raised is a :class:`~sediment.errors.SedimentError`; each method's docstring
+    lists the ones it raises on purpose. Any method may also raise ``StorageError`` when the
+    object store fails (I/O, permissions, network).
+    """
 
     def __init__(self, objects: ObjectStore, properties: Mapping[str, Any],
                  storage_options: Mapping[str, Any] | None = None) -> None:
@@ -97,19 +103,26 @@ class Store:
 
     def spec(self) -> dict[str, Any]:
         """What reopens this store in another process (a Spark task): ``Store.open(**spec)``
-        with the URI and the storage options (S3 endpoint, region, credentials)."""
+        with the URI and the storage options (S3 endpoint, region, credentials).
+
+        Raises: nothing."""
         root = self.objects.root()
         opts = {**root.reopen_options(), **self.storage_options}
         return {"uri": self.uri, **{k: v for k, v in opts.items() if v is not None}}
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> Store:
-        """The store a :meth:`spec` describes (opened in another process: a Spark task)."""
+        """The store a :meth:`spec` describes (opened in another process: a Spark task).
+
+        Raises: what :meth:`open` raises (StoreNotFoundError when the store is gone)."""
         return cls.open(str(spec["uri"]), **spec_options(spec))
 
     def object_store_at(self, root: str) -> ObjectStore:
         """An object store at ``root`` (a dump's folder): on S3 with this store's storage
-        options (endpoint, region, credentials), elsewhere with none."""
+        options (endpoint, region, credentials), elsewhere with none.
+
+        Raises:
+            StorageError: an unsupported URI scheme or an S3 URI without a bucket."""
         return open_object_store_beside(root, self.spec())
 
     @property
@@ -123,27 +136,49 @@ class Store:
         return {**defaults(), **self._properties}
 
     @classmethod
-    def open(cls, uri: str, *, create: bool = True,
+    def open(cls, uri: str, *, create: bool = False,
              properties: Mapping[str, Any] | None = None, **storage_options: Any) -> Store:
-        """Open the store at ``uri``, creating it when missing unless ``create=False`` (then a
-        missing store raises CatalogError: a typo in a URI must not make a new, empty store).
+        """Open the store at ``uri``; with ``create=True``, create it when missing.
+
+        Opening only reads (``store.json``): a user with read-only access to the store (a
+        read-only mount, a read-only S3 role) can open it and query it. Without ``create`` a
+        missing store is an error, so a typo in a URI never makes a new, empty store.
 
         ``properties`` become the store's defaults for new tables when the store is created,
-        or update them when it exists. ``storage_options`` go to the object store (S3:
-        ``endpoint_url``, ``region``, ``access_key_id``, ``secret_access_key``); an option the
-        store does not take is refused, naming it.
+        or update them when it exists (the one case where opening writes: only when they
+        change something). ``storage_options`` go to the object store (S3: ``endpoint_url``,
+        ``region``, ``access_key_id``, ``secret_access_key``, ``session_token``).
+
+        Raises:
+            StoreNotFoundError: no store at ``uri`` and ``create`` is false (names the URI).
+            StorageError: an unknown scheme or storage option (named), or the object store
+                failed (I/O, permissions, network).
+            PropertyError: an unknown property or an invalid value.
+            CorruptMetadataError: ``store.json`` is unreadable (UnsupportedFormatError when a
+                newer Sediment wrote it).
+            WriteOutcomeUnknownError: creating, the store never said whether ``store.json``
+                was written.
         """
         objects = open_object_store(str(uri), **storage_options)
-        if not create and not objects.exists(STORE_FILE):
-            raise CatalogError(f"no Sediment store at {objects.uri} (open it with create=True "
-                               "to make one)")
         props = validate_properties(properties or {}, context=f"store {objects.uri}")
-        doc: dict[str, Any] = {"format": FORMAT_VERSION, "created": time.time(),
-                               "properties": props}
-        if not create_once(objects, STORE_FILE, json.dumps(doc).encode()):
+        try:
             doc = cls._read_store_file(objects)
-            if props:
-                doc["properties"] = {**doc.get("properties", {}), **props}
+        except ObjectNotFoundError:
+            if not create:
+                raise StoreNotFoundError(
+                    f"no Sediment store at {objects.uri}: run `sediment init` or open it "
+                    "with create=True to make one") from None
+            doc = {"format": FORMAT_VERSION, "created": time.time(), "properties": props,
+                   "id": uuid.uuid4().hex}  # the id makes the bytes ours (create_once)
+            if not create_once(objects, STORE_FILE, json.dumps(doc).encode()):
+                doc = cls._read_store_file(objects)  # created meanwhile by another process
+            else:
+                props = {}
+        if props:
+            stored = doc.get("properties", {})
+            merged = {**stored, **props}
+            if merged != stored:
+                doc["properties"] = merged
                 objects.put(STORE_FILE, json.dumps(doc).encode())
         return cls(objects, validate_properties(doc.get("properties", {}),
                                                 context=f"store {objects.uri}"),
@@ -161,6 +196,9 @@ class Store:
         return f"{CATALOG_PREFIX}{validate_table_name(name)}.json"
 
     def table_objects(self, table_id: str) -> ObjectStore:
+        """The objects of the table with internal id ``table_id`` (its folder).
+
+        Raises: nothing (nothing is read)."""
         return self.objects.child(f"tables/{table_id}")
 
     def create_table(self, name: str, schema: Schema, *, split_points: Sequence[Any] | None = None,
@@ -172,6 +210,16 @@ class Store:
         ``initial_files`` (used by bulk load) writes files into the new table and returns their
         references; they are committed before the catalog entry, so the table appears with its
         data or not at all.
+
+        Raises:
+            InvalidTableNameError: ``name`` cannot be a table name (nothing is written).
+            TableExistsError: the store has a table of that name.
+            SchemaError: ``schema`` is not a :class:`~sediment.Schema`, or ``split_points``
+                do not fit its first row key (unsorted, duplicated, wrong type).
+            PropertyError: an unknown property or an invalid value (names it).
+            CommitOutcomeUnknownError: the store never said whether the table's first log
+                entry landed (no catalog entry is written: the table does not appear).
+            StorageError: the object store failed.
         """
         from sediment.table import Table
 
@@ -201,7 +249,15 @@ class Store:
         return Table(self, name, table_id, states)
 
     def table(self, name: str) -> Table:
-        """Open an existing table."""
+        """Open an existing table (reads its catalog entry only).
+
+        Raises:
+            InvalidTableNameError: ``name`` cannot be a table name.
+            TableNotFoundError: the store has no table of that name.
+            CorruptMetadataError: its catalog entry is unreadable (UnsupportedFormatError when
+                a newer Sediment wrote it).
+            StorageError: the object store failed.
+        """
         from sediment.table import Table
 
         key = self._catalog_key(name)
@@ -220,7 +276,10 @@ class Store:
                      StateStore(self.table_objects(table_id), table_id, name))
 
     def tables(self) -> list[str]:
-        """Names of the tables in the store, sorted."""
+        """Names of the tables in the store, sorted.
+
+        Raises:
+            StorageError: the object store failed (listing the catalog)."""
         return [o.key[len(CATALOG_PREFIX):-len(".json")]
                 for o in self.objects.list(CATALOG_PREFIX) if o.key.endswith(".json")]
 
@@ -228,7 +287,16 @@ class Store:
         """Drop a table: mark its folder dropped (every later commit to it is refused,
         whichever process makes it), remove the catalog entry, then delete the folder's
         objects except the marker (:meth:`collect_unnamed_tables` removes the rest later,
-        with anything a writer that was running still wrote)."""
+        with anything a writer that was running still wrote).
+
+        Raises:
+            InvalidTableNameError: ``name`` cannot be a table name.
+            TableNotFoundError: the store has no table of that name.
+            CorruptMetadataError: its catalog entry is unreadable.
+            StorageError: the object store failed (the table may be dropped in part: the
+                marker makes it refuse commits; dropping it again finishes the job only while
+                its catalog entry remains).
+        """
         table = self.table(name)
         objects = self.table_objects(table.table_id)
         marker = {"format": FORMAT_VERSION, "name": name, "table_id": table.table_id,
@@ -261,7 +329,12 @@ class Store:
         ``gc.orphan_timeout_seconds``, whichever is longer; only tests should go lower).
 
         The folders are listed before the catalog is read, so a table created meanwhile is
-        seen as named. A folder whose writer is still active is never old enough."""
+        seen as named. A folder whose writer is still active is never old enough.
+
+        Raises:
+            StorageError: the object store failed. (A corrupt catalog entry or an unreadable
+            clock is not raised: nothing is collected, and the result's ``note`` says why.)
+        """
         if timeout is None:
             timeout = max(UNNAMED_TABLE_TIMEOUT_SECONDS,
                           float(self.properties.get("gc.orphan_timeout_seconds", 0.0)))
@@ -304,7 +377,14 @@ class Store:
                  orphan_timeout: float | None = None) -> dict[str, MaintenanceResult]:
         """Maintain one table or every table of the store (``Table.maintain``); a whole-store
         pass also removes the folders of tables no catalog entry names
-        (:meth:`collect_unnamed_tables`, with ``orphan_timeout`` as its timeout when given)."""
+        (:meth:`collect_unnamed_tables`, with ``orphan_timeout`` as its timeout when given).
+
+        Raises:
+            InvalidTableNameError, TableNotFoundError: ``table`` names no table of the store.
+            MissingDependencyError: ``runner="spark"`` without pyspark installed.
+            JobError: a maintenance job failed.
+            TransactionError, CorruptMetadataError, StorageError: as ``Table.maintain``.
+        """
         names = [table] if table else self.tables()
         out = {n: self.table(n).maintain(runner=runner, orphan_timeout=orphan_timeout)
                for n in names}
@@ -315,7 +395,19 @@ class Store:
     def load(self, job_manifest_uri: str, table_name: str) -> Table:
         """Bulk load a dump (``<root>/<job>/job-manifest.json``) into a new or existing table,
         after verifying every checksum and range; one transaction. A new table is created
-        with the dump's partition boundaries and appears whole or not at all."""
+        with the dump's partition boundaries and appears whole or not at all.
+
+        Raises:
+            CorruptMetadataError: the dump is incomplete, damaged or hostile (a manifest path
+                outside its root, a checksum that fails, keys outside a task's range, unsorted
+                files); nothing is created or committed.
+            InvalidTableNameError: ``table_name`` cannot be a table name.
+            SchemaError: the dump's schema does not match an existing table's.
+            TableExistsError: another process created ``table_name`` meanwhile.
+            TransactionError: the load's commit was refused or its outcome is unknown
+                (CommitOutcomeUnknownError).
+            StorageError: the object store failed.
+        """
         from sediment.dump.load import copy_and_reference, load_into, open_dump
 
         dump = open_dump(job_manifest_uri, self.object_store_at)

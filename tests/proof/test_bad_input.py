@@ -38,7 +38,7 @@ from sediment.state.log import FORMAT_VERSION, log_key
 
 @pytest.fixture
 def store(tmp_path: Path) -> sd.Store:
-    return sd.Store.open(str(tmp_path / "store"))
+    return sd.Store.open(str(tmp_path / "store"), create=True)
 
 
 @pytest.fixture

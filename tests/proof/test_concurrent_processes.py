@@ -47,7 +47,7 @@ class Run:
         self.uri, self.options, self.tmp = uri, options, tmp
         self.writers, self.batches, self.rows, self.readers = writers, batches, rows, readers
         self.env = w.worker_env(env)
-        self.store = sd.Store.open(uri, **options)
+        self.store = sd.Store.open(uri, **options, create=True)
         self.table = self.store.create_table(w.TABLE, w.SCHEMA, split_points=split_points,
                                              properties={**PROPERTIES, **(properties or {})})
         self.maintainers = maintainers

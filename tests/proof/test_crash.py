@@ -49,7 +49,7 @@ class Harness:
     def __init__(self, uri: str, options: dict[str, Any], tmp: Path, op: str,
                  properties: dict[str, Any] | None = None, seed: int = 0) -> None:
         self.uri, self.options, self.tmp, self.op = uri, options, tmp, op
-        self.store = sd.Store.open(uri, **options)
+        self.store = sd.Store.open(uri, **options, create=True)
         self.table = self.store.create_table(
             w.TABLE, w.SCHEMA, split_points=["g", "p"],
             properties={**BASE_PROPERTIES, **(properties or {})})

@@ -85,7 +85,7 @@ class TableModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="sediment-model-")
-        self.store = sd.Store.open(self.dir)
+        self.store = sd.Store.open(self.dir, create=True)
         self.table = self.store.create_table(
             "model", w.SCHEMA,
             properties={"partition.split.threshold": 12, "compaction.strategy": "basic",
@@ -330,7 +330,7 @@ def test_dump_right_after_a_split(tmp_path: Any) -> None:
     """Found by the model: after a split, before compaction pushes the root's file down,
     each leaf's only reference is that file; a dump copied it whole into every task (every
     record twice). The same must hold for any dump range."""
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table("t", w.SCHEMA, properties={"partition.split.threshold": 12})
     rows = [("", -(2**63), "x", None)] * 12 + [("\x00", -(2**63), "x", None)]
     table.ingest(w.to_arrow(rows))

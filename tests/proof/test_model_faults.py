@@ -34,7 +34,7 @@ class FaultyTableModel(tm.TableModel):
         super().__init__()  # a local table: its properties are the model's
         s3: ProxiedS3 = _CURRENT["s3"]
         properties = dict(self.table._handle.states.head().properties)
-        self.store = sd.Store.open(f"{s3.uri}-{uuid.uuid4().hex[:8]}", **s3.options)
+        self.store = sd.Store.open(f"{s3.uri}-{uuid.uuid4().hex[:8]}", **s3.options, create=True)
         self.table = self.store.create_table("model", w.SCHEMA, properties=properties)
 
 

@@ -51,7 +51,7 @@ def arrow(frame: pd.DataFrame) -> pa.Table:
 
 def open_store(store_uri: tuple[str, dict[str, Any]]) -> sd.Store:
     uri, options = store_uri
-    return sd.Store.open(uri, **options)
+    return sd.Store.open(uri, **options, create=True)
 
 
 def reader_options(store: sd.Store) -> dict[str, str]:

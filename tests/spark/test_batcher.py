@@ -141,7 +141,7 @@ def test_run_ingests_due_jobs_with_standard_ingest(store_uri: Any, tmp_path: Pat
 
 
 def test_bad_input_fails_its_job_and_is_reported(tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = _table(store, **{"batcher.max_files": 1})
     good, bad = make_frame(100, seed=50), make_frame(100, seed=51, start=500)
     write_input(pafs.LocalFileSystem(), str(tmp_path), "good.parquet", good)
@@ -175,7 +175,7 @@ def _one_request(tmp_path: Path, table: sd.Table, seed: int = 60) -> pd.DataFram
 
 def test_crash_after_commit_is_never_ingested_twice(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = _table(store, **{"batcher.max_age_seconds": 0.0})
     frame = _one_request(tmp_path, table)
     real_save = batcher._save_job
@@ -203,7 +203,7 @@ def test_crash_after_commit_is_never_ingested_twice(tmp_path: Path,
 
 
 def test_crash_before_commit_requeues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = _table(store, **{"batcher.max_age_seconds": 0.0})
     frame = _one_request(tmp_path, table)
 
@@ -231,7 +231,7 @@ def test_crash_before_commit_requeues(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_a_job_given_up_by_recovery_cannot_commit(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A run that is slower than the job timeout loses to the run that recovers its job."""
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = _table(store, **{"batcher.max_age_seconds": 0.0})
     frame = _one_request(tmp_path, table)
     real_stage = standard.stage_batches
@@ -257,7 +257,7 @@ def test_a_job_given_up_by_recovery_cannot_commit(tmp_path: Path,
 
 
 def test_crash_while_claiming_requeues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = _table(store, **{"batcher.max_age_seconds": 0.0})
     frames = [_one_request(tmp_path, table, seed) for seed in (90, 91)]
     real_claim = batcher._claim
@@ -281,7 +281,7 @@ def test_crash_while_claiming_requeues(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_a_request_is_claimed_by_one_job_only(tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = _table(store)
     _one_request(tmp_path, table)
     reqs = batcher.pending(table)
@@ -298,7 +298,7 @@ def test_cli_submit_status_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.delenv("SEDIMENT_STORE", raising=False)
     root = str(tmp_path / "store")
-    store = sd.Store.open(root)
+    store = sd.Store.open(root, create=True)
     # the CLI commits through its own handle: this one checks the log at every query
     table = _table(store, **{"state.cache.refresh_seconds": 0})
     frames = [make_frame(80, seed=70 + i, start=i * 1000) for i in range(2)]
@@ -330,7 +330,7 @@ def test_cli_submit_status_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 # ---- a job routed to Spark bulk import -------------------------------------------------------
 @pytest.mark.spark
 def test_big_job_goes_to_bulk_import_on_spark(spark_local: Any, tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table("events", SCHEMA, properties={
         "batcher.max_files": 10, "batcher.max_age_seconds": 0.0,
         "batcher.bulk_import_min_bytes": 1, "bulk_import.min_leaf_partitions": 3})

@@ -94,7 +94,7 @@ def _bad_frames() -> list[tuple[str, pd.DataFrame, str]]:
 @pytest.mark.parametrize("case", [0, 1], ids=["missing-field", "null-key"])
 def test_bad_dataframe_fails_naming_the_field_and_commits_nothing(spark: Any, tmp_path: Path,
                                                                    case: int) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table("events", SCHEMA, properties=PRESPLIT)
     _, frame, field = _bad_frames()[case]
     before = table.version
@@ -112,7 +112,7 @@ def _spark_schema(frame: pd.DataFrame) -> str:
 
 def test_bad_files_fail_naming_the_field_and_commit_nothing(spark_local: Any,
                                                             tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table("events", SCHEMA, properties=PRESPLIT)
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -156,7 +156,7 @@ def _fail_first_attempt(marker: str) -> Any:
 
 
 def test_retried_task_leaves_no_duplicates(spark: Any, tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table("events", SCHEMA, properties=PRESPLIT)
     frame = make_frame(2000, seed=9)
     marker = str(tmp_path / "failed-once")

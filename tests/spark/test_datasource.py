@@ -49,7 +49,7 @@ def test_reader_partitions_are_pruned_by_pushed_filters(tmp_path: Path) -> None:
 
     from sediment.spark.datasource import SedimentReader
 
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table, *_ = _table(store)
     options = {"store": store.uri, "table": "events", "pushdown": "true"}
 
@@ -94,7 +94,7 @@ def test_exact_key_filter_reads_one_partition(spark: Any, store_uri: Any) -> Non
 
 @pytest.mark.spark
 def test_range_filters(spark_local: Any, tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     _, first, second, _ = _table(store)
     both = pd.concat([first, second], ignore_index=True)
     cases = [
@@ -114,7 +114,7 @@ def test_range_filters(spark_local: Any, tmp_path: Path) -> None:
 @pytest.mark.spark
 def test_version_and_tag_options_read_older_versions(spark_local: Any,
                                                      tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table, first, second, v1 = _table(store)
     table.tag("first", v1)
     assert_same_rows(_read(spark_local, store, version=v1).toPandas(), first)
@@ -132,7 +132,7 @@ def test_version_and_tag_options_read_older_versions(spark_local: Any,
 
 @pytest.mark.spark
 def test_sql_over_a_temp_view(spark: Any, tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     _, first, second, _ = _table(store)
     both = pd.concat([first, second], ignore_index=True)
     _read(spark, store).createOrReplaceTempView("events_view")
@@ -154,7 +154,7 @@ def test_sql_over_a_temp_view(spark: Any, tmp_path: Path) -> None:
 def test_view_without_pushdown_survives_reuse(spark_local: Any, tmp_path: Path) -> None:
     """With ``pushdown=false`` (the default) a DataFrame or view used by many queries stays
     correct."""
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     _, first, second, _ = _table(store)
     total = len(first) + len(second)
     _read(spark_local, store, pushdown="false").createOrReplaceTempView("plain_view")
@@ -172,7 +172,7 @@ def test_view_without_pushdown_survives_reuse(spark_local: Any, tmp_path: Path) 
                    "shared relation; a later scan without pushable filters reuses it")
 def test_reused_dataframe_after_pushdown_known_spark_bug(spark_local: Any,
                                                           tmp_path: Path) -> None:
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     _, first, second, _ = _table(store)
     df = _read(spark_local, store, pushdown="true")
     df.filter("key = 'k003'").count()
@@ -206,7 +206,7 @@ def test_write_with_a_retried_task_leaves_no_duplicates(spark_local: Any,
                                                         tmp_path: Path) -> None:
     from test_bulk_import import _fail_first_attempt
 
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     table, first, second, _ = _table(store)
     extra = make_frame(1500, seed=15, start=30_000)
     marker = str(tmp_path / "failed-once")
@@ -233,7 +233,7 @@ def test_tasks_never_use_a_dropped_table_of_the_same_name(tmp_path: Path) -> Non
     from sediment.errors import TableNotFoundError
     from sediment.spark.tasks import open_table
 
-    store = sd.Store.open(str(tmp_path / "store"))
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
     old = store.create_table("events", SCHEMA)
     spec = store.spec()
     assert open_table(spec, "events").table_id == old.table_id

@@ -250,7 +250,7 @@ def create_table(
                        "--row-key NAME:TYPE")
     splits = [convert_split_point(s, schema.row_keys[0]) for s in split_point or []]
     props = parse_assignments(prop or [], what="--property")
-    st = open_store(store, create=True)
+    st = open_store(store)
     table = st.create_table(name, schema, split_points=splits or None, properties=props)
     info = table.describe()
     emit(info, json_out,

@@ -240,19 +240,21 @@ def store_exists(uri: str) -> bool:
 
 def open_store(store: str | None, *, create: bool = False,
                properties: Mapping[str, Any] | None = None) -> Store:
-    """Open the store named by ``--store``/``$SEDIMENT_STORE``.
+    """Open the store named by ``--store``/``$SEDIMENT_STORE`` (reading only).
 
-    ``Store.open`` creates missing stores; only commands whose purpose is to create things
-    (``init``, ``create-table``) pass ``create=True``, so that a mistyped ``--store`` on any
-    other command fails loudly instead of producing a fresh empty store.
+    Only ``sediment init`` passes ``create=True``: every other command fails with one
+    ``error:`` line saying to run ``sediment init`` when there is no store there, so a
+    mistyped ``--store`` never produces a fresh empty store.
     """
+    from sediment.errors import StoreNotFoundError
     from sediment.store import Store
 
     uri = resolve_store_uri(store)
-    if not create and not store_exists(uri):
-        raise CliError(f"no Sediment store at {uri!r} "
-                       f"(create one with `sediment init --store {uri}`)")
-    return Store.open(uri, properties=properties)
+    try:
+        return Store.open(uri, create=create, properties=properties)
+    except StoreNotFoundError:
+        raise CliError(f"no Sediment store at {uri!r}: create one with "
+                       f"`sediment init --store {uri}`") from None
 
 
 def open_table(store: str | None, name: str) -> Table:

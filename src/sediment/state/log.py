@@ -66,9 +66,11 @@ def check_format(doc: dict[str, Any], where: str) -> None:
 class TransactionLog:
     """Reads and conditionally writes log entries of one table."""
 
-    def __init__(self, objects: ObjectStore, table_id: str) -> None:
+    def __init__(self, objects: ObjectStore, table_id: str, name: str | None = None) -> None:
         self.objects = objects
         self.table_id = table_id
+        self.name = name or table_id
+        """The table's name in errors (its id when none was given)."""
 
     def encode(self, version: int, time: float, txn: Transaction, commit_id: str) -> bytes:
         """The entry's bytes; ``commit_id`` (random per commit) lets a committer recognise
@@ -86,7 +88,7 @@ class TransactionLog:
                            self.encode(version, time, txn, commit_id))
 
     def _document(self, version: int, data: bytes) -> dict[str, Any]:
-        where = f"log entry {version} of table {self.table_id} ({log_key(version)})"
+        where = f"log entry {version} of table {self.name} ({log_key(version)})"
         doc = json_object(data, where)
         check_format(doc, where)
         if doc.get("version") != version:
@@ -94,7 +96,7 @@ class TransactionLog:
         return doc
 
     def decode(self, version: int, data: bytes) -> LogEntry:
-        where = f"log entry {version} of table {self.table_id} ({log_key(version)})"
+        where = f"log entry {version} of table {self.name} ({log_key(version)})"
         doc = self._document(version, data)
         try:
             txn = transaction_from_json(str(doc["kind"]), doc["transaction"], where=where)
@@ -107,7 +109,7 @@ class TransactionLog:
             return self.decode(version, self.objects.get(log_key(version)))
         except ObjectNotFoundError:
             raise CorruptMetadataError(
-                f"log entry {version} of table {self.table_id} is missing") from None
+                f"log entry {version} of table {self.name} is missing") from None
 
     def read_if_present(self, version: int) -> LogEntry | None:
         """The entry at ``version``, or None when there is none (not yet written, or pruned)."""
@@ -137,11 +139,11 @@ class TransactionLog:
         for v in versions:
             if v != expected:
                 raise CorruptMetadataError(
-                    f"log of table {self.table_id} has a gap: version {expected} is missing")
+                    f"log of table {self.name} has a gap: version {expected} is missing")
             expected += 1
         if upto is not None and expected <= upto:  # the last wanted entries are missing
             raise CorruptMetadataError(
-                f"log of table {self.table_id} has a gap: version {expected} is missing")
+                f"log of table {self.name} has a gap: version {expected} is missing")
         if not versions:
             return
         workers = min(16, len(versions))

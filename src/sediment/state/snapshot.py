@@ -287,8 +287,11 @@ def _read_json(objects: ObjectStore, key: str, where: str) -> Any:
     return json_value(_get(objects, key, where), f"{where}: {key}")
 
 
-def read_pointer(objects: ObjectStore, version: int, table_id: str) -> dict[str, Any]:
-    where = f"snapshot {version} of table {table_id}"
+def read_pointer(objects: ObjectStore, version: int, table_id: str, *,
+                 name: str | None = None) -> dict[str, Any]:
+    """The pointer document of the snapshot at ``version`` (``name``: the table's name for
+    errors, default its id)."""
+    where = f"snapshot {version} of table {name or table_id}"
     key = snapshot_key(version)
     doc = json_object(_get(objects, key, where), f"{where}: {key}")
     check_format(doc, where)
@@ -296,12 +299,13 @@ def read_pointer(objects: ObjectStore, version: int, table_id: str) -> dict[str,
 
 
 def read_snapshot(objects: ObjectStore, version: int, table_id: str,
-                  known: KnownDigests | None = None) -> TableState:
+                  known: KnownDigests | None = None, *, name: str | None = None) -> TableState:
     """Load the state stored by the snapshot at ``version`` (``known``: records the digests
-    of the objects read, as of when the read started)."""
-    where = f"snapshot {version} of table {table_id}"
+    of the objects read, as of when the read started; ``name``: the table's name for errors,
+    default its id)."""
+    where = f"snapshot {version} of table {name or table_id}"
     started = _memo_now(known)
-    doc = read_pointer(objects, version, table_id)
+    doc = read_pointer(objects, version, table_id, name=name)
     try:
         ranges = read_metarange(objects, doc["metarange"], where)
         with ThreadPoolExecutor(8) as pool:

@@ -33,6 +33,7 @@ from sediment.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
     CorruptMetadataError,
+    PropertyError,
     QueryError,
     SedimentError,
     TableNotFoundError,
@@ -83,7 +84,7 @@ class StateStore:
         self.table_id = table_id
         self.name = name or table_id
         """The table's name in errors (its id when the store was opened without one)."""
-        self.log = TransactionLog(objects, table_id)
+        self.log = TransactionLog(objects, table_id, self.name)
         self._head: TableState | None = None
         self._known_digests = DigestMemo()
         """Snapshot objects known to exist, forgotten well within the prune grace period (a
@@ -134,7 +135,8 @@ class StateStore:
             try:
                 # an old version's objects are the ones prune deletes next: not remembered
                 state = read_snapshot(self.objects, v, self.table_id,
-                                      self._known_digests if version is None else None)
+                                      self._known_digests if version is None else None,
+                                      name=self.name)
                 break
             except SedimentError as e:  # a damaged snapshot: fall back to an older one
                 log.warning("ignoring snapshot %s of table %s: %s", v, self.name, e)
@@ -278,10 +280,12 @@ class StateStore:
                     try:
                         txn.validate(head)
                         break
-                    except TransactionInvalidError:
+                    except TransactionInvalidError as e:
                         if fresh:
-                            raise
+                            raise self._named(e) from None
                         head, fresh = self._current(max_age=None)  # judge it at the real head
+                    except PropertyError as e:
+                        raise self._named(e) from None
                 self._check_new_files(txn, checked)
                 version = head.version + 1
                 now = time.time()
@@ -301,6 +305,16 @@ class StateStore:
             base = float(_prop(head, "state.commit.backoff_seconds"))
             time.sleep(min(1.0, base * (2 ** min(lost - 1, 8))) * random.uniform(0.5, 1.5))
             max_age = None  # another writer moved the head: read it
+
+    def _named(self, error: SedimentError) -> SedimentError:
+        """``error`` (raised by the pure core, which knows tables by id) naming the table by
+        its name instead: same class, same message otherwise."""
+        message = str(error).replace(f"table {self.table_id}", f"table {self.name}")
+        if message == str(error):
+            return error
+        renamed = type(error)(message)
+        renamed.__traceback__ = error.__traceback__
+        return renamed
 
     def _append(self, version: int, now: float, txn: Transaction, commit_id: str) -> bool:
         """Put ``txn`` at ``version``: True when the entry there is ours, False when another

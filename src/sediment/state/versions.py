@@ -19,7 +19,15 @@ from dataclasses import dataclass
 
 from sediment.core.model import FileReference
 from sediment.core.state import TableState
-from sediment.errors import CorruptMetadataError, ObjectNotFoundError, QueryError, SedimentError
+from sediment.errors import (
+    CorruptMetadataError,
+    InvalidTagNameError,
+    ObjectNotFoundError,
+    QueryError,
+    SedimentError,
+    TagExistsError,
+    TagNotFoundError,
+)
 from sediment.state.log import LOG_PREFIX, version_of_key
 from sediment.state.snapshot import (
     OBJECT_PREFIX,
@@ -40,11 +48,14 @@ OBJECT_GRACE_SECONDS = 3600.0
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
-def _tag_key(name: str) -> str:
+def _tag_key(name: str, table: str) -> str:
+    """The key of tag ``name`` (InvalidTagNameError naming ``table`` when it cannot be one)."""
     if not isinstance(name, str) or not _TAG.fullmatch(name) or ".." in name or \
             name.isdigit():
-        raise QueryError(f"invalid tag name {name!r}: letters, digits, '_', '-', '.', not all "
-                         "digits (a number means a version)")
+        raise InvalidTagNameError(
+            f"table {table}: invalid tag name {name!r}: use 1-128 letters, digits, '_', '-' "
+            "or '.', starting with a letter or digit, not all digits (a number means a "
+            "version)")
     return f"{TAG_PREFIX}{name}.json"
 
 
@@ -56,11 +67,14 @@ class Tag:
 
 
 def create_tag(states: StateStore, name: str, version: int) -> Tag:
+    """Tag ``version``. Raises InvalidTagNameError, TagExistsError (both TagErrors, which are
+    QueryErrors), WriteOutcomeUnknownError when the store never says whether it landed."""
+    key = _tag_key(name, states.name)
     # the random id makes the bytes ours alone, so a lost answer is resolved by reading
     created = time.time()
     doc = {"name": name, "version": version, "created": created, "id": uuid.uuid4().hex}
-    if not create_once(states.objects, _tag_key(name), json.dumps(doc).encode()):
-        raise QueryError(f"table {states.table_id}: tag {name!r} already exists")
+    if not create_once(states.objects, key, json.dumps(doc).encode()):
+        raise TagExistsError(f"table {states.name}: tag {name!r} already exists")
     return Tag(name, version, created)
 
 
@@ -71,31 +85,33 @@ def list_tags(states: StateStore) -> list[Tag]:
             raw = states.objects.get(o.key)
         except ObjectNotFoundError:
             continue  # deleted since the listing (e.g. a dump job's tag as the job ends)
-        out.append(_parse_tag(raw, o.key, states.table_id))
+        out.append(_parse_tag(raw, o.key, states.name))
     return sorted(out, key=lambda t: (t.version, t.name))
 
 
-def _parse_tag(raw: bytes, key: str, table_id: str) -> Tag:
+def _parse_tag(raw: bytes, key: str, table: str) -> Tag:
     try:
         doc = json.loads(raw)
         return Tag(str(doc["name"]), int(doc["version"]), float(doc["created"]))
     except (ValueError, KeyError, TypeError) as e:
-        raise CorruptMetadataError(f"tag object {key} of table {table_id} is corrupt: "
+        raise CorruptMetadataError(f"tag object {key} of table {table} is corrupt: "
                                    f"{e!r}") from e
 
 
 def get_tag(states: StateStore, name: str) -> Tag:
-    key = _tag_key(name)
+    """The tag ``name``. Raises InvalidTagNameError, TagNotFoundError, CorruptMetadataError."""
+    key = _tag_key(name, states.name)
     try:
         raw = states.objects.get(key)
     except ObjectNotFoundError:
-        raise QueryError(f"table {states.table_id} has no tag {name!r}") from None
-    return _parse_tag(raw, key, states.table_id)
+        raise TagNotFoundError(f"table {states.name} has no tag {name!r}") from None
+    return _parse_tag(raw, key, states.name)
 
 
 def delete_tag(states: StateStore, name: str) -> None:
+    """Delete tag ``name``. Raises InvalidTagNameError, TagNotFoundError."""
     get_tag(states, name)
-    states.objects.delete_many([_tag_key(name)])
+    states.objects.delete_many([_tag_key(name, states.name)])
 
 
 # ---- diff -------------------------------------------------------------------------------------
@@ -144,14 +160,14 @@ def diff(states: StateStore, v1: int, v2: int) -> Diff:
     head = states.head().version
     for v in (v1, v2):
         if not 1 <= v <= head:
-            raise QueryError(f"table {states.table_id} has no version {v} (1..{head})")
+            raise QueryError(f"table {states.name} has no version {v} (versions 1..{head})")
     snaps = set(snapshot_versions(states.objects))
     if v1 in snaps and v2 in snaps:
-        where = f"diff of table {states.table_id}"
-        r1 = read_metarange(states.objects, read_pointer(states.objects, v1,
-                                                         states.table_id)["metarange"], where)
-        r2 = read_metarange(states.objects, read_pointer(states.objects, v2,
-                                                         states.table_id)["metarange"], where)
+        where = f"diff of table {states.name}"
+        r1 = read_metarange(states.objects, read_pointer(states.objects, v1, states.table_id,
+                                                         name=states.name)["metarange"], where)
+        r2 = read_metarange(states.objects, read_pointer(states.objects, v2, states.table_id,
+                                                         name=states.name)["metarange"], where)
         same = {r.digest for r in r1} & {r.digest for r in r2}
         changed = [r for r in r1 + r2 if r.digest not in same]
         a, b = states.load(v1), states.load(v2)
@@ -212,7 +228,7 @@ def prune(states: StateStore, retention_seconds: float, *, now: float | None = N
     """
     clock = deletion_clock(states.objects, now)
     head = states.head()
-    where = f"prune of table {states.table_id}"
+    where = f"prune of table {states.name}"
     logs = {v: o for o in states.objects.list(LOG_PREFIX)
             if (v := version_of_key(o.key, LOG_PREFIX)) is not None}
     # Versions committed inside the window stay readable, and so does the one before the
@@ -273,20 +289,21 @@ def prune(states: StateStore, retention_seconds: float, *, now: float | None = N
 def _base_problem(states: StateStore, version: int) -> str | None:
     """Why the snapshot at ``version`` cannot be a base (None: it loads completely)."""
     try:
-        state = read_snapshot(states.objects, version, states.table_id)
+        state = read_snapshot(states.objects, version, states.table_id, name=states.name)
     except SedimentError as e:
         return f"{type(e).__name__}: {e}"
     if state.version != version or state.table_id != states.table_id:
-        return f"it holds version {state.version} of table {state.table_id}"
+        return (f"it holds version {state.version} of another table (id {state.table_id}, "
+                f"not {states.table_id})")
     return None
 
 
 def _snapshot_digests(states: StateStore, version: int, out: set[str]) -> bool:
     """Add the digests of every object the snapshot at ``version`` names to ``out``; False
     when some cannot be told (its pointer is unreadable)."""
-    where = f"prune of table {states.table_id}"
+    where = f"prune of table {states.name}"
     try:
-        doc = read_pointer(states.objects, version, states.table_id)
+        doc = read_pointer(states.objects, version, states.table_id, name=states.name)
         out.update((doc["metarange"], doc["partitions"], doc["unreferenced"]))
     except ObjectNotFoundError:
         return True  # deleted since the listing (a concurrent prune): names nothing
