@@ -23,10 +23,11 @@ happen into one of these, with a message naming the table, field, file or row co
     │   └── UnsupportedFormatError   written by a newer format version
     ├── DataError                    input records that do not fit the schema (field, row named)
     ├── QueryError                   an invalid query (bad range, unknown column, bad version)
-    │   └── TagError                 a tag operation that cannot be done
-    │       ├── InvalidTagNameError  a name that cannot be a tag (separators, all digits, ...)
-    │       ├── TagExistsError       tag for a name that is taken
-    │       └── TagNotFoundError     no tag of that name
+    │   ├── TagError                 a tag operation that cannot be done
+    │   │   ├── InvalidTagNameError  a name that cannot be a tag (separators, all digits, ...)
+    │   │   ├── TagExistsError       tag for a name that is taken
+    │   │   └── TagNotFoundError     no tag of that name
+    │   └── VersionExpiredError      a version past retention.seconds: its files or log are gone
     ├── JobError                     a job (compaction, dump, ...) failed
     └── MissingDependencyError       an optional dependency (an extra such as [spark]) is missing
 """
@@ -128,6 +129,12 @@ class TagExistsError(TagError):
 
 class TagNotFoundError(TagError):
     """The table has no tag of that name."""
+
+
+class VersionExpiredError(QueryError):
+    """A version older than the table's retention (``retention.seconds``) that can no longer be
+    read: garbage collection deleted its data files, or pruning its log entries. The message
+    names the table, the version and the retention setting with its value."""
 
 
 class JobError(SedimentError):
