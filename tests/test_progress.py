@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import sediment as sd
 from helpers import make_table, rows
 from sediment.cli import app
-from sediment.dump.load import copy_and_reference, load_into, load_progress, open_dump
+from sediment.dump.load import copy_and_reference, load_into, open_dump
 
 Calls = list[tuple[int, int]]
 
@@ -113,10 +113,9 @@ def test_load_reports_bytes_copied(tmp_path: Path) -> None:
     assert len(calls) == len(dump.files) + 1
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     assert target.query().num_rows == table.query().num_rows
-    # Store.load (no progress parameter of its own): through load_progress
+    # Store.load, creating the table
     calls2, progress2 = recorder()
-    with load_progress(progress2):
-        table.store.load(job.manifest_uri, "copy2")
+    table.store.load(job.manifest_uri, "copy2", progress=progress2)
     assert calls2[0] == (0, total) and calls2[-1] == (total, total)
     # the keyword is optional: callers that pass nothing report nothing
     target3 = table.store.create_table("copy3", table.schema)

@@ -392,10 +392,12 @@ class Store:
             self.collect_unnamed_tables(timeout=orphan_timeout)
         return out
 
-    def load(self, job_manifest_uri: str, table_name: str) -> Table:
+    def load(self, job_manifest_uri: str, table_name: str, *,
+             progress: Callable[[int, int], None] | None = None) -> Table:
         """Bulk load a dump (``<root>/<job>/job-manifest.json``) into a new or existing table,
         after verifying every checksum and range; one transaction. A new table is created
         with the dump's partition boundaries and appears whole or not at all.
+        ``progress(done, total)``: bytes copied of the dump's total, ``(0, total)`` first.
 
         Raises:
             CorruptMetadataError: the dump is incomplete, damaged or hostile (a manifest path
@@ -415,8 +417,9 @@ class Store:
             table = self.table(table_name)
         except TableNotFoundError:
             return self.create_table(table_name, dump.schema, split_points=dump.boundaries,
-                                     initial_files=lambda h: copy_and_reference(dump, h))
-        load_into(table._handle, dump)
+                                     initial_files=lambda h: copy_and_reference(
+                                         dump, h, progress=progress))
+        load_into(table._handle, dump, progress=progress)
         return table
 
     def __repr__(self) -> str:

@@ -38,7 +38,14 @@ if TYPE_CHECKING:
 
 
 class Table:
-    """A table of a :class:`Store`. Obtain one with ``store.table(name)``."""
+    """A table of a :class:`Store`. Obtain one with ``store.table(name)``.
+
+    Errors (all :class:`~sediment.errors.SedimentError`): every method raises StorageError when
+    the object store fails; every method taking a ``version`` raises QueryError for an unknown
+    one and VersionExpiredError (a QueryError) for one whose log or files are past
+    ``retention.seconds``, and for a tag name InvalidTagNameError or TagNotFoundError. What
+    else a method raises, its own docstring says.
+    """
 
     def __init__(self, store: Store, name: str, table_id: str, states: StateStore) -> None:
         self.store = store
@@ -74,7 +81,11 @@ class Table:
 
     # ---- versions -------------------------------------------------------------------------
     def tag(self, name: str, version: int | None = None) -> Tag:
-        """Pin ``version`` (default: latest) under ``name``; GC keeps its files."""
+        """Pin ``version`` (default: latest) under ``name``; GC keeps its files.
+
+        Raises InvalidTagNameError: a malformed name; TagExistsError: the name is taken;
+        WriteOutcomeUnknownError: the store never answered whether the tag was written.
+        """
         from sediment.state.versions import create_tag
 
         v = self.version if version is None else int(version)
@@ -82,11 +93,19 @@ class Table:
         return create_tag(self._handle.states, name, v)
 
     def tags(self) -> list[Tag]:
+        """Every tag of the table, by name.
+
+        Raises CorruptMetadataError: a damaged tag object.
+        """
         from sediment.state.versions import list_tags
 
         return list_tags(self._handle.states)
 
     def tag_version(self, name: str) -> int:
+        """The version a tag pins.
+
+        Raises CorruptMetadataError: a damaged tag object.
+        """
         from sediment.state.versions import get_tag
 
         return get_tag(self._handle.states, name).version
@@ -172,7 +191,11 @@ class Table:
 
     def set_properties(self, updates: Mapping[str, Any] | None = None, *,
                        remove: Sequence[str] = ()) -> int:
-        """Set and/or reset properties in one transaction; returns the new version."""
+        """Set and/or reset properties in one transaction; returns the new version.
+
+        Raises PropertyError: an unknown property or a bad value (named); TransactionError: the
+        commit was refused or its outcome is unknown.
+        """
         updates = dict(updates or {})
         for name in remove:
             if name not in PROPERTIES:
@@ -186,14 +209,20 @@ class Table:
         return self._handle.states.head().online
 
     def set_online(self, online: bool) -> int:
-        """Bring the table online or take it offline (maintenance skips offline tables)."""
+        """Bring the table online or take it offline (maintenance skips offline tables).
+
+        Raises TransactionError: the commit was refused or its outcome is unknown.
+        """
         return self._handle.states.commit(SetOnline(online)).version
 
     def clear(self) -> int:
         """Remove every record in one transaction; returns the new version. Schema, properties
         and partitions are kept. The files become unreferenced: older versions (time travel,
         tags, ``restore``) still read them until the collector deletes them after
-        ``gc.delay_seconds``. Clearing an empty table commits nothing."""
+        ``gc.delay_seconds``. Clearing an empty table commits nothing.
+
+        Raises TransactionError: the commit was refused or its outcome is unknown.
+        """
         head = self._handle.states.head()
         if head.reference_count() == 0 and not head.jobs:
             return head.version
@@ -202,14 +231,21 @@ class Table:
     def reinitialise(self, split_points: Sequence[Any] | None = None) -> int:
         """Give a table that holds no records a new partition tree cut at ``split_points``
         (none: a single root partition); returns the new version. A table with records is
-        refused (TransactionInvalidError): clear it first. Schema and properties are kept."""
+        refused (TransactionInvalidError): clear it first. Schema and properties are kept.
+
+        Raises TransactionInvalidError: the table still holds references; SchemaError: split
+        points that are not row keys or not increasing.
+        """
         from sediment.core.state import build_partition_tree
 
         partitions = build_partition_tree(self.schema, split_points)
         return self._handle.states.commit(ReinitialiseTable(partitions)).version
 
     def history(self) -> list[HistoryEntry]:
-        """Every committed transaction: version, time, kind and a one-line summary."""
+        """Every committed transaction: version, time, kind and a one-line summary.
+
+        Raises CorruptMetadataError: a gap or a damaged entry in the log.
+        """
         return self._handle.states.history()
 
     def partitions(self, version: int | None = None) -> list[Partition]:
@@ -262,7 +298,12 @@ class Table:
         compaction, every leaf with more than one file (or a file spanning other leaves too)
         compacted into one file whatever the strategy. ``progress(done, total)``: called with
         ``(0, jobs)`` once the pass has planned its jobs, then as each ends (with Spark, once
-        when all have)."""
+        when all have).
+
+        Raises JobError: a job failed (the others still commit); TransactionError: a commit was
+        refused or its outcome is unknown; MissingDependencyError: ``runner="spark"`` without
+        pyspark.
+        """
         from sediment.compaction.runner import compact
 
         if runner == "spark":
@@ -273,7 +314,10 @@ class Table:
         return compact(self._handle, full=full, progress=progress)
 
     def split(self) -> SplitResult:
-        """Split every leaf partition over ``partition.split.threshold`` at its median."""
+        """Split every leaf partition over ``partition.split.threshold`` at its median.
+
+        Raises TransactionError: a split's commit was refused or its outcome is unknown.
+        """
         from sediment.maintenance.splitting import split
 
         return split(self._handle)
@@ -281,7 +325,10 @@ class Table:
     def gc(self, *, orphan_timeout: float | None = None) -> GcResult:
         """Delete unreferenced files past the GC delay and orphans past the orphan timeout
         (``orphan_timeout`` overrides the property, which may not go below an hour: lower
-        only where no writer could be slower, as in tests)."""
+        only where no writer could be slower, as in tests).
+
+        Raises TransactionError: the DeleteFiles commit was refused or its outcome is unknown.
+        """
         from sediment.maintenance.gc import gc
 
         return gc(self._handle, orphan_timeout=orphan_timeout)
@@ -292,7 +339,11 @@ class Table:
         """Split, compact and collect garbage until there is nothing left to do (compaction
         jobs in local threads, or as Spark tasks with ``runner="spark"``).
         ``progress(done, total)``: each pass's compaction jobs, as for :meth:`compact`
-        (``(0, jobs)`` at the start of every pass)."""
+        (``(0, jobs)`` at the start of every pass).
+
+        Raises JobError, TransactionError: as :meth:`compact`, :meth:`split` and :meth:`gc`;
+        MissingDependencyError: ``runner="spark"`` without pyspark.
+        """
         from sediment.maintenance.passes import maintain
 
         if runner == "spark":
@@ -306,14 +357,23 @@ class Table:
     def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None
                ) -> IngestResult:
         """Ingest records (pyarrow Table/RecordBatch/RecordBatchReader, pandas DataFrame or an
-        iterable of them) in one transaction."""
+        iterable of them) in one transaction.
+
+        Raises DataError: records that do not fit the schema (the row is named);
+        TransactionError: the commit was refused (CommitOutcomeUnknownError: no answer). Nothing
+        partial is ever committed.
+        """
         from sediment.ingest import ingest
 
         return ingest(self._handle, data, progress=progress)
 
     def ingest_files(self, paths: Sequence[str] | str, *,
                      progress: Callable[[int], None] | None = None) -> IngestResult:
-        """Ingest Parquet, CSV or JSON-lines files (local or S3; globs) in one transaction."""
+        """Ingest Parquet, CSV or JSON-lines files (local or S3; globs) in one transaction.
+
+        Raises DataError: a missing or unreadable file, an unknown format, a bad record;
+        TransactionError: as :meth:`ingest`.
+        """
         from sediment.ingest import ingest_files
 
         return ingest_files(self._handle, paths, progress=progress)
@@ -332,7 +392,11 @@ class Table:
                 iterators: Sequence[Any] | None = None) -> PreparedQuery:
         """A query planned and ready to run (``run()``, ``reader()``, one leaf at a time
         with ``read_subquery``): what :meth:`query` and :meth:`scan` run, and what engines
-        (the Spark reader, dumps) use to read the same records."""
+        (the Spark reader, dumps) use to read the same records.
+
+        Raises QueryError: a bad key, range or column; CorruptMetadataError,
+        ObjectNotFoundError: damaged or missing data files.
+        """
         from sediment.query.expiry import check_files
         from sediment.query.prepare import prepare_query
 
@@ -366,6 +430,8 @@ class Table:
         values. Neither: the whole table. ``version``: read an older version (a number or a
         tag); VersionExpiredError when it is past ``retention.seconds`` and GC deleted its
         files or pruning its log (a file lost any other way stays ObjectNotFoundError).
+
+        Raises as :meth:`prepare`.
         """
         return self.prepare(keys, ranges, columns=columns, version=version,
                             iterators=iterators).run()
@@ -373,13 +439,19 @@ class Table:
     def scan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
              columns: Sequence[str] | None = None, version: int | str | None = None,
              iterators: Sequence[Any] | None = None) -> pa.RecordBatchReader:
-        """Like :meth:`query`, streamed as a RecordBatchReader in bounded memory."""
+        """Like :meth:`query`, streamed as a RecordBatchReader in bounded memory.
+
+        Raises as :meth:`prepare`.
+        """
         return self.prepare(keys, ranges, columns=columns, version=version,
                             iterators=iterators).reader()
 
     def plan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
              version: int | None = None) -> QueryPlan:
-        """The query plan (leaves and files a query would read), for inspection."""
+        """The query plan (leaves and files a query would read), for inspection.
+
+        Raises as :meth:`prepare`.
+        """
         return self.prepare(keys, ranges, version=version).plan
 
     def __repr__(self) -> str:

@@ -128,13 +128,11 @@ def load(manifest: Annotated[str, typer.Argument(help="<root>/<job>/job-manifest
          name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
     """Verify a dump and load it into a new or existing table (one transaction)."""
     started = time.perf_counter()
-    from sediment.dump.load import load_progress
-
     with progress_bar(json_out, "bytes") as bar:
         # bytes copied of the dump's total (reported once the dump is verified)
         task = bar.add_task(f"load {name}", total=None)
-        with load_progress(lambda done, total: bar.update(task, completed=done, total=total)):
-            t = open_store(store).load(manifest, name)
+        t = open_store(store).load(manifest, name, progress=lambda done, total: bar.update(
+            task, completed=done, total=total))
     d = t.describe()
     emit({"table": name, "version": d["version"], "records": d["records"],
           "files": d["files"], "seconds": time.perf_counter() - started}, json_out,

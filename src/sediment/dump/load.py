@@ -13,10 +13,8 @@ byte, never rewritten) into the table's data folder and committed:
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -57,21 +55,6 @@ class DumpedFile:
 
 Progress = Callable[[int, int], None]
 """``progress(done, total)`` of a load: bytes copied of the total, the total first."""
-
-_PROGRESS: contextvars.ContextVar[Progress | None] = contextvars.ContextVar(
-    "sediment_load_progress", default=None)
-
-
-@contextlib.contextmanager
-def load_progress(progress: Progress | None) -> Iterator[None]:
-    """Report the progress of loads run inside the block (``Store.load``) to ``progress``,
-    for callers that cannot pass it to :func:`copy_and_reference` themselves."""
-    token = _PROGRESS.set(progress)
-    try:
-        yield
-    finally:
-        _PROGRESS.reset(token)
-
 
 def _split_uri(uri: str) -> tuple[str, str]:
     """(dump root, job manifest key) from ``<root>/<job>/job-manifest.json``."""
@@ -223,9 +206,7 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
     """Copy a dump's files byte for byte into the table and build their references;
     returns them and the names of the copies (registered as pending until committed).
     ``progress(done, total)``: bytes copied (data and sample files) of the dump's total,
-    ``(0, total)`` first, then as each file is copied, on the calling thread (default: the
-    one set by :func:`load_progress`, if any)."""
-    progress = progress if progress is not None else _PROGRESS.get()
+    ``(0, total)`` first, then as each file is copied, on the calling thread."""
     src, files = dump.source, dump.files
     from sediment.files.sample import estimate_count
 
