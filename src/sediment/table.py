@@ -18,6 +18,8 @@ from sediment.core.transactions import ClearTable, ReinitialiseTable, SetOnline,
 from sediment.errors import PropertyError
 from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, defaults, validate_properties
+from sediment.query.conversions import Conversions
+from sediment.query.engines import EngineMethods
 from sediment.schema import Schema
 from sediment.state.log import HistoryEntry
 from sediment.state.store import StateStore
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from sediment.store import Store
 
 
-class Table:
+class Table(Conversions, EngineMethods):
     """A table of a :class:`Store`. Obtain one with ``store.table(name)``.
 
     Errors (all :class:`~sediment.errors.SedimentError`): every method raises StorageError when
