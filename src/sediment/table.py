@@ -391,12 +391,17 @@ class Table(Conversions, EngineMethods):
 
     def prepare(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
                 columns: Sequence[str] | None = None, version: int | str | None = None,
-                iterators: Sequence[Any] | None = None) -> PreparedQuery:
+                iterators: Sequence[Any] | None = None,
+                filter: Any = None) -> PreparedQuery:  # noqa: A002 (the public name)
         """A query planned and ready to run (``run()``, ``reader()``, one leaf at a time
         with ``read_subquery``): what :meth:`query` and :meth:`scan` run, and what engines
         (the Spark reader, dumps) use to read the same records.
 
-        Raises QueryError: a bad key, range or column; CorruptMetadataError,
+        ``filter``: a pyarrow compute expression (``pc.field("v") > 3``) on any columns,
+        applied to the merged records after the iterators; see :meth:`query`.
+
+        Raises QueryError: a bad key, range, column or filter (one naming an unknown column
+        names it); CorruptMetadataError,
         ObjectNotFoundError: damaged or missing data files.
         """
         from sediment.query.expiry import check_files
@@ -405,7 +410,8 @@ class Table(Conversions, EngineMethods):
         state = self._query_state(version)
         if version is None:
             return prepare_query(state, self._handle.executors.get(state), self.name, keys=keys,
-                                 ranges=ranges, columns=columns, iterators=iterators)
+                                 ranges=ranges, columns=columns, iterators=iterators,
+                                 filter=filter)
         # An old version: the files the plan reads must not have been collected by GC (one
         # set lookup per file against the head). A file found missing on read is judged
         # again, against the head then (GC may run meanwhile): VersionExpiredError, or the
@@ -418,43 +424,53 @@ class Table(Conversions, EngineMethods):
 
         prepared = prepare_query(state, self._handle.executors.get(state), self.name,
                                  keys=keys, ranges=ranges, columns=columns,
-                                 iterators=iterators, on_missing=on_missing)
+                                 iterators=iterators, on_missing=on_missing, filter=filter)
         files.update(prepared.plan.files)
         check_files(states, self.name, state, files)
         return prepared
 
     def query(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
               columns: Sequence[str] | None = None, version: int | str | None = None,
-              iterators: Sequence[Any] | None = None) -> pa.Table:
+              iterators: Sequence[Any] | None = None,
+              filter: Any = None) -> pa.Table:  # noqa: A002 (the public name)
         """Records with the given exact row keys and/or in the given ranges, sorted by key.
 
         ``keys``: row-key values (or tuples; a shorter tuple is a prefix). ``ranges``: Range
         values. Neither: the whole table. ``version``: read an older version (a number or a
         tag); VersionExpiredError when it is past ``retention.seconds`` and GC deleted its
         files or pruning its log (a file lost any other way stays ObjectNotFoundError).
+        ``filter``: a pyarrow compute expression on any columns (``pc.field("v") > 3``), kept
+        for the merged records after the iterators (the ``filter`` iterator property is the
+        configured, compaction-time one). Its constraints on the first row-key field narrow
+        the leaves, files and row groups read; with record-by-record iterators (none,
+        filters, age-off) its other constraints prune row groups by Parquet statistics. The
+        columns it needs are read even when not in ``columns``.
 
         Raises as :meth:`prepare`.
         """
         return self.prepare(keys, ranges, columns=columns, version=version,
-                            iterators=iterators).run()
+                            iterators=iterators, filter=filter).run()
 
     def scan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
              columns: Sequence[str] | None = None, version: int | str | None = None,
-             iterators: Sequence[Any] | None = None) -> pa.RecordBatchReader:
+             iterators: Sequence[Any] | None = None,
+             filter: Any = None) -> pa.RecordBatchReader:  # noqa: A002 (the public name)
         """Like :meth:`query`, streamed as a RecordBatchReader in bounded memory.
 
         Raises as :meth:`prepare`.
         """
         return self.prepare(keys, ranges, columns=columns, version=version,
-                            iterators=iterators).reader()
+                            iterators=iterators, filter=filter).reader()
 
     def plan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
-             version: int | None = None) -> QueryPlan:
-        """The query plan (leaves and files a query would read), for inspection.
+             version: int | str | None = None,
+             filter: Any = None) -> QueryPlan:  # noqa: A002 (the public name)
+        """The query plan (leaves and files a query would read), for inspection; a
+        ``filter`` narrows it by its row-key constraints.
 
         Raises as :meth:`prepare`.
         """
-        return self.prepare(keys, ranges, version=version).plan
+        return self.prepare(keys, ranges, version=version, filter=filter).plan
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, store={self.store.uri!r})"

@@ -32,6 +32,7 @@ from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, 
 from sediment.files.writer import keys_name
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.planner import QueryPlan, SubQuery
+from sediment.query.where import QueryFilter
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
 
@@ -273,10 +274,12 @@ class Executor:
         return rows_in(data, names, sub.region, sub.ranges)
 
     def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
-                         hashes: np.ndarray | None, *, sequence: bool = False
-                         ) -> Iterator[pa.Table]:
+                         hashes: np.ndarray | None, *, sequence: bool = False,
+                         query_filter: QueryFilter | None = None) -> Iterator[pa.Table]:
         """The file's wanted rows, one (filtered) run of row groups at a time; with
-        ``sequence``, each row's resolved sequence in a last column (files/sequence.py)."""
+        ``sequence``, each row's resolved sequence in a last column (files/sequence.py).
+        ``query_filter`` prunes row groups by their statistics (when it may: see
+        sediment.query.where); it is applied to rows later, after the iterators."""
         footer = self.footers.cached(ref.filename)
         pf = None
         if footer is None:
@@ -288,6 +291,8 @@ class Executor:
         if hashes is not None and layout is not None:
             groups = [g for g in groups
                       if self.footers.may_contain(ref.filename, layout, g, hashes)]
+        if query_filter is not None:
+            groups = query_filter.row_groups(footer.metadata, groups)
         if not groups:
             return  # a file the key filters rule out is not even opened
         if pf is None:
@@ -309,8 +314,9 @@ class Executor:
                                        f"cannot be read: {e}") from e
 
     def read_subquery(self, sub: SubQuery, columns: list[str],
-                      iterators: Sequence[RecordIterator]) -> pa.Table:
-        """All wanted rows of one leaf, sorted, iterators applied."""
+                      iterators: Sequence[RecordIterator],
+                      query_filter: QueryFilter | None = None) -> pa.Table:
+        """All wanted rows of one leaf, sorted, iterators then ``query_filter`` applied."""
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self._point_hashes(sub)
@@ -319,7 +325,8 @@ class Executor:
         sequence = len(sub.references) > 1
         per_file = [p for ref in sub.references
                     if (p := list(self._file_row_groups(ref, sub, columns, hashes,
-                                                        sequence=sequence)))]
+                                                        sequence=sequence,
+                                                        query_filter=query_filter)))]
         if not per_file:
             return schema.empty_table()
         if len(per_file) == 1:
@@ -333,25 +340,29 @@ class Executor:
         if iterators:
             batches = apply_iterators(iter(data.to_batches()), iterators)
             data = pa.Table.from_batches(list(batches), schema=schema)
+        if query_filter is not None:
+            data = query_filter.apply(data)
         return data
 
     def run(self, plan: QueryPlan, columns: list[str],
-            iterators: Sequence[RecordIterator]) -> pa.Table:
+            iterators: Sequence[RecordIterator],
+            query_filter: QueryFilter | None = None) -> pa.Table:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         subs = plan.subqueries
         if len(subs) <= 1 or self.threads == 1:
-            tables = [self.read_subquery(s, columns, iterators) for s in subs]
+            tables = [self.read_subquery(s, columns, iterators, query_filter) for s in subs]
         else:
             with ThreadPoolExecutor(min(self.threads, len(subs))) as pool:
-                tables = list(pool.map(lambda s: self.read_subquery(s, columns, iterators),
-                                       subs))
+                tables = list(pool.map(
+                    lambda s: self.read_subquery(s, columns, iterators, query_filter), subs))
         if not tables:
             return schema.empty_table()
         return pa.concat_tables(tables)
 
     def stream(self, plan: QueryPlan, columns: list[str],
-               iterators: Sequence[RecordIterator]) -> Iterator[pa.RecordBatch]:
+               iterators: Sequence[RecordIterator],
+               query_filter: QueryFilter | None = None) -> Iterator[pa.RecordBatch]:
         """Leaf by leaf, a k-way merge of each file's row-group stream: bounded memory."""
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
@@ -359,7 +370,8 @@ class Executor:
             hashes = self._point_hashes(sub)
             sequence = len(sub.references) > 1
             streams = [
-                (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence)
+                (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence,
+                                                  query_filter=query_filter)
                  for b in t.to_batches())
                 for ref in sub.references
             ]
@@ -369,4 +381,5 @@ class Executor:
                     streams, merge_names(self.schema.key_names), schema.append(SEQ_FIELD)))
             else:
                 merged = merge_sorted(streams, self.schema.key_names, schema)
-            yield from apply_iterators(merged, iterators)
+            out = apply_iterators(merged, iterators)
+            yield from (out if query_filter is None else query_filter.apply_batches(out))

@@ -21,6 +21,7 @@ from sediment.iterators.base import RecordIterator
 from sediment.properties import defaults
 from sediment.query.executor import Executor, FooterCache
 from sediment.query.planner import QueryPlan, SubQuery, normalise_ranges, plan_query
+from sediment.query.where import QueryFilter, compile_filter, region_meets
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
 
@@ -55,6 +56,9 @@ class PreparedQuery:
     """Called when a data file is missing, before the missing-file error is raised: raises a
     better error instead when it knows why (an old version's files collected by GC: see
     ``sediment.query.expiry``)."""
+    query_filter: QueryFilter | None = None
+    """The query-time ``filter=`` expression, applied after the iterators (its columns are
+    in ``read``)."""
 
     def _explain(self) -> None:
         if self.on_missing is not None:
@@ -63,7 +67,8 @@ class PreparedQuery:
     def run(self) -> pa.Table:
         """Every record, sorted by key."""
         try:
-            return self.executor.run(self.plan, self.read, self.iterators).select(self.wanted)
+            return self.executor.run(self.plan, self.read, self.iterators,
+                                     self.query_filter).select(self.wanted)
         except ObjectNotFoundError:
             self._explain()
             raise
@@ -74,7 +79,8 @@ class PreparedQuery:
 
         def batches() -> Iterator[pa.RecordBatch]:
             try:
-                for b in self.executor.stream(self.plan, self.read, self.iterators):
+                for b in self.executor.stream(self.plan, self.read, self.iterators,
+                                              self.query_filter):
                     yield b.select(self.wanted)
             except ObjectNotFoundError:
                 self._explain()
@@ -85,8 +91,8 @@ class PreparedQuery:
     def read_subquery(self, sub: SubQuery) -> pa.Table:
         """The records of one leaf's sub-query (the Spark reader reads one per task)."""
         try:
-            return self.executor.read_subquery(sub, self.read, self.iterators
-                                               ).select(self.wanted)
+            return self.executor.read_subquery(sub, self.read, self.iterators,
+                                               self.query_filter).select(self.wanted)
         except ObjectNotFoundError:
             self._explain()
             raise
@@ -96,10 +102,15 @@ def prepare_query(state: TableState, executor: Executor, table: str, *,
                   keys: Sequence[Any] | None = None, ranges: Any = None,
                   columns: Sequence[str] | None = None,
                   iterators: Sequence[Any] | None = None,
-                  on_missing: Callable[[], None] | None = None) -> PreparedQuery:
+                  on_missing: Callable[[], None] | None = None,
+                  filter: Any = None) -> PreparedQuery:  # noqa: A002 (the public name)
     """Check the columns, gather the iterators (the table's, then ``iterators``) and plan.
-    ``on_missing``: see :attr:`PreparedQuery.on_missing`."""
+    ``on_missing``: see :attr:`PreparedQuery.on_missing`. ``filter``: a pyarrow compute
+    expression applied to the merged records after the iterators; its row-key constraints
+    narrow the plan, and with record-by-record iterators its other constraints prune row
+    groups by statistics (see sediment.query.where)."""
     from sediment.iterators import iterator_from_config
+    from sediment.iterators.base import AgeOff, RowFilter
 
     schema = state.schema
     assert schema is not None
@@ -112,9 +123,21 @@ def prepare_query(state: TableState, executor: Executor, table: str, *,
     for it in iterators or ():
         its.append(it if isinstance(it, RecordIterator) else iterator_from_config(it, schema))
     extra = set().union(*(it.fields() for it in its)) if its else set()
+    query_filter = None
+    if filter is not None:
+        query_filter = compile_filter(
+            filter, schema, table,
+            record_by_record=all(isinstance(it, AgeOff | RowFilter) for it in its))
+        extra |= set(query_filter.fields)
     read = [c for c in schema.field_names if c in wanted or c in schema.key_names or c in extra]
-    plan = plan_query(state, normalise_ranges(state, keys, ranges))
-    return PreparedQuery(executor, plan, schema, read, wanted, its, on_missing)
+    asked = normalise_ranges(state, keys, ranges)
+    narrow = query_filter.key_ranges if query_filter is not None else None
+    plan = plan_query(state, narrow if asked is None and narrow is not None else asked)
+    if asked is not None and narrow is not None:
+        # both: the asked ranges drive the reads; the filter's drop the leaves it rules out
+        plan = QueryPlan(plan.version, tuple(s for s in plan.subqueries
+                                             if region_meets(s.region, narrow)))
+    return PreparedQuery(executor, plan, schema, read, wanted, its, on_missing, query_filter)
 
 
 class ExecutorCache:
