@@ -68,6 +68,7 @@ from _common import (
 )
 
 import sediment as sd
+from sediment.files.sidecars import SAMPLE, parse_sidecar
 from sediment.workload import benchmark_schema, generate
 
 RATIO_GOAL = 0.9
@@ -252,8 +253,10 @@ def _parquet_rows(paths: list[str]) -> int:
 
 def _data_files(root: Path) -> tuple[list[str], list[str]]:
     every = glob.glob(str(root / "**" / "data" / "**" / "*.parquet"), recursive=True)
-    samples = [p for p in every if p.endswith(".sample.parquet")]
-    return [p for p in every if not p.endswith(".sample.parquet")], samples
+    # sidecars (files.sidecars) do not end in .parquet: list them beside the data files
+    samples = [p for p in glob.glob(str(root / "**" / "data" / "**" / "*"), recursive=True)
+               if (s := parse_sidecar(p)) is not None and s.kind == SAMPLE]
+    return every, samples
 
 
 # ---- variants ---------------------------------------------------------------------------------

@@ -289,5 +289,5 @@ def test_write_sorted_file_many_small_pieces(tmp_path: Path) -> None:
     assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [128] * 7 + [104]
     back = pq.read_table(objects.path("data/x/f.parquet"))
     assert back.column("key").to_pylist() == data.column("key").to_pylist()
-    sample = pq.read_table(objects.path("data/x/f.sample.parquet"))
+    sample = pq.read_table(objects.path(sample_name("data/x/f.parquet")))
     assert sum(sample.column(COUNT).to_pylist()) == 1000

@@ -21,6 +21,7 @@ import sediment as sd
 from helpers import make_table
 from reference import Reference, assert_matches, random_batch, string_key_pool
 from sediment.errors import DataError
+from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name
 from sediment.ingest import IngestResult
 from sediment.ingest import standard as standard_ingest
 
@@ -123,13 +124,13 @@ def test_ingest_result_fields(tmp_path: Path) -> None:
     touched = {f.partition_id for f in table.files()}
     assert result.files == len(touched) == 3
     sizes = {o.key: o.size for o in table._handle.objects.list("data/")}
-    data_files = [k for k in sizes if k.endswith(".parquet") and not k.endswith(".sample.parquet")]
+    data_files = [k for k in sizes if k.endswith(".parquet")]  # sidecars do not end so
     assert len(data_files) == result.files
     assert result.bytes == sum(sizes[k] for k in data_files) > 0
     assert sum(f.records for f in table.files()) == 2000
     for f in table.files():  # every data file has its sample and key filters
-        assert f.filename[: -len(".parquet")] + ".sample.parquet" in sizes
-        assert f.filename[: -len(".parquet")] + ".keys" in sizes
+        assert sidecar_name(f.filename, SAMPLE) in sizes
+        assert sidecar_name(f.filename, KEYS) in sizes
 
 
 def test_shared_file_strategy_writes_one_file(tmp_path: Path) -> None:

@@ -125,7 +125,7 @@ _SPECS = [
                  "low-cardinality columns only; keys are always plain)."),
     PropertySpec("parquet.key_filter_bits", int, 10,
                  "Bits per key of the Bloom filter written for each row group on the first "
-                 "row-key field (sidecar <file>.keys): exact-key lookups skip files that "
+                 "row-key field (sidecar _<file>.keys): exact-key lookups skip files that "
                  "cannot hold the key (10 bits: ~1% false positives; 0: no filters).",
                  minimum=0, maximum=64),
     PropertySpec("sample.size", int, 1024,

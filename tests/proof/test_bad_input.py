@@ -33,6 +33,7 @@ from sediment.errors import (
     StorageError,
     UnsupportedFormatError,
 )
+from sediment.files.sidecars import SAMPLE, sidecar_name
 from sediment.state.log import FORMAT_VERSION, log_key
 
 
@@ -458,7 +459,7 @@ def test_damaged_sample_sidecar(store: sd.Store, table: sd.Table, damage: str) -
     reason), every other leaf still splits, maintenance and queries go on."""
     table.set_properties({"partition.split.threshold": 20})
     ref = table.files()[0]
-    sample = ref.filename[: -len(".parquet")] + ".sample.parquet"
+    sample = sidecar_name(ref.filename, SAMPLE)
     if damage == "missing":
         table._handle.objects.delete_many([sample])
     else:

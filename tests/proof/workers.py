@@ -41,6 +41,7 @@ if __name__ == "__main__":  # run as a script: make ``sediment`` importable from
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 import sediment as sd
+from sediment.files.sidecars import KEYS, SAMPLE, data_file_of, parse_sidecar
 
 SCALE = max(1, int(os.environ.get("SEDIMENT_PROOF_SCALE", "1")))
 """Long variants: hypothesis examples and crash iterations are multiplied by this
@@ -174,15 +175,20 @@ def random_range(rng: random.Random) -> tuple[str | None, str | None]:
 def data_objects(table: sd.Table) -> set[str]:
     """Data files (not samples, not folder markers) under the table's ``data/``."""
     return {o.key for o in table._handle.objects.list("data/")
-            if o.key.endswith(".parquet") and not o.key.endswith(".sample.parquet")}
+            if o.key.endswith(".parquet") and parse_sidecar(o.key) is None}
 
 
 def sample_objects(table: sd.Table) -> set[str]:
-    return {o.key for o in table._handle.objects.list("data/") if o.key.endswith(".sample.parquet")}
+    return {o.key for o in table._handle.objects.list("data/") if _kind(o.key) == SAMPLE}
 
 
 def filter_objects(table: sd.Table) -> set[str]:
-    return {o.key for o in table._handle.objects.list("data/") if o.key.endswith(".keys")}
+    return {o.key for o in table._handle.objects.list("data/") if _kind(o.key) == KEYS}
+
+
+def _kind(key: str) -> str | None:
+    sidecar = parse_sidecar(key)
+    return None if sidecar is None else sidecar.kind
 
 
 def collect_later(table: sd.Table) -> None:
@@ -197,8 +203,8 @@ def leftovers(table: sd.Table) -> dict[str, list[str]]:
     """Files in storage that no state knows, and referenced files missing from storage."""
     state = table.state()
     files = data_objects(table)
-    samples = {s[: -len(".sample.parquet")] + ".parquet" for s in sample_objects(table)}
-    filters = {s[: -len(".keys")] + ".parquet" for s in filter_objects(table)}
+    samples = {data_file_of(s) for s in sample_objects(table)}
+    filters = {data_file_of(s) for s in filter_objects(table)}
     known = set(state.refcount) | set(state.unreferenced)
     temporaries: list[str] = []
     if table.store.uri.startswith("file://"):  # temp files of puts a kill interrupted

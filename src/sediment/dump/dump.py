@@ -41,7 +41,7 @@ from sediment.dump.manifest import (
 )
 from sediment.errors import JobError, ObjectNotFoundError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
-from sediment.files.writer import sample_name
+from sediment.files.sidecars import SAMPLE, read_sidecar
 from sediment.query.planner import SubQuery
 from sediment.state.versions import create_tag, delete_tag, list_tags
 from sediment.storage.base import ObjectStore
@@ -201,8 +201,10 @@ def _copy_file(table: TableHandle, dest: ObjectStore, prefix: str, version: int,
                ref: FileReference) -> str:
     """Dump a whole data file and its sample by copying their bytes (no re-encoding)."""
     files: list[dict[str, Any]] = []
-    for kind, key in (("data", ref.filename), ("sample", sample_name(ref.filename))):
-        raw = table.objects.get(key)
+    for kind in ("data", "sample"):
+        # the sample under its current name, or its legacy one (sediment.files.sidecars)
+        raw = table.objects.get(ref.filename) if kind == "data" else \
+            read_sidecar(table.objects, ref.filename, SAMPLE)[1]
         path = f"{prefix}/{version}-{kind}.parquet"
         dest.put(path, raw)
         rows = ref.records if kind == "data" else pq.ParquetFile(pa.BufferReader(raw)

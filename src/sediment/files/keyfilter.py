@@ -8,9 +8,10 @@ catches up with ingest. With a filter a lookup probes a few bytes per file and d
 the row groups that may hold the key (about one, plus false positives at ~1% for 10 bits
 per key), as LSM stores (RocksDB, Paimon's file index) do.
 
-The filters live in a sidecar ``<stem>.keys`` written next to the data file while it is
-written (streamed: bounded memory whatever the file size), so readers that do not know about
-them (DataFusion, Spark, pyarrow) read the Parquet file unchanged. Format, little-endian::
+The filters live in a sidecar ``_<stem>.keys`` (named by sediment.files.sidecars) written
+next to the data file while it is written (streamed: bounded memory whatever the file size),
+so readers that do not know about them (DataFusion, Spark, pyarrow) read the Parquet file
+unchanged. Format, little-endian::
 
     b"SDKF" | u16 format (1) | u16 probes k | u32 block bytes B | u32 rows per group R
     then one block of B bytes per row group, in row-group order

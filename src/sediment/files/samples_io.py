@@ -10,12 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError
-from sediment.files.writer import sample_name
+from sediment.files.sidecars import SAMPLE, read_sidecar, sidecar_name
 from sediment.storage.base import ObjectStore
 
 
 class SampleReader:
-    """Loads ``<file>.sample.parquet`` objects, keeping the most recent ``capacity``."""
+    """Loads data files' samples (``_<stem>.sample``, or the legacy ``<stem>.sample.parquet``:
+see sediment.files.sidecars), keeping the most recent ``capacity``."""
 
     def __init__(self, objects: ObjectStore, capacity: int = 4096) -> None:
         self.objects = objects
@@ -29,9 +30,10 @@ class SampleReader:
             if t is not None:
                 self._cache.move_to_end(filename)
                 return t
-        key = sample_name(filename)
+        key = sidecar_name(filename, SAMPLE)
         try:
-            t = pq.read_table(io.BytesIO(self.objects.get(key)))
+            key, raw = read_sidecar(self.objects, filename, SAMPLE)
+            t = pq.read_table(io.BytesIO(raw))
         except ObjectNotFoundError:
             raise CorruptMetadataError(f"sample {key} of data file {filename} is missing "
                                        f"from {self.objects.uri}") from None

@@ -1,4 +1,5 @@
-"""The sorted Parquet writer: sorted data in, one data file plus its sidecar sample out."""
+"""The sorted Parquet writer: sorted data in, one data file plus its sidecars (sample, key
+filters; named by sediment.files.sidecars) out."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from sediment.errors import StorageError
 from sediment.files.keyfilter import FilterLayout, hash_keys
 from sediment.files.sample import KeySampler
 from sediment.files.sequence import SEQ, SEQ_FIELD
+from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name, with_sidecars
 from sediment.schema import Schema
 from sediment.state import pending
 from sediment.storage.base import ObjectStore
@@ -43,33 +45,16 @@ def _filter_builder() -> ThreadPoolExecutor:
         _filter_pool = (os.getpid(), ThreadPoolExecutor(2, thread_name_prefix="sediment-keys"))
     return _filter_pool[1]
 
-SAMPLE_SUFFIX = ".sample.parquet"
-KEYS_SUFFIX = ".keys"
-SIDECAR_SUFFIXES = (SAMPLE_SUFFIX, KEYS_SUFFIX)
-"""Objects written next to a data file ``<stem>.parquet``: ``<stem><suffix>``."""
-
-
 def sample_name(filename: str) -> str:
-    """The sidecar sample of a data file."""
-    return filename[: -len(".parquet")] + SAMPLE_SUFFIX
+    """The sidecar sample of a data file (its current name: see sediment.files.sidecars)."""
+    return sidecar_name(filename, SAMPLE)
 
 
 def keys_name(filename: str) -> str:
-    """The key-filter sidecar of a data file (see sediment.files.keyfilter)."""
-    return filename[: -len(".parquet")] + KEYS_SUFFIX
-
-
-def with_sidecars(filenames: Iterable[str]) -> list[str]:
-    """Data files and every sidecar each may have: what deleting a data file deletes."""
-    return [k for f in filenames for k in (f, sample_name(f), keys_name(f))]
-
-
-def data_file_of(key: str) -> str:
-    """The data file an object belongs to (itself, or the file a sidecar describes)."""
-    for suffix in SIDECAR_SUFFIXES:
-        if key.endswith(suffix):
-            return key[: -len(suffix)] + ".parquet"
-    return key
+    """The key-filter sidecar of a data file (its current name: see sediment.files.sidecars;
+    readers of existing stores use :func:`sediment.files.sidecars.read_sidecar_range`, which
+    falls back to the legacy name)."""
+    return sidecar_name(filename, KEYS)
 
 
 def new_data_filename(partition_id: str) -> str:

@@ -27,13 +27,9 @@ from sediment.core.transactions import AddFiles
 from sediment.errors import DataError
 from sediment.files.keys import bisect_key
 from sediment.files.merge import merge_sorted
+from sediment.files.sidecars import with_sidecars
 from sediment.files.sort import sort_table
-from sediment.files.writer import (
-    SortedFileWriter,
-    WrittenFile,
-    new_data_filename,
-    with_sidecars,
-)
+from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 from sediment.state import pending
 from sediment.state.store import definitely_not_committed

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from sediment.core.transactions import DeleteFiles
 from sediment.errors import TransactionInvalidError
-from sediment.files.writer import data_file_of, with_sidecars
+from sediment.files.sidecars import data_file_of, with_sidecars
 from sediment.state import pending
 from sediment.state.versions import list_tags
 from sediment.storage.clock import object_store_time
@@ -97,7 +97,8 @@ def gc(table: TableHandle, *, now: float | None = None,
             table.states.commit(DeleteFiles(batch))
         except TransactionInvalidError:
             break  # another collector recorded them first, or a restore referenced them again
-        table.objects.delete_many(with_sidecars(batch))  # one request per batch
+        # one request per batch; sidecars under current and legacy names (files.sidecars)
+        table.objects.delete_many(with_sidecars(batch, legacy=True))
         deleted += len(batch)
 
     known = set(state.refcount) | set(state.unreferenced) | protected | live

@@ -215,7 +215,7 @@ class SedimentWriter(DataSourceArrowWriter):
             raise
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        from sediment.files.writer import with_sidecars
+        from sediment.files.sidecars import with_sidecars
         from sediment.state.store import definitely_not_committed
 
         error = getattr(self, "_commit_error", None)
