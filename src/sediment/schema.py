@@ -26,8 +26,33 @@ KEY_TYPES: dict[str, pa.DataType] = {
     "timestamp[ms]": pa.timestamp("ms"),
     "timestamp[ns]": pa.timestamp("ns"),
     "date32": pa.date32(),
+    "timestamp[s]": pa.timestamp("s"),
+    "date64": pa.date64(),
 }
-"""Types a row or sort key may have, by the name used in JSON schemas and the CLI."""
+"""Types a row or sort key may have, by the name used in JSON schemas and the CLI; timestamps
+may also carry a time zone (``pa.timestamp("us", tz="UTC")``, ``timestamp[ms, tz=...]``):
+see :func:`is_key_type`. ``timestamp[s]`` and ``date64`` are stored as ``timestamp[ms]`` and
+``date32`` (:func:`storage_type`)."""
+
+
+def is_key_type(t: pa.DataType) -> bool:
+    """Whether a row or sort key may have type ``t``: 32/64-bit integers, strings, binaries,
+    timestamps of any unit with or without a time zone, dates."""
+    return (pa.types.is_int32(t) or pa.types.is_int64(t) or pa.types.is_string(t)
+            or pa.types.is_binary(t) or pa.types.is_timestamp(t) or pa.types.is_date(t))
+
+
+def storage_type(t: pa.DataType) -> pa.DataType:
+    """The type a field of type ``t`` has in a table: ``t`` itself, except the two temporal
+    types Parquet cannot hold as they are, which pyarrow reads back as another type:
+    ``timestamp[s]`` becomes ``timestamp[ms]`` (time zone kept) and ``date64`` becomes
+    ``date32`` (both hold the same instants; a ``date64`` that is not a whole day is refused at
+    ingest). Keys then sort, compare with Parquet statistics and round-trip as stored."""
+    if pa.types.is_timestamp(t) and t.unit == "s":
+        return pa.timestamp("ms", tz=t.tz)
+    if pa.types.is_date64(t):
+        return pa.date32()
+    return t
 
 _SIMPLE_TYPES: dict[str, pa.DataType] = {
     **KEY_TYPES,
@@ -63,6 +88,9 @@ def parse_type(text: str) -> pa.DataType:
     t = text.strip()
     if t in _SIMPLE_TYPES:
         return _SIMPLE_TYPES[t]
+    m = re.fullmatch(r"timestamp\[(s|ms|us|ns),\s*tz=([^\]]+)\]", t)
+    if m:
+        return pa.timestamp(m.group(1), tz=m.group(2).strip())
     m = re.fullmatch(r"(large_)?list<(?:item: )?(.+)>", t)
     if m:
         item = parse_type(m.group(2))
@@ -102,6 +130,12 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def _as_field(spec: FieldSpec, *, role: str) -> pa.Field:
+    f = _as_given_field(spec, role=role)
+    stored = storage_type(f.type)
+    return f if stored.equals(f.type) else f.with_type(stored)
+
+
+def _as_given_field(spec: FieldSpec, *, role: str) -> pa.Field:
     if isinstance(spec, pa.Field):
         return spec
     if isinstance(spec, tuple) and len(spec) in (2, 3):
@@ -146,10 +180,11 @@ class Schema:
                         f"{role} field {f.name!r} must not be nullable "
                         "(declare it with pa.field(name, type, nullable=False) or a tuple)"
                     )
-                if not any(f.type.equals(t) for t in KEY_TYPES.values()):
+                if not is_key_type(f.type):
                     raise SchemaError(
                         f"{role} field {f.name!r} has unsupported type {f.type}; "
-                        f"key types: {', '.join(KEY_TYPES)}"
+                        f"key types: {', '.join(KEY_TYPES)}, timestamps with a time zone "
+                        "(timestamp[us, tz=UTC])"
                     )
         seen: set[str] = set()
         for f in (*rk, *sk, *vs):
@@ -165,6 +200,39 @@ class Schema:
         object.__setattr__(self, "row_keys", rk)
         object.__setattr__(self, "sort_keys", sk)
         object.__setattr__(self, "values", vs)
+
+    @classmethod
+    def from_arrow(cls, schema: pa.Schema, row_keys: Sequence[str],
+                   sort_keys: Sequence[str] = ()) -> Schema:
+        """A schema from an Arrow schema (a DataFrame's, a Parquet file's): the fields named by
+        ``row_keys`` then ``sort_keys`` are the keys, in that order (made non-nullable: Arrow
+        schemas of pandas and Parquet data mark every field nullable); every other field is a
+        value, in the Arrow schema's order. Raises SchemaError naming a missing, repeated or
+        unsupported field."""
+        if not isinstance(schema, pa.Schema):
+            raise SchemaError(f"from_arrow takes a pyarrow Schema, not {type(schema).__name__}")
+        if isinstance(row_keys, str) or isinstance(sort_keys, str):
+            raise SchemaError("row_keys and sort_keys are lists of field names")
+        names = schema.names
+        for role, wanted in (("row key", row_keys), ("sort key", sort_keys)):
+            for n in wanted:
+                if n not in names:
+                    raise SchemaError(f"{role} field {n!r} is not in the Arrow schema "
+                                      f"(fields: {', '.join(names)})")
+                if names.count(n) > 1:
+                    raise SchemaError(f"{role} field {n!r} appears more than once in the "
+                                      "Arrow schema")
+        keys = [*row_keys, *sort_keys]
+        for n in keys:
+            if keys.count(n) > 1:
+                raise SchemaError(f"field {n!r} is named more than once in row_keys and "
+                                  "sort_keys")
+
+        def key(n: str) -> pa.Field:
+            return schema.field(n).with_nullable(False)
+
+        return cls([key(n) for n in row_keys], [key(n) for n in sort_keys],
+                   [f for f in schema if f.name not in keys])
 
     # ---- views -------------------------------------------------------------------------
     @property

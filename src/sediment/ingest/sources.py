@@ -70,6 +70,14 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
         if f.name not in names:
             raise DataError(f"ingest into table {table}: {source} has no field {f.name!r}")
         col = batch.column(names.index(f.name))
+        if _temporal_into_number(col.type, f.type):
+            raise DataError(
+                f"ingest into table {table}: field {f.name!r} of {source} is {col.type} "
+                f"({_unit_words(col.type)}) but the table stores it as {f.type}: refusing to "
+                "store the raw count of that unit, which would silently mix units with the "
+                "values already stored. Convert it to the table's unit first (a pandas "
+                "datetime64[ns] column to milliseconds: df[col].astype('int64') // 10**6), "
+                "or declare the field a timestamp")
         if not col.type.equals(f.type):
             try:
                 col = col.cast(f.type, safe=True)
@@ -84,6 +92,27 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
                             f"{row_offset + row} of {source}")
         cols.append(col)
     return pa.RecordBatch.from_arrays(cols, schema=wanted)
+
+
+def _temporal_into_number(given: pa.DataType, wanted: pa.DataType) -> bool:
+    """A timestamp, date, time or duration column bound for a number field: Arrow casts it
+    to its raw count of units (nanoseconds for a pandas datetime64[ns]), which is never what a
+    table storing, say, epoch milliseconds means."""
+    return pa.types.is_temporal(given) and (pa.types.is_integer(wanted)
+                                            or pa.types.is_floating(wanted))
+
+
+def _unit_words(t: pa.DataType) -> str:
+    unit = getattr(t, "unit", None)
+    names = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+    if pa.types.is_date32(t):
+        return "days since the epoch"
+    if pa.types.is_date64(t):
+        return "milliseconds since the epoch"
+    if pa.types.is_timestamp(t) and t.unit == "ns":
+        return "nanoseconds since the epoch, pandas' datetime64[ns]"
+    return f"{names.get(str(unit), str(unit))}" + (" since the epoch"
+                                                    if pa.types.is_timestamp(t) else "")
 
 
 def _first_bad_row(col: pa.Array, typ: pa.DataType) -> int | None:
