@@ -32,6 +32,7 @@ from sediment.cli.output import (
 )
 from sediment.cli.parsing import convert_split_point
 from sediment.core.ranges import Range
+from sediment.query.where import parse_where
 from sediment.schema import Schema
 
 commands = typer.Typer()
@@ -123,6 +124,16 @@ def query(
                                                      "as [a,m) or (a,]; repeatable.")] = None,
     columns: Annotated[str | None, typer.Option("--columns", "-c",
                                                 help="Comma-separated columns.")] = None,
+    where: Annotated[str | None, typer.Option(
+        "--where", "-w",
+        help="Keep records matching a condition on any columns, applied after the table's "
+             "iterators: comparisons of a field with a literal (= != <> < <= > >=), "
+             "field [NOT] IN (a, b), field [NOT] BETWEEN a AND b, field IS [NOT] NULL, "
+             "joined by AND, OR, NOT and parentheses. Literals: numbers, 'strings' ('' for "
+             "a quote), true, false; cast to the field's type (ts >= '2024-01-01' for a "
+             "timestamp). Conditions on the first row key narrow what is read. Example: "
+             "--where \"key BETWEEN 'a' AND 'f' AND (value > 3 OR value IS NULL)\".")]
+    = None,
     version: VersionOption = None,
     fmt: Annotated[Format | None, typer.Option(
         "--format", "-f", case_sensitive=False,
@@ -144,7 +155,8 @@ def query(
     csv/json/parquet never hold the whole result in memory. Examples:
     sediment query events --key a --json;
     sediment query events --range '[a,m)' --format csv --output out.csv;
-    sediment query events --version v1 --limit 10.
+    sediment query events --version v1 --limit 10;
+    sediment query events --where "key >= 'm' AND value IN ('x', 'y')".
     """
     if json_out:
         if fmt not in (None, Format.json):
@@ -162,7 +174,8 @@ def query(
     ranges = [parse_range(r, schema) for r in range_] if range_ else None
     cols = [c.strip() for c in columns.split(",")] if columns else None
     v = resolve_version_option(table, version)
-    reader = table.scan(keys=keys, ranges=ranges, columns=cols, version=v)
+    flt = parse_where(where, schema.to_arrow()) if where is not None else None
+    reader = table.scan(keys=keys, ranges=ranges, columns=cols, version=v, filter=flt)
     try:
         if fmt is Format.table:
             _print_table(reader, TABLE_ROWS if limit is None else limit, limit is not None)

@@ -452,6 +452,10 @@ def _tokens(text: str) -> list[_Tok]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None:
+            if text[pos] in "'\"":
+                what = "string" if text[pos] == "'" else "name"
+                raise WhereError(f"where: unterminated {what} at position {pos + 1} (a quote "
+                                 "opens it, none closes it)")
             raise WhereError(f"where: unexpected character {text[pos]!r} at position "
                              f"{pos + 1}")
         kind = m.lastgroup
