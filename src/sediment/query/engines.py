@@ -4,11 +4,328 @@ frames, and a file plan for engines that read Parquet themselves (``to_duckdb``,
 (``inspect``).
 
 A mixin of :class:`~sediment.table.Table`: every route gives exactly ``query()``'s answer at
-the version it pins, regions and iterators included.
+the version it pins, regions and iterators included, because every route reads through
+``Table.prepare`` (the one path every reader takes). What each engine pushes down:
+
+* DuckDB (``to_duckdb``): the view is a :class:`_DuckDBSource`, which DuckDB takes for a
+  ``pyarrow.dataset.Dataset``: on every query DuckDB calls its ``scanner(columns=, filter=)``
+  with the columns the query needs and its filters as a pyarrow expression, and the source
+  prepares a fresh read of the pinned version with exactly those columns and that filter
+  (row-key constraints narrow leaves, files and row groups in ``prepare``). A reader can be
+  consumed once; the source is not a reader but makes one per scan, so the view stays
+  re-queryable and never holds data.
+* DataFusion (``register_datafusion``): datafusion-python lets Python register a pyarrow
+  dataset, record batches or a Rust (FFI) table provider, but calls no Python code per scan
+  for a Python-made dataset, so the table is the query's answer at the pinned version, read
+  once at registration (projection and row-key narrowing: the ``columns``, ``keys``,
+  ``ranges`` and ``filter`` arguments), one DataFusion partition per group of leaves.
+* Polars (``to_polars(lazy=True)``): a Polars IO plugin (``register_io_source``): Polars hands
+  it the projected columns, the predicate and a row limit; the columns are read, the
+  predicate's conjuncts that name only row keys go to ``prepare`` as a filter (narrowing), the
+  whole predicate is applied to every frame with Polars' own semantics, reading stops at the
+  limit. Without ``register_io_source``, the Arrow answer's ``lazy()``.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from sediment.core.model import Region
+from sediment.core.ranges import Range
+from sediment.errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    from sediment.query.inspect import TableInspector
+    from sediment.query.prepare import PreparedQuery
+
+POLARS_INSTALL_HINT = "pip install 'sediment-lsm[polars]'"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFile:
+    """One file an engine must read for a query at a version (see ``Table.plan_files``).
+
+    Read the rows of ``uri`` (``path`` in the store's Arrow filesystem) whose row key lies in
+    ``region`` (``[min, max)`` of key tuples; None ends open) and, when ``ranges`` is not None,
+    in one of ``ranges``. When ``merge`` is False, those rows are the leaf's answer as they are
+    (already sorted). When True, merge the restricted rows of every file of the same ``leaf_id``
+    by (row keys, sort keys, sequence) — a row's sequence is the file's hidden
+    ``__sediment_seq`` column where it has a value, else ``sequence`` — then apply the table's
+    iterators. A ``filter`` given to ``plan_files`` applies after all that.
+    """
+
+    leaf_id: str
+    partition_id: str
+    """The partition holding the reference: the leaf, or an ancestor whose file spans it."""
+    filename: str
+    uri: str
+    path: str
+    region: Region
+    ranges: tuple[Range, ...] | None
+    records: int
+    """Records of the reference (the whole partition's part of the file, before ``ranges``)."""
+    approximate: bool
+    sequence: int
+    sequenced: bool
+    merge: bool
+    """The leaf needs a merge: several files, or iterators configured."""
+    files_in_leaf: int
+
+
+def _conjoin(a: pc.Expression | None, b: pc.Expression | None) -> pc.Expression | None:
+    if a is None:
+        return b
+    return a if b is None else a & b
+
 
 class EngineMethods:
     """``Table``'s engine methods (see the module docstring)."""
+
+    # the Table attributes these methods use (Table defines them)
+    if TYPE_CHECKING:
+        _handle: Any
+        name: str
+
+        def prepare(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+                    columns: Sequence[str] | None = None, version: int | str | None = None,
+                    iterators: Sequence[Any] | None = None,
+                    filter: Any = None) -> PreparedQuery: ...  # noqa: A002
+
+        def resolve_version(self, version: int | str | None) -> int | None: ...
+
+        @property
+        def version(self) -> int: ...
+
+    # ---- shared --------------------------------------------------------------------------
+    def _pin(self, version: int | str | None) -> int:
+        """The version number a route pins: ``version`` resolved, or the head now."""
+        v = self.resolve_version(version)
+        return self.version if v is None else v
+
+    def _reader(self, keys: Sequence[Any] | None, ranges: Any,
+                columns: Sequence[str] | None, version: int | str | None,
+                filter: pc.Expression | None) -> pa.RecordBatchReader:  # noqa: A002
+        """The records as a stream (``prepare`` reads the filter's columns itself)."""
+        return self.prepare(keys, ranges, columns=columns, version=version,
+                            filter=filter).reader()
+
+    # ---- DuckDB --------------------------------------------------------------------------
+    def to_duckdb(self, con: Any, name: str, version: int | str | None = None) -> Any:
+        """Register ``name`` in the DuckDB connection ``con``: a view of the table at
+        ``version`` (a number or a tag; None: the head now, pinned), equal to ``query()``
+        there, re-queryable, reading nothing until queried. Each DuckDB query reads only the
+        columns it needs, and its filters go to Sediment (row-key constraints narrow the
+        leaves, files and row groups read). Returns ``con``.
+
+        Raises as :meth:`~sediment.table.Table.prepare` (an unknown or expired version).
+        """
+        # an unknown or expired version fails here (the source prepares), not in DuckDB
+        con.register(name, _DuckDBSource(self, self._pin(version)))
+        return con
+
+    # ---- DataFusion ----------------------------------------------------------------------
+    def register_datafusion(self, ctx: Any, name: str, version: int | str | None = None, *,
+                            keys: Sequence[Any] | None = None, ranges: Any = None,
+                            columns: Sequence[str] | None = None,
+                            filter: pc.Expression | None = None) -> Any:  # noqa: A002
+        """Register ``name`` in the DataFusion ``SessionContext`` ``ctx``: the table at
+        ``version`` (None: the head now), equal to ``query()`` there. DataFusion calls no
+        Python per scan, so the records are read once, here, narrowed by ``keys``,
+        ``ranges``, ``columns`` and ``filter`` as :meth:`query` is; one DataFusion partition
+        per group of leaves. Returns ``ctx``.
+
+        Raises as :meth:`~sediment.table.Table.prepare`.
+        """
+        data = self.prepare(keys, ranges, columns=columns, version=self._pin(version),
+                            filter=filter).run()
+        batches = data.to_batches()
+        if not batches:
+            batches = [pa.RecordBatch.from_pylist([], schema=data.schema)]
+        parts = max(1, min(len(batches), os.cpu_count() or 2))
+        size = -(-len(batches) // parts)
+        ctx.register_record_batches(name, [batches[i:i + size]
+                                           for i in range(0, len(batches), size)])
+        return ctx
+
+    # ---- Polars --------------------------------------------------------------------------
+    def to_polars(self, lazy: bool = False, keys: Sequence[Any] | None = None,
+                  ranges: Any = None, columns: Sequence[str] | None = None,
+                  version: int | str | None = None,
+                  filter: pc.Expression | None = None) -> Any:  # noqa: A002
+        """``query()``'s answer as a Polars DataFrame; with ``lazy``, a LazyFrame over the
+        version pinned now (a Polars IO plugin: projection, row-key predicates and row limits
+        reach Sediment; each ``collect`` reads afresh from that version).
+
+        Raises MissingDependencyError without polars (``pip install 'sediment-lsm[polars]'``);
+        otherwise as :meth:`~sediment.table.Table.prepare`.
+        """
+        try:
+            import polars as pl
+        except ImportError as exc:
+            raise MissingDependencyError(
+                f"Polars is not installed and to_polars needs it: {POLARS_INSTALL_HINT}"
+            ) from exc
+        if not lazy:
+            return pl.from_arrow(self._reader(keys, ranges, columns, version, filter).read_all())
+        v = self._pin(version)
+        prepared = self.prepare(keys, ranges, columns=columns, version=v)  # fail early
+        out = pa.schema([prepared.schema.field(c) for c in prepared.wanted])
+        try:
+            from polars.io.plugins import register_io_source
+        except ImportError:
+            frame = pl.from_arrow(self._reader(keys, ranges, columns, v, filter).read_all())
+            assert isinstance(frame, pl.DataFrame)
+            return frame.lazy()
+        return _polars_lazy(self, register_io_source, out, v, keys, ranges, filter)
+
+    # ---- plans ---------------------------------------------------------------------------
+    def plan_files(self, keys: Sequence[Any] | None = None, ranges: Any = None,
+                   version: int | str | None = None,
+                   filter: pc.Expression | None = None) -> list[PlannedFile]:  # noqa: A002
+        """The data files a query of ``keys``/``ranges`` reads at ``version`` (None: the
+        head), one :class:`PlannedFile` per (leaf, file), in key order: what an engine that
+        reads Parquet itself needs to give ``query()``'s answer (see :class:`PlannedFile`
+        for the rules: restrict to the region and ranges, merge the flagged leaves, apply the
+        iterators, then ``filter``).
+
+        Raises as :meth:`~sediment.table.Table.prepare`.
+        """
+        prepared = self.prepare(keys, ranges, version=self._pin(version), filter=filter)
+        objects = self._handle.objects
+        iterators = bool(prepared.iterators)
+        base = objects.uri.rstrip("/")
+        out: list[PlannedFile] = []
+        for sub in prepared.plan.subqueries:
+            merge = iterators or len(sub.references) > 1
+            for ref in sub.references:
+                out.append(PlannedFile(
+                    sub.leaf_id, ref.partition_id, ref.filename, f"{base}/{ref.filename}",
+                    objects.local_path(ref.filename) or objects.path(ref.filename),
+                    sub.region, sub.ranges, ref.records, ref.approximate, ref.sequence,
+                    ref.sequenced, merge, len(sub.references)))
+        return out
+
+    # ---- metadata ------------------------------------------------------------------------
+    @property
+    def inspect(self) -> TableInspector:
+        """Metadata as Arrow tables: ``files()``, ``partitions()``, ``history()``,
+        ``jobs()`` (see :class:`~sediment.query.inspect.TableInspector`)."""
+        from sediment.query.inspect import TableInspector
+
+        return TableInspector(self)
+
+
+class _DuckDBSource(ds.Dataset):
+    """What ``to_duckdb`` registers: DuckDB scans a ``pyarrow.dataset.Dataset`` by calling
+    ``scanner(columns=, filter=)`` and reading the scanner's batches, so this makes a fresh
+    read of the pinned version, with those columns and that filter, on every scan. Only
+    ``schema`` and ``scanner`` are meant to be called (DuckDB calls nothing else)."""
+
+    def __init__(self, table: EngineMethods, version: int) -> None:  # no Dataset.__init__
+        self._table = table
+        self._version = version
+        prepared = table.prepare(version=version)
+        self._schema = pa.schema([prepared.schema.field(c) for c in prepared.wanted])
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    def scanner(self, columns: Sequence[str] | None = None,
+                filter: pc.Expression | None = None, **kw: Any) -> ds.Scanner:  # noqa: A002
+        wanted = list(columns) if columns is not None else self._schema.names
+        reader = self._table._reader(None, None, wanted, self._version, filter)
+        return ds.Scanner.from_batches(reader,
+                                       **{k: v for k, v in kw.items() if k == "batch_size"})
+
+    def count_rows(self, **kw: Any) -> int:
+        return int(self.scanner(columns=[], filter=kw.get("filter")).count_rows())
+
+    def __reduce__(self) -> Any:  # a source is not meant to leave the process
+        raise TypeError("a Sediment DuckDB source cannot be pickled")
+
+
+def _key_only_predicate(predicate: Any, keys: Sequence[str], schema: Any
+                        ) -> pc.Expression | None:
+    """The conjuncts of a Polars predicate that name only row keys, as one pyarrow expression
+    (None when there are none or Polars cannot convert them): rows they drop are rows the
+    whole predicate drops, and row keys are never null, so Polars' and Arrow's semantics
+    agree on them. Polars converts (``to_pyarrow_predicate``, what its own pyarrow-dataset
+    scan uses) to the text of a pyarrow expression, evaluated here with ``pa`` in scope.
+    """
+    parts: list[Any] = []
+    todo = [predicate]
+    while todo:
+        e = todo.pop()
+        try:
+            top = json.loads(e.meta.serialize(format="json"))
+        except Exception:  # noqa: BLE001 (an expression Polars cannot serialise: keep whole)
+            top = None
+        if isinstance(top, dict) and top.get("BinaryExpr", {}).get("op") in ("And", "LogicalAnd"):
+            todo.extend(e.meta.pop())
+            continue
+        if set(e.meta.root_names()) <= set(keys):
+            parts.append(e)
+    out: pc.Expression | None = None
+    for e in parts:
+        try:
+            text = e._pyexpr.to_pyarrow_predicate(schema)
+        except Exception:  # noqa: BLE001 (a private Polars API: no narrowing without it)
+            text = None
+        if not text:
+            continue
+        try:
+            # the text is Polars' rendering of the caller's own predicate, in the caller's
+            # process (what Polars' pyarrow-dataset scan evaluates too)
+            expr = eval(text, {"pa": pa})  # noqa: S307
+        except Exception:  # noqa: BLE001
+            continue
+        if isinstance(expr, pc.Expression):
+            out = _conjoin(out, expr)
+    return out
+
+
+def _polars_lazy(table: EngineMethods, register_io_source: Any, out: pa.Schema, version: int,
+                 keys: Sequence[Any] | None, ranges: Any,
+                 filter: pc.Expression | None) -> Any:  # noqa: A002
+    import polars as pl
+
+    pl_schema = pl.from_arrow(out.empty_table()).schema  # type: ignore[union-attr]
+    key_names = [n for n in table._handle.schema.row_key_names if n in out.names]
+
+    def source(with_columns: list[str] | None, predicate: Any, n_rows: int | None,
+               batch_size: int | None) -> Iterator[Any]:
+        wanted = list(with_columns) if with_columns is not None else out.names
+        read = list(wanted)
+        narrowing: pc.Expression | None = None
+        if predicate is not None:
+            named = set(predicate.meta.root_names())
+            read = [c for c in out.names if c in wanted or c in named]
+            if key_names:
+                narrowing = _key_only_predicate(predicate, key_names, pl_schema)
+        reader = table._reader(keys, ranges, read, version, _conjoin(filter, narrowing))
+        left = n_rows
+        for batch in reader:
+            if left is not None and left <= 0:
+                break
+            frame = pl.from_arrow(batch)
+            assert isinstance(frame, pl.DataFrame)
+            if predicate is not None:
+                frame = frame.filter(predicate)
+            frame = frame.select(wanted)
+            if left is not None:
+                frame = frame.head(left)
+                left -= frame.height
+            if frame.height:
+                yield frame
+
+    return register_io_source(source, schema=pl_schema, explain_name="sediment",
+                              explain_detail=f"{table.name} at version {version}")

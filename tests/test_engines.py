@@ -1,0 +1,276 @@
+"""External engines over a pinned version (issue 15 item 3): DuckDB views, DataFusion tables,
+Polars frames and lazy frames, and plan_files read back with pyarrow, each equal to
+``table.query()`` at the head and at a tagged older version, on tables with split references
+(shared files and references left in a parent by a split), several files per leaf and
+aggregation / keep-latest iterators; DuckDB on local disk only (its S3 extension cannot be
+installed here), DataFusion, Polars and pyarrow also on S3."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import sediment as sd
+from helpers import make_table, rows
+from sediment.errors import MissingDependencyError
+from sediment.files.keys import rows_in
+from sediment.files.sequence import SEQ, with_sequence, without_sequence
+from sediment.iterators.base import apply_iterators
+
+KEYS = [f"k{i:03d}" for i in range(120)]
+
+
+def canon(t: pa.Table) -> list[dict[str, Any]]:
+    """Rows in a canonical order (engines need not keep query()'s order)."""
+    return t.sort_by([(n, "ascending") for n in t.column_names]).to_pylist()
+
+
+def data(n: int, seed: int, keys: list[str]) -> pa.Table:
+    """Rows of the benchmark schema over ``keys`` with few timestamps: many equal keys."""
+    t = rows(n, seed, keys=keys)
+    i = t.schema.get_field_index("timestamp")
+    return t.set_column(i, t.schema.field(i), pc.bit_wise_and(t["timestamp"], 3))
+
+
+def build(where: Any, options: dict[str, Any] | None, kind: str) -> sd.Table:
+    """A table with split references, several files per leaf, and (``kind``) iterators;
+    tagged ``old`` before its last writes."""
+    props: dict[str, Any] = {"ingest.write_strategy": "shared_file",
+                             "parquet.row_group_rows": 128, "compaction.strategy": "basic"}
+    if kind == "aggregate":
+        props["compaction.iterators"] = json.dumps(
+            [{"type": "aggregate", "functions": {"value": "min",
+                                                "nullable_value": "last"}}])
+    elif kind == "keep_latest":
+        props["query.iterators"] = json.dumps([{"type": "keep_latest", "by": "timestamp"}])
+    table = make_table(where, options, split_points=["k040", "k080"], **props)
+    table.ingest(data(400, 1, KEYS))
+    table.ingest(data(300, 2, KEYS))
+    # a split leaves the leaf's references in what becomes a parent (an ancestor's files)
+    table.set_properties({"partition.split.threshold": 100})
+    table.split()
+    table.set_properties({"partition.split.threshold": 1_000_000_000})
+    table.ingest(data(200, 3, KEYS[30:90]))
+    table.tag("old")
+    table.ingest(data(250, 4, KEYS))
+    table.ingest(data(150, 5, KEYS[:50]))
+    return table
+
+
+@pytest.fixture(params=["plain", "aggregate", "keep_latest"])
+def local_table(request: pytest.FixtureRequest, tmp_path: Path) -> sd.Table:
+    return build(tmp_path / "store", None, request.param)
+
+
+@pytest.fixture(params=["plain", "aggregate", "keep_latest"])
+def any_table(request: pytest.FixtureRequest, store_uri: tuple[str, dict[str, Any]]
+              ) -> sd.Table:
+    uri, options = store_uri
+    return build(uri, options, request.param)
+
+
+def test_tables_have_what_the_routes_must_handle(local_table: sd.Table) -> None:
+    plan = local_table.plan_files()
+    leaves = {p.leaf_id for p in plan}
+    assert any(p.files_in_leaf > 1 for p in plan)  # several files per leaf
+    assert any(p.partition_id != p.leaf_id for p in plan)  # a parent's reference
+    by_file: dict[str, set[str]] = {}
+    for p in plan:
+        by_file.setdefault(p.filename, set()).add(p.leaf_id)
+    assert any(len(v) > 1 for v in by_file.values())  # a file read by several leaves
+    assert len(leaves) > 3
+
+
+# ---- DuckDB (local disk) -------------------------------------------------------------------
+@pytest.mark.parametrize("version", [None, "old"])
+def test_duckdb_view_equals_query(local_table: sd.Table, version: str | None) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    t = local_table
+    con = duckdb.connect()
+    assert t.to_duckdb(con, "events", version=version) is con
+    expected = t.query(version=version)
+    assert canon(con.sql("select * from events").to_arrow_table()) == canon(expected)
+    # re-queryable: a second query reads afresh; projection and a key filter
+    assert con.sql("select count(*) from events").fetchall() == [(expected.num_rows,)]
+    got = con.sql("select value, key from events where key >= 'k035' and key < 'k085'"
+                  ).to_arrow_table()
+    want = t.query(ranges=[sd.Range("k035", "k085")], columns=["value", "key"],
+                   version=version)
+    assert canon(got) == canon(want)
+    got = con.sql("select * from events where key = 'k007'").to_arrow_table()
+    assert canon(got) == canon(t.query(keys=["k007"], version=version))
+    # a filter on a value column with a key filter
+    got = con.sql("select key, timestamp from events where key in ('k001', 'k050') "
+                  "and value > 'm'").to_arrow_table()
+    want = t.query(keys=["k001", "k050"], version=version)
+    want = want.filter(pc.greater(want["value"], "m")).select(["key", "timestamp"])
+    assert canon(got) == canon(want)
+
+
+def test_duckdb_view_is_pinned(tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    t = build(tmp_path / "store", None, "plain")
+    before = t.query()
+    con = duckdb.connect()
+    t.to_duckdb(con, "events")
+    t.ingest(rows(50, 9, keys=["zzz"]))
+    assert canon(con.sql("select * from events").to_arrow_table()) == canon(before)
+    aggregated = con.sql("select key, count(*) as n from events group by key").to_arrow_table()
+    want = before.group_by("key").aggregate([("key", "count")]).rename_columns(["key", "n"])
+    assert canon(aggregated) == canon(want)
+
+
+# ---- DataFusion (local and S3) -------------------------------------------------------------
+@pytest.mark.parametrize("version", [None, "old"])
+def test_datafusion_table_equals_query(any_table: sd.Table, version: str | None) -> None:
+    import datafusion
+
+    t = any_table
+    ctx = datafusion.SessionContext()
+    assert t.register_datafusion(ctx, "events", version=version) is ctx
+    expected = t.query(version=version)
+    got = ctx.sql("select * from events").to_arrow_table()
+    assert canon(got) == canon(expected)
+    got = ctx.sql("select key, value from events where key >= 'k035' and key < 'k085'"
+                  ).to_arrow_table()
+    want = t.query(ranges=[sd.Range("k035", "k085")], columns=["key", "value"],
+                   version=version)
+    assert canon(got) == canon(want)
+    t.register_datafusion(ctx, "narrow", version=version, ranges=[sd.Range("k010", "k020")],
+                          columns=["key", "timestamp"])
+    assert canon(ctx.sql("select * from narrow").to_arrow_table()) == canon(
+        t.query(ranges=[sd.Range("k010", "k020")], columns=["key", "timestamp"],
+                version=version))
+
+
+def test_datafusion_empty_table(tmp_path: Path) -> None:
+    import datafusion
+
+    t = make_table(tmp_path / "store")
+    ctx = datafusion.SessionContext()
+    t.register_datafusion(ctx, "e")
+    assert ctx.sql("select count(*) as n from e").to_pylist() == [{"n": 0}]
+
+
+# ---- Polars (local and S3) -----------------------------------------------------------------
+@pytest.mark.parametrize("version", [None, "old"])
+def test_polars_equals_query(any_table: sd.Table, version: str | None) -> None:
+    pl = pytest.importorskip("polars")
+    t = any_table
+    expected = t.query(version=version)
+    df = t.to_polars(version=version)
+    assert isinstance(df, pl.DataFrame)
+    assert canon(df.to_arrow()) == canon(expected)
+    lazy = t.to_polars(lazy=True, version=version)
+    assert isinstance(lazy, pl.LazyFrame)
+    assert canon(lazy.collect().to_arrow()) == canon(expected)
+    got = (lazy.filter((pl.col("key") >= "k035") & (pl.col("key") < "k085"))
+           .select(["value", "key"]).collect().to_arrow())
+    want = t.query(ranges=[sd.Range("k035", "k085")], columns=["value", "key"],
+                   version=version)
+    assert canon(got) == canon(want)
+    got = lazy.filter(pl.col("key").is_in(["k003", "k061"]) & pl.col("value").is_not_null()
+                      ).collect().to_arrow()
+    assert canon(got) == canon(t.query(keys=["k003", "k061"], version=version))
+    assert lazy.head(5).collect().height == min(5, expected.num_rows)
+    # the arguments narrow as query()'s do
+    got = t.to_polars(lazy=True, keys=["k010"], columns=["key", "value"], version=version)
+    assert canon(got.collect().to_arrow()) == canon(
+        t.query(keys=["k010"], columns=["key", "value"], version=version))
+
+
+def test_polars_lazy_is_pinned(tmp_path: Path) -> None:
+    pytest.importorskip("polars")
+    t = build(tmp_path / "store", None, "plain")
+    before = t.query()
+    lazy = t.to_polars(lazy=True)
+    t.ingest(rows(50, 9, keys=["zzz"]))
+    assert canon(lazy.collect().to_arrow()) == canon(before)
+
+
+def test_polars_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def fake(name: str, *a: Any, **k: Any) -> Any:
+        if name == "polars" or name.startswith("polars."):
+            raise ImportError("no polars")
+        return real(name, *a, **k)
+
+    t = make_table(tmp_path / "store")
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'sediment-lsm\[polars\]'"):
+        t.to_polars()
+
+
+# ---- plan_files read back with pyarrow (local and S3) --------------------------------------
+def read_plan(t: sd.Table, plan: list[Any], version: Any,
+              open_file: Callable[[Any], pa.Table]) -> pa.Table:
+    """What an engine reading Parquet itself does with a plan: each file restricted to its
+    region and ranges, the flagged leaves merged by (keys, sequence) then run through the
+    table's iterators."""
+    prepared = t.prepare(version=version)
+    schema = t.schema
+    arrow = schema.to_arrow()
+    out: list[pa.Table] = []
+    for leaf in dict.fromkeys(p.leaf_id for p in plan):
+        files = [p for p in plan if p.leaf_id == leaf]
+        parts = []
+        for p in files:
+            data = open_file(p)
+            data = rows_in(data, schema.row_key_names, p.region, p.ranges)
+            parts.append(with_sequence(data, p.sequence) if p.sequenced
+                         else with_sequence(data.drop_columns(
+                             [c for c in data.column_names if c == SEQ]), p.sequence))
+        data = pa.concat_tables(parts)
+        if files[0].merge:
+            data = data.sort_by([(n, "ascending") for n in [*schema.key_names, SEQ]])
+            data = without_sequence(data).select(arrow.names).cast(arrow)
+            data = pa.Table.from_batches(
+                list(apply_iterators(iter(data.to_batches()), prepared.iterators)),
+                schema=arrow)
+        else:
+            data = without_sequence(data).select(arrow.names).cast(arrow)
+        out.append(data)
+    return pa.concat_tables(out) if out else arrow.empty_table()
+
+
+@pytest.mark.parametrize("version", [None, "old"])
+def test_plan_files_read_back_equals_query(any_table: sd.Table, version: str | None) -> None:
+    t = any_table
+    fs, _ = t._handle.objects.arrow_filesystem()
+
+    def open_file(p: Any) -> pa.Table:
+        return pq.read_table(p.path, filesystem=fs)
+
+    for keys, ranges in [(None, None), (None, [sd.Range("k035", "k085")]),
+                         (["k007", "k050"], None)]:
+        plan = t.plan_files(keys=keys, ranges=ranges, version=version)
+        assert {p.filename for p in plan} == t.plan(keys, ranges, version=t.resolve_version(
+            version)).files
+        got = read_plan(t, plan, version, open_file)
+        assert got.to_pylist() == t.query(keys, ranges, version=version).to_pylist()
+
+
+def test_plan_files_flags(tmp_path: Path) -> None:
+    t = make_table(tmp_path / "store", split_points=["m"])
+    t.ingest(rows(100, 1))
+    plan = t.plan_files()
+    assert plan and not any(p.merge for p in plan)  # one file per leaf, no iterators
+    assert all(p.uri.startswith("file://") and Path(p.path).exists() for p in plan)
+    assert sum(p.records for p in plan) == 100
+    t.ingest(rows(100, 2))
+    assert all(p.merge for p in t.plan_files())
+    t.compact(full=True)
+    t.set_properties({"query.iterators": json.dumps([{"type": "keep_latest",
+                                                      "by": "timestamp"}])})
+    assert all(p.merge and p.files_in_leaf == 1 for p in t.plan_files())
+    assert [p.leaf_id for p in t.plan_files(keys=["a"])] == [t.state().leaf_for_key(("a",)).id]
