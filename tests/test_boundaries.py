@@ -193,6 +193,9 @@ TABLE_PUBLIC = {
     "partitions", "plan", "prepare", "properties", "prune", "query", "reinitialise",
     "resolve_version", "restore", "scan", "schema", "set_online", "set_properties", "split",
     "state", "store", "table_id", "tag", "tag_version", "tags", "version",
+    # conversions and engines (issue 15)
+    "inspect", "plan_files", "register_datafusion", "to_arrow", "to_batches", "to_duckdb",
+    "to_pandas", "to_polars",
 }
 
 

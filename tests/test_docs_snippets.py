@@ -47,6 +47,7 @@ SHELL_TIMEOUT = 300
 EXEMPT: dict[str, str] = {
     "README.md:1": "installs packages",
     "README.md:2": "runs the demo and the whole test suite",
+    "docs/howto/engines.md:9": "needs the store above, from the shell",
     "docs/howto/maintainer.md:2": "installs a systemd service (needs root and systemd)",
     "docs/howto/spark.md:1": "installs packages on cluster machines",
     "docs/index.md:1": "installs packages",
@@ -241,9 +242,14 @@ def _run_block(run: PageRun, block: Block, monkeypatch: pytest.MonkeyPatch) -> N
             m.chdir(run.workdir)
             for k in [k for k in os.environ if k.startswith(("AWS_", "SEDIMENT_"))]:
                 m.delenv(k)
-            for k, v in run.env.items():
-                if k.startswith("AWS_"):
-                    m.setenv(k, v)
+            aws = {k: v for k, v in run.env.items() if k.startswith("AWS_")}
+            for k, v in aws.items():
+                m.setenv(k, v)
+            spark = _active_spark()
+            if spark is not None:  # a session other tests started: its Python workers take
+                # their environment from the context, not from this process's, so the page's
+                # S3 endpoint reaches them only this way
+                spark.sparkContext.environment.update(aws)
             exec(compile(code, where, "exec"), run.namespace)  # noqa: S102 (the snippet)
         return
     if block.lang == "console":

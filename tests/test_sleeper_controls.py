@@ -27,7 +27,7 @@ from sediment.properties import defaults, validate_properties
 # ---- 10. GC controls -------------------------------------------------------------------------
 def unreferenced_table(tmp_path: Path, n_files: int, **props: Any) -> tuple[sd.Table, list[str]]:
     """``n_files`` files compacted into one: they are unreferenced, in the order they became so."""
-    table = make_table(tmp_path, **{"compaction.strategy": "basic",
+    table = make_table(tmp_path, **{"compaction.strategy": "basic", "retention.seconds": 0,
                                     "compaction.batch_size": n_files, **props})
     for i in range(n_files):
         table.ingest(rows(10, i))
@@ -93,7 +93,8 @@ def test_gc_takes_the_oldest_unreferenced_first(tmp_path: Path) -> None:
 # ---- 12. Table administration ------------------------------------------------------------------
 def test_clear_removes_every_record_in_one_transaction(tmp_path: Path) -> None:
     table = make_table(tmp_path, split_points=["m"], **{"gc.batch_size": 2,
-                                                       "compaction.strategy": "basic"})
+                                                       "compaction.strategy": "basic",
+                                                       "retention.seconds": 0})
     ref = Reference(table.schema)
     for i in range(3):
         data = rows(50, i)
@@ -220,7 +221,7 @@ def test_full_compaction_merges_every_leaf_whatever_the_strategy(tmp_path: Path)
 
 def test_full_compaction_of_a_shared_file_gives_each_leaf_its_own(tmp_path: Path) -> None:
     table = make_table(tmp_path, split_points=["h", "p"],
-                       **{"ingest.write_strategy": "shared_file"})
+                       **{"ingest.write_strategy": "shared_file", "retention.seconds": 0})
     ref = Reference(table.schema)
     data = rows(300, 1)
     table.ingest(data)

@@ -252,7 +252,7 @@ def test_restore_after_gc_killed_between_delete_and_record(tmp_path: Path) -> No
     try:
         table.restore(old)
     except sd.SedimentError as e:  # refusing is fine: the files are gone
-        assert "garbage-collected" in str(e) or "no longer" in str(e), e
+        assert "garbage collection deleted" in str(e) or "no longer" in str(e), e
         return
     # the restore committed: every record of the old version must be readable
     h.expected = old_expected

@@ -355,7 +355,9 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
         if runner == "spark" and todo:
             from sediment.spark.dump_runner import run_tasks_on_spark
 
-            for tid, paths in run_tasks_on_spark(table, root, job_id, v, todo):
+            # executors resolve a relative path against their own working directory: give
+            # them the destination's normalised URI (file:///abs/path or s3://...)
+            for tid, paths in run_tasks_on_spark(table, dest.uri, job_id, v, todo):
                 done[tid] = paths
             if progress is not None:  # Spark's own console bar shows its tasks meanwhile
                 progress(len(done), len(tasks))
