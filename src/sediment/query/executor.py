@@ -29,6 +29,7 @@ from sediment.files.keyfilter import HEADER_BYTES, FilterLayout, hash_keys
 from sediment.files.keys import rows_in
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
+from sediment.files.sidecars import KEYS, read_sidecar_range
 from sediment.files.writer import keys_name
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.planner import QueryPlan, SubQuery
@@ -64,6 +65,8 @@ class FooterCache:
         self._items: OrderedDict[str, FileFooter] = OrderedDict()
         self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
         self._blocks_size = 0
+        self._legacy_filters: dict[str, str] = {}
+        """Key filters found under their legacy names (files of a store not migrated)."""
         self._lock = threading.Lock()
         self.fs, _ = objects.arrow_filesystem()
 
@@ -104,11 +107,13 @@ class FooterCache:
             raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
 
     def _filter_layout(self, filename: str) -> FilterLayout | None:
-        name = keys_name(filename)
         try:
-            raw = self.objects.get_range(name, 0, HEADER_BYTES)
+            name, raw = read_sidecar_range(self.objects, filename, KEYS, 0, HEADER_BYTES)
         except ObjectNotFoundError:
             return None
+        if name != keys_name(filename):  # a store not migrated yet (sediment migrate-sidecars)
+            with self._lock:
+                self._legacy_filters[filename] = name
         return FilterLayout.parse(raw, f"{name} in {self.objects.uri}")
 
     def may_contain(self, filename: str, layout: FilterLayout, group: int,
@@ -121,9 +126,11 @@ class FooterCache:
                 self._blocks.move_to_end(key)
         if block is None:
             start, end = layout.block_range(group)
-            block = self.objects.get_range(keys_name(filename), start, end)
+            with self._lock:
+                name = self._legacy_filters.get(filename) or keys_name(filename)
+            block = self.objects.get_range(name, start, end)
             if len(block) != layout.block_bytes:
-                raise CorruptMetadataError(f"key filter {keys_name(filename)} in "
+                raise CorruptMetadataError(f"key filter {name} in "
                                            f"{self.objects.uri} has no block for row group "
                                            f"{group}")
             if self.filter_bytes:
