@@ -268,7 +268,7 @@ def run_stages(root: Path) -> dict[str, Any]:
             if b is None:
                 break
             batches += 1
-            filtered = list(_in_region(iter([b]), schema.row_key_names, region))
+            filtered = list(_in_region(iter([b]), schema.row_key_names, region, [0]))
             t2 = time.perf_counter()
             stages["region_filter"] += t2 - t1
             for f in filtered:
