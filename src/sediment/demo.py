@@ -109,7 +109,10 @@ def run_demo(store_uri: str, *, rows: int = 2_000_000, table_name: str = "demo",
         except TableNotFoundError:
             pass
     table = store.create_table(table_name, benchmark_schema(), properties={
-        "bulk_import.min_leaf_partitions": 8, "gc.delay_seconds": 0,
+        # a demo shows GC at work at once: no retention window for old versions (the
+        # default keeps two days of them readable) and no margin for clock skew (one machine)
+        "bulk_import.min_leaf_partitions": 8, "gc.delay_seconds": 0, "retention.seconds": 0,
+        "gc.clock_skew_seconds": 0,
         "compaction.strategy": "basic", "compaction.batch_size": 2})
     con.print(f"[bold]Sediment demo[/bold]: store {store.uri}, table {table_name!r}")
     steps: list[tuple[str, str]] = []
