@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 import sediment as sd
 from sediment.cli.app import app
 from sediment.errors import QueryError
-from sediment.query.where import QueryFilter, WhereError, parse_where
+from sediment.query.filters import QueryFilter
+from sediment.query.where import WhereError, parse_where
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("v", pa.int64())])

@@ -32,8 +32,8 @@ from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, 
 from sediment.files.sidecars import KEYS, read_sidecar_range
 from sediment.files.writer import keys_name
 from sediment.iterators.base import RecordIterator, apply_iterators
+from sediment.query.filters import QueryFilter
 from sediment.query.planner import QueryPlan, SubQuery
-from sediment.query.where import QueryFilter
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
 
@@ -286,7 +286,7 @@ class Executor:
         """The file's wanted rows, one (filtered) run of row groups at a time; with
         ``sequence``, each row's resolved sequence in a last column (files/sequence.py).
         ``query_filter`` prunes row groups by their statistics (when it may: see
-        sediment.query.where); it is applied to rows later, after the iterators."""
+        sediment.query.filters); it is applied to rows later, after the iterators."""
         footer = self.footers.cached(ref.filename)
         pf = None
         if footer is None:

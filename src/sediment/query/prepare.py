@@ -20,8 +20,8 @@ from sediment.errors import ObjectNotFoundError, QueryError
 from sediment.iterators.base import RecordIterator
 from sediment.properties import defaults
 from sediment.query.executor import Executor, FooterCache
+from sediment.query.filters import QueryFilter, compile_filter, region_meets
 from sediment.query.planner import QueryPlan, SubQuery, normalise_ranges, plan_query
-from sediment.query.where import QueryFilter, compile_filter, region_meets
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
 
@@ -108,7 +108,7 @@ def prepare_query(state: TableState, executor: Executor, table: str, *,
     ``on_missing``: see :attr:`PreparedQuery.on_missing`. ``filter``: a pyarrow compute
     expression applied to the merged records after the iterators; its row-key constraints
     narrow the plan, and with record-by-record iterators its other constraints prune row
-    groups by statistics (see sediment.query.where)."""
+    groups by statistics (see sediment.query.filters)."""
     from sediment.iterators import iterator_from_config
     from sediment.iterators.base import AgeOff, RowFilter
 
