@@ -39,6 +39,8 @@ from rich.progress import (
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from sediment.core.units import human_seconds
+
 if TYPE_CHECKING:
     from sediment.store import Store
     from sediment.table import Table
@@ -140,23 +142,7 @@ def is_io_error(exc: BaseException) -> bool:
     return isinstance(exc, pa.ArrowException)
 
 
-# ---- numbers for people -------------------------------------------------------------------
-def human_seconds(seconds: float) -> str:
-    """``0.2701268340001661`` -> ``0.27 s``: three significant digits at most, minutes and
-    hours past a minute."""
-    if seconds is None or not math.isfinite(seconds):
-        return str(seconds)
-    if seconds >= 3600:
-        return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
-    if seconds >= 60:
-        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
-    if seconds >= 10:
-        return f"{seconds:.0f} s"
-    if seconds >= 0.1 or seconds == 0:
-        return f"{seconds:.3g} s"
-    return f"{seconds * 1000:.3g} ms"
-
-
+# ---- numbers for people (human_seconds: sediment.core.units) -------------------------------
 def human_bytes(n: float | None) -> str:
     """A size in B, KiB, MiB, GiB or TiB (one decimal past bytes)."""
     if n is None:

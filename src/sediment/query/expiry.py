@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 
 from sediment.core.state import TableState
+from sediment.core.units import human_seconds
 from sediment.errors import QueryError, VersionExpiredError
 from sediment.properties import defaults
 from sediment.state.store import StateStore
@@ -27,17 +28,7 @@ from sediment.state.store import StateStore
 
 def _retention(head: TableState) -> str:
     seconds = float({**defaults(), **head.properties}["retention.seconds"])
-    return f"retention.seconds = {seconds:g} s ({_human(seconds)})"
-
-
-def _human(seconds: float) -> str:
-    if seconds >= 86400:
-        return f"{seconds / 86400:.3g} days"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.3g} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.3g} min"
-    return f"{seconds:.1f} s"
+    return f"retention.seconds = {seconds:g} s ({human_seconds(seconds)})"
 
 
 def collected(files: Iterable[str], head: TableState) -> list[str]:
@@ -50,7 +41,7 @@ def expired_by_gc(name: str, state: TableState, head: TableState, files: list[st
                   ) -> VersionExpiredError:
     """The error for reading ``state`` (an old version) whose ``files`` GC deleted."""
     age = max(0.0, time.time() - state.last_update) if state.last_update else None
-    when = f" (committed {_human(age)} ago)" if age is not None else ""
+    when = f" (committed {human_seconds(age)} ago)" if age is not None else ""
     more = f" and {len(files) - 1} more" if len(files) > 1 else ""
     return VersionExpiredError(
         f"table {name}: version {state.version} has expired{when}: garbage collection deleted "
