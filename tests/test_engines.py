@@ -127,6 +127,102 @@ def test_duckdb_view_is_pinned(tmp_path: Path) -> None:
     assert canon(aggregated) == canon(want)
 
 
+def _view_sql(con: Any, name: str) -> str:
+    rows_ = con.sql("select sql from duckdb_views() where view_name = ?",
+                    params=[name]).fetchall()
+    return rows_[0][0] if rows_ else ""
+
+
+def test_duckdb_reads_leaves_without_merges_natively(tmp_path: Path) -> None:
+    """Leaves of one file and no iterators are read by DuckDB's Parquet reader within their
+    region, the others through Sediment; the view equals query() either way, keys with
+    quotes included, and a key predicate touches one branch's file."""
+    duckdb = pytest.importorskip("duckdb")
+    keys = [f"k{i:03d}" for i in range(60)] + ["it's", "o''clock", 'say "hi"']
+    t = make_table(tmp_path / "store", split_points=["k020", "k040", "m"],
+                   **{"ingest.write_strategy": "shared_file", "parquet.row_group_rows": 128})
+    t.ingest(data(500, 1, keys))
+    t.compact(full=True)
+    t.ingest(data(80, 2, keys[:15]))  # the first leaf now has two files: merged
+    con = duckdb.connect()
+    t.to_duckdb(con, "events")
+    sql = _view_sql(con, "events")
+    assert sql.count("read_parquet") == 3 and "__sediment_source_events" in sql
+    expected = t.query()
+    assert canon(con.sql("select * from events").to_arrow_table()) == canon(expected)
+    for k in ["k003", "k025", "it's", "o''clock", 'say "hi"', "zzz"]:
+        got = con.sql("select * from events where key = ?", params=[k]).to_arrow_table()
+        assert canon(got) == canon(t.query(keys=[k])), k
+    got = con.sql("select key, count(*) n from events where key between 'k010' and 'k045' "
+                  "group by key").to_arrow_table()
+    want = t.query(ranges=[sd.Range("k010", "k045", end_inclusive=True)])
+    want = want.group_by("key").aggregate([("key", "count")]).rename_columns(["key", "n"])
+    assert canon(got) == canon(want)
+    # a file split between two leaves by a split: each branch keeps its region's rows
+    t.set_properties({"partition.split.threshold": 50})
+    t.split()
+    con2 = duckdb.connect()
+    t.to_duckdb(con2, "events")
+    assert canon(con2.sql("select * from events").to_arrow_table()) == canon(t.query())
+
+
+def test_duckdb_native_regions_ignore_the_default_collation(tmp_path: Path) -> None:
+    """Leaf regions are in Arrow's (binary) order: a connection that compares strings
+    case-insensitively still gets every leaf's rows."""
+    duckdb = pytest.importorskip("duckdb")
+    t = make_table(tmp_path / "store", split_points=["B", "a"])
+    t.ingest(data(200, 1, ["A", "B", "Z", "_", "a", "b", "z", "é"]))
+    t.compact(full=True)
+    con = duckdb.connect()
+    con.execute("SET default_collation = 'nocase'")
+    t.to_duckdb(con, "t")
+    assert "read_parquet" in _view_sql(con, "t")
+    got = con.sql("select * from t").to_arrow_table()
+    assert canon(got) == canon(t.query())
+
+
+@pytest.mark.parametrize("kind", ["iterators", "int_keys", "nul_keys"])
+def test_duckdb_falls_back_to_sediment(tmp_path: Path, kind: str) -> None:
+    """Iterators, and key literals DuckDB could compare differently, go through Sediment;
+    integer keys render exactly and stay native."""
+    duckdb = pytest.importorskip("duckdb")
+    if kind == "int_keys":
+        schema = sd.Schema(row_keys=[("id", pa.int64())], values=[("v", pa.string())])
+        t = make_table(tmp_path / "store", schema=schema, split_points=[-5, 100])
+        t.ingest(pa.table({"id": pa.array(range(-50, 250), pa.int64()),
+                           "v": [f"v{i}" for i in range(300)]}))
+        key, probe = "id", -7
+    elif kind == "nul_keys":
+        t = make_table(tmp_path / "store", split_points=["b\x00c"])
+        t.ingest(data(100, 1, ["a", "b", "b\x00", "b\x00d", "c"]))
+        key, probe = "key", "b\x00d"
+    else:
+        t = make_table(tmp_path / "store", split_points=["k050"], **{
+            "query.iterators": json.dumps([{"type": "keep_latest", "by": "timestamp"}])})
+        t.ingest(data(300, 1, KEYS))
+        key, probe = "key", "k001"
+    t.compact(full=True)
+    con = duckdb.connect()
+    t.to_duckdb(con, "t")
+    sql = _view_sql(con, "t")
+    assert ("read_parquet" in sql) == (kind == "int_keys")
+    assert canon(con.sql("select * from t").to_arrow_table()) == canon(t.query())
+    got = con.sql(f"select * from t where {key} = ?", params=[probe]).to_arrow_table()
+    assert canon(got) == canon(t.query(keys=[probe]))
+
+
+def test_duckdb_view_on_s3_reads_through_sediment(s3_store_uri: tuple[str, dict[str, Any]]
+                                                  ) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    uri, options = s3_store_uri
+    t = make_table(uri, options, split_points=["k050"])
+    t.ingest(data(200, 1, KEYS))
+    con = duckdb.connect()
+    t.to_duckdb(con, "t")
+    assert "read_parquet" not in _view_sql(con, "t")
+    assert canon(con.sql("select * from t").to_arrow_table()) == canon(t.query())
+
+
 # ---- DataFusion (local and S3) -------------------------------------------------------------
 @pytest.mark.parametrize("version", [None, "old"])
 def test_datafusion_table_equals_query(any_table: sd.Table, version: str | None) -> None:
@@ -251,13 +347,23 @@ def test_plan_files_read_back_equals_query(any_table: sd.Table, version: str | N
     def open_file(p: Any) -> pa.Table:
         return pq.read_table(p.path, filesystem=fs)
 
+    def open_row_groups(p: Any) -> pa.Table:
+        with fs.open_input_file(p.path) as f:
+            return pq.ParquetFile(f).read_row_groups(list(p.row_groups))
+
     for keys, ranges in [(None, None), (None, [sd.Range("k035", "k085")]),
                          (["k007", "k050"], None)]:
         plan = t.plan_files(keys=keys, ranges=ranges, version=version)
-        assert {p.filename for p in plan} == t.plan(keys, ranges, version=t.resolve_version(
+        # files whose row groups cannot hold a wanted row are left out
+        assert {p.filename for p in plan} <= t.plan(keys, ranges, version=t.resolve_version(
             version)).files
-        got = read_plan(t, plan, version, open_file)
-        assert got.to_pylist() == t.query(keys, ranges, version=version).to_pylist()
+        want = t.query(keys, ranges, version=version).to_pylist()
+        assert read_plan(t, plan, version, open_file).to_pylist() == want
+        assert read_plan(t, plan, version, open_row_groups).to_pylist() == want
+    # exact keys: the key filters and statistics leave a few row groups of few files
+    whole = t.plan_files(version=version)
+    few = t.plan_files(keys=["k007"], version=version)
+    assert sum(len(p.row_groups) for p in few) < sum(len(p.row_groups) for p in whole) / 4
 
 
 def test_plan_files_flags(tmp_path: Path) -> None:
@@ -273,4 +379,7 @@ def test_plan_files_flags(tmp_path: Path) -> None:
     t.set_properties({"query.iterators": json.dumps([{"type": "keep_latest",
                                                       "by": "timestamp"}])})
     assert all(p.merge and p.files_in_leaf == 1 for p in t.plan_files())
-    assert [p.leaf_id for p in t.plan_files(keys=["a"])] == [t.state().leaf_for_key(("a",)).id]
+    k = t.query().column("key")[0].as_py()
+    assert [p.leaf_id for p in t.plan_files(keys=[k])] == [t.state().leaf_for_key((k,)).id]
+    # a key no file can hold (by statistics and key filters): nothing to read
+    assert t.plan_files(keys=["no such key"]) == []

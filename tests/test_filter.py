@@ -210,6 +210,37 @@ def test_row_key_constraints_narrow_the_plan(tmp_path: Path) -> None:
                           ).subqueries) == 2
 
 
+def test_key_only_filters_are_enforced_by_the_read(tmp_path: Path) -> None:
+    """A filter made only of comparisons and ``is_in`` on the first row key becomes the read's
+    ranges and is not applied again; anything more is still applied after the merge."""
+    store = sd.Store.open(str(tmp_path), create=True)
+    table = store.create_table("t", SCHEMA, split_points=["g", "p"])
+    data = pa.table({"key": list("abcghmpqz") * 2, "ts": list(range(18)),
+                     "v": list(range(18))}, schema=SCHEMA.to_arrow())
+    table.ingest(data)
+    frame = data.to_pandas()
+    k = pc.field("key")
+    for expr, pred in [(k == "h", frame.key == "h"), (k < "g", frame.key < "g"),
+                       (k <= "g", frame.key <= "g"), (k.isin(["a", "q", "y"]),
+                                                      frame.key.isin(["a", "q", "y"])),
+                       (((k > "b") & (k < "h")) | (k >= "q"),
+                        ((frame.key > "b") & (frame.key < "h")) | (frame.key >= "q"))]:
+        assert table.prepare(filter=expr).query_filter is None, str(expr)
+        assert got_rows(table.query(filter=expr)) == _rows(
+            frame[pred].itertuples(index=False)), str(expr)
+    assert table.prepare(filter=(k == "h") & (pc.field("v") > 3)).query_filter is not None
+    assert table.prepare(keys=["h"], filter=k >= "a").query_filter is not None
+    assert table.query(keys=["a", "h"], filter=k >= "b").column("key").to_pylist() == ["h"] * 2
+    # a multi-field key: the first field's ranges are prefixes
+    two = sd.Schema(row_keys=[("a", pa.string()), ("b", pa.int64())], values=[("v", pa.int64())])
+    t2 = store.create_table("t2", two, split_points=[("m", 5)])
+    t2.ingest(pa.table({"a": ["l", "m", "m", "m", "n"], "b": [9, 1, 5, 9, 0],
+                        "v": [1, 2, 3, 4, 5]}, schema=two.to_arrow()))
+    assert t2.prepare(filter=pc.field("a") == "m").query_filter is None
+    assert t2.query(filter=pc.field("a") == "m").column("v").to_pylist() == [2, 3, 4]
+    assert t2.query(filter=pc.field("a") > "l").column("v").to_pylist() == [2, 3, 4, 5]
+
+
 def test_filter_columns_are_read_and_dropped(tmp_path: Path) -> None:
     store = sd.Store.open(str(tmp_path), create=True)
     table = store.create_table("t", SCHEMA)

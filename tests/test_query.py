@@ -446,7 +446,8 @@ def test_random_multi_field_ranges(hyp_store: str, rows: list[tuple[Any, ...]],
 
 def test_row_group_runs_and_region_containment() -> None:
     from sediment.core.model import Region
-    from sediment.query.executor import FileFooter, _inside, _runs
+    from sediment.query.executor import _inside, _runs
+    from sediment.query.footers import FileFooter
 
     assert list(_runs([0, 1, 2, 5, 6, 9], 2)) == [[0, 1], [2], [5, 6], [9]]
     assert list(_runs([], 16)) == []

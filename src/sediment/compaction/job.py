@@ -18,10 +18,8 @@ record's resolved sequence.
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +31,7 @@ import pyarrow.parquet as pq
 
 from sediment.compaction.strategy import CompactionJob
 from sediment.core.model import Region
+from sediment.core.prefetch import prefetched
 from sediment.errors import CorruptMetadataError, JobError, SedimentError
 from sediment.files.keys import region_mask
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names
@@ -165,51 +164,6 @@ def _merge_frame(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int
     return df.sort(*(datafusion.col(f'"{n}"').sort() for n in merge_names(schema.key_names)))
 
 
-def _prefetched(batches: Iterator[pa.RecordBatch], depth: int = 2
-                ) -> Iterator[pa.RecordBatch]:
-    """``batches`` produced by a background thread, ``depth`` ahead of the consumer.
-
-    DataFusion's stream runs only while ``next()`` is called (its plan has no operator that
-    spawns tasks), so without this the merge and the Parquet encoding take turns on one
-    thread. Both release the GIL: with a producer thread they overlap on two cores.
-    """
-    items: queue.Queue[Any] = queue.Queue(depth)
-    done = object()
-    stop = threading.Event()
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():  # the consumer may have gone: never block for good
-            try:
-                items.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for b in batches:
-                if not put(b):
-                    return
-            put(done)
-        except BaseException as e:  # handed to the consumer
-            put(e)
-
-    thread = threading.Thread(target=produce, name="compaction-merge", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = items.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
-
-
 def _in_region(batches: Iterator[pa.RecordBatch], names: Sequence[str],
                region: Region, counted: list[int]) -> Iterator[pa.RecordBatch]:
     """The rows of ``region``; adds their number to ``counted[0]``."""
@@ -279,8 +233,10 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                 merged.append(_Input(out, 0, True))  # every row has its sequence
             inputs = merged
         rows_in = [0]  # records read inside the region, before the iterators
-        stream = _in_region(_prefetched(_merged_batches(inputs, schema, batch_rows, memory,
-                                                        region)),
+        # DataFusion's stream runs only while next() is called: on a producer thread the
+        # merge overlaps with the Parquet encoding below (both release the GIL)
+        stream = _in_region(prefetched(_merged_batches(inputs, schema, batch_rows, memory,
+                                                       region), name="compaction-merge"),
                             schema.row_key_names, region, rows_in)
         stream = apply_iterators(stream, iterators)
         writer = SortedFileWriter(objects, new_data_filename(job.partition_id), schema,

@@ -7,13 +7,10 @@ A mixin of :class:`~sediment.table.Table`: every route gives exactly ``query()``
 the version it pins, regions and iterators included, because every route reads through
 ``Table.prepare`` (the one path every reader takes). What each engine pushes down:
 
-* DuckDB (``to_duckdb``): the view is a :class:`_DuckDBSource`, which DuckDB takes for a
-  ``pyarrow.dataset.Dataset``: on every query DuckDB calls its ``scanner(columns=, filter=)``
-  with the columns the query needs and its filters as a pyarrow expression, and the source
-  prepares a fresh read of the pinned version with exactly those columns and that filter
-  (row-key constraints narrow leaves, files and row groups in ``prepare``). A reader can be
-  consumed once; the source is not a reader but makes one per scan, so the view stays
-  re-queryable and never holds data.
+* DuckDB (``to_duckdb``): a view in which DuckDB reads the leaves that need no merge with its
+  own Parquet reader, each restricted to its region, and every other leaf through a source
+  that DuckDB scans as a ``pyarrow.dataset.Dataset`` (``scanner(columns=, filter=)`` per
+  query: projection and filters reach ``prepare``); see :mod:`sediment.query.duckdb_view`.
 * DataFusion (``register_datafusion``): datafusion-python lets Python register a pyarrow
   dataset, record batches or a Rust (FFI) table provider, but calls no Python code per scan
   for a Python-made dataset, so the table is the query's answer at the pinned version, read
@@ -36,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from sediment.core.model import Region
 from sediment.core.ranges import Range
-from sediment.errors import MissingDependencyError
+from sediment.errors import MissingDependencyError, ObjectNotFoundError
 
 if TYPE_CHECKING:
     from sediment.query.inspect import TableInspector
@@ -78,6 +74,10 @@ class PlannedFile:
     merge: bool
     """The leaf needs a merge: several files, or iterators configured."""
     files_in_leaf: int
+    row_groups: tuple[int, ...]
+    """The file's row groups that may hold wanted rows (by the statistics of the first key
+    field, the key filters of exact keys, and the filter's statistics where iterators
+    allow): reading only these gives the same answer."""
 
 
 def _conjoin(a: pc.Expression | None, b: pc.Expression | None) -> pc.Expression | None:
@@ -122,13 +122,17 @@ class EngineMethods:
         """Register ``name`` in the DuckDB connection ``con``: a view of the table at
         ``version`` (a number or a tag; None: the head now, pinned), equal to ``query()``
         there, re-queryable, reading nothing until queried. Each DuckDB query reads only the
-        columns it needs, and its filters go to Sediment (row-key constraints narrow the
-        leaves, files and row groups read). Returns ``con``.
+        columns it needs, and its key filters narrow the leaves, files and row groups read:
+        leaves that need no merge are read by DuckDB's own Parquet reader (and the
+        connection's ``parquet_metadata_cache`` is turned on), the others through Sediment
+        (see :mod:`sediment.query.duckdb_view`). Returns ``con``.
 
         Raises as :meth:`~sediment.table.Table.prepare` (an unknown or expired version).
         """
-        # an unknown or expired version fails here (the source prepares), not in DuckDB
-        con.register(name, _DuckDBSource(self, self._pin(version)))
+        from sediment.query.duckdb_view import register_view
+
+        # an unknown or expired version fails here (prepare), not in DuckDB
+        register_view(self, con, name, self._pin(version))
         return con
 
     # ---- DataFusion ----------------------------------------------------------------------
@@ -199,18 +203,31 @@ class EngineMethods:
         Raises as :meth:`~sediment.table.Table.prepare`.
         """
         prepared = self.prepare(keys, ranges, version=self._pin(version), filter=filter)
+        try:
+            return self._planned_files(prepared)
+        except ObjectNotFoundError:
+            prepared.explain_missing()  # an expired version's files: say so
+            raise
+
+    def _planned_files(self, prepared: PreparedQuery) -> list[PlannedFile]:
         objects = self._handle.objects
+        executor = prepared.executor
         iterators = bool(prepared.iterators)
         base = objects.uri.rstrip("/")
         out: list[PlannedFile] = []
         for sub in prepared.plan.subqueries:
-            merge = iterators or len(sub.references) > 1
-            for ref in sub.references:
+            hashes = executor.point_hashes(sub)
+            # a file none of whose row groups can hold a wanted row is left out of the plan
+            kept = [(ref, tuple(wanted)) for ref in sub.references
+                    if (wanted := executor.row_groups(ref, sub, hashes,
+                                                      prepared.query_filter)[2])]
+            merge = iterators or len(kept) > 1
+            for ref, groups in kept:
                 out.append(PlannedFile(
                     sub.leaf_id, ref.partition_id, ref.filename, f"{base}/{ref.filename}",
                     objects.local_path(ref.filename) or objects.path(ref.filename),
                     sub.region, sub.ranges, ref.records, ref.approximate, ref.sequence,
-                    ref.sequenced, merge, len(sub.references)))
+                    ref.sequenced, merge, len(kept), groups))
         return out
 
     # ---- metadata ------------------------------------------------------------------------
@@ -223,45 +240,17 @@ class EngineMethods:
         return TableInspector(self)
 
 
-class _DuckDBSource(ds.Dataset):
-    """What ``to_duckdb`` registers: DuckDB scans a ``pyarrow.dataset.Dataset`` by calling
-    ``scanner(columns=, filter=)`` and reading the scanner's batches, so this makes a fresh
-    read of the pinned version, with those columns and that filter, on every scan. Only
-    ``schema`` and ``scanner`` are meant to be called (DuckDB calls nothing else)."""
-
-    def __init__(self, table: EngineMethods, version: int) -> None:  # no Dataset.__init__
-        self._table = table
-        self._version = version
-        prepared = table.prepare(version=version)
-        self._schema = pa.schema([prepared.schema.field(c) for c in prepared.wanted])
-
-    @property
-    def schema(self) -> pa.Schema:
-        return self._schema
-
-    def scanner(self, columns: Sequence[str] | None = None,
-                filter: pc.Expression | None = None, **kw: Any) -> ds.Scanner:  # noqa: A002
-        wanted = list(columns) if columns is not None else self._schema.names
-        reader = self._table._reader(None, None, wanted, self._version, filter)
-        return ds.Scanner.from_batches(reader,
-                                       **{k: v for k, v in kw.items() if k == "batch_size"})
-
-    def count_rows(self, **kw: Any) -> int:
-        return int(self.scanner(columns=[], filter=kw.get("filter")).count_rows())
-
-    def __reduce__(self) -> Any:  # a source is not meant to leave the process
-        raise TypeError("a Sediment DuckDB source cannot be pickled")
-
-
 def _key_only_predicate(predicate: Any, keys: Sequence[str], schema: Any
-                        ) -> pc.Expression | None:
+                        ) -> tuple[pc.Expression | None, bool]:
     """The conjuncts of a Polars predicate that name only row keys, as one pyarrow expression
     (None when there are none or Polars cannot convert them): rows they drop are rows the
     whole predicate drops, and row keys are never null, so Polars' and Arrow's semantics
     agree on them. Polars converts (``to_pyarrow_predicate``, what its own pyarrow-dataset
     scan uses) to the text of a pyarrow expression, evaluated here with ``pa`` in scope.
+    Also whether that expression is the whole predicate (every conjunct converted).
     """
     parts: list[Any] = []
+    whole = True
     todo = [predicate]
     while todo:
         e = todo.pop()
@@ -274,6 +263,8 @@ def _key_only_predicate(predicate: Any, keys: Sequence[str], schema: Any
             continue
         if set(e.meta.root_names()) <= set(keys):
             parts.append(e)
+        else:
+            whole = False
     out: pc.Expression | None = None
     for e in parts:
         try:
@@ -281,16 +272,20 @@ def _key_only_predicate(predicate: Any, keys: Sequence[str], schema: Any
         except Exception:  # noqa: BLE001 (a private Polars API: no narrowing without it)
             text = None
         if not text:
+            whole = False
             continue
         try:
             # the text is Polars' rendering of the caller's own predicate, in the caller's
             # process (what Polars' pyarrow-dataset scan evaluates too)
             expr = eval(text, {"pa": pa})  # noqa: S307
         except Exception:  # noqa: BLE001
+            whole = False
             continue
         if isinstance(expr, pc.Expression):
             out = _conjoin(out, expr)
-    return out
+        else:
+            whole = False
+    return out, whole and out is not None
 
 
 def _polars_lazy(table: EngineMethods, register_io_source: Any, out: pa.Schema, version: int,
@@ -306,12 +301,19 @@ def _polars_lazy(table: EngineMethods, register_io_source: Any, out: pa.Schema, 
         wanted = list(with_columns) if with_columns is not None else out.names
         read = list(wanted)
         narrowing: pc.Expression | None = None
+        whole = False
         if predicate is not None:
             named = set(predicate.meta.root_names())
             read = [c for c in out.names if c in wanted or c in named]
             if key_names:
-                narrowing = _key_only_predicate(predicate, key_names, pl_schema)
-        reader = table._reader(keys, ranges, read, version, _conjoin(filter, narrowing))
+                narrowing, whole = _key_only_predicate(predicate, key_names, pl_schema)
+        prepared = table.prepare(keys, ranges, columns=read, version=version,
+                                 filter=_conjoin(filter, narrowing))
+        if whole and prepared.query_filter is None and keys is None and ranges is None:
+            # Sediment reads exactly the rows the predicate passes (its key constraints
+            # became the read's ranges): filtering again in Polars would change nothing
+            predicate = None
+        reader = prepared.reader()
         left = n_rows
         for batch in reader:
             if left is not None and left <= 0:

@@ -9,12 +9,10 @@ cannot hold the key, so its cost hardly grows with the files in a leaf.
 from __future__ import annotations
 
 import bisect
+import functools
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,145 +21,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sediment.core.model import FileReference, Region
+from sediment.core.prefetch import read_ahead
 from sediment.core.ranges import Range
-from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
-from sediment.files.keyfilter import HEADER_BYTES, FilterLayout, hash_keys
+from sediment.errors import CorruptMetadataError
+from sediment.files.keyfilter import hash_keys
 from sediment.files.keys import rows_in
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
-from sediment.files.sidecars import KEYS, read_sidecar_range
-from sediment.files.writer import keys_name
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.filters import QueryFilter
+from sediment.query.footers import FileFooter, FooterCache
 from sediment.query.planner import QueryPlan, SubQuery
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
-
-
-@dataclass(frozen=True, slots=True)
-class FileFooter:
-    """A file's Parquet metadata and per-row-group bounds of the first row-key field."""
-
-    metadata: pq.FileMetaData
-    mins: list[Any]
-    maxs: list[Any]
-    filter: FilterLayout | None = None
-    """The layout of the file's key filters (None: the file has none, e.g. written with
-    ``parquet.key_filter_bits`` 0 or before filters existed)."""
-    sequenced: bool = False
-    """Whether the file has the hidden sequence column (compaction output)."""
-
-
-class FooterCache:
-    """LRU caches of FileFooter by filename and of key-filter blocks by (file, row group),
-    the latter bounded in bytes (data files and sidecars are immutable, so never stale)."""
-
-    def __init__(self, objects: ObjectStore, first_key: str, capacity: int,
-                 filter_bytes: int = 0) -> None:
-        self.objects = objects
-        self.first_key = first_key
-        self.capacity = capacity
-        self.filter_bytes = filter_bytes
-        self._items: OrderedDict[str, FileFooter] = OrderedDict()
-        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
-        self._blocks_size = 0
-        self._legacy_filters: dict[str, str] = {}
-        """Key filters found under their legacy names (files of a store not migrated)."""
-        self._lock = threading.Lock()
-        self.fs, _ = objects.arrow_filesystem()
-
-    def cached(self, filename: str) -> FileFooter | None:
-        """The file's footer if cached (no I/O)."""
-        with self._lock:
-            footer = self._items.get(filename)
-            if footer is not None:
-                self._items.move_to_end(filename)
-        return footer
-
-    def open(self, filename: str) -> tuple[pq.ParquetFile, FileFooter]:
-        path = self.objects.path(filename)
-        with self._lock:
-            footer = self._items.get(filename)
-            if footer is not None:
-                self._items.move_to_end(filename)
-        try:
-            source = self.fs.open_input_file(path)
-            if footer is None:
-                pf = pq.ParquetFile(source)
-                footer = self._bounds(pf.metadata, self._filter_layout(filename))
-                if self.capacity:
-                    with self._lock:
-                        self._items[filename] = footer
-                        while len(self._items) > self.capacity:
-                            self._items.popitem(last=False)
-            else:
-                pf = pq.ParquetFile(source, metadata=footer.metadata)
-            return pf, footer
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"data file {filename} is missing from "
-                                      f"{self.objects.uri}") from None
-        except pa.ArrowInvalid as e:
-            raise CorruptMetadataError(f"data file {filename} in {self.objects.uri} is not "
-                                       f"valid Parquet: {e}") from e
-        except OSError as e:
-            raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
-
-    def _filter_layout(self, filename: str) -> FilterLayout | None:
-        try:
-            name, raw = read_sidecar_range(self.objects, filename, KEYS, 0, HEADER_BYTES)
-        except ObjectNotFoundError:
-            return None
-        if name != keys_name(filename):  # a store not migrated yet (sediment migrate-sidecars)
-            with self._lock:
-                self._legacy_filters[filename] = name
-        return FilterLayout.parse(raw, f"{name} in {self.objects.uri}")
-
-    def may_contain(self, filename: str, layout: FilterLayout, group: int,
-                    hashes: np.ndarray) -> bool:
-        """Whether row group ``group`` of the file may hold any of the hashed keys."""
-        key = (filename, group)
-        with self._lock:
-            block = self._blocks.get(key)
-            if block is not None:
-                self._blocks.move_to_end(key)
-        if block is None:
-            start, end = layout.block_range(group)
-            with self._lock:
-                name = self._legacy_filters.get(filename) or keys_name(filename)
-            block = self.objects.get_range(name, start, end)
-            if len(block) != layout.block_bytes:
-                raise CorruptMetadataError(f"key filter {name} in "
-                                           f"{self.objects.uri} has no block for row group "
-                                           f"{group}")
-            if self.filter_bytes:
-                with self._lock:
-                    if key not in self._blocks:
-                        self._blocks[key] = block
-                        self._blocks_size += len(block)
-                    while self._blocks_size > self.filter_bytes:
-                        _, old = self._blocks.popitem(last=False)
-                        self._blocks_size -= len(old)
-        return bool(layout.may_contain(block, hashes).any())
-
-    def _bounds(self, md: pq.FileMetaData, layout: FilterLayout | None) -> FileFooter:
-        col = md.schema.names.index(self.first_key)
-        # temporal keys are integers in the model (sediment.core.keys): use the raw statistics
-        raw = md.schema.column(col).logical_type.type in ("TIMESTAMP", "DATE")
-        mins: list[Any] = []
-        maxs: list[Any] = []
-        for i in range(md.num_row_groups):
-            st = md.row_group(i).column(col).statistics
-            if st is None or not st.has_min_max:
-                mins.append(None)
-                maxs.append(None)
-            elif raw:
-                mins.append(st.min_raw)
-                maxs.append(st.max_raw)
-            else:
-                mins.append(st.min)
-                maxs.append(st.max)
-        sequenced = any(md.schema.column(i).path == SEQ for i in range(md.num_columns))
-        return FileFooter(md, mins, maxs, layout, sequenced)
 
 
 def _bounds_on_first(region: Region, ranges: tuple[Range, ...] | None) -> list[tuple[Any, Any]]:
@@ -265,7 +137,7 @@ class Executor:
         self._point_type = first if (pa.types.is_string(first) or pa.types.is_binary(first)) \
             else pa.int64()
 
-    def _point_hashes(self, sub: SubQuery) -> np.ndarray | None:
+    def point_hashes(self, sub: SubQuery) -> np.ndarray | None:
         points = _first_field_points(sub.ranges)
         if points is None:
             return None
@@ -280,19 +152,16 @@ class Executor:
             return rows_in(data, names, sub.region, None)
         return rows_in(data, names, sub.region, sub.ranges)
 
-    def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
-                         hashes: np.ndarray | None, *, sequence: bool = False,
-                         query_filter: QueryFilter | None = None) -> Iterator[pa.Table]:
-        """The file's wanted rows, one (filtered) run of row groups at a time; with
-        ``sequence``, each row's resolved sequence in a last column (files/sequence.py).
-        ``query_filter`` prunes row groups by their statistics (when it may: see
-        sediment.query.filters); it is applied to rows later, after the iterators."""
+    def row_groups(self, ref: FileReference, sub: SubQuery, hashes: np.ndarray | None,
+                   query_filter: QueryFilter | None = None
+                   ) -> tuple[pq.ParquetFile | None, FileFooter, list[int]]:
+        """The row groups of the file that may hold rows of the sub-query, by the statistics
+        of the first key field, the key filters (``hashes``: the sub-query's point hashes)
+        and ``query_filter``; with the file when it had to be opened for its footer."""
         footer = self.footers.cached(ref.filename)
         pf = None
         if footer is None:
             pf, footer = self.footers.open(ref.filename)
-        if sequence and footer.sequenced and ref.sequenced:
-            columns = [*columns, SEQ]
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
         layout = footer.filter
         if hashes is not None and layout is not None:
@@ -300,6 +169,18 @@ class Executor:
                       if self.footers.may_contain(ref.filename, layout, g, hashes)]
         if query_filter is not None:
             groups = query_filter.row_groups(footer.metadata, groups)
+        return pf, footer, groups
+
+    def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
+                         hashes: np.ndarray | None, *, sequence: bool = False,
+                         query_filter: QueryFilter | None = None) -> Iterator[pa.Table]:
+        """The file's wanted rows, one (filtered) run of row groups at a time; with
+        ``sequence``, each row's resolved sequence in a last column (files/sequence.py).
+        ``query_filter`` prunes row groups by their statistics (when it may: see
+        sediment.query.filters); it is applied to rows later, after the iterators."""
+        pf, footer, groups = self.row_groups(ref, sub, hashes, query_filter)
+        if sequence and footer.sequenced and ref.sequenced:
+            columns = [*columns, SEQ]
         if not groups:
             return  # a file the key filters rule out is not even opened
         if pf is None:
@@ -326,7 +207,7 @@ class Executor:
         """All wanted rows of one leaf, sorted, iterators then ``query_filter`` applied."""
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
-        hashes = self._point_hashes(sub)
+        hashes = self.point_hashes(sub)
         # several files: merged by (keys, sequence) so equal keys come out in commit order
         # (one file's rows are in that order already)
         sequence = len(sub.references) > 1
@@ -370,23 +251,36 @@ class Executor:
     def stream(self, plan: QueryPlan, columns: list[str],
                iterators: Sequence[RecordIterator],
                query_filter: QueryFilter | None = None) -> Iterator[pa.RecordBatch]:
-        """Leaf by leaf, a k-way merge of each file's row-group stream: bounded memory."""
+        """Leaf by leaf in key order, a k-way merge of each file's row-group stream; with
+        several leaves, up to ``threads`` leaves are read at once, each on its own thread and
+        a few batches ahead (Arrow decodes without the GIL), so memory stays bounded."""
+        subs = plan.subqueries
+        if len(subs) <= 1 or self.threads == 1:
+            for sub in subs:
+                yield from self._stream_leaf(sub, columns, iterators, query_filter)
+            return
+        yield from read_ahead(
+            (functools.partial(self._stream_leaf, s, columns, iterators, query_filter)
+             for s in subs), width=self.threads, name="sediment-scan")
+
+    def _stream_leaf(self, sub: SubQuery, columns: list[str],
+                     iterators: Sequence[RecordIterator],
+                     query_filter: QueryFilter | None) -> Iterator[pa.RecordBatch]:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
-        for sub in plan.subqueries:
-            hashes = self._point_hashes(sub)
-            sequence = len(sub.references) > 1
-            streams = [
-                (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence,
-                                                  query_filter=query_filter)
-                 for b in t.to_batches())
-                for ref in sub.references
-            ]
-            merged: Iterator[pa.RecordBatch]
-            if sequence:
-                merged = (without_sequence(b) for b in merge_sorted(
-                    streams, merge_names(self.schema.key_names), schema.append(SEQ_FIELD)))
-            else:
-                merged = merge_sorted(streams, self.schema.key_names, schema)
-            out = apply_iterators(merged, iterators)
-            yield from (out if query_filter is None else query_filter.apply_batches(out))
+        hashes = self.point_hashes(sub)
+        sequence = len(sub.references) > 1
+        streams = [
+            (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence,
+                                              query_filter=query_filter)
+             for b in t.to_batches())
+            for ref in sub.references
+        ]
+        merged: Iterator[pa.RecordBatch]
+        if sequence:
+            merged = (without_sequence(b) for b in merge_sorted(
+                streams, merge_names(self.schema.key_names), schema.append(SEQ_FIELD)))
+        else:
+            merged = merge_sorted(streams, self.schema.key_names, schema)
+        out = apply_iterators(merged, iterators)
+        yield from (out if query_filter is None else query_filter.apply_batches(out))

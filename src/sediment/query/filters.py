@@ -271,6 +271,49 @@ def region_meets(region: Region, ranges: Iterable[Range]) -> bool:
     return False
 
 
+def keys_only(tree: Node, name: str) -> bool:
+    """Whether the expression is made only of what :func:`key_intervals` reads exactly:
+    and/or of comparisons and ``is_in`` of field ``name`` with literals. Then its intervals
+    hold exactly the values that pass, and a read restricted to them needs no filtering."""
+    if not isinstance(tree, Call):
+        return False
+    if tree.name in ("and", "and_kleene", "or", "or_kleene"):
+        return all(keys_only(a, name) for a in tree.args)
+    if tree.name in _FLIP and len(tree.args) == 2:
+        fields = [a for a in tree.args if isinstance(a, Field)]
+        literals = [a for a in tree.args if isinstance(a, Literal)]
+        return len(fields) == 1 and len(literals) == 1 and fields[0].name == name
+    return tree.name == "is_in" and len(tree.args) == 1 \
+        and isinstance(tree.args[0], Field) and tree.args[0].name == name
+
+
+def _plainly_typed(tree: Node, types: dict[str, pa.DataType]) -> bool:
+    """Whether Arrow surely evaluates the expression on these columns: and/or/not, null
+    checks, comparisons and ``is_in`` whose literals have their field's type. Anything else
+    is checked by evaluating it on an empty table (which costs a query plan)."""
+    if isinstance(tree, Field):
+        return tree.name in types
+    if isinstance(tree, Literal):
+        return True
+    if not isinstance(tree, Call):
+        return False
+    if tree.name in ("and", "and_kleene", "or", "or_kleene", "invert", "is_null", "is_valid"):
+        return all(_plainly_typed(a, types) for a in tree.args)
+    if tree.name in _FLIP and len(tree.args) == 2:
+        a, b = tree.args
+        if isinstance(b, Field):
+            a, b = b, a
+        return isinstance(a, Field) and a.name in types and isinstance(b, Literal) \
+            and b.value.type == types[a.name]
+    if tree.name == "is_in" and len(tree.args) == 1 and isinstance(tree.args[0], Field) \
+            and tree.options is not None and tree.args[0].name in types:
+        typ = types[tree.args[0].name]
+        values = tree.options.get("value_set")
+        return isinstance(values, list) and (pa.types.is_string(typ) and all(
+            v is None or isinstance(v, str) for v in values))
+    return False
+
+
 # ---- row-group statistics ---------------------------------------------------------------------
 
 _STAT_OPS = ("equal", "less", "less_equal", "greater", "greater_equal")
@@ -336,6 +379,9 @@ class QueryFilter:
     tree: Node | None
     """The tree row groups are pruned by (None: no statistics pruning)."""
     types: dict[str, pa.DataType] = field(default_factory=dict)
+    keys_only: bool = False
+    """The expression constrains only the first row-key field, exactly as ``key_ranges``
+    says: a read restricted to those ranges already holds just the rows that pass."""
 
     def row_groups(self, metadata: pq.FileMetaData, groups: list[int]) -> list[int]:
         """The row groups whose statistics do not rule every row out."""
@@ -386,16 +432,18 @@ def compile_filter(expression: Any, schema: Schema, table: str, *,
             raise QueryError(f"filter on table {table} names no column {unknown[0]!r} "
                              f"(columns: {', '.join(schema.field_names)})")
     arrow = schema.to_arrow()
-    try:
-        arrow.empty_table().filter(expression)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise QueryError(f"filter on table {table} cannot be evaluated: {e}") from None
+    types = {f.name: f.type for f in arrow}
+    if not _plainly_typed(tree, types):
+        try:
+            arrow.empty_table().filter(expression)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise QueryError(f"filter on table {table} cannot be evaluated: {e}") from None
     first = schema.row_keys[0]
     intervals = key_intervals(tree, first.name, first.type)
-    types = {f.name: f.type for f in arrow}
     return QueryFilter(
         expression,
         [n for n in schema.field_names if names is None or n in names],
         None if intervals is None else intervals_to_ranges(intervals),
         tree if record_by_record and names else None,
-        types)
+        types,
+        intervals is not None and keys_only(tree, first.name))

@@ -19,8 +19,9 @@ from sediment.core.state import TableState
 from sediment.errors import ObjectNotFoundError, QueryError
 from sediment.iterators.base import RecordIterator
 from sediment.properties import defaults
-from sediment.query.executor import Executor, FooterCache
+from sediment.query.executor import Executor
 from sediment.query.filters import QueryFilter, compile_filter, region_meets
+from sediment.query.footers import FooterCache
 from sediment.query.planner import QueryPlan, SubQuery, normalise_ranges, plan_query
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
@@ -60,7 +61,8 @@ class PreparedQuery:
     """The query-time ``filter=`` expression, applied after the iterators (its columns are
     in ``read``)."""
 
-    def _explain(self) -> None:
+    def explain_missing(self) -> None:
+        """Raise the better error for a missing data file, if any (see ``on_missing``)."""
         if self.on_missing is not None:
             self.on_missing()
 
@@ -70,7 +72,7 @@ class PreparedQuery:
             return self.executor.run(self.plan, self.read, self.iterators,
                                      self.query_filter).select(self.wanted)
         except ObjectNotFoundError:
-            self._explain()
+            self.explain_missing()
             raise
 
     def reader(self) -> pa.RecordBatchReader:
@@ -83,7 +85,7 @@ class PreparedQuery:
                                               self.query_filter):
                     yield b.select(self.wanted)
             except ObjectNotFoundError:
-                self._explain()
+                self.explain_missing()
                 raise
 
         return pa.RecordBatchReader.from_batches(out_schema, batches())
@@ -94,7 +96,7 @@ class PreparedQuery:
             return self.executor.read_subquery(sub, self.read, self.iterators,
                                                self.query_filter).select(self.wanted)
         except ObjectNotFoundError:
-            self._explain()
+            self.explain_missing()
             raise
 
 
@@ -137,6 +139,10 @@ def prepare_query(state: TableState, executor: Executor, table: str, *,
         # both: the asked ranges drive the reads; the filter's drop the leaves it rules out
         plan = QueryPlan(plan.version, tuple(s for s in plan.subqueries
                                              if region_meets(s.region, narrow)))
+    if query_filter is not None and query_filter.keys_only and asked is None:
+        # the plan reads exactly the rows the filter passes (row keys are never null, and
+        # iterators keep every record's row key): applying it again would change nothing
+        query_filter = None
     return PreparedQuery(executor, plan, schema, read, wanted, its, on_missing, query_filter)
 
 

@@ -1,0 +1,147 @@
+"""Parquet footers of a table's data files, cached with the min/max of the first row-key field
+of every row group and the files' key-filter blocks (data files and sidecars are immutable,
+so an entry is never stale)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
+from sediment.files.keyfilter import HEADER_BYTES, FilterLayout
+from sediment.files.sequence import SEQ
+from sediment.files.sidecars import KEYS, read_sidecar_range
+from sediment.files.writer import keys_name
+from sediment.storage.base import ObjectStore
+
+
+@dataclass(frozen=True, slots=True)
+class FileFooter:
+    """A file's Parquet metadata and per-row-group bounds of the first row-key field."""
+
+    metadata: pq.FileMetaData
+    mins: list[Any]
+    maxs: list[Any]
+    filter: FilterLayout | None = None
+    """The layout of the file's key filters (None: the file has none, e.g. written with
+    ``parquet.key_filter_bits`` 0 or before filters existed)."""
+    sequenced: bool = False
+    """Whether the file has the hidden sequence column (compaction output)."""
+
+
+class FooterCache:
+    """LRU caches of FileFooter by filename and of key-filter blocks by (file, row group),
+    the latter bounded in bytes (data files and sidecars are immutable, so never stale)."""
+
+    def __init__(self, objects: ObjectStore, first_key: str, capacity: int,
+                 filter_bytes: int = 0) -> None:
+        self.objects = objects
+        self.first_key = first_key
+        self.capacity = capacity
+        self.filter_bytes = filter_bytes
+        self._items: OrderedDict[str, FileFooter] = OrderedDict()
+        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._blocks_size = 0
+        self._legacy_filters: dict[str, str] = {}
+        """Key filters found under their legacy names (files of a store not migrated)."""
+        self._lock = threading.Lock()
+        self.fs, _ = objects.arrow_filesystem()
+
+    def cached(self, filename: str) -> FileFooter | None:
+        """The file's footer if cached (no I/O)."""
+        with self._lock:
+            footer = self._items.get(filename)
+            if footer is not None:
+                self._items.move_to_end(filename)
+        return footer
+
+    def open(self, filename: str) -> tuple[pq.ParquetFile, FileFooter]:
+        path = self.objects.path(filename)
+        with self._lock:
+            footer = self._items.get(filename)
+            if footer is not None:
+                self._items.move_to_end(filename)
+        try:
+            source = self.fs.open_input_file(path)
+            if footer is None:
+                pf = pq.ParquetFile(source)
+                footer = self._bounds(pf.metadata, self._filter_layout(filename))
+                if self.capacity:
+                    with self._lock:
+                        self._items[filename] = footer
+                        while len(self._items) > self.capacity:
+                            self._items.popitem(last=False)
+            else:
+                pf = pq.ParquetFile(source, metadata=footer.metadata)
+            return pf, footer
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"data file {filename} is missing from "
+                                      f"{self.objects.uri}") from None
+        except pa.ArrowInvalid as e:
+            raise CorruptMetadataError(f"data file {filename} in {self.objects.uri} is not "
+                                       f"valid Parquet: {e}") from e
+        except OSError as e:
+            raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
+
+    def _filter_layout(self, filename: str) -> FilterLayout | None:
+        try:
+            name, raw = read_sidecar_range(self.objects, filename, KEYS, 0, HEADER_BYTES)
+        except ObjectNotFoundError:
+            return None
+        if name != keys_name(filename):  # a store not migrated yet (sediment migrate-sidecars)
+            with self._lock:
+                self._legacy_filters[filename] = name
+        return FilterLayout.parse(raw, f"{name} in {self.objects.uri}")
+
+    def may_contain(self, filename: str, layout: FilterLayout, group: int,
+                    hashes: np.ndarray) -> bool:
+        """Whether row group ``group`` of the file may hold any of the hashed keys."""
+        key = (filename, group)
+        with self._lock:
+            block = self._blocks.get(key)
+            if block is not None:
+                self._blocks.move_to_end(key)
+        if block is None:
+            start, end = layout.block_range(group)
+            with self._lock:
+                name = self._legacy_filters.get(filename) or keys_name(filename)
+            block = self.objects.get_range(name, start, end)
+            if len(block) != layout.block_bytes:
+                raise CorruptMetadataError(f"key filter {name} in "
+                                           f"{self.objects.uri} has no block for row group "
+                                           f"{group}")
+            if self.filter_bytes:
+                with self._lock:
+                    if key not in self._blocks:
+                        self._blocks[key] = block
+                        self._blocks_size += len(block)
+                    while self._blocks_size > self.filter_bytes:
+                        _, old = self._blocks.popitem(last=False)
+                        self._blocks_size -= len(old)
+        return bool(layout.may_contain(block, hashes).any())
+
+    def _bounds(self, md: pq.FileMetaData, layout: FilterLayout | None) -> FileFooter:
+        col = md.schema.names.index(self.first_key)
+        # temporal keys are integers in the model (sediment.core.keys): use the raw statistics
+        raw = md.schema.column(col).logical_type.type in ("TIMESTAMP", "DATE")
+        mins: list[Any] = []
+        maxs: list[Any] = []
+        for i in range(md.num_row_groups):
+            st = md.row_group(i).column(col).statistics
+            if st is None or not st.has_min_max:
+                mins.append(None)
+                maxs.append(None)
+            elif raw:
+                mins.append(st.min_raw)
+                maxs.append(st.max_raw)
+            else:
+                mins.append(st.min)
+                maxs.append(st.max)
+        sequenced = any(md.schema.column(i).path == SEQ for i in range(md.num_columns))
+        return FileFooter(md, mins, maxs, layout, sequenced)
