@@ -196,6 +196,30 @@ def test_lookups_equal_with_and_without_filters(store_uri: tuple[str, dict[str, 
     assert_matches(table.query(keys=sample), ref, keys=sample)
 
 
+@pytest.mark.parametrize("damage", ["truncated_header", "truncated_blocks", "garbage"])
+def test_damaged_key_filters_are_skipped(tmp_path: Path, damage: str,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A key filter is an optional index: a damaged one never fails a read of an intact data
+    file. Scans do not read key filters at all; lookups warn once and read the file as if it
+    had none."""
+    table, ref, keys = many_files_table(str(tmp_path / "s"), files=3)
+    root = Path(table._handle.objects.local_path(table.files()[0].filename) or "").parent
+    sidecars = sorted(root.parent.glob("*/_*.keys"))
+    assert sidecars
+    for f in sidecars:
+        raw = f.read_bytes()
+        f.write_bytes({"truncated_header": raw[:5], "truncated_blocks": raw[:HEADER_BYTES + 3],
+                       "garbage": b"not a key filter at all, really"}[damage])
+    fresh = sd.Store.open(str(tmp_path / "s")).table(table.name)  # no cached filters
+    assert_matches(fresh.query(), ref)  # a full scan never reads them
+    assert not [r for r in caplog.records if "key filter" in r.getMessage()]
+    rng = random.Random(4)
+    for k in [*rng.sample(keys, 20), "nope"]:
+        assert_matches(fresh.query(keys=[k]), ref, keys=[k])
+    warned = [r for r in caplog.records if "key filter" in r.getMessage()]
+    assert warned and len(warned) <= len(sidecars)  # once per file, not per lookup
+
+
 def test_multi_field_prefix_lookups(tmp_path: Path) -> None:
     schema = sd.Schema(row_keys=[("a", pa.int64()), ("b", pa.string())],
                        values=[("v", pa.int64())])
@@ -238,13 +262,13 @@ def test_temporal_keys_use_filters(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert len(calls) < len(keys) * 2
 
 
-def test_damaged_sidecar_is_named(tmp_path: Path) -> None:
-    table, _, keys = many_files_table(str(tmp_path / "s"), files=2)
+def test_damaged_sidecar_is_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    table, ref, keys = many_files_table(str(tmp_path / "s"), files=2)
     f = table.files()[0].filename
     table._handle.objects.put(keys_name(f), b"garbage that is long enough to be read")
     fresh = sd.Store.open(str(tmp_path / "s")).table(table.name)
-    with pytest.raises(CorruptMetadataError, match=keys_name(f).rsplit("/", 1)[-1]):
-        fresh.query(keys=[keys[0]])
+    assert_matches(fresh.query(keys=[keys[0]]), ref, keys=[keys[0]])
+    assert any(keys_name(f).rsplit("/", 1)[-1] in r.getMessage() for r in caplog.records)
 
 
 def test_loaded_files_get_key_filters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -163,7 +163,7 @@ class Executor:
         if footer is None:
             pf, footer = self.footers.open(ref.filename)
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
-        layout = footer.filter
+        layout = self.footers.layout(ref.filename) if hashes is not None and groups else None
         if hashes is not None and layout is not None:
             groups = [g for g in groups
                       if self.footers.may_contain(ref.filename, layout, g, hashes)]

@@ -4,6 +4,7 @@ so an entry is never stale)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from sediment.files.sidecars import KEYS, read_sidecar_range
 from sediment.files.writer import keys_name
 from sediment.storage.base import ObjectStore
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class FileFooter:
@@ -28,9 +31,6 @@ class FileFooter:
     metadata: pq.FileMetaData
     mins: list[Any]
     maxs: list[Any]
-    filter: FilterLayout | None = None
-    """The layout of the file's key filters (None: the file has none, e.g. written with
-    ``parquet.key_filter_bits`` 0 or before filters existed)."""
     sequenced: bool = False
     """Whether the file has the hidden sequence column (compaction output)."""
 
@@ -50,6 +50,9 @@ class FooterCache:
         self._blocks_size = 0
         self._legacy_filters: dict[str, str] = {}
         """Key filters found under their legacy names (files of a store not migrated)."""
+        self._layouts: OrderedDict[str, FilterLayout | None] = OrderedDict()
+        """Key-filter layouts by file: None for a file without filters, or with damaged
+        ones (then its row groups are read as if it had none)."""
         self._lock = threading.Lock()
         self.fs, _ = objects.arrow_filesystem()
 
@@ -71,7 +74,7 @@ class FooterCache:
             source = self.fs.open_input_file(path)
             if footer is None:
                 pf = pq.ParquetFile(source)
-                footer = self._bounds(pf.metadata, self._filter_layout(filename))
+                footer = self._bounds(pf.metadata)
                 if self.capacity:
                     with self._lock:
                         self._items[filename] = footer
@@ -89,15 +92,46 @@ class FooterCache:
         except OSError as e:
             raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
 
-    def _filter_layout(self, filename: str) -> FilterLayout | None:
+    def layout(self, filename: str) -> FilterLayout | None:
+        """The layout of the file's key filters, read when a lookup first needs it (scans
+        never read key filters), cached; None when the file has none (written with
+        ``parquet.key_filter_bits`` 0, or before filters existed) or they are damaged."""
+        with self._lock:
+            if filename in self._layouts:
+                self._layouts.move_to_end(filename)
+                return self._layouts[filename]
+        layout: FilterLayout | None = None
         try:
             name, raw = read_sidecar_range(self.objects, filename, KEYS, 0, HEADER_BYTES)
+            layout = FilterLayout.parse(raw, f"{name} in {self.objects.uri}")
+            if name != keys_name(filename):  # a store not migrated yet (migrate-sidecars)
+                with self._lock:
+                    self._legacy_filters[filename] = name
         except ObjectNotFoundError:
+            layout = None
+        except CorruptMetadataError as e:
+            self._damaged(filename, e)
             return None
-        if name != keys_name(filename):  # a store not migrated yet (sediment migrate-sidecars)
-            with self._lock:
-                self._legacy_filters[filename] = name
-        return FilterLayout.parse(raw, f"{name} in {self.objects.uri}")
+        except StorageError as e:  # perhaps passing: this read goes without, the next asks
+            log.warning("the key filter of data file %s in %s cannot be read now (%s): "
+                        "reading the file without it", filename, self.objects.uri, e)
+            return None
+        self._remember(filename, layout)
+        return layout
+
+    def _remember(self, filename: str, layout: FilterLayout | None) -> None:
+        with self._lock:
+            self._layouts[filename] = layout
+            while len(self._layouts) > max(self.capacity, 1):
+                self._layouts.popitem(last=False)
+
+    def _damaged(self, filename: str, error: Exception) -> None:
+        """A key filter is an optional index: a damaged one is reported once and the file's
+        row groups are read as if it had none (the answer stays right, only slower)."""
+        log.warning("the key filter of data file %s in %s cannot be read (%s): reading the "
+                    "file without it; rewrite it by compacting the file's leaf",
+                    filename, self.objects.uri, error)
+        self._remember(filename, None)
 
     def may_contain(self, filename: str, layout: FilterLayout, group: int,
                     hashes: np.ndarray) -> bool:
@@ -111,11 +145,17 @@ class FooterCache:
             start, end = layout.block_range(group)
             with self._lock:
                 name = self._legacy_filters.get(filename) or keys_name(filename)
-            block = self.objects.get_range(name, start, end)
+            try:
+                block = self.objects.get_range(name, start, end)
+            except ObjectNotFoundError as e:
+                self._damaged(filename, e)
+                return True
+            except StorageError:  # perhaps passing: keep the row group, ask again next time
+                return True
             if len(block) != layout.block_bytes:
-                raise CorruptMetadataError(f"key filter {name} in "
-                                           f"{self.objects.uri} has no block for row group "
-                                           f"{group}")
+                self._damaged(filename, CorruptMetadataError(
+                    f"key filter {name} has no block for row group {group}"))
+                return True
             if self.filter_bytes:
                 with self._lock:
                     if key not in self._blocks:
@@ -126,7 +166,7 @@ class FooterCache:
                         self._blocks_size -= len(old)
         return bool(layout.may_contain(block, hashes).any())
 
-    def _bounds(self, md: pq.FileMetaData, layout: FilterLayout | None) -> FileFooter:
+    def _bounds(self, md: pq.FileMetaData) -> FileFooter:
         col = md.schema.names.index(self.first_key)
         # temporal keys are integers in the model (sediment.core.keys): use the raw statistics
         raw = md.schema.column(col).logical_type.type in ("TIMESTAMP", "DATE")
@@ -144,4 +184,4 @@ class FooterCache:
                 mins.append(st.min)
                 maxs.append(st.max)
         sequenced = any(md.schema.column(i).path == SEQ for i in range(md.num_columns))
-        return FileFooter(md, mins, maxs, layout, sequenced)
+        return FileFooter(md, mins, maxs, sequenced)
