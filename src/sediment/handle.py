@@ -12,10 +12,12 @@ from the state store's head, so nothing here is ever invalidated by hand.
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from sediment.core.state import TableState
+from sediment.errors import QueryError
 from sediment.files.samples_io import SampleReader
 from sediment.iterators.base import RecordIterator, iterators_from_property
 from sediment.properties import defaults
@@ -72,10 +74,22 @@ class TableHandle:
         return self.states.load(self.resolve_version(version))
 
     def resolve_version(self, version: int | str | None) -> int | None:
-        """A version number from a number, a tag name, or None (latest)."""
-        if version is None or isinstance(version, int):
-            return version
-        if isinstance(version, str) and version.isdigit():
+        """A version number from a number, a tag name, or None (latest).
+
+        Raises QueryError naming the table for anything else (a bool is not a version,
+        though Python counts ``True`` as 1; a negative or fractional number is none).
+        """
+        if version is None:
+            return None
+        if isinstance(version, numbers.Integral) and not isinstance(version, bool):
+            if int(version) < 0:
+                raise QueryError(f"table {self.name} has no version {int(version)} "
+                                 f"(versions count up from 0)")
+            return int(version)
+        if not isinstance(version, str):
+            raise QueryError(f"table {self.name}: a version is a version number or a tag "
+                             f"name, not {version!r} ({type(version).__name__})")
+        if version.isdigit():
             return int(version)
         from sediment.state.versions import get_tag
 
