@@ -9,7 +9,7 @@ class.
 """
 
 from sediment.storage.base import ObjectInfo, ObjectStore
-from sediment.storage.local import LocalObjectStore
+from sediment.storage.local import LocalObjectStore, file_uri_to_path
 from sediment.storage.memory import MemoryObjectStore
 from sediment.storage.registry import (
     open_object_store,
@@ -19,5 +19,5 @@ from sediment.storage.registry import (
 )
 
 __all__ = ["LocalObjectStore", "MemoryObjectStore", "ObjectInfo", "ObjectStore",
-           "open_object_store", "open_object_store_beside", "register_scheme",
+           "file_uri_to_path", "open_object_store", "open_object_store_beside", "register_scheme",
            "spec_options"]

@@ -14,6 +14,8 @@ import stat
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from urllib.parse import unquote_to_bytes
+from urllib.request import url2pathname
 
 import pyarrow.fs as pafs
 
@@ -23,6 +25,36 @@ from sediment.storage.base import ObjectInfo, ObjectStore
 _TMP = ".tmp-"
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 """Errors meaning "no object at this key" (a folder, or a path through a file, is no object)."""
+
+
+def file_uri_to_path(uri: str) -> str:
+    """The local path a ``file:`` URI names: the one decoder of file URIs in Sediment.
+
+    It is the inverse of :meth:`pathlib.Path.as_uri` (which makes ``LocalObjectStore.uri``):
+    the path is percent-decoded exactly once, so ``%20`` is a space and ``%2520`` is a folder
+    really named ``%20``; ``Store.open(store.uri)`` thus reopens the same store whatever its
+    path holds. A file URI has no query or fragment here: a ``?`` or ``#`` left unencoded is
+    part of the path (a hand-written ``file:///data/run#1`` names that folder). Accepted
+    forms: ``file:///abs``, ``file://localhost/abs``, ``file:/abs`` and ``file:relative``.
+
+    Raises:
+        StorageError: a host other than ``localhost`` (``file://data/store`` is usually a
+            relative path written with one slash too many, which would name ``/store``).
+    """
+    rest = uri[len("file:"):] if uri[:5].lower() == "file:" else uri
+    if rest.startswith("//"):
+        host, slash, path = rest[2:].partition("/")
+        if host.lower() not in ("", "localhost"):
+            if os.name == "nt":  # a UNC share: file://server/share/folder
+                return url2pathname(f"//{host}/{path}")
+            raise StorageError(f"file URI {uri!r} names host {host!r}; use file:///absolute/"
+                               "path (three slashes) or a plain path")
+        rest = slash + path
+    if os.name == "nt":
+        return url2pathname(rest)
+    # The bytes of the name, decoded as the OS decodes names: a name that is not UTF-8
+    # round-trips through its surrogate escapes, as Path.as_uri encoded it.
+    return os.fsdecode(unquote_to_bytes(rest))
 
 
 def _fsync_directory(path: Path) -> None:

@@ -89,10 +89,10 @@ def _open_path(uri: str, **options: Any) -> ObjectStore:
 
 
 def _open_file(uri: str, **options: Any) -> ObjectStore:
-    from sediment.storage.local import LocalObjectStore
+    from sediment.storage.local import LocalObjectStore, file_uri_to_path
 
     refuse_options(uri, options)
-    return LocalObjectStore(urlparse(uri).path)
+    return LocalObjectStore(file_uri_to_path(uri))
 
 
 def _open_memory(uri: str, **options: Any) -> ObjectStore:
