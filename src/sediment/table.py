@@ -137,15 +137,18 @@ class Table(Conversions, EngineMethods):
 
         Restoring the version that is already the head changes nothing: no transaction is
         committed and that version is returned. Raises VersionExpiredError for a version past
-        ``retention.seconds`` (its log pruned or its files collected: nothing to restore)."""
-        from sediment.core.transactions.restore import plan_restore
+        ``retention.seconds`` (its log pruned or its files collected: nothing to restore);
+        CommitConflictError, committing nothing, when another writer changed the content
+        (an ingest) while the restore was under way: retry to discard that change too."""
+        from sediment.state.restoring import restore_version
 
         v = self.resolve_version(version)
         assert v is not None
-        if v == self.version:
+        seen = self.version  # the head restored over: later changes to content are refused
+        if v == seen:
             return v
         old = self._readable_state(v)
-        return self._handle.states.commit(lambda head: plan_restore(head, old)).version
+        return restore_version(self._handle.states, old, seen)
 
     def dump(self, root: str, *, range: Range | None = None,  # noqa: A002 (public API name)
              version: int | str | None = None, runner: Literal["local", "spark"] = "local",

@@ -46,11 +46,43 @@ PassesOption = Annotated[int, typer.Option("--max-loops", help="Stop --loop afte
                                            "passes (0: never).")]
 
 
-def _each_table(store: str | None, table: str | None, *, online_only: bool) -> list[Table]:
+def _each_table(store: str | None, table: str | None, *, online_only: bool,
+                loop: bool = False) -> tuple[list[Table], list[dict[str, Any]]]:
+    """The tables to work on, and (``loop``) an error row for each that cannot be opened: a
+    damaged catalog entry or log of one table must not stop a daemon from maintaining the
+    others. Without ``loop`` the first such error is raised."""
     st = open_store(store)
     names = [table] if table else st.tables()
-    tables = [st.table(n) for n in names]
-    return [t for t in tables if t.online] if online_only and not table else tables
+    tables: list[Table] = []
+    errors: list[dict[str, Any]] = []
+    for n in names:
+        try:
+            t = st.table(n)
+            if online_only and not table and not t.online:
+                continue
+            tables.append(t)
+        except SedimentError as e:
+            if not loop:
+                raise
+            errors.append({"table": n, "error": f"{type(e).__name__}: {e}"})
+    return tables, errors
+
+
+def _warn_errors(rows: list[dict[str, Any]], verb: str) -> None:
+    """One line on stderr per table the pass could not fully do: the report table may be
+    redirected, and a daemon's operator must see at once which table needs attention."""
+    for row in rows:
+        if "error" in row:
+            typer.echo(f"{verb}: table {row['table']}: {row['error']} (the other tables go "
+                       "on; retried next pass)", err=True)
+
+
+def _tag_errors(problems: Any) -> dict[str, Any]:
+    """The report row's error entry for tags GC could not read (empty when none)."""
+    problems = list(problems)
+    if not problems:
+        return {}
+    return {"error": "gc kept every unreferenced file: " + "; ".join(problems)}
 
 
 def _stop_on_signals() -> threading.Event:
@@ -119,7 +151,8 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
             if row is not None:
                 rows.append(row)
         try:
-            tables = _each_table(store, table, online_only=online_only)
+            tables, unopened = _each_table(store, table, online_only=online_only, loop=loop)
+            rows.extend(unopened)
         except SedimentError as e:
             if not loop:
                 raise
@@ -142,10 +175,10 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
                         continue
                     rows.append({"table": t.name, **action(t, progress),
                                  "seconds": time.perf_counter() - started})
-                except SedimentError as e:
-                    # A loop is a daemon: one table's failure (a damaged file, a storage
-                    # error) is reported and retried next pass; it must not stop every
-                    # table's upkeep.
+                except Exception as e:
+                    # A loop is a daemon: one table's failure (damaged metadata, a storage
+                    # error, even a bug) is reported and retried next pass; it must not stop
+                    # every table's upkeep.
                     if not loop:
                         raise
                     rows.append({"table": t.name, "error": f"{type(e).__name__}: {e}"})
@@ -153,6 +186,7 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
                     if task is not None:
                         bar.advance(task)
         _emit_rows(rows, json_out)
+        _warn_errors(rows, verb)
         if not loop or (max_loops and passes >= max_loops):
             return
         time.sleep(interval)
@@ -216,7 +250,8 @@ def gc(table: TableOption = None, loop: LoopOption = False, interval: IntervalOp
     """Delete unreferenced files past the GC delay and orphans past the orphan timeout."""
     def act(t: Table, progress: Progress) -> dict[str, Any]:
         r = t.gc(orphan_timeout=orphan_timeout)
-        return {"deleted": r.deleted, "orphans_deleted": r.orphans_deleted}
+        return {"deleted": r.deleted, "orphans_deleted": r.orphans_deleted,
+                **_tag_errors(r.unreadable_tags)}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False,
          verb="gc")
 
@@ -253,24 +288,35 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
                 except SedimentError as e:
                     typer.echo(f"collecting unnamed table folders: {type(e).__name__}: {e}",
                                err=True)
-            return _each_table(store, table, online_only=False)
+            found, unopened = _each_table(store, table, online_only=False, loop=True)
+            for row in unopened:  # reported in the next rows, looked at again next refresh
+                maintainer.note(row["table"], row["error"])
+            return found
 
-        Maintainer(tables,
-                   gc_every=interval, refresh_tables=interval,
-                   orphan_timeout=orphan_timeout).run(
-            report_every=interval, max_reports=max_loops, stop=stop,
-            on_report=lambda rows: _emit_rows(rows, json_out))
+        def on_report(rows: list[dict[str, Any]]) -> None:
+            _emit_rows(rows, json_out)
+            _warn_errors(rows, "maintain")
+
+        maintainer = Maintainer(tables, gc_every=interval, refresh_tables=interval,
+                                orphan_timeout=orphan_timeout)
+        maintainer.run(report_every=interval, max_reports=max_loops, stop=stop,
+                       on_report=on_report)
         return
     def act(t: Table, progress: Progress) -> dict[str, Any]:
         if not t.online:
             r = t.gc(orphan_timeout=orphan_timeout)
             progress(0, 0)
             return {"passes": 1, "splits": 0, "jobs": 0, "failed": 0,
-                    "deleted": r.deleted + r.orphans_deleted}
+                    "deleted": r.deleted + r.orphans_deleted,
+                    **_tag_errors(r.unreadable_tags)}
+        from sediment.handle import handle_of
+        from sediment.maintenance.gc import tag_protection
+
         m = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout,
                        progress=progress)
         return {"passes": m.passes, "splits": m.splits, "jobs": m.jobs_committed,
-                "failed": m.jobs_failed, "deleted": m.files_deleted}
+                "failed": m.jobs_failed, "deleted": m.files_deleted,
+                **_tag_errors(tag_protection(handle_of(t))[1])}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False,
          store_pass=None if table else lambda: _collect_unnamed(store, orphan_timeout),
          verb="maintain", unit="jobs")

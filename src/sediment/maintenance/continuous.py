@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sediment.compaction.runner import JobResult, due_jobs, run_job
-from sediment.errors import SedimentError
 from sediment.handle import handle_of
 from sediment.maintenance.gc import gc
 from sediment.maintenance.splitting import leaf_records, split
@@ -150,7 +149,7 @@ class Maintainer:
         if now - self._tables_at >= self.refresh_tables:
             try:
                 self._tables = [handle_of(t) for t in self._tables_fn()]
-            except SedimentError as e:
+            except Exception as e:  # noqa: BLE001 - listing tables again next refresh
                 self._note("*", f"{type(e).__name__}: {e}")
             self._tables_at = now
         self._reap()
@@ -158,8 +157,9 @@ class Maintainer:
         for t in self._tables:
             try:
                 started += self._tick_table(t, now)
-            except SedimentError as e:
-                # a daemon: one table's failure is reported and retried, the others go on
+            except Exception as e:  # noqa: BLE001 - one table must not stop the daemon
+                # A daemon: one table's failure (damaged metadata, a storage error, even a
+                # bug) is reported and retried next tick; the other tables go on.
                 self._note(t.name, f"{type(e).__name__}: {e}")
         return started
 
@@ -183,6 +183,8 @@ class Maintainer:
             self._gc_at[t.name] = now
             g = gc(t, orphan_timeout=self.orphan_timeout)
             act.files_deleted += g.deleted + g.orphans_deleted
+            act.errors.extend(f"gc kept every unreferenced file: {m}"
+                              for m in g.unreadable_tags)
         return act.splits + act.jobs_started - before
 
     def _split_due(self, t: TableHandle) -> bool:
@@ -240,6 +242,11 @@ class Maintainer:
 
     def _note(self, table: str, error: str) -> None:
         self._activity.setdefault(table, TableActivity()).errors.append(error)
+
+    def note(self, table: str, error: str) -> None:
+        """Report ``error`` in ``table``'s next report row (e.g. a table that could not be
+        opened, which therefore is not among those ``tables`` returned)."""
+        self._note(table, error)
 
     # ---- running -------------------------------------------------------------------------
     def report(self) -> list[dict[str, object]]:

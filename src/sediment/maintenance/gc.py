@@ -15,23 +15,31 @@ Order matters: the listing happens first, then the leases are read, then the sta
 A listed file was registered before it was created, so either its lease is still live, or its
 writer committed it (the state loaded after knows it), or gave it up. A referenced file is never
 deleted.
+
+Tags keep their versions' files. A tag GC cannot read (not JSON, or naming a version that does
+not load) might protect any file: GC then deletes no unreferenced file at all in that pass,
+reports the tag (``GcResult.unreadable_tags``, a warning in the log) and goes on with orphans,
+which no version ever referenced and so no tag can protect.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sediment.core.transactions import DeleteFiles
-from sediment.errors import TransactionInvalidError
+from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sidecars import data_file_of, with_sidecars
 from sediment.state import pending
-from sediment.state.versions import list_tags
+from sediment.state.versions import TAG_PREFIX, scan_tags
 from sediment.storage.clock import object_store_time
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
+
+log = logging.getLogger(__name__)
 
 TEMPORARY_TIMEOUT_SECONDS = 3600.0
 """Temp files of puts are collected only once this old, whatever the orphan timeout."""
@@ -42,6 +50,9 @@ class GcResult:
     deleted: int = 0
     orphans_deleted: int = 0
     seconds: float = 0.0
+    unreadable_tags: tuple[str, ...] = ()
+    """One message per tag GC could not read (naming the table and the tag's key): while any
+    is left, no unreferenced file is deleted, since the tag might protect it."""
 
     @property
     def did_work(self) -> bool:
@@ -64,6 +75,21 @@ def _files_at(table: TableHandle, version: int) -> frozenset[str]:
     return files
 
 
+def tag_protection(table: TableHandle) -> tuple[set[str], list[str]]:
+    """The files the table's tags keep, and a message for each tag that cannot be read or
+    whose version cannot be loaded (for which nothing can be said: see the module)."""
+    scan = scan_tags(table.states)
+    protected: set[str] = set()
+    problems = list(scan.unreadable)
+    for tag in scan.tags:
+        try:
+            protected.update(_files_at(table, tag.version))
+        except SedimentError as e:
+            problems.append(f"tag {tag.name!r} of table {table.name} ({TAG_PREFIX}{tag.name}"
+                            f".json) pins version {tag.version}, which cannot be read: {e}")
+    return protected, problems
+
+
 def gc(table: TableHandle, *, now: float | None = None,
        orphan_timeout: float | None = None) -> GcResult:
     """One garbage-collection pass over ``table``. ``now`` stands in for both this machine's
@@ -78,9 +104,13 @@ def gc(table: TableHandle, *, now: float | None = None,
     props = {**table.properties}
     delay = max(float(props["gc.delay_seconds"]), float(props["retention.seconds"])) + \
         float(props["gc.clock_skew_seconds"])
-    protected: set[str] = set()
-    for tag in list_tags(table.states):  # tagged versions keep their files
-        protected.update(_files_at(table, tag.version))
+    protected, unreadable = tag_protection(table)  # tagged versions keep their files
+    if unreadable:
+        # Any unreferenced file may be one an unreadable tag keeps: none is deleted.
+        protected.update(state.unreferenced)
+        for problem in unreadable:
+            log.warning("gc of table %s deletes no unreferenced file: %s", table.name,
+                        problem)
     batch_size = int(props["gc.batch_size"])
     # oldest unreferenced first (ties by name), at most gc.max_files_per_run in one pass
     ready = [f for t, f in sorted((t, f) for f, t in state.unreferenced.items()
@@ -120,7 +150,7 @@ def gc(table: TableHandle, *, now: float | None = None,
     if stale:
         table.objects.delete_many(stale)
     n_orphans = sum(1 for k in orphans if data_file_of(k) == k)
-    result = GcResult(deleted, n_orphans, time.perf_counter() - started)
+    result = GcResult(deleted, n_orphans, time.perf_counter() - started, tuple(unreadable))
     if result.did_work:
         table.status.record("gc", f"gc-{int(now)}", "finished", deleted=deleted,
                             orphans_deleted=n_orphans, seconds=result.seconds)

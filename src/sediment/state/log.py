@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 from collections.abc import Iterator
@@ -53,14 +54,30 @@ class HistoryEntry:
     summary: str
 
 
-def check_format(doc: dict[str, Any], where: str) -> None:
+def check_format(doc: Any, where: str) -> None:
+    """CorruptMetadataError naming ``where`` unless ``doc`` is a JSON object of a format this
+    code reads (UnsupportedFormatError for a newer one). Takes any parsed value, so a reader
+    that parsed with ``json.loads`` gets the same error for a list or a string as for damage."""
+    if not isinstance(doc, dict):
+        raise CorruptMetadataError(f"{where} is not a JSON object")
     fmt = doc.get("format")
-    if not isinstance(fmt, int):
+    if not isinstance(fmt, int) or isinstance(fmt, bool):
         raise CorruptMetadataError(f"{where}: missing format version")
     if fmt > FORMAT_VERSION:
         raise UnsupportedFormatError(
             f"{where}: written in format {fmt}, this Sediment understands up to "
             f"{FORMAT_VERSION}; upgrade Sediment to read it")
+
+
+def _commit_time(value: Any, where: str) -> float:
+    """A logged commit time: a finite JSON number (seconds since the epoch), as ``encode``
+    writes it. A string, even a numeric one, is damage: replaying it would give GC and
+    retention a time no writer chose."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            not math.isfinite(value):
+        raise CorruptMetadataError(f"{where} has a commit time that is not a number: "
+                                   f"{value!r}")
+    return float(value)
 
 
 class TransactionLog:
@@ -96,13 +113,20 @@ class TransactionLog:
         return doc
 
     def decode(self, version: int, data: bytes) -> LogEntry:
+        """The entry in ``data``; CorruptMetadataError naming the table and the key for any
+        damage, so every reader (queries, history, GC, the maintainer) fails the same, clear
+        way instead of with a raw ValueError from deep in a replay."""
         where = f"log entry {version} of table {self.name} ({log_key(version)})"
         doc = self._document(version, data)
         try:
             txn = transaction_from_json(str(doc["kind"]), doc["transaction"], where=where)
-            return LogEntry(version, float(doc["time"]), txn, str(doc.get("writer", "")))
+            when = _commit_time(doc["time"], where)
+            return LogEntry(version, when, txn, str(doc.get("writer", "")))
         except KeyError as e:
             raise CorruptMetadataError(f"{where} lacks field {e}") from e
+        except (TypeError, ValueError, AttributeError, IndexError) as e:
+            # a transaction body of the wrong shape that its from_json did not catch
+            raise CorruptMetadataError(f"{where} is malformed: {e!r}") from e
 
     def read(self, version: int) -> LogEntry:
         try:

@@ -262,9 +262,15 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: KnownDigests
 
 
 def read_metarange(objects: ObjectStore, digest: str, where: str) -> list[RangeInfo]:
-    t = _read_parquet(objects, object_key(digest), where)
-    return [RangeInfo(*row) for row in zip(*(t.column(n).to_pylist()
-                                            for n in METARANGE_SCHEMA.names), strict=True)]
+    """The ranges of a metarange object; CorruptMetadataError naming ``where`` and the key
+    when it is missing, not Parquet, or lacks a column."""
+    key = object_key(str(digest))
+    t = _read_parquet(objects, key, where)
+    try:
+        return [RangeInfo(*row) for row in zip(*(t.column(n).to_pylist()
+                                                for n in METARANGE_SCHEMA.names), strict=True)]
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptMetadataError(f"{where}: object {key} is not a metarange: {e!r}") from e
 
 
 def _read_parquet(objects: ObjectStore, key: str, where: str) -> pa.Table:
@@ -326,8 +332,10 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
             refs = pa.concat_tables([_with_sequence_column(t) for t in tables]
                                     ).select(_STATE_COLUMNS)
             state.load_references(refs)
-    except (KeyError, TypeError, ValueError) as e:
-        raise CorruptMetadataError(f"{where} is malformed: {e!r}") from e
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError,
+            pa.ArrowException) as e:
+        raise CorruptMetadataError(f"{where} ({snapshot_key(version)}) is malformed: "
+                                   f"{e!r}") from e
     if known is not None:
         _noted(known, [*(r.digest for r in ranges), doc["metarange"], doc["partitions"],
                        doc["unreferenced"]], started)
@@ -355,5 +363,8 @@ def snapshot_versions(objects: ObjectStore) -> list[int]:
 
 def range_digests(objects: ObjectStore, version: int, table_id: str) -> list[RangeInfo]:
     """The metarange of a snapshot (for diff and reuse checks)."""
+    where = f"snapshot {version} of table {table_id}"
     doc = read_pointer(objects, version, table_id)
-    return read_metarange(objects, doc["metarange"], f"snapshot {version} of table {table_id}")
+    if "metarange" not in doc:
+        raise CorruptMetadataError(f"{where} ({snapshot_key(version)}) lacks its metarange")
+    return read_metarange(objects, doc["metarange"], where)

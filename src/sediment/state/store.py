@@ -124,7 +124,15 @@ class StateStore:
 
     # ---- reading -----------------------------------------------------------------------
     def _apply(self, state: TableState, entry: LogEntry) -> None:
-        entry.transaction.apply(state, entry.time)
+        """Replay a committed entry. Every entry was validated before it was written, so one
+        that cannot be applied is damaged metadata, named as such (with the table and key),
+        not a raw KeyError that stops whoever reads the table."""
+        try:
+            entry.transaction.apply(state, entry.time)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise CorruptMetadataError(
+                f"log entry {entry.version} of table {self.name} ({log_key(entry.version)}) "
+                f"cannot be replayed: {e!r}") from e
         state.version = entry.version
         state.last_update = entry.time
 

@@ -78,24 +78,54 @@ def create_tag(states: StateStore, name: str, version: int) -> Tag:
     return Tag(name, version, created)
 
 
-def list_tags(states: StateStore) -> list[Tag]:
-    out = []
+@dataclass(frozen=True, slots=True)
+class TagScan:
+    """Every tag object of a table: those that parse, and a message for each that does not
+    (naming the table and the object key, and how to remove it)."""
+
+    tags: list[Tag]
+    unreadable: list[str]
+
+
+def scan_tags(states: StateStore) -> TagScan:
+    """Read every tag, keeping going past damaged ones: GC must see all the tags it can, and
+    know that others exist, to keep (conservatively) what an unreadable one may protect."""
+    tags: list[Tag] = []
+    unreadable: list[str] = []
     for o in states.objects.list(TAG_PREFIX):
         try:
             raw = states.objects.get(o.key)
         except ObjectNotFoundError:
             continue  # deleted since the listing (e.g. a dump job's tag as the job ends)
-        out.append(_parse_tag(raw, o.key, states.name))
-    return sorted(out, key=lambda t: (t.version, t.name))
+        try:
+            tags.append(_parse_tag(raw, o.key, states.name))
+        except CorruptMetadataError as e:
+            unreadable.append(str(e))
+    return TagScan(sorted(tags, key=lambda t: (t.version, t.name)), unreadable)
+
+
+def list_tags(states: StateStore) -> list[Tag]:
+    """Every tag, by version. Raises CorruptMetadataError (naming the table and the key) when
+    a tag object is damaged."""
+    scan = scan_tags(states)
+    if scan.unreadable:
+        raise CorruptMetadataError(scan.unreadable[0])
+    return scan.tags
+
+
+def _tag_name_of(key: str) -> str:
+    name = key[len(TAG_PREFIX):]
+    return name[: -len(".json")] if name.endswith(".json") else name
 
 
 def _parse_tag(raw: bytes, key: str, table: str) -> Tag:
     try:
         doc = json.loads(raw)
         return Tag(str(doc["name"]), int(doc["version"]), float(doc["created"]))
-    except (ValueError, KeyError, TypeError) as e:
-        raise CorruptMetadataError(f"tag object {key} of table {table} is corrupt: "
-                                   f"{e!r}") from e
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CorruptMetadataError(
+            f"tag object {key} of table {table} is corrupt: {e!r}; delete it with `sediment "
+            f"tag {table} {_tag_name_of(key)} --delete` (Table.delete_tag)") from e
 
 
 def get_tag(states: StateStore, name: str) -> Tag:
@@ -109,9 +139,12 @@ def get_tag(states: StateStore, name: str) -> Tag:
 
 
 def delete_tag(states: StateStore, name: str) -> None:
-    """Delete tag ``name``. Raises InvalidTagNameError, TagNotFoundError."""
-    get_tag(states, name)
-    states.objects.delete_many([_tag_key(name, states.name)])
+    """Delete tag ``name``, even a damaged one (deleting is the way to be rid of it). Raises
+    InvalidTagNameError, TagNotFoundError."""
+    key = _tag_key(name, states.name)
+    if not states.objects.exists(key):
+        raise TagNotFoundError(f"table {states.name} has no tag {name!r}")
+    states.objects.delete_many([key])
 
 
 # ---- diff -------------------------------------------------------------------------------------
@@ -155,6 +188,28 @@ def _compare(a: TableState, b: TableState, pids: Iterable[str], v1: int, v2: int
                 compared, skipped)
 
 
+def _diff_by_snapshots(states: StateStore, v1: int, v2: int) -> Diff:
+    """``diff`` when both versions have snapshots: ranges of equal digests are skipped."""
+    where = f"diff of table {states.name}"
+    ranges = []
+    for v in (v1, v2):
+        doc = read_pointer(states.objects, v, states.table_id, name=states.name)
+        if "metarange" not in doc:
+            raise CorruptMetadataError(f"snapshot {v} of table {states.name} "
+                                       f"({snapshot_key(v)}) lacks its metarange")
+        ranges.append(read_metarange(states.objects, doc["metarange"], where))
+    r1, r2 = ranges
+    same = {r.digest for r in r1} & {r.digest for r in r2}
+    changed = [r for r in r1 + r2 if r.digest not in same]
+    a, b = states.load(v1), states.load(v2)
+    pids: set[str] = set()
+    for r in changed:
+        for s in (a, b):
+            pids.update(p for p in s.partitions_with_references()
+                        if r.first_partition <= p <= r.last_partition)
+    return _compare(a, b, pids, v1, v2, len(changed), len(r1) + len(r2) - len(changed))
+
+
 def diff(states: StateStore, v1: int, v2: int) -> Diff:
     """Differences between two versions (cost proportional to the change)."""
     head = states.head().version
@@ -163,20 +218,10 @@ def diff(states: StateStore, v1: int, v2: int) -> Diff:
             raise QueryError(f"table {states.name} has no version {v} (versions 1..{head})")
     snaps = set(snapshot_versions(states.objects))
     if v1 in snaps and v2 in snaps:
-        where = f"diff of table {states.name}"
-        r1 = read_metarange(states.objects, read_pointer(states.objects, v1, states.table_id,
-                                                         name=states.name)["metarange"], where)
-        r2 = read_metarange(states.objects, read_pointer(states.objects, v2, states.table_id,
-                                                         name=states.name)["metarange"], where)
-        same = {r.digest for r in r1} & {r.digest for r in r2}
-        changed = [r for r in r1 + r2 if r.digest not in same]
-        a, b = states.load(v1), states.load(v2)
-        pids: set[str] = set()
-        for r in changed:
-            for s in (a, b):
-                pids.update(p for p in s.partitions_with_references()
-                            if r.first_partition <= p <= r.last_partition)
-        return _compare(a, b, pids, v1, v2, len(changed), len(r1) + len(r2) - len(changed))
+        try:
+            return _diff_by_snapshots(states, v1, v2)
+        except CorruptMetadataError as e:  # a damaged snapshot: the log answers as well
+            log.warning("diff of table %s: %s; comparing by the log", states.name, e)
     lo, hi = min(v1, v2), max(v1, v2)
     base = states.load(lo)
     state = base.copy()
@@ -239,7 +284,13 @@ def prune(states: StateStore, retention_seconds: float, *, now: float | None = N
     window = max(retention_seconds, PRUNE_GRACE_SECONDS) + skew
     recent = [v for v, o in logs.items() if clock - o.mtime < window]
     limit = min([head.version, *recent]) - 1
-    tags = [t.version for t in list_tags(states)]
+    scan = scan_tags(states)
+    if scan.unreadable:
+        # an unreadable tag may pin any version: nothing can be proved unneeded
+        note = f"an unreadable tag may pin any version, nothing pruned: {scan.unreadable[0]}"
+        log.warning("%s: %s", where, note)
+        return PruneResult(note=note)
+    tags = [t.version for t in scan.tags]
     if tags:
         limit = min(limit, min(tags))
     snaps = snapshot_versions(states.objects)
