@@ -23,7 +23,7 @@ from reference import Reference, assert_matches, random_batch, string_key_pool
 from sediment.errors import DataError
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name
 from sediment.ingest import IngestResult
-from sediment.ingest import standard as standard_ingest
+from sediment.ingest.spill import SortedRuns
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("value", pa.string()), ("n", pa.int64())])
@@ -243,19 +243,19 @@ def test_ingest_files_on_store(store_uri: tuple[str, dict[str, Any]]) -> None:
 def test_ingest_past_memory_limit_spills_and_stays_exact(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str) -> None:
     spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
     table = new_table(tmp_path / "store", split_points=["g", "p"],
                       **{"ingest.memory_limit_bytes": 1 << 20,
-                         "ingest.spill_dir": str(spill_dir),
                          "ingest.write_strategy": strategy,
                          "parquet.row_group_rows": 4096})
     spills: list[int] = []
-    original = standard_ingest._SortedRuns._spill
+    original = SortedRuns._spill
 
     def counting_spill(self: Any) -> None:
         spills.append(self.buffered)
         original(self)
 
-    monkeypatch.setattr(standard_ingest._SortedRuns, "_spill", counting_spill)
+    monkeypatch.setattr(SortedRuns, "_spill", counting_spill)
     rng = np.random.default_rng(42)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     frames: list[pd.DataFrame] = []
@@ -271,7 +271,7 @@ def test_ingest_past_memory_limit_spills_and_stays_exact(
             frames.append(df)
             yield pa.Table.from_pandas(df, schema=SCHEMA.to_arrow(), preserve_index=False)
 
-    result = table.ingest(batches())
+    result = table.ingest(batches(), spill_dir=str(spill_dir))
     assert result.rows == 300_000
     assert len(spills) >= 5, "the ingest should have spilled sorted runs"
     assert not spill_dir.exists() or not any(spill_dir.iterdir()), "runs not cleaned up"
@@ -343,8 +343,8 @@ def test_int32_overflow_names_field_and_row(tmp_path: Path) -> None:
 
 def test_bad_batch_after_spilling_writes_nothing(tmp_path: Path) -> None:
     spill_dir = tmp_path / "spill"
-    table = new_table(tmp_path / "store", **{"ingest.memory_limit_bytes": 1 << 20,
-                                             "ingest.spill_dir": str(spill_dir)})
+    spill_dir.mkdir()
+    table = new_table(tmp_path / "store", **{"ingest.memory_limit_bytes": 1 << 20})
     version = table.version
 
     def batches() -> Iterator[pa.Table]:
@@ -353,7 +353,7 @@ def test_bad_batch_after_spilling_writes_nothing(tmp_path: Path) -> None:
         yield pa.table({"key": ["a", None], "ts": [1, 2], "value": ["v", "w"], "n": [1, 2]})
 
     with pytest.raises(DataError, match=r"'key' is null at row 48001"):
-        table.ingest(batches())
+        table.ingest(batches(), spill_dir=str(spill_dir))
     assert table.version == version
     assert data_objects(table) == []
     assert not any(spill_dir.iterdir())

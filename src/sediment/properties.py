@@ -140,7 +140,12 @@ _SPECS = [
                  "referenced from every leaf it covers.",
                  choices=("per_partition", "shared_file")),
     PropertySpec("ingest.spill_dir", str, "",
-                 "Local folder for spilled sorted runs (empty: the system temp folder)."),
+                 "No longer read: the spill folder is the ingesting client's choice, not the "
+                 "store's (table.ingest(..., spill_dir=...), `sediment ingest --spill-dir`, or "
+                 "SEDIMENT_SPILL_DIR; default the system temp folder). Still accepted, with a "
+                 "warning, so that stores which set it keep opening.",
+                 check=lambda v: __import__("sediment.ingest.spill", fromlist=["_"])
+                 .ignore_spill_dir_property(v)),
     PropertySpec("bulk_import.min_leaf_partitions", int, 256,
                  "Bulk import pre-splits a table with fewer leaves than this from a sample of "
                  "its input (Sleeper uses 256).", minimum=1),

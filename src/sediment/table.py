@@ -359,29 +359,36 @@ class Table(Conversions, EngineMethods):
         return maintain(self._handle, orphan_timeout=orphan_timeout, progress=progress)
 
     # ---- ingest ----------------------------------------------------------------------------
-    def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None
-               ) -> IngestResult:
+    def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None,
+               spill_dir: str | None = None) -> IngestResult:
         """Ingest records (pyarrow Table/RecordBatch/RecordBatchReader, pandas DataFrame or an
         iterable of them) in one transaction.
 
-        Raises DataError: records that do not fit the schema (the row is named);
-        TransactionError: the commit was refused (CommitOutcomeUnknownError: no answer). Nothing
-        partial is ever committed.
+        ``spill_dir``: the local folder sorted runs spill to past ``ingest.memory_limit_bytes``
+        (else ``$SEDIMENT_SPILL_DIR``, else the system temp folder). It is this client's
+        choice, not the table's: the old ``ingest.spill_dir`` property is ignored.
+
+        Raises DataError: records that do not fit the schema (the field and row are named);
+        StorageError: the spill folder does not exist or is not a folder, or a write failed
+        (a full disk: the folder or file is named); TransactionError: the commit was refused
+        (CommitOutcomeUnknownError: no answer). Nothing partial is ever committed.
         """
         from sediment.ingest import ingest
 
-        return ingest(self._handle, data, progress=progress)
+        return ingest(self._handle, data, progress=progress, spill_dir=spill_dir)
 
     def ingest_files(self, paths: Sequence[str] | str, *,
-                     progress: Callable[[int], None] | None = None) -> IngestResult:
-        """Ingest Parquet, CSV or JSON-lines files (local or S3; globs) in one transaction.
+                     progress: Callable[[int], None] | None = None,
+                     spill_dir: str | None = None) -> IngestResult:
+        """Ingest Parquet, CSV or JSON-lines files (local or S3; globs) in one transaction
+        (``spill_dir``: as :meth:`ingest`).
 
         Raises DataError: a missing or unreadable file, an unknown format, a bad record;
-        TransactionError: as :meth:`ingest`.
+        StorageError, TransactionError: as :meth:`ingest`.
         """
         from sediment.ingest import ingest_files
 
-        return ingest_files(self._handle, paths, progress=progress)
+        return ingest_files(self._handle, paths, progress=progress, spill_dir=spill_dir)
 
     # ---- queries ---------------------------------------------------------------------------
     def _query_state(self, version: int | str | None) -> TableState:

@@ -87,6 +87,10 @@ def ingest(
     name: TableArg,
     files: Annotated[list[str], typer.Argument(help="Parquet, CSV or JSON-lines files; globs "
                                                     "and s3:// paths allowed.")],
+    spill_dir: Annotated[Path | None, typer.Option(
+        "--spill-dir",
+        help="Local folder for sorted runs spilled past ingest.memory_limit_bytes; it must "
+             "exist. Default: $SEDIMENT_SPILL_DIR, else the system temp folder.")] = None,
     store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -94,7 +98,8 @@ def ingest(
     table = open_table(store, name)
     with progress_bar(json_out, "rows") as bar:
         task = bar.add_task(f"ingest {name}", total=None)
-        result = table.ingest_files(files, progress=lambda n: bar.advance(task, n))
+        result = table.ingest_files(files, progress=lambda n: bar.advance(task, n),
+                                    spill_dir=None if spill_dir is None else str(spill_dir))
     data = {"table": name, "rows": result.rows, "files": result.files, "bytes": result.bytes,
             "version": result.version, "seconds": result.seconds,
             "rows_per_second": result.rows_per_second}

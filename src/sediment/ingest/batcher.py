@@ -349,8 +349,8 @@ def committed_version(table: TableHandle, base_version: int, files: Sequence[str
     return None
 
 
-def _run_job(table: TableHandle, batch: Batch, route: str, spark: SparkSession | None
-             ) -> JobOutcome:
+def _run_job(table: TableHandle, batch: Batch, route: str, spark: SparkSession | None,
+             spill_dir: str | None = None) -> JobOutcome:
     job_id = f"{int(time.time() * 1000):015d}-{uuid.uuid4().hex[:12]}"
     job: dict[str, Any] = {
         "id": job_id, "route": route, "state": "claiming", "reason": batch.reason,
@@ -378,7 +378,8 @@ def _run_job(table: TableHandle, batch: Batch, route: str, spark: SparkSession |
             assert spark is not None
             result = bulk_import(spark, table, paths, before_commit=before_commit)
         else:
-            result = ingest_files(table, paths, before_commit=before_commit)
+            result = ingest_files(table, paths, before_commit=before_commit,
+                                  spill_dir=spill_dir)
     except _Aborted:
         _save_job(table, job, state="aborted", error="given up by a recovering run")
         return JobOutcome(job_id, route, "aborted", len(claimed), size)
@@ -461,12 +462,13 @@ def _prune_jobs(table: TableHandle) -> None:
 
 
 def run(table: TableLike, spark: SparkSession | None = None, *, now: float | None = None,
-        flush: bool = False) -> RunResult:
+        flush: bool = False, spill_dir: str | None = None) -> RunResult:
     """Settle abandoned jobs, then make and run every job that is due (see module docs).
 
     With ``spark``, jobs of at least ``batcher.bulk_import_min_bytes`` go to Spark bulk import;
-    the rest (or all, without Spark) to standard ingest. ``flush``: a group that is neither
-    full nor old enough runs too (``sediment batcher run --now``).
+    the rest (or all, without Spark) to standard ingest, spilling to ``spill_dir`` (as
+    ``Table.ingest``: else ``$SEDIMENT_SPILL_DIR``, else the system temp folder). ``flush``: a
+    group that is neither full nor old enough runs too (``sediment batcher run --now``).
     """
     table = handle_of(table)
     now = time.time() if now is None else now
@@ -474,7 +476,7 @@ def run(table: TableLike, spark: SparkSession | None = None, *, now: float | Non
     props = table.properties
     requests = pending(table)
     batches = plan_batches(requests, props, now, flush=flush)
-    outcomes = [_run_job(table, b, route_for(b, props, spark is not None), spark)
+    outcomes = [_run_job(table, b, route_for(b, props, spark is not None), spark, spill_dir)
                 for b in batches]
     _prune_jobs(table)
     waiting = len(requests) - sum(b.files for b in batches)

@@ -26,8 +26,21 @@ from sediment.storage import ObjectStore, open_object_store
 IngestInput = Any  # pa.Table | pa.RecordBatch | pa.RecordBatchReader | DataFrame | Iterable
 
 
-def iter_input(data: IngestInput) -> Iterator[pa.RecordBatch]:
-    """Record batches from any accepted input type (no copies for Arrow input)."""
+def iter_input(data: IngestInput, table: str = "?", source: str = "input"
+               ) -> Iterator[pa.RecordBatch]:
+    """Record batches from any accepted input type (no copies for Arrow input).
+
+    A pandas DataFrame Arrow cannot convert (a column mixing strings and numbers, a string
+    that is not valid Unicode, two columns of one name) raises DataError naming the table, the
+    column and the first bad row, counted across everything before it in ``data``."""
+    seen = [0]  # rows yielded so far: where a DataFrame's row 0 is in the whole input
+    for batch in _batches(data, table, source, seen):
+        yield batch
+        seen[0] += batch.num_rows
+
+
+def _batches(data: IngestInput, table: str, source: str, seen: list[int]
+             ) -> Iterator[pa.RecordBatch]:
     if isinstance(data, pa.RecordBatch):
         yield data
     elif isinstance(data, pa.Table):
@@ -35,20 +48,74 @@ def iter_input(data: IngestInput) -> Iterator[pa.RecordBatch]:
     elif isinstance(data, pa.RecordBatchReader):
         yield from data
     elif _is_dataframe(data):
-        yield from pa.Table.from_pandas(data, preserve_index=False).to_batches()
+        yield from _from_pandas(data, table, source, seen[0]).to_batches()
     elif hasattr(data, "__arrow_c_stream__"):
         yield from pa.RecordBatchReader.from_stream(data)
     elif isinstance(data, Iterable) and not isinstance(data, str | bytes | dict):
         for item in data:
             if isinstance(item, pa.RecordBatchReader | pa.Table | pa.RecordBatch) or \
                     _is_dataframe(item):
-                yield from iter_input(item)
+                yield from _batches(item, table, source, seen)
             else:
                 raise DataError(f"cannot ingest an element of type {type(item).__name__}; "
                                 "give Arrow tables/batches or pandas DataFrames")
     else:
         raise DataError(f"cannot ingest {type(data).__name__}; give a pyarrow Table, "
                         "RecordBatch, RecordBatchReader, pandas DataFrame or an iterable of them")
+
+
+_PANDAS_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                  UnicodeError, ValueError, TypeError)
+"""What ``pa.Table.from_pandas`` raises for values it cannot convert (a lone surrogate is a
+UnicodeEncodeError, mixed types an ArrowTypeError, duplicate names a ValueError)."""
+
+
+def _from_pandas(df: Any, table: str, source: str, offset: int) -> pa.Table:
+    """The DataFrame as an Arrow table, or DataError naming the column and row at fault
+    (found on the error path only: the columns one by one, then the rows by bisection)."""
+    names = [str(c) for c in df.columns]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DataError(f"ingest into table {table}: {source} has two columns named "
+                        f"{twice[0]!r}; refusing to pick one")
+    try:
+        return pa.Table.from_pandas(df, preserve_index=False)
+    except _PANDAS_ERRORS as e:
+        reason = e
+    for i, name in enumerate(names):
+        column = df.iloc[:, i]
+        try:
+            pa.array(column, from_pandas=True)
+            continue
+        except _PANDAS_ERRORS as e:
+            reason = e
+        row = _first_bad_pandas_row(column)
+        raise DataError(f"ingest into table {table}: field {name!r} at row {offset + row} of "
+                        f"{source} cannot be converted to Arrow: {_describe(reason)}") from None
+    raise DataError(f"ingest into table {table}: {source} cannot be converted to Arrow: "
+                    f"{_describe(reason)}") from None
+
+
+def _first_bad_pandas_row(column: Any) -> int:
+    """The first row of a pandas column Arrow cannot convert, by bisection on prefixes
+    (O(log n) conversions): a prefix fails once it holds a bad value, and so does every longer
+    one."""
+    good, bad = 0, len(column)
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        try:
+            pa.array(column.iloc[:mid], from_pandas=True)
+            good = mid
+        except _PANDAS_ERRORS:
+            bad = mid
+    return bad - 1
+
+
+def _describe(e: BaseException) -> str:
+    """An exception's reason in one line (ArrowTypeError carries a tuple of messages)."""
+    if e.args and all(isinstance(a, str) for a in e.args) and len(e.args) > 1:
+        return "; ".join(e.args)
+    return str(e)
 
 
 def _is_dataframe(obj: Any) -> bool:
@@ -61,6 +128,10 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
     """The batch with the table's fields in order and types, or DataError."""
     names = batch.schema.names
     wanted = schema.to_arrow()
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DataError(f"ingest into table {table}: {source} has two fields named "
+                        f"{twice[0]!r}; refusing to pick one")
     extra = [n for n in names if n not in wanted.names]
     if extra:
         raise DataError(f"ingest into table {table}: {source} has field {extra[0]!r} which is "
@@ -78,6 +149,12 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
                 "values already stored. Convert it to the table's unit first (a pandas "
                 "datetime64[ns] column to milliseconds: df[col].astype('int64') // 10**6), "
                 "or declare the field a timestamp")
+        if _quietly_stringified(col.type, f.type):
+            raise DataError(
+                f"ingest into table {table}: field {f.name!r} of {source} is {col.type} but "
+                f"the table stores it as {f.type}: refusing to turn those values into text "
+                "('1.5', 'true'); convert the column to strings first if that is what you "
+                "mean")
         if not col.type.equals(f.type):
             try:
                 col = col.cast(f.type, safe=True)
@@ -100,6 +177,21 @@ def _temporal_into_number(given: pa.DataType, wanted: pa.DataType) -> bool:
     table storing, say, epoch milliseconds means."""
     return pa.types.is_temporal(given) and (pa.types.is_integer(wanted)
                                             or pa.types.is_floating(wanted))
+
+
+def _quietly_stringified(given: pa.DataType, wanted: pa.DataType) -> bool:
+    """A column bound for a string field that Arrow would cast by printing its values: floats
+    (1.5 -> "1.5"), booleans ("true"), decimals, temporal values. Only text (string, binary
+    as UTF-8, dictionary-encoded text), integers (1 -> "1": the documented safe cast) and
+    all-null columns go to a string field."""
+    if not (pa.types.is_string(wanted) or pa.types.is_large_string(wanted)):
+        return False
+    if pa.types.is_dictionary(given):
+        given = given.value_type
+    return not (pa.types.is_string(given) or pa.types.is_large_string(given)
+                or pa.types.is_string_view(given) or pa.types.is_binary(given)
+                or pa.types.is_large_binary(given) or pa.types.is_integer(given)
+                or pa.types.is_null(given))
 
 
 def _unit_words(t: pa.DataType) -> str:
@@ -219,8 +311,36 @@ def read_file(fs: pafs.FileSystem, path: str, schema: Schema) -> Iterator[pa.Rec
                 yield batch
         else:
             stream = fs.open_input_stream(path, compression="detect")
-            yield from pajson.read_json(
-                stream, parse_options=pajson.ParseOptions(
-                    explicit_schema=arrow, unexpected_field_behavior="error")).to_batches()
+            try:
+                data = pajson.read_json(stream, parse_options=pajson.ParseOptions(
+                    explicit_schema=arrow, unexpected_field_behavior="error"))
+            except pa.ArrowInvalid as e:
+                if "unexpected field" in str(e):
+                    _name_unexpected_json_field(fs, path, arrow, e)
+                raise
+            yield from data.to_batches()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
         raise DataError(f"cannot read {fmt} file {path!r}: {e}") from e
+
+
+def _name_unexpected_json_field(fs: pafs.FileSystem, path: str, arrow: pa.Schema,
+                                error: Exception) -> None:
+    """Arrow's JSON reader says only "unexpected field": read the file again letting it infer
+    the extra fields, and raise DataError naming the first one not in the schema and the first
+    row holding it (on the error path only). Returns when that read fails too, so the caller
+    reports Arrow's own error."""
+    import pyarrow.json as pajson
+
+    try:
+        with fs.open_input_stream(path, compression="detect") as stream:
+            inferred = pajson.read_json(stream, parse_options=pajson.ParseOptions(
+                explicit_schema=arrow, unexpected_field_behavior="infer"))
+    except (pa.ArrowException, OSError):
+        return
+    extra = [n for n in inferred.schema.names if n not in arrow.names]
+    if not extra:
+        return
+    rows = pc.indices_nonzero(pc.is_valid(inferred.column(extra[0])))
+    at = f" (first at row {rows[0].as_py()})" if len(rows) else ""
+    raise DataError(f"cannot read json file {path!r}: field {extra[0]!r}{at} is not in the "
+                    f"table's schema ({', '.join(arrow.names)})") from error
