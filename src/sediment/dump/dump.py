@@ -6,9 +6,12 @@ Tasks are the dump range cut at leaf-partition boundaries. Task ``t`` writes, pe
 batch's manifest says ``final``. When every task is done the job writes
 ``<job>/job-manifest.json`` listing every task, with the checksums of their manifests.
 
-- One job at a time: a lock object in the table (put-if-absent) with a heartbeat; a second dump
-  is refused while the heartbeat is fresh. A job whose lock went stale is resumed by the next
-  ``dump`` to the same root: finished tasks (final manifest present) are kept, the others rerun.
+- One job at a time: a lock object in the table (put-if-absent) with a heartbeat that a
+  background thread keeps fresh while tasks run (``sediment.dump.lock``); a second dump is
+  refused while it is fresh. A job whose lock went stale is resumed by the next ``dump`` to the
+  same root: finished tasks (final manifest present) are kept, the others rerun. A stalled dump
+  that lost its lock that way writes nothing more, and succeeds with the resumer's job manifest
+  once it is written.
 - A task that fails is retried, first clearing its own folder.
 - The pinned version is protected from GC by a tag held for the job's life.
 """
@@ -16,21 +19,22 @@ batch's manifest says ``final``. When every task is done the job writes
 from __future__ import annotations
 
 import io
-import json
 import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sediment.core.model import FileReference
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
+from sediment.dump.lock import GUARD, LOCK_KEY, DumpLock, DumpLockLostError, check_owner, guard
+from sediment.dump.lock import abandon as abandon_lock
 from sediment.dump.manifest import (
     FORMAT,
     JOB_MANIFEST,
@@ -39,23 +43,24 @@ from sediment.dump.manifest import (
     range_to_json,
     sha256,
 )
-from sediment.errors import JobError, ObjectNotFoundError, QueryError, SedimentError
+from sediment.dump.whole import copy_file, whole_file
+from sediment.errors import JobError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
-from sediment.files.sidecars import SAMPLE, read_sidecar
 from sediment.query.planner import SubQuery
 from sediment.state.versions import create_tag, delete_tag, list_tags
 from sediment.storage.base import ObjectStore
-from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
 
-LOCK_KEY = "dumps/lock.json"
+__all__ = ["LOCK_KEY", "DumpJob", "DumpLockLostError", "DumpTask", "abandon_dump", "dump_table",
+           "plan_dump_tasks", "run_dump_task", "run_dump_task_retried"]
+
 LOCK_TIMEOUT_SECONDS = 120.0
+"""How long the dump lock may go without a heartbeat (by the store's clock) before another dump
+to the same root resumes the job (``dump_table(lock_timeout=...)`` overrides it)."""
 BATCH_ROWS = 1_000_000
 RETRIES = 3
-
-
 @dataclass(frozen=True, slots=True)
 class DumpTask:
     task_id: str
@@ -136,6 +141,7 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
                   task: DumpTask) -> list[str]:
     """Write one task's batches (clearing its folder first); returns its manifest paths."""
     folder = f"{job_id}/{task.task_id}"
+    guard()  # a job resumed by another dump is that dump's to write
     dest.delete_many([o.key for o in dest.list(folder + "/")])
     state = table.state(version)
     leaf = state.partitions[task.leaf_id]
@@ -144,9 +150,10 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
         refs.extend(state.references(anc.id).values())
     schema = table.schema
     executor = table.executors.get(state)  # the table's own, with its caches
-    whole = _whole_file(table, executor, refs, task)
+    whole = whole_file(table, executor, refs, task.range)
     if whole is not None:
-        return [_copy_file(table, dest, f"{folder}/batch-00000", version, task, whole)]
+        return [copy_file(table, dest, f"{folder}/batch-00000", version, task.range,
+                          whole)]
     sub = SubQuery(leaf.id, leaf.region, tuple(refs), (task.query or task.range,))
     props = table.properties
     batches = executor.stream(_plan_of(state, sub), schema.field_names,
@@ -159,6 +166,7 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
         nonlocal pending, held
         data = pa.Table.from_batches(pending, schema=schema.to_arrow())
         prefix = f"{folder}/batch-{len(paths):05d}"
+        guard()
         _write_batch(dest, prefix, version, data, schema.row_key_names, task.range, final,
                      int(props["sample.size"]), int(props["parquet.row_group_rows"]))
         paths.append(f"{prefix}/{version}-manifest.json")
@@ -171,52 +179,6 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
             flush(False)
     flush(True)
     return paths
-
-
-def _whole_file(table: TableHandle, executor: Any, refs: Sequence[FileReference],
-                task: DumpTask) -> FileReference | None:
-    """The task's only file when it can be copied byte for byte: one exact reference, no
-    compaction iterators, and every row strictly inside the task's range (judged on the
-    first row-key field from the cached footer statistics)."""
-    if len(refs) != 1 or refs[0].approximate or table.compaction_iterators():
-        return None
-    ref = refs[0]
-    _, footer = executor.footers.open(ref.filename)
-    if footer.metadata.num_rows != ref.records or not footer.mins or \
-            any(m is None for m in footer.mins + footer.maxs):
-        return None
-    lo, hi = min(footer.mins), max(footer.maxs)
-    # The tile, not the dump range (``task.query``): the file may be an ancestor's (not yet
-    # pushed down) or shared with other leaves, holding rows of other tiles; the tile lies
-    # inside the dump range and the leaf's region, so rows inside it are exactly the task's.
-    rng = task.range
-    if rng.start is not None and not lo > rng.start[0]:
-        return None
-    if rng.end is not None and not hi < rng.end[0]:
-        return None
-    return ref
-
-
-def _copy_file(table: TableHandle, dest: ObjectStore, prefix: str, version: int, task: DumpTask,
-               ref: FileReference) -> str:
-    """Dump a whole data file and its sample by copying their bytes (no re-encoding)."""
-    files: list[dict[str, Any]] = []
-    for kind in ("data", "sample"):
-        # the sample under its current name, or its legacy one (sediment.files.sidecars)
-        raw = table.objects.get(ref.filename) if kind == "data" else \
-            read_sidecar(table.objects, ref.filename, SAMPLE)[1]
-        path = f"{prefix}/{version}-{kind}.parquet"
-        dest.put(path, raw)
-        rows = ref.records if kind == "data" else pq.ParquetFile(pa.BufferReader(raw)
-                                                                 ).metadata.num_rows
-        files.append({"path": path, "kind": kind, "rows": rows, "bytes": len(raw),
-                      "sha256": sha256(raw)})
-    manifest = {"format": FORMAT, "version": version, "range": range_to_json(task.range),
-                "rows": ref.records, "bytes": sum(f["bytes"] for f in files), "files": files,
-                "final": True, "copied": True}
-    path = f"{prefix}/{version}-manifest.json"
-    dest.put(path, dumps(manifest))
-    return path
 
 
 def _plan_of(state: TableState, sub: SubQuery) -> Any:
@@ -239,92 +201,96 @@ def _task_done(dest: ObjectStore, job_id: str, task: DumpTask, version: int) -> 
 
 
 def run_dump_task_retried(table: TableHandle, dest: ObjectStore, job_id: str, version: int,
-                          task: DumpTask) -> tuple[str, list[str]]:
+                          task: DumpTask, owner: str | None = None) -> tuple[str, list[str]]:
     """``(task id, manifest paths)`` of :func:`run_dump_task`, tried up to ``RETRIES`` times
     (each try clears the task's folder first); JobError when every try fails. Used by the
-    local threads and by Spark tasks."""
+    local threads and by Spark tasks. With ``owner`` (the job's lock owner), the task checks
+    that the job still holds the table's dump lock before it clears or writes anything, and
+    stops with DumpLockLostError (never retried) when it does not."""
+    token = GUARD.set(None if owner is None else
+                       partial(check_owner, table.objects, owner, table.name, job_id))
     last: Exception | None = None
-    for _ in range(RETRIES):
-        try:
-            return task.task_id, run_dump_task(table, dest, job_id, version, task)
-        except SedimentError as e:
-            last = e
+    try:
+        for _ in range(RETRIES):
+            try:
+                return task.task_id, run_dump_task(table, dest, job_id, version, task)
+            except DumpLockLostError:
+                raise
+            except SedimentError as e:
+                last = e
+    finally:
+        GUARD.reset(token)
     raise JobError(f"dump job {job_id}: task {task.task_id} failed {RETRIES} times: {last}")
-
-
-class _Lock:
-    """The table's one-dump-at-a-time lock, with a heartbeat."""
-
-    def __init__(self, table: TableHandle, root: str, rng: Range, version: int | None,
-                 job_id: str | None = None) -> None:
-        self.table = table
-        self.doc: dict[str, Any] = {
-            "job_id": job_id or uuid.uuid4().hex[:16], "root": root, "range": range_to_json(rng),
-            "version": version, "started": time.time(), "heartbeat": time.time()}
-
-    def acquire(self) -> bool:
-        """True when the job is new; False when it resumes a stale job to the same root."""
-        objects = self.table.objects
-        if create_once(objects, LOCK_KEY, json.dumps(self.doc).encode()):
-            return True
-        try:
-            held = json.loads(objects.get(LOCK_KEY))
-        except (ObjectNotFoundError, ValueError):
-            return self.acquire()
-        age = time.time() - float(held.get("heartbeat", 0))
-        if age < LOCK_TIMEOUT_SECONDS:
-            raise JobError(f"table {self.table.name}: dump job {held.get('job_id')} to "
-                           f"{held.get('root')} is running (heartbeat {age:.0f} s ago); one dump "
-                           "job per table at a time")
-        if held.get("root") != self.doc["root"] or held.get("range") != self.doc["range"]:
-            raise JobError(f"table {self.table.name}: an interrupted dump job "
-                           f"{held.get('job_id')} to {held.get('root')} must be resumed (dump "
-                           "to that root and range again) or abandoned (`sediment dump "
-                           "--abandon`) first")
-        self.doc = {**held, "heartbeat": time.time()}
-        self.beat()
-        return False
-
-    def beat(self) -> None:
-        self.doc["heartbeat"] = time.time()
-        self.table.objects.put(LOCK_KEY, json.dumps(self.doc).encode())
-
-    def mark_stale(self) -> None:
-        """Heartbeat 0: the next dump to the same root resumes the job at once."""
-        self.doc["heartbeat"] = 0.0
-        self.table.objects.put(LOCK_KEY, json.dumps(self.doc).encode())
-
-    def release(self) -> None:
-        self.table.objects.delete_many([LOCK_KEY])
 
 
 def abandon_dump(table: TableHandle) -> None:
     """Remove the dump lock (and the version tag) of an interrupted job."""
+    held = abandon_lock(table.objects)
+    if held is not None and held.get("job_id"):
+        _forget_tag(table, f"dump-{held['job_id']}")
+
+
+def _forget_tag(table: TableHandle, tag: str) -> None:
+    """Delete a job's version tag; one already gone (deleted by a peer) is no error."""
     try:
-        held = json.loads(table.objects.get(LOCK_KEY))
-    except ObjectNotFoundError:
-        return
-    try:
-        delete_tag(table.states, f"dump-{held['job_id']}")
+        delete_tag(table.states, tag)
     except QueryError:
         pass
-    table.objects.delete_many([LOCK_KEY])
+
+
+def dump_root_of(table: TableHandle, root: str) -> str:
+    """``root`` without trailing slashes; a blank one (which would dump into the working
+    directory) or a scheme alone is refused, naming the argument."""
+    if not root.strip():
+        raise QueryError(f"table {table.name}: dump destination (root) {root!r} is blank; give "
+                         "a folder or s3://bucket/prefix")
+    out = root.rstrip("/") or "/"
+    if out.endswith(":"):
+        raise QueryError(f"table {table.name}: dump destination (root) {root!r} names no "
+                         "folder; give a folder or s3://bucket/prefix")
+    return out
+
+
+def _finished_by_peer(dest: ObjectStore, root: str, job_id: str, started: float,
+                      resumed: int) -> DumpJob | None:
+    """The job as a peer finished it (its job manifest is written), else None."""
+    key = f"{job_id}/{JOB_MANIFEST}"
+    try:
+        doc = loads(dest.get(key), key)
+        return DumpJob(job_id, root, _join(root, key), int(doc["version"]), len(doc["tasks"]),
+                       int(doc["rows"]), int(doc["bytes"]), time.perf_counter() - started,
+                       resumed)
+    except (SedimentError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _join(root: str, key: str) -> str:
+    return f"{root}{key}" if root.endswith("/") else f"{root}/{key}"
 
 
 def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # noqa: A002
                version: int | str | None = None, threads: int = 0,
                progress: Callable[[int, int], None] | None = None,
-               runner: str = "local") -> DumpJob:
-    """Dump ``range`` (default: everything) of ``table`` at ``version`` under ``root``."""
+               runner: str = "local", lock_timeout: float | None = None) -> DumpJob:
+    """Dump ``range`` (default: everything) of ``table`` at ``version`` under ``root``.
+
+    ``lock_timeout`` (default ``LOCK_TIMEOUT_SECONDS``) is how long the table's dump lock may
+    go without a heartbeat before another dump to the same root resumes the job; the heartbeat
+    runs every quarter of it while tasks run. When this dump loses the lock (it stalled past
+    the limit and another dump resumed the job) and that dump has finished, the result is that
+    dump's job: the same job manifest."""
     started = time.perf_counter()
     rng = range or Range()
     if rng.is_empty():  # no task could tile it: the dump would not load
         raise QueryError(f"table {table.name}: dump range {rng} is empty")
-    root = root.rstrip("/")
+    root = dump_root_of(table, root)
+    dest = table.object_store_at(root)  # a bad URI fails here, before any lock is taken
     v = table.resolve_version(version) or table.version
-    lock = _Lock(table, root, rng, v)
+    lock = DumpLock(table.objects, table.name, {
+        "job_id": uuid.uuid4().hex[:16], "root": root, "range": range_to_json(rng),
+        "version": v}, LOCK_TIMEOUT_SECONDS if lock_timeout is None else lock_timeout)
     new = lock.acquire()
-    job_id = str(lock.doc["job_id"])
+    job_id = lock.job_id
     v = int(lock.doc["version"] or v)
     tag = f"dump-{job_id}"
     try:
@@ -338,60 +304,80 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
         else:
             lock.mark_stale()
         raise
-    dest = table.object_store_at(root)
+    resumed = 0
     try:
-        state = table.state(v)
-        tasks = plan_dump_tasks(state, rng)
-        done: dict[str, list[str]] = {}
-        for t in tasks:
-            m = _task_done(dest, job_id, t, v) if not new else None
-            if m is not None:
-                done[t.task_id] = m
-        resumed = len(done)
-        todo = [t for t in tasks if t.task_id not in done]
-        if progress is not None:  # the total at once (a progress bar's "0/N")
-            progress(len(done), len(tasks))
-
-        if runner == "spark" and todo:
-            from sediment.spark.dump_runner import run_tasks_on_spark
-
-            # executors resolve a relative path against their own working directory: give
-            # them the destination's normalised URI (file:///abs/path or s3://...)
-            for tid, paths in run_tasks_on_spark(table, dest.uri, job_id, v, todo):
-                done[tid] = paths
-            if progress is not None:  # Spark's own console bar shows its tasks meanwhile
-                progress(len(done), len(tasks))
-        else:
-            n = threads or os.cpu_count() or 2
-            with ThreadPoolExecutor(max(1, min(n, len(todo) or 1))) as pool:
-                for tid, paths in pool.map(
-                        lambda t: run_dump_task_retried(table, dest, job_id, v, t), todo):
-                    done[tid] = paths
-                    lock.beat()
-                    if progress is not None:
-                        progress(len(done), len(tasks))
-        entries, rows, size = [], 0, 0
-        for t in tasks:
-            manifests = []
-            for p in done[t.task_id]:
-                raw = dest.get(p)
-                doc = loads(raw, p)
-                rows += int(doc["rows"])
-                size += int(doc["bytes"])
-                manifests.append({"path": p, "sha256": sha256(raw), "rows": doc["rows"]})
-            entries.append({"task_id": t.task_id, "leaf_id": t.leaf_id,
-                            "range": range_to_json(t.range), "manifests": manifests})
-        schema = table.schema
-        job = {"format": FORMAT, "job_id": job_id, "table": table.name, "version": v,
-               "schema": schema.to_json(), "range": range_to_json(rng), "tasks": entries,
-               "rows": rows, "bytes": size, "created": time.time()}
-        dest.put(f"{job_id}/{JOB_MANIFEST}", dumps(job))
+        with lock.heartbeat():
+            resumed, rows, size, n_tasks = _run_job(table, dest, lock, new, v, rng, threads,
+                                                    progress, runner)
+            lock.check()  # the tag and lock are another dump's once it resumed this job
+            _forget_tag(table, tag)
+            lock.release()
+    except Exception:
+        if lock.mark_stale():  # still ours: the next dump to this root resumes the job
+            raise
+        peer = _finished_by_peer(dest, root, job_id, started, resumed)
+        if peer is None:
+            raise
+        return peer  # a dump that resumed this one after it stalled finished the job
     except BaseException:
-        lock.mark_stale()  # (``beat()`` would stamp the current time: fresh, not stale)
+        lock.mark_stale()
         raise
-    delete_tag(table.states, tag)
-    lock.release()
-    table.status.record("dump", job_id, "finished", rows=rows, bytes=size, tasks=len(tasks),
+    table.status.record("dump", job_id, "finished", rows=rows, bytes=size, tasks=n_tasks,
                         root=root, version=v)
-    return DumpJob(job_id, root, f"{root}/{job_id}/{JOB_MANIFEST}", v, len(tasks), rows, size,
-                   time.perf_counter() - started, resumed)
+    return DumpJob(job_id, root, _join(root, f"{job_id}/{JOB_MANIFEST}"), v, n_tasks, rows,
+                   size, time.perf_counter() - started, resumed)
+
+
+def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, v: int,
+             rng: Range, threads: int, progress: Callable[[int, int], None] | None,
+             runner: str) -> tuple[int, int, int, int]:
+    """Run the job's unfinished tasks and write its job manifest (after checking the lock is
+    still ours); ``(resumed tasks, rows, bytes, tasks)``."""
+    job_id = lock.job_id
+    state = table.state(v)
+    tasks = plan_dump_tasks(state, rng)
+    done: dict[str, list[str]] = {}
+    for t in tasks:
+        m = _task_done(dest, job_id, t, v) if not new else None
+        if m is not None:
+            done[t.task_id] = m
+    resumed = len(done)
+    todo = [t for t in tasks if t.task_id not in done]
+    if progress is not None:  # the total at once (a progress bar's "0/N")
+        progress(len(done), len(tasks))
+
+    if runner == "spark" and todo:
+        from sediment.spark.dump_runner import run_tasks_on_spark
+
+        # executors resolve a relative path against their own working directory: give
+        # them the destination's normalised URI (file:///abs/path or s3://...)
+        for tid, paths in run_tasks_on_spark(table, dest.uri, job_id, v, todo, lock.owner):
+            done[tid] = paths
+        if progress is not None:  # Spark's own console bar shows its tasks meanwhile
+            progress(len(done), len(tasks))
+    else:
+        n = threads or os.cpu_count() or 2
+        with ThreadPoolExecutor(max(1, min(n, len(todo) or 1))) as pool:
+            for tid, paths in pool.map(
+                    lambda t: run_dump_task_retried(table, dest, job_id, v, t, lock.owner),
+                    todo):
+                done[tid] = paths
+                if progress is not None:
+                    progress(len(done), len(tasks))
+    entries, rows, size = [], 0, 0
+    for t in tasks:
+        manifests = []
+        for p in done[t.task_id]:
+            raw = dest.get(p)
+            doc = loads(raw, p)
+            rows += int(doc["rows"])
+            size += int(doc["bytes"])
+            manifests.append({"path": p, "sha256": sha256(raw), "rows": doc["rows"]})
+        entries.append({"task_id": t.task_id, "leaf_id": t.leaf_id,
+                        "range": range_to_json(t.range), "manifests": manifests})
+    job = {"format": FORMAT, "job_id": job_id, "table": table.name, "version": v,
+           "schema": table.schema.to_json(), "range": range_to_json(rng), "tasks": entries,
+           "rows": rows, "bytes": size, "created": time.time()}
+    lock.check()  # a dump that resumed this job after a stall writes the manifest, not us
+    dest.put(f"{job_id}/{JOB_MANIFEST}", dumps(job))
+    return resumed, rows, size, len(tasks)

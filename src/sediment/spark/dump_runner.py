@@ -11,7 +11,11 @@ if TYPE_CHECKING:
 
 
 def run_tasks_on_spark(table: TableHandle, root: str, job_id: str, version: int,
-                       tasks: Sequence[DumpTask]) -> list[tuple[str, list[str]]]:
+                       tasks: Sequence[DumpTask], owner: str | None = None
+                       ) -> list[tuple[str, list[str]]]:
+    """Run ``tasks`` as Spark tasks. With ``owner`` (the job's dump-lock owner) each task checks
+    that the job still holds the table's dump lock before it writes: the driver's heartbeat
+    keeps the lock fresh meanwhile, and a job another dump resumed is that dump's to write."""
     from pyspark.sql import SparkSession
 
     from sediment.spark.session import session
@@ -24,6 +28,6 @@ def run_tasks_on_spark(table: TableHandle, root: str, job_id: str, version: int,
         from sediment.spark.tasks import open_handle
 
         t = open_handle(spec, name)
-        return run_dump_task_retried(t, t.object_store_at(root), job_id, version, task)
+        return run_dump_task_retried(t, t.object_store_at(root), job_id, version, task, owner)
 
     return spark.sparkContext.parallelize(list(tasks), max(1, len(tasks))).map(run).collect()
