@@ -6,6 +6,7 @@ store; table properties override them. Unknown names and invalid values raise Pr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,9 @@ class PropertySpec:
     maximum: float | None = None
     check: Callable[[Any], bool] | None = None
     """Extra validation: raises PropertyError for a bad value."""
+    check_in: Callable[[Any, str], object] | None = None
+    """Extra validation given also whose value it is (``property NAME of table T``, for its
+    messages): raises PropertyError for a bad value."""
 
     def parse(self, value: Any, *, context: str = "") -> Any:
         """Coerce a value (possibly a string from the CLI) and validate it."""
@@ -61,7 +65,7 @@ class PropertySpec:
                 if isinstance(value, bool):
                     raise ValueError(value)
                 v = float(value)
-                if v != v:  # NaN passes every minimum check
+                if not math.isfinite(v):  # NaN passes every minimum check, inf every maximum
                     raise ValueError(value)
             else:
                 if not isinstance(value, str):
@@ -78,11 +82,31 @@ class PropertySpec:
             )
         if self.check is not None:
             self.check(v)
+        if self.check_in is not None:
+            self.check_in(v, f"property {self.name}{where}")
         if self.minimum is not None and v < self.minimum:
             raise PropertyError(f"property {self.name!r}{where}: {v!r} is below {self.minimum}")
         if self.maximum is not None and v > self.maximum:
             raise PropertyError(f"property {self.name!r}{where}: {v!r} is above {self.maximum}")
+        if self.type is int and not -_INT64 <= v < _INT64:
+            # past int64 no Arrow, Parquet or DataFusion setting takes it
+            raise PropertyError(f"property {self.name!r}{where}: {v!r} is out of range "
+                                f"({-_INT64} to {_INT64 - 1})")
         return v
+
+
+_INT64 = 2**63
+_MAX_SECONDS = 100 * 365 * 86400.0
+"""The largest duration property: a century, beyond any promise of time travel or delay,
+and within what ``time.sleep`` and datetimes take (a larger one failed there, not here)."""
+
+
+def _check_iterators(text: str, where: str) -> None:
+    """Parse and check an iterator list when it is set (every number in it included), so a
+    configuration that cannot run is refused then, not by every later query."""
+    from sediment.iterators import iterators_from_property
+
+    iterators_from_property(text, where=where)
 
 
 _SPECS = [
@@ -94,11 +118,12 @@ _SPECS = [
                  "Attempts at the next log version before a commit gives up (CommitConflictError).",
                  minimum=1),
     PropertySpec("state.commit.backoff_seconds", float, 0.005,
-                 "Base of the jittered exponential backoff between commit attempts.", minimum=0),
+                 "Base of the jittered exponential backoff between commit attempts.", minimum=0,
+                 maximum=_MAX_SECONDS),
     PropertySpec("state.cache.refresh_seconds", float, 1.0,
                  "How long queries trust the state they read before checking the log for "
                  "other processes' commits (this process's own commits show at once).",
-                 minimum=0),
+                 minimum=0, maximum=_MAX_SECONDS),
     PropertySpec("retention.seconds", float, 172800.0,
                  "How far back time travel is promised: versions younger than this stay "
                  "readable (GC keeps their files, prune their log entries); reading an older "
@@ -108,7 +133,7 @@ _SPECS = [
                  "compaction, and a week of them costs storage), far longer than Sleeper's "
                  "15-minute GC delay (sleeper.table.gc.delay.minutes), which only protects "
                  "running queries. 0: only gc.delay_seconds protects old versions.",
-                 minimum=0),
+                 minimum=0, maximum=_MAX_SECONDS),
     # --- data files ----------------------------------------------------------------------
     PropertySpec("parquet.row_group_rows", int, 4096,
                  "Rows per Parquet row group: small groups make exact-key reads fast (measured "
@@ -152,7 +177,7 @@ _SPECS = [
     # --- query --------------------------------------------------------------------------
     PropertySpec("query.iterators", str, "",
                  "JSON list of iterators applied at query time (see sediment.iterators).",
-                 check=lambda v: _check_iterators(v, "query.iterators")),
+                 check_in=_check_iterators),
     PropertySpec("query.footer_cache_files", int, 4096,
                  "Parquet footers kept in memory per table (0 disables the cache).", minimum=0),
     PropertySpec("query.key_filter_cache_bytes", int, 64 * 1024 * 1024,
@@ -188,24 +213,27 @@ _SPECS = [
                  minimum=1024),
     PropertySpec("compaction.job_timeout_seconds", float, 600.0,
                  "A job assigned this long ago and not committed is run again by the next "
-                 "pass (its first commit wins; a late duplicate leaves an orphan).", minimum=0),
+                 "pass (its first commit wins; a late duplicate leaves an orphan).", minimum=0,
+                 maximum=_MAX_SECONDS),
     PropertySpec("compaction.threads", int, 0,
                  "Compaction jobs run at once by the local runner (0: number of CPUs).",
                  minimum=0),
     PropertySpec("compaction.iterators", str, "",
                  "JSON list of iterators applied when compacting (and at query time, so "
                  "results do not depend on how far compaction got).",
-                 check=lambda v: _check_iterators(v, "compaction.iterators")),
+                 check_in=_check_iterators),
     PropertySpec("gc.delay_seconds", float, 900.0,
                  "Unreferenced files younger than this are kept (readers may still use them).",
-                 minimum=0),
+                 minimum=0, maximum=_MAX_SECONDS),
     PropertySpec("gc.orphan_timeout_seconds", float, 3600.0,
                  "Files no transaction added, and no live writer holds, are deleted once older "
-                 "than this (by the object store's clock; at least an hour).", minimum=3600),
+                 "than this (by the object store's clock; at least an hour).", minimum=3600,
+                 maximum=_MAX_SECONDS),
     PropertySpec("gc.clock_skew_seconds", float, 300.0,
                  "The largest difference between the clocks of machines using this store "
                  "(the documented assumption is 5 minutes): added to every delay that compares "
-                 "times written by one machine with another's clock.", minimum=0),
+                 "times written by one machine with another's clock.", minimum=0,
+                 maximum=_MAX_SECONDS),
     PropertySpec("gc.batch_size", int, 1000,
                  "Files recorded deleted by one DeleteFiles transaction, and deleted from "
                  "storage by one delete request, in a garbage-collection pass (Sleeper's "
@@ -222,21 +250,15 @@ _SPECS = [
                  minimum=1),
     PropertySpec("batcher.max_age_seconds", float, 300.0,
                  "A batcher group that is not full waits until its oldest request is this old.",
-                 minimum=0),
+                 minimum=0, maximum=_MAX_SECONDS),
     PropertySpec("batcher.bulk_import_min_bytes", int, 256 * 1024 ** 2,
                  "Batcher jobs of at least this many bytes go to Spark bulk import (when the "
                  "batcher runs with Spark); smaller ones to standard ingest.", minimum=0),
     PropertySpec("batcher.job_timeout_seconds", float, 3600.0,
                  "An unfinished batcher job this old is presumed dead: the next run settles it "
-                 "(committed, or its requests go back to the queue).", minimum=1),
+                 "(committed, or its requests go back to the queue).", minimum=1,
+                 maximum=_MAX_SECONDS),
 ]
-
-def _check_iterators(text: str, name: str) -> bool:
-    from sediment.iterators import iterators_from_property
-
-    iterators_from_property(text, where=f"property {name}")
-    return True
-
 
 PROPERTIES: dict[str, PropertySpec] = {p.name: p for p in _SPECS}
 """All properties by name."""

@@ -78,7 +78,21 @@ _SIMPLE_TYPES: dict[str, pa.DataType] = {
 
 RESERVED_PREFIX = "__sediment"
 """Field names starting with this are Sediment's own (e.g. the hidden record sequence of
-compacted files, sediment.files.sequence); user schemas may not use them."""
+compacted files, sediment.files.sequence; the sort's and aggregation's working columns);
+user schemas may not use them."""
+
+RESERVED_ROW_KEY_NAMES = ("__count", "__idx")
+"""Names a row key field may not have: the key samples (sediment.files.sample) put the row
+keys next to columns of these names, in sidecars already written, so they keep them."""
+
+
+def quote_identifier(name: str) -> str:
+    """``name`` as a SQL identifier: in double quotes, each double quote inside doubled.
+
+    DataFusion (``col``) and DuckDB parse a column name as SQL: unquoted, it is folded to lower
+    case and a dot splits off a table qualifier; quoted, it is taken as it is. Any field name
+    (spaces, dots, quotes, backslashes, non-ASCII) goes through this to reach its column."""
+    return '"' + name.replace('"', '""') + '"'
 
 FieldSpec: TypeAlias = pa.Field | tuple[str, pa.DataType] | tuple[str, pa.DataType, bool]
 
@@ -197,6 +211,12 @@ class Schema:
                                   f"{RESERVED_PREFIX!r} are reserved for Sediment's own "
                                   "columns")
             seen.add(f.name)
+        for f in rk:
+            if f.name in RESERVED_ROW_KEY_NAMES:
+                raise SchemaError(f"row key field {f.name!r}: the names "
+                                  f"{', '.join(RESERVED_ROW_KEY_NAMES)} are reserved for the "
+                                  "columns Sediment keeps beside row keys (key samples); "
+                                  "rename the field")
         object.__setattr__(self, "row_keys", rk)
         object.__setattr__(self, "sort_keys", sk)
         object.__setattr__(self, "values", vs)

@@ -37,7 +37,7 @@ from sediment.files.keys import region_mask
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names
 from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
 from sediment.iterators.base import RecordIterator, apply_iterators
-from sediment.schema import Schema
+from sediment.schema import Schema, quote_identifier
 from sediment.storage.base import ObjectStore
 
 
@@ -66,7 +66,7 @@ def _coarse_region_filter(schema: Schema, region: Region | None) -> Any:
 
     name = schema.row_key_names[0]
     typ = schema.to_arrow().field(name).type
-    column = col(f'"{name}"')
+    column = col(quote_identifier(name))
     expr = None
     if region.min is not None:
         expr = column >= lit(pa.scalar(region.min[0], type=typ))
@@ -136,8 +136,8 @@ def _merge_frame(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int
               .set("datafusion.optimizer.enable_round_robin_repartition", "false"))
     runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_limit)
     ctx = SessionContext(config, runtime)
-    keys = [col(f'"{n}"').sort() for n in schema.key_names]
-    by_seq = [*keys, col(f'"{SEQ}"').sort()]
+    keys = [col(quote_identifier(n)).sort() for n in schema.key_names]
+    by_seq = [*keys, col(quote_identifier(SEQ)).sort()]
     user = schema.to_arrow()
     arrow = user.append(SEQ_FIELD)
     frames = []
@@ -147,13 +147,13 @@ def _merge_frame(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int
         if not present:
             # a constant sequence: DataFusion knows the input stays sorted by (keys, seq)
             f = ctx.read_parquet(inp.path, schema=user, file_sort_order=[keys])
-            f = f.select(*(col(f'"{n}"') for n in user.names), own.alias(SEQ))
+            f = f.select(*(col(quote_identifier(n)) for n in user.names), own.alias(SEQ))
         elif complete:
             f = ctx.read_parquet(inp.path, schema=arrow, file_sort_order=[by_seq])
         else:  # some rows without a sequence (not written by Sediment): resolve, then sort
             f = ctx.read_parquet(inp.path, schema=arrow, file_sort_order=[keys])
-            f = f.select(*(col(f'"{n}"') for n in user.names),
-                         functions.coalesce(col(f'"{SEQ}"'), own).alias(SEQ))
+            f = f.select(*(col(quote_identifier(n)) for n in user.names),
+                         functions.coalesce(col(quote_identifier(SEQ)), own).alias(SEQ))
         frames.append(f)
     df = frames[0]
     for f in frames[1:]:
@@ -161,7 +161,8 @@ def _merge_frame(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int
     coarse = _coarse_region_filter(schema, region)
     if coarse is not None:
         df = df.filter(coarse)
-    return df.sort(*(datafusion.col(f'"{n}"').sort() for n in merge_names(schema.key_names)))
+    return df.sort(*(datafusion.col(quote_identifier(n)).sort()
+                     for n in merge_names(schema.key_names)))
 
 
 def _in_region(batches: Iterator[pa.RecordBatch], names: Sequence[str],

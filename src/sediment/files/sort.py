@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sediment.files.keys import sort_indices
+from sediment.schema import quote_identifier
 
 _DATAFUSION_MIN_ROWS = 65_536
 _MAX_TIE_FRACTION = 0.05
@@ -113,7 +114,7 @@ def _datafusion_sort(table: pa.Table, names: Sequence[str]) -> pa.Table:
     # in input order
     positioned = table.append_column(_POS, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     df = ctx.from_arrow(positioned).sort(
-        *(datafusion.col(f'"{n}"').sort() for n in (*names, _POS)))
+        *(datafusion.col(quote_identifier(n)).sort() for n in (*names, _POS)))
     batches = df.collect()
     out = pa.Table.from_batches(batches).drop_columns([_POS]) if batches \
         else table.schema.empty_table()

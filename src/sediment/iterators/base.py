@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -64,19 +66,68 @@ class AgeOff(_RowLocal):
     unit: str = "ms"
     now: Callable[[], float] = time.time
 
+    def __post_init__(self) -> None:
+        if self.unit not in _UNITS:
+            raise PropertyError(f"age_off on {self.field!r}: unknown unit {self.unit!r} "
+                                f"(units: {', '.join(_UNITS)})")
+        check_ttl(self.ttl_seconds, self.unit, f"age_off on {self.field!r}")
+
     def fields(self) -> set[str]:
         return {self.field}
 
     def mask(self, batch: pa.RecordBatch) -> pa.Array:
         col = batch.column(self.field)
-        cutoff_s = self.now() - self.ttl_seconds
         if pa.types.is_timestamp(col.type):
             scale = _UNITS[col.type.unit]
             col = col.cast(pa.int64())
         else:
             scale = _UNITS[self.unit]
-        return pc.fill_null(pc.greater_equal(col, pa.scalar(int(cutoff_s * scale), col.type)),
-                            False)
+        cutoff = int((self.now() - self.ttl_seconds) * scale)
+        # a cutoff the field's type cannot hold (a ttl of centuries, an int32 field in ms)
+        # keeps every value or none: compared as it is, it would overflow the scalar
+        lo, hi = _int_range(col.type)
+        if cutoff <= lo:
+            return pc.is_valid(col)
+        if cutoff > hi:
+            return pa.array(np.zeros(len(col), dtype=bool))
+        return pc.fill_null(pc.greater_equal(col, pa.scalar(cutoff, col.type)), False)
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _int_range(t: pa.DataType) -> tuple[int, int]:
+    """The values an integer type (or a timestamp's int64) holds."""
+    if pa.types.is_unsigned_integer(t):
+        return 0, 2**t.bit_width - 1
+    if pa.types.is_integer(t):
+        return -(2 ** (t.bit_width - 1)), 2 ** (t.bit_width - 1) - 1
+    return -(2**63), _INT64_MAX
+
+
+def max_ttl_seconds(unit: str) -> int:
+    """The largest ``ttl_seconds`` an age-off in ``unit`` takes: its cutoff, now - ttl, stays
+    an int64 in that unit until 2262 (292 years of ns, 292 million years of ms)."""
+    return _INT64_MAX // _UNITS[unit]
+
+
+def check_ttl(value: Any, unit: str, where: str) -> float:
+    """``ttl_seconds`` of an age-off as a float, refused (PropertyError naming the field and
+    the allowed range) when it is not a number, not finite, negative or too large for
+    ``unit``: such a value would be accepted and then fail every query."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise PropertyError(f"{where}: age_off iterator field 'ttl_seconds': {value!r} is not "
+                            "a number")
+    try:
+        ttl = float(value)
+    except ValueError:
+        raise PropertyError(f"{where}: age_off iterator field 'ttl_seconds': {value!r} is not a "
+                            "number") from None
+    top = max_ttl_seconds(unit)
+    if not (math.isfinite(ttl) and 0 <= ttl <= float(top)):  # as the float the ttl is
+        raise PropertyError(f"{where}: age_off iterator field 'ttl_seconds': {value!r} is out "
+                            f"of range; give 0 to {top} seconds (unit {unit!r})")
+    return ttl
 
 
 _OPS: dict[str, Callable[[Any, Any], Any]] = {
@@ -154,12 +205,16 @@ def iterator_from_config(cfg: Mapping[str, Any], schema: Schema | None = None,
     twice = repeated_names(cfg)
     if twice:
         raise PropertyError(f"{where}: {kind} iterator gives {twice[0]!r} more than once")
+    for name, value in cfg.items():
+        _check_finite(value, f"{where}: {kind} iterator field {name!r}")
     try:
         if kind == "age_off":
-            it: RecordIterator = AgeOff(str(cfg["field"]), float(cfg["ttl_seconds"]),
-                                        str(cfg.get("unit", "ms")))
-            if it.unit not in _UNITS:  # type: ignore[attr-defined]
-                raise PropertyError(f"{where}: unknown unit {cfg.get('unit')!r}")
+            unit = str(cfg.get("unit", "ms"))
+            if unit not in _UNITS:
+                raise PropertyError(f"{where}: unknown unit {cfg.get('unit')!r} (units: "
+                                    f"{', '.join(_UNITS)})")
+            ttl = check_ttl(cfg["ttl_seconds"], unit, where)
+            it: RecordIterator = AgeOff(str(cfg["field"]), ttl, unit)
         elif kind == "filter":
             it = RowFilter(str(cfg["field"]), str(cfg["op"]), cfg.get("value"))
         else:
@@ -176,6 +231,20 @@ def iterator_from_config(cfg: Mapping[str, Any], schema: Schema | None = None,
                 raise PropertyError(f"{where}: iterator {kind} names unknown field {f!r}")
         _check_types(it, schema, where)
     return it
+
+
+def _check_finite(value: Any, where: str) -> None:
+    """Refuse NaN and infinities anywhere in a configuration value (Python's JSON parser
+    reads ``NaN``, ``Infinity`` and ``1e999`` although JSON has no such numbers): no
+    comparison or cutoff means anything with them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PropertyError(f"{where}: {value!r} is not a finite number")
+    if isinstance(value, Mapping):
+        for v in value.values():
+            _check_finite(v, where)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for v in value:
+            _check_finite(v, where)
 
 
 def _check_types(it: RecordIterator, schema: Schema, where: str) -> None:

@@ -42,6 +42,14 @@ Leaves = tuple[pa.Table, list[int]]
 """Boundaries of the leaves (``tasks.boundary_table``) and each leaf's shuffle key value."""
 
 
+def _columns(names: Sequence[str]) -> list[Any]:
+    """Spark columns of exactly these names: a bare string is parsed (a dot reaches into a
+    struct, a backtick quotes), so each name goes in backticks, backticks inside doubled."""
+    from pyspark.sql.functions import col
+
+    return [col("`" + n.replace("`", "``") + "`") for n in names]
+
+
 def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
                   leaves: Leaves | None = None) -> DataFrame:
     """The source as a DataFrame of the table's fields (files are read inside tasks).
@@ -70,10 +78,10 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
         schema, name = table.schema, table.name
         if leaves is not None:
             boundaries, buckets = leaves
-            return source.select(*arrow.names).mapInArrow(
+            return source.select(*_columns(arrow.names)).mapInArrow(
                 lambda it: tasks.assign_leaves(it, schema, name, boundaries, buckets),
                 from_arrow_schema(out))
-        return source.select(*arrow.names).mapInArrow(
+        return source.select(*_columns(arrow.names)).mapInArrow(
             lambda it: tasks.conform_batches(it, schema, name, "Spark input"),
             from_arrow_schema(arrow))
     from sediment.ingest.sources import expand_paths, read_file
@@ -168,7 +176,8 @@ def _sample_keys(frame: DataFrame, names: Sequence[str], schema: pa.Schema) -> p
             sampler.add(pa.Table.from_batches([b]))
         yield from sampler.sample(key_schema).cast(out_schema).to_batches()
 
-    return frame.select(*names).mapInArrow(sample, from_arrow_schema(out_schema)).toArrow()
+    return (frame.select(*_columns(names))
+            .mapInArrow(sample, from_arrow_schema(out_schema)).toArrow())
 
 
 def presplit(spark: SparkSession, table: TableHandle, frame: DataFrame, min_leaves: int) -> int:
