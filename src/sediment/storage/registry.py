@@ -81,6 +81,12 @@ def open_object_store_beside(root: str, spec: Mapping[str, Any]) -> ObjectStore:
 
 
 # ---- the built-in schemes ------------------------------------------------------------------
+def _after_scheme(uri: str) -> str:
+    """What follows ``scheme://`` (or ``scheme:``), taken as written."""
+    rest = uri.split(":", 1)[1]
+    return rest[2:] if rest.startswith("//") else rest
+
+
 def _open_path(uri: str, **options: Any) -> ObjectStore:
     from sediment.storage.local import LocalObjectStore
 
@@ -99,18 +105,20 @@ def _open_memory(uri: str, **options: Any) -> ObjectStore:
     from sediment.storage.memory import MemoryObjectStore
 
     refuse_options(uri, options)
-    parsed = urlparse(uri)
-    return MemoryObjectStore.named(parsed.netloc + parsed.path)
+    return MemoryObjectStore.named(_after_scheme(uri))  # as written, like s3://
 
 
 def _open_s3(uri: str, **options: Any) -> ObjectStore:
     from sediment.storage.s3 import S3_OPTIONS, S3ObjectStore
 
-    parsed = urlparse(uri)
-    if not parsed.netloc:
+    # An S3 URI is written as the key reads (``aws s3`` does the same): no percent-decoding,
+    # and a ``?`` or ``#`` belongs to the prefix (urlparse would cut a query or fragment off,
+    # so the store's own uri would reopen a shorter prefix).
+    bucket, _, prefix = _after_scheme(uri).partition("/")
+    if not bucket or not uri.split(":", 1)[1].startswith("//"):
         raise StorageError(f"S3 URI {uri!r} names no bucket")
     refuse_options(uri, options, S3_OPTIONS)
-    return S3ObjectStore(parsed.netloc, parsed.path.strip("/"), **options)
+    return S3ObjectStore(bucket, prefix.strip("/"), **options)
 
 
 register_scheme(_PATH, _open_path)
