@@ -129,10 +129,10 @@ def joined(th: threading.Thread, *gates: threading.Event) -> Iterator[None]:
 # ---- the heartbeat keeps a long task's lock live ----------------------------------------------
 def test_a_task_longer_than_the_lock_limit_keeps_the_lock(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """The one task takes four staleness limits; a second dump to the same root (which would
+    """The one task takes three staleness limits; a second dump to the same root (which would
     resume a stale job) tries all along and is refused every time, since the background
     heartbeat keeps the lock fresh; the first dump then finishes normally."""
-    limit = 1.0
+    limit = 1.5
     store, table, ref = one_leaf_table(tmp_path)
     root = str(tmp_path / "dumps")
     gate = Gate(monkeypatch, held=1)
@@ -141,7 +141,7 @@ def test_a_task_longer_than_the_lock_limit_keeps_the_lock(tmp_path: Path,
     refusals = 0
     with joined(th, *gate.gates):
         assert gate.entered[0].wait(30)
-        deadline = time.monotonic() + 4 * limit
+        deadline = time.monotonic() + 3 * limit
         while time.monotonic() < deadline:
             with pytest.raises(JobError, match="is running"):
                 dump_table(other_process(store, table), root, lock_timeout=limit)
@@ -152,7 +152,7 @@ def test_a_task_longer_than_the_lock_limit_keeps_the_lock(tmp_path: Path,
             time.sleep(limit / 5)
     assert len(out) == 1 and isinstance(out[0], dump_mod.DumpJob), out
     job = out[0]
-    assert refusals >= 5 and beats[-1] >= 8, (refusals, beats)  # ~4 beats per limit
+    assert refusals >= 3 and beats[-1] >= 4, (refusals, beats)  # ~4 beats per limit
     assert gate.calls == 1 and job.resumed_tasks == 0
     assert_nothing_left(table)
     assert_matches(store.load(job.manifest_uri, "copy").query(), ref)
