@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,12 +42,29 @@ Leaves = tuple[pa.Table, list[int]]
 """Boundaries of the leaves (``tasks.boundary_table``) and each leaf's shuffle key value."""
 
 
-def _columns(names: Sequence[str]) -> list[Any]:
-    """Spark columns of exactly these names: a bare string is parsed (a dot reaches into a
-    struct, a backtick quotes), so each name goes in backticks, backticks inside doubled."""
+def _positional(names: Sequence[str]) -> list[str]:
+    """The names the table's fields have inside Spark: ``c0``, ``c1``... by position.
+
+    Spark parses a column name given as a string (a dot reaches into a struct, backticks
+    quote), and ``mapInArrow`` itself looks every column of its input up by name, so a field
+    named ``a.b`` or with a backtick cannot pass through it as it is. Frames carry positional
+    names and every Python task renames the batches back to the table's own."""
+    return [f"c{i}" for i in range(len(names))]
+
+
+def _columns(names: Sequence[str], aliases: Sequence[str]) -> list[Any]:
+    """Spark columns of exactly ``names`` (backticked, backticks inside doubled), renamed."""
     from pyspark.sql.functions import col
 
-    return [col("`" + n.replace("`", "``") + "`") for n in names]
+    return [col("`" + n.replace("`", "``") + "`").alias(a)
+            for n, a in zip(names, aliases, strict=True)]
+
+
+def _renamed(batches: Iterable[pa.RecordBatch], names: Sequence[str]
+             ) -> Iterator[pa.RecordBatch]:
+    """The batches with their columns renamed, in order, to ``names``."""
+    for b in batches:
+        yield b.rename_columns(list(names))
 
 
 def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
@@ -62,7 +79,11 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
     from pyspark.sql.pandas.types import from_arrow_schema
 
     arrow = table.schema.to_arrow()
+    user = list(arrow.names)
+    spark_names = _positional(user)
     out = arrow if leaves is None else arrow.append(pa.field(tasks.PID, pa.int64(), False))
+    spark_out = pa.schema([f.with_name(spark_names[i]) if i < len(user) else f  # PID stays
+                           for i, f in enumerate(out)])
     if isinstance(source, DataFrame):
         names = source.columns
         for f in arrow:
@@ -78,12 +99,15 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
         schema, name = table.schema, table.name
         if leaves is not None:
             boundaries, buckets = leaves
-            return source.select(*_columns(arrow.names)).mapInArrow(
-                lambda it: tasks.assign_leaves(it, schema, name, boundaries, buckets),
-                from_arrow_schema(out))
-        return source.select(*_columns(arrow.names)).mapInArrow(
-            lambda it: tasks.conform_batches(it, schema, name, "Spark input"),
-            from_arrow_schema(arrow))
+            return source.select(*_columns(user, spark_names)).mapInArrow(
+                lambda it: _renamed(tasks.assign_leaves(_renamed(it, user), schema, name,
+                                                        boundaries, buckets),
+                                    spark_out.names),
+                from_arrow_schema(spark_out))
+        return source.select(*_columns(user, spark_names)).mapInArrow(
+            lambda it: _renamed(tasks.conform_batches(_renamed(it, user), schema, name,
+                                                      "Spark input"), spark_out.names),
+            from_arrow_schema(spark_out))
     from sediment.ingest.sources import expand_paths, read_file
 
     if isinstance(source, list) and source and isinstance(source[0], tuple):
@@ -112,12 +136,11 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
                 for rb in read_file(fs, p, schema):
                     c = conform(rb, schema, name, offset, p)
                     offset += rb.num_rows
-                    if leaves is None or bucket_arr is None:
-                        yield c
-                    else:
-                        yield tasks.with_leaf_column(c, key_names, leaves[0], bucket_arr)
+                    if leaves is not None and bucket_arr is not None:
+                        c = tasks.with_leaf_column(c, key_names, leaves[0], bucket_arr)
+                    yield c.rename_columns(spark_out.names)
 
-    return listing.mapInArrow(read, from_arrow_schema(out))
+    return listing.mapInArrow(read, from_arrow_schema(spark_out))
 
 
 def _bucket_values(n: int) -> list[int]:
@@ -162,22 +185,27 @@ def spark_hash_long(values: np.ndarray, seed: int = 42) -> np.ndarray:
 def _sample_keys(frame: DataFrame, names: Sequence[str], schema: pa.Schema) -> pa.Table:
     """An equi-depth sample of the frame's row keys: each task keeps every k-th key of its
     rows (k doubling, so at most ``2 * SAMPLE_ROWS_PER_TASK`` keys with counts), collected as
-    Arrow. One pass over the key columns, no count, no Row objects."""
+    Arrow. One pass over the key columns, no count, no Row objects. ``frame`` has positional
+    column names (:func:`_positional`) for ``schema``'s fields."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from sediment.files.sample import COUNT, KeySampler
 
     key_schema = pa.schema([schema.field(n) for n in names])
     out_schema = key_schema.append(pa.field(COUNT, pa.int64(), False))
+    spark_keys = [_positional(schema.names)[schema.get_field_index(n)] for n in names]
+    spark_out = pa.schema([f.with_name(n) for f, n in
+                           zip(out_schema, [*spark_keys, COUNT], strict=True)])
 
     def sample(batches: Any) -> Any:
         sampler = KeySampler(names, SAMPLE_ROWS_PER_TASK)
         for b in batches:
-            sampler.add(pa.Table.from_batches([b]))
-        yield from sampler.sample(key_schema).cast(out_schema).to_batches()
+            sampler.add(pa.Table.from_batches([b.rename_columns(list(names))]))
+        yield from sampler.sample(key_schema).cast(out_schema) \
+            .rename_columns(spark_out.names).to_batches()
 
-    return (frame.select(*_columns(names))
-            .mapInArrow(sample, from_arrow_schema(out_schema)).toArrow())
+    got = frame.select(*spark_keys).mapInArrow(sample, from_arrow_schema(spark_out)).toArrow()
+    return got.rename_columns(out_schema.names)
 
 
 def presplit(spark: SparkSession, table: TableHandle, frame: DataFrame, min_leaves: int) -> int:
@@ -252,8 +280,10 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
         with_pid = _source_frame(spark, table, inputs, (boundaries, buckets))
         shuffled = with_pid.repartition(len(leaves), tasks.PID)
         version, table_id = state.version, table.table_id
+        named = [*table.schema.to_arrow().names, tasks.PID]
         staged_rows = shuffled.mapInArrow(
-            lambda it: tasks.stage_partition(it, spec, name, version, table_id),
+            lambda it: tasks.stage_partition(_renamed(it, named), spec, name, version,
+                                             table_id),
             from_arrow_schema(tasks.STAGED_SCHEMA)).collect()
     except SedimentError:
         raise
