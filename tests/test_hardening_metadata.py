@@ -22,6 +22,7 @@ import sediment as sd
 from helpers import make_table, rows
 from sediment.errors import CommitConflictError, CorruptMetadataError
 from sediment.files.writer import new_data_filename, write_sorted_file
+from sediment.maintenance import continuous
 from sediment.state import pending
 from sediment.state.log import log_key
 from sediment.workload import benchmark_schema
@@ -237,3 +238,37 @@ def test_restore_racing_a_compaction_restores(tmp_path: Path,
     v = table.restore(2)
     assert table.history()[-1].kind == "restore" and v == table.version
     assert table.query().equals(expected)
+
+
+@pytest.mark.parametrize("gc_every", [0.0, 3600.0])
+def test_maintainer_survives_any_table_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               gc_every: float) -> None:
+    """Even a failure that is no SedimentError (a bug) in one table is reported in every
+    report row of it and the other table is compacted; the failing table is tried again once
+    a GC period (``--interval``), not on every tick."""
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    props = {"compaction.strategy": "basic", "compaction.batch_size": 3, **GC_NOW}
+    tables = [store.create_table(n, SCHEMA, properties=props) for n in ("healthy", "buggy")]
+    for t in tables:
+        for i in range(3):
+            t.ingest(rows(20, i))
+    tries: list[float] = []
+    real = continuous.Maintainer._tick_table
+
+    def tick_table(self: continuous.Maintainer, t: Any, now: float) -> int:
+        if t.name == "buggy":
+            tries.append(now)
+            raise RuntimeError("a bug")
+        return real(self, t, now)
+
+    monkeypatch.setattr(continuous.Maintainer, "_tick_table", tick_table)
+    reports: list[list[dict[str, object]]] = []
+    continuous.Maintainer(lambda: tables, threads=1, tick_seconds=0.01, gc_every=gc_every
+                          ).run(report_every=0.05, max_reports=3, on_report=reports.append)
+    assert len(reports) == 3
+    for rows_ in reports:
+        by_table = {r["table"]: r for r in rows_}
+        assert by_table["buggy"]["error"] == "RuntimeError: a bug"
+        assert "error" not in by_table.get("healthy", {})
+    assert len(store.table("healthy").files()) == 1
+    assert (len(tries) == 1) == (gc_every == 3600.0)

@@ -140,6 +140,7 @@ class Maintainer:
         self._tables_at = float("-inf")
         self._gc_at: dict[str, float] = {}
         self._ran_at: dict[str, tuple[str, float]] = {}  # job id -> table, when we last ran it
+        self._failed: dict[str, tuple[float, str]] = {}  # table -> when it last failed, error
 
     # ---- one tick ------------------------------------------------------------------------
     def tick(self) -> int:
@@ -155,12 +156,21 @@ class Maintainer:
         self._reap()
         started = 0
         for t in self._tables:
+            failed = self._failed.get(t.name)
+            if failed is not None and now - failed[0] < self.gc_every:
+                self._note(t.name, failed[1])  # still reported; retried once a GC period
+                continue
             try:
                 started += self._tick_table(t, now)
+                self._failed.pop(t.name, None)
             except Exception as e:  # noqa: BLE001 - one table must not stop the daemon
                 # A daemon: one table's failure (damaged metadata, a storage error, even a
-                # bug) is reported and retried next tick; the other tables go on.
-                self._note(t.name, f"{type(e).__name__}: {e}")
+                # bug) is reported and retried every GC period (not every tick: reloading a
+                # damaged table four times a second costs reads for nothing); the other
+                # tables go on.
+                error = f"{type(e).__name__}: {e}"
+                self._note(t.name, error)
+                self._failed[t.name] = (now, error)
         return started
 
     def _tick_table(self, t: TableHandle, now: float) -> int:

@@ -144,9 +144,13 @@ def check_fresh(objects: ObjectStore, filenames: Iterable[str]) -> str | None:
             f"(limit {LEASE_TIMEOUT_SECONDS - HEARTBEAT_SECONDS:.0f} s)")
 
 
-def live_pending(objects: ObjectStore, now: float) -> set[str]:
+def live_pending(objects: ObjectStore, now: float, table: str | None = None) -> set[str]:
     """Files named by live leases under ``objects`` (``now``: the store's clock). Leases dead
-    for longer than the timeout are deleted: their files are ordinary orphans now."""
+    for longer than the timeout are deleted: their files are ordinary orphans now.
+
+    A live lease that cannot be read raises CorruptMetadataError naming it (and ``table``, the
+    table's name, when given): the files it protects are unknown, so no orphan may go. It
+    heals itself: once the lease is older than the timeout it is dead and deleted."""
     with _LOCK:  # this process's own lease: its in-memory files are newer than its object
         own = _leases().get(objects.uri)
         protected: set[str] = set() if own is None else set(own.files)
@@ -163,8 +167,9 @@ def live_pending(objects: ObjectStore, now: float) -> set[str]:
         except ObjectNotFoundError:
             continue  # released and deleted since the listing
         except (ValueError, KeyError, TypeError) as e:
-            raise CorruptMetadataError(f"pending-file lease {o.key} in {objects.uri} is "
-                                       f"unreadable: {e}") from e
+            owner = f"table {table}" if table else objects.uri
+            raise CorruptMetadataError(f"pending-file lease {o.key} of {owner} is "
+                                       f"unreadable: {e!r}") from e
     if dead:
         objects.delete_many(dead)
     return protected
