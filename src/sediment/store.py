@@ -127,7 +127,9 @@ class Store:
 
     @property
     def uri(self) -> str:
-        """The root URI, normalised (``file:///abs/path`` or ``s3://bucket/prefix``)."""
+        """The root URI, normalised: ``file:///abs/path`` percent-encoded (a space is ``%20``,
+        a ``%`` is ``%25``) or ``s3://bucket/prefix`` as written; ``Store.open(store.uri)``
+        reopens this store whatever characters its path holds."""
         return self.objects.uri
 
     @property

@@ -28,7 +28,8 @@ class ObjectStore(ABC):
     """
 
     uri: str
-    """The normalised root URI (``file:///abs/path``, ``s3://bucket/prefix``, ``memory://x``)."""
+    """The normalised root URI (``file:///abs/path`` percent-encoded, ``s3://bucket/prefix``
+    and ``memory://x`` as written); ``open_object_store(uri)`` opens this store again."""
     probe_limit: int = 64
     """How many new log entries a state refresh reads one GET after another before it lists
     the log instead: many where a GET is cheap and a listing costs O(folder size) (local disk,
