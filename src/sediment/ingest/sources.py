@@ -91,9 +91,10 @@ def _from_pandas(df: Any, table: str, source: str, offset: int) -> pa.Table:
             reason = e
         row = _first_bad_pandas_row(column)
         raise DataError(f"ingest into table {table}: field {name!r} at row {offset + row} of "
-                        f"{source} cannot be converted to Arrow: {_describe(reason)}") from None
-    raise DataError(f"ingest into table {table}: {source} cannot be converted to Arrow: "
-                    f"{_describe(reason)}") from None
+                        f"{source} cannot be converted from the DataFrame: "
+                        f"{_describe(reason)}") from None
+    raise DataError(f"ingest into table {table}: {source} cannot be converted from the "
+                    f"DataFrame: {_describe(reason)}") from None
 
 
 def _first_bad_pandas_row(column: Any) -> int:
@@ -152,9 +153,9 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
         if _quietly_stringified(col.type, f.type):
             raise DataError(
                 f"ingest into table {table}: field {f.name!r} of {source} is {col.type} but "
-                f"the table stores it as {f.type}: refusing to turn those values into text "
-                "('1.5', 'true'); convert the column to strings first if that is what you "
-                "mean")
+                f"the table stores it as {f.type}: refusing to turn those values into text"
+                f"{_example_text(col)}; convert the column to strings first if that is what "
+                "you mean")
         if not col.type.equals(f.type):
             try:
                 col = col.cast(f.type, safe=True)
@@ -192,6 +193,18 @@ def _quietly_stringified(given: pa.DataType, wanted: pa.DataType) -> bool:
                 or pa.types.is_string_view(given) or pa.types.is_binary(given)
                 or pa.types.is_large_binary(given) or pa.types.is_integer(given)
                 or pa.types.is_null(given))
+
+
+def _example_text(col: pa.Array) -> str:
+    """`` (1.5 would become '1.5')`` for the column's first value, for the message."""
+    values = pc.drop_null(col)
+    if len(values) == 0:
+        return ""
+    try:
+        text = values.slice(0, 1).cast(pa.string())[0].as_py()
+    except pa.ArrowException:
+        return ""
+    return f" ({values[0].as_py()!r} would become {text!r})"
 
 
 def _unit_words(t: pa.DataType) -> str:
