@@ -96,6 +96,7 @@ def test_lone_surrogate_key_names_field_and_row(tmp_path: Path) -> None:
     message = refused(table, DataError, r"field 'key' at row 7 of input",
                       lambda: table.ingest([good, bad]))
     assert "table events" in message and "surrogates not allowed" in message
+    assert "('bad\\ud800')" in message  # the value, escaped: the message prints anywhere
 
 
 def test_pandas_column_mixing_str_and_int(tmp_path: Path) -> None:
@@ -104,7 +105,7 @@ def test_pandas_column_mixing_str_and_int(tmp_path: Path) -> None:
                        "n": [1, 2, 3, 4]})
     message = refused(table, DataError, r"field 'key' at row 2 of input",
                       lambda: table.ingest(df))
-    assert "table events" in message and "int" in message
+    assert "table events" in message and "(3)" in message and "'int'" in message
 
 
 @pytest.mark.parametrize("kind", ["missing", "file"])

@@ -90,8 +90,10 @@ def _from_pandas(df: Any, table: str, source: str, offset: int) -> pa.Table:
         except _PANDAS_ERRORS as e:
             reason = e
         row = _first_bad_pandas_row(column)
+        value = repr(column.iloc[row])  # repr: a lone surrogate shows escaped, printable
+        value = value if len(value) <= 60 else value[:57] + "..."
         raise DataError(f"ingest into table {table}: field {name!r} at row {offset + row} of "
-                        f"{source} cannot be converted from the DataFrame: "
+                        f"{source} ({value}) cannot be converted from the DataFrame: "
                         f"{_describe(reason)}") from None
     raise DataError(f"ingest into table {table}: {source} cannot be converted from the "
                     f"DataFrame: {_describe(reason)}") from None
