@@ -279,3 +279,27 @@ def test_a_valid_ttl_still_works(tmp_path: Path) -> None:
     assert result.jobs_failed == 0 and result.rows_out == int((ref["t s"] >= now_ms - hour)
                                                               .sum())
     _check(table.query(), ref[ref["t s"] >= now_ms - hour])
+
+
+@pytest.mark.parametrize("cfg,message", [
+    ({"type": "filter", "field": "n", "op": "==", "value": 1e308},
+     "filter on 'n': 1e+308 is not a valid int64"),
+    ({"type": "filter", "field": "n", "op": "in", "value": [1, 2**70]},
+     "is not a valid int64"),
+    ({"type": "age_off", "field": "key", "ttl_seconds": 5},
+     "age_off field 'key' has type string"),
+    ({"type": "filter", "field": "nope", "op": "==", "value": 1}, "unknown field 'nope'"),
+])
+def test_iterator_settings_are_checked_against_the_schema_when_given(
+        cfg: dict[str, Any], message: str) -> None:
+    """``validate_properties(..., schema=)``: what only the table's schema can tell (a filter
+    value its field cannot hold) is refused with the setting, as every query would refuse it."""
+    from sediment.properties import validate_properties
+
+    schema = sd.Schema([("key", pa.string())], [("ts", pa.int64())], [("n", pa.int64())])
+    text = json.dumps([cfg])
+    with pytest.raises(PropertyError) as caught:
+        validate_properties({"query.iterators": text}, context="table t", schema=schema)
+    assert "property query.iterators of table t" in str(caught.value)
+    assert message in str(caught.value), str(caught.value)
+    validate_properties({"query.iterators": text}, context="table t")  # no schema: no field

@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sediment.errors import PropertyError
+
+if TYPE_CHECKING:
+    from sediment.schema import Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +30,13 @@ class PropertySpec:
     maximum: float | None = None
     check: Callable[[Any], bool] | None = None
     """Extra validation: raises PropertyError for a bad value."""
-    check_in: Callable[[Any, str], object] | None = None
+    check_in: Callable[[Any, str, Schema | None], object] | None = None
     """Extra validation given also whose value it is (``property NAME of table T``, for its
-    messages): raises PropertyError for a bad value."""
+    messages) and the table's schema when known: raises PropertyError for a bad value."""
 
-    def parse(self, value: Any, *, context: str = "") -> Any:
-        """Coerce a value (possibly a string from the CLI) and validate it."""
+    def parse(self, value: Any, *, context: str = "", schema: Schema | None = None) -> Any:
+        """Coerce a value (possibly a string from the CLI) and validate it (against the
+        table's ``schema`` too, when given: iterator configurations name its fields)."""
         where = f" of {context}" if context else ""
         try:
             if self.type is bool and isinstance(value, str):
@@ -83,7 +87,7 @@ class PropertySpec:
         if self.check is not None:
             self.check(v)
         if self.check_in is not None:
-            self.check_in(v, f"property {self.name}{where}")
+            self.check_in(v, f"property {self.name}{where}", schema)
         if self.minimum is not None and v < self.minimum:
             raise PropertyError(f"property {self.name!r}{where}: {v!r} is below {self.minimum}")
         if self.maximum is not None and v > self.maximum:
@@ -101,12 +105,13 @@ _MAX_SECONDS = 100 * 365 * 86400.0
 and within what ``time.sleep`` and datetimes take (a larger one failed there, not here)."""
 
 
-def _check_iterators(text: str, where: str) -> None:
-    """Parse and check an iterator list when it is set (every number in it included), so a
-    configuration that cannot run is refused then, not by every later query."""
+def _check_iterators(text: str, where: str, schema: Schema | None) -> None:
+    """Parse and check an iterator list when it is set (every number in it included; with the
+    schema, its fields and their types too), so a configuration that cannot run is refused
+    then, not by every later query."""
     from sediment.iterators import iterators_from_property
 
-    iterators_from_property(text, where=where)
+    iterators_from_property(text, schema, where=where)
 
 
 _SPECS = [
@@ -269,8 +274,11 @@ def defaults() -> dict[str, Any]:
     return {p.name: p.default for p in _SPECS}
 
 
-def validate_properties(values: Mapping[str, Any], *, context: str = "") -> dict[str, Any]:
-    """Check names and coerce values; returns a new dict of parsed values."""
+def validate_properties(values: Mapping[str, Any], *, context: str = "",
+                        schema: Schema | None = None) -> dict[str, Any]:
+    """Check names and coerce values; returns a new dict of parsed values. With the table's
+    ``schema``, iterator configurations are checked against its fields as well (a filter
+    value its field's type cannot hold, an unknown field)."""
     out: dict[str, Any] = {}
     for name, value in values.items():
         spec = PROPERTIES.get(name)
@@ -279,7 +287,7 @@ def validate_properties(values: Mapping[str, Any], *, context: str = "") -> dict
             raise PropertyError(
                 f"unknown property {name!r}{where}; see `sediment properties` for the list"
             )
-        out[name] = spec.parse(value, context=context)
+        out[name] = spec.parse(value, context=context, schema=schema)
     return out
 
 

@@ -259,7 +259,7 @@ def _check_types(it: RecordIterator, schema: Schema, where: str) -> None:
         values = list(it.value) if it.op in ("in", "not_in") else [it.value]
         try:
             pa.array(values, type=t)
-        except (pa.ArrowException, TypeError, ValueError):
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
             raise PropertyError(f"{where}: filter on {it.field!r}: {it.value!r} is not a "
                                 f"valid {t}") from None
 
