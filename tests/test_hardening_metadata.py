@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 import sediment as sd
 from helpers import make_table, rows
+from sediment.cli import app
 from sediment.errors import CommitConflictError, CorruptMetadataError
 from sediment.files.writer import new_data_filename, write_sorted_file
 from sediment.maintenance import continuous
@@ -272,3 +274,17 @@ def test_maintainer_survives_any_table_failure(tmp_path: Path, monkeypatch: pyte
         assert "error" not in by_table.get("healthy", {})
     assert len(store.table("healthy").files()) == 1
     assert (len(tries) == 1) == (gc_every == 3600.0)
+
+
+@pytest.mark.parametrize("command", ["gc", "maintain"])
+def test_single_pass_reports_a_bad_tag(tmp_path: Path, command: str) -> None:
+    """``sediment gc`` / ``maintain`` (one pass) succeed, keep the files, and say on stderr and
+    in the row that a tag could not be read."""
+    table, inputs = compacted(tmp_path)
+    table._handle.objects.put("tags/bad.json", b"{")
+    result = CliRunner().invoke(app, [command, "--store", str(tmp_path / "store"), "--json"])
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    (row,) = json.loads(result.stdout)
+    assert "tags/bad.json" in row["error"] and row["deleted"] == 0
+    assert f"{command}: table {table.name}: gc kept every unreferenced file" in result.stderr
+    assert set(inputs) <= {o.key for o in table._handle.objects.list("data/")}

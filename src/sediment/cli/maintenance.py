@@ -68,13 +68,13 @@ def _each_table(store: str | None, table: str | None, *, online_only: bool,
     return tables, errors
 
 
-def _warn_errors(rows: list[dict[str, Any]], verb: str) -> None:
+def _warn_errors(rows: list[dict[str, Any]], verb: str, loop: bool) -> None:
     """One line on stderr per table the pass could not fully do: the report table may be
     redirected, and a daemon's operator must see at once which table needs attention."""
+    then = " (the other tables go on; retried next pass)" if loop else ""
     for row in rows:
         if "error" in row:
-            typer.echo(f"{verb}: table {row['table']}: {row['error']} (the other tables go "
-                       "on; retried next pass)", err=True)
+            typer.echo(f"{verb}: table {row['table']}: {row['error']}{then}", err=True)
 
 
 def _tag_errors(problems: Any) -> dict[str, Any]:
@@ -186,7 +186,7 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
                     if task is not None:
                         bar.advance(task)
         _emit_rows(rows, json_out)
-        _warn_errors(rows, verb)
+        _warn_errors(rows, verb, loop)
         if not loop or (max_loops and passes >= max_loops):
             return
         time.sleep(interval)
@@ -295,7 +295,7 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
 
         def on_report(rows: list[dict[str, Any]]) -> None:
             _emit_rows(rows, json_out)
-            _warn_errors(rows, "maintain")
+            _warn_errors(rows, "maintain", True)
 
         maintainer = Maintainer(tables, gc_every=interval, refresh_tables=interval,
                                 orphan_timeout=orphan_timeout)

@@ -132,8 +132,8 @@ class TransactionLog:
         try:
             return self.decode(version, self.objects.get(log_key(version)))
         except ObjectNotFoundError:
-            raise CorruptMetadataError(
-                f"log entry {version} of table {self.name} is missing") from None
+            raise CorruptMetadataError(f"log entry {version} of table {self.name} "
+                                       f"({log_key(version)}) is missing") from None
 
     def read_if_present(self, version: int) -> LogEntry | None:
         """The entry at ``version``, or None when there is none (not yet written, or pruned)."""
