@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,7 @@ def test_sort_table_with_odd_names_on_every_path(kind: str) -> None:
     ("sort_keys", "__sediment_run"), ("values", "__sediment_group"),
     ("row_keys", "__sediment_leaf"), ("values", "__sediment_anything"),
     ("row_keys", "__count"), ("row_keys", "__idx"),
+    ("values", "a\0b"),  # not reserved, but Parquet readers cut the name at the NUL
 ])
 def test_reserved_names_are_refused_at_schema_creation(tmp_path: Path, role: str,
                                                        name: str) -> None:
@@ -137,15 +139,15 @@ def test_reserved_names_are_refused_at_schema_creation(tmp_path: Path, role: str
         fields["row_keys"] = [(name, pa.string())]
     else:
         fields[role].append((name, pa.int64()))
-    with pytest.raises(SchemaError, match=repr(name)):
+    with pytest.raises(SchemaError, match=re.escape(repr(name))):
         sd.Schema(**fields)
     arrow = pa.schema([pa.field(n, t) for n, t in
                        [*fields["row_keys"], *fields["sort_keys"], *fields["values"]]])
-    with pytest.raises(SchemaError, match=repr(name)):
+    with pytest.raises(SchemaError, match=re.escape(repr(name))):
         sd.Schema.from_arrow(arrow, [f[0] for f in fields["row_keys"]],
                              [f[0] for f in fields["sort_keys"]])
     store = sd.Store.open(str(tmp_path / "s"), create=True)
-    with pytest.raises(SchemaError, match=repr(name)):
+    with pytest.raises(SchemaError, match=re.escape(repr(name))):
         store.create_table("t", sd.Schema.from_json(
             {role: [{"name": n, "type": str(t)} for n, t in fields[role]]
              for role in ("row_keys", "sort_keys", "values")}))

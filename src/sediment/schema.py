@@ -206,6 +206,8 @@ class Schema:
                 raise SchemaError("field names must not be empty")
             if f.name in seen:
                 raise SchemaError(f"duplicate field name {f.name!r}")
+            if "\0" in f.name:  # Parquet readers end the name there: a column nobody finds
+                raise SchemaError(f"field name {f.name!r} contains a NUL character")
             if f.name.startswith(RESERVED_PREFIX):
                 raise SchemaError(f"field name {f.name!r}: names starting with "
                                   f"{RESERVED_PREFIX!r} are reserved for Sediment's own "
