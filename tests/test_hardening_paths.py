@@ -41,16 +41,6 @@ def _rows(start: int, n: int) -> pa.Table:
                      "value": [f"v{i}" for i in range(start, start + n)]})
 
 
-def _compaction_misreads(request: pytest.FixtureRequest, folder: Path) -> None:
-    """Expect failure where compaction loses data: DataFusion's ``read_parquet`` takes a
-    local path with ``?`` for a glob that matches no file, and ``compaction/job.py`` gives it
-    ``local_path()`` as is, so the merge reads nothing and commits an empty output in place
-    of its inputs. Strict: the test reports when the fix (pass ``Path(p).as_uri()``) lands."""
-    if any(c in str(folder) for c in "?*["):
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="compaction reads no rows from a path with glob characters"))
-
-
 @pytest.fixture(params=NAMES)
 def odd_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
     """A folder with an awkward name; afterwards nothing may exist beside it (a store opened
@@ -118,8 +108,7 @@ def test_a_literal_percent_name_is_not_decoded_twice(tmp_path: Path) -> None:
         sd.Store.open(str(tmp_path / "a%2520b"))
 
 
-def test_ingest_query_compact_reopen(odd_dir: Path, request: pytest.FixtureRequest) -> None:
-    _compaction_misreads(request, odd_dir)
+def test_ingest_query_compact_reopen(odd_dir: Path) -> None:
     store = sd.Store.open(str(odd_dir / "store"), create=True)
     table = store.create_table("events", SCHEMA, split_points=["k050"])
     table.ingest(_rows(0, 60))
@@ -136,8 +125,6 @@ def test_ingest_query_compact_reopen(odd_dir: Path, request: pytest.FixtureReque
     assert reopened.version == table.version
 
 
-@pytest.mark.xfail(strict=True, reason="ingest/sources.py _filesystem_for takes the path of "
-                   "a file:// input URI without decoding it (use file_uri_to_path)")
 def test_ingest_files_by_file_uri(tmp_path: Path) -> None:
     """An input file named by its encoded ``file://`` URI is the file at the decoded path."""
     folder = tmp_path / NAMES[-1]
@@ -205,8 +192,7 @@ def _ok(*args: str) -> Result:
     return result
 
 
-def test_cli_commands(odd_dir: Path, request: pytest.FixtureRequest) -> None:
-    _compaction_misreads(request, odd_dir)
+def test_cli_commands(odd_dir: Path) -> None:
     root = odd_dir / "store"
     path, uri = str(root), root.as_uri()
     _ok("init", "--store", path)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -144,14 +145,17 @@ def _merge_frame(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int
     for inp in resolved:
         present, complete = _file_has_sequence(inp.path) if inp.sequenced else (False, False)
         own = lit(pa.scalar(inp.sequence, pa.int64()))
+        # DataFusion takes '?', '*' and '[' in a plain path for a glob (and, given a schema,
+        # reads nothing when the glob matches nothing): a file:// URI names the file exactly
+        url = _file_url(inp.path)
         if not present:
             # a constant sequence: DataFusion knows the input stays sorted by (keys, seq)
-            f = ctx.read_parquet(inp.path, schema=user, file_sort_order=[keys])
+            f = ctx.read_parquet(url, schema=user, file_sort_order=[keys])
             f = f.select(*(col(quote_identifier(n)) for n in user.names), own.alias(SEQ))
         elif complete:
-            f = ctx.read_parquet(inp.path, schema=arrow, file_sort_order=[by_seq])
+            f = ctx.read_parquet(url, schema=arrow, file_sort_order=[by_seq])
         else:  # some rows without a sequence (not written by Sediment): resolve, then sort
-            f = ctx.read_parquet(inp.path, schema=arrow, file_sort_order=[keys])
+            f = ctx.read_parquet(url, schema=arrow, file_sort_order=[keys])
             f = f.select(*(col(quote_identifier(n)) for n in user.names),
                          functions.coalesce(col(quote_identifier(SEQ)), own).alias(SEQ))
         frames.append(f)
@@ -174,6 +178,15 @@ def _in_region(batches: Iterator[pa.RecordBatch], names: Sequence[str],
         if out.num_rows:
             counted[0] += out.num_rows
             yield out
+
+
+def _file_url(path: str) -> str:
+    """The ``file://`` URL of a local file (percent-encoded), refusing a path that is not a
+    file: a compaction must never read a missing input as empty."""
+    p = Path(path).resolve()
+    if not p.is_file():
+        raise JobError(f"compaction input {path} is not a file")
+    return p.as_uri()
 
 
 def _local_paths(objects: ObjectStore, filenames: Sequence[str], tmp: str) -> list[str]:
