@@ -254,7 +254,9 @@ def _filesystem_for(path: str, store: ObjectStore) -> tuple[pafs.FileSystem, str
         fs, _ = s3.arrow_filesystem()
         return fs, parsed.netloc + parsed.path
     if parsed.scheme == "file":
-        return pafs.LocalFileSystem(), parsed.path
+        from sediment.storage.local import file_uri_to_path
+
+        return pafs.LocalFileSystem(), file_uri_to_path(path)
     return pafs.LocalFileSystem(), os.path.abspath(path)
 
 
