@@ -89,13 +89,14 @@ def register_view(table: Any, con: Any, name: str, version: int) -> None:
             continue
         file = "'" + str(path).replace("'", "''") + "'"
         branches.append(f"SELECT {columns} FROM read_parquet({file}) WHERE {where}")
-    con.execute(f"DROP VIEW IF EXISTS {quote_identifier(name)}")
+    helper = f"__sediment_source_{name}"
+    for old in (name, helper):  # a view or source registered under these names before
+        con.execute(f"DROP VIEW IF EXISTS {quote_identifier(old)}")
     source = SedimentSource(table, version, frozenset(through_source))
     if not branches:
         con.register(name, source)
         return
     if through_source:
-        helper = f"__sediment_source_{name}"
         con.register(helper, source)
         branches.append(f"SELECT {columns} FROM {quote_identifier(helper)}")
     con.execute("SET parquet_metadata_cache = true")
