@@ -8,6 +8,8 @@ JSON object with a ``type``:
 - ``{"type": "age_off", "field": "ts", "ttl_seconds": 86400}``: drop rows whose ``field``
   (a timestamp, or an integer in ``unit``: "s", "ms", "us", "ns"; default "ms") is older than
   ``ttl_seconds`` before now, and rows whose ``field`` is null (as Sleeper's age-off does).
+  ``ttl_seconds`` is a finite number from 0 to what ``unit`` holds (9223372036 s, 292 years,
+  for "ns"; ``max_ttl_seconds``), checked when the property is set.
 - ``{"type": "filter", "field": "value", "op": "==", "value": "x"}``: keep rows where the
   comparison holds (ops ==, !=, <, <=, >, >=, in, not_in, is_null, not_null).
 - ``{"type": "aggregate", "functions": {"count": "sum", "lo": "min", "hi": "max",
@@ -21,6 +23,9 @@ JSON object with a ``type``:
   than resolved to the last function as plain JSON parsing would; so is any option given twice.
 - ``{"type": "keep_latest", "by": "timestamp"}``: one row per row key, the one with the greatest
   ``by`` (nulls lowest; ties: the last in stream order).
+
+Every number in a configuration must be finite: ``NaN``, ``Infinity`` and ``1e999``, which
+Python's JSON parser reads, are refused naming the field.
 
 More types are added with ``sediment.iterators.registry.register_iterator(kind, factory)``; the
 factory gets the config and the table schema (None when a property is checked on its own).
