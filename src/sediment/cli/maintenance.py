@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 import typer
@@ -77,12 +77,10 @@ def _warn_errors(rows: list[dict[str, Any]], verb: str, loop: bool) -> None:
             typer.echo(f"{verb}: table {row['table']}: {row['error']}{then}", err=True)
 
 
-def _tag_errors(problems: Any) -> dict[str, Any]:
+def _tag_errors(problems: Iterable[str]) -> dict[str, Any]:
     """The report row's error entry for tags GC could not read (empty when none)."""
-    problems = list(problems)
-    if not problems:
-        return {}
-    return {"error": "gc kept every unreferenced file: " + "; ".join(problems)}
+    text = "; ".join(problems)
+    return {"error": f"gc kept every unreferenced file: {text}"} if text else {}
 
 
 def _stop_on_signals() -> threading.Event:

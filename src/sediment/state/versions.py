@@ -28,7 +28,7 @@ from sediment.errors import (
     TagExistsError,
     TagNotFoundError,
 )
-from sediment.state.log import LOG_PREFIX, version_of_key
+from sediment.state.log import LOG_PREFIX, log_key, version_of_key
 from sediment.state.snapshot import (
     OBJECT_PREFIX,
     read_metarange,
@@ -232,7 +232,12 @@ def diff(states: StateStore, v1: int, v2: int) -> Diff:
         # (Comparing ``references()`` of one state across entries missed in-place changes to a
         # partition already materialised, e.g. any partition of a state loaded from a snapshot.)
         prev, state = state, state.copy()
-        entry.transaction.apply(state, entry.time)
+        try:
+            entry.transaction.apply(state, entry.time)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise CorruptMetadataError(  # as StateStore._apply names a damaged entry
+                f"log entry {entry.version} of table {states.name} "
+                f"({log_key(entry.version)}) cannot be replayed: {e!r}") from e
         state.version = entry.version
         for pid in set(prev._refs) | set(prev._lazy) | set(state._refs) | set(state._lazy):
             if prev._refs.get(pid) is not state._refs.get(pid) or \
