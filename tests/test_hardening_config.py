@@ -305,3 +305,28 @@ def test_iterator_settings_are_checked_against_the_schema_when_given(
     assert "property query.iterators of table t" in str(caught.value)
     assert message in str(caught.value), str(caught.value)
     validate_properties({"query.iterators": text}, context="table t")  # no schema: no field
+
+
+def test_a_stored_value_refused_today_still_opens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A value committed by an older Sediment that today's checks refuse is kept and logged
+    when the log is replayed: the table opens and reads, and setting a valid value mends it.
+    Nothing committed is refused after the fact."""
+    from sediment.core.transactions.table import SetProperties
+
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    table = store.create_table("events", sd.Schema(row_keys=[("k", pa.string())]))
+    table.ingest(pa.table({"k": ["a", "b"]}))
+    with monkeypatch.context() as m:  # as an older Sediment committed it
+        m.setattr(SetProperties, "validate", lambda self, state: None)
+        table._handle.states.commit(SetProperties({"gc.delay_seconds": float("inf")}))
+    reopened = sd.Store.open(str(tmp_path / "s")).table("events")
+    assert reopened.query().num_rows == 2
+    assert reopened.properties["gc.delay_seconds"] == float("inf")
+    assert any("gc.delay_seconds" in r.getMessage() and "stored value" in r.getMessage()
+               for r in caplog.records)
+    with pytest.raises(PropertyError, match="gc.delay_seconds"):
+        reopened.set_properties({"gc.delay_seconds": float("inf")})  # never newly
+    reopened.set_properties({"gc.delay_seconds": 60})
+    assert sd.Store.open(str(tmp_path / "s")).table("events").properties[
+        "gc.delay_seconds"] == 60

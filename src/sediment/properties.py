@@ -6,7 +6,9 @@ store; table properties override them. Unknown names and invalid values raise Pr
 
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,6 +18,21 @@ from sediment.errors import PropertyError
 if TYPE_CHECKING:
     from sediment.schema import Schema
 
+
+log = logging.getLogger(__name__)
+
+
+def _retired_spill_dir(value: str) -> bool:
+    """The check of the retired ``ingest.spill_dir`` property: a set value is accepted, so
+    that stores which set it still open, and ignored with a warning saying where the setting
+    moved (refusing it would fail every replay of the log entry that set it)."""
+    if value:
+        warnings.warn(
+            f"property ingest.spill_dir = {value!r} is no longer read and is ignored: the "
+            "spill folder belongs to the ingesting client; give table.ingest(..., spill_dir=...),"
+            " `sediment ingest --spill-dir DIR` or $SEDIMENT_SPILL_DIR (default: the system temp "
+            "folder)", UserWarning, stacklevel=2)
+    return True
 
 @dataclass(frozen=True, slots=True)
 class PropertySpec:
@@ -174,8 +191,7 @@ _SPECS = [
                  "store's (table.ingest(..., spill_dir=...), `sediment ingest --spill-dir`, or "
                  "SEDIMENT_SPILL_DIR; default the system temp folder). Still accepted, with a "
                  "warning, so that stores which set it keep opening.",
-                 check=lambda v: __import__("sediment.ingest.spill", fromlist=["_"])
-                 .ignore_spill_dir_property(v)),
+                 check=lambda v: _retired_spill_dir(v)),
     PropertySpec("bulk_import.min_leaf_partitions", int, 256,
                  "Bulk import pre-splits a table with fewer leaves than this from a sample of "
                  "its input (Sleeper uses 256).", minimum=1),
@@ -275,10 +291,16 @@ def defaults() -> dict[str, Any]:
 
 
 def validate_properties(values: Mapping[str, Any], *, context: str = "",
-                        schema: Schema | None = None) -> dict[str, Any]:
+                        schema: Schema | None = None, stored: bool = False) -> dict[str, Any]:
     """Check names and coerce values; returns a new dict of parsed values. With the table's
     ``schema``, iterator configurations are checked against its fields as well (a filter
-    value its field's type cannot hold, an unknown field)."""
+    value its field's type cannot hold, an unknown field).
+
+    ``stored``: the values were committed already (a log replayed, a store file read): a
+    value that today's checks refuse (written by an older Sediment) is kept as it was and
+    logged, so the table still opens; whatever reads it reports it, and setting a valid
+    value mends it. Nothing committed is refused after the fact.
+    """
     out: dict[str, Any] = {}
     for name, value in values.items():
         spec = PROPERTIES.get(name)
@@ -287,7 +309,13 @@ def validate_properties(values: Mapping[str, Any], *, context: str = "",
             raise PropertyError(
                 f"unknown property {name!r}{where}; see `sediment properties` for the list"
             )
-        out[name] = spec.parse(value, context=context, schema=schema)
+        try:
+            out[name] = spec.parse(value, context=context, schema=schema)
+        except PropertyError as e:
+            if not stored:
+                raise
+            log.warning("%s (a stored value, kept as it is: set a valid one)", e)
+            out[name] = value
     return out
 
 

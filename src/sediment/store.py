@@ -183,7 +183,7 @@ class Store:
                 doc["properties"] = merged
                 objects.put(STORE_FILE, json.dumps(doc).encode())
         return cls(objects, validate_properties(doc.get("properties", {}),
-                                                context=f"store {objects.uri}"),
+                                                context=f"store {objects.uri}", stored=True),
                    storage_options)
 
     @staticmethod
@@ -229,7 +229,8 @@ class Store:
         if not isinstance(schema, Schema):
             raise SchemaError(f"table {name}: schema must be a sediment.Schema")
         props = {**self._properties,
-                 **validate_properties(properties or {}, context=f"table {name}")}
+                 **validate_properties(properties or {}, context=f"table {name}",
+                                       schema=schema)}
         if self.objects.exists(key):
             raise TableExistsError(f"table {name!r} already exists in {self.uri}")
         partitions = build_partition_tree(schema, split_points)

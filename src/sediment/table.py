@@ -205,7 +205,8 @@ class Table(Conversions, EngineMethods):
         for name in remove:
             if name not in PROPERTIES:
                 raise PropertyError(f"table {self.name}: unknown property {name!r}")
-        validate_properties(updates, context=f"table {self.name}")  # errors name the table,
+        validate_properties(updates, context=f"table {self.name}",  # errors name the table,
+                            schema=self.schema)
         # not its id (the transaction validates again against the head it follows)
         return self._handle.states.commit(SetProperties(updates, tuple(remove))).version
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import warnings
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -31,19 +30,6 @@ SPILL_ENV = "SEDIMENT_SPILL_DIR"
 """Environment variable naming the spill folder when no ``spill_dir`` argument is given."""
 
 SpillDir = str | os.PathLike[str] | None
-
-
-def ignore_spill_dir_property(value: str, where: str = "property ingest.spill_dir") -> bool:
-    """The check of the retired ``ingest.spill_dir`` property: a set value is accepted, so
-    that stores which set it still open, and ignored with a warning saying where the setting
-    moved (refusing it would fail every replay of the log entry that set it)."""
-    if value:
-        warnings.warn(
-            f"{where} = {value!r} is no longer read and is ignored: the "
-            "spill folder belongs to the ingesting client; give table.ingest(..., spill_dir=...),"
-            f" `sediment ingest --spill-dir DIR` or ${SPILL_ENV} (default: the system temp "
-            "folder)", UserWarning, stacklevel=2)
-    return True
 
 
 def resolve_spill_dir(spill_dir: SpillDir, table: str) -> str:

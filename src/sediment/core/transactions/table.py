@@ -32,11 +32,12 @@ class InitialiseTable(Transaction):
         ids = {p.id for p in self.partitions}
         if ROOT_PARTITION_ID not in ids or len(ids) != len(self.partitions):
             raise fail(state, "partition tree needs one root and unique ids")
-        validate_properties(self.properties, context=f"table {state.table_id}")
+        validate_properties(self.properties, context=f"table {state.table_id}",
+                            schema=self.schema)
 
     def apply(self, state: TableState, time: float) -> None:
         state.schema = self.schema
-        state.properties = validate_properties(self.properties)
+        state.properties = validate_properties(self.properties, stored=True)
         state.partitions = {p.id: p for p in self.partitions}
         state.online = True
 
@@ -64,14 +65,15 @@ class SetProperties(Transaction):
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
-        validate_properties(self.updates, context=f"table {state.table_id}")
+        validate_properties(self.updates, context=f"table {state.table_id}",
+                            schema=state.schema)
         # Removing a property sets it back to its default, which must itself be valid
         # (an unknown name has none, and is refused like setting it would be).
         validate_properties({k: _default_of(k) for k in self.removed},
                             context=f"table {state.table_id}")
 
     def apply(self, state: TableState, time: float) -> None:
-        state.properties.update(validate_properties(self.updates))
+        state.properties.update(validate_properties(self.updates, stored=True))
         for k in self.removed:
             state.properties.pop(k, None)
 
