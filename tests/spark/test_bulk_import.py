@@ -168,3 +168,28 @@ def test_retried_task_leaves_no_duplicates(spark: Any, tmp_path: Path) -> None:
     assert os.path.exists(marker)  # a task did fail once
     assert result.rows == 2000
     assert_same_rows(table.query(), frame)
+
+
+def test_fields_with_any_name(spark_local: Any, tmp_path: Path) -> None:
+    """Field names Spark would parse (a dot, a backtick, quotes, a backslash, spaces) import
+    from a DataFrame and from a Parquet file: inside Spark the columns carry positional
+    names (issue 17 item 3)."""
+    odd = sd.Schema(row_keys=[("user.id", pa.string())], sort_keys=[("t`s", pa.int64())],
+                    values=[('say "hi"', pa.string(), True), ("back\\slash x", pa.int64(), True)])
+    names = odd.field_names
+    frame = pd.DataFrame({names[0]: [f"u{i % 37:03d}" for i in range(400)],
+                          names[1]: list(range(400)),
+                          names[2]: [f"v{i}" for i in range(400)],
+                          names[3]: [i * 3 for i in range(400)]})
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("odd", odd, properties=PRESPLIT)
+    bulk_import(spark_local, table, spark_local.createDataFrame(frame))
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+    bulk_import(spark_local, table, [str(path)])
+    got = table.query().to_pandas()
+    want = pd.concat([frame, frame]).sort_values(names[:2], kind="stable")
+    assert got.sort_values(names).reset_index(drop=True).equals(
+        want.sort_values(names).reset_index(drop=True))
+    table.compact(full=True)  # DataFusion merges fields of those names too
+    assert len(table.query()) == 800
