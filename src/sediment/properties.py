@@ -34,6 +34,19 @@ def _retired_spill_dir(value: str) -> bool:
             "folder)", UserWarning, stacklevel=2)
     return True
 
+
+def _retired_min_leaf_partitions(value: int) -> bool:
+    """The check of the retired ``bulk_import.min_leaf_partitions``: as
+    :func:`_retired_spill_dir`, a set value is accepted (its log entry still replays) and
+    ignored with a warning naming the property that replaced it."""
+    if value:
+        warnings.warn(
+            f"property bulk_import.min_leaf_partitions = {value!r} is no longer read and is "
+            "ignored: bulk import sizes leaves to the data; set bulk_import.target_leaf_rows "
+            "(rows per leaf) instead", UserWarning, stacklevel=2)
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class PropertySpec:
     """One property: name, Python type, default, documentation and constraints."""
@@ -192,9 +205,21 @@ _SPECS = [
                  "SEDIMENT_SPILL_DIR; default the system temp folder). Still accepted, with a "
                  "warning, so that stores which set it keep opening.",
                  check=lambda v: _retired_spill_dir(v)),
-    PropertySpec("bulk_import.min_leaf_partitions", int, 256,
-                 "Bulk import pre-splits a table with fewer leaves than this from a sample of "
-                 "its input (Sleeper uses 256).", minimum=1),
+    PropertySpec("bulk_import.target_leaf_rows", int, 1_000_000,
+                 "Rows a bulk import aims to put in each leaf: a table with fewer leaves than "
+                 "its input's rows / this is first split at quantiles of a sample of the input "
+                 "(in the import's one commit). A leaf is sorted and written by one Spark task "
+                 "within ingest.memory_limit_bytes, so 1M rows (~100 MB of typical rows) sorts "
+                 "in memory, a few hundred thousand rows stay one leaf, and a "
+                 "partition.split.threshold's worth (1e9) makes a thousand leaves: Spark "
+                 "parallelism without leaves too small to be worth a compaction each.",
+                 minimum=1),
+    PropertySpec("bulk_import.min_leaf_partitions", int, 0,
+                 "No longer read: bulk import sizes its leaves to the data "
+                 "(bulk_import.target_leaf_rows); a fixed 256 leaves made every small import "
+                 "hundreds of files and commits. Still accepted, with a warning, so that "
+                 "stores and tables which set it keep opening.",
+                 minimum=0, check=lambda v: _retired_min_leaf_partitions(v)),
     # --- query --------------------------------------------------------------------------
     PropertySpec("query.iterators", str, "",
                  "JSON list of iterators applied at query time (see sediment.iterators).",

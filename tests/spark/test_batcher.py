@@ -333,7 +333,7 @@ def test_big_job_goes_to_bulk_import_on_spark(spark_local: Any, tmp_path: Path) 
     store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table("events", SCHEMA, properties={
         "batcher.max_files": 10, "batcher.max_age_seconds": 0.0,
-        "batcher.bulk_import_min_bytes": 1, "bulk_import.min_leaf_partitions": 3})
+        "batcher.bulk_import_min_bytes": 1, "bulk_import.target_leaf_rows": 400})
     frames = [make_frame(400, seed=80 + i, start=i * 1000) for i in range(3)]
     for i, f in enumerate(frames):
         write_input(pafs.LocalFileSystem(), str(tmp_path), f"big-{i}.parquet", f)
@@ -346,7 +346,7 @@ def test_big_job_goes_to_bulk_import_on_spark(spark_local: Any, tmp_path: Path) 
         [("committed", "bulk_import", 3, 1200)]
     assert len(leaves(table)) >= 3  # bulk import pre-split the table
     kinds = [h.kind for h in table.history() if h.version > before]
-    assert kinds.count("add_files") == 1
+    assert kinds.count("add_files_with_splits") == 1  # the splits commit with the files
     [job] = batcher.jobs(table)
     assert job["version"] == result.jobs[0].version and job["files"]
     _no_leftovers(table)

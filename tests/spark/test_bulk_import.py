@@ -31,7 +31,7 @@ from sediment.spark import bulk_import
 
 pytestmark = pytest.mark.spark
 
-PRESPLIT = {"bulk_import.min_leaf_partitions": 4}
+PRESPLIT = {"bulk_import.target_leaf_rows": 600}
 
 
 def test_dataframe_presplits_and_matches_reference(spark: Any, store_uri: Any) -> None:
@@ -45,10 +45,10 @@ def test_dataframe_presplits_and_matches_reference(spark: Any, store_uri: Any) -
     assert result.rows == 3000
     assert len(leaves(table)) >= 4  # pre-split from a sample of the input
     assert_files_in_their_regions(table)
-    # one file per touched leaf, all committed in one transaction after the splits
+    # one file per touched leaf, committed with the splits in one transaction
     history = [h for h in table.history() if h.version > before]
-    assert [h.kind for h in history].count("add_files") == 1
-    assert history[-1].kind == "add_files" and history[-1].version == result.version
+    assert [h.kind for h in history] == ["add_files_with_splits"]
+    assert history[0].version == result.version
     assert len(table.files()) == result.files
     out = table.query()
     assert_sorted(out)

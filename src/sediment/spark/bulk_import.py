@@ -2,18 +2,25 @@
 
 1. Validate the source's schema against the table (a DataFrame's fields, or files read with
    pyarrow inside tasks, so S3 needs no Hadoop connector).
-2. Pre-split a table with fewer than ``bulk_import.min_leaf_partitions`` leaves at quantiles of
-   a sample of the input.
+2. Plan splits so that each leaf gets about ``bulk_import.target_leaf_rows`` of the input's
+   rows, at quantiles of a sample of the input (which also counts its rows). The splits are
+   not committed on their own: tasks write into the planned leaves, and the splits commit with
+   the files (step 4).
 3. Assign every row its leaf (vectorised) and shuffle by leaf. Spark hashes the shuffle key, and
    small integers 0..n-1 do not spread evenly over n partitions, so each leaf gets a key value
    chosen to hash to its own partition number: one Spark partition per leaf, no collisions.
 4. Each task sorts its leaf's rows (spilling past the memory limit) and writes files and
-   samples; the driver commits every file in one AddFiles transaction. If the job fails nothing
-   is committed, and files already written are orphans that GC removes.
+   samples; the driver commits the splits and every file in one transaction (AddFilesWithSplits;
+   AddFiles when nothing is split): one import, one commit. If the job fails nothing is
+   committed, and files already written are orphans that GC removes.
+
+Files are read in pieces (``spark.inputs``): Parquet by row groups, JSON lines by byte ranges,
+so that one large file is read by every core.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,14 +28,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from sediment.core.keys import Key
 from sediment.core.model import FileReference
-from sediment.core.transactions import SplitPartition
-from sediment.errors import DataError, JobError, SedimentError, TransactionInvalidError
+from sediment.core.state import TableState
+from sediment.core.transactions import AddFilesWithSplits, SplitPartition
+from sediment.errors import DataError, JobError, SedimentError
+from sediment.files.sample import COUNT
 from sediment.files.writer import WrittenFile
 from sediment.handle import TableHandle, handle_of
-from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged
+from sediment.ingest.standard import (
+    IngestResult,
+    StagedFiles,
+    commit_staged,
+    delete_staged,
+    discard_staged,
+)
 from sediment.spark import tasks
+from sediment.state import pending
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -108,37 +126,28 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
             lambda it: _renamed(tasks.conform_batches(_renamed(it, user), schema, name,
                                                       "Spark input"), spark_out.names),
             from_arrow_schema(spark_out))
-    from sediment.ingest.sources import expand_paths, read_file
+    from sediment.spark.inputs import PIECE_DDL, piece_rows, read_piece
 
-    if isinstance(source, list) and source and isinstance(source[0], tuple):
-        files = source  # already expanded
-    else:
-        paths = [source] if isinstance(source, str) else list(source)
-        files = expand_paths(paths, table.objects)
+    pieces: list[Any] = source
     spec, name, schema = table.store_spec(), table.name, table.schema
     key_names = schema.row_key_names
-    listing = spark.createDataFrame([(fs.type_name, p) for fs, p in files],
-                                    "fs string, path string")
-    listing = listing.repartition(max(1, min(len(files),
-                                             spark.sparkContext.defaultParallelism * 2)))
+    listing = spark.createDataFrame(pieces, PIECE_DDL)
+    listing = listing.repartition(max(1, min(len(pieces),
+                                             spark.sparkContext.defaultParallelism * 3)))
 
     def read(batches: Any) -> Any:
-        from sediment.ingest.sources import _filesystem_for, conform
+        from sediment.ingest.sources import _filesystem_for
 
         t = tasks.open_handle(spec, name)
         bucket_arr = None if leaves is None else np.asarray(leaves[1], dtype=np.int64)
-        for b in batches:
-            for fs_name, path in zip(b.column("fs").to_pylist(), b.column("path").to_pylist(),
-                                     strict=True):
-                uri = f"s3://{path}" if fs_name == "s3" else path
-                fs, p = _filesystem_for(uri, t.objects)
-                offset = 0
-                for rb in read_file(fs, p, schema):
-                    c = conform(rb, schema, name, offset, p)
-                    offset += rb.num_rows
-                    if leaves is not None and bucket_arr is not None:
-                        c = tasks.with_leaf_column(c, key_names, leaves[0], bucket_arr)
-                    yield c.rename_columns(spark_out.names)
+        for piece in piece_rows(batches):
+            fs_name, path = piece[0], piece[1]
+            uri = f"s3://{path}" if fs_name == "s3" else path
+            fs, _ = _filesystem_for(uri, t.objects)
+            for c in read_piece(fs, piece, schema, name):
+                if leaves is not None and bucket_arr is not None:
+                    c = tasks.with_leaf_column(c, key_names, leaves[0], bucket_arr)
+                yield c.rename_columns(spark_out.names)
 
     return listing.mapInArrow(read, from_arrow_schema(spark_out))
 
@@ -208,43 +217,68 @@ def _sample_keys(frame: DataFrame, names: Sequence[str], schema: pa.Schema) -> p
     return got.rename_columns(out_schema.names)
 
 
-def presplit(spark: SparkSession, table: TableHandle, frame: DataFrame, min_leaves: int) -> int:
-    """Split the table at quantiles of a sample of ``frame`` until it has ``min_leaves``
-    leaves (each split its own transaction); returns the number of splits made."""
+def plan_splits(spark: SparkSession, table: TableHandle, frame: DataFrame,
+                state: TableState, target_rows: int) -> list[SplitPartition]:
+    """The splits that give each leaf about ``target_rows`` of the input's rows, from a sample
+    of ``frame`` (not committed: they commit with the files, in one transaction).
+
+    The sample counts every row it stands for, so it also tells how many rows each leaf of
+    ``state`` gets: a leaf getting ``r`` rows is cut into ``ceil(r / target_rows)`` parts at
+    the sample's quantiles within it, halving recursively, so the new subtree stays balanced.
+    """
+    from sediment.files.keys import bisect_key
     from sediment.files.sample import merge_samples, quantile
 
-    state = table.states.head()
-    if len(state.leaf_partitions()) >= min_leaves:
-        return 0
     names = table.schema.row_key_names
     sample = _sample_keys(frame, names, table.schema.to_arrow())
     if sample.num_rows == 0:
-        return 0
+        return []
     merged = merge_samples([sample], names)
-    points: list[tuple[Any, ...]] = []
-    for i in range(1, min_leaves):
-        k = quantile(merged, names, i / min_leaves)
-        if k is not None and (not points or k > points[-1]):
-            points.append(k)
-    made = 0
-    for k in points:
-        leaf = table.states.head().leaf_for_key(k)
-        if not leaf.region.is_strictly_inside(k):
+    splits: list[SplitPartition] = []
+    for leaf in state.leaf_partitions():
+        region = leaf.region
+        lo = 0 if region.min is None else bisect_key(merged, region.min, names)
+        hi = merged.num_rows if region.max is None else bisect_key(merged, region.max, names)
+        part = merged.slice(lo, max(0, hi - lo))
+        rows = int(pc.sum(part.column(COUNT)).as_py() or 0)
+        parts = math.ceil(rows / target_rows)
+        if parts < 2:
             continue
-        try:
-            table.states.commit(SplitPartition(leaf.id, k, uuid.uuid4().hex[:16],
-                                               uuid.uuid4().hex[:16]))
-            made += 1
-        except TransactionInvalidError:
-            continue
-    return made
+        points: list[Key] = []
+        for i in range(1, parts):
+            k = quantile(part, names, i / parts)
+            if k is not None and region.is_strictly_inside(k) and (not points or k > points[-1]):
+                points.append(k)
+        _split_balanced(leaf.id, points, splits)
+    return splits
+
+
+def _split_balanced(pid: str, points: Sequence[Key], out: list[SplitPartition]) -> None:
+    """Split ``pid`` at the middle point, then each side at the middle of its points."""
+    if not points:
+        return
+    mid = len(points) // 2
+    left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
+    out.append(SplitPartition(pid, tuple(points[mid]), left, right))
+    _split_balanced(left, points[:mid], out)
+    _split_balanced(right, points[mid + 1:], out)
+
+
+def planned_state(state: TableState, splits: Sequence[SplitPartition]) -> TableState:
+    """``state`` with ``splits`` applied in memory: the leaves the import writes into."""
+    if not splits:
+        return state
+    out = state.copy()
+    for s in splits:
+        s.apply(out, 0.0)
+    return out
 
 
 def bulk_import(spark: SparkSession, table: Table | TableHandle,
                 source: DataFrame | str | Sequence[str], *,
                 before_commit: Callable[[StagedFiles], None] | None = None) -> IngestResult:
     """Import a DataFrame or files (Parquet, CSV, JSON lines; local or S3; globs) into
-    ``table`` with Spark, committing every file in one transaction.
+    ``table`` with Spark, committing the leaf splits and every file in one transaction.
 
     ``before_commit`` is called with the written, not yet committed files just before the
     commit (the ingest batcher records them there); if it raises, the files are deleted and
@@ -257,19 +291,22 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
     started = time.perf_counter()
     table = handle_of(table)
     register_data_source(spark)
-    inputs: DataFrame | list[tuple[Any, str]]  # a DataFrame, or (filesystem, path) pairs
+    inputs: DataFrame | list[Any]  # a DataFrame, or pieces of files (spark.inputs)
     if isinstance(source, DataFrame):
         inputs = source
     else:
         from sediment.ingest.sources import expand_paths
+        from sediment.spark.inputs import plan_pieces
 
-        inputs = expand_paths([source] if isinstance(source, str) else list(source),
-                              table.objects)
+        files = expand_paths([source] if isinstance(source, str) else list(source),
+                             table.objects)
+        inputs = plan_pieces(files, spark.sparkContext.defaultParallelism)
     frame = _source_frame(spark, table, inputs)
-    min_leaves = int(table.properties["bulk_import.min_leaf_partitions"])
+    target = int(table.properties["bulk_import.target_leaf_rows"])
     try:
-        presplit(spark, table, frame, min_leaves)
-        state = table.states.head()
+        head = table.states.head()
+        splits = plan_splits(spark, table, frame, head, target)
+        state = planned_state(head, splits)
         leaves = state.leaf_partitions()
         boundaries = tasks.boundary_table(state)
         buckets = _bucket_values(len(leaves))
@@ -279,11 +316,11 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
         # read (or validate) and assign leaves in one pass through Python
         with_pid = _source_frame(spark, table, inputs, (boundaries, buckets))
         shuffled = with_pid.repartition(len(leaves), tasks.PID)
-        version, table_id = state.version, table.table_id
+        version, table_id = head.version, table.table_id
         named = [*table.schema.to_arrow().names, tasks.PID]
         staged_rows = shuffled.mapInArrow(
             lambda it: tasks.stage_partition(_renamed(it, named), spec, name, version,
-                                             table_id),
+                                             table_id, splits),
             from_arrow_schema(tasks.STAGED_SCHEMA)).collect()
     except SedimentError:
         raise
@@ -294,8 +331,39 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
     written = {r["filename"]: WrittenFile(r["filename"], 0, int(r["bytes"]))
                for r in staged_rows}
     staged = StagedFiles(sum(r.records for r in refs), refs, list(written.values()))
-    return commit_staged(table, staged, started, kind="bulk_import",
-                         before_commit=before_commit)
+    return _commit(table, staged, splits, started, before_commit)
+
+
+def _commit(table: TableHandle, staged: StagedFiles, splits: Sequence[SplitPartition],
+            started: float, before_commit: Callable[[StagedFiles], None] | None
+            ) -> IngestResult:
+    """Commit the splits and the files together (``commit_staged`` with an
+    AddFilesWithSplits): the splits validate against the head, so a leaf another writer split
+    meanwhile makes the whole import invalid, and its files are deleted."""
+    if not splits:
+        return commit_staged(table, staged, started, kind="bulk_import",
+                             before_commit=before_commit)
+    filenames = [w.filename for w in staged.written]
+    if before_commit is not None:
+        try:
+            before_commit(staged)
+        except BaseException:
+            delete_staged(table, filenames)
+            raise
+    if staged.rows == 0:
+        return IngestResult(0, 0, 0, table.version, time.perf_counter() - started)
+    pending.register(table.objects, filenames)  # written by Spark tasks: ours to protect now
+    try:
+        new_state = table.states.commit(AddFilesWithSplits(staged.references, splits))
+    except BaseException as e:
+        discard_staged(table, filenames, e)
+        raise
+    result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
+                          time.perf_counter() - started)
+    table.status.record("bulk_import", f"v{result.version}", "committed", rows=result.rows,
+                        files=result.files, bytes=result.bytes, seconds=result.seconds,
+                        rows_per_second=result.rows_per_second)
+    return result
 
 
 def _translate(e: Exception, table: str) -> SedimentError:

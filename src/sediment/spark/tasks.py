@@ -154,12 +154,19 @@ def with_leaf_column(batch: pa.RecordBatch, names: Sequence[str], boundaries: pa
 
 
 def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], name: str,
-                    version: int, table_id: str | None = None) -> Iterator[pa.RecordBatch]:
-    """Sort and write one Spark partition's rows as data files (not committed)."""
+                    version: int, table_id: str | None = None,
+                    splits: Sequence[Any] = ()) -> Iterator[pa.RecordBatch]:
+    """Sort and write one Spark partition's rows as data files (not committed), cut at the
+    leaves of ``version`` with ``splits`` (SplitPartition transactions the driver plans to
+    commit with the files) applied in memory."""
     from sediment.ingest.standard import stage_batches
 
     table = open_handle(spec, name, table_id)
     state = table.state(version)
+    if splits:
+        state = state.copy()
+        for s in splits:
+            s.apply(state, 0.0)
 
     def rows() -> Iterator[tuple[str, pa.RecordBatch]]:
         for b in batches:

@@ -12,7 +12,7 @@ from sediment.core.transactions.base import (
     Transaction,
     transaction_from_json,
 )
-from sediment.core.transactions.files import AddFiles, DeleteFiles
+from sediment.core.transactions.files import AddFiles, AddFilesWithSplits, DeleteFiles
 from sediment.core.transactions.jobs import AssignJobIds, JobAssignment, ReplaceFileReferences
 from sediment.core.transactions.partitions import (
     SplitFileReferences,
@@ -28,7 +28,8 @@ from sediment.core.transactions.table import (
     SetProperties,
 )
 
-__all__ = ["AddFiles", "AssignJobIds", "ClearTable", "DeleteFiles", "InitialiseTable",
+__all__ = ["AddFiles", "AddFilesWithSplits", "AssignJobIds", "ClearTable", "DeleteFiles",
+           "InitialiseTable",
            "JobAssignment", "ReinitialiseTable", "ReplaceFileReferences", "RestoreVersion",
            "SetOnline", "SetProperties",
            "SplitFileReferences", "SplitPartition", "SplitReference", "TRANSACTION_KINDS",

@@ -1,6 +1,7 @@
 """File lifecycle kinds: data files entering the table, and garbage-collected ones leaving it.
 
-A file enters with its references (AddFiles) and leaves the table's bookkeeping only once no
+A file enters with its references (AddFiles; a bulk import's also with the leaf splits made for
+it, AddFilesWithSplits) and leaves the table's bookkeeping only once no
 reference is left and storage has deleted it (DeleteFiles); in between, the other families move
 and replace its references.
 """
@@ -19,6 +20,7 @@ from sediment.core.transactions.base import (
     require_initialised,
     require_partition,
 )
+from sediment.core.transactions.partitions import SplitPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +106,48 @@ class DeleteFiles(Transaction):
 
     def summary(self) -> str:
         return f"{len(self.filenames)} files deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class AddFilesWithSplits(AddFiles):
+    """A bulk import in one commit: leaves split at sampled keys, then files added into the
+    new leaves.
+
+    The splits and the files must land together: splits alone would leave empty leaves behind
+    a failed import (and a commit each), files alone would reference leaves that do not exist.
+    The splits validate in order, each against the state the previous ones leave, so a
+    concurrent split of the same leaf makes the whole transaction invalid at the head, and
+    nothing is committed. A subclass of AddFiles: whatever looks for the files a job added
+    (the ingest batcher's recovery) finds them here too.
+    """
+
+    kind: ClassVar[str] = "add_files_with_splits"
+    splits: Sequence[SplitPartition] = ()
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        after = state.copy()  # copy-on-write: cheap, and ``state`` stays untouched
+        for s in self.splits:
+            s.validate(after)
+            s.apply(after, 0.0)
+        AddFiles.validate(self, after)
+
+    def apply(self, state: TableState, time: float) -> None:
+        for s in self.splits:
+            s.apply(state, time)
+        AddFiles.apply(self, state, time)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"splits": [s.to_json() for s in self.splits],
+                "references": [r.to_json() for r in self.references]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> AddFilesWithSplits:
+        return cls([FileReference.from_json(r) for r in doc["references"]],
+                   [SplitPartition.from_json(s) for s in doc["splits"]])
+
+    def is_empty(self) -> bool:
+        return not self.references and not self.splits
+
+    def summary(self) -> str:
+        return f"{len(self.splits)} splits, {AddFiles.summary(self)}"
