@@ -231,6 +231,14 @@ _SPECS = [
                  "them from storage on every lookup).", minimum=0),
     PropertySpec("query.threads", int, 0,
                  "Threads for parallel sub-queries (0: number of CPUs).", minimum=0),
+    PropertySpec("spark.read.target_partition_rows", int, 1_000_000,
+                 "Records per Spark partition of a spark.read.format(\"sediment\") read: a "
+                 "leaf holding more (by its files' exact samples) is read as several key "
+                 "sub-ranges cut at whole row keys, so a heavy read of a one-leaf table uses "
+                 "every executor core while a one-key read still touches one sub-range. 1M "
+                 "records (~100 MB of typical rows) keeps a task to seconds, enough to amortise "
+                 "Spark's per-task cost; bulk_import.target_leaf_rows uses the same figure.",
+                 minimum=1),
     # --- partitions, compaction, gc -------------------------------------------------------
     PropertySpec("partition.split.threshold", int, 1_000_000_000,
                  "A leaf partition known to hold more records than this (strictly more, as "

@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from spark_helpers import (
     SCHEMA,
@@ -22,6 +24,15 @@ import sediment as sd
 from sediment.errors import QueryError
 
 SPLITS = [("k010",), ("k020",), ("k030",)]  # four leaves
+
+
+def _struct(schema: sd.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema.to_arrow())
+
+
+SCHEMA_STRUCT = _struct(SCHEMA)
 
 
 def _table(store: sd.Store) -> tuple[sd.Table, pd.DataFrame, pd.DataFrame, int]:
@@ -77,6 +88,88 @@ def test_reader_partitions_are_pruned_by_pushed_filters(tmp_path: Path) -> None:
     assert len(reader.partitions()) == 4
 
 
+def _one_leaf(store: sd.Store, rows: int = 3000, target: int = 500) -> sd.Table:
+    """A one-leaf table of two ingests (every key in both) read in pieces of ``target``."""
+    table = store.create_table("events", SCHEMA, properties={
+        "spark.read.target_partition_rows": target,
+        "query.iterators": '[{"type": "keep_latest", "by": "ts"}]'})
+    table.ingest(make_frame(rows // 2, keys=300, seed=21))
+    table.ingest(make_frame(rows - rows // 2, keys=300, seed=22, start=10_000))
+    return table
+
+
+def _read_all(reader: Any) -> tuple[int, pa.Table]:
+    """Every partition of a reader read in turn (as Spark tasks would), concatenated."""
+    parts = reader.partitions()
+    batches = [b for p in parts for b in reader.read(p)]
+    assert batches
+    return len(parts), pa.Table.from_batches(batches)
+
+
+def test_reader_cuts_a_big_leaf_into_sub_ranges(tmp_path: Path) -> None:
+    """Pieces of a one-leaf table read exactly what table.query() does (keep-latest merges
+    per row key, so a piece that split one would return it twice)."""
+    from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, LessThan
+
+    from sediment.spark.datasource import SedimentReader
+
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = _one_leaf(store)
+    assert len(table.plan().subqueries) == 1
+    options = {"store": store.uri, "table": "events", "pushdown": "true"}
+
+    def read(*filters: Any) -> tuple[int, pa.Table]:
+        reader = SedimentReader(dict(options), SCHEMA_STRUCT)
+        assert list(reader.pushFilters(list(filters))) == []
+        return _read_all(reader)
+
+    n, got = read()
+    want = table.query()
+    assert want.num_rows < 300  # one record per key after keep-latest
+    assert n == 6 and got.equals(want)  # 3000 records / 500
+    n, got = read(EqualTo(("key",), "k150"))
+    assert n == 1 and got.equals(table.query(keys=["k150"]))
+    n, got = read(GreaterThanOrEqual(("key",), "k100"), LessThan(("key",), "k160"))
+    assert 2 <= n <= 3 and got.equals(table.query(ranges=sd.Range("k100", "k160")))
+
+
+def test_sub_ranges_keep_multi_field_row_keys_whole(tmp_path: Path) -> None:
+    """Cuts are whole (a, b) row keys; a first-field filter meets several pieces and their
+    union is the query's answer, aggregated per row key."""
+    from pyspark.sql.datasource import EqualTo
+
+    from sediment.spark.datasource import SedimentReader, intersect
+
+    schema = sd.Schema(row_keys=[("a", pa.string()), ("b", pa.int64())],
+                       sort_keys=[("ts", pa.int64())], values=[("n", pa.int64())])
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("events", schema, properties={
+        "spark.read.target_partition_rows": 400,
+        "query.iterators": '[{"type": "aggregate", "functions": {"n": "sum"}}]'})
+    rng = np.random.default_rng(3)
+    for seed in range(2):
+        rows = 1500
+        table.ingest(pa.table({"a": [f"g{i}" for i in rng.integers(0, 3, rows)],
+                               "b": rng.integers(0, 200, rows), "ts": np.zeros(rows, "int64"),
+                               "n": np.full(rows, seed + 1)}, schema=schema.to_arrow()))
+    struct = _struct(schema)
+    reader = SedimentReader({"store": store.uri, "table": "events"}, struct)
+    n, got = _read_all(reader)
+    assert n == 8 and got.equals(table.query())
+    pushed = SedimentReader({"store": store.uri, "table": "events", "pushdown": "true"}, struct)
+    assert list(pushed.pushFilters([EqualTo(("a",), "g1")])) == []
+    n, got = _read_all(pushed)
+    assert 2 <= n <= 5 and got.equals(table.query(keys=[("g1",)]))
+    # prefix bounds: the tighter of a prefix and a longer key on the same prefix
+    g1 = sd.Range.exact(("g1",))
+    assert intersect(g1, sd.Range(("g1", 50), ("g2", 0))) == sd.Range(
+        ("g1", 50), ("g1",), start_inclusive=True, end_inclusive=True)
+    assert intersect(sd.Range(("g1",), None, start_inclusive=False),
+                     sd.Range(("g1", 5), None)) == sd.Range(("g1",), None,
+                                                           start_inclusive=False)
+    assert intersect(g1, sd.Range(("g2", 0), None)) is None
+
+
 # ---- reads on Spark ----------------------------------------------------------------------
 @pytest.mark.spark
 @spark_and_store(("local", "local"), ("local", "s3"), ("cluster", "s3"))
@@ -90,6 +183,23 @@ def test_exact_key_filter_reads_one_partition(spark: Any, store_uri: Any) -> Non
     one = df.filter(df.key == "k015")
     assert one.rdd.getNumPartitions() == 1
     assert_same_rows(one.toPandas(), both[both.key == "k015"])
+
+
+@pytest.mark.spark
+def test_heavy_read_of_one_leaf_uses_every_core(spark_local: Any, tmp_path: Path) -> None:
+    """A one-leaf table read in pieces: several tasks for a heavy query, one for one key,
+    and Spark's answers equal table.query()'s (keep-latest applied per piece)."""
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = _one_leaf(store)
+    want = table.query().to_pandas()
+    df = _read(spark_local, store)
+    assert df.rdd.getNumPartitions() == 6
+    got = df.groupBy("key").count().toPandas()
+    assert sorted(got["key"]) == sorted(want["key"]) and set(got["count"]) == {1}
+    assert_same_rows(df.toPandas(), want)
+    one = _read(spark_local, store, pushdown="true").filter("key = 'k150'")
+    assert one.rdd.getNumPartitions() == 1
+    assert_same_rows(one.toPandas(), table.query(keys=["k150"]).to_pandas())
 
 
 @pytest.mark.spark

@@ -22,10 +22,12 @@ boundaries; the driver commits all files in one AddFiles transaction (abort dele
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -44,8 +46,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sediment.core.ranges import Range
+from sediment.files.keys import region_mask, row_key
+from sediment.files.sample import COUNT, merge_samples
+from sediment.properties import defaults
 from sediment.spark import tasks
 
+TARGET_ROWS = "spark.read.target_partition_rows"
 _STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key",
                   "session_token")
 
@@ -92,9 +98,70 @@ class SedimentDataSource(DataSource):
 
 @dataclass
 class LeafPartition(InputPartition):
-    """One leaf partition's sub-query."""
+    """One leaf's records in ``ranges`` (None: the whole leaf; empty ``leaf_id``: nothing).
+
+    The ranges travel with the partition so that ``read`` depends on nothing but it."""
 
     leaf_id: str
+    ranges: tuple[Range, ...] | None = None
+
+
+def _tighter(a: Range, b: Range, lower: bool) -> tuple[Any, bool] | None:
+    """The tighter of two ranges' lower (or upper) bounds, as (key, inclusive).
+
+    Bounds are prefixes: an inclusive bound shorter than the other, equal on its length,
+    admits everything the longer one does (and more), so the longer is tighter; an exclusive
+    shorter bound excludes the whole prefix, so it is the tighter one."""
+    x = (a.start, a.start_inclusive) if lower else (a.end, a.end_inclusive)
+    y = (b.start, b.start_inclusive) if lower else (b.end, b.end_inclusive)
+    if x[0] is None or y[0] is None:
+        return y if x[0] is None else x
+    n = min(len(x[0]), len(y[0]))
+    if x[0][:n] != y[0][:n]:
+        return x if (x[0][:n] > y[0][:n]) == lower else y
+    if len(x[0]) == len(y[0]):
+        return x if not x[1] else y
+    short, long_ = (x, y) if len(x[0]) < len(y[0]) else (y, x)
+    return long_ if short[1] else short
+
+
+def intersect(a: Range, b: Range) -> Range | None:
+    """The keys in both ranges (None when that is provably empty)."""
+    lo, hi = _tighter(a, b, True), _tighter(a, b, False)
+    assert lo is not None and hi is not None
+    r = Range(lo[0], hi[0], start_inclusive=lo[1], end_inclusive=hi[1])
+    return None if r.is_empty() else r
+
+
+def cut_keys(samples: list[pa.Table], names: list[str], region: Any,
+             target_rows: int) -> list[Any]:
+    """Row keys that cut a leaf into pieces of about ``target_rows`` records, ascending.
+
+    From the leaf's files' exact samples (every k-th key with the rows it stands for),
+    restricted to the leaf's region: the keys at the 1/n, 2/n... quantiles of its records,
+    each a whole row key strictly above the smallest sampled one, so no piece is empty by
+    construction and all records of one row key fall in one piece (iterators merge per row
+    key). A leaf of at most ``target_rows`` records, or of one row key, is not cut."""
+    merged = merge_samples(samples, names)
+    mask = region_mask(merged, names, region)
+    if mask is not None:
+        merged = merged.filter(mask)
+    if merged.num_rows == 0:
+        return []
+    cum = np.cumsum(merged.column(COUNT).to_numpy())
+    pieces = math.ceil(int(cum[-1]) / target_rows)
+    if pieces <= 1:
+        return []
+    positions = (np.arange(1, pieces) * int(cum[-1])) // pieces
+    rows = np.unique(np.minimum(np.searchsorted(cum, positions, side="right"),
+                                merged.num_rows - 1))
+    first = row_key(merged, 0, names)
+    out: list[Any] = []
+    for i in rows.tolist():  # at most `pieces` keys, not records
+        k = row_key(merged, int(i), names)
+        if k > first and (not out or k > out[-1]):
+            out.append(k)
+    return out
 
 
 class SedimentReader(DataSourceReader):
@@ -156,10 +223,33 @@ class SedimentReader(DataSourceReader):
                                  end_inclusive=True if hi is None else hi[1])]
 
     def partitions(self) -> list[InputPartition]:
+        """One partition per piece of each leaf the query touches (see :func:`cut_keys`)."""
+        from sediment.handle import handle_of
+
         table = tasks.open_table(self.spec, self.name, self.table_id)
+        handle = handle_of(table)
         plan = table.plan(ranges=self.ranges, version=self.version) if self.ranges is not None \
             else table.plan(version=self.version)
-        parts: list[InputPartition] = [LeafPartition(s.leaf_id) for s in plan.subqueries]
+        state = handle.state(self.version)
+        target = int({**defaults(), **state.properties}[TARGET_ROWS])
+        names = state.schema.row_key_names if state.schema is not None else []
+        parts: list[InputPartition] = []
+        for sub in plan.subqueries:
+            samples = [handle.samples.sample(r.filename) for r in sub.references]
+            cuts = cut_keys(samples, names, sub.region, target)
+            if not cuts:
+                parts.append(LeafPartition(sub.leaf_id, sub.ranges))
+                continue
+            bounds = [None, *cuts, None]
+            for lo, hi in zip(bounds, bounds[1:], strict=False):
+                piece = Range(lo, hi, start_inclusive=True, end_inclusive=False)
+                if sub.ranges is None:
+                    parts.append(LeafPartition(sub.leaf_id, (piece,)))
+                    continue
+                hit = tuple(r for r in (intersect(piece, q) for q in sub.ranges)
+                            if r is not None)
+                if hit:
+                    parts.append(LeafPartition(sub.leaf_id, hit))
         return parts or [LeafPartition("")]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -167,8 +257,9 @@ class SedimentReader(DataSourceReader):
         if not partition.leaf_id:
             return
         table = tasks.open_table(self.spec, self.name, self.table_id)
-        prepared = table.prepare(ranges=self.ranges, columns=self.columns,
-                                 version=self.version)  # as table.query prepares it
+        # as table.query prepares it, restricted to this partition's ranges
+        prepared = table.prepare(ranges=partition.ranges, columns=self.columns,
+                                 version=self.version)
         for sub in prepared.plan.subqueries:
             if sub.leaf_id == partition.leaf_id:
                 yield from prepared.read_subquery(sub).to_batches(max_chunksize=100_000)
