@@ -193,3 +193,94 @@ def test_fields_with_any_name(spark_local: Any, tmp_path: Path) -> None:
         want.sort_values(names).reset_index(drop=True))
     table.compact(full=True)  # DataFusion merges fields of those names too
     assert len(table.query()) == 800
+
+
+def _stage_tasks(spark: Any, group: str) -> list[int]:
+    """Tasks of every stage the jobs of ``group`` ran (Spark's status tracker)."""
+    tracker = spark.sparkContext.statusTracker()
+    out = []
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        for stage in (info.stageIds if info else []):
+            s = tracker.getStageInfo(stage)
+            if s is not None:
+                out.append(s.numTasks)
+    return out
+
+
+def test_default_import_of_one_file_is_one_leaf_one_commit_many_tasks(
+        spark_local: Any, tmp_path: Path) -> None:
+    """400k rows from ONE Parquet file with the default properties: one leaf (not 256), one
+    commit, and the file is read by several tasks (its row groups cut into pieces)."""
+    frame = make_frame(400_000, keys=2000, seed=11)
+    path = tmp_path / "one.parquet"
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path,
+                   row_group_size=25_000)
+    from sediment.spark.inputs import plan_pieces
+
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("events", SCHEMA)
+    pieces = plan_pieces([(pafs.LocalFileSystem(), str(path))], 2)
+    assert len(pieces) >= 3 and {p[1] for p in pieces} == {str(path)}
+    before = table.version
+    spark_local.sparkContext.setJobGroup("one-file-import", "bulk import of one file")
+    try:
+        result = bulk_import(spark_local, table, [str(path)])
+    finally:
+        spark_local.sparkContext.setJobGroup("", "")
+
+    assert result.rows == 400_000
+    assert len(leaves(table)) == 1 and result.files == 1
+    assert [h.kind for h in table.history() if h.version > before] == ["add_files"]
+    # the reading stages run one task per piece (the listing's own stage has only 2)
+    assert max(_stage_tasks(spark_local, "one-file-import")) >= len(pieces)
+    assert_same_rows(table.query(), frame)
+
+
+def test_pieces_of_files_read_every_row_once(spark_local: Any, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parquet row-group pieces and JSON-lines byte ranges (cut small here) read each row
+    exactly once, and import into leaves split in the same one commit; a bad JSON line in a
+    piece is reported by its row in the file."""
+    from sediment.spark import inputs
+
+    monkeypatch.setattr(inputs, "MIN_PIECE_BYTES", 4096)
+    parquet, jsonl = make_frame(3000, seed=12), make_frame(2500, seed=13, start=5000)
+    pq.write_table(pa.Table.from_pandas(parquet, preserve_index=False),
+                   tmp_path / "a.parquet", row_group_size=200)
+    write_input(pafs.LocalFileSystem(), str(tmp_path), "b.jsonl", jsonl)
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("events", SCHEMA, properties={"bulk_import.target_leaf_rows":
+                                                             2000})
+    before = table.version
+
+    result = bulk_import(spark_local, table, [str(tmp_path / "a.parquet"),
+                                              str(tmp_path / "b.jsonl")])
+
+    assert result.rows == 5500
+    assert len(leaves(table)) >= 2
+    assert [h.kind for h in table.history() if h.version > before] == \
+        ["add_files_with_splits"]
+    assert_files_in_their_regions(table)
+    assert_same_rows(table.query(), parquet, jsonl)
+    lines = (tmp_path / "b.jsonl").read_text().splitlines(keepends=True)
+    lines[2000] = lines[2000].replace('"key": "', '"key": null, "x": "')
+    (tmp_path / "c.jsonl").write_text("".join(lines))
+    with pytest.raises(DataError, match="c.jsonl"):
+        bulk_import(spark_local, table, [str(tmp_path / "c.jsonl")])
+    assert table.version == result.version
+
+
+def test_retired_min_leaf_partitions_still_opens(spark_local: Any, tmp_path: Path) -> None:
+    """A table that set bulk_import.min_leaf_partitions (older versions read it) opens with a
+    warning, and a bulk import ignores it: leaves follow the data."""
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    with pytest.warns(UserWarning, match="min_leaf_partitions"):
+        table = store.create_table("events", SCHEMA,
+                                   properties={"bulk_import.min_leaf_partitions": 16})
+    frame = make_frame(2000, seed=14)
+    with pytest.warns(UserWarning, match="min_leaf_partitions"):
+        reopened = sd.Store.open(str(tmp_path / "store")).table("events")
+        bulk_import(spark_local, reopened, spark_local.createDataFrame(frame))
+    assert len(leaves(table)) == 1
+    assert_same_rows(reopened.query(), frame)

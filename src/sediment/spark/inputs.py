@@ -32,7 +32,7 @@ import pyarrow.fs as pafs
 from sediment.errors import DataError
 from sediment.schema import Schema
 
-MIN_PIECE_BYTES = 4 * 1024 * 1024
+MIN_PIECE_BYTES = 1024 * 1024
 MAX_PIECE_BYTES = 256 * 1024 * 1024
 _SCAN = 64 * 1024
 
