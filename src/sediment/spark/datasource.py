@@ -2,19 +2,24 @@
 
 Reading: options ``store`` (URI), ``table``, optional ``version`` or ``tag``, ``pushdown``
 (default ``false``, see below) and S3 options (``endpoint_url``, ``region``, ``access_key_id``,
-``secret_access_key``). One Spark partition per leaf partition with data. With
-``.option("pushdown", "true")`` filters on the first row-key field (=, <, <=, >, >=, IN) are
-pushed down and become query ranges, so a one-key query reads one partition's files. The version
-is pinned when the DataFrame is loaded (``load()``): every action on it, and every task, reads
-that one consistent state.
+``secret_access_key``). One Spark partition per piece of each leaf with data: a leaf holding
+more than the table property ``spark.read.target_partition_rows`` records is cut into key
+sub-ranges at whole row keys from its files' exact samples (:func:`cut_keys`), so a heavy read
+of a one-leaf table uses every core. Each partition carries its leaf and ranges, and a task
+reads that leaf restricted to them as ``table.query`` would. With ``.option("pushdown",
+"true")`` filters on the first row-key field (=, <, <=, >, >=, IN) are pushed down and become
+query ranges, so a one-key query reads one sub-range of one leaf. The version is pinned when the
+DataFrame is loaded (``load()``): every action on it, and every task, reads that one state.
 
-Known Spark 4.3.0 bug: Spark caches the reader planned by a filter-pushdown scan on the loaded
-relation, and a later scan of the same DataFrame (or temp view) that has no pushable filter at
-all reuses it, so e.g. ``df.filter("key = 'a'").count()`` then ``df.count()`` counts only the
-rows of key ``a``. Because a wrong answer is worse than a slow one, pushdown is off unless asked
-for: turn it on for a DataFrame that serves one query (load a fresh one per query), never for a
-temp view or a DataFrame reused by several queries. Later Spark versions keep pushdown-specific
-read plans per scan.
+Pushdown is off by default because of Spark 4.3.0, not of this reader: ``PythonScanBuilder.
+pushFilters`` stores the pushdown worker's result (the pickled read function, holding the
+pickled reader, and the pickled partition list) on the ``PythonDataSourceV2`` shared by every
+scan of the loaded relation (``ds.setReadInfo``), and a later scan that sends Python no filter
+takes it from ``ds.getOrCreateReadInfo`` without calling Python at all. So after
+``df.filter("key = 'a'").count()``, ``df.count()`` (or a query on a temp view of ``df``, or
+``df.cache()``) reads only key ``a``'s partitions with the first scan's reader. Nothing in the
+reused bytes tells the two scans apart, so no reader design fixes it: pushdown is for a
+DataFrame loaded for one query. docs/howto/spark.md has the details.
 
 Writing (append): each task validates, sorts and writes its rows as files cut at leaf
 boundaries; the driver commits all files in one AddFiles transaction (abort deletes them).

@@ -1,0 +1,114 @@
+"""Spark read benchmark: a Spark SQL group-by over ``spark.read.format("sediment")`` against the
+same query over the plain Parquet file of the same rows.
+
+Run: ``python benchmarks/spark_read.py [--rows N] [--quick] [--repeats R]`` (default 10M rows;
+``--quick``: 1M).
+
+Data: Sleeper's system-test schema (``datagen.generate``), ingested (untimed) into a one-leaf
+table in one file (``ingest.memory_limit_bytes`` raised so nothing spills: the read merges
+nothing), and written as one plain Parquet file (snappy, Spark's default) beside it. One
+session, ``sediment.spark.session("local[2]")``, runs both; a warm-up run of each comes first
+(JIT, Python workers, caches). Then ``--repeats`` rounds time each variant once (the order
+alternates); the fastest run is reported, with all runs and Spark's partition count:
+
+* ``sediment``: ``SELECT substr(key, 1, 2), count(*), max(timestamp) FROM t GROUP BY 1`` over
+  ``spark.read.format("sediment")`` (the table's default ``spark.read.target_partition_rows``
+  cuts the one leaf into key sub-ranges, one Spark task each);
+* ``parquet``: the same query over ``spark.read.parquet(plain)``.
+
+Every run's answer is checked: the groups' counts add up to the rows, and both variants give
+the same groups.
+
+Goal: parquet seconds / sediment seconds >= 0.8 (best of repeats, same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+import datagen
+import pyarrow.parquet as pq
+from _common import bench_schema, goal_line, parse_args, print_table, save_results, temp_dir
+
+import sediment as sd
+
+QUERY = ("SELECT substr(key, 1, 2) AS p, count(*) AS c, max(timestamp) AS m FROM {view} "
+         "GROUP BY 1")
+
+
+def _run(spark: Any, view: str) -> tuple[float, dict[str, tuple[int, int]]]:
+    """One timed query: seconds and its groups."""
+    started = time.perf_counter()
+    rows = spark.sql(QUERY.format(view=view)).collect()
+    seconds = time.perf_counter() - started
+    return seconds, {r["p"]: (int(r["c"]), int(r["m"])) for r in rows}
+
+
+def _options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rows", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=3)
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], extra=_options)
+    rows = args.rows or (1_000_000 if args.quick else 10_000_000)
+    from sediment.spark import session
+
+    with temp_dir() as tmp:
+        data = datagen.generate(rows)
+        plain = str(tmp / "plain.parquet")
+        pq.write_table(data, plain, compression="snappy")
+        store = sd.Store.open(str(tmp / "store"), create=True)
+        table = store.create_table("bench", bench_schema(), properties={
+            "ingest.memory_limit_bytes": 8 * 1024 ** 3})
+        started = time.perf_counter()
+        table.ingest(data)
+        ingest_seconds = time.perf_counter() - started
+        plan = table.plan()
+        leaves, files = len(plan.subqueries), len(plan.files)
+        del data
+
+        spark = session("local[2]", app_name="sediment-bench-spark-read",
+                        conf={"spark.sql.shuffle.partitions": "8",
+                              "spark.ui.enabled": "false"})
+        sediment_df = (spark.read.format("sediment").option("store", store.uri)
+                       .option("table", "bench").load())
+        sediment_df.createOrReplaceTempView("sediment_t")
+        spark.read.parquet(plain).createOrReplaceTempView("parquet_t")
+        partitions = {"sediment": sediment_df.rdd.getNumPartitions(),
+                      "parquet": spark.read.parquet(plain).rdd.getNumPartitions()}
+        views = {"sediment": "sediment_t", "parquet": "parquet_t"}
+        answers: dict[str, dict[str, tuple[int, int]]] = {}
+        for name, view in views.items():  # warm-up
+            _, answers[name] = _run(spark, view)
+        assert answers["sediment"] == answers["parquet"], "the two reads disagree"
+        assert sum(c for c, _ in answers["sediment"].values()) == rows
+        runs: dict[str, list[float]] = {n: [] for n in views}
+        for i in range(args.repeats):
+            order = list(views) if i % 2 == 0 else list(reversed(views))
+            for name in order:
+                seconds, got = _run(spark, views[name])
+                assert got == answers[name]
+                runs[name].append(seconds)
+        spark.stop()
+
+    best = {n: min(v) for n, v in runs.items()}
+    print_table(["variant", "best s", "runs", "Spark partitions"],
+                [[n, best[n], ", ".join(f"{s:.2f}" for s in runs[n]), partitions[n]]
+                 for n in views],
+                title=f"{QUERY.format(view='t')}: {rows:,} rows, local[2], "
+                      f"{leaves} leaf, {files} file(s)")
+    ratio = best["parquet"] / best["sediment"]
+    goal = goal_line("parquet seconds / sediment seconds", ratio, 0.8, "x")
+    if not args.no_save:
+        save_results("spark_read", {
+            "rows": rows, "query": QUERY.format(view="t"), "leaves": leaves, "files": files,
+            "ingest_seconds": ingest_seconds, "partitions": partitions, "runs": runs,
+            "best_seconds": best, "cpus": os.cpu_count(), "goals": [goal]}, quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()
