@@ -220,8 +220,9 @@ def test_default_import_of_one_file_is_one_leaf_one_commit_many_tasks(
 
     store = sd.Store.open(str(tmp_path / "store"), create=True)
     table = store.create_table("events", SCHEMA)
-    pieces = plan_pieces([(pafs.LocalFileSystem(), str(path))], 2)
+    pieces, rows = plan_pieces([(pafs.LocalFileSystem(), str(path))], 2)
     assert len(pieces) >= 3 and {p[1] for p in pieces} == {str(path)}
+    assert rows == 400_000  # from the footer: 400k <= target_leaf_rows, so nothing sampled
     before = table.version
     spark_local.sparkContext.setJobGroup("one-file-import", "bulk import of one file")
     try:

@@ -112,8 +112,8 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
         if extra:
             raise DataError(f"bulk import into table {table.name}: field {extra[0]!r} is not "
                             f"in the table's schema ({', '.join(arrow.names)})")
-        # Validate (types, null keys) as the rows are first read, so that bad input fails in
-        # the first job, before pre-splitting commits anything.
+        # Validate (types, null keys) in the pass that assigns leaves: the splits commit only
+        # with the files, so bad input commits nothing.
         schema, name = table.schema, table.name
         if leaves is not None:
             boundaries, buckets = leaves
@@ -191,49 +191,101 @@ def spark_hash_long(values: np.ndarray, seed: int = 42) -> np.ndarray:
     return h.view(np.int32).astype(np.int64)
 
 
-def _sample_keys(frame: DataFrame, names: Sequence[str], schema: pa.Schema) -> pa.Table:
-    """An equi-depth sample of the frame's row keys: each task keeps every k-th key of its
-    rows (k doubling, so at most ``2 * SAMPLE_ROWS_PER_TASK`` keys with counts), collected as
-    Arrow. One pass over the key columns, no count, no Row objects. ``frame`` has positional
-    column names (:func:`_positional`) for ``schema``'s fields."""
+def _sample_files(spark: SparkSession, table: TableHandle, pieces: list[Any]) -> pa.Table:
+    """An equi-depth sample of the row keys of files: each task keeps every k-th key of its
+    pieces' rows (k doubling, so at most ``2 * SAMPLE_ROWS_PER_TASK`` keys with counts),
+    collected as Arrow. One pass, over the key columns only where the format allows
+    (:func:`inputs.read_piece_keys`)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from sediment.files.sample import COUNT, KeySampler
+    from sediment.files.sample import KeySampler
+    from sediment.spark.inputs import PIECE_DDL, piece_rows, read_piece_keys
 
-    key_schema = pa.schema([schema.field(n) for n in names])
-    out_schema = key_schema.append(pa.field(COUNT, pa.int64(), False))
-    spark_keys = [_positional(schema.names)[schema.get_field_index(n)] for n in names]
-    spark_out = pa.schema([f.with_name(n) for f, n in
-                           zip(out_schema, [*spark_keys, COUNT], strict=True)])
+    schema, names = table.schema, table.schema.row_key_names
+    arrow = schema.to_arrow()
+    out_schema = pa.schema([arrow.field(n) for n in names]).append(
+        pa.field(COUNT, pa.int64(), False))
+    spark_out = pa.schema([f.with_name(f"c{i}") for i, f in enumerate(out_schema)])
+    spec, name = table.store_spec(), table.name
+    listing = spark.createDataFrame(pieces, PIECE_DDL).repartition(
+        max(1, min(len(pieces), spark.sparkContext.defaultParallelism * 3)))
 
     def sample(batches: Any) -> Any:
+        from sediment.ingest.sources import _filesystem_for
+
+        t = tasks.open_handle(spec, name)
         sampler = KeySampler(names, SAMPLE_ROWS_PER_TASK)
-        for b in batches:
-            sampler.add(pa.Table.from_batches([b.rename_columns(list(names))]))
-        yield from sampler.sample(key_schema).cast(out_schema) \
+        for piece in piece_rows(batches):
+            uri = f"s3://{piece[1]}" if piece[0] == "s3" else piece[1]
+            fs, _ = _filesystem_for(uri, t.objects)
+            for b in read_piece_keys(fs, piece, schema, name):
+                sampler.add(pa.Table.from_batches([b]))
+        yield from sampler.sample(out_schema.remove(len(names))).cast(out_schema) \
             .rename_columns(spark_out.names).to_batches()
 
-    got = frame.select(*spark_keys).mapInArrow(sample, from_arrow_schema(spark_out)).toArrow()
+    got = listing.mapInArrow(sample, from_arrow_schema(spark_out)).toArrow()
     return got.rename_columns(out_schema.names)
 
 
-def plan_splits(spark: SparkSession, table: TableHandle, frame: DataFrame,
-                state: TableState, target_rows: int) -> list[SplitPartition]:
-    """The splits that give each leaf about ``target_rows`` of the input's rows, from a sample
-    of ``frame`` (not committed: they commit with the files, in one transaction).
+def _sample_frame(table: TableHandle, source: DataFrame, rows: int, leaves: int) -> pa.Table:
+    """A uniform random sample of a DataFrame's row keys, drawn by Spark itself (the JVM
+    reads only the key columns, nothing passes through Python), with each key counting for
+    ``rows / sampled`` rows. Rows the import will refuse (a null key, a value of another
+    type) are left out: the import's own pass reports them."""
+    arrow = table.schema.to_arrow()
+    names = table.schema.row_key_names
+    key_schema = pa.schema([arrow.field(n) for n in names])
+    want = min(rows, max(100_000, 1_000 * leaves))
+    aliases = [f"c{i}" for i in range(len(names))]
+    got = source.select(*_columns(names, aliases)).sample(
+        withReplacement=False, fraction=min(1.0, 1.2 * want / rows), seed=17).toArrow()
+    got = got.rename_columns(list(names)).drop_null()
+    try:
+        keys = got.cast(key_schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return key_schema.empty_table().append_column(COUNT, pa.array([], pa.int64()))
+    weight = max(1, round(rows / max(1, keys.num_rows)))
+    return keys.append_column(COUNT, pa.array(np.full(keys.num_rows, weight, np.int64)))
 
-    The sample counts every row it stands for, so it also tells how many rows each leaf of
+
+def sample_input(spark: SparkSession, table: TableHandle, inputs: DataFrame | list[Any],
+                 rows: int | None, target_rows: int) -> pa.Table | None:
+    """The merged key sample bulk import plans splits from, or None when no leaf can get
+    more than ``target_rows`` (``rows``, the input's rows when known up front, is at most
+    that): then nothing is sampled at all."""
+    from pyspark.sql import DataFrame
+
+    from sediment.files.sample import merge_samples
+
+    if isinstance(inputs, DataFrame):
+        rows = inputs.count()  # the JVM alone; Parquet-backed frames count from footers
+        if rows <= target_rows:
+            return None
+        sample = _sample_frame(table, inputs, rows, math.ceil(rows / target_rows))
+    else:
+        if rows is not None and rows <= target_rows:
+            return None
+        sample = _sample_files(spark, table, inputs)
+    if sample.num_rows == 0:
+        return None
+    return merge_samples([sample], table.schema.row_key_names)
+
+
+def plan_splits(merged: pa.Table | None, names: Sequence[str], state: TableState,
+                target_rows: int) -> list[SplitPartition]:
+    """The splits that give each leaf about ``target_rows`` of the input's rows, from the
+    ``merged`` key sample (:func:`sample_input`; not committed: they commit with the files, in
+    one transaction).
+
+    The sample counts the rows each key stands for, so it tells how many rows each leaf of
     ``state`` gets: a leaf getting ``r`` rows is cut into ``ceil(r / target_rows)`` parts at
     the sample's quantiles within it, halving recursively, so the new subtree stays balanced.
     """
     from sediment.files.keys import bisect_key
-    from sediment.files.sample import merge_samples, quantile
+    from sediment.files.sample import quantile
 
-    names = table.schema.row_key_names
-    sample = _sample_keys(frame, names, table.schema.to_arrow())
-    if sample.num_rows == 0:
+    if merged is None:
         return []
-    merged = merge_samples([sample], names)
     splits: list[SplitPartition] = []
     for leaf in state.leaf_partitions():
         region = leaf.region
@@ -292,6 +344,7 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
     table = handle_of(table)
     register_data_source(spark)
     inputs: DataFrame | list[Any]  # a DataFrame, or pieces of files (spark.inputs)
+    rows: int | None = None  # the input's rows, when known without reading it
     if isinstance(source, DataFrame):
         inputs = source
     else:
@@ -300,12 +353,14 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
 
         files = expand_paths([source] if isinstance(source, str) else list(source),
                              table.objects)
-        inputs = plan_pieces(files, spark.sparkContext.defaultParallelism)
-    frame = _source_frame(spark, table, inputs)
+        inputs, rows = plan_pieces(files, spark.sparkContext.defaultParallelism)
     target = int(table.properties["bulk_import.target_leaf_rows"])
     try:
         head = table.states.head()
-        splits = plan_splits(spark, table, frame, head, target)
+        if isinstance(inputs, DataFrame):
+            _source_frame(spark, table, inputs)  # the fields are checked before any job
+        merged = sample_input(spark, table, inputs, rows, target)
+        splits = plan_splits(merged, table.schema.row_key_names, head, target)
         state = planned_state(head, splits)
         leaves = state.leaf_partitions()
         boundaries = tasks.boundary_table(state)

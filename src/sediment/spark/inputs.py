@@ -47,9 +47,9 @@ def _splittable_json(path: str) -> bool:
     return low.endswith((".jsonl", ".json", ".ndjson"))
 
 
-def _layout(fs: pafs.FileSystem, path: str) -> tuple[str, list[int]]:
-    """How a file can be cut: ("parquet", bytes of each row group), ("json", [size]) or
-    ("whole", [size])."""
+def _layout(fs: pafs.FileSystem, path: str) -> tuple[str, list[int], list[int]]:
+    """How a file can be cut: ("parquet", bytes of each row group, rows of each), ("json",
+    [size], []) or ("whole", [size], [])."""
     import pyarrow.parquet as pq
 
     from sediment.ingest.sources import file_format
@@ -59,36 +59,29 @@ def _layout(fs: pafs.FileSystem, path: str) -> tuple[str, list[int]]:
         if fmt == "parquet":
             with fs.open_input_file(path) as f:
                 meta = pq.ParquetFile(f).metadata
-            return "parquet", [meta.row_group(i).total_byte_size
-                               for i in range(meta.num_row_groups)]
+            groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+            return "parquet", [g.total_byte_size for g in groups], [g.num_rows for g in groups]
         size = fs.get_file_info(path).size or 0
-        return ("json" if fmt == "json" and _splittable_json(path) else "whole"), [size]
+        return ("json" if fmt == "json" and _splittable_json(path) else "whole"), [size], []
     except (pa.ArrowInvalid, OSError) as e:
         raise DataError(f"cannot read {fmt} file {path!r}: {e}") from e
 
 
-def _rows_of_groups(fs: pafs.FileSystem, path: str) -> list[int]:
-    import pyarrow.parquet as pq
-
-    with fs.open_input_file(path) as f:
-        meta = pq.ParquetFile(f).metadata
-    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-
-
-def plan_pieces(files: Sequence[tuple[pafs.FileSystem, str]], parallelism: int) -> list[Piece]:
-    """The pieces of ``files`` (expanded paths), in file order."""
+def plan_pieces(files: Sequence[tuple[pafs.FileSystem, str]], parallelism: int
+                ) -> tuple[list[Piece], int | None]:
+    """The pieces of ``files`` (expanded paths), in file order, and the rows of all files when
+    every one is Parquet (its footer says), else None."""
     if not files:
-        return []
+        return [], 0
     with ThreadPoolExecutor(min(16, len(files))) as pool:
         layouts = list(pool.map(lambda f: _layout(*f), files))
-    total = sum(sum(sizes) for _, sizes in layouts)
+    total = sum(sum(sizes) for _, sizes, _ in layouts)
     target = max(MIN_PIECE_BYTES, min(MAX_PIECE_BYTES,
                                       math.ceil(total / max(1, 3 * parallelism))))
     out: list[Piece] = []
-    for (fs, path), (kind, sizes) in zip(files, layouts, strict=True):
+    for (fs, path), (kind, sizes, rows) in zip(files, layouts, strict=True):
         fs_name = fs.type_name
-        if kind == "parquet" and len(sizes) > 1 and sum(sizes) > target:
-            rows = _rows_of_groups(fs, path)
+        if kind == "parquet":
             start, held, first = 0, 0, 0
             for i, size in enumerate(sizes):
                 held += size
@@ -96,16 +89,18 @@ def plan_pieces(files: Sequence[tuple[pafs.FileSystem, str]], parallelism: int) 
                     out.append((fs_name, path, start, i + 1, first))
                     first += sum(rows[start:i + 1])
                     start, held = i + 1, 0
+            if not sizes:
+                out.append((fs_name, path, 0, 0, 0))
         elif kind == "json" and sizes[0] > target:
             size = sizes[0]
             n = math.ceil(size / target)
             cuts = [size * k // n for k in range(n + 1)]
             out.extend((fs_name, path, cuts[k], cuts[k + 1], -1) for k in range(n))
-        elif kind == "parquet":
-            out.append((fs_name, path, 0, len(sizes), 0))
         else:
             out.append((fs_name, path, -1, -1, 0))
-    return out
+    known = None if any(kind != "parquet" for kind, _, _ in layouts) else \
+        sum(sum(rows) for _, _, rows in layouts)
+    return out, known
 
 
 def _json_bytes(fs: pafs.FileSystem, path: str, start: int, stop: int) -> bytes:
@@ -174,6 +169,36 @@ def read_piece(fs: pafs.FileSystem, piece: Piece, schema: Schema, table_name: st
             offset += rb.num_rows
         raise DataError(f"cannot read json file {path!r}: {e}") from e
     yield from batches
+
+
+def read_piece_keys(fs: pafs.FileSystem, piece: Piece, schema: Schema, table_name: str
+                    ) -> Iterator[pa.RecordBatch]:
+    """The row keys of the piece's rows (for sampling). Of a Parquet piece only the key
+    columns are read; when they are not plainly the table's (a null, another type), the
+    piece is read as :func:`read_piece` does, which names the bad field and row."""
+    import pyarrow.parquet as pq
+
+    from sediment.ingest.sources import file_format
+
+    names = schema.row_key_names
+    arrow = schema.to_arrow()
+    key_schema = pa.schema([arrow.field(n) for n in names])
+    _, path, start, stop, _ = piece
+    if start >= 0 and file_format(path) == "parquet":
+        try:
+            pf = pq.ParquetFile(fs.open_input_file(path))
+            plain = pf.schema_arrow
+            if all(n in plain.names and plain.field(n).type.equals(key_schema.field(n).type)
+                   for n in names):
+                groups = [pf.read_row_group(i, columns=list(names)) for i in range(start, stop)]
+                if all(t.column(n).null_count == 0 for t in groups for n in names):
+                    for t in groups:
+                        yield from t.select(list(names)).cast(key_schema).to_batches()
+                    return
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError):
+            pass  # the whole read below reports it
+    for b in read_piece(fs, piece, schema, table_name):
+        yield b.select(list(names))
 
 
 def piece_rows(batches: Iterator[Any]) -> Iterator[Piece]:
