@@ -20,22 +20,16 @@ so that one large file is read by every core.
 
 from __future__ import annotations
 
-import math
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from sediment.core.keys import Key
 from sediment.core.model import FileReference
-from sediment.core.state import TableState
 from sediment.core.transactions import AddFilesWithSplits, SplitPartition
 from sediment.errors import DataError, JobError, SedimentError
-from sediment.files.sample import COUNT
 from sediment.files.writer import WrittenFile
 from sediment.handle import TableHandle, handle_of
 from sediment.ingest.standard import (
@@ -46,15 +40,13 @@ from sediment.ingest.standard import (
     discard_staged,
 )
 from sediment.spark import tasks
+from sediment.spark.planning import plan_splits, planned_state, sample_input, spark_columns
 from sediment.state import pending
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from sediment.table import Table
-
-SAMPLE_ROWS_PER_TASK = 2_048
-
 
 Leaves = tuple[pa.Table, list[int]]
 """Boundaries of the leaves (``tasks.boundary_table``) and each leaf's shuffle key value."""
@@ -68,14 +60,6 @@ def _positional(names: Sequence[str]) -> list[str]:
     named ``a.b`` or with a backtick cannot pass through it as it is. Frames carry positional
     names and every Python task renames the batches back to the table's own."""
     return [f"c{i}" for i in range(len(names))]
-
-
-def _columns(names: Sequence[str], aliases: Sequence[str]) -> list[Any]:
-    """Spark columns of exactly ``names`` (backticked, backticks inside doubled), renamed."""
-    from pyspark.sql.functions import col
-
-    return [col("`" + n.replace("`", "``") + "`").alias(a)
-            for n, a in zip(names, aliases, strict=True)]
 
 
 def _renamed(batches: Iterable[pa.RecordBatch], names: Sequence[str]
@@ -117,12 +101,12 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
         schema, name = table.schema, table.name
         if leaves is not None:
             boundaries, buckets = leaves
-            return source.select(*_columns(user, spark_names)).mapInArrow(
+            return source.select(*spark_columns(user, spark_names)).mapInArrow(
                 lambda it: _renamed(tasks.assign_leaves(_renamed(it, user), schema, name,
                                                         boundaries, buckets),
                                     spark_out.names),
                 from_arrow_schema(spark_out))
-        return source.select(*_columns(user, spark_names)).mapInArrow(
+        return source.select(*spark_columns(user, spark_names)).mapInArrow(
             lambda it: _renamed(tasks.conform_batches(_renamed(it, user), schema, name,
                                                       "Spark input"), spark_out.names),
             from_arrow_schema(spark_out))
@@ -150,6 +134,43 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
                 yield c.rename_columns(spark_out.names)
 
     return listing.mapInArrow(read, from_arrow_schema(spark_out))
+
+
+JVM_LEAF_LIMIT = 64
+"""Most leaves a DataFrame's rows are assigned to in the JVM (one comparison per boundary
+per row); past it the Python pass's binary search is cheaper."""
+
+
+def _jvm_leaf_frame(table: TableHandle, source: DataFrame, boundaries: pa.Table,
+                    buckets: Sequence[int]) -> DataFrame | None:
+    """The DataFrame with positional field names (:func:`_positional`) and the shuffle
+    column computed by Spark: a row's leaf is the number of boundaries at or below its key.
+
+    Rows then pass through Python once (in the stage tasks, which validate them) instead of
+    twice. Only for one row-key field whose Spark type is exactly the table's (a string, an
+    integer: Spark and Arrow order them alike), and up to :data:`JVM_LEAF_LIMIT` leaves;
+    otherwise None, and the leaves are assigned in Python. A null key gets some leaf, and its
+    stage task refuses it (DataError naming the field)."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    names = table.schema.row_key_names
+    arrow = table.schema.to_arrow()
+    key = arrow.field(names[0])
+    simple = pa.types.is_string(key.type) or pa.types.is_integer(key.type)
+    if len(names) != 1 or not simple or len(buckets) > JVM_LEAF_LIMIT:
+        return None
+    if source.schema[names[0]].dataType != from_arrow_type(key.type):
+        return None
+    user = list(arrow.names)
+    frame = source.select(*spark_columns(user, _positional(user)))
+    k = F.col(_positional(user)[user.index(names[0])])
+    if boundaries.num_rows == 0:
+        return frame.withColumn(tasks.PID, F.lit(int(buckets[0])).cast("long"))
+    index = sum((F.when(k >= F.lit(b), 1).otherwise(0)
+                 for b in boundaries.column(0).to_pylist()), F.lit(0))
+    values = F.array(*[F.lit(int(v)).cast("long") for v in buckets])
+    return frame.withColumn(tasks.PID, F.element_at(values, index + 1))
 
 
 def _bucket_values(n: int) -> list[int]:
@@ -189,141 +210,6 @@ def spark_hash_long(values: np.ndarray, seed: int = 42) -> np.ndarray:
         h = (h * np.uint32(0xC2B2AE35)).astype(np.uint32)
         h = h ^ (h >> np.uint32(16))
     return h.view(np.int32).astype(np.int64)
-
-
-def _sample_files(spark: SparkSession, table: TableHandle, pieces: list[Any]) -> pa.Table:
-    """An equi-depth sample of the row keys of files: each task keeps every k-th key of its
-    pieces' rows (k doubling, so at most ``2 * SAMPLE_ROWS_PER_TASK`` keys with counts),
-    collected as Arrow. One pass, over the key columns only where the format allows
-    (:func:`inputs.read_piece_keys`)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from sediment.files.sample import KeySampler
-    from sediment.spark.inputs import PIECE_DDL, piece_rows, read_piece_keys
-
-    schema, names = table.schema, table.schema.row_key_names
-    arrow = schema.to_arrow()
-    out_schema = pa.schema([arrow.field(n) for n in names]).append(
-        pa.field(COUNT, pa.int64(), False))
-    spark_out = pa.schema([f.with_name(f"c{i}") for i, f in enumerate(out_schema)])
-    spec, name = table.store_spec(), table.name
-    listing = spark.createDataFrame(pieces, PIECE_DDL).repartition(
-        max(1, min(len(pieces), spark.sparkContext.defaultParallelism * 3)))
-
-    def sample(batches: Any) -> Any:
-        from sediment.ingest.sources import _filesystem_for
-
-        t = tasks.open_handle(spec, name)
-        sampler = KeySampler(names, SAMPLE_ROWS_PER_TASK)
-        for piece in piece_rows(batches):
-            uri = f"s3://{piece[1]}" if piece[0] == "s3" else piece[1]
-            fs, _ = _filesystem_for(uri, t.objects)
-            for b in read_piece_keys(fs, piece, schema, name):
-                sampler.add(pa.Table.from_batches([b]))
-        yield from sampler.sample(out_schema.remove(len(names))).cast(out_schema) \
-            .rename_columns(spark_out.names).to_batches()
-
-    got = listing.mapInArrow(sample, from_arrow_schema(spark_out)).toArrow()
-    return got.rename_columns(out_schema.names)
-
-
-def _sample_frame(table: TableHandle, source: DataFrame, rows: int, leaves: int) -> pa.Table:
-    """A uniform random sample of a DataFrame's row keys, drawn by Spark itself (the JVM
-    reads only the key columns, nothing passes through Python), with each key counting for
-    ``rows / sampled`` rows. Rows the import will refuse (a null key, a value of another
-    type) are left out: the import's own pass reports them."""
-    arrow = table.schema.to_arrow()
-    names = table.schema.row_key_names
-    key_schema = pa.schema([arrow.field(n) for n in names])
-    want = min(rows, max(100_000, 1_000 * leaves))
-    aliases = [f"c{i}" for i in range(len(names))]
-    got = source.select(*_columns(names, aliases)).sample(
-        withReplacement=False, fraction=min(1.0, 1.2 * want / rows), seed=17).toArrow()
-    got = got.rename_columns(list(names)).drop_null()
-    try:
-        keys = got.cast(key_schema)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return key_schema.empty_table().append_column(COUNT, pa.array([], pa.int64()))
-    weight = max(1, round(rows / max(1, keys.num_rows)))
-    return keys.append_column(COUNT, pa.array(np.full(keys.num_rows, weight, np.int64)))
-
-
-def sample_input(spark: SparkSession, table: TableHandle, inputs: DataFrame | list[Any],
-                 rows: int | None, target_rows: int) -> pa.Table | None:
-    """The merged key sample bulk import plans splits from, or None when no leaf can get
-    more than ``target_rows`` (``rows``, the input's rows when known up front, is at most
-    that): then nothing is sampled at all."""
-    from pyspark.sql import DataFrame
-
-    from sediment.files.sample import merge_samples
-
-    if isinstance(inputs, DataFrame):
-        rows = inputs.count()  # the JVM alone; Parquet-backed frames count from footers
-        if rows <= target_rows:
-            return None
-        sample = _sample_frame(table, inputs, rows, math.ceil(rows / target_rows))
-    else:
-        if rows is not None and rows <= target_rows:
-            return None
-        sample = _sample_files(spark, table, inputs)
-    if sample.num_rows == 0:
-        return None
-    return merge_samples([sample], table.schema.row_key_names)
-
-
-def plan_splits(merged: pa.Table | None, names: Sequence[str], state: TableState,
-                target_rows: int) -> list[SplitPartition]:
-    """The splits that give each leaf about ``target_rows`` of the input's rows, from the
-    ``merged`` key sample (:func:`sample_input`; not committed: they commit with the files, in
-    one transaction).
-
-    The sample counts the rows each key stands for, so it tells how many rows each leaf of
-    ``state`` gets: a leaf getting ``r`` rows is cut into ``ceil(r / target_rows)`` parts at
-    the sample's quantiles within it, halving recursively, so the new subtree stays balanced.
-    """
-    from sediment.files.keys import bisect_key
-    from sediment.files.sample import quantile
-
-    if merged is None:
-        return []
-    splits: list[SplitPartition] = []
-    for leaf in state.leaf_partitions():
-        region = leaf.region
-        lo = 0 if region.min is None else bisect_key(merged, region.min, names)
-        hi = merged.num_rows if region.max is None else bisect_key(merged, region.max, names)
-        part = merged.slice(lo, max(0, hi - lo))
-        rows = int(pc.sum(part.column(COUNT)).as_py() or 0)
-        parts = math.ceil(rows / target_rows)
-        if parts < 2:
-            continue
-        points: list[Key] = []
-        for i in range(1, parts):
-            k = quantile(part, names, i / parts)
-            if k is not None and region.is_strictly_inside(k) and (not points or k > points[-1]):
-                points.append(k)
-        _split_balanced(leaf.id, points, splits)
-    return splits
-
-
-def _split_balanced(pid: str, points: Sequence[Key], out: list[SplitPartition]) -> None:
-    """Split ``pid`` at the middle point, then each side at the middle of its points."""
-    if not points:
-        return
-    mid = len(points) // 2
-    left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
-    out.append(SplitPartition(pid, tuple(points[mid]), left, right))
-    _split_balanced(left, points[:mid], out)
-    _split_balanced(right, points[mid + 1:], out)
-
-
-def planned_state(state: TableState, splits: Sequence[SplitPartition]) -> TableState:
-    """``state`` with ``splits`` applied in memory: the leaves the import writes into."""
-    if not splits:
-        return state
-    out = state.copy()
-    for s in splits:
-        s.apply(out, 0.0)
-    return out
 
 
 def bulk_import(spark: SparkSession, table: Table | TableHandle,
@@ -368,8 +254,14 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
         name, spec = table.name, table.store_spec()
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        # read (or validate) and assign leaves in one pass through Python
-        with_pid = _source_frame(spark, table, inputs, (boundaries, buckets))
+        # read (or validate) and assign leaves in one pass through Python, or, for a
+        # DataFrame whose key Spark can compare as the table does, in the JVM (the stage
+        # tasks validate every row anyway)
+        with_pid = None
+        if isinstance(inputs, DataFrame):
+            with_pid = _jvm_leaf_frame(table, inputs, boundaries, buckets)
+        if with_pid is None:
+            with_pid = _source_frame(spark, table, inputs, (boundaries, buckets))
         shuffled = with_pid.repartition(len(leaves), tasks.PID)
         version, table_id = head.version, table.table_id
         named = [*table.schema.to_arrow().names, tasks.PID]
