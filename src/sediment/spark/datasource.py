@@ -111,7 +111,7 @@ class LeafPartition(InputPartition):
     ranges: tuple[Range, ...] | None = None
 
 
-def _tighter(a: Range, b: Range, lower: bool) -> tuple[Any, bool] | None:
+def _tighter(a: Range, b: Range, lower: bool) -> tuple[Any, bool]:
     """The tighter of two ranges' lower (or upper) bounds, as (key, inclusive).
 
     Bounds are prefixes: an inclusive bound shorter than the other, equal on its length,
@@ -119,7 +119,7 @@ def _tighter(a: Range, b: Range, lower: bool) -> tuple[Any, bool] | None:
     shorter bound excludes the whole prefix, so it is the tighter one."""
     x = (a.start, a.start_inclusive) if lower else (a.end, a.end_inclusive)
     y = (b.start, b.start_inclusive) if lower else (b.end, b.end_inclusive)
-    if x[0] is None or y[0] is None:
+    if x[0] is None or y[0] is None:  # an open end: the other one (open too, or tighter)
         return y if x[0] is None else x
     n = min(len(x[0]), len(y[0]))
     if x[0][:n] != y[0][:n]:
@@ -133,7 +133,6 @@ def _tighter(a: Range, b: Range, lower: bool) -> tuple[Any, bool] | None:
 def intersect(a: Range, b: Range) -> Range | None:
     """The keys in both ranges (None when that is provably empty)."""
     lo, hi = _tighter(a, b, True), _tighter(a, b, False)
-    assert lo is not None and hi is not None
     r = Range(lo[0], hi[0], start_inclusive=lo[1], end_inclusive=hi[1])
     return None if r.is_empty() else r
 
