@@ -285,3 +285,40 @@ def test_retired_min_leaf_partitions_still_opens(spark_local: Any, tmp_path: Pat
         bulk_import(spark_local, reopened, spark_local.createDataFrame(frame))
     assert len(leaves(table)) == 1
     assert_same_rows(reopened.query(), frame)
+
+
+def test_splits_commit_with_the_files_and_conflict_with_a_concurrent_split(
+        spark_local: Any, tmp_path: Path) -> None:
+    """The planned splits land with the files (a reopened store replays them); a split of the
+    same leaf committed by another writer before the import's commit makes the whole import
+    invalid: nothing of it is committed and its files are deleted."""
+    import uuid
+
+    from sediment.core.transactions import SplitPartition
+    from sediment.errors import TransactionInvalidError
+    from sediment.handle import handle_of
+
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("events", SCHEMA, properties=PRESPLIT)
+    frame = make_frame(3000, keys=60, seed=15)
+    h = handle_of(table)
+    root = h.states.head().leaf_partitions()[0].id
+
+    def split_first(_: Any) -> None:
+        h.states.commit(SplitPartition(root, ("k020",), uuid.uuid4().hex[:16],
+                                       uuid.uuid4().hex[:16]))
+
+    with pytest.raises(TransactionInvalidError, match="no longer a leaf"):
+        bulk_import(spark_local, table, spark_local.createDataFrame(frame),
+                    before_commit=split_first)
+    assert [h.kind for h in table.history()][-1] == "split_partition"
+    assert table.files() == [] and len(leaves(table)) == 2
+    assert not [p for p in (tmp_path / "store").rglob("*.parquet")
+                if "data" in p.parts]  # the import's files are deleted
+
+    result = bulk_import(spark_local, table, spark_local.createDataFrame(frame))
+    reopened = sd.Store.open(str(tmp_path / "store")).table("events")
+    assert len(leaves(reopened)) == len(leaves(table)) > 2
+    assert reopened.version == result.version
+    assert_files_in_their_regions(reopened)
+    assert_same_rows(reopened.query(), frame)
