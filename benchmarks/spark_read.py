@@ -14,6 +14,8 @@ alternates); the fastest run is reported, with all runs and Spark's partition co
 * ``sediment``: ``SELECT substr(key, 1, 2), count(*), max(timestamp) FROM t GROUP BY 1`` over
   ``spark.read.format("sediment")`` (the table's default ``spark.read.target_partition_rows``
   cuts the one leaf into key sub-ranges, one Spark task each);
+* ``sediment-columns``: the same with ``.option("columns", "key,timestamp")``, the column
+  pruning Spark 4.3.0 does not do for a Python data source;
 * ``parquet``: the same query over ``spark.read.parquet(plain)``;
 * ``python-parquet``: the same query over the least a Python data source does: one
   partition per row group of the plain file, each ``read`` yielding that row group's Arrow
@@ -24,7 +26,8 @@ alternates); the fastest run is reported, with all runs and Spark's partition co
 Every run's answer is checked: the groups' counts add up to the rows, and every variant gives
 the same groups. The machine's load average is recorded (other jobs share its cores).
 
-Goal: parquet seconds / sediment seconds >= 0.8 (best of repeats, same run).
+Goal: parquet seconds / sediment seconds >= 0.8 (best of repeats, same run), with every
+column (``sediment``, what ``spark.read.format("sediment")`` does by default).
 """
 
 from __future__ import annotations
@@ -114,20 +117,22 @@ def main() -> None:
         sediment_df = (spark.read.format("sediment").option("store", store.uri)
                        .option("table", "bench").load())
         sediment_df.createOrReplaceTempView("sediment_t")
+        (spark.read.format("sediment").option("store", store.uri).option("table", "bench")
+         .option("columns", "key,timestamp").load().createOrReplaceTempView("narrow_t"))
         spark.read.parquet(plain).createOrReplaceTempView("parquet_t")
         spark.dataSource.register(_python_parquet(plain))
         floor_df = spark.read.format("python_parquet").load()
         floor_df.createOrReplaceTempView("python_parquet_t")
         partitions = {"sediment": sediment_df.rdd.getNumPartitions(),
+                      "sediment-columns": sediment_df.rdd.getNumPartitions(),
                       "parquet": spark.read.parquet(plain).rdd.getNumPartitions(),
                       "python-parquet": floor_df.rdd.getNumPartitions()}
-        views = {"sediment": "sediment_t", "parquet": "parquet_t",
+        views = {"sediment": "sediment_t", "sediment-columns": "narrow_t", "parquet": "parquet_t",
                  "python-parquet": "python_parquet_t"}
         answers: dict[str, dict[str, tuple[int, int]]] = {}
         for name, view in views.items():  # warm-up
             _, answers[name] = _run(spark, view)
-        assert answers["sediment"] == answers["parquet"] == answers["python-parquet"], \
-            "the reads disagree"
+        assert all(a == answers["parquet"] for a in answers.values()), "the reads disagree"
         assert sum(c for c, _ in answers["sediment"].values()) == rows
         runs: dict[str, list[float]] = {n: [] for n in views}
         for i in range(args.repeats):
@@ -149,11 +154,14 @@ def main() -> None:
     floor = best["python-parquet"] / best["sediment"]
     print(f"python-parquet seconds / sediment seconds: {floor:.3f} x (a Python data source "
           "reading the plain file; above 1: sediment costs less than that floor)")
+    narrow = best["parquet"] / best["sediment-columns"]
+    print(f"parquet seconds / sediment-columns seconds: {narrow:.3f} x (columns=key,timestamp)")
     if not args.no_save:
         save_results("spark_read", {
             "rows": rows, "query": QUERY.format(view="t"), "leaves": leaves, "files": files,
             "ingest_seconds": ingest_seconds, "partitions": partitions, "runs": runs,
             "best_seconds": best, "python_parquet_over_sediment": floor,
+            "parquet_over_sediment_columns": narrow,
             "cpus": os.cpu_count(), "load_average_after": os.getloadavg(), "goals": [goal]},
             quick=args.quick)
 

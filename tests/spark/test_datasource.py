@@ -200,6 +200,16 @@ def test_heavy_read_of_one_leaf_uses_every_core(spark_local: Any, tmp_path: Path
     one = _read(spark_local, store, pushdown="true").filter("key = 'k150'")
     assert one.rdd.getNumPartitions() == 1
     assert_same_rows(one.toPandas(), table.query(keys=["k150"]).to_pandas())
+    narrow = _read(spark_local, store, columns="key, n")  # the pruning Spark 4.3 does not do
+    assert narrow.columns == ["key", "n"]
+    got = pa.Table.from_pandas(narrow.toPandas(), preserve_index=False)
+    want_kn = table.query(columns=["key", "n"])
+
+    def pairs(t: pa.Table) -> list[tuple[str, int]]:
+        return sorted(((k, -1 if n is None else int(n)) for k, n in
+                       zip(t["key"].to_pylist(), t["n"].to_pylist(), strict=True)))
+
+    assert pairs(got) == pairs(want_kn)
 
 
 @pytest.mark.spark
@@ -379,6 +389,13 @@ def test_missing_options_are_reported(tmp_path: Path) -> None:
 
     with pytest.raises(QueryError, match="'store' and 'table'"):
         _spec({"table": "events"})
+    from sediment.spark.datasource import _columns
+
+    with pytest.raises(QueryError, match="no column 'nope'"):
+        _columns({"columns": "key,nope"}, ["key", "ts"])
+    with pytest.raises(QueryError, match="once"):
+        _columns({"columns": "key,key"}, ["key", "ts"])
+    assert _columns({"columns": " ts , key"}, ["key", "ts"]) == ["ts", "key"]
 
 
 def test_tasks_never_use_a_dropped_table_of_the_same_name(tmp_path: Path) -> None:

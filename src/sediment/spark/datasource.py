@@ -1,7 +1,8 @@
 """``spark.read.format("sediment")`` and ``df.write.format("sediment")``: a Python data source.
 
-Reading: options ``store`` (URI), ``table``, optional ``version`` or ``tag``, ``pushdown``
-(default ``false``, see below) and S3 options (``endpoint_url``, ``region``, ``access_key_id``,
+Reading: options ``store`` (URI), ``table``, optional ``version`` or ``tag``, ``columns``
+(comma-separated: the DataFrame's columns, all by default), ``pushdown`` (default ``false``,
+see below) and S3 options (``endpoint_url``, ``region``, ``access_key_id``,
 ``secret_access_key``). One Spark partition per piece of each leaf with data: a leaf holding
 more than the table property ``spark.read.target_partition_rows`` records is cut into key
 sub-ranges at whole row keys from its files' exact samples (:func:`cut_keys`), so a heavy read
@@ -69,6 +70,24 @@ def _spec(options: Mapping[str, str]) -> dict[str, Any]:
     return {"uri": options["store"], **{k: options[k] for k in _STORE_OPTIONS if k in options}}
 
 
+def _columns(options: Mapping[str, str], names: list[str]) -> list[str]:
+    """The ``columns`` option: the comma-separated columns the DataFrame has.
+
+    Spark 4.3.0 asks a Python data source for every column of its schema whatever a query
+    uses (no column pruning), and every column read crosses from the Python worker to the
+    JVM, most of a read's cost: naming the columns a job needs is the pruning Spark does not
+    do."""
+    from sediment.errors import QueryError
+
+    wanted = [c.strip() for c in options["columns"].split(",") if c.strip()]
+    unknown = [c for c in wanted if c not in names]
+    if unknown or not wanted or len(set(wanted)) != len(wanted):
+        raise QueryError(f"option columns={options['columns']!r}: name each column once, "
+                         f"from {', '.join(names)}"
+                         + (f" (no column {unknown[0]!r})" if unknown else ""))
+    return wanted
+
+
 class SedimentDataSource(DataSource):
     """The ``sediment`` format."""
 
@@ -84,7 +103,10 @@ class SedimentDataSource(DataSource):
             # Spark keeps this instance (pickled after schema()) for the DataFrame's lifetime:
             # every action on the DataFrame reads the version current at load().
             self.pinned_version = table.version
-        return from_arrow_schema(table.schema.to_arrow())
+        arrow = table.schema.to_arrow()
+        if "columns" in self.options:
+            arrow = pa.schema([arrow.field(c) for c in _columns(self.options, arrow.names)])
+        return from_arrow_schema(arrow)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = dict(self.options)
