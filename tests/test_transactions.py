@@ -17,6 +17,7 @@ from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.core.transactions import (
     TRANSACTION_KINDS,
     AddFiles,
+    AddFilesWithSplits,
     AssignJobIds,
     ClearTable,
     DeleteFiles,
@@ -121,6 +122,7 @@ def test_initialise_rejects_bad_properties() -> None:
     DeleteFiles([]),
     SetProperties({}),
     SetOnline(False),
+    AddFilesWithSplits([], [SplitPartition("root", ("m",), "L", "R")]),
 ], ids=lambda t: t.kind)
 def test_every_kind_needs_an_initialised_table(txn: Transaction) -> None:
     with pytest.raises(TransactionInvalidError, match="not initialised"):
@@ -128,6 +130,28 @@ def test_every_kind_needs_an_initialised_table(txn: Transaction) -> None:
 
 
 # ---- AddFiles -------------------------------------------------------------------------------
+
+def test_add_files_with_splits_splits_then_adds_in_one_version() -> None:
+    """A bulk import's one commit: the splits (each valid after the ones before it) and the
+    files in the new leaves; a split of the same leaf committed first makes it all invalid."""
+    txn = AddFilesWithSplits([ref("f1", "L", 3), ref("f2", "R2", 4)],
+                             [SplitPartition(ROOT_PARTITION_ID, ("m",), "L", "R"),
+                              SplitPartition("R", ("t",), "R1", "R2")])
+    st = fresh()
+    before = st.copy()
+    txn.validate(st)
+    assert st.partitions.keys() == before.partitions.keys()  # validate leaves it untouched
+    commit(st, txn)
+    assert st.version == before.version + 1
+    assert sorted(p.id for p in st.leaf_partitions()) == ["L", "R1", "R2"]
+    assert set(refs_of(st, "L")) == {"f1"} and set(refs_of(st, "R2")) == {"f2"}
+    with pytest.raises(TransactionInvalidError, match="no longer a leaf"):
+        txn.validate(split_root())  # another writer split the root first
+    with pytest.raises(TransactionInvalidError, match="no partition 'X'"):
+        AddFilesWithSplits([ref("f1", "X", 1)],
+                           [SplitPartition(ROOT_PARTITION_ID, ("m",), "L", "R")]).validate(fresh())
+    assert isinstance(txn, AddFiles)  # the ingest batcher finds its files as any AddFiles'
+
 
 def test_add_files_adds_references_and_counts() -> None:
     st = split_root()
@@ -488,6 +512,8 @@ ROUND_TRIPS: list[Transaction] = [
     ReinitialiseTable([Partition("root", None, Region(), ("l", "r"), (5,)),
                        Partition("l", "root", Region(None, (5,))),
                        Partition("r", "root", Region((5,), None))]),
+    AddFilesWithSplits([ref("f4", "L", 3), ref("f5", "R", 4)],
+                       [SplitPartition("root", ("m",), "L", "R")]),
 ]
 
 
@@ -504,7 +530,7 @@ def test_json_round_trip(txn: Transaction) -> None:
 
 def test_round_trips_cover_every_kind() -> None:
     assert {t.kind for t in ROUND_TRIPS} == set(TRANSACTION_KINDS)
-    assert len(TRANSACTION_KINDS) == 12
+    assert len(TRANSACTION_KINDS) == 13
 
 
 # The bodies below were written by the code before transactions became a package: a log
@@ -552,6 +578,9 @@ GOLDEN_LOG_BODIES = [
      '"parent_id":"root","region":{"min":null,"max":[5]},"children":[],"split_key":null},'
      '{"id":"r","parent_id":"root","region":{"min":[5],"max":null},"children":[],'
      '"split_key":null}]}}'),
+    ('{"kind":"add_files_with_splits","transaction":{"splits":[{"partition":"root",'
+     '"split_key":["m"],"left":"L","right":"R"}],"references":[{"file":"f4","partition":"L",'
+     '"records":3},{"file":"f5","partition":"R","records":4}]}}'),
 ]
 
 
@@ -580,7 +609,8 @@ def test_registry_holds_exactly_the_known_kinds() -> None:
         "add_files": AddFiles, "delete_files": DeleteFiles,
         "split_partition": SplitPartition, "split_file_references": SplitFileReferences,
         "assign_job_ids": AssignJobIds, "replace_file_references": ReplaceFileReferences,
-        "restore": RestoreVersion, "clear": ClearTable, "reinitialise": ReinitialiseTable}
+        "restore": RestoreVersion, "clear": ClearTable, "reinitialise": ReinitialiseTable,
+        "add_files_with_splits": AddFilesWithSplits}
     # the registered class is the one the name refers to (dataclass(slots=True) makes a second)
     assert all("__slots__" in vars(cls) for cls in TRANSACTION_KINDS.values())
 

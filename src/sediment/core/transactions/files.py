@@ -19,8 +19,8 @@ from sediment.core.transactions.base import (
     fail,
     require_initialised,
     require_partition,
+    transaction_from_json,
 )
-from sediment.core.transactions.partitions import SplitPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,15 +119,20 @@ class AddFilesWithSplits(AddFiles):
     concurrent split of the same leaf makes the whole transaction invalid at the head, and
     nothing is committed. A subclass of AddFiles: whatever looks for the files a job added
     (the ingest batcher's recovery) finds them here too.
+
+    ``splits`` are SplitPartition transactions, logged by their bodies and decoded through the
+    registry (this family imports no other).
     """
 
     kind: ClassVar[str] = "add_files_with_splits"
-    splits: Sequence[SplitPartition] = ()
+    splits: Sequence[Transaction] = ()
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
         after = state.copy()  # copy-on-write: cheap, and ``state`` stays untouched
         for s in self.splits:
+            if s.kind != "split_partition":
+                raise fail(state, f"{s.kind} is not a split")
             s.validate(after)
             s.apply(after, 0.0)
         AddFiles.validate(self, after)
@@ -144,7 +149,8 @@ class AddFilesWithSplits(AddFiles):
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AddFilesWithSplits:
         return cls([FileReference.from_json(r) for r in doc["references"]],
-                   [SplitPartition.from_json(s) for s in doc["splits"]])
+                   [transaction_from_json("split_partition", s, where="add_files_with_splits")
+                    for s in doc["splits"]])
 
     def is_empty(self) -> bool:
         return not self.references and not self.splits
