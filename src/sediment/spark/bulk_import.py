@@ -3,10 +3,12 @@
 1. Validate the source's schema against the table (a DataFrame's fields, or files read with
    pyarrow inside tasks, so S3 needs no Hadoop connector).
 2. Plan splits so that each leaf gets about ``bulk_import.target_leaf_rows`` of the input's
-   rows, at quantiles of a sample of the input (which also counts its rows). The splits are
-   not committed on their own: tasks write into the planned leaves, and the splits commit with
-   the files (step 4).
-3. Assign every row its leaf (vectorised) and shuffle by leaf. Spark hashes the shuffle key, and
+   rows, at quantiles of a sample of the input (``spark.planning``; no sample when the rows,
+   known up front, cannot fill more than one leaf's target). The splits are not committed on
+   their own: tasks write into the planned leaves, and the splits commit with the files
+   (step 4).
+3. Assign every row its leaf (vectorised in Python, or by Spark for a DataFrame with a simple
+   key: :func:`_jvm_leaf_frame`) and shuffle by leaf. Spark hashes the shuffle key, and
    small integers 0..n-1 do not spread evenly over n partitions, so each leaf gets a key value
    chosen to hash to its own partition number: one Spark partition per leaf, no collisions.
 4. Each task sorts its leaf's rows (spilling past the memory limit) and writes files and
