@@ -114,9 +114,9 @@ def input_location(store: sd.Store, tmp_path: Path) -> tuple[pafs.FileSystem, st
         bucket = base.split("/", 1)[0]
         folder = f"{bucket}/inputs-{uuid.uuid4().hex[:8]}"
         return fs, folder, f"s3://{folder}"
-    folder = tmp_path / f"inputs-{uuid.uuid4().hex[:8]}"
-    folder.mkdir(parents=True)
-    return pafs.LocalFileSystem(), str(folder), str(folder)
+    local = tmp_path / f"inputs-{uuid.uuid4().hex[:8]}"
+    local.mkdir(parents=True)
+    return pafs.LocalFileSystem(), str(local), str(local)
 
 
 def write_input(fs: pafs.FileSystem, base: str, name: str, frame: pd.DataFrame) -> None:
