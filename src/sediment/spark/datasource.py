@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -259,14 +260,22 @@ class SedimentReader(DataSourceReader):
         state = handle.state(self.version)
         target = int({**defaults(), **state.properties}[TARGET_ROWS])
         names = state.schema.row_key_names if state.schema is not None else []
+        # the references' counts (exact, or estimates for files spanning several leaves)
+        # size a leaf: one under the target needs no sample read; the others' samples (a GET
+        # per file) are fetched in parallel, as many leaves on object storage need many
+        big = {s.leaf_id for s in plan.subqueries if sum(r.records for r in s.references) > target}
+        files = sorted({r.filename for s in plan.subqueries if s.leaf_id in big
+                        for r in s.references})
+        samples: dict[str, pa.Table] = {}
+        if files:
+            with ThreadPoolExecutor(min(16, len(files))) as pool:
+                samples = dict(zip(files, pool.map(handle.samples.sample, files), strict=True))
         parts: list[InputPartition] = []
         for sub in plan.subqueries:
             cuts: list[Any] = []
-            # the references' counts (exact, or estimates for files spanning several leaves)
-            # size the leaf: one under the target needs no sample read (a GET per file)
-            if sum(r.records for r in sub.references) > target:
-                samples = [handle.samples.sample(r.filename) for r in sub.references]
-                cuts = cut_keys(samples, names, sub.region, target)
+            if sub.leaf_id in big:
+                cuts = cut_keys([samples[r.filename] for r in sub.references], names,
+                                sub.region, target)
             if not cuts:
                 parts.append(LeafPartition(sub.leaf_id, sub.ranges))
                 continue
