@@ -317,12 +317,11 @@ def test_reused_relation_without_pushdown_stays_correct(spark: Any, tmp_path: Pa
                    reason="Spark 4.3.0 stores a pushdown scan's read info (pickled reader and "
                    "partitions) on the relation's shared PythonDataSourceV2; a later scan that "
                    "sends Python no filter reuses it without calling Python")
-def test_reused_relation_after_pushdown_known_spark_bug(spark_local: Any, tmp_path: Path,
+def test_reused_relation_after_pushdown_known_spark_bug(spark: Any, tmp_path: Path,
                                                          case: str) -> None:
     store = sd.Store.open(str(tmp_path / "store"), create=True)
     _, first, second, _ = _table(store)
-    _, total = _reuse(spark_local, _read(spark_local, store, pushdown="true"), case,
-                      "key = 'k003'")
+    _, total = _reuse(spark, _read(spark, store, pushdown="true"), case, "key = 'k003'")
     assert total == len(first) + len(second)
 
 
