@@ -89,7 +89,7 @@ def test_reader_partitions_are_pruned_by_pushed_filters(tmp_path: Path) -> None:
 
 
 def _one_leaf(store: sd.Store, rows: int = 3000, target: int = 500) -> sd.Table:
-    """A one-leaf table of two ingests (every key in both) read in pieces of ``target``."""
+    """A one-leaf table of two ingests over 300 keys, read in pieces of ``target`` records."""
     table = store.create_table("events", SCHEMA, properties={
         "spark.read.target_partition_rows": target,
         "query.iterators": '[{"type": "keep_latest", "by": "ts"}]'})
