@@ -1,7 +1,9 @@
 """``spark.read.format("sediment")`` and ``df.write.format("sediment")``: a Python data source.
 
 Reading: options ``store`` (URI), ``table``, optional ``version`` or ``tag``, ``columns``
-(comma-separated: the DataFrame's columns, all by default), ``pushdown`` (default ``false``,
+(comma-separated: the DataFrame's columns, all by default), ``leaves`` (comma-separated leaf
+ids: only those leaves are read; what ``sediment.spark.read_table`` uses for the leaves Spark
+does not read natively), ``pushdown`` (default ``false``,
 see below) and S3 options (``endpoint_url``, ``region``, ``access_key_id``,
 ``secret_access_key``). One Spark partition per piece of each leaf with data: a leaf holding
 more than the table property ``spark.read.target_partition_rows`` records is cut into key
@@ -28,6 +30,7 @@ boundaries; the driver commits all files in one AddFiles transaction (abort dele
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +53,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
     WriterCommitMessage,
 )
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sediment.core.ranges import Range
@@ -197,6 +201,9 @@ class SedimentReader(DataSourceReader):
         self.spec = _spec(options)
         self.name = options["table"]
         self.columns = [f.name for f in schema.fields]
+        # what Spark checks each batch against (timestamps in microseconds, say): the rows
+        # are cast to it, never left to differ in a unit
+        self.arrow_schema = to_arrow_schema(schema)
         table = tasks.open_table(self.spec, self.name)
         self.table_id = table.table_id
         self.version = self._pin_version(table)
@@ -257,6 +264,10 @@ class SedimentReader(DataSourceReader):
         handle = handle_of(table)
         plan = table.plan(ranges=self.ranges, version=self.version) if self.ranges is not None \
             else table.plan(version=self.version)
+        if "leaves" in self.options:  # read_table reads the other leaves natively
+            keep = {x for x in self.options["leaves"].split(",") if x}
+            plan = dataclasses.replace(plan, subqueries=tuple(
+                s for s in plan.subqueries if s.leaf_id in keep))
         state = handle.state(self.version)
         target = int({**defaults(), **state.properties}[TARGET_ROWS])
         names = state.schema.row_key_names if state.schema is not None else []
@@ -301,7 +312,8 @@ class SedimentReader(DataSourceReader):
                                  version=self.version)
         for sub in prepared.plan.subqueries:
             if sub.leaf_id == partition.leaf_id:
-                yield from prepared.read_subquery(sub).to_batches(max_chunksize=100_000)
+                data = prepared.read_subquery(sub)
+                yield from data.cast(self.arrow_schema).to_batches(max_chunksize=100_000)
 
 
 @dataclass
