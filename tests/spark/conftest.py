@@ -61,11 +61,13 @@ def _uses_cluster(item: pytest.Item) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Local-session tests first, cluster tests last (each session starts once)."""
+    """Local-session tests first, cluster tests last (each session starts once); every test
+    here is a ``slow`` one (``-m "not slow"`` leaves Spark out)."""
     here = Path(__file__).parent
     for item in items:
         if here in item.path.parents:
             item.add_marker(pytest.mark.filterwarnings(_PYSPARK_PANDAS_WARNING))
+            item.add_marker(pytest.mark.slow)
     items.sort(key=_uses_cluster)  # stable: the rest keep their order
 
 
