@@ -291,3 +291,42 @@ def test_write_sorted_file_many_small_pieces(tmp_path: Path) -> None:
     assert back.column("key").to_pylist() == data.column("key").to_pylist()
     sample = pq.read_table(objects.path(sample_name("data/x/f.parquet")))
     assert sum(sample.column(COUNT).to_pylist()) == 1000
+
+
+def test_a_failed_writer_stops_protecting_its_file(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that cannot create its file, or whose clean-up cannot delete it, still drops
+    its pending-file registration: a long-lived process (a maintainer) must not keep a lease
+    on files that are gone or left to GC's orphan pass."""
+    from sediment.errors import SedimentError, StorageError
+    from sediment.files.writer import SortedFileWriter
+    from sediment.properties import defaults
+    from sediment.state import pending
+
+    objects = LocalObjectStore(str(tmp_path))
+    schema = sd.Schema(row_keys=[("k", pa.string())])
+    writer = SortedFileWriter(objects, "data/p/a.parquet", schema, defaults())
+    writer.write(pa.table({"k": ["a", "b"]}))
+
+    def refuse(self: Any, keys: Any) -> None:
+        raise SedimentError("the store refuses deletes")
+
+    monkeypatch.setattr(LocalObjectStore, "delete_many", refuse)
+    writer.abort()
+    assert pending.held(objects, ["data/p/a.parquet"]) == []
+    monkeypatch.undo()
+
+    real = LocalObjectStore.arrow_filesystem
+
+    class NoStreams:
+        def create_dir(self, path: str, recursive: bool = True) -> None:
+            pass
+
+        def open_output_stream(self, path: str) -> Any:
+            raise OSError("cannot open")
+
+    monkeypatch.setattr(LocalObjectStore, "arrow_filesystem",
+                        lambda self: (NoStreams(), real(self)[1]))
+    with pytest.raises(StorageError, match="cannot create data file"):
+        SortedFileWriter(objects, "data/p/b.parquet", schema, defaults())
+    assert pending.held(objects, ["data/p/b.parquet"]) == []

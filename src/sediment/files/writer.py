@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sediment.errors import StorageError
+from sediment.errors import SedimentError, StorageError
 from sediment.files.keyfilter import FilterLayout, hash_keys
 from sediment.files.sample import KeySampler
 from sediment.files.sequence import SEQ, SEQ_FIELD
@@ -114,6 +114,7 @@ class SortedFileWriter:
             fs.create_dir(self._path.rsplit("/", 1)[0], recursive=True)
             self._sink = fs.open_output_stream(self._path)
         except (OSError, pa.ArrowException) as e:
+            pending.release(objects, [filename])  # nobody holds this writer to abort it
             raise StorageError(f"cannot create data file {self._path}: {e}") from e
         opts = writer_options(schema, properties)
         if sequence:  # sorted by (keys, sequence): the column is the last one
@@ -197,8 +198,12 @@ class SortedFileWriter:
                     closable.close()
             except (OSError, pa.ArrowException):
                 pass
-        self.objects.delete_many(with_sidecars([self.filename]))
-        pending.release(self.objects, [self.filename])
+        try:
+            self.objects.delete_many(with_sidecars([self.filename]))
+        except SedimentError:  # what is left is an orphan for GC's orphan pass
+            pass
+        finally:
+            pending.release(self.objects, [self.filename])
 
 
 def with_sequence_nulls(t: pa.Table) -> pa.Table:
