@@ -63,3 +63,15 @@ def test_read_table_with_iterators_goes_through_sediment(spark_local: Any,
     frame = read_table(spark_local, t)
     assert "parquet" not in frame._jdf.queryExecution().optimizedPlan().toString().lower()
     assert _rows(frame, ["k"]) == t.query().to_pylist()
+
+
+def test_read_table_at_a_path_hadoop_would_glob(spark_local: Any, tmp_path: Path) -> None:
+    """Hadoop takes '?', '[', ':' ... in a path for globs or URI syntax: such files go through
+    the data source, and the answer stays right."""
+    schema = sd.Schema(row_keys=[("k", pa.string())], values=[("v", pa.int64(), True)])
+    store = sd.Store.open(str(tmp_path / "what?[a] b:c"), create=True)
+    t = store.create_table("t", schema)
+    t.ingest(pa.table({"k": ["a", "b", "c"], "v": [1, 2, 3]}, schema=schema.to_arrow()))
+    frame = read_table(spark_local, t)
+    assert "parquet" not in frame._jdf.queryExecution().optimizedPlan().toString().lower()
+    assert _rows(frame, ["k"]) == t.query().to_pylist()

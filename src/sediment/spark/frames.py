@@ -22,6 +22,10 @@ from typing import Any
 
 from sediment.handle import handle_of
 
+_HADOOP_SPECIAL = set("*?[]{}\\:%,")
+"""Characters Hadoop's paths take for globs, URI syntax or lists: a file at such a path goes
+through the data source rather than risk Spark reading another file, or none."""
+
 
 def _inside(footer: Any, region: Any) -> bool:
     """Whether every row of the file lies in the region, by the first key field's statistics
@@ -59,7 +63,8 @@ def read_table(spark: Any, table: Any, *, version: int | str | None = None,
         ref = sub.references[0]
         path = handle.objects.local_path(ref.filename) if len(sub.references) == 1 and \
             not prepared.iterators else None
-        if path is not None and _inside(footers.open(ref.filename)[1], sub.region):
+        if path is not None and not set(str(path)) & _HADOOP_SPECIAL and \
+                _inside(footers.open(ref.filename)[1], sub.region):
             native.append(str(path))
         else:
             through_source.append(sub.leaf_id)
