@@ -441,9 +441,9 @@ def offline(name: TableArg, store: StoreOption = None, json_out: JsonOption = Fa
 def _register() -> None:
     """Add the command groups' commands to ``app``: each module holds its own ``commands``
     (and the batcher its sub-app), so nothing registers by being imported."""
-    from sediment.cli import batcher, data, maintenance, migrate, spark, versions
+    from sediment.cli import batcher, dashboard, data, maintenance, migrate, serve, spark, versions
 
-    for module in (data, maintenance, versions, spark, migrate):
+    for module in (data, maintenance, versions, spark, migrate, serve, dashboard):
         app.registered_commands.extend(module.commands.registered_commands)
     app.add_typer(batcher.batcher_app, name="batcher")
 

@@ -1,0 +1,8 @@
+"""CLI command: sediment serve."""
+
+from __future__ import annotations
+
+import typer
+
+commands = typer.Typer()
+"""This group's commands (added to the root app by ``sediment.cli.app``)."""

@@ -1,0 +1,1 @@
+"""Arrow Flight service over a Store, and the remote client (sd.connect)."""
