@@ -399,7 +399,8 @@ def test_uuid_names_do_not_decide(tmp_path: Path) -> None:
 def test_compaction_merge_needs_no_sort(tmp_path: Path) -> None:
     """Inputs without the column (a constant sequence) and compacted inputs (sorted by keys
     then sequence) merge with DataFusion's streaming sort-preserving merge, never a sort."""
-    from sediment.compaction.job import _Input, _merge_frame
+    from sediment.compaction.job import _merge_frame
+    from sediment.compaction.sources import resolve_inputs
     from sediment.core.model import Region
 
     store = sd.Store.open(str(tmp_path / "s"), create=True)
@@ -411,7 +412,8 @@ def test_compaction_merge_needs_no_sort(tmp_path: Path) -> None:
     table.ingest(records(3, [("a", 0)]))
     refs = table.files()
     assert sorted(r.sequenced for r in refs) == [False, True]
-    inputs = [_Input(table._handle.objects.path(r.filename), r.sequence, r.sequenced) for r in refs]
+    inputs = resolve_inputs(table._handle.objects, refs, str(tmp_path), local_disk_bytes=0,
+                            job_id="j").files
     for region in (None, Region(("a",), ("b",))):
         plan = str(_merge_frame(inputs, SCHEMA, 1024, 64 << 20, region)
                    .execution_plan().display_indent())

@@ -263,6 +263,10 @@ _SPECS = [
     PropertySpec("compaction.memory_limit_bytes", int, 1024 * 1024 * 1024,
                  "Memory pool of one compaction merge (DataFusion spills past it).",
                  minimum=64 * 1024 * 1024),
+    PropertySpec("compaction.local_disk_bytes", int, 256 * 1024 * 1024,
+                 "Local disk one compaction job on S3 may use: inputs that fit are copied whole "
+                 "(one GET each); larger jobs read them in place with ranged reads, their merge "
+                 "rounds written to the store (0: always in place).", minimum=0),
     PropertySpec("compaction.batch_rows", int, 65536, "Rows per batch in the merge stream.",
                  minimum=1024),
     PropertySpec("compaction.job_timeout_seconds", float, 600.0,

@@ -6,8 +6,9 @@ SortPreservingMergeExec over the inputs, streaming in memory proportional to the
 inputs, not their size. Jobs with more inputs than ``compaction.max_merge_inputs`` merge in
 rounds through local temporary files. Rows outside the partition's region are dropped, the
 table's compaction iterators run on the merged stream, and the result is written with the
-table's sorted writer. Inputs on a remote store are first copied to a local temp folder with
-whole-object reads (one coalesced read per input instead of many small ranged ones).
+table's sorted writer. Inputs on S3 are copied whole to local disk when they fit
+``compaction.local_disk_bytes``, else read in place with ranged reads
+(sediment.compaction.sources).
 
 Records with equal keys merge in sequence order (sediment.files.sequence): an input without
 the hidden sequence column reads it as a constant, its reference's sequence (so it is sorted by
@@ -21,24 +22,25 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.compaction.sources import InputFile, JobInputs, local_input, resolve_inputs
 from sediment.compaction.strategy import CompactionJob
 from sediment.core.model import Region
 from sediment.core.prefetch import prefetched
-from sediment.errors import CorruptMetadataError, JobError, SedimentError
+from sediment.errors import JobError, SedimentError
 from sediment.files.keys import region_mask
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names
 from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.schema import Schema, quote_identifier
+from sediment.state import pending
 from sediment.storage.base import ObjectStore
 
 
@@ -77,37 +79,15 @@ def _coarse_region_filter(schema: Schema, region: Region | None) -> Any:
     return expr
 
 
-@dataclass(frozen=True, slots=True)
-class _Input:
-    """A local copy of an input file, the sequence of its records without their own, and
-    whether its sequence column (if any) holds its records' own (FileReference.sequenced)."""
-
-    path: str
-    sequence: int
-    sequenced: bool = False
-
-
-def _file_has_sequence(path: str) -> tuple[bool, bool]:
-    """(has the sequence column, every value of it non-null) from the Parquet footer."""
-    md = pq.ParquetFile(path).metadata
-    idx = next((i for i in range(md.num_columns) if md.schema.column(i).path == SEQ), None)
-    if idx is None:
-        return False, False
-    for g in range(md.num_row_groups):
-        st = md.row_group(g).column(idx).statistics
-        if st is None or st.null_count is None or st.null_count:
-            return True, False
-    return True, True
-
-
-def _merged_batches(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int,
-                    memory_limit: int, region: Region | None = None
+def _merged_batches(inputs: Sequence[InputFile | str], schema: Schema, batch_rows: int,
+                    memory_limit: int, region: Region | None = None,
+                    register: Callable[[Any], None] | None = None
                     ) -> Iterator[pa.RecordBatch]:
     """DataFusion sort-preserving merge of sorted Parquet files by (keys, sequence), the
     sequence column resolved (rows of ``region`` and possibly a few more: see
-    ``_coarse_region_filter``). A bare path is an input of sequence 0."""
+    ``_coarse_region_filter``). A bare path is a local input with its own sequences."""
     arrow = schema.to_arrow().append(SEQ_FIELD)
-    df = _merge_frame(inputs, schema, batch_rows, memory_limit, region)
+    df = _merge_frame(inputs, schema, batch_rows, memory_limit, region, register)
     for b in df.execute_stream():
         batch = b.to_pyarrow()
         if not batch.schema.equals(arrow):
@@ -117,15 +97,16 @@ def _merged_batches(inputs: Sequence[_Input | str], schema: Schema, batch_rows: 
         yield batch
 
 
-def _merge_frame(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int,
-                 memory_limit: int, region: Region | None = None) -> Any:
+def _merge_frame(inputs: Sequence[InputFile | str], schema: Schema, batch_rows: int,
+                 memory_limit: int, region: Region | None = None,
+                 register: Callable[[Any], None] | None = None) -> Any:
     """The DataFusion DataFrame of :func:`_merged_batches` (its plan is a
     SortPreservingMergeExec over the inputs, no SortExec, unless an input has some rows
-    without a sequence)."""
+    without a sequence). ``register`` makes remote inputs readable by the session."""
     import datafusion
     from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, col, functions, lit
 
-    resolved = [i if isinstance(i, _Input) else _Input(i, 0, True) for i in inputs]
+    resolved = [i if isinstance(i, InputFile) else local_input(i) for i in inputs]
     # One stream per input: every file is sorted already, so letting DataFusion split each
     # file into byte ranges (repartition_file_scans) only multiplies the merge's fan-in and
     # its buffered batches: inputs x target_partitions streams, memory growing with the
@@ -137,22 +118,21 @@ def _merge_frame(inputs: Sequence[_Input | str], schema: Schema, batch_rows: int
               .set("datafusion.optimizer.enable_round_robin_repartition", "false"))
     runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_limit)
     ctx = SessionContext(config, runtime)
+    if register is not None:
+        register(ctx)
     keys = [col(quote_identifier(n)).sort() for n in schema.key_names]
     by_seq = [*keys, col(quote_identifier(SEQ)).sort()]
     user = schema.to_arrow()
     arrow = user.append(SEQ_FIELD)
     frames = []
     for inp in resolved:
-        present, complete = _file_has_sequence(inp.path) if inp.sequenced else (False, False)
         own = lit(pa.scalar(inp.sequence, pa.int64()))
-        # DataFusion takes '?', '*' and '[' in a plain path for a glob (and, given a schema,
-        # reads nothing when the glob matches nothing): a file:// URI names the file exactly
-        url = _file_url(inp.path)
-        if not present:
+        url = inp.url
+        if not inp.has_sequence:
             # a constant sequence: DataFusion knows the input stays sorted by (keys, seq)
             f = ctx.read_parquet(url, schema=user, file_sort_order=[keys])
             f = f.select(*(col(quote_identifier(n)) for n in user.names), own.alias(SEQ))
-        elif complete:
+        elif inp.complete:
             f = ctx.read_parquet(url, schema=arrow, file_sort_order=[by_seq])
         else:  # some rows without a sequence (not written by Sediment): resolve, then sort
             f = ctx.read_parquet(url, schema=arrow, file_sort_order=[keys])
@@ -180,30 +160,50 @@ def _in_region(batches: Iterator[pa.RecordBatch], names: Sequence[str],
             yield out
 
 
-def _file_url(path: str) -> str:
-    """The ``file://`` URL of a local file (percent-encoded), refusing a path that is not a
-    file: a compaction must never read a missing input as empty."""
-    p = Path(path).resolve()
-    if not p.is_file():
-        raise JobError(f"compaction input {path} is not a file")
-    return p.as_uri()
-
-
-def _local_paths(objects: ObjectStore, filenames: Sequence[str], tmp: str) -> list[str]:
-    """Local paths of the inputs: direct for a store of local files, else copied to ``tmp``."""
-    direct = [objects.local_path(f) for f in filenames]
-    if all(p is not None for p in direct):
-        return [p for p in direct if p is not None]
-
-    def fetch(item: tuple[int, str]) -> str:
-        i, name = item
-        path = os.path.join(tmp, f"in-{i:04d}.parquet")
-        with open(path, "wb") as f:
-            f.write(objects.get(name))
-        return path
-
-    with ThreadPoolExecutor(min(8, len(filenames))) as pool:
-        return list(pool.map(fetch, enumerate(filenames)))
+def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str, Any],
+                  job: CompactionJob, region: Region, inputs: JobInputs, tmp: str,
+                  intermediates: list[str]) -> list[InputFile]:
+    """Merge groups of ``compaction.max_merge_inputs`` inputs into one file each until no
+    more are left than that (the merge's memory grows with its inputs). A round's files go
+    where its inputs are: local disk for local or copied inputs, the store itself for inputs
+    read in place (so local disk stays bounded whatever the leaf's size); the names of files
+    written to the store are added to ``intermediates`` (the caller deletes them)."""
+    max_inputs = int(properties["compaction.max_merge_inputs"])
+    memory = int(properties["compaction.memory_limit_bytes"])
+    batch_rows = int(properties["compaction.batch_rows"])
+    arrow = schema.to_arrow().append(SEQ_FIELD)
+    sorting = [pq.SortingColumn(k) for k in [*range(len(schema.key_names)), len(arrow) - 1]]
+    files, rounds = list(inputs.files), 0
+    while len(files) > max_inputs:
+        rounds += 1
+        merged: list[InputFile] = []
+        for i in range(0, len(files), max_inputs):
+            group = files[i : i + max_inputs]
+            if len(group) == 1:
+                merged.append(group[0])
+                continue
+            batches = _merged_batches(group, schema, batch_rows, memory, region,
+                                      inputs.register)
+            if inputs.streamed:
+                name = new_data_filename(job.partition_id)
+                pending.register(objects, [name])  # GC leaves it alone while the job runs
+                intermediates.append(name)
+                fs, _ = objects.arrow_filesystem()
+                with fs.open_output_stream(objects.path(name)) as sink, \
+                        pq.ParquetWriter(sink, arrow, compression="lz4",
+                                         sorting_columns=sorting) as w:
+                    for b in batches:
+                        w.write_batch(b)
+                merged.append(InputFile("s3://" + quote(objects.path(name)), 0, True, True))
+            else:
+                out = os.path.join(tmp, f"round-{rounds}-{i:05d}.parquet")
+                with pq.ParquetWriter(out, arrow, compression="lz4",
+                                      sorting_columns=sorting) as w:
+                    for b in batches:
+                        w.write_batch(b)
+                merged.append(local_input(out))  # every row has its own sequence
+        files = merged
+    return files
 
 
 def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping[str, Any],
@@ -211,46 +211,22 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                        iterators: Sequence[RecordIterator] = ()) -> JobOutput:
     """Merge the job's inputs into one new file (not committed: see the runner)."""
     started = time.perf_counter()
-    max_inputs = int(properties["compaction.max_merge_inputs"])
     memory = int(properties["compaction.memory_limit_bytes"])
     batch_rows = int(properties["compaction.batch_rows"])
     tmp = tempfile.mkdtemp(prefix="sediment-compact-")
     writer: SortedFileWriter | None = None
+    intermediates: list[str] = []
     try:
-        paths = _local_paths(objects, [r.filename for r in job.inputs], tmp)
-        inputs = [_Input(p, r.sequence, r.sequenced)
-                  for p, r in zip(paths, job.inputs, strict=True)]
-        for ref, path in zip(job.inputs, paths, strict=True):
-            try:
-                pq.read_metadata(path)  # an input that is not Parquet fails here
-            except (pa.ArrowInvalid, OSError) as e:
-                raise CorruptMetadataError(f"compaction job {job.job_id}: input "
-                                           f"{ref.filename} in {objects.uri} is not valid "
-                                           f"Parquet: {e}") from e
-        rounds = 0
-        while len(inputs) > max_inputs:  # merge in rounds to bound memory
-            rounds += 1
-            merged: list[_Input] = []
-            for i in range(0, len(inputs), max_inputs):
-                group = inputs[i : i + max_inputs]
-                if len(group) == 1:
-                    merged.append(group[0])
-                    continue
-                out = os.path.join(tmp, f"round-{rounds}-{i:05d}.parquet")
-                arrow = schema.to_arrow().append(SEQ_FIELD)
-                with pq.ParquetWriter(out, arrow, compression="lz4",
-                                      sorting_columns=[pq.SortingColumn(k) for k in
-                                                       [*range(len(schema.key_names)),
-                                                        len(arrow) - 1]]) as w:
-                    for b in _merged_batches(group, schema, batch_rows, memory, region):
-                        w.write_batch(b)
-                merged.append(_Input(out, 0, True))  # every row has its sequence
-            inputs = merged
+        sources = resolve_inputs(objects, job.inputs, tmp, job_id=job.job_id,
+                                 local_disk_bytes=int(properties["compaction.local_disk_bytes"]))
+        inputs = _merge_rounds(objects, schema, properties, job, region, sources, tmp,
+                               intermediates)
         rows_in = [0]  # records read inside the region, before the iterators
         # DataFusion's stream runs only while next() is called: on a producer thread the
         # merge overlaps with the Parquet encoding below (both release the GIL)
         stream = _in_region(prefetched(_merged_batches(inputs, schema, batch_rows, memory,
-                                                       region), name="compaction-merge"),
+                                                       region, sources.register),
+                                       name="compaction-merge"),
                             schema.row_key_names, region, rows_in)
         stream = apply_iterators(stream, iterators)
         writer = SortedFileWriter(objects, new_data_filename(job.partition_id), schema,
@@ -272,4 +248,11 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
     finally:
         if writer is not None:
             writer.abort()
+        if intermediates:
+            try:
+                objects.delete_many(intermediates)
+            except SedimentError:  # left for GC's orphan pass once the lease lapses
+                pass
+            finally:
+                pending.release(objects, intermediates)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,167 @@
+"""Where a compaction job reads its inputs from: in place, a local copy, or ranged S3 reads.
+
+A job on local disk reads its inputs where they are. On S3 it has two ways, chosen by
+``compaction.local_disk_bytes``, the local disk one job may use:
+
+- inputs whose total size fits are copied whole to a temporary folder (one GET per input, the
+  fewest requests), then merged from local disk;
+- larger jobs read their inputs in place: DataFusion's own S3 client fetches only the footer and,
+  row group by row group, the column chunks the merge needs, ranges closer than 1 MiB coalesced
+  into one GET (object_store's ``get_ranges``), so a job holds a few row groups per input in
+  memory and nothing on local disk, whatever the leaf's size (AutoMQ's compaction reads its
+  objects the same way: batched ranged reads of the segments of one iteration, in bounded memory).
+
+Either way the merge plan is the same sort-preserving merge over the same files, so both ways
+write the same output.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sediment.core.model import FileReference
+from sediment.errors import CorruptMetadataError, JobError
+from sediment.files.sequence import SEQ
+from sediment.storage.base import ObjectStore
+
+
+@dataclass(frozen=True, slots=True)
+class InputFile:
+    """One merge input: its URL for DataFusion (``file://`` or ``s3://``), the sequence of its
+    records without their own, and what its footer says of the hidden sequence column."""
+
+    url: str
+    sequence: int
+    has_sequence: bool = False
+    """The file holds the sequence column (and the reference says its values are its own)."""
+    complete: bool = False
+    """... and no row of it is null there (so the file is sorted by (keys, sequence))."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobInputs:
+    """A job's inputs and the object stores DataFusion must know to read them."""
+
+    files: list[InputFile]
+    stores: list[tuple[str, str, Any]]
+    """``(scheme, host, store)`` triples for ``SessionContext.register_object_store``."""
+    streamed: bool = False
+    """Whether the inputs are read in place from a remote store (no local copies)."""
+
+    def register(self, ctx: Any) -> None:
+        """Make this job's remote inputs readable by the DataFusion session ``ctx``."""
+        for scheme, host, store in self.stores:
+            ctx.register_object_store(scheme, store, host)
+
+
+def local_url(path: str) -> str:
+    """The ``file://`` URL of a local file (percent-encoded, so DataFusion takes '?', '*' and
+    '[' literally, not as a glob), refusing a path that is not a file: a compaction must never
+    read a missing input as empty."""
+    p = Path(path).resolve()
+    if not p.is_file():
+        raise JobError(f"compaction input {path} is not a file")
+    return p.as_uri()
+
+
+def _sequence_facts(md: pq.FileMetaData) -> tuple[bool, bool]:
+    """(has the sequence column, every value of it non-null) from a Parquet footer."""
+    idx = next((i for i in range(md.num_columns) if md.schema.column(i).path == SEQ), None)
+    if idx is None:
+        return False, False
+    for g in range(md.num_row_groups):
+        st = md.row_group(g).column(idx).statistics
+        if st is None or st.null_count is None or st.null_count:
+            return True, False
+    return True, True
+
+
+def _input(url: str, ref: FileReference, md: pq.FileMetaData) -> InputFile:
+    present, complete = _sequence_facts(md) if ref.sequenced else (False, False)
+    return InputFile(url, ref.sequence, present, complete)
+
+
+def local_input(path: str, *, sequence: int = 0, sequenced: bool = True) -> InputFile:
+    """An input on local disk (a merge round's output, a test's file): its footer read here."""
+    md = pq.read_metadata(path)
+    present, complete = _sequence_facts(md) if sequenced else (False, False)
+    return InputFile(local_url(path), sequence, present, complete)
+
+
+def _footers(objects: ObjectStore, refs: Sequence[FileReference], open_input: Callable[[int], Any],
+             job_id: str) -> list[pq.FileMetaData]:
+    """Every input's footer (``open_input(i)``: a path or an open file of input ``i``), read in
+    parallel; an input that is not Parquet fails here."""
+    def footer(i: int) -> pq.FileMetaData:
+        try:
+            return pq.read_metadata(open_input(i))
+        except (pa.ArrowInvalid, OSError) as e:
+            raise CorruptMetadataError(f"compaction job {job_id}: input {refs[i].filename} in "
+                                       f"{objects.uri} is not valid Parquet: {e}") from e
+
+    with ThreadPoolExecutor(min(8, max(1, len(refs)))) as pool:
+        return list(pool.map(footer, range(len(refs))))
+
+
+def _s3_store(objects: ObjectStore) -> tuple[str, Any]:
+    """DataFusion's S3 client for the bucket of ``objects`` (endpoint, region and credentials
+    as the store resolved them) and the bucket's name."""
+    from datafusion.object_store import AmazonS3
+
+    opts = objects.reopen_options()
+    bucket = objects.root().uri.removeprefix("s3://").split("/", 1)[0]
+    endpoint = opts.get("endpoint_url")
+    store = AmazonS3(bucket_name=bucket, region=opts.get("region"),
+                     access_key_id=opts.get("access_key_id"),
+                     secret_access_key=opts.get("secret_access_key"),
+                     session_token=opts.get("session_token"), endpoint=endpoint,
+                     allow_http=bool(endpoint and endpoint.startswith("http://")))
+    return bucket, store
+
+
+def resolve_inputs(objects: ObjectStore, refs: Sequence[FileReference], tmp: str, *,
+                   local_disk_bytes: int, job_id: str) -> JobInputs:
+    """The inputs of a job as DataFusion will read them (see the module's docstring)."""
+    direct = [objects.local_path(r.filename) for r in refs]
+    if all(p is not None for p in direct):
+        paths = [p for p in direct if p is not None]
+        mds = _footers(objects, refs, paths.__getitem__, job_id)
+        return JobInputs([_input(local_url(p), r, md)
+                          for p, r, md in zip(paths, refs, mds, strict=True)], [])
+    remote = objects.root().uri.startswith("s3://")
+    sizes = [objects.head(r.filename) for r in refs] if remote else []
+    if remote and sum(0 if s is None else s.size for s in sizes) > local_disk_bytes:
+        fs, _ = objects.arrow_filesystem()
+        mds = _footers(objects, refs,
+                       lambda i: fs.open_input_file(objects.path(refs[i].filename)), job_id)
+        bucket, store = _s3_store(objects)
+        files = [_input("s3://" + quote(objects.path(r.filename)), r, md)
+                 for r, md in zip(refs, mds, strict=True)]
+        return JobInputs(files, [("s3://", bucket, store)], streamed=True)
+    return _copied(objects, refs, tmp, job_id)
+
+
+def _copied(objects: ObjectStore, refs: Sequence[FileReference], tmp: str,
+            job_id: str) -> JobInputs:
+    """Whole copies of the inputs in ``tmp`` (one GET each, eight at a time)."""
+    def fetch(item: tuple[int, FileReference]) -> str:
+        i, ref = item
+        path = os.path.join(tmp, f"in-{i:04d}.parquet")
+        with open(path, "wb") as f:
+            f.write(objects.get(ref.filename))
+        return path
+
+    with ThreadPoolExecutor(min(8, max(1, len(refs)))) as pool:
+        paths = list(pool.map(fetch, enumerate(refs)))
+    mds = _footers(objects, refs, paths.__getitem__, job_id)
+    return JobInputs([_input(local_url(p), r, md)
+                      for p, r, md in zip(paths, refs, mds, strict=True)], [])
