@@ -18,6 +18,16 @@ from sediment.table import Table
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    """``connect`` is imported on first use: ``import sediment`` stays free of Flight."""
+    if name == "connect":
+        from sediment.serve.client import connect
+
+        return connect
+    raise AttributeError(f"module 'sediment' has no attribute {name!r}")
+
+
 __all__ = [
     "FileReference",
     "HistoryEntry",
@@ -29,4 +39,5 @@ __all__ = [
     "Store",
     "Table",
     "__version__",
+    "connect",
 ]

@@ -1,8 +1,130 @@
-"""CLI command: sediment serve."""
+"""CLI command: ``sediment serve``, the Arrow Flight service over a store.
+
+Every check of the command line (a token for a non-loopback address, TLS files) runs before
+the store is opened or anything is bound, so a refused command has touched nothing.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
 import typer
+
+from sediment.cli.output import CliError, StoreOption, open_store
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
+
+TOKEN_ENV = "SEDIMENT_SERVE_TOKEN"
+"""Environment variable holding the bearer token when neither option names one."""
+
+
+def is_loopback(host: str) -> bool:
+    """Is ``host`` a loopback address (or ``localhost``)? Names other than ``localhost`` are
+    not resolved: they count as reachable from elsewhere."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(token_file: Path | None, token_env: str | None) -> str | None:
+    """The bearer token: from ``--token-file``, else from ``--token-env``'s variable, else
+    from ``$SEDIMENT_SERVE_TOKEN``; None when none is set. An empty token is an error."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise CliError(f"cannot read --token-file {str(token_file)!r}: "
+                           f"{e.strerror or e}") from None
+        if not token:
+            raise CliError(f"--token-file {str(token_file)!r} is empty")
+        return token
+    name = token_env or TOKEN_ENV
+    value = os.environ.get(name)
+    if value is None:
+        if token_env is not None:
+            raise CliError(f"--token-env {token_env}: the variable is not set")
+        return None
+    if not value.strip():
+        raise CliError(f"${name} is empty: set a token or unset it")
+    return value.strip()
+
+
+@commands.command()
+def serve(
+    store: StoreOption = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind. Anything but "
+                                      "loopback needs a token (or --insecure).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to bind (0: any free port; the "
+                                      "log says which).")] = 8815,
+    read_only: Annotated[bool, typer.Option("--read-only", help="Refuse puts and mutating "
+                                            "actions.")] = False,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", help="File holding the bearer token clients must send.")] = None,
+    token_env: Annotated[str | None, typer.Option(
+        "--token-env", metavar="NAME",
+        help=f"Environment variable holding the token (default: ${TOKEN_ENV}).")] = None,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", help="Allow a non-loopback bind without a token.")] = False,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate "
+                                                  "(with --tls-key): serve grpc+tls.")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key.")] = None,
+    max_concurrency: Annotated[int, typer.Option(
+        "--max-concurrency", help="Calls served at once; more are refused as busy.")] = 32,
+) -> None:
+    """Serve the store over Arrow Flight (queries, ingest, actions) until SIGTERM/SIGINT."""
+    token = read_token(token_file, token_env)
+    if not is_loopback(host) and token is None and not insecure:
+        raise CliError(f"refusing to bind {host}: a non-loopback address needs a token "
+                       f"(--token-file, --token-env or ${TOKEN_ENV}) or an explicit "
+                       f"--insecure")
+    if (tls_cert is None) != (tls_key is None):
+        raise CliError("--tls-cert and --tls-key go together")
+    if max_concurrency < 1:
+        raise CliError("--max-concurrency must be at least 1")
+    if not 0 <= port <= 65535:
+        raise CliError(f"--port {port} is not a port number")
+    certificates = None
+    if tls_cert is not None and tls_key is not None:
+        try:
+            certificates = [(tls_cert.read_bytes(), tls_key.read_bytes())]
+        except OSError as e:
+            raise CliError(f"cannot read TLS file: {e.strerror or e}: {e.filename}") from None
+    opened = open_store(store)
+
+    from sediment.serve.server import SedimentFlightServer
+
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    scheme = "grpc+tls" if certificates else "grpc"
+    bind = f"[{host}]" if ":" in host else host
+    server = SedimentFlightServer(opened, f"{scheme}://{bind}:{port}", token=token,
+                                  read_only=read_only, max_concurrency=max_concurrency,
+                                  tls_certificates=certificates)
+    log = logging.getLogger("sediment.serve")
+    stopping: list[threading.Thread] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        if not stopping:
+            log.info("signal %d: refusing new calls, finishing running ones", signum)
+            stopping.append(server.drain())
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("serving %s on %s://%s:%d%s%s", opened.uri, scheme, bind, server.port,
+             " (read-only)" if read_only else "", "" if token else " (no token)")
+    server.serve()
+    for t in stopping:
+        t.join()
+    log.info("stopped")

@@ -1,0 +1,167 @@
+"""The Flight service's actions: each takes a JSON object body and answers one JSON value,
+through the local API (so results and errors are the library's own).
+
+========================  =====================================================  ==========
+action                    body                                                   mutates
+========================  =====================================================  ==========
+``create-table``          ``{"name", "schema": Schema.to_json(), "split_points",  yes
+                          "properties"}``
+``drop-table``            ``{"name"}``                                           yes
+``open-table``            ``{"table"}``: its name and id (does it exist?)        no
+``describe``              ``{"table", "version"}``                               no
+``history``               ``{"table"}``                                          no
+``tag``                   ``{"table", "name", "version"}``                       yes
+``restore``               ``{"table", "version"}``                               yes
+``compact``               ``{"table", "full"}``                                  yes
+``maintain``              ``{"table"}``                                          yes
+``health``                ``{}``                                                 no
+``stats``                 ``{}``                                                 no
+========================  =====================================================  ==========
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sediment.schema import Schema
+from sediment.serve.protocol import BadRequestError, decode_value, parse_json, table_name
+
+if TYPE_CHECKING:
+    from sediment.serve.server import SedimentFlightServer
+    from sediment.serve.stats import Request
+
+Handler = Callable[["SedimentFlightServer", dict[str, Any], "Request"], Any]
+
+
+def _plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return obj
+
+
+def _version(doc: dict[str, Any], required: bool = False) -> int | str | None:
+    v = doc.get("version")
+    if v is None and not required:
+        return None
+    if not isinstance(v, int | str) or isinstance(v, bool):
+        raise BadRequestError(f"malformed action body: version must be a number or a tag "
+                              f"name, not {v!r}")
+    return v
+
+
+def _create_table(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    name = table_name(doc, "create-table body", "name")
+    req.table = name
+    if not isinstance(doc.get("schema"), dict):
+        raise BadRequestError("malformed create-table body: 'schema' must be a schema object "
+                              "(Schema.to_json())")
+    schema = Schema.from_json(doc["schema"])
+    splits = doc.get("split_points")
+    points = None if splits is None else list(decode_value(splits, "split_points"))
+    props = doc.get("properties") or {}
+    if not isinstance(props, dict):
+        raise BadRequestError("malformed create-table body: 'properties' must be an object")
+    table = server.store.create_table(name, schema, split_points=points, properties=props)
+    server.forget(name)
+    return table.describe()
+
+
+def _drop_table(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    name = table_name(doc, "drop-table body", "name")
+    req.table = name
+    server.store.drop_table(name)
+    server.forget(name)
+    return {"dropped": name}
+
+
+def _open_table(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    req.table = table_name(doc, "open-table body")
+    table = server.table(req.table)
+    return {"name": table.name, "table_id": table.table_id}
+
+
+def _describe(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    table = server.table(table_name(doc, "describe body"))
+    req.table = table.name
+    v = _version(doc)
+    return table.describe(table.resolve_version(v))
+
+
+def _history(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    table = server.table(table_name(doc, "history body"))
+    req.table = table.name
+    entries = [_plain(e) for e in table.history()]
+    req.rows = len(entries)
+    return entries
+
+
+def _tag(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    table = server.table(table_name(doc, "tag body"))
+    req.table = table.name
+    name = doc.get("name")
+    if not isinstance(name, str):
+        raise BadRequestError("malformed tag body: 'name' must be a string")
+    v = _version(doc)
+    return _plain(table.tag(name, table.resolve_version(v)))
+
+
+def _restore(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    table = server.table(table_name(doc, "restore body"))
+    req.table = table.name
+    v = _version(doc, required=True)
+    assert v is not None
+    return {"version": table.restore(v)}
+
+
+def _compact(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    table = server.table(table_name(doc, "compact body"))
+    req.table = table.name
+    return _plain(table.compact(full=bool(doc.get("full", False))))
+
+
+def _maintain(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    table = server.table(table_name(doc, "maintain body"))
+    req.table = table.name
+    return _plain(table.maintain())
+
+
+def _health(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    return {"status": "draining" if server.admission.draining else "ok",
+            "store": server.store.uri, "read_only": server.read_only}
+
+
+def _stats(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    return {**server.stats.snapshot(), "active_calls": server.admission.active,
+            "max_concurrency": server.admission.limit}
+
+
+ACTIONS: dict[str, tuple[str, bool, Handler]] = {
+    "create-table": ("Create a table: {name, schema, split_points, properties}", True,
+                     _create_table),
+    "drop-table": ("Drop a table: {name}", True, _drop_table),
+    "open-table": ("Check that a table exists: {table}", False, _open_table),
+    "describe": ("Schema, properties, counts: {table, version}", False, _describe),
+    "history": ("Committed transactions: {table}", False, _history),
+    "tag": ("Tag a version: {table, name, version}", True, _tag),
+    "restore": ("Restore a version as a new one: {table, version}", True, _restore),
+    "compact": ("One compaction pass now: {table, full}", True, _compact),
+    "maintain": ("Split, compact and collect garbage until settled: {table}", True,
+                 _maintain),
+    "health": ("Is the server up: {}", False, _health),
+    "stats": ("Counters and latency percentiles per method: {}", False, _stats),
+}
+
+
+def run_action(server: SedimentFlightServer, kind: str, body: Any, req: Request) -> Any:
+    """Run action ``kind`` (ReadOnlyError for a mutating one on a read-only server)."""
+    entry = ACTIONS.get(kind)
+    if entry is None:
+        raise BadRequestError(f"unknown action {kind!r} (actions: {', '.join(ACTIONS)})")
+    _doc, mutates, handler = entry
+    raw = body.to_pybytes() if body is not None else b""
+    doc = parse_json(raw or b"{}", f"{kind} body")
+    if mutates:
+        server.writable(f"action {kind}")
+    return handler(server, doc, req)

@@ -1,0 +1,289 @@
+"""The Python client of ``sediment serve``: ``sd.connect(uri)`` returns a :class:`RemoteStore`
+whose tables offer the local API's reads and writes over Arrow Flight.
+
+Arguments travel as the JSON of :mod:`sediment.serve.protocol` and are checked by the server's
+own ``Table.prepare`` (one normalisation, the local API's messages); those that cannot travel
+(iterator objects, callables, server-side folders) are refused here with a BadRequestError
+(a QueryError). Errors come back as the Sediment class the server raised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as fl
+
+from sediment.errors import SedimentError
+from sediment.ingest import IngestResult
+from sediment.schema import Schema
+from sediment.serve.protocol import (
+    BadRequestError,
+    dumps,
+    encode_query,
+    encode_value,
+    from_flight_error,
+)
+from sediment.state.log import HistoryEntry
+from sediment.state.versions import Tag
+
+FETCH_THREADS = 8
+"""Endpoints of one query fetched at once."""
+
+
+def _tls_roots(roots: bytes | str | os.PathLike[str] | None) -> bytes | None:
+    """PEM bytes from PEM bytes/text or from the path of a PEM file."""
+    if roots is None or isinstance(roots, bytes):
+        return roots
+    text = str(roots)
+    if "-----BEGIN" in text:
+        return text.encode()
+    return Path(text).read_bytes()
+
+
+class RemoteStore:
+    """A store behind ``sediment serve``. Obtain one with ``sd.connect(uri)``."""
+
+    def __init__(self, uri: str, token: str | None = None,
+                 tls_root_certs: bytes | str | os.PathLike[str] | None = None) -> None:
+        if not uri.startswith(("grpc://", "grpc+tcp://", "grpc+tls://")):
+            raise BadRequestError(f"sd.connect needs grpc://host:port or grpc+tls://host:port, "
+                                  f"not {uri!r}")
+        self.uri = uri
+        roots = _tls_roots(tls_root_certs)
+        kwargs: dict[str, Any] = {} if roots is None else {"tls_root_certs": roots}
+        self.client = fl.FlightClient(uri, **kwargs)
+        headers = [] if token is None else [(b"authorization", f"Bearer {token}".encode())]
+        self.options = fl.FlightCallOptions(headers=headers)
+
+    # ---- transport ----------------------------------------------------------------------
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args, options)`` with Flight errors raised as Sediment errors."""
+        try:
+            return fn(*args, self.options)
+        except fl.FlightError as e:
+            raise from_flight_error(e) from e
+
+    def action(self, kind: str, body: dict[str, Any] | None = None) -> Any:
+        """Run action ``kind`` (see :mod:`sediment.serve.actions`); its JSON answer."""
+        results = self.call(lambda a, o: list(self.client.do_action(a, o)),
+                            fl.Action(kind, dumps(body or {})))
+        return json.loads(results[0].body.to_pybytes()) if results else None
+
+    # ---- the store's API ------------------------------------------------------------------
+    def table(self, name: str) -> RemoteTable:
+        """Table ``name`` (TableNotFoundError, InvalidTableNameError as ``Store.table``)."""
+        self.action("open-table", {"table": name})
+        return RemoteTable(self, name)
+
+    def tables(self) -> list[str]:
+        """The tables' names, sorted (the server's ``list_flights``)."""
+        infos = self.call(lambda o: list(self.client.list_flights(b"", o)))
+        return sorted(i.descriptor.path[0].decode() for i in infos)
+
+    def create_table(self, name: str, schema: Schema, *,
+                     split_points: Sequence[Any] | None = None,
+                     properties: dict[str, Any] | None = None) -> RemoteTable:
+        self.action("create-table", {
+            "name": name, "schema": schema.to_json(),
+            "split_points": None if split_points is None
+            else encode_value(list(split_points), "split_points"),
+            "properties": properties or {}})
+        return RemoteTable(self, name)
+
+    def drop_table(self, name: str) -> None:
+        self.action("drop-table", {"name": name})
+
+    def health(self) -> dict[str, Any]:
+        return dict(self.action("health"))
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self.action("stats"))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> RemoteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RemoteStore({self.uri!r})"
+
+
+class RemoteTable:
+    """A table behind ``sediment serve``: ``query``, ``scan``, ``ingest``, ``describe``,
+    ``history``, ``tag`` (and ``restore``, ``compact``, ``maintain``) as on
+    :class:`~sediment.Table`, with the same answers."""
+
+    def __init__(self, store: RemoteStore, name: str) -> None:
+        self.store = store
+        self.name = name
+
+    # ---- reads ----------------------------------------------------------------------------
+    def flight_info(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+                    columns: Sequence[str] | None = None, version: int | str | None = None,
+                    iterators: Sequence[Any] | None = None,
+                    filter: Any = None) -> fl.FlightInfo:  # noqa: A002 (the public name)
+        """The server's plan: one endpoint per leaf, its ticket pinning one version."""
+        doc = encode_query(self.name, keys, ranges, columns=columns, version=version,
+                           iterators=iterators, filter=filter)
+        descriptor = fl.FlightDescriptor.for_command(dumps(doc))
+        return self.store.call(self.store.client.get_flight_info, descriptor)
+
+    def _fetch(self, endpoint: fl.FlightEndpoint) -> pa.Table:
+        return self.store.call(lambda t, o: self.store.client.do_get(t, o).read_all(),
+                               endpoint.ticket)
+
+    def query(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+              columns: Sequence[str] | None = None, version: int | str | None = None,
+              iterators: Sequence[Any] | None = None,
+              filter: Any = None) -> pa.Table:  # noqa: A002 (the public name)
+        """As ``Table.query`` (``filter``: a pyarrow expression or ``--where`` text): the
+        leaves' endpoints are fetched in parallel and joined in key order."""
+        info = self.flight_info(keys, ranges, columns=columns, version=version,
+                                iterators=iterators, filter=filter)
+        endpoints = list(info.endpoints)
+        if not endpoints:
+            return info.schema.empty_table()
+        if len(endpoints) == 1:
+            return self._fetch(endpoints[0])
+        with ThreadPoolExecutor(min(FETCH_THREADS, len(endpoints))) as pool:
+            parts = list(pool.map(self._fetch, endpoints))
+        return pa.concat_tables(parts)
+
+    def scan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+             columns: Sequence[str] | None = None, version: int | str | None = None,
+             iterators: Sequence[Any] | None = None,
+             filter: Any = None) -> pa.RecordBatchReader:  # noqa: A002 (the public name)
+        """As ``Table.scan``: the leaves streamed one after another, in key order, in
+        bounded memory."""
+        info = self.flight_info(keys, ranges, columns=columns, version=version,
+                                iterators=iterators, filter=filter)
+        store = self.store
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for ep in info.endpoints:
+                stream = store.call(store.client.do_get, ep.ticket)
+                try:
+                    while True:
+                        try:
+                            chunk = stream.read_chunk()
+                        except StopIteration:
+                            break
+                        except fl.FlightError as e:
+                            raise from_flight_error(e) from e
+                        if chunk.data is not None:
+                            yield chunk.data
+                finally:
+                    stream.cancel()
+
+        return pa.RecordBatchReader.from_batches(info.schema, batches())
+
+    # ---- writes ---------------------------------------------------------------------------
+    def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None,
+               spill_dir: str | None = None) -> IngestResult:
+        """As ``Table.ingest``: the records stream to the server, which commits them in one
+        transaction when the stream ends (nothing if it breaks off). ``progress(rows)`` is
+        called here as batches are sent. ``spill_dir`` is the server's business: refused."""
+        if spill_dir is not None:
+            raise BadRequestError("spill_dir names a folder on the server's machine and "
+                                  "cannot be sent; the server spills to its own")
+        if progress is not None and not callable(progress):
+            raise BadRequestError("progress must be a callable")
+        schema, batches = _batches(data)
+        descriptor = fl.FlightDescriptor.for_command(dumps({"table": self.name}))
+        client, options = self.store.client, self.store.options
+        try:
+            writer, meta = client.do_put(descriptor, schema, options)
+            try:
+                for b in batches:
+                    writer.write_batch(b)
+                    if progress is not None:
+                        progress(b.num_rows)
+                writer.done_writing()
+                answer = meta.read()
+            finally:
+                writer.close()
+        except fl.FlightError as e:
+            raise from_flight_error(e) from e
+        if answer is None:
+            raise SedimentError(f"table {self.name}: the server sent no ingest result")
+        doc = json.loads(answer.to_pybytes())
+        return IngestResult(**doc)
+
+    # ---- metadata and versions ------------------------------------------------------------
+    def describe(self, version: int | None = None) -> dict[str, Any]:
+        return dict(self.store.action("describe", {"table": self.name, "version": version}))
+
+    def history(self) -> list[HistoryEntry]:
+        return [HistoryEntry(**e) for e in self.store.action("history", {"table": self.name})]
+
+    def tag(self, name: str, version: int | None = None) -> Tag:
+        return Tag(**self.store.action("tag", {"table": self.name, "name": name,
+                                               "version": version}))
+
+    def restore(self, version: int | str) -> int:
+        return int(self.store.action("restore", {"table": self.name, "version": version})
+                   ["version"])
+
+    def compact(self, *, full: bool = False) -> dict[str, Any]:
+        """One compaction pass on the server; its CompactionResult as plain data."""
+        return dict(self.store.action("compact", {"table": self.name, "full": full}))
+
+    def maintain(self) -> dict[str, Any]:
+        """Maintenance until settled on the server; its MaintenanceResult as plain data."""
+        return dict(self.store.action("maintain", {"table": self.name}))
+
+    @property
+    def version(self) -> int:
+        return int(self.describe()["version"])
+
+    def __repr__(self) -> str:
+        return f"RemoteTable({self.name!r}, store={self.store.uri!r})"
+
+
+def _batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The schema and batches of what ``ingest`` takes (Table, RecordBatch, reader, pandas,
+    or an iterable of those, streamed: the first item gives the schema)."""
+    if isinstance(data, pa.Table):
+        return data.schema, iter(data.to_batches())
+    if isinstance(data, pa.RecordBatch):
+        return data.schema, iter([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.schema, iter(data)
+    if type(data).__module__.startswith("pandas"):
+        t = pa.Table.from_pandas(data, preserve_index=False)
+        return t.schema, iter(t.to_batches())
+    if isinstance(data, Iterable) and not isinstance(data, str | bytes | dict):
+        items = iter(data)
+        try:
+            first = next(items)
+        except StopIteration:
+            raise BadRequestError("ingest: no data to send (an empty iterable has no "
+                                  "schema)") from None
+        schema, head = _batches(first)
+
+        def rest() -> Iterator[pa.RecordBatch]:
+            yield from head
+            for item in items:
+                yield from _batches(item)[1]
+
+        return schema, rest()
+    raise BadRequestError(f"ingest takes a pyarrow Table, RecordBatch, RecordBatchReader, a "
+                          f"pandas DataFrame or an iterable of them, not "
+                          f"{type(data).__name__}")
+
+
+def connect(uri: str, token: str | None = None,
+            tls_root_certs: bytes | str | os.PathLike[str] | None = None) -> RemoteStore:
+    """A client of ``sediment serve`` at ``grpc://host:port`` (``grpc+tls://`` with
+    ``tls_root_certs``: PEM bytes or a file; ``token``: the server's bearer token)."""
+    return RemoteStore(uri, token=token, tls_root_certs=tls_root_certs)

@@ -1,0 +1,292 @@
+"""The wire format of the Flight service: JSON query descriptors and tickets, key values in
+JSON, and Sediment errors carried inside Flight errors.
+
+A query travels as a JSON object (the command of a Flight descriptor, UTF-8)::
+
+    {"table": "events",                      # required
+     "keys": ["a", ["b", 5], {"base64": "AAE="}],   # exact row keys (a list is a key tuple)
+     "ranges": [{"start": "a", "end": "m", "start_inclusive": true, "end_inclusive": false}],
+     "columns": ["key", "value"],
+     "filter": "value > 3 AND key != 'x'",   # the --where text (or {"expression": base64})
+     "version": 12,                           # or a tag name
+     "iterators": ["keep_latest"]}            # iterator configs (strings or JSON objects)
+
+Values: JSON strings, numbers, booleans and null as they are; ``bytes`` as
+``{"base64": "..."}`` (the CLI's ``--json`` form for binary); a key tuple as a JSON list;
+``datetime``/``date`` as ``{"datetime": "<ISO 8601>"}``/``{"date": "..."}``. A ticket is the
+query with its version pinned plus the leaf it reads: ``{"query": {...}, "leaf": "<id>"}``
+(``"leaf": null``: the whole query).
+
+Decoding never interprets arguments beyond their JSON form: key shapes, range ends, columns
+and versions are checked by the table itself (``Table.prepare``), so a remote caller gets the
+local API's messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.flight as fl
+
+import sediment.errors as errors_module
+from sediment.core.ranges import Range
+from sediment.errors import QueryError, SedimentError
+
+QUERY_FIELDS = ("table", "keys", "ranges", "columns", "filter", "version", "iterators")
+
+
+class ServiceError(SedimentError):
+    """A refusal of the service itself rather than of the table: see the subclasses."""
+
+
+class AuthenticationError(ServiceError):
+    """No bearer token, or a wrong one, for a server that requires one."""
+
+
+class ReadOnlyError(ServiceError):
+    """A put or a mutating action sent to a server started with ``--read-only``."""
+
+
+class ServerBusyError(ServiceError):
+    """The server is at ``--max-concurrency`` calls, or shutting down: retry later."""
+
+
+class BadRequestError(QueryError):
+    """A malformed descriptor, ticket or action body, or an argument that cannot travel."""
+
+
+# ---- values -------------------------------------------------------------------------------
+def encode_value(value: Any, what: str) -> Any:
+    """``value`` as JSON data (see the module docstring); BadRequestError for a value that
+    cannot travel (an iterator object, a callable, any other Python object)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"base64": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, tuple | list):
+        return [encode_value(v, what) for v in value]
+    if isinstance(value, Range):
+        return {"range": {"start": encode_value(value.start, what),
+                          "end": encode_value(value.end, what),
+                          "start_inclusive": value.start_inclusive,
+                          "end_inclusive": value.end_inclusive}}
+    if isinstance(value, dt.datetime):
+        return {"datetime": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"date": value.isoformat()}
+    raise BadRequestError(f"{what}: a {type(value).__name__} cannot be sent to a server "
+                          f"(send row-key values, tuples, sediment.Range values)")
+
+
+def decode_value(data: Any, what: str) -> Any:
+    """The inverse of :func:`encode_value` (lists become tuples, as keys are tuples)."""
+    if isinstance(data, list):
+        return tuple(decode_value(v, what) for v in data)
+    if not isinstance(data, dict):
+        return data
+    try:
+        if set(data) == {"base64"}:
+            return base64.b64decode(str(data["base64"]), validate=True)
+        if set(data) == {"datetime"}:
+            return dt.datetime.fromisoformat(str(data["datetime"]))
+        if set(data) == {"date"}:
+            return dt.date.fromisoformat(str(data["date"]))
+        if set(data) == {"range"} and isinstance(data["range"], dict):
+            r = data["range"]
+            return Range(decode_value(r.get("start"), what), decode_value(r.get("end"), what),
+                         start_inclusive=bool(r.get("start_inclusive", True)),
+                         end_inclusive=bool(r.get("end_inclusive", False)))
+    except (binascii.Error, ValueError, TypeError) as e:
+        raise BadRequestError(f"{what}: malformed value {data!r}: {e}") from None
+    raise BadRequestError(f"{what}: unknown value form {data!r} (expected base64, datetime, "
+                          f"date or range)")
+
+
+# ---- queries ------------------------------------------------------------------------------
+def encode_filter(filter: Any) -> Any:  # noqa: A002 (the public name)
+    """A filter for the wire: ``--where`` text as it is, a pyarrow expression in Arrow's own
+    serialised form (no pickle: the server rebuilds it with ``Expression._deserialize``)."""
+    if filter is None or isinstance(filter, str):
+        return filter
+    if isinstance(filter, pc.Expression):
+        buf = filter.__reduce__()[1][0]
+        return {"expression": base64.b64encode(memoryview(buf)).decode()}
+    raise BadRequestError(f"filter must be --where text or a pyarrow.compute.Expression, "
+                          f"not {type(filter).__name__}")
+
+
+def decode_filter(data: Any, arrow_schema: pa.Schema) -> pc.Expression | None:
+    """The filter a query descriptor carries, as ``filter=`` takes it (WhereError for bad
+    ``--where`` text, naming the position)."""
+    from sediment.query.where import parse_where
+
+    if data is None:
+        return None
+    if isinstance(data, str):
+        return parse_where(data, arrow_schema)
+    if isinstance(data, dict) and set(data) == {"expression"}:
+        try:
+            buf = pa.py_buffer(base64.b64decode(str(data["expression"]), validate=True))
+            expr = pc.Expression._deserialize(buf)
+        except (binascii.Error, ValueError, pa.ArrowException) as e:
+            raise BadRequestError(f"filter: not a serialised Arrow expression: {e}") from None
+        if not isinstance(expr, pc.Expression):
+            raise BadRequestError("filter: not a serialised Arrow expression")
+        return expr
+    raise BadRequestError(f"filter must be --where text or {{\"expression\": ...}}, "
+                          f"not {data!r}")
+
+
+def encode_query(table: str, keys: Any = None, ranges: Any = None, *, columns: Any = None,
+                 version: Any = None, iterators: Any = None,
+                 filter: Any = None) -> dict[str, Any]:  # noqa: A002 (the public name)
+    """A query's arguments as descriptor JSON; BadRequestError for one that cannot travel."""
+    out: dict[str, Any] = {"table": table}
+    if keys is not None:
+        if isinstance(keys, Iterator) or callable(keys):
+            raise BadRequestError("keys: an iterator cannot be sent to a server; pass a list")
+        # str/bytes travel as they are: the table refuses them with its own message
+        out["keys"] = encode_value(keys if isinstance(keys, str | bytes) else list(keys),
+                                   "keys")
+    if ranges is not None:
+        if isinstance(ranges, Iterator):
+            raise BadRequestError("ranges: an iterator cannot be sent to a server; pass a list")
+        out["ranges"] = encode_value(ranges if isinstance(ranges, Range | str | bytes)
+                                     else list(ranges), "ranges")
+    if columns is not None:
+        if isinstance(columns, Iterator):
+            raise BadRequestError("columns: an iterator cannot be sent; pass a list")
+        out["columns"] = [c if isinstance(c, str) else encode_value(c, "columns")
+                          for c in columns]
+    if version is not None:
+        if not isinstance(version, int | str) or isinstance(version, bool):
+            raise BadRequestError(f"version must be a number or a tag name, not {version!r}")
+        out["version"] = version
+    if iterators is not None:
+        configs = []
+        for it in iterators:
+            if not isinstance(it, str | dict):
+                raise BadRequestError(
+                    f"iterators: a {type(it).__name__} object cannot be sent to a server; "
+                    "send its configuration (a string or a JSON object) instead")
+            configs.append(it)
+        json.dumps(configs)  # a non-JSON config fails here, before anything is sent
+        out["iterators"] = configs
+    if filter is not None:
+        out["filter"] = encode_filter(filter)
+    return out
+
+
+def parse_json(body: bytes, what: str) -> dict[str, Any]:
+    """A JSON object from a descriptor, ticket or action body (BadRequestError otherwise)."""
+    try:
+        doc = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadRequestError(f"malformed {what}: not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise BadRequestError(f"malformed {what}: expected a JSON object, got {doc!r}")
+    return doc
+
+
+def table_name(doc: Mapping[str, Any], what: str, field: str = "table") -> str:
+    """The table a request names (its name checked by the store when it is opened)."""
+    name = doc.get(field)
+    if not isinstance(name, str):
+        raise BadRequestError(f"malformed {what}: {field!r} must be a table name")
+    return name
+
+
+def query_arguments(doc: Mapping[str, Any], arrow_schema: pa.Schema) -> dict[str, Any]:
+    """``Table.prepare``'s keyword arguments from a query descriptor (the table checks them)."""
+    unknown = sorted(set(doc) - set(QUERY_FIELDS))
+    if unknown:
+        raise BadRequestError(f"malformed query descriptor: unknown field {unknown[0]!r} "
+                              f"(fields: {', '.join(QUERY_FIELDS)})")
+    args: dict[str, Any] = {}
+    if doc.get("keys") is not None:
+        keys = doc["keys"]
+        args["keys"] = keys if isinstance(keys, str) else list(decode_value(keys, "keys")) \
+            if isinstance(keys, list) else decode_value(keys, "keys")
+    if doc.get("ranges") is not None:
+        r = decode_value(doc["ranges"], "ranges")
+        args["ranges"] = list(r) if isinstance(r, tuple) else r
+    if doc.get("columns") is not None:
+        if not isinstance(doc["columns"], list):
+            raise BadRequestError("malformed query descriptor: columns must be a list")
+        args["columns"] = list(doc["columns"])
+    if doc.get("version") is not None:
+        args["version"] = doc["version"]
+    if doc.get("iterators") is not None:
+        if not isinstance(doc["iterators"], list):
+            raise BadRequestError("malformed query descriptor: iterators must be a list")
+        args["iterators"] = doc["iterators"]
+    args["filter"] = decode_filter(doc.get("filter"), arrow_schema)
+    return args
+
+
+def dumps(doc: Any) -> bytes:
+    """Compact JSON bytes (bytes values as base64, as :func:`encode_value`)."""
+    def default(obj: Any) -> Any:
+        if isinstance(obj, bytes | bytearray | Range | dt.date | tuple):
+            return encode_value(obj, "result")
+        if isinstance(obj, set | frozenset):
+            return sorted(obj, key=str)
+        return str(obj)
+
+    return json.dumps(doc, separators=(",", ":"), default=default).encode()
+
+
+# ---- errors -------------------------------------------------------------------------------
+def to_flight_error(exc: BaseException) -> fl.FlightError:
+    """A Flight error carrying ``exc``'s message, with the Sediment class and the message as
+    JSON in ``extra_info`` so the client raises the same class with the same text."""
+    classes = [c.__name__ for c in type(exc).__mro__ if issubclass(c, SedimentError)]
+    info = dumps({"error": type(exc).__name__, "classes": classes, "message": str(exc)})
+    kind: Callable[..., fl.FlightError]
+    if isinstance(exc, AuthenticationError):
+        kind = fl.FlightUnauthenticatedError
+    elif isinstance(exc, ReadOnlyError):
+        kind = fl.FlightUnauthorizedError
+    elif isinstance(exc, ServerBusyError):
+        kind = fl.FlightUnavailableError
+    elif isinstance(exc, SedimentError):
+        kind = fl.FlightServerError
+    else:
+        kind = fl.FlightInternalError
+    return kind(str(exc), extra_info=info)
+
+
+_LOCAL_ERRORS: dict[str, type[SedimentError]] = {
+    c.__name__: c for c in (ServiceError, AuthenticationError, ReadOnlyError, ServerBusyError,
+                            BadRequestError)}
+
+
+def from_flight_error(exc: fl.FlightError) -> SedimentError:
+    """The Sediment exception a Flight error stands for: the class the server raised (by name,
+    from :mod:`sediment.errors` or this module; else its nearest base class) with its message; for a Flight error of the
+    transport (no server-side class), ServiceError (AuthenticationError when it says so)."""
+    extra = getattr(exc, "extra_info", b"") or b""
+    names: list[str] = []
+    message = ""
+    try:
+        doc = json.loads(extra.decode()) if extra else {}
+        if isinstance(doc, dict):
+            names = [str(n) for n in doc.get("classes", [doc.get("error", "")])]
+            message = str(doc.get("message", ""))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        pass
+    for name in names:  # the server's class, else its nearest base this side knows
+        cls = _LOCAL_ERRORS.get(name) or getattr(errors_module, name, None)
+        if isinstance(cls, type) and issubclass(cls, SedimentError):
+            return cls(message)
+    text = message or str(exc)
+    if isinstance(exc, fl.FlightUnauthenticatedError):
+        return AuthenticationError(text)
+    return ServiceError(text)  # the transport's own (no server reached, say)

@@ -1,0 +1,241 @@
+"""The Flight server: a stateless face over one :class:`~sediment.store.Store`.
+
+Every method reads and writes through the local API (``Table.prepare``, ``Table.ingest``,
+``describe``, ``history``...), so answers, errors and commits are the library's own. The
+server keeps nothing but caches (its open tables, which share their state caches): several
+servers over one store answer consistently, each seeing another's commits within
+``state.cache.refresh_seconds``.
+
+* ``list_flights``: one FlightInfo per table (its schema; descriptor path ``[name]``).
+* ``get_flight_info``: the query descriptor (JSON, see :mod:`sediment.serve.protocol`) is
+  planned; one endpoint per leaf it touches, each ticket pinning the plan's version, and the
+  records estimate.
+* ``do_get``: streams one leaf (or a whole query) as Arrow batches in bounded memory.
+* ``do_put``: ingests the stream in one transaction when it ends; an aborted stream fails the
+  ingest and commits nothing. The reply metadata is the result as JSON (version, rows...).
+* ``do_action``: see :mod:`sediment.serve.actions`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.flight as fl
+
+from sediment.errors import SedimentError
+from sediment.properties import defaults
+from sediment.query.planner import QueryPlan
+from sediment.serve.middleware import Admission
+from sediment.serve.protocol import (
+    BadRequestError,
+    ReadOnlyError,
+    dumps,
+    parse_json,
+    query_arguments,
+    table_name,
+    to_flight_error,
+)
+from sediment.serve.stats import Request, Stats, outcome_of
+from sediment.store import Store
+from sediment.table import Table
+
+T = TypeVar("T")
+
+
+class SedimentFlightServer(fl.FlightServerBase):
+    """``sediment serve``: see the module docstring. ``location``: ``grpc://host:port`` or
+    ``grpc+tls://host:port`` (then ``tls_certificates`` as ``[(cert_pem, key_pem)]``)."""
+
+    def __init__(self, store: Store, location: str, *, token: str | None = None,
+                 read_only: bool = False, max_concurrency: int = 32,
+                 tls_certificates: list[tuple[bytes, bytes]] | None = None) -> None:
+        self.stats = Stats()
+        self.admission = Admission(token, max_concurrency, self.stats)
+        super().__init__(location, tls_certificates=tls_certificates or [],
+                         middleware={"admission": self.admission})
+        self.store = store
+        self.read_only = read_only
+        self._tables: dict[str, tuple[float, Table]] = {}
+        self._lock = threading.Lock()
+        # the catalog is re-read as often as table heads are (the store's default)
+        self._refresh = float(defaults()["state.cache.refresh_seconds"])
+
+    # ---- helpers ----------------------------------------------------------------------
+    def table(self, name: str) -> Table:
+        """The open table ``name``: kept between requests so its caches are shared, its
+        catalog entry read again past the refresh interval (a table dropped and made again
+        by another server is seen then)."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._tables.get(name)
+        if hit is not None and now - hit[0] < self._refresh:
+            return hit[1]
+        fresh = self.store.table(name)  # InvalidTableNameError, TableNotFoundError
+        if hit is not None and hit[1].table_id == fresh.table_id:
+            fresh = hit[1]
+        with self._lock:
+            self._tables[name] = (now, fresh)
+        return fresh
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._tables.pop(name, None)
+
+    def guard(self, req: Request, body: Callable[[], T]) -> T:
+        """Run a handler body: Sediment errors (and Arrow errors of bad input) become Flight
+        errors with the same message; anything else is an internal error, logged."""
+        try:
+            return body()
+        except fl.FlightError:
+            raise
+        except SedimentError as e:
+            raise to_flight_error(e) from e
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+            raise to_flight_error(BadRequestError(str(e))) from e
+
+    def writable(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"this server is read-only (--read-only): {what} is refused")
+
+    @staticmethod
+    def _command(descriptor: fl.FlightDescriptor, what: str) -> dict[str, Any]:
+        if descriptor.descriptor_type == fl.DescriptorType.PATH:
+            path = [p.decode() if isinstance(p, bytes) else p for p in descriptor.path or []]
+            if len(path) != 1:
+                raise BadRequestError(f"malformed {what}: a path descriptor names one table")
+            return {"table": path[0]}
+        return parse_json(descriptor.command or b"", what)
+
+    def prepare(self, doc: dict[str, Any], what: str) -> tuple[Table, Any]:
+        table = self.table(table_name(doc, what))
+        args = query_arguments(doc, table.schema.to_arrow())
+        return table, table.prepare(**args)
+
+    # ---- Flight methods -----------------------------------------------------------------
+    def list_flights(self, context: Any, criteria: bytes) -> Iterator[fl.FlightInfo]:
+        with self.stats.track("list_flights") as req:
+            infos = self.guard(req, lambda: [self._info_of(n) for n in self.store.tables()])
+            req.rows = len(infos)
+        yield from infos
+
+    def _info_of(self, name: str) -> fl.FlightInfo:
+        schema = self.table(name).schema.to_arrow()
+        return fl.FlightInfo(schema, fl.FlightDescriptor.for_path(name), [], -1, -1)
+
+    def get_flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
+        with self.stats.track("get_flight_info") as req:
+            def body() -> fl.FlightInfo:
+                doc = self._command(descriptor, "query descriptor")
+                req.table = str(doc.get("table", ""))
+                table, prepared = self.prepare(doc, "query descriptor")
+                plan: QueryPlan = prepared.plan
+                pinned = {**doc, "version": plan.version}
+                endpoints = [fl.FlightEndpoint(dumps({"query": pinned, "leaf": s.leaf_id}), [])
+                             for s in plan.subqueries]
+                estimate = sum(r.records for s in plan.subqueries for r in s.references)
+                req.rows = estimate
+                schema = pa.schema([prepared.schema.field(c) for c in prepared.wanted])
+                return fl.FlightInfo(schema, descriptor, endpoints, estimate, -1)
+            return self.guard(req, body)
+
+    def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
+        req = Request("do_get")
+        start = time.perf_counter()
+
+        def body() -> pa.RecordBatchReader:
+            doc = parse_json(ticket.ticket, "ticket")
+            query, leaf = doc.get("query"), doc.get("leaf")
+            if not isinstance(query, dict) or not (leaf is None or isinstance(leaf, str)):
+                raise BadRequestError("malformed ticket: expected {\"query\": {...}, "
+                                      "\"leaf\": <leaf id or null>}")
+            req.table = str(query.get("table", ""))
+            table, prepared = self._pinned(query)
+            if leaf is not None:
+                subs = tuple(s for s in prepared.plan.subqueries if s.leaf_id == leaf)
+                prepared = dataclasses.replace(
+                    prepared, plan=QueryPlan(prepared.plan.version, subs))
+            reader: pa.RecordBatchReader = prepared.reader()
+            return reader
+
+        try:
+            reader = self.guard(req, body)
+        except BaseException as e:
+            req.outcome = outcome_of(e)
+            self.stats.record(req, time.perf_counter() - start)
+            raise
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                for b in reader:
+                    req.rows += b.num_rows
+                    yield b
+            except SedimentError as e:
+                req.outcome = outcome_of(e)
+                raise to_flight_error(e) from e
+            except BaseException as e:
+                req.outcome = outcome_of(e)
+                raise
+            finally:
+                self.stats.record(req, time.perf_counter() - start)
+
+        return fl.GeneratorStream(reader.schema, batches())
+
+    def _pinned(self, query: dict[str, Any]) -> tuple[Table, Any]:
+        """Prepare a ticket's query at its pinned version, through the shared head when that
+        is the version (no state to rebuild), else at the version itself."""
+        version = query.get("version")
+        if isinstance(version, int) and not isinstance(version, bool):
+            table = self.table(table_name(query, "ticket"))
+            head = table._query_state(None)
+            if head.version == version:
+                table, prepared = self.prepare({**query, "version": None}, "ticket")
+                if prepared.plan.version == version:
+                    return table, prepared
+        return self.prepare(query, "ticket")
+
+    def do_put(self, context: Any, descriptor: fl.FlightDescriptor,
+               reader: fl.MetadataRecordBatchReader, writer: fl.FlightMetadataWriter) -> None:
+        with self.stats.track("do_put") as req:
+            def body() -> None:
+                doc = self._command(descriptor, "put descriptor")
+                name = table_name(doc, "put descriptor")
+                req.table = name
+                self.writable(f"a put into table {name}")
+                table = self.table(name)
+                source = reader.to_reader()
+
+                def counted() -> Iterator[pa.RecordBatch]:
+                    for b in source:
+                        req.rows += b.num_rows
+                        yield b
+
+                result = table.ingest(pa.RecordBatchReader.from_batches(source.schema,
+                                                                        counted()))
+                writer.write(pa.py_buffer(dumps(dataclasses.asdict(result))))
+            self.guard(req, body)
+
+    def do_action(self, context: Any, action: fl.Action) -> Iterator[fl.Result]:
+        from sediment.serve.actions import run_action
+
+        with self.stats.track(f"action:{action.type}") as req:
+            answer = self.guard(req, lambda: run_action(self, action.type, action.body, req))
+        yield fl.Result(pa.py_buffer(dumps(answer)))
+
+    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+        from sediment.serve.actions import ACTIONS
+
+        return [(name, doc) for name, (doc, _mutates, _fn) in ACTIONS.items()]
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def drain(self) -> threading.Thread:
+        """Refuse new calls, then shut down once the running ones end (puts commit or
+        abort); returns the thread doing it (join it before exiting)."""
+        self.admission.draining = True
+        stopper = threading.Thread(target=self.shutdown, name="sediment-serve-drain")
+        stopper.start()
+        return stopper
