@@ -270,8 +270,9 @@ _LOCAL_ERRORS: dict[str, type[SedimentError]] = {
 
 def from_flight_error(exc: fl.FlightError) -> SedimentError:
     """The Sediment exception a Flight error stands for: the class the server raised (by name,
-    from :mod:`sediment.errors` or this module; else its nearest base class) with its message; for a Flight error of the
-    transport (no server-side class), ServiceError (AuthenticationError when it says so)."""
+    from :mod:`sediment.errors` or this module; else its nearest base class) with its
+    message; for a Flight error of the transport (no server-side class), ServiceError
+    (AuthenticationError when it says so)."""
     extra = getattr(exc, "extra_info", b"") or b""
     names: list[str] = []
     message = ""
