@@ -9,6 +9,7 @@ own ``Table.prepare`` (one normalisation, the local API's messages); those that 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -23,6 +24,7 @@ from sediment.errors import SedimentError
 from sediment.ingest import IngestResult
 from sediment.schema import Schema
 from sediment.serve.protocol import (
+    END_OF_STREAM,
     BadRequestError,
     dumps,
     encode_query,
@@ -199,7 +201,10 @@ class RemoteTable:
         if progress is not None and not callable(progress):
             raise BadRequestError("progress must be a callable")
         schema, batches = _batches(data)
-        descriptor = fl.FlightDescriptor.for_command(dumps({"table": self.name}))
+        # the end marker: a stream this side closes early (an error while sending) is not
+        # taken by the server for a complete one
+        descriptor = fl.FlightDescriptor.for_command(dumps({"table": self.name,
+                                                            "end_marker": True}))
         client, options = self.store.client, self.store.options
         try:
             writer, meta = client.do_put(descriptor, schema, options)
@@ -208,6 +213,14 @@ class RemoteTable:
                     writer.write_batch(b)
                     if progress is not None:
                         progress(b.num_rows)
+            except BaseException:
+                # this side failed: close without the marker (the server commits nothing);
+                # the server's refusal of the cut stream is no news to the caller
+                with contextlib.suppress(fl.FlightError, pa.ArrowException):
+                    writer.close()
+                raise
+            try:
+                writer.write_metadata(pa.py_buffer(END_OF_STREAM))
                 writer.done_writing()
                 answer = meta.read()
             finally:

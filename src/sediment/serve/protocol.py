@@ -9,7 +9,7 @@ A query travels as a JSON object (the command of a Flight descriptor, UTF-8)::
      "columns": ["key", "value"],
      "filter": "value > 3 AND key != 'x'",   # the --where text (or {"expression": base64})
      "version": 12,                           # or a tag name
-     "iterators": ["keep_latest"]}            # iterator configs (strings or JSON objects)
+     "iterators": [{"type": "age_off", ...}]}  # iterator configs (JSON objects)
 
 Values: JSON strings, numbers, booleans and null as they are; ``bytes`` as
 ``{"base64": "..."}`` (the CLI's ``--json`` form for binary); a key tuple as a JSON list;
@@ -38,6 +38,9 @@ import pyarrow.flight as fl
 import sediment.errors as errors_module
 from sediment.core.ranges import Range
 from sediment.errors import QueryError, SedimentError
+
+END_OF_STREAM = b"sediment:end-of-stream"
+"""App metadata of the last message of a put whose descriptor asks for an end marker."""
 
 QUERY_FIELDS = ("table", "keys", "ranges", "columns", "filter", "version", "iterators")
 
@@ -172,10 +175,11 @@ def encode_query(table: str, keys: Any = None, ranges: Any = None, *, columns: A
     if iterators is not None:
         configs = []
         for it in iterators:
-            if not isinstance(it, str | dict):
+            if not isinstance(it, dict):
                 raise BadRequestError(
                     f"iterators: a {type(it).__name__} object cannot be sent to a server; "
-                    "send its configuration (a string or a JSON object) instead")
+                    "send its configuration (a JSON object such as {'type': 'keep_latest', "
+                    "'by': 'ts'}) instead")
             configs.append(it)
         json.dumps(configs)  # a non-JSON config fails here, before anything is sent
         out["iterators"] = configs

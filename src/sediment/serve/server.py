@@ -11,8 +11,11 @@ servers over one store answer consistently, each seeing another's commits within
   planned; one endpoint per leaf it touches, each ticket pinning the plan's version, and the
   records estimate.
 * ``do_get``: streams one leaf (or a whole query) as Arrow batches in bounded memory.
-* ``do_put``: ingests the stream in one transaction when it ends; an aborted stream fails the
-  ingest and commits nothing. The reply metadata is the result as JSON (version, rows...).
+* ``do_put``: ingests the stream in one transaction when it ends; a broken stream fails the
+  ingest and commits nothing. With ``"end_marker": true`` in the descriptor (the Python
+  client's way), the stream must also end with a message whose app metadata is
+  ``END_OF_STREAM``: a client that gives up and closes its stream cleanly commits nothing
+  either. The reply metadata is the result as JSON (version, rows...).
 * ``do_action``: see :mod:`sediment.serve.actions`.
 """
 
@@ -27,11 +30,12 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from sediment.errors import SedimentError
+from sediment.errors import DataError, SedimentError
 from sediment.properties import defaults
 from sediment.query.planner import QueryPlan
 from sediment.serve.middleware import Admission
 from sediment.serve.protocol import (
+    END_OF_STREAM,
     BadRequestError,
     ReadOnlyError,
     dumps,
@@ -207,14 +211,26 @@ class SedimentFlightServer(fl.FlightServerBase):
                 req.table = name
                 self.writable(f"a put into table {name}")
                 table = self.table(name)
-                source = reader.to_reader()
+                marked = doc.get("end_marker") is True
 
                 def counted() -> Iterator[pa.RecordBatch]:
-                    for b in source:
-                        req.rows += b.num_rows
-                        yield b
+                    while True:
+                        try:
+                            chunk = reader.read_chunk()
+                        except StopIteration:
+                            break
+                        if chunk.data is not None and chunk.data.num_rows:
+                            req.rows += chunk.data.num_rows
+                            yield chunk.data
+                        if marked and chunk.app_metadata is not None and \
+                                chunk.app_metadata.to_pybytes() == END_OF_STREAM:
+                            return
+                    if marked:
+                        raise DataError(f"ingest into table {name}: the put stream ended "
+                                        f"without its end marker (the client stopped "
+                                        f"mid-stream); nothing is committed")
 
-                result = table.ingest(pa.RecordBatchReader.from_batches(source.schema,
+                result = table.ingest(pa.RecordBatchReader.from_batches(reader.schema,
                                                                         counted()))
                 writer.write(pa.py_buffer(dumps(dataclasses.asdict(result))))
             self.guard(req, body)

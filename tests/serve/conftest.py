@@ -1,0 +1,26 @@
+"""Fixtures of the Flight service tests: servers started and stopped per test module."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from serve_helpers import Server
+
+
+@pytest.fixture(scope="module")
+def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Server]]:
+    """``start_server(store_uri, *args, env=..., ...)``: a server, stopped at module end."""
+    started: list[Server] = []
+
+    def start(store: str, *args: str, env: dict[str, str] | None = None,
+              **kwargs: Any) -> Server:
+        log = tmp_path_factory.mktemp("serve") / "server.log"
+        s = Server(store, list(args), log, env, **kwargs)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
