@@ -1,8 +1,83 @@
-"""CLI command: sediment dashboard."""
+"""CLI command: ``sediment dashboard``, the read-only web dashboard over a store.
+
+The command line is checked (the token, the bind address) before the store is opened and
+before the web stack is imported: a refused command has touched nothing and bound nothing.
+The web stack is the ``dashboard`` extra (``pip install 'sediment-lsm[dashboard]'``).
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from sediment.cli.output import CliError, StoreOption, open_store
+from sediment.dashboard.security import TOKEN_ENV, check_bind
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
+
+EXTRA_MODULES = ("starlette", "uvicorn", "jinja2", "plotly")
+
+
+def read_token(token_file: Path | None) -> str | None:
+    """The token from ``--token-file``, else ``$SEDIMENT_DASHBOARD_TOKEN``, else None; an
+    empty one is an error (it would let anyone in)."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise CliError(f"cannot read --token-file {str(token_file)!r}: "
+                           f"{e.strerror or e}") from None
+        if not token:
+            raise CliError(f"--token-file {str(token_file)!r} is empty")
+        return token
+    value = os.environ.get(TOKEN_ENV)
+    if value is None:
+        return None
+    if not value.strip():
+        raise CliError(f"${TOKEN_ENV} is empty: set a token or unset it")
+    return value.strip()
+
+
+def missing_modules() -> list[str]:
+    """The web stack's modules that cannot be imported here."""
+    import importlib.util
+
+    return [m for m in EXTRA_MODULES if importlib.util.find_spec(m) is None]
+
+
+@commands.command()
+def dashboard(
+    store: StoreOption = None,
+    host: Annotated[str, typer.Option(
+        "--host", help="Address to bind. Anything but loopback needs a token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 8050,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", help=f"File holding the token browsers and API clients must give "
+        f"(default: ${TOKEN_ENV}).")] = None,
+    refresh: Annotated[float, typer.Option(
+        "--refresh", help="Seconds between the pages' refreshes.")] = 5.0,
+) -> None:
+    """Serve a read-only web dashboard of the store's tables, partitions, files and jobs
+    (pages and a JSON API under /api) until interrupted."""
+    token = read_token(token_file)
+    check_bind(host, token)  # DashboardSecurityError: one error line, nothing bound
+    if not 1 <= port <= 65535:
+        raise CliError(f"--port {port} is not a port number")
+    if not 0.5 <= refresh <= 3600:
+        raise CliError("--refresh must be between 0.5 and 3600 seconds")
+    missing = missing_modules()
+    if missing:
+        raise CliError(f"the dashboard needs {', '.join(missing)}: "
+                       f"pip install 'sediment-lsm[dashboard]'")
+    opened = open_store(store)
+
+    from sediment.dashboard.app import serve
+
+    bind = f"[{host}]" if ":" in host else host
+    typer.echo(f"dashboard of {opened.uri} on http://{bind}:{port}/"
+               f"{' (token required)' if token else ''}; Ctrl-C stops it", err=True)
+    serve(opened, host=host, port=port, token=token, refresh_seconds=refresh)

@@ -1,0 +1,187 @@
+"""The dashboard's ASGI application: pages, the JSON API and static files.
+
+Read-only: every route answers GET (and HEAD) only, but the login form's POST. A page is its
+template plus its view's data embedded as JSON (Jinja's ``tojson``: ``<``, ``>`` and ``&``
+escaped, in a ``<script type="application/json">`` the browser never runs); the page's script
+draws it and then fetches the same data from the JSON API every few seconds. Every text from
+the store (table names, keys, tags, reasons) reaches the page as JSON and is written with
+``textContent``, never as HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from sediment.dashboard.auth import Guard, read_form, safe_next, with_cookie
+from sediment.dashboard.query import query_view
+from sediment.dashboard.security import check_bind, same_token
+from sediment.dashboard.views import Views
+from sediment.errors import InvalidTableNameError, QueryError, TableNotFoundError
+from sediment.store import Store
+
+HERE = Path(__file__).parent
+STATIC = HERE / "static"
+REFRESH_SECONDS = 5.0
+QUERY_FIELDS = ("keys", "start", "end", "end_inclusive", "version", "limit")
+
+
+def plotly_js() -> Path:
+    """Plotly's own bundled ``plotly.min.js`` (in the plotly Python package): the pages load
+    it from this server, so they work without internet access."""
+    return Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    # allow_nan=False: a browser's JSON.parse refuses NaN (views turn such values into text)
+    body = json.dumps(data, allow_nan=False, default=str, separators=(",", ":"))
+    return Response(body, status, media_type="application/json",
+                    headers={"Cache-Control": "no-store"})
+
+
+def _not_found(name: str) -> dict[str, str]:
+    return {"error": f"no table {name!r} in this store"}
+
+
+def create_app(store: Store, *, token: str | None = None,
+               refresh_seconds: float = REFRESH_SECONDS) -> Starlette:
+    """The dashboard over ``store``; with ``token``, every page and API call needs it."""
+    views = Views(store)
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    js = plotly_js()
+
+    def page(request: Request, template: str, title: str, view: str, data: Any,
+             api: str, status: int = 200) -> Response:
+        context = {"title": title, "view": view, "data": data, "api": api,
+                   "refresh_ms": int(refresh_seconds * 1000), "store": store.uri,
+                   "token": token is not None}
+        return templates.TemplateResponse(request, template, context, status_code=status,
+                                          headers={"Cache-Control": "no-store"})
+
+    def table_or_404(request: Request, build: Any) -> tuple[Any, int]:
+        name = request.path_params["name"]
+        try:
+            return build(name), 200
+        except (TableNotFoundError, InvalidTableNameError):
+            return _not_found(name), 404
+
+    # ---- pages -------------------------------------------------------------------------
+    def store_page(request: Request) -> Response:
+        return page(request, "store.html", "Tables", "store", views.store_view(),
+                    "/api/store")
+
+    def table_page(request: Request) -> Response:
+        data, status = table_or_404(request, views.table_view)
+        name = request.path_params["name"]
+        if status == 404:
+            return page(request, "error.html", "Not found", "error", data, "", 404)
+        tree = views.tree_view(name)
+        return page(request, "table.html", name, "table", {"view": data, "tree": tree},
+                    request.url.path.replace("/tables/", "/api/tables/", 1))
+
+    def query_page(request: Request) -> Response:
+        name = request.path_params["name"]
+        form = {k: request.query_params.get(k, "") for k in QUERY_FIELDS}
+        try:
+            table = views.table(name)
+        except (TableNotFoundError, InvalidTableNameError):
+            return page(request, "error.html", "Not found", "error", _not_found(name), "", 404)
+        try:
+            data: dict[str, Any] = query_view(table, form)
+            status = 200
+        except QueryError as e:
+            data, status = {"table": name, "form": form, "error": str(e)}, 400
+        api = request.url.path.replace("/tables/", "/api/tables/", 1)
+        return page(request, "query.html", f"Query {name}", "query", data, api, status)
+
+    # ---- JSON API ----------------------------------------------------------------------
+    def api_store(request: Request) -> Response:
+        return _json(views.store_view())
+
+    def api_table(request: Request) -> Response:
+        return _json(*table_or_404(request, views.table_view))
+
+    def api_partitions(request: Request) -> Response:
+        root = request.query_params.get("root") or None
+        try:
+            return _json(*table_or_404(request, lambda n: views.tree_view(n, root)))
+        except KeyError:
+            return _json({"error": f"no partition {root!r} at the table's latest version"},
+                         404)
+
+    def api_query(request: Request) -> Response:
+        name = request.path_params["name"]
+        form = {k: request.query_params.get(k, "") for k in QUERY_FIELDS}
+        try:
+            table = views.table(name)
+        except (TableNotFoundError, InvalidTableNameError):
+            return _json(_not_found(name), 404)
+        try:
+            return _json(query_view(table, form))
+        except QueryError as e:
+            return _json({"table": name, "form": form, "error": str(e)}, 400)
+
+    def api_health(request: Request) -> Response:
+        return _json({"ok": True, "time": time.time()})
+
+    # ---- login, static -----------------------------------------------------------------
+    async def login(request: Request) -> Response:
+        if token is None:
+            return RedirectResponse("/", 303)
+        if request.method == "POST":
+            form = await read_form(request)
+            target = safe_next(form.get("next"))
+            if same_token(form.get("token"), token):
+                return with_cookie(RedirectResponse(target, 303), token)
+            return page(request, "login.html", "Sign in", "login",
+                        {"next": target, "wrong": True}, "", 401)
+        return page(request, "login.html", "Sign in", "login",
+                    {"next": safe_next(request.query_params.get("next")),
+                     "wrong": request.query_params.get("wrong") == "1"}, "")
+
+    def static(request: Request) -> Response:
+        name = request.path_params["file"]
+        if name == "plotly.min.js":
+            path = js
+        else:
+            path = STATIC / name
+            if os.sep in name or "/" in name or name.startswith(".") or not path.is_file():
+                return JSONResponse({"error": "not found"}, 404)
+        return FileResponse(path, headers={"Cache-Control": "public, max-age=3600"})
+
+    routes = [
+        Route("/", store_page),
+        Route("/tables/{name}", table_page),
+        Route("/tables/{name}/query", query_page),
+        Route("/api/store", api_store),
+        Route("/api/health", api_health),
+        Route("/api/tables/{name}", api_table),
+        Route("/api/tables/{name}/partitions", api_partitions),
+        Route("/api/tables/{name}/query", api_query),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/static/{file}", static),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(Guard, token=token)])
+
+
+def serve(store: Store, *, host: str = "127.0.0.1", port: int = 8050,
+          token: str | None = None, refresh_seconds: float = REFRESH_SECONDS) -> None:
+    """Run the dashboard until interrupted. Refuses (DashboardSecurityError) a bind beyond
+    loopback without a token, before any socket is opened."""
+    import uvicorn
+
+    check_bind(host, token)
+    app = create_app(store, token=token, refresh_seconds=refresh_seconds)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                server_header=False)

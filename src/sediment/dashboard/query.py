@@ -1,0 +1,180 @@
+"""The query view: exact keys or a key range typed in a form, at a version or tag, the first N
+records and the query plan (leaves and files read).
+
+Form values are text: each is checked here (lengths, the limit) and converted to the row key's
+types; the table then validates the keys themselves (``QueryError`` naming the key), so the
+page shows the library's own message for a bad one.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from sediment.core.ranges import Range
+from sediment.dashboard.aggregate import region_text
+from sediment.errors import QueryError
+from sediment.schema import Schema
+from sediment.table import Table
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+MAX_KEYS = 1000
+MAX_TEXT = 10_000
+PLAN_LEAVES = 200
+"""Leaves of the plan listed one by one (the counts cover all of them)."""
+
+
+class FormError(QueryError):
+    """A form value that is not a key, a range end, a version or a limit."""
+
+
+def _scalar(text: str, field: pa.Field) -> Any:
+    """A value of a row-key field from text: integers, floats and booleans parsed, strings
+    kept, binary as UTF-8, timestamps as ISO 8601 or the raw integer, dates as ISO 8601.
+    (The CLI reads keys the same way, in ``sediment.cli``, which the library cannot import.)"""
+    t = field.type
+    try:
+        if pa.types.is_integer(t):
+            return int(text)
+        if pa.types.is_floating(t):
+            return float(text)
+        if pa.types.is_boolean(t):
+            if text.lower() in ("true", "false"):
+                return text.lower() == "true"
+            raise ValueError(text)
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return text.encode("utf-8")
+        if pa.types.is_timestamp(t):
+            try:
+                return int(text)
+            except ValueError:
+                return dt.datetime.fromisoformat(text)
+        if pa.types.is_date(t):
+            return dt.date.fromisoformat(text)
+    except ValueError:
+        raise FormError(f"{text!r} is not a valid {t} for row key field {field.name!r}") from None
+    return text
+
+
+def parse_key(text: str, schema: Schema) -> tuple[Any, ...]:
+    """A key from the form: a value of the first row-key field, or a JSON array of values for
+    several fields (``["a", 5]``; a shorter array is a prefix)."""
+    text = text.strip()
+    if text.startswith("[") and len(schema.row_keys) > 1:
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise FormError(f"key {text!r} is not a JSON array: {e}") from None
+        if not isinstance(values, list) or not values:
+            raise FormError(f"key {text!r} must be a non-empty JSON array")
+        return tuple(_scalar(v, f) if isinstance(v, str) else v
+                     for v, f in zip(values, schema.row_keys, strict=False))
+    return (_scalar(text, schema.row_keys[0]),)
+
+
+def _text(form: Mapping[str, str], name: str) -> str:
+    value = form.get(name, "") or ""
+    if len(value) > MAX_TEXT:
+        raise FormError(f"{name} is longer than {MAX_TEXT} characters")
+    return value
+
+
+def parse_form(form: Mapping[str, str], schema: Schema
+               ) -> tuple[list[tuple[Any, ...]] | None, Range | None, str | None, int]:
+    """Keys (one per line), a range (start inclusive, end exclusive unless ``end_inclusive``),
+    a version or tag, and the limit, from the form's fields."""
+    lines = [ln for ln in _text(form, "keys").splitlines() if ln.strip()]
+    if len(lines) > MAX_KEYS:
+        raise FormError(f"at most {MAX_KEYS} keys, one per line")
+    keys = [parse_key(ln, schema) for ln in lines] or None
+    start, end = _text(form, "start").strip(), _text(form, "end").strip()
+    rng = None
+    if start or end:
+        rng = Range(parse_key(start, schema) if start else None,
+                    parse_key(end, schema) if end else None,
+                    end_inclusive=form.get("end_inclusive") in ("1", "on", "true"))
+    version = _text(form, "version").strip() or None
+    limit_text = _text(form, "limit").strip()
+    try:
+        limit = int(limit_text) if limit_text else DEFAULT_LIMIT
+    except ValueError:
+        raise FormError(f"limit {limit_text!r} is not a whole number") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise FormError(f"limit must be between 1 and {MAX_LIMIT}")
+    return keys, rng, version, limit
+
+
+def cell(value: Any) -> Any:
+    """A record value as JSON a browser can parse (no NaN; bytes as text or base64)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(value).decode()
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | dt.timedelta):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [cell(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): cell(v) for k, v in value.items()}
+    return str(value)
+
+
+def first_rows(table: Table, keys: list[tuple[Any, ...]] | None, rng: Range | None,
+               version: str | None, limit: int) -> tuple[list[str], list[list[Any]], bool]:
+    """Column names, the first ``limit`` records (streamed: no more is read), and whether
+    more records followed."""
+    reader = table.scan(keys, rng, version=version)
+    rows: list[list[Any]] = []
+    more = False
+    try:
+        for batch in reader:
+            need = limit - len(rows)
+            if need <= 0:
+                more = more or batch.num_rows > 0
+                if more:
+                    break
+                continue
+            part = batch.slice(0, need)
+            rows.extend([cell(v) for v in rec.values()] for rec in part.to_pylist())
+            more = batch.num_rows > need
+            if more:
+                break
+    finally:
+        reader.close()
+    return list(reader.schema.names), rows, more
+
+
+def query_view(table: Table, form: Mapping[str, str]) -> dict[str, Any]:
+    """The query's echo (the form as typed), plan and first records. Raises QueryError (the
+    form's own FormError, or the library's for a key, range or version it refuses)."""
+    keys, rng, version, limit = parse_form(form, table.schema)
+    plan = table.plan(keys, rng, version=version)
+    columns, rows, more = first_rows(table, keys, rng, version, limit)
+    leaves = [{"leaf_id": s.leaf_id, "region": region_text(s.region),
+               "files": len(s.references),
+               "records": sum(r.records for r in s.references)}
+              for s in plan.subqueries]
+    return {
+        "table": table.name,
+        "form": {k: form.get(k, "") for k in ("keys", "start", "end", "end_inclusive",
+                                               "version", "limit")},
+        "plan": {"version": plan.version, "leaves": len(leaves), "files": len(plan.files),
+                 "references": sum(x["files"] for x in leaves),
+                 "subqueries": leaves[:PLAN_LEAVES]},
+        "columns": columns, "rows": rows, "limit": limit, "more": more,
+    }

@@ -1,0 +1,126 @@
+"""The data of each dashboard view, as plain JSON-able dicts (the JSON API serves them as they
+are; the pages embed the same dicts and draw them).
+
+One :class:`Views` per server keeps the store, an open :class:`~sediment.table.Table` per name
+(so each table's state cache is reused across requests), the per-version figures and the job
+events read so far (only new events are fetched on each refresh).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from sediment.core.state import ROOT_PARTITION_ID, TableState
+from sediment.dashboard import aggregate
+from sediment.dashboard.aggregate import iso
+from sediment.dashboard.jobs import JobEvents
+from sediment.errors import TableNotFoundError
+from sediment.properties import defaults, describe_properties
+from sediment.store import Store
+from sediment.table import Table
+
+HISTORY_LIMIT = 1000
+"""Commits sent for the timeline: the latest ones (the table of recent commits shows 25)."""
+
+
+class Views:
+    """Builds every view's data from one Store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._tables: dict[str, Table] = {}
+        self._lock = threading.Lock()
+        self._figures = aggregate.FiguresCache()
+        self._history: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+        self.jobs = JobEvents()
+
+    # ---- tables ----------------------------------------------------------------------------
+    def table(self, name: str) -> Table:
+        """The open table ``name``; TableNotFoundError (InvalidTableNameError for a name that
+        cannot be one) otherwise. A table dropped and created again is reopened."""
+        with self._lock:
+            t = self._tables.get(name)
+        if t is not None and name in self.store.tables():
+            return t
+        t = self.store.table(name)
+        with self._lock:
+            self._tables[name] = t
+        return t
+
+    def _summary(self, t: Table, state: TableState, fig: aggregate.Figures) -> dict[str, Any]:
+        batch = int({**defaults(), **state.properties}["compaction.batch_size"])
+        return {
+            "name": t.name,
+            "version": state.version,
+            "online": state.online,
+            "records": fig.records,
+            "partitions": len(fig.partitions),
+            "leaves": fig.leaves,
+            "files": len(state.refcount),
+            "references": fig.references,
+            "last_commit": iso(state.last_update),
+            "max_files_per_leaf": fig.max_files_per_leaf,
+            "batch_size": batch,
+            "keeping_up": fig.max_files_per_leaf <= batch,
+            "pending_jobs": len(state.jobs),
+        }
+
+    # ---- views -----------------------------------------------------------------------------
+    def store_view(self) -> dict[str, Any]:
+        """Every table: records, leaves, files, version, last commit, online, keeping up."""
+        rows = []
+        for name in self.store.tables():
+            try:
+                t = self.table(name)
+                state = t.state()
+                rows.append(self._summary(t, state, self._figures.get(t.table_id, state)))
+            except TableNotFoundError:
+                continue  # dropped while listing
+        return {"store": self.store.uri, "generated": iso(time.time()), "tables": rows}
+
+    def table_view(self, name: str) -> dict[str, Any]:
+        """A table's summary, files-per-leaf histogram, commits, jobs, tags and properties."""
+        t = self.table(name)
+        state = t.state()
+        fig = self._figures.get(t.table_id, state)
+        summary = self._summary(t, state, fig)
+        props = {**defaults(), **state.properties}
+        schema = state.schema
+        assert schema is not None  # a created table has one
+        return {
+            "table": summary,
+            "schema": {k: v for k, v in schema.to_json().items() if k != "arrow"},
+            "histogram": aggregate.histogram(fig),
+            "history": self._history_of(t, state.version),
+            "jobs": self.jobs.view(t),
+            "tags": [{"name": g.name, "version": g.version, "created": iso(g.created)}
+                     for g in t.tags()],
+            "properties": [
+                {"name": d["name"], "value": props.get(d["name"]), "default": d["default"],
+                 "set": props.get(d["name"]) != d["default"], "type": d["type"],
+                 "meaning": d["doc"]}
+                for d in describe_properties()],
+            "generated": iso(time.time()),
+        }
+
+    def tree_view(self, name: str, root: str | None = None) -> dict[str, Any]:
+        """The partition subtree under ``root`` (default: the table's root partition)."""
+        t = self.table(name)
+        state = t.state()
+        fig = self._figures.get(t.table_id, state)
+        return {"table": name, **aggregate.tree(fig, root or ROOT_PARTITION_ID)}
+
+    def _history_of(self, t: Table, version: int) -> list[dict[str, Any]]:
+        """The latest commits, read again only when the table's version moved."""
+        with self._lock:
+            hit = self._history.get(t.table_id)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        entries = t.history()[-HISTORY_LIMIT:]
+        rows = [{"version": e.version, "time": iso(e.time), "kind": e.kind,
+                 "summary": e.summary} for e in entries]
+        with self._lock:
+            self._history[t.table_id] = (version, rows)
+        return rows
