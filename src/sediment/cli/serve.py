@@ -117,9 +117,12 @@ def serve(
 
     def stop(signum: int, frame: FrameType | None) -> None:
         if not stopping:
-            log.info("signal %d: refusing new calls, finishing running ones", signum)
+            log.info("signal %d: stopped accepting calls, running ones finished", signum)
             stopping.append(server.drain())
 
+    # With a Python handler installed for them, pyarrow's serve() shuts the gRPC server down
+    # on SIGTERM/SIGINT itself: new calls are refused at once, running ones (a put) run to
+    # their end, then serve() returns and this handler runs.
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     log.info("serving %s on %s://%s:%d%s%s", opened.uri, scheme, bind, server.port,
