@@ -7,8 +7,8 @@ inputs, not their size. Jobs with more inputs than ``compaction.max_merge_inputs
 rounds through local temporary files. Rows outside the partition's region are dropped, the
 table's compaction iterators run on the merged stream, and the result is written with the
 table's sorted writer. Inputs on S3 are copied whole to local disk when they fit
-``compaction.local_disk_bytes``, else read in place with ranged reads
-(sediment.compaction.sources).
+``compaction.local_disk_bytes``, else read in place with large ranged reads and merged by
+Sediment's own k-way merge (sediment.compaction.sources).
 
 Records with equal keys merge in sequence order (sediment.files.sequence): an input without
 the hidden sequence column reads it as a constant, its reference's sequence (so it is sorted by
@@ -22,20 +22,27 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sediment.compaction.sources import InputFile, JobInputs, local_input, resolve_inputs
+from sediment.compaction.ranged import block_bytes, read_in_place
+from sediment.compaction.sources import (
+    InputFile,
+    JobInputs,
+    in_place_input,
+    local_input,
+    resolve_inputs,
+)
 from sediment.compaction.strategy import CompactionJob
 from sediment.core.model import Region
 from sediment.core.prefetch import prefetched
 from sediment.errors import JobError, SedimentError
 from sediment.files.keys import region_mask
+from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names
 from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
 from sediment.iterators.base import RecordIterator, apply_iterators
@@ -80,14 +87,13 @@ def _coarse_region_filter(schema: Schema, region: Region | None) -> Any:
 
 
 def _merged_batches(inputs: Sequence[InputFile | str], schema: Schema, batch_rows: int,
-                    memory_limit: int, region: Region | None = None,
-                    register: Callable[[Any], None] | None = None
+                    memory_limit: int, region: Region | None = None
                     ) -> Iterator[pa.RecordBatch]:
     """DataFusion sort-preserving merge of sorted Parquet files by (keys, sequence), the
     sequence column resolved (rows of ``region`` and possibly a few more: see
     ``_coarse_region_filter``). A bare path is a local input with its own sequences."""
     arrow = schema.to_arrow().append(SEQ_FIELD)
-    df = _merge_frame(inputs, schema, batch_rows, memory_limit, region, register)
+    df = _merge_frame(inputs, schema, batch_rows, memory_limit, region)
     for b in df.execute_stream():
         batch = b.to_pyarrow()
         if not batch.schema.equals(arrow):
@@ -98,11 +104,10 @@ def _merged_batches(inputs: Sequence[InputFile | str], schema: Schema, batch_row
 
 
 def _merge_frame(inputs: Sequence[InputFile | str], schema: Schema, batch_rows: int,
-                 memory_limit: int, region: Region | None = None,
-                 register: Callable[[Any], None] | None = None) -> Any:
+                 memory_limit: int, region: Region | None = None) -> Any:
     """The DataFusion DataFrame of :func:`_merged_batches` (its plan is a
     SortPreservingMergeExec over the inputs, no SortExec, unless an input has some rows
-    without a sequence). ``register`` makes remote inputs readable by the session."""
+    without a sequence)."""
     import datafusion
     from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, col, functions, lit
 
@@ -118,8 +123,6 @@ def _merge_frame(inputs: Sequence[InputFile | str], schema: Schema, batch_rows: 
               .set("datafusion.optimizer.enable_round_robin_repartition", "false"))
     runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_limit)
     ctx = SessionContext(config, runtime)
-    if register is not None:
-        register(ctx)
     keys = [col(quote_identifier(n)).sort() for n in schema.key_names]
     by_seq = [*keys, col(quote_identifier(SEQ)).sort()]
     user = schema.to_arrow()
@@ -160,6 +163,22 @@ def _in_region(batches: Iterator[pa.RecordBatch], names: Sequence[str],
             yield out
 
 
+def _merged(objects: ObjectStore, inputs: Sequence[InputFile], schema: Schema,
+            properties: Mapping[str, Any], region: Region) -> Iterator[pa.RecordBatch]:
+    """The merged records of ``inputs``: DataFusion's merge of local files, or Sediment's own
+    k-way merge of inputs read in place (both by (keys, sequence), stable in input order)."""
+    memory = int(properties["compaction.memory_limit_bytes"])
+    batch_rows = int(properties["compaction.batch_rows"])
+    if not any(f.key for f in inputs):
+        return _merged_batches(inputs, schema, batch_rows, memory, region)
+    limit = block_bytes(memory, len(inputs))
+    streams = [read_in_place(objects, f.key, f.metadata, f.size, schema, region, f.sequence,
+                             f.has_sequence, limit, batch_rows)
+               for f in inputs if f.metadata is not None]
+    return merge_sorted(streams, merge_names(schema.key_names),
+                        schema.to_arrow().append(SEQ_FIELD))
+
+
 def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str, Any],
                   job: CompactionJob, region: Region, inputs: JobInputs, tmp: str,
                   intermediates: list[str]) -> list[InputFile]:
@@ -169,8 +188,6 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
     read in place (so local disk stays bounded whatever the leaf's size); the names of files
     written to the store are added to ``intermediates`` (the caller deletes them)."""
     max_inputs = int(properties["compaction.max_merge_inputs"])
-    memory = int(properties["compaction.memory_limit_bytes"])
-    batch_rows = int(properties["compaction.batch_rows"])
     arrow = schema.to_arrow().append(SEQ_FIELD)
     sorting = [pq.SortingColumn(k) for k in [*range(len(schema.key_names)), len(arrow) - 1]]
     files, rounds = list(inputs.files), 0
@@ -182,9 +199,8 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
             if len(group) == 1:
                 merged.append(group[0])
                 continue
-            batches = _merged_batches(group, schema, batch_rows, memory, region,
-                                      inputs.register)
-            if inputs.streamed:
+            batches = _merged(objects, group, schema, properties, region)
+            if inputs.in_place:
                 name = new_data_filename(job.partition_id)
                 pending.register(objects, [name])  # GC leaves it alone while the job runs
                 intermediates.append(name)
@@ -194,7 +210,9 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
                                          sorting_columns=sorting) as w:
                     for b in batches:
                         w.write_batch(b)
-                merged.append(InputFile("s3://" + quote(objects.path(name)), 0, True, True))
+                with fs.open_input_file(objects.path(name)) as f:
+                    md, size = pq.read_metadata(f), f.size()
+                merged.append(in_place_input(name, 0, True, md, size))
             else:
                 out = os.path.join(tmp, f"round-{rounds}-{i:05d}.parquet")
                 with pq.ParquetWriter(out, arrow, compression="lz4",
@@ -211,8 +229,6 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                        iterators: Sequence[RecordIterator] = ()) -> JobOutput:
     """Merge the job's inputs into one new file (not committed: see the runner)."""
     started = time.perf_counter()
-    memory = int(properties["compaction.memory_limit_bytes"])
-    batch_rows = int(properties["compaction.batch_rows"])
     tmp = tempfile.mkdtemp(prefix="sediment-compact-")
     writer: SortedFileWriter | None = None
     intermediates: list[str] = []
@@ -224,8 +240,7 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
         rows_in = [0]  # records read inside the region, before the iterators
         # DataFusion's stream runs only while next() is called: on a producer thread the
         # merge overlaps with the Parquet encoding below (both release the GIL)
-        stream = _in_region(prefetched(_merged_batches(inputs, schema, batch_rows, memory,
-                                                       region, sources.register),
+        stream = _in_region(prefetched(_merged(objects, inputs, schema, properties, region),
                                        name="compaction-merge"),
                             schema.row_key_names, region, rows_in)
         stream = apply_iterators(stream, iterators)

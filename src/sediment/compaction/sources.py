@@ -1,18 +1,18 @@
 """Where a compaction job reads its inputs from: in place, a local copy, or ranged S3 reads.
 
-A job on local disk reads its inputs where they are. On S3 it has two ways, chosen by
-``compaction.local_disk_bytes``, the local disk one job may use:
+A job on local disk reads its inputs where they are (DataFusion's sort-preserving merge of the
+files). On S3 it has two ways, chosen by ``compaction.local_disk_bytes``, the local disk one job
+may use:
 
 - inputs whose total size fits are copied whole to a temporary folder (one GET per input, the
-  fewest requests), then merged from local disk;
-- larger jobs read their inputs in place: DataFusion's own S3 client fetches only the footer and,
-  row group by row group, the column chunks the merge needs, ranges closer than 1 MiB coalesced
-  into one GET (object_store's ``get_ranges``), so a job holds a few row groups per input in
-  memory and nothing on local disk, whatever the leaf's size (AutoMQ's compaction reads its
-  objects the same way: batched ranged reads of the segments of one iteration, in bounded memory).
+  fewest requests), then merged from local disk as above;
+- larger jobs read their inputs in place (sediment.compaction.ranged: large coalesced ranged
+  GETs, one block ahead, in bounded memory) and merge them with Sediment's own vectorised k-way
+  merge (sediment.files.merge), so nothing of the inputs lands on local disk whatever the leaf's
+  size.
 
-Either way the merge plan is the same sort-preserving merge over the same files, so both ways
-write the same output.
+Both merges order records by (keys, sequence), stable in input order, so both ways write the
+same output.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,8 +35,9 @@ from sediment.storage.base import ObjectStore
 
 @dataclass(frozen=True, slots=True)
 class InputFile:
-    """One merge input: its URL for DataFusion (``file://`` or ``s3://``), the sequence of its
-    records without their own, and what its footer says of the hidden sequence column."""
+    """One merge input: a local file (its ``file://`` URL, for DataFusion) or an object read in
+    place (its key, footer and size); the sequence of its records without their own, and what
+    its footer says of the hidden sequence column."""
 
     url: str
     sequence: int
@@ -45,22 +45,18 @@ class InputFile:
     """The file holds the sequence column (and the reference says its values are its own)."""
     complete: bool = False
     """... and no row of it is null there (so the file is sorted by (keys, sequence))."""
+    key: str = ""
+    """The object's key in the table's store, for an input read in place (``url`` empty)."""
+    metadata: pq.FileMetaData | None = None
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class JobInputs:
-    """A job's inputs and the object stores DataFusion must know to read them."""
+    """A job's inputs, and whether they are read in place from a remote store."""
 
     files: list[InputFile]
-    stores: list[tuple[str, str, Any]]
-    """``(scheme, host, store)`` triples for ``SessionContext.register_object_store``."""
-    streamed: bool = False
-    """Whether the inputs are read in place from a remote store (no local copies)."""
-
-    def register(self, ctx: Any) -> None:
-        """Make this job's remote inputs readable by the DataFusion session ``ctx``."""
-        for scheme, host, store in self.stores:
-            ctx.register_object_store(scheme, store, host)
+    in_place: bool = False
 
 
 def local_url(path: str) -> str:
@@ -112,22 +108,6 @@ def _footers(objects: ObjectStore, refs: Sequence[FileReference], open_input: Ca
         return list(pool.map(footer, range(len(refs))))
 
 
-def _s3_store(objects: ObjectStore) -> tuple[str, Any]:
-    """DataFusion's S3 client for the bucket of ``objects`` (endpoint, region and credentials
-    as the store resolved them) and the bucket's name."""
-    from datafusion.object_store import AmazonS3
-
-    opts = objects.reopen_options()
-    bucket = objects.root().uri.removeprefix("s3://").split("/", 1)[0]
-    endpoint = opts.get("endpoint_url")
-    store = AmazonS3(bucket_name=bucket, region=opts.get("region"),
-                     access_key_id=opts.get("access_key_id"),
-                     secret_access_key=opts.get("secret_access_key"),
-                     session_token=opts.get("session_token"), endpoint=endpoint,
-                     allow_http=bool(endpoint and endpoint.startswith("http://")))
-    return bucket, store
-
-
 def resolve_inputs(objects: ObjectStore, refs: Sequence[FileReference], tmp: str, *,
                    local_disk_bytes: int, job_id: str) -> JobInputs:
     """The inputs of a job as DataFusion will read them (see the module's docstring)."""
@@ -136,18 +116,27 @@ def resolve_inputs(objects: ObjectStore, refs: Sequence[FileReference], tmp: str
         paths = [p for p in direct if p is not None]
         mds = _footers(objects, refs, paths.__getitem__, job_id)
         return JobInputs([_input(local_url(p), r, md)
-                          for p, r, md in zip(paths, refs, mds, strict=True)], [])
-    remote = objects.root().uri.startswith("s3://")
-    sizes = [objects.head(r.filename) for r in refs] if remote else []
-    if remote and sum(0 if s is None else s.size for s in sizes) > local_disk_bytes:
+                          for p, r, md in zip(paths, refs, mds, strict=True)])
+    sizes = [objects.head(r.filename) for r in refs]
+    if sum(0 if s is None else s.size for s in sizes) > local_disk_bytes:
         fs, _ = objects.arrow_filesystem()
         mds = _footers(objects, refs,
                        lambda i: fs.open_input_file(objects.path(refs[i].filename)), job_id)
-        bucket, store = _s3_store(objects)
-        files = [_input("s3://" + quote(objects.path(r.filename)), r, md)
-                 for r, md in zip(refs, mds, strict=True)]
-        return JobInputs(files, [("s3://", bucket, store)], streamed=True)
+        files = [in_place_input(r.filename, r.sequence, r.sequenced, md,
+                                0 if s is None else s.size)
+                 for r, md, s in zip(refs, mds, sizes, strict=True)]
+        # rows without a sequence among rows with one (files not written by Sediment) need a
+        # sort, which only the copying path's DataFusion plan does
+        if all(f.complete or not f.has_sequence for f in files):
+            return JobInputs(files, in_place=True)
     return _copied(objects, refs, tmp, job_id)
+
+
+def in_place_input(key: str, sequence: int, sequenced: bool, md: pq.FileMetaData,
+                   size: int) -> InputFile:
+    """An input read in place from the store (``key``), its footer ``md`` read already."""
+    present, complete = _sequence_facts(md) if sequenced else (False, False)
+    return InputFile("", sequence, present, complete, key=key, metadata=md, size=size)
 
 
 def _copied(objects: ObjectStore, refs: Sequence[FileReference], tmp: str,
@@ -164,4 +153,4 @@ def _copied(objects: ObjectStore, refs: Sequence[FileReference], tmp: str,
         paths = list(pool.map(fetch, enumerate(refs)))
     mds = _footers(objects, refs, paths.__getitem__, job_id)
     return JobInputs([_input(local_url(p), r, md)
-                      for p, r, md in zip(paths, refs, mds, strict=True)], [])
+                      for p, r, md in zip(paths, refs, mds, strict=True)])

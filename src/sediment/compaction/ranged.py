@@ -1,0 +1,170 @@
+"""Reading a compaction input in place on S3: large coalesced ranged GETs, one block ahead.
+
+Each GET to an object store costs a round trip (tens of milliseconds on S3, a few on a loopback
+server) whatever its size, and Sediment's row groups are small (``parquet.row_group_rows``, 4096
+rows by default, for exact-key reads): a reader fetching one row group at a time makes hundreds of
+requests per file and waits on each. Here an input is read as a sequence of *blocks*: runs of
+consecutive row groups whose bytes are contiguous in the file, up to ``block_bytes`` each, each
+fetched with one ranged GET (the coalescing AutoMQ's compaction does for the segments of one
+iteration) on a background thread while the previous block is decoded. Row groups whose key
+statistics rule out the job's region are never fetched (a reference pushed down after a split
+reads only its part of the file). Memory per input: two blocks plus one decoded row group.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sediment.core.model import Region
+from sediment.core.prefetch import prefetched
+from sediment.files.sequence import SEQ, SEQ_FIELD
+from sediment.schema import Schema
+from sediment.storage.base import ObjectStore
+
+MIN_BLOCK_BYTES = 1 << 20
+MAX_BLOCK_BYTES = 16 << 20
+
+
+def block_bytes(memory_limit: int, inputs: int) -> int:
+    """The block size for a merge of ``inputs`` streams within ``memory_limit``: each input
+    holds two blocks and their decoded row groups (a few times the bytes), so an eighth of
+    its share, between 1 and 16 MiB."""
+    share = memory_limit // max(1, 8 * inputs)
+    return max(MIN_BLOCK_BYTES, min(MAX_BLOCK_BYTES, share))
+
+
+def _group_span(md: pq.FileMetaData, g: int) -> tuple[int, int]:
+    """The byte range ``[start, end)`` of row group ``g``'s column chunks."""
+    rg = md.row_group(g)
+    start, end = None, 0
+    for c in range(rg.num_columns):
+        col = rg.column(c)
+        first = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+        if first is None or (col.has_dictionary_page and col.dictionary_page_offset == 0):
+            first = col.data_page_offset
+        start = first if start is None else min(start, first)
+        end = max(end, first + col.total_compressed_size)
+    return start or 0, end
+
+
+def wanted_groups(md: pq.FileMetaData, first_key: str, region: Region | None) -> list[int]:
+    """The row groups whose first-key statistics may hold a row of ``region`` (a superset:
+    the exact region filter runs on the merged stream)."""
+    groups = list(range(md.num_row_groups))
+    if region is None or (region.min is None and region.max is None):
+        return groups
+    idx = md.schema.to_arrow_schema().get_field_index(first_key)
+    if idx < 0:
+        return groups
+    lo = None if region.min is None else region.min[0]
+    hi = None if region.max is None else region.max[0]
+    out = []
+    for g in groups:
+        st = md.row_group(g).column(idx).statistics
+        if st is None or not st.has_min_max:
+            out.append(g)
+            continue
+        if lo is not None and st.max < lo:
+            continue
+        if hi is not None and st.min > hi:
+            continue
+        out.append(g)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    start: int
+    groups: list[int]
+    data: bytes
+
+
+def _plan_blocks(md: pq.FileMetaData, groups: list[int], limit: int) -> list[tuple[int, int,
+                                                                                  list[int]]]:
+    """``(start, end, groups)`` of each block: consecutive wanted row groups with contiguous
+    bytes, at most ``limit`` bytes (or one row group, if larger)."""
+    blocks: list[tuple[int, int, list[int]]] = []
+    for g in groups:
+        s, e = _group_span(md, g)
+        if blocks:
+            bs, be, bg = blocks[-1]
+            if bg[-1] == g - 1 and s == be and e - bs <= limit:
+                blocks[-1] = (bs, e, [*bg, g])
+                continue
+        blocks.append((s, e, [g]))
+    return blocks
+
+
+class _Window(io.RawIOBase):
+    """A read-only file that holds only one block of the object's bytes (at its offset) and
+    reports the object's size: enough for a ParquetFile given the footer to read that block's
+    row groups."""
+
+    def __init__(self, size: int, block: _Block) -> None:
+        self._size, self._block, self._pos = size, block, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = base + pos
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        b = self._block
+        lo = self._pos - b.start
+        if lo < 0 or lo > len(b.data):
+            raise OSError(f"read at {self._pos} outside the fetched block "
+                          f"[{b.start}, {b.start + len(b.data)})")
+        hi = len(b.data) if n is None or n < 0 else min(len(b.data), lo + n)
+        self._pos += hi - lo
+        return b.data[lo:hi]
+
+
+def read_in_place(objects: ObjectStore, filename: str, md: pq.FileMetaData, size: int,
+                  schema: Schema, region: Region | None, sequence: int, has_sequence: bool,
+                  limit: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The records of one input (the job's columns and the resolved sequence column), in file
+    order, fetched block by block one block ahead."""
+    groups = wanted_groups(md, schema.row_key_names[0], region)
+    plan = _plan_blocks(md, groups, limit)
+
+    def fetch() -> Iterator[_Block]:
+        for start, end, gs in plan:
+            yield _Block(start, gs, objects.get_range(filename, start, end))
+
+    arrow = schema.to_arrow().append(SEQ_FIELD)
+    user = schema.to_arrow()
+    names = arrow.names if has_sequence else user.names
+    for block in prefetched(fetch(), depth=1, name="compaction-fetch"):
+        pf = pq.ParquetFile(_Window(size, block), metadata=md)
+        for g in block.groups:
+            t = pf.read_row_group(g, columns=names)
+            for b in t.to_batches(max_chunksize=batch_rows):
+                yield _with_sequence(b, arrow, sequence, has_sequence)
+
+
+def _with_sequence(b: pa.RecordBatch, arrow: pa.Schema, sequence: int,
+                   has_sequence: bool) -> pa.RecordBatch:
+    """``b`` in the merge's schema: the sequence column read, or the reference's constant."""
+    cols: list[Any] = [b.column(i).cast(arrow.field(i).type)
+                       if not b.column(i).type.equals(arrow.field(i).type) else b.column(i)
+                       for i in range(len(arrow) - 1)]
+    if has_sequence:
+        cols.append(b.column(SEQ))
+    else:
+        cols.append(pa.repeat(pa.scalar(sequence, pa.int64()), b.num_rows))
+    return pa.RecordBatch.from_arrays(cols, schema=arrow)
