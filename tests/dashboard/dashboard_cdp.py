@@ -120,10 +120,11 @@ class Browser:
             time.sleep(0.1)
         raise TimeoutError(f"{expression!r} still {last!r} after {timeout} s")
 
-    def problems(self) -> list[str]:
-        """Console errors, uncaught exceptions, error log entries and dialogs seen so far."""
+    def problems(self, since: int = 0) -> list[str]:
+        """Console errors, uncaught exceptions, error log entries and dialogs seen so far
+        (from the ``since``-th event on)."""
         out = []
-        for ev in self.events:
+        for ev in self.events[since:]:
             m, p = ev["method"], ev.get("params", {})
             if m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
                 out.append("console: " + " ".join(str(a.get("value", a.get("description")))
@@ -139,9 +140,10 @@ class Browser:
                 out.append(f"dialog: {p.get('message')}")
         return out
 
-    def screenshot(self, path: Path) -> Path:
+    def screenshot(self, path: Path, *, full: bool = True) -> Path:
+        """A PNG of the whole page (``full``) or of the window only."""
         res = self.call("Page.captureScreenshot", {"format": "png",
-                                                   "captureBeyondViewport": True})
+                                                   "captureBeyondViewport": full})
         path.write_bytes(base64.b64decode(res["data"]))
         return path
 

@@ -3,7 +3,8 @@ process on 127.0.0.1 (a free port) started and stopped, and plain HTTP requests.
 
 The store has a table split by maintenance and compacted (``events``), one cut at split points
 holding keys made of HTML (``web``: the injection payloads), one whose compaction job failed
-(``broken``: a data file overwritten with garbage), and one empty, offline table (``idle``).
+(``broken``: a data file overwritten with garbage), an empty one cut into 1,024 leaves
+(``deep``), and an empty, offline table (``idle``).
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def build_store(root: Path) -> str:
     result = broken.compact()
     assert result.jobs_failed == 1, result
 
+    # 2,047 partitions: more than a tree view sends (whole levels down to 256 nodes)
+    store.create_table("deep", SCHEMA, split_points=[f"k{i:04d}" for i in range(1, 1024)])
+
     idle = store.create_table("idle", SCHEMA)
     idle.set_online(False)
     return str(root)
@@ -130,8 +134,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def fetch(url: str, *, headers: dict[str, str] | None = None, data: bytes | None = None,
           follow: bool = True) -> tuple[int, dict[str, str], bytes]:
-    """Status, headers and body of a request (4xx and 5xx answers too; redirects followed
-    only when ``follow``)."""
+    """Status, headers (lower-case names) and body of a request (4xx and 5xx answers too;
+    redirects followed only when ``follow``)."""
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: Any, **kwargs: Any) -> None:
             return None
@@ -141,6 +145,6 @@ def fetch(url: str, *, headers: dict[str, str] | None = None, data: bytes | None
     req = urllib.request.Request(url, headers=headers or {}, data=data)
     try:
         with opener.open(req, timeout=30) as resp:
-            return resp.status, dict(resp.headers.items()), resp.read()
+            return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
     except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers.items()), e.read()
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()

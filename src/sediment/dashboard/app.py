@@ -160,6 +160,13 @@ def create_app(store: Store, *, token: str | None = None,
                 return JSONResponse({"error": "not found"}, 404)
         return FileResponse(path, headers={"Cache-Control": "public, max-age=3600"})
 
+    def not_found(request: Request, exc: Exception) -> Response:
+        """Unknown paths: JSON under /api, the error page elsewhere."""
+        if request.url.path.startswith("/api/"):
+            return _json({"error": "no such endpoint"}, 404)
+        return page(request, "error.html", "Not found", "error",
+                    {"error": "no such page"}, "", 404)
+
     routes = [
         Route("/", store_page),
         Route("/tables/{name}", table_page),
@@ -172,7 +179,8 @@ def create_app(store: Store, *, token: str | None = None,
         Route("/login", login, methods=["GET", "POST"]),
         Route("/static/{file}", static),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Guard, token=token)])
+    return Starlette(routes=routes, middleware=[Middleware(Guard, token=token)],
+                     exception_handlers={404: not_found})
 
 
 def serve(store: Store, *, host: str = "127.0.0.1", port: int = 8050,

@@ -17,11 +17,11 @@
     return JSON.parse(document.getElementById("view-data").textContent);
   }
 
-  // Plotly reads a subset of HTML in its labels and hover texts: escape the data's text.
+  // Plotly reads a subset of HTML in its labels and hover texts: escape the data's text (no
+  // tag can start without a '<'; Plotly decodes these three entities back for display).
   function esc(value) {
     return String(value === null || value === undefined ? "" : value)
-      .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
-      .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
+      .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   }
 
   function num(n) {

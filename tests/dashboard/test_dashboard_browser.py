@@ -1,0 +1,134 @@
+"""The dashboard in a real browser: Debian's headless Chromium (installed by ``./dev test``)
+driven over the DevTools protocol loads each page, waits for its charts, finds their elements
+in the DOM, sees no console error, and saves a screenshot. ``SEDIMENT_SCREENSHOT_DIR``: also
+write the table page's screenshot there as ``dashboard-table.png`` (the README's picture).
+
+Without Chromium the test is skipped, saying so; with ``CI=true`` it fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dashboard_cdp import Browser, find_chromium
+from dashboard_helpers import HTML_KEYS, Server
+
+pytestmark = pytest.mark.slow
+
+CHARTS = {
+    # page -> {chart element id: CSS selector of the marks Plotly draws in it}
+    "store": {"chart-keeping-up": ".barlayer .point path"},
+    "table": {"chart-tree": "g.slice", "chart-files": ".barlayer .point path",
+              "chart-history": ".scatterlayer .point", "chart-jobs": ".scatterlayer .point"},
+    "query": {"chart-plan": ".barlayer .point path"},
+}
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    binary = find_chromium()
+    if binary is None:
+        reason = "no Chromium installed (/usr/bin/chromium): `./dev test` installs Debian's"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    b = Browser(binary, tmp_path_factory.mktemp("chromium") / "profile", width=1400,
+                height=1100)
+    yield b
+    b.close()
+
+
+def marks(browser: Browser, chart: str, selector: str) -> int:
+    return int(browser.evaluate(
+        f"document.querySelectorAll({('#' + chart + ' ' + selector)!r}).length"))
+
+
+def load(browser: Browser, url: str) -> None:
+    """Open ``url`` and wait until its script has drawn the view (``data-rendered``)."""
+    browser.navigate(url)
+    browser.wait_for("document.readyState === 'complete' && "
+                     "document.body && document.body.dataset.rendered")
+
+
+def check_page(browser: Browser, server: Server, path: str, view: str,
+               shot: Path) -> None:
+    before = len(browser.events)
+    load(browser, server.url + path)
+    assert browser.evaluate("document.body.dataset.view") == view
+    for chart, selector in CHARTS[view].items():
+        assert browser.evaluate(f"!!document.querySelector('#{chart} .main-svg')"), chart
+        assert marks(browser, chart, selector) > 0, (path, chart, selector)
+    browser.screenshot(shot)
+    assert shot.stat().st_size > 10_000
+    problems = browser.problems(since=before)
+    assert problems == [], problems
+
+
+def test_pages_render_in_chromium(browser: Browser, server: Server, tmp_path: Path) -> None:
+    check_page(browser, server, "/", "store", tmp_path / "store.png")
+    assert browser.evaluate("document.querySelectorAll('#tables tbody tr').length") == 5
+    check_page(browser, server, "/tables/events", "table", tmp_path / "table.png")
+    assert marks(browser, "chart-tree", "g.slice") == 7  # the whole tree of events
+    assert browser.evaluate("document.querySelectorAll('#tags tbody tr').length") == 2
+    # the histogram marks the batch size; the jobs chart has a trace per job kind
+    assert browser.evaluate("document.querySelector('#chart-files').layout.shapes[0].x0") == 3
+    names = browser.evaluate("document.querySelector('#chart-jobs').data.map(t => t.name)")
+    assert {"compaction", "split", "ingest", "failed"} <= set(names)
+    target = os.environ.get("SEDIMENT_SCREENSHOT_DIR")
+    if target:  # the README's picture: the first screenful of the table page
+        Path(target).mkdir(parents=True, exist_ok=True)
+        browser.screenshot(Path(target) / "dashboard-table.png", full=False)
+    check_page(browser, server, "/tables/broken", "table", tmp_path / "broken.png")
+    assert browser.evaluate("document.querySelector('#chart-jobs').data"
+                            ".find(t => t.name === 'failed').x.length") == 1
+    q = urllib.parse.urlencode({"start": "c", "end": "p", "limit": 20})
+    check_page(browser, server, f"/tables/events/query?{q}", "query", tmp_path / "query.png")
+    assert browser.evaluate("document.querySelectorAll('#rows tbody tr').length") == 20
+
+
+def test_refresh_and_drill_down(browser: Browser, server: Server) -> None:
+    """The page fetches its data again on its own; clicking a partition with more levels
+    re-roots the tree there, and the breadcrumb leads back."""
+    load(browser, server.url + "/tables/deep")
+    first = browser.evaluate("document.body.dataset.rendered")
+    browser.wait_for(f"document.body.dataset.rendered !== {first!r}", timeout=15)
+    assert browser.evaluate("document.getElementById('status').textContent").startswith(
+        "updated")
+    tree = "document.getElementById('chart-tree')"
+    assert browser.evaluate(f"{tree}.data[0].ids.length") == 511
+    target = browser.evaluate(f"{tree}.data[0].ids[510]")
+    browser.evaluate(f"{tree}.emit('plotly_click', {{points: [{{id: {target!r}}}]}})")
+    browser.wait_for(f"{tree}.data[0].ids[0] === {target!r}", timeout=15)
+    assert browser.evaluate(f"{tree}.data[0].ids.length") == 7  # the two levels below it
+    crumbs = browser.evaluate(
+        "[...document.querySelectorAll('#tree-path a')].map(a => a.textContent)")
+    assert crumbs[0] == "root" and len(crumbs) == 8  # its ancestors, the root first
+    browser.evaluate("document.querySelector('#tree-path a').click()")
+    browser.wait_for(f"{tree}.data[0].ids[0] === 'root'", timeout=15)
+    assert browser.problems() == []
+
+
+def test_html_from_the_store_stays_text(browser: Browser, server: Server,
+                                        tmp_path: Path) -> None:
+    """Split points, keys and values made of HTML are shown, never run or parsed."""
+    check_page(browser, server, "/tables/web", "table", tmp_path / "web.png")
+    labels = browser.evaluate(
+        "[...document.querySelectorAll('#chart-tree g.slice text')].map(t => t.textContent)"
+        ".join(' ')")
+    for key in HTML_KEYS:
+        assert repr(key) in labels
+    q = urllib.parse.urlencode({"keys": "\n".join(HTML_KEYS)})
+    check_page(browser, server, f"/tables/web/query?{q}", "query", tmp_path / "webq.png")
+    cells = browser.evaluate(
+        "[...document.querySelectorAll('#rows tbody td')].map(t => t.textContent)")
+    assert set(HTML_KEYS) <= set(cells) and "<b>bold</b>" in cells
+    assert browser.evaluate("document.querySelector('textarea[name=keys]').value") == \
+        "\n".join(HTML_KEYS)
+    injected = browser.evaluate(
+        "document.querySelectorAll('img[src=x], iframe, main script, #rows b').length")
+    assert injected == 0
+    assert browser.problems() == []  # no alert() dialog, no error
