@@ -261,12 +261,21 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
                                                  "Spark tasks.")] = False,
              master: Annotated[str | None, typer.Option("--master", help="Spark master URL "
                                                         "(default local[*]).")] = None,
+             workers: Annotated[str, typer.Option(
+                 "--workers", metavar="process|thread",
+                 help="With --loop: run compaction jobs in worker processes (every core "
+                      "busy) or in threads of this process (one GIL).")] = "process",
+             threads: Annotated[int, typer.Option(
+                 "--threads", min=0, help="With --loop: jobs run at once (0: one per "
+                                          "CPU).")] = 0,
              store: StoreOption = None, json_out: JsonOption = False,
              orphan_timeout: OrphanTimeoutOption = None) -> None:
     """Split, compact and collect garbage until nothing is left to do (offline tables:
     GC only). With --loop (local jobs): maintain continuously, starting splits and compaction
-    jobs as soon as they are due and each job committing as it ends; one report row per table
-    every --interval seconds (GC runs at that period too)."""
+    jobs as soon as they are due and each job committing as it ends, each job in a worker
+    process; one report row per table every --interval seconds (GC runs at that period too)."""
+    if workers not in ("process", "thread"):
+        raise typer.BadParameter(f"--workers is process or thread, not {workers!r}")
     if spark:
         from sediment.spark import session
 
@@ -296,7 +305,8 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
             _warn_errors(rows, "maintain", True)
 
         maintainer = Maintainer(tables, gc_every=interval, refresh_tables=interval,
-                                orphan_timeout=orphan_timeout)
+                                orphan_timeout=orphan_timeout, threads=threads,
+                                workers="process" if workers == "process" else "thread")
         maintainer.run(report_every=interval, max_reports=max_loops, stop=stop,
                        on_report=on_report)
         return

@@ -30,12 +30,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from sediment.compaction.runner import JobResult, due_jobs, run_job
 from sediment.handle import handle_of
 from sediment.maintenance.gc import gc
 from sediment.maintenance.splitting import leaf_records, split
+from sediment.maintenance.workers import WorkerProcesses
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -115,13 +116,16 @@ class Maintainer:
 
     ``tables`` is called every ``refresh_tables`` seconds (tables come and go in a store).
     ``threads`` (default: the CPUs) run jobs; while ``max_waiting`` jobs (default: as many as
-    threads) wait for one, no new job is assigned.
+    threads) wait for one, no new job is assigned. With ``workers="process"`` each of those
+    threads hands its job's merge to one of as many worker processes
+    (sediment.maintenance.workers), so jobs use every core instead of sharing one GIL.
     """
 
     def __init__(self, tables: Callable[[], Sequence[object]], *, threads: int = 0,
                  tick_seconds: float = 0.25, gc_every: float = 10.0,
                  refresh_tables: float = 10.0, max_waiting: int = 0,
-                 orphan_timeout: float | None = None) -> None:
+                 orphan_timeout: float | None = None,
+                 workers: Literal["thread", "process"] = "thread") -> None:
         self._tables_fn = tables
         self.orphan_timeout = orphan_timeout
         """Overrides each table's ``gc.orphan_timeout_seconds`` (see
@@ -132,6 +136,7 @@ class Maintainer:
         self.refresh_tables = refresh_tables
         self.max_waiting = max_waiting or self.threads
         self._pool = SmallestFirstPool(self.threads)
+        self._processes = WorkerProcesses(self.threads) if workers == "process" else None
         self._running: dict[str, tuple[str, Future[object]]] = {}  # job id -> table, future
         self._activity: dict[str, TableActivity] = {}
         self._stuck: dict[tuple[str, str], int] = {}  # (table, leaf) -> records when stuck
@@ -222,7 +227,8 @@ class Maintainer:
         self._ran_at = {j: v for j, v in self._ran_at.items() if v[0] != t.name or j in live}
         for j in due.jobs:
             self._ran_at[j.job_id] = (t.name, now)
-            fut = self._pool.submit(j.records, functools.partial(run_job, t, state, j))
+            runner = run_job if self._processes is None else self._processes.run_job
+            fut = self._pool.submit(j.records, functools.partial(runner, t, state, j))
             with self._lock:
                 self._running[j.job_id] = (t.name, fut)
             act.jobs_started += 1
@@ -321,4 +327,6 @@ class Maintainer:
             for _, fut in self._running.values():
                 fut.cancel()  # only a job that has not started can be cancelled
         self._pool.shutdown()
+        if self._processes is not None:
+            self._processes.close()
         self._reap()

@@ -1,0 +1,136 @@
+"""Compaction jobs in worker processes, so the continuous maintainer uses every core.
+
+A job's merge and Parquet encoding release the GIL for most of their work, but not all of it
+(batch slicing, the k-way merge's bookkeeping, the sampler, the writer's Python glue): with
+jobs on threads of one process the maintainer measured about one core busy on a two-core
+machine, and leaves piled past the compaction batch size under load. Here each job runs in a
+worker process (spawned, not forked: the maintainer has threads, and a fork would copy their
+locks held), while planning, the ``started`` event and the commit stay in the maintainer, as
+with the Spark runner: a worker only writes the output file and returns its name.
+
+A worker that dies (killed, out of memory) breaks the pool: the pool is replaced and the job is
+run again, up to ``RETRIES`` times, under the same job id (its inputs are still assigned to it;
+whatever the dead worker wrote is an orphan, which GC collects once its lease lapses). Other
+jobs the broken pool was running are run again the same way. Nothing is committed twice: a
+job's commit is conditional on its assignment (``ReplaceFileReferences``).
+
+Custom iterator kinds registered with ``register_iterator`` at run time exist only in the
+process that registered them; a table whose ``compaction.iterators`` names one needs thread
+workers (``sediment maintain --loop --workers thread``) unless the registering module is
+imported by ``sediment`` itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING, Any
+
+from sediment.compaction.job import JobOutput, run_compaction_job
+from sediment.compaction.runner import JobResult, commit_job, record_job_started
+from sediment.compaction.strategy import CompactionJob
+from sediment.core.model import Region
+from sediment.core.state import TableState
+from sediment.errors import SedimentError
+from sediment.iterators.base import iterators_from_property
+from sediment.schema import Schema
+from sediment.state import pending
+from sediment.storage.base import ObjectStore
+from sediment.storage.registry import open_object_store
+
+if TYPE_CHECKING:
+    from sediment.handle import TableHandle
+
+RETRIES = 3
+"""Times a job is started in a fresh pool after the worker running it died."""
+
+_STORES: dict[tuple[str, str], ObjectStore] = {}
+
+
+def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
+             properties: Mapping[str, Any], job: CompactionJob,
+             region: Region) -> JobOutput | str:
+    """In a worker: run one job (its output, or why it failed, as ``execute_job``)."""
+    key = (uri, repr(sorted(options.items())))
+    objects = _STORES.get(key)
+    if objects is None:
+        objects = _STORES[key] = open_object_store(uri, **options)
+    try:
+        iterators = iterators_from_property(
+            str(properties["compaction.iterators"]), schema,
+            where=f"table {table} property compaction.iterators")
+        out = run_compaction_job(objects, schema, properties, job, region, iterators)
+    except (SedimentError, OSError) as e:
+        return f"{type(e).__name__}: {e}"
+    if out.written is not None:
+        # the maintainer adopts the file before committing it (a new file is no orphan for
+        # GC's orphan pass for gc.orphan_timeout_seconds, so handing it over is safe)
+        pending.release(objects, [out.written.filename])
+    return out
+
+
+def _ignore_stop_signals() -> None:
+    """Workers leave Ctrl-C and SIGTERM to the maintainer, which stops them once their jobs
+    end (a terminal's Ctrl-C reaches the whole process group; a worker dying of it would only
+    be run again)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+class WorkerProcesses:
+    """A pool of ``processes`` spawned workers that runs compaction jobs, replaced when a
+    worker dies (see the module docstring)."""
+
+    def __init__(self, processes: int) -> None:
+        self.processes = processes
+        self._lock = threading.Lock()
+        self._pool = self._new_pool()
+        self.replaced = 0
+        """How many times a broken pool was replaced (a worker died)."""
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(self.processes, initializer=_ignore_stop_signals,
+                                   mp_context=multiprocessing.get_context("spawn"))
+
+    def pids(self) -> list[int]:
+        """The worker processes' ids (those started so far)."""
+        with self._lock:
+            procs = getattr(self._pool, "_processes", None) or {}
+            return list(procs)
+
+    def execute(self, table: TableHandle, job: CompactionJob, region: Region
+                ) -> JobOutput | str:
+        """Run ``job`` in a worker: its output, or why it failed."""
+        objects = table.objects
+        args = (objects.uri, objects.reopen_options(), table.name, table.schema,
+                dict(table.properties), job, region)
+        for _ in range(RETRIES):
+            with self._lock:
+                pool = self._pool
+            try:
+                return pool.submit(_execute, *args).result()
+            except BrokenProcessPool:
+                with self._lock:
+                    if self._pool is pool:  # the first thread to see it replaces it
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        self._pool = self._new_pool()
+                        self.replaced += 1
+        return (f"compaction job {job.job_id}: the worker process running it died "
+                f"{RETRIES} times")
+
+    def run_job(self, table: TableHandle, state: TableState, job: CompactionJob) -> JobResult:
+        """``run_job`` with the work in a worker: started event and commit here."""
+        record_job_started(table, job)
+        try:
+            out = self.execute(table, job, state.partitions[job.partition_id].region)
+        except Exception as e:  # noqa: BLE001 - a worker's bug fails its job, not the daemon
+            out = f"{type(e).__name__}: {e}"
+        return commit_job(table, job, out, adopt=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._pool.shutdown(wait=True, cancel_futures=True)
