@@ -37,6 +37,9 @@ from sediment.state.versions import Tag
 FETCH_THREADS = 8
 """Endpoints of one query fetched at once."""
 
+PUT_BATCH_ROWS = 65_536
+"""Rows per message of a put: the server ingests while later messages are still on the way."""
+
 
 def _tls_roots(roots: bytes | str | os.PathLike[str] | None) -> bytes | None:
     """PEM bytes from PEM bytes/text or from the path of a PEM file."""
@@ -140,25 +143,32 @@ class RemoteTable:
         descriptor = fl.FlightDescriptor.for_command(dumps(doc))
         return self.store.call(self.store.client.get_flight_info, descriptor)
 
-    def _fetch(self, endpoint: fl.FlightEndpoint) -> pa.Table:
-        return self.store.call(lambda t, o: self.store.client.do_get(t, o).read_all(),
-                               endpoint.ticket)
+    def _fetch(self, ticket: fl.Ticket) -> pa.Table:
+        return self.store.call(lambda t, o: self.store.client.do_get(t, o).read_all(), ticket)
 
     def query(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
               columns: Sequence[str] | None = None, version: int | str | None = None,
               iterators: Sequence[Any] | None = None,
               filter: Any = None) -> pa.Table:  # noqa: A002 (the public name)
         """As ``Table.query`` (``filter``: a pyarrow expression or ``--where`` text): the
-        leaves' endpoints are fetched in parallel and joined in key order."""
+        leaves' endpoints are fetched in parallel and joined in key order. A query of one
+        exact key is one ``do_get`` of the whole query (a lookup is one round trip)."""
+        if ranges is None and isinstance(keys, list | tuple) and len(keys) == 1:
+            # one exact key: one leaf (or, for a key prefix, a few in a row): the whole
+            # query in one do_get, without the round trip of planning
+            doc = encode_query(self.name, keys, ranges, columns=columns, version=version,
+                               iterators=iterators, filter=filter)
+            return self._fetch(fl.Ticket(dumps({"query": doc, "leaf": None})))
         info = self.flight_info(keys, ranges, columns=columns, version=version,
                                 iterators=iterators, filter=filter)
         endpoints = list(info.endpoints)
         if not endpoints:
             return info.schema.empty_table()
-        if len(endpoints) == 1:
-            return self._fetch(endpoints[0])
-        with ThreadPoolExecutor(min(FETCH_THREADS, len(endpoints))) as pool:
-            parts = list(pool.map(self._fetch, endpoints))
+        tickets = [ep.ticket for ep in endpoints]
+        if len(tickets) == 1:
+            return self._fetch(tickets[0])
+        with ThreadPoolExecutor(min(FETCH_THREADS, len(tickets))) as pool:
+            parts = list(pool.map(self._fetch, tickets))
         return pa.concat_tables(parts)
 
     def scan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
@@ -167,6 +177,12 @@ class RemoteTable:
              filter: Any = None) -> pa.RecordBatchReader:  # noqa: A002 (the public name)
         """As ``Table.scan``: the leaves streamed one after another, in key order, in
         bounded memory."""
+        if ranges is None and isinstance(keys, list | tuple) and len(keys) == 1:
+            # one exact key: one leaf (or, for a key prefix, a few in a row): the whole
+            # query in one do_get, without the round trip of planning
+            doc = encode_query(self.name, keys, ranges, columns=columns, version=version,
+                               iterators=iterators, filter=filter)
+            return self._fetch(fl.Ticket(dumps({"query": doc, "leaf": None})))
         info = self.flight_info(keys, ranges, columns=columns, version=version,
                                 iterators=iterators, filter=filter)
         store = self.store
@@ -267,14 +283,13 @@ def _batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """The schema and batches of what ``ingest`` takes (Table, RecordBatch, reader, pandas,
     or an iterable of those, streamed: the first item gives the schema)."""
     if isinstance(data, pa.Table):
-        return data.schema, iter(data.to_batches())
+        return data.schema, iter(data.to_batches(max_chunksize=PUT_BATCH_ROWS))
     if isinstance(data, pa.RecordBatch):
-        return data.schema, iter([data])
+        return _batches(pa.Table.from_batches([data]))
     if isinstance(data, pa.RecordBatchReader):
         return data.schema, iter(data)
     if type(data).__module__.startswith("pandas"):
-        t = pa.Table.from_pandas(data, preserve_index=False)
-        return t.schema, iter(t.to_batches())
+        return _batches(pa.Table.from_pandas(data, preserve_index=False))
     if isinstance(data, Iterable) and not isinstance(data, str | bytes | dict):
         items = iter(data)
         try:
