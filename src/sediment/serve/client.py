@@ -177,12 +177,6 @@ class RemoteTable:
              filter: Any = None) -> pa.RecordBatchReader:  # noqa: A002 (the public name)
         """As ``Table.scan``: the leaves streamed one after another, in key order, in
         bounded memory."""
-        if ranges is None and isinstance(keys, list | tuple) and len(keys) == 1:
-            # one exact key: one leaf (or, for a key prefix, a few in a row): the whole
-            # query in one do_get, without the round trip of planning
-            doc = encode_query(self.name, keys, ranges, columns=columns, version=version,
-                               iterators=iterators, filter=filter)
-            return self._fetch(fl.Ticket(dumps({"query": doc, "leaf": None})))
         info = self.flight_info(keys, ranges, columns=columns, version=version,
                                 iterators=iterators, filter=filter)
         store = self.store
