@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +38,11 @@ from sediment.state.versions import Tag
 
 FETCH_THREADS = 8
 """Endpoints of one query fetched at once."""
+
+SCAN_PREFETCH = 4
+"""Batches a scan reads ahead of its consumer (memory stays bounded by them)."""
+
+_END = object()
 
 PUT_BATCH_ROWS = 65_536
 """Rows per message of a put: the server ingests while later messages are still on the way."""
@@ -176,26 +183,52 @@ class RemoteTable:
              iterators: Sequence[Any] | None = None,
              filter: Any = None) -> pa.RecordBatchReader:  # noqa: A002 (the public name)
         """As ``Table.scan``: the leaves streamed one after another, in key order, in
-        bounded memory."""
+        bounded memory (a background thread reads a few batches ahead)."""
         info = self.flight_info(keys, ranges, columns=columns, version=version,
                                 iterators=iterators, filter=filter)
         store = self.store
+        tickets = [ep.ticket for ep in info.endpoints]
+
+        def produce(out: queue.Queue[Any], stop: threading.Event) -> None:
+            """Read the endpoints in order into ``out`` (a few batches ahead of the
+            consumer, so the server reads while this side decodes and the caller works)."""
+            try:
+                for ticket in tickets:
+                    stream = store.call(store.client.do_get, ticket)
+                    try:
+                        while not stop.is_set():
+                            try:
+                                chunk = stream.read_chunk()
+                            except StopIteration:
+                                break
+                            if chunk.data is not None:
+                                _offer(out, chunk.data, stop)
+                    finally:
+                        stream.cancel()
+                    if stop.is_set():
+                        return
+            except fl.FlightError as e:
+                _offer(out, from_flight_error(e), stop)
+            except BaseException as e:  # noqa: BLE001 (handed to the consumer, raised there)
+                _offer(out, e, stop)
+            _offer(out, _END, stop)
 
         def batches() -> Iterator[pa.RecordBatch]:
-            for ep in info.endpoints:
-                stream = store.call(store.client.do_get, ep.ticket)
-                try:
-                    while True:
-                        try:
-                            chunk = stream.read_chunk()
-                        except StopIteration:
-                            break
-                        except fl.FlightError as e:
-                            raise from_flight_error(e) from e
-                        if chunk.data is not None:
-                            yield chunk.data
-                finally:
-                    stream.cancel()
+            out: queue.Queue[Any] = queue.Queue(maxsize=SCAN_PREFETCH)
+            stop = threading.Event()
+            worker = threading.Thread(target=produce, args=(out, stop), daemon=True,
+                                      name="sediment-remote-scan")
+            worker.start()
+            try:
+                while True:
+                    item = out.get()
+                    if item is _END:
+                        return
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+            finally:
+                stop.set()
 
         return pa.RecordBatchReader.from_batches(info.schema, batches())
 
@@ -271,6 +304,16 @@ class RemoteTable:
 
     def __repr__(self) -> str:
         return f"RemoteTable({self.name!r}, store={self.store.uri!r})"
+
+
+def _offer(out: queue.Queue[Any], item: Any, stop: threading.Event) -> None:
+    """Put ``item`` unless the consumer has gone (then drop it: nobody will read it)."""
+    while not stop.is_set():
+        try:
+            out.put(item, timeout=0.1)
+            return
+        except queue.Full:
+            continue
 
 
 def _batches(data: Any) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
