@@ -151,10 +151,19 @@ def read_in_place(objects: ObjectStore, filename: str, md: pq.FileMetaData, size
     names = arrow.names if has_sequence else user.names
     for block in prefetched(fetch(), depth=1, name="compaction-fetch"):
         pf = pq.ParquetFile(_Window(size, block), metadata=md)
-        for g in block.groups:
-            t = pf.read_row_group(g, columns=names)
-            for b in t.to_batches(max_chunksize=batch_rows):
-                yield _with_sequence(b, arrow, sequence, has_sequence)
+        # decoded a run of row groups at a time, about ``batch_rows`` rows: one call and one
+        # merge batch for many small row groups, memory bounded by the run
+        run: list[int] = []
+        rows = 0
+        for g in [*block.groups, None]:
+            if g is not None:
+                run.append(g)
+                rows += md.row_group(g).num_rows
+            if run and (g is None or rows >= batch_rows):
+                t = pf.read_row_groups(run, columns=names, use_threads=False).combine_chunks()
+                for b in t.to_batches(max_chunksize=max(batch_rows, rows)):
+                    yield _with_sequence(b, arrow, sequence, has_sequence)
+                run, rows = [], 0
 
 
 def _with_sequence(b: pa.RecordBatch, arrow: pa.Schema, sequence: int,
