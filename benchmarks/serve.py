@@ -15,7 +15,7 @@ in-process baseline is ``store.table(...)`` in this process.
 (c) A streamed scan of the whole table: ``remote...scan()`` vs ``table.scan()``, batches
     counted as they arrive. Goal: Flight rows/s / in-process rows/s >= 0.5.
 (d) Ingest of ``--ingest-rows`` rows (default: all of them) into an empty table: ``do_put``
-    (``remote...ingest``) vs ``table.ingest``. Goal: >= 0.7.
+    (``remote...ingest``) vs ``table.ingest``, best of two each. Goal: >= 0.7.
 """
 
 from __future__ import annotations
@@ -180,27 +180,29 @@ def main() -> None:
             goals.append(goal_line("scan: Flight rows/s / in-process rows/s",
                                    scans["in_process"] / scans["flight"], 0.5, "x"))
 
-            # (d) ingest into empty tables
+            # (d) ingest into empty tables, best of two each (fresh tables every time)
             part = data.slice(0, ingest_rows)
-            local_t = store.create_table("ingest_local", bench_schema(),
-                                         split_points=datagen.split_points(args.leaves))
             remote_store = sd.connect(uri)
-            remote_store.create_table("ingest_remote", bench_schema(),
-                                      split_points=datagen.split_points(args.leaves))
-            with Timer() as t_local:
-                local_t.ingest(part)
-            with Timer() as t_remote:
-                res = remote_store.table("ingest_remote").ingest(part)
-            assert res.rows == ingest_rows
-            print_table(["ingest", "seconds", "M rows/s"],
-                        [["in-process table.ingest", t_local.seconds,
-                          ingest_rows / t_local.seconds / 1e6],
-                         ["Flight do_put", t_remote.seconds,
-                          ingest_rows / t_remote.seconds / 1e6]], title="(d) ingest")
-            results["ingest_seconds"] = {"in_process": t_local.seconds,
-                                         "flight": t_remote.seconds}
-            goals.append(goal_line("ingest: Flight rows/s / in-process rows/s",
-                                   t_local.seconds / t_remote.seconds, 0.7, "x"))
+            local_s, remote_s = [], []
+            for i in range(2):
+                local_t = store.create_table(f"ingest_local_{i}", bench_schema(),
+                                             split_points=datagen.split_points(args.leaves))
+                remote_store.create_table(f"ingest_remote_{i}", bench_schema(),
+                                          split_points=datagen.split_points(args.leaves))
+                with Timer() as t_local:
+                    local_t.ingest(part)
+                with Timer() as t_remote:
+                    res = remote_store.table(f"ingest_remote_{i}").ingest(part)
+                assert res.rows == ingest_rows
+                local_s.append(t_local.seconds)
+                remote_s.append(t_remote.seconds)
+            t_in, t_fl = min(local_s), min(remote_s)
+            print_table(["ingest (best of 2)", "seconds", "M rows/s"],
+                        [["in-process table.ingest", t_in, ingest_rows / t_in / 1e6],
+                         ["Flight do_put", t_fl, ingest_rows / t_fl / 1e6]], title="(d) ingest")
+            results["ingest_seconds"] = {"in_process": t_in, "flight": t_fl}
+            goals.append(goal_line("ingest: Flight rows/s / in-process rows/s", t_in / t_fl,
+                                   0.7, "x"))
             results["server_stats"] = sd.connect(uri).stats()["methods"]
         finally:
             proc.send_signal(signal.SIGTERM)
