@@ -10,6 +10,7 @@ pyarrow sort of the inputs.
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -20,7 +21,7 @@ import pytest
 import sediment as sd
 from helpers import make_table, rows
 from sediment.compaction import job as job_module
-from sediment.compaction import sources
+from sediment.compaction import ranged, sources
 from sediment.compaction.job import run_compaction_job
 from sediment.compaction.strategy import CompactionJob
 from sediment.errors import CorruptMetadataError
@@ -82,6 +83,54 @@ def test_in_place_and_copied_inputs_write_the_same_file(
     for got in (copied, streamed, rounds):
         _same(got, expected)
     assert pc.all(pc.not_equal(expected.column(SEQ), 0)).as_py()
+
+
+def test_in_place_reads_on_local_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranged reader and Sediment's merge on a local store (as if its files were remote):
+    the same file as DataFusion's merge of the files in place, small blocks included."""
+    table = _table(str(tmp_path / "s"), {})
+    expected = _expected(table)
+    direct = _run(table)
+    _same(direct, expected)
+    monkeypatch.setattr(type(table._handle.objects.root()), "local_path",
+                        lambda self, key: None)
+    monkeypatch.setattr(ranged, "MIN_BLOCK_BYTES", 4096)  # many blocks per input
+    monkeypatch.setattr(ranged, "MAX_BLOCK_BYTES", 8192)
+    _same(_run(table, **{"compaction.local_disk_bytes": 0, "compaction.batch_rows": 1024}),
+          expected)
+
+
+@pytest.mark.s3
+def test_in_place_jobs_after_a_split_read_only_their_region(
+        s3_store_uri: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    uri, options = s3_store_uri
+    table = make_table(uri, options, **{"compaction.strategy": "basic",
+                                        "compaction.batch_size": 3,
+                                        "compaction.local_disk_bytes": 0,
+                                        "parquet.row_group_rows": 128,
+                                        "partition.split.threshold": 500})
+    ref = pa.concat_tables([rows(300, 20 + i) for i in range(3)])
+    for i in range(3):
+        table.ingest(ref.slice(300 * i, 300))
+    assert table.split().splits == 1
+    fetched: list[int] = []
+    real = table._handle.objects.get_range
+
+    def counting(key: str, start: int, end: int) -> bytes:
+        fetched.append(end - start)
+        return real(key, start, end)
+
+    monkeypatch.setattr(type(table._handle.objects), "get_range",
+                        lambda self, key, start, end: counting(key, start, end))
+    result = table.compact()
+    assert (result.jobs_committed, result.jobs_failed) == (2, 0)
+    inputs = sum(o.size for o in table._handle.objects.list("data/")
+                 if o.key.endswith(".parquet")) - sum(
+        table._handle.objects.head(r.filename).size for r in table.files())
+    # each leaf's job reads about half of every input's row groups (plus the boundary ones)
+    assert sum(fetched) < 0.8 * 2 * inputs
+    order = [(n, "ascending") for n in ref.column_names]
+    _same(table.query().select(ref.column_names).sort_by(order), ref.sort_by(order))
 
 
 @pytest.mark.s3
