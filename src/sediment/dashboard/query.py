@@ -134,25 +134,24 @@ def cell(value: Any) -> Any:
     return str(value)
 
 
-def first_rows(table: Table, keys: list[tuple[Any, ...]] | None, rng: Range | None,
-               version: str | None, limit: int) -> tuple[list[str], list[list[Any]], bool]:
-    """Column names, the first ``limit`` records (streamed: no more is read), and whether
-    more records followed."""
-    reader = table.scan(keys, rng, version=version)
+def first_rows(reader: pa.RecordBatchReader, limit: int
+               ) -> tuple[list[str], list[list[Any]], bool]:
+    """Column names, the first ``limit`` records of ``reader`` (streamed: no more is read),
+    and whether more records followed."""
     rows: list[list[Any]] = []
     more = False
     try:
         for batch in reader:
+            if batch.num_rows == 0:
+                continue
             need = limit - len(rows)
             if need <= 0:
-                more = more or batch.num_rows > 0
-                if more:
-                    break
-                continue
+                more = True
+                break
             part = batch.slice(0, need)
             rows.extend([cell(v) for v in rec.values()] for rec in part.to_pylist())
-            more = batch.num_rows > need
-            if more:
+            if batch.num_rows > need:
+                more = True
                 break
     finally:
         reader.close()
@@ -163,8 +162,9 @@ def query_view(table: Table, form: Mapping[str, str]) -> dict[str, Any]:
     """The query's echo (the form as typed), plan and first records. Raises QueryError (the
     form's own FormError, or the library's for a key, range or version it refuses)."""
     keys, rng, version, limit = parse_form(form, table.schema)
-    plan = table.plan(keys, rng, version=version)
-    columns, rows, more = first_rows(table, keys, rng, version, limit)
+    prepared = table.prepare(keys, rng, version=version)  # planned once: plan and records
+    plan = prepared.plan
+    columns, rows, more = first_rows(prepared.reader(), limit)
     leaves = [{"leaf_id": s.leaf_id, "region": region_text(s.region),
                "files": len(s.references),
                "records": sum(r.records for r in s.references)}
