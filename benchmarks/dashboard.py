@@ -11,11 +11,14 @@ the head (a table that has lived has one at most ``state.snapshot.interval`` ver
 Each request goes through the whole ASGI application (routing, the token check, the view, the
 JSON or the template) called in-process, without a socket: the server's own time. ``cold`` is
 the first request to a fresh application (the table state loaded, the figures computed);
-``warm`` the median of the next ones (figures cached per table version, as a refreshing page
-finds them). Goal: every page and endpoint under 1 s; reported for both. A cold request pays
-for loading the table's state (its snapshot) and, for the table page, reading the whole log for
-the commit timeline (``table.history()``): with 10,000-reference transactions in the log that
-is most of the time.
+``after start`` the first request once the start-up warm-up of ``sediment dashboard`` has
+prepared the tables' views (its own time is printed apart); ``warm`` the median of the next
+requests (figures cached per table version, as a refreshing page finds them).
+
+Goal: every page and endpoint under 1 s, reported for all three. A cold request pays for
+loading the table's state (its snapshot, then decoding 100,000 references for the figures)
+and, for the table page, reading the whole log for the commit timeline (``table.history()``):
+with 10,000-reference transactions in the log, that is most of its time.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import pyarrow as pa
 from _common import bench_schema, goal_line, parse_args, print_table, save_results, temp_dir
 
 import sediment as sd
-from sediment.dashboard.app import create_app
+from sediment.dashboard.app import create_app, warm_up
 from sediment.state.store import StateStore
 
 GOAL_SECONDS = 1.0
@@ -109,8 +112,10 @@ def timed(app: Any, path: str) -> tuple[float, int, int]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(__doc__.split("\n", 1)[0], argv)
     leaves, ingests, warm_runs = (1000, 3, 3) if args.quick else (10_000, 10, 5)
-    q_range = urlencode({"start": "k0004000", "end": "k0004100", "limit": 100})
-    q_keys = urlencode({"keys": "k0000005-1\nk0009000-2", "version": "after-0"})
+    lo = leaves * 4 // 10  # a range over 1% of the leaves, keys in the first and last leaves
+    q_range = urlencode({"start": f"k{lo:07d}", "end": f"k{lo + leaves // 100:07d}",
+                         "limit": 100})
+    q_keys = urlencode({"keys": f"k0000005-0\nk{leaves - 1:07d}-0", "version": "after-0"})
     paths = [
         ("store page", "/"), ("GET /api/store", "/api/store"),
         ("table page", "/tables/big"), ("GET /api/tables/big", "/api/tables/big"),
@@ -123,23 +128,35 @@ def main(argv: list[str] | None = None) -> int:
     rows, results = [], []
     with temp_dir() as root:
         store = build(root / "store", leaves, ingests)
+        warm_ups = []
         for label, path in paths:
             app = create_app(sd.Store.open(store.uri), token=TOKEN)  # nothing cached
             cold, status, size = timed(app, path)
             if status != 200:
                 raise RuntimeError(f"{path}: HTTP {status}")
             warm = statistics.median(timed(app, path)[0] for _ in range(warm_runs))
-            rows.append((label, cold, warm, size))
+            started = create_app(sd.Store.open(store.uri), token=TOKEN)
+            t0 = time.perf_counter()
+            warm_up(started.state.views)  # what `sediment dashboard` does as it starts
+            warm_ups.append(time.perf_counter() - t0)
+            first = timed(started, path)[0]
+            rows.append((label, cold, first, warm, size))
             results.append({"view": label, "path": path, "cold_seconds": cold,
-                            "warm_seconds": warm, "response_bytes": size})
-    print_table(["view", "cold s", "warm s", "bytes"], rows,
+                            "first_after_warm_up_seconds": first, "warm_seconds": warm,
+                            "response_bytes": size})
+    print(f"\nstart-up warm-up (both tables' views prepared in a thread): median "
+          f"{statistics.median(warm_ups):.2f} s")
+    print_table(["view", "cold s", "after start s", "warm s", "bytes"], rows,
                 title=f"server time per request ({leaves:,} leaves, "
                       f"{leaves * ingests:,} references)")
     goals = [
         goal_line("slowest page or endpoint of a running dashboard (warm)",
                   max(r["warm_seconds"] for r in results), GOAL_SECONDS, "s",
                   higher_is_better=False),
-        goal_line("slowest page or endpoint, first request (cold)",
+        goal_line("slowest page or endpoint, first visit once started (warm-up done)",
+                  max(r["first_after_warm_up_seconds"] for r in results), GOAL_SECONDS, "s",
+                  higher_is_better=False),
+        goal_line("slowest page or endpoint, first request with nothing loaded (cold)",
                   max(r["cold_seconds"] for r in results), GOAL_SECONDS, "s",
                   higher_is_better=False),
     ]
@@ -147,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         save_results("dashboard", {"parameters": {"leaves": leaves, "ingests": ingests,
                                                   "references": leaves * ingests,
                                                   "warm_runs": warm_runs},
+                                   "warm_up_seconds": statistics.median(warm_ups),
                                    "results": results, "goals": goals}, quick=args.quick)
     return 0
 

@@ -46,7 +46,14 @@ def missing_modules() -> list[str]:
     """The web stack's modules that cannot be imported here."""
     import importlib.util
 
-    return [m for m in EXTRA_MODULES if importlib.util.find_spec(m) is None]
+    missing = []
+    for name in EXTRA_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+        except (ImportError, ValueError):
+            missing.append(name)
+    return missing
 
 
 @commands.command()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from importlib import resources
 from pathlib import Path
@@ -28,12 +29,19 @@ from sediment.dashboard.auth import Guard, read_form, safe_next, with_cookie
 from sediment.dashboard.query import query_view
 from sediment.dashboard.security import check_bind, same_token
 from sediment.dashboard.views import Views
-from sediment.errors import InvalidTableNameError, QueryError, TableNotFoundError
+from sediment.errors import (
+    InvalidTableNameError,
+    QueryError,
+    SedimentError,
+    TableNotFoundError,
+)
 from sediment.store import Store
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
 REFRESH_SECONDS = 5.0
+WARM_TABLES = 20
+"""Tables whose views are prepared when the server starts (the store page lists them all)."""
 QUERY_FIELDS = ("keys", "start", "end", "end_inclusive", "version", "limit")
 
 
@@ -179,17 +187,33 @@ def create_app(store: Store, *, token: str | None = None,
         Route("/login", login, methods=["GET", "POST"]),
         Route("/static/{file}", static),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Guard, token=token)],
-                     exception_handlers={404: not_found})
+    app = Starlette(routes=routes, middleware=[Middleware(Guard, token=token)],
+                    exception_handlers={404: not_found})
+    app.state.views = views
+    return app
+
+
+def warm_up(views: Views, tables: int = WARM_TABLES) -> None:
+    """Load the first ``tables`` tables' states, figures and commit logs, so that the first
+    visit finds them as a refresh does (run in a thread when the server starts)."""
+    try:
+        for row in views.store_view()["tables"][:tables]:
+            views.table_view(row["name"])
+            views.tree_view(row["name"])
+    except SedimentError:
+        return  # the page asked for shows the error
 
 
 def serve(store: Store, *, host: str = "127.0.0.1", port: int = 8050,
           token: str | None = None, refresh_seconds: float = REFRESH_SECONDS) -> None:
     """Run the dashboard until interrupted. Refuses (DashboardSecurityError) a bind beyond
-    loopback without a token, before any socket is opened."""
+    loopback without a token, before any socket is opened. The first tables' views are
+    prepared meanwhile in a thread (:func:`warm_up`)."""
     import uvicorn
 
     check_bind(host, token)
     app = create_app(store, token=token, refresh_seconds=refresh_seconds)
+    threading.Thread(target=warm_up, args=(app.state.views,), name="dashboard-warm-up",
+                     daemon=True).start()
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
                 server_header=False)
