@@ -74,8 +74,9 @@
   function tableHref(name) { return "/tables/" + encodeURIComponent(name); }
 
   function draw(id, traces, layout) {
+    // uirevision: a refresh keeps what the user did to the chart (zoom, drill-down level)
     const base = {margin: {l: 50, r: 20, t: 10, b: 40}, height: 300, showlegend: true,
-                  legend: {orientation: "h"}, font: {size: 11}};
+                  legend: {orientation: "h"}, font: {size: 11}, uirevision: id};
     return Plotly.react(id, traces, Object.assign(base, layout || {}), PLOT_CONFIG);
   }
 
@@ -143,7 +144,8 @@
       tiling: {orientation: "v"}, root: {color: "#eee"},
     };
     const more = new Map(nodes.map(n => [n.id, n.more]));
-    return draw("chart-tree", [trace], {height: 380, margin: {l: 5, r: 5, t: 5, b: 5}})
+    return draw("chart-tree", [trace], {height: 380, margin: {l: 5, r: 5, t: 5, b: 5},
+                                        uirevision: tree.root})
       .then(gd => {
         gd.removeAllListeners && gd.removeAllListeners("plotly_click");
         gd.on("plotly_click", ev => {
