@@ -243,15 +243,19 @@ def test_an_aborted_put_commits_nothing(server: Server, store: sd.Store, remote:
     before = (local.version, local.query().num_rows)
 
     def broken() -> Any:
-        yield rows(["q1", "q2"])
+        yield rows(["q1", "q2", "q3", "q4"])
         raise RuntimeError("client fails mid-stream")
 
     with pytest.raises(RuntimeError, match="mid-stream"):
         remote.table("events").ingest(broken())
     deadline = time.monotonic() + 10
-    while "method=do_put table=events rows=2" not in server.log.read_text():
+    # the server has read the batch and refused the stream without its end marker
+    while "method=do_put table=events rows=4 " not in server.log.read_text():
         assert time.monotonic() < deadline, server.log.read_text()[-2000:]
         time.sleep(0.05)
+    assert "rows=4 duration_ms" in server.log.read_text()
+    line = [ln for ln in server.log.read_text().splitlines() if "rows=4 " in ln][-1]
+    assert line.endswith("outcome=error:DataError")
     assert (local.version, local.query().num_rows) == before
 
 
