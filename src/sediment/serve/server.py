@@ -201,16 +201,13 @@ class SedimentFlightServer(fl.FlightServerBase):
         return fl.GeneratorStream(reader.schema, batches())
 
     def _pinned(self, query: dict[str, Any]) -> tuple[Table, Any]:
-        """Prepare a ticket's query at its pinned version, through the shared head when that
-        is the version (no state to rebuild), else at the version itself."""
+        """Prepare a ticket's query at its pinned version: through the head this process
+        shares when that is still the version (no state to rebuild), else at the version."""
         version = query.get("version")
         if isinstance(version, int) and not isinstance(version, bool):
-            table = self.table(table_name(query, "ticket"))
-            head = table._query_state(None)
-            if head.version == version:
-                table, prepared = self.prepare({**query, "version": None}, "ticket")
-                if prepared.plan.version == version:
-                    return table, prepared
+            table, prepared = self.prepare({**query, "version": None}, "ticket")
+            if prepared.plan.version == version:
+                return table, prepared
         return self.prepare(query, "ticket")
 
     def do_put(self, context: Any, descriptor: fl.FlightDescriptor,
