@@ -197,6 +197,9 @@ def test_bad_input_gets_the_local_message_and_commits_nothing(
         with pytest.raises(type(expected)) as got:
             table.query(**args)
         assert str(got.value) == str(expected)
+        with pytest.raises(type(expected)) as got:
+            table.scan(**args)  # at the call, as the local scan
+        assert str(got.value) == str(expected)
     with pytest.raises(QueryError, match="position"):
         table.query(filter="value >")
     bad_schema = pa.table({"key": ["a"], "value": [1]})

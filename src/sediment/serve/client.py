@@ -182,35 +182,36 @@ class RemoteTable:
              columns: Sequence[str] | None = None, version: int | str | None = None,
              iterators: Sequence[Any] | None = None,
              filter: Any = None) -> pa.RecordBatchReader:  # noqa: A002 (the public name)
-        """As ``Table.scan``: the leaves streamed one after another, in key order, in
-        bounded memory (a background thread reads a few batches ahead)."""
-        info = self.flight_info(keys, ranges, columns=columns, version=version,
-                                iterators=iterators, filter=filter)
+        """As ``Table.scan``: one stream of the whole query, in key order, in bounded
+        memory; the server reads leaf after leaf as ``Table.scan`` does (with its read-ahead)
+        and a background thread here decodes a few batches ahead of the caller. A bad query
+        fails here, as the local ``scan`` does."""
         store = self.store
-        tickets = [ep.ticket for ep in info.endpoints]
+        doc = encode_query(self.name, keys, ranges, columns=columns, version=version,
+                           iterators=iterators, filter=filter)
+        stream = store.call(store.client.do_get, fl.Ticket(dumps({"query": doc, "leaf": None})))
+        try:
+            schema = stream.schema  # the server's first message: its error, if any, too
+        except fl.FlightError as e:
+            raise from_flight_error(e) from e
 
         def produce(out: queue.Queue[Any], stop: threading.Event) -> None:
-            """Read the endpoints in order into ``out`` (a few batches ahead of the
-            consumer, so the server reads while this side decodes and the caller works)."""
+            """Read the stream into ``out``, a few batches ahead of the consumer."""
             try:
-                for ticket in tickets:
-                    stream = store.call(store.client.do_get, ticket)
+                while not stop.is_set():
                     try:
-                        while not stop.is_set():
-                            try:
-                                chunk = stream.read_chunk()
-                            except StopIteration:
-                                break
-                            if chunk.data is not None:
-                                _offer(out, chunk.data, stop)
-                    finally:
-                        stream.cancel()
-                    if stop.is_set():
-                        return
+                        chunk = stream.read_chunk()
+                    except StopIteration:
+                        break
+                    if chunk.data is not None:
+                        _offer(out, chunk.data, stop)
             except fl.FlightError as e:
                 _offer(out, from_flight_error(e), stop)
             except BaseException as e:  # noqa: BLE001 (handed to the consumer, raised there)
                 _offer(out, e, stop)
+            finally:
+                if stop.is_set():
+                    stream.cancel()
             _offer(out, _END, stop)
 
         def batches() -> Iterator[pa.RecordBatch]:
@@ -230,7 +231,7 @@ class RemoteTable:
             finally:
                 stop.set()
 
-        return pa.RecordBatchReader.from_batches(info.schema, batches())
+        return pa.RecordBatchReader.from_batches(schema, batches())
 
     # ---- writes ---------------------------------------------------------------------------
     def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None,
