@@ -97,6 +97,40 @@ def quote_identifier(name: str) -> str:
 FieldSpec: TypeAlias = pa.Field | tuple[str, pa.DataType] | tuple[str, pa.DataType, bool]
 
 
+def key_from_text(text: str, field: pa.Field) -> Any:
+    """A value of row-key ``field`` typed as text (a command line, a web form): integers,
+    floats and booleans parsed, strings kept, binary as the UTF-8 bytes of the text,
+    timestamps as ISO 8601 or the raw integer, dates as ISO 8601.
+
+    Raises ValueError naming the text, the type and the field; callers re-raise it as their
+    own error (the CLI's, the dashboard form's)."""
+    import datetime as dt
+
+    t = field.type
+    try:
+        if pa.types.is_integer(t):
+            return int(text)
+        if pa.types.is_floating(t):
+            return float(text)
+        if pa.types.is_boolean(t):
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return text.encode("utf-8")
+        if pa.types.is_timestamp(t):
+            try:
+                return int(text)
+            except ValueError:
+                return dt.datetime.fromisoformat(text)
+        if pa.types.is_date(t):
+            return dt.date.fromisoformat(text)
+        return text
+    except ValueError:
+        raise ValueError(f"{text!r} is not a valid {t} for row key field {field.name!r}"
+                         ) from None
+
+
 def parse_type(text: str) -> pa.DataType:
     """Parse a type name such as ``int64``, ``list<string>`` or ``map<string, int64>``."""
     t = text.strip()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ import pyarrow as pa
 
 from sediment.cli.output import CliError
 from sediment.errors import SchemaError
-from sediment.schema import Schema, parse_type
+from sediment.schema import Schema, key_from_text, parse_type
 
 
 def _parse_field(spec: str, *, option: str, nullable: bool) -> pa.Field:
@@ -46,26 +45,10 @@ def _schema_from_file(path: Path) -> Schema:
 
 
 def convert_split_point(text: str, field: pa.Field) -> Any:
-    """A split point typed on the command line, as a value of the first row key's type.
-
-    Integers parse as int, strings stay str, binary is the UTF-8 bytes of the text; timestamp
-    and date keys accept ISO 8601 (or, for timestamps, the raw integer value).
-    """
-    t = field.type
+    """A split point (or key) typed on the command line, as a value of ``field``'s type
+    (:func:`sediment.schema.key_from_text`)."""
     try:
-        if pa.types.is_integer(t):
-            return int(text)
-        if pa.types.is_string(t) or pa.types.is_large_string(t):
-            return text
-        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-            return text.encode("utf-8")
-        if pa.types.is_timestamp(t):
-            try:
-                return int(text)
-            except ValueError:
-                return dt.datetime.fromisoformat(text)
-        if pa.types.is_date(t):
-            return dt.date.fromisoformat(text)
+        return key_from_text(text, field)
     except ValueError:
-        pass
-    raise CliError(f"split point {text!r} is not a valid {t} for row key field {field.name!r}")
+        raise CliError(f"split point {text!r} is not a valid {field.type} for row key field "
+                       f"{field.name!r}") from None

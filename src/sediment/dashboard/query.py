@@ -21,7 +21,7 @@ import pyarrow as pa
 from sediment.core.ranges import Range
 from sediment.dashboard.aggregate import region_text
 from sediment.errors import QueryError
-from sediment.schema import Schema
+from sediment.schema import Schema, key_from_text
 from sediment.table import Table
 
 DEFAULT_LIMIT = 100
@@ -37,31 +37,11 @@ class FormError(QueryError):
 
 
 def _scalar(text: str, field: pa.Field) -> Any:
-    """A value of a row-key field from text: integers, floats and booleans parsed, strings
-    kept, binary as UTF-8, timestamps as ISO 8601 or the raw integer, dates as ISO 8601.
-    (The CLI reads keys the same way, in ``sediment.cli``, which the library cannot import.)"""
-    t = field.type
+    """A value of a row-key field from form text (:func:`sediment.schema.key_from_text`)."""
     try:
-        if pa.types.is_integer(t):
-            return int(text)
-        if pa.types.is_floating(t):
-            return float(text)
-        if pa.types.is_boolean(t):
-            if text.lower() in ("true", "false"):
-                return text.lower() == "true"
-            raise ValueError(text)
-        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-            return text.encode("utf-8")
-        if pa.types.is_timestamp(t):
-            try:
-                return int(text)
-            except ValueError:
-                return dt.datetime.fromisoformat(text)
-        if pa.types.is_date(t):
-            return dt.date.fromisoformat(text)
-    except ValueError:
-        raise FormError(f"{text!r} is not a valid {t} for row key field {field.name!r}") from None
-    return text
+        return key_from_text(text, field)
+    except ValueError as e:
+        raise FormError(str(e)) from None
 
 
 def parse_key(text: str, schema: Schema) -> tuple[Any, ...]:
