@@ -135,3 +135,43 @@ def test_kill_9_during_a_put_leaves_nothing_partial(store: sd.Store, start_serve
     # a new server over the same store serves the same, whole answer
     again = start_server(store.uri)
     assert again.connect().table("events").query().equals(expected)
+
+
+CLIENT_DIES = """
+import sys, time, pyarrow as pa, pyarrow.flight as fl
+client = fl.FlightClient(sys.argv[1])
+table = pa.table({"key": ["dies-1", "dies-2", "dies-3"], "ts": [1, 2, 3], "value": [1, 2, 3],
+                  "note": ["a", "b", "c"]})
+writer, _ = client.do_put(fl.FlightDescriptor.for_command(b'{"table": "events"}'),
+                          table.schema)
+writer.write_table(table)
+print("sent", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+def test_a_plain_flight_client_killed_mid_put_commits_nothing(store: sd.Store,
+                                                              start_server: Any) -> None:
+    """No end marker (a plain Flight client): the stream breaking is what aborts the put."""
+    import subprocess
+    import sys
+
+    local = store.create_table("events", SCHEMA, properties=FRESH)
+    server: Server = start_server(store.uri)
+    client = subprocess.Popen([sys.executable, "-c", CLIENT_DIES, server.uri],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout is not None and client.stdout.readline().strip() == "sent"
+        time.sleep(0.5)  # the rows reach the server, which waits for more
+        assert local.version == 1
+    finally:
+        client.kill()
+        client.wait(10)
+    deadline = time.monotonic() + 10
+    while "method=do_put" not in server.log.read_text():
+        assert time.monotonic() < deadline, server.log.read_text()[-2000:]
+        time.sleep(0.05)
+    line = next(ln for ln in server.log.read_text().splitlines() if "method=do_put" in ln)
+    assert "rows=3 " in line and "outcome=error" in line, line
+    assert local.version == 1 and local.query().num_rows == 0

@@ -11,8 +11,8 @@ servers over one store answer consistently, each seeing another's commits within
   planned; one endpoint per leaf it touches, each ticket pinning the plan's version, and the
   records estimate.
 * ``do_get``: streams one leaf (or a whole query) as Arrow batches in bounded memory.
-* ``do_put``: ingests the stream in one transaction when it ends; a broken stream fails the
-  ingest and commits nothing. With ``"end_marker": true`` in the descriptor (the Python
+* ``do_put``: ingests the stream in one transaction when it ends; a broken or cancelled
+  stream (a client that died) fails the ingest and commits nothing. With ``"end_marker": true`` in the descriptor (the Python
   client's way), the stream must also end with a message whose app metadata is
   ``END_OF_STREAM``: a client that gives up and closes its stream cleanly commits nothing
   either. The reply metadata is the result as JSON (version, rows...).
@@ -233,6 +233,11 @@ class SedimentFlightServer(fl.FlightServerBase):
                         if marked and chunk.app_metadata is not None and \
                                 chunk.app_metadata.to_pybytes() == END_OF_STREAM:
                             return
+                    # a client that dies mid-stream ends the stream as if it were done:
+                    # only the call's cancellation tells the two apart
+                    if context is not None and context.is_cancelled():
+                        raise DataError(f"ingest into table {name}: the client went away "
+                                        f"mid-stream; nothing is committed")
                     if marked:
                         raise DataError(f"ingest into table {name}: the put stream ended "
                                         f"without its end marker (the client stopped "
