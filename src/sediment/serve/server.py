@@ -12,10 +12,11 @@ servers over one store answer consistently, each seeing another's commits within
   records estimate.
 * ``do_get``: streams one leaf (or a whole query) as Arrow batches in bounded memory.
 * ``do_put``: ingests the stream in one transaction when it ends; a broken or cancelled
-  stream (a client that died) fails the ingest and commits nothing. With ``"end_marker": true`` in the descriptor (the Python
-  client's way), the stream must also end with a message whose app metadata is
-  ``END_OF_STREAM``: a client that gives up and closes its stream cleanly commits nothing
-  either. The reply metadata is the result as JSON (version, rows...).
+  stream (a client that died) fails the ingest and commits nothing. With
+  ``"end_marker": true`` in the descriptor (the Python client's way), the stream must also
+  end with a message whose app metadata is ``END_OF_STREAM``: a client that gives up and
+  closes its stream cleanly commits nothing either. The reply metadata is the result as JSON
+  (version, rows...).
 * ``do_action``: see :mod:`sediment.serve.actions`.
 """
 
