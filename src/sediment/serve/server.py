@@ -10,7 +10,8 @@ servers over one store answer consistently, each seeing another's commits within
 * ``get_flight_info``: the query descriptor (JSON, see :mod:`sediment.serve.protocol`) is
   planned; one endpoint per leaf it touches, each ticket pinning the plan's version, and the
   records estimate.
-* ``do_get``: streams one leaf (or a whole query) as Arrow batches in bounded memory.
+* ``do_get``: streams one leaf (or a whole query) as Arrow batches in bounded memory (a
+  query of exact keys only is read at once: its answer is those keys' records).
 * ``do_put``: ingests the stream in one transaction when it ends; a broken or cancelled
   stream (a client that died) fails the ingest and commits nothing. With
   ``"end_marker": true`` in the descriptor (the Python client's way), the stream must also
