@@ -8,6 +8,8 @@
 1
 """
 
+from typing import Any
+
 from sediment.core.model import FileReference, Partition, Region
 from sediment.core.ranges import Range
 from sediment.errors import SedimentError
@@ -19,15 +21,19 @@ from sediment.table import Table
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> object:
-    """``connect`` is imported on first use: ``import sediment`` stays free of Flight. (By
-    name, so that the rooms importing ``sediment`` for its API, such as ``sediment.spark``,
-    do not count as importing the serve room, which sits above them.)"""
-    if name == "connect":
-        import importlib
+def connect(uri: str, token: str | None = None, tls_root_certs: Any = None) -> Any:
+    """A client of ``sediment serve`` at ``grpc://host:port`` (or ``grpc+tls://``): a
+    :class:`sediment.serve.client.RemoteStore` whose tables answer as local ones do.
 
-        return importlib.import_module("sediment.serve.client").connect
-    raise AttributeError(f"module 'sediment' has no attribute {name!r}")
+    ``token``: the server's bearer token; ``tls_root_certs``: PEM bytes or a PEM file that
+    the server's certificate must chain to. The Flight client is imported on first use, so
+    ``import sediment`` stays free of it (and by name, so that the rooms importing
+    ``sediment`` for its API, such as ``sediment.spark``, do not count as importing the serve
+    room, which sits above them)."""
+    import importlib
+
+    client = importlib.import_module("sediment.serve.client")
+    return client.connect(uri, token=token, tls_root_certs=tls_root_certs)
 
 
 __all__ = [
