@@ -144,3 +144,25 @@ class JobError(SedimentError):
 class MissingDependencyError(SedimentError):
     """A feature needs an optional dependency that is not installed; the message says which
     extra to install (``pip install 'sediment-lsm[spark]'``)."""
+
+
+class ServiceError(SedimentError):
+    """A refusal of the Flight service itself (``sediment serve``) rather than of the table:
+    see the subclasses."""
+
+
+class AuthenticationError(ServiceError):
+    """No bearer token, or a wrong one, for a server that requires one."""
+
+
+class ReadOnlyError(ServiceError):
+    """A put or a mutating action sent to a server started with ``--read-only``."""
+
+
+class ServerBusyError(ServiceError):
+    """The server is at ``--max-concurrency`` calls, or shutting down: retry later."""
+
+
+class BadRequestError(QueryError):
+    """A malformed descriptor, ticket or action body sent to the service, or an argument that
+    cannot travel to it."""

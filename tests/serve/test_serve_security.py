@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import sediment as sd
 from sediment.cli.app import app
-from sediment.serve.protocol import AuthenticationError, ReadOnlyError, ServerBusyError
+from sediment.errors import AuthenticationError, ReadOnlyError, ServerBusyError
 
 TOKEN = "s3cret-token-for-tests"
 

@@ -25,9 +25,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sediment.errors import BadRequestError
 from sediment.schema import Schema
 from sediment.serve.middleware import Admission
-from sediment.serve.protocol import BadRequestError, decode_value, parse_json, table_name
+from sediment.serve.protocol import decode_value, parse_json, table_name
 from sediment.serve.stats import Request, Stats
 
 if TYPE_CHECKING:

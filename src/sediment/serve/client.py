@@ -22,12 +22,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from sediment.errors import SedimentError
+from sediment.errors import BadRequestError, SedimentError
 from sediment.ingest import IngestResult
 from sediment.schema import Schema
 from sediment.serve.protocol import (
     END_OF_STREAM,
-    BadRequestError,
     dumps,
     encode_query,
     encode_value,

@@ -9,7 +9,8 @@ from typing import Any
 
 import pyarrow.flight as fl
 
-from sediment.serve.protocol import AuthenticationError, ServerBusyError, to_flight_error
+from sediment.errors import AuthenticationError, ServerBusyError
+from sediment.serve.protocol import to_flight_error
 from sediment.serve.stats import Stats
 
 

@@ -37,32 +37,19 @@ import pyarrow.flight as fl
 
 import sediment.errors as errors_module
 from sediment.core.ranges import Range
-from sediment.errors import QueryError, SedimentError
+from sediment.errors import (
+    AuthenticationError,
+    BadRequestError,
+    ReadOnlyError,
+    SedimentError,
+    ServerBusyError,
+    ServiceError,
+)
 
 END_OF_STREAM = b"sediment:end-of-stream"
 """App metadata of the last message of a put whose descriptor asks for an end marker."""
 
 QUERY_FIELDS = ("table", "keys", "ranges", "columns", "filter", "version", "iterators")
-
-
-class ServiceError(SedimentError):
-    """A refusal of the service itself rather than of the table: see the subclasses."""
-
-
-class AuthenticationError(ServiceError):
-    """No bearer token, or a wrong one, for a server that requires one."""
-
-
-class ReadOnlyError(ServiceError):
-    """A put or a mutating action sent to a server started with ``--read-only``."""
-
-
-class ServerBusyError(ServiceError):
-    """The server is at ``--max-concurrency`` calls, or shutting down: retry later."""
-
-
-class BadRequestError(QueryError):
-    """A malformed descriptor, ticket or action body, or an argument that cannot travel."""
 
 
 # ---- values -------------------------------------------------------------------------------

@@ -32,15 +32,13 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from sediment.errors import DataError, SedimentError
+from sediment.errors import BadRequestError, DataError, ReadOnlyError, SedimentError
 from sediment.properties import defaults
 from sediment.query.planner import QueryPlan
 from sediment.serve.actions import ACTIONS, run_action
 from sediment.serve.middleware import Admission
 from sediment.serve.protocol import (
     END_OF_STREAM,
-    BadRequestError,
-    ReadOnlyError,
     dumps,
     parse_json,
     query_arguments,
