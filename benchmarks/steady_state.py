@@ -273,12 +273,28 @@ def wait_child(kind: str, proc: subprocess.Popen[bytes], out_file: Path, work: P
     return json.loads(out_file.read_text())
 
 
-def start_maintainer(root: Path, work: Path) -> subprocess.Popen[bytes]:
+def start_maintainer(root: Path, work: Path, workers: str) -> subprocess.Popen[bytes]:
     exe = Path(sys.executable).with_name("sediment")
     log = open(work / "maintain.log", "wb")
     return subprocess.Popen([str(exe), "maintain", "--table", TABLE, "--loop", "--interval",
-                             "1", "--store", str(root), "--json"],
+                             "1", "--workers", workers, "--store", str(root), "--json"],
                             stdout=log, stderr=subprocess.STDOUT)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process and of its live children (the maintainer's job workers)."""
+    total = process_cpu_seconds(pid)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            total += process_cpu_seconds(int(entry))
+    return total
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -371,6 +387,8 @@ def main() -> None:
                        help="partition.split.threshold (default 2M; quick 1M)"),
         p.add_argument("--batch-size", type=int, default=12, help="compaction.batch_size"),
         p.add_argument("--qps", type=float, default=20.0, help="queries per second"),
+        p.add_argument("--workers", choices=["process", "thread"], default="process",
+                       help="the maintainer's job workers (maintain --loop --workers)"),
         p.add_argument("--child", default=None, help=argparse.SUPPRESS),
         p.add_argument("--root", default=None, help=argparse.SUPPRESS),
         p.add_argument("--args-file", default=None, help=argparse.SUPPRESS),
@@ -402,7 +420,7 @@ def main() -> None:
         table = store.create_table(TABLE, bench_schema(), properties=props)
         common = {"stop": str(work / "stop"), "progress": str(work / "progress"),
                   "batch_rows": args.batch_rows}
-        maintainer = start_maintainer(root, work)
+        maintainer = start_maintainer(root, work, args.workers)
         monitor = spawn("monitor", root, work, {**common, "interval": 0.5})
         query = spawn("query", root, work, {**common, "qps": args.qps})
         ingest = spawn("ingest", root, work, {**common, "seconds": seconds,
@@ -413,7 +431,7 @@ def main() -> None:
         (work / "stop").touch()
         queried = wait_child("query", *query, work)
         monitored = wait_child("monitor", *monitor, work)
-        maintainer_cpu = process_cpu_seconds(maintainer.pid)
+        maintainer_cpu = tree_cpu_seconds(maintainer.pid)
         maintainer.send_signal(signal.SIGTERM)
         try:
             maintainer.wait(30)

@@ -122,9 +122,10 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
                          ) -> list[CompactionJob]:
     """Jobs for the leaves of an online table (none for an offline one).
 
-    Besides the strategy's groups, every reference whose count is an estimate (a file written
-    for, or pushed down from, a wider region) that no group takes gets a job of its own: the
-    leaf's share is rewritten into a file of its own, so its count becomes exact (the split
+    Besides the strategy's groups, the references whose counts are estimates (files written
+    for, or pushed down from, a wider region) that no group takes are merged, a batch at a
+    time (one job each where the compaction iterators need consecutive inputs): the leaf's
+    share is rewritten into a file of its own, so its count becomes exact (the split
     threshold counts only exact records) and the wide file can be collected once every leaf
     has done so. ``full`` (a forced full compaction, as Sleeper's ``compact all``): each leaf
     holding more than one unassigned reference, or one estimated reference, gets one job
@@ -152,7 +153,13 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
             groups = [] if len(refs) < 2 else _basic(free, batch) if strategy == "basic" \
                 else _size_ratio(free, batch, ratio, in_leaf=len(refs))
             taken = {r.filename for g in groups for r in g}
-            groups += [[r] for r in free if r.filename not in taken and _estimated(state, r)]
+            wide = [r for r in free if r.filename not in taken and _estimated(state, r)]
+            # merged together (a batch at a time) rather than one job each: the same bytes
+            # rewritten, one file out instead of one per reference, so a leaf that a split
+            # left with its parent's files does not stay over the batch size while ingest
+            # goes on (single files where only consecutive inputs may merge: see below)
+            groups += [[r] for r in wide] if whole_leaf else \
+                [wide[i : i + batch] for i in range(0, len(wide), batch)]
         if whole_leaf and any(len(g) > 1 for g in groups):
             alone = not running and not any(state.references(a.id)
                                             for a in state.ancestors(leaf.id))

@@ -184,8 +184,11 @@ class Maintainer:
         before = act.splits + act.jobs_started
         head = t.states.head()
         if head.online:
-            if self._split_due(t):
-                r = split(t)
+            # one split a tick, and only while jobs keep up: a split leaves both children
+            # with every file of the parent to rewrite, and leaves that cross the threshold
+            # together (uniform keys) would otherwise hand the workers all of that at once
+            if self._pool.waiting < self.max_waiting and self._split_due(t):
+                r = split(t, limit=1)
                 act.splits += r.splits
                 head = t.states.head()
                 for leaf in r.unsplittable:

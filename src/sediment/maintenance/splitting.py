@@ -125,11 +125,14 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
     return out
 
 
-def split(table: TableHandle) -> SplitResult:
-    """Split every leaf over the threshold once (one transaction per split)."""
+def split(table: TableHandle, *, limit: int = 0) -> SplitResult:
+    """Split every leaf over the threshold once (one transaction per split); with ``limit``,
+    at most that many, the fullest leaves first."""
     started = time.perf_counter()
     state = table.states.head()
     decisions = plan_splits(state, table.properties, table.samples.sample)
+    if limit:
+        decisions = sorted(decisions, key=lambda d: -d.records)[:limit]
     done, stuck = 0, []
     for d in decisions:
         if d.split_key is None:
