@@ -273,11 +273,13 @@ def wait_child(kind: str, proc: subprocess.Popen[bytes], out_file: Path, work: P
     return json.loads(out_file.read_text())
 
 
-def start_maintainer(root: Path, work: Path, workers: str) -> subprocess.Popen[bytes]:
+def start_maintainer(root: Path, work: Path, workers: str, threads: int
+                     ) -> subprocess.Popen[bytes]:
     exe = Path(sys.executable).with_name("sediment")
     log = open(work / "maintain.log", "wb")
     return subprocess.Popen([str(exe), "maintain", "--table", TABLE, "--loop", "--interval",
-                             "1", "--workers", workers, "--store", str(root), "--json"],
+                             "1", "--workers", workers, "--threads", str(threads),
+                             "--store", str(root), "--json"],
                             stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -389,6 +391,9 @@ def main() -> None:
         p.add_argument("--qps", type=float, default=20.0, help="queries per second"),
         p.add_argument("--workers", choices=["process", "thread"], default="process",
                        help="the maintainer's job workers (maintain --loop --workers)"),
+        p.add_argument("--threads", type=int, default=0,
+                       help="jobs the maintainer runs at once (maintain --loop --threads; "
+                            "0: its default)"),
         p.add_argument("--child", default=None, help=argparse.SUPPRESS),
         p.add_argument("--root", default=None, help=argparse.SUPPRESS),
         p.add_argument("--args-file", default=None, help=argparse.SUPPRESS),
@@ -420,7 +425,7 @@ def main() -> None:
         table = store.create_table(TABLE, bench_schema(), properties=props)
         common = {"stop": str(work / "stop"), "progress": str(work / "progress"),
                   "batch_rows": args.batch_rows}
-        maintainer = start_maintainer(root, work, args.workers)
+        maintainer = start_maintainer(root, work, args.workers, args.threads)
         monitor = spawn("monitor", root, work, {**common, "interval": 0.5})
         query = spawn("query", root, work, {**common, "qps": args.qps})
         ingest = spawn("ingest", root, work, {**common, "seconds": seconds,
