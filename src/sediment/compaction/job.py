@@ -172,8 +172,11 @@ def _merged(objects: ObjectStore, inputs: Sequence[InputFile], schema: Schema,
     if not any(f.key for f in inputs):
         return _merged_batches(inputs, schema, batch_rows, memory, region)
     limit = block_bytes(memory, len(inputs))
-    streams = [read_in_place(objects, f.key, f.metadata, f.size, schema, region, f.sequence,
-                             f.has_sequence, limit, batch_rows)
+    # each input decoded on a thread of its own, a batch or two ahead of the merge (Arrow's
+    # decoding releases the GIL, so inputs decode in parallel as DataFusion's scans would)
+    streams = [prefetched(read_in_place(objects, f.key, f.metadata, f.size, schema, region,
+                                        f.sequence, f.has_sequence, limit, batch_rows),
+                          depth=2, name="compaction-input")
                for f in inputs if f.metadata is not None]
     return merge_sorted(streams, merge_names(schema.key_names),
                         schema.to_arrow().append(SEQ_FIELD))
