@@ -27,9 +27,14 @@ happen into one of these, with a message naming the table, field, file or row co
     │   │   ├── InvalidTagNameError  a name that cannot be a tag (separators, all digits, ...)
     │   │   ├── TagExistsError       tag for a name that is taken
     │   │   └── TagNotFoundError     no tag of that name
-    │   └── VersionExpiredError      a version past retention.seconds: its files or log are gone
+    │   ├── VersionExpiredError      a version past retention.seconds: its files or log are gone
+    │   └── BadRequestError          a malformed request to the Flight service (sediment serve)
     ├── JobError                     a job (compaction, dump, ...) failed
-    └── MissingDependencyError       an optional dependency (an extra such as [spark]) is missing
+    ├── MissingDependencyError       an optional dependency (an extra such as [spark]) is missing
+    └── ServiceError                 the Flight service refused a call
+        ├── AuthenticationError      no bearer token, or a wrong one
+        ├── ReadOnlyError            a put or mutating action to a --read-only server
+        └── ServerBusyError          at --max-concurrency calls, or shutting down
 """
 
 from __future__ import annotations

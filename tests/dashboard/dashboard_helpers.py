@@ -55,7 +55,7 @@ def build_store(root: Path) -> str:
     events.tag("before-maintenance")
     for _ in range(3):
         events.maintain()  # splits the root, compacts the leaves
-    for seed in range(4, 6):
+    for seed in range(4, 7):  # files arriving after maintenance: more than a batch per leaf
         events.ingest(rows(100, seed=seed))
     events.tag("latest")
 
