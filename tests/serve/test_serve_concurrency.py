@@ -106,6 +106,34 @@ def test_sigterm_lets_a_running_put_commit_then_exits_zero(store: sd.Store,
 
 
 @pytest.mark.slow
+def test_a_put_held_open_past_the_shutdown_grace_commits_nothing(store: sd.Store,
+                                                                 start_server: Any) -> None:
+    local = store.create_table("events", SCHEMA, properties=FRESH)
+    server: Server = start_server(store.uri, "--shutdown-grace", "1")
+    first, never = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def put() -> None:
+        try:
+            server.connect().table("events").ingest(_slow_batches(first, never, 5))
+        except BaseException as e:  # noqa: BLE001 - the server went away under it
+            errors.append(e)
+
+    putter = threading.Thread(target=put, daemon=True)
+    putter.start()
+    assert first.wait(20)
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(30) == 1  # gave up on the put after its grace
+    assert time.monotonic() - started < 15
+    never.set()
+    putter.join(30)
+    assert errors, "the put reported success from a server that exited"
+    assert local.version == 1 and local.query().num_rows == 0
+    assert "exiting without them" in server.log.read_text()
+
+
+@pytest.mark.slow
 def test_kill_9_during_a_put_leaves_nothing_partial(store: sd.Store, start_server: Any) -> None:
     local = store.create_table("events", SCHEMA, properties=FRESH)
     local.ingest(rows(["before"]))

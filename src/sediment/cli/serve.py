@@ -82,6 +82,10 @@ def serve(
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key.")] = None,
     max_concurrency: Annotated[int, typer.Option(
         "--max-concurrency", help="Calls served at once; more are refused as busy.")] = 32,
+    shutdown_grace: Annotated[float, typer.Option(
+        "--shutdown-grace", metavar="SECONDS",
+        help="After SIGTERM/SIGINT, how long running calls may go on; past it the server "
+             "exits (status 1) and a put still streaming commits nothing.")] = 30.0,
 ) -> None:
     """Serve the store over Arrow Flight (queries, ingest, actions) until SIGTERM/SIGINT."""
     token = read_token(token_file, token_env)
@@ -93,6 +97,8 @@ def serve(
         raise CliError("--tls-cert and --tls-key go together")
     if max_concurrency < 1:
         raise CliError("--max-concurrency must be at least 1")
+    if shutdown_grace < 0:
+        raise CliError("--shutdown-grace must be 0 or more seconds")
     if not 0 <= port <= 65535:
         raise CliError(f"--port {port} is not a port number")
     certificates = None
@@ -114,20 +120,36 @@ def serve(
                                   tls_certificates=certificates)
     log = logging.getLogger("sediment.serve")
     stopping: list[threading.Thread] = []
+    requested = threading.Event()
+
+    def give_up() -> None:
+        # a client holding a put open must not hold the shutdown forever; the put commits
+        # only once its stream ends, so leaving now commits nothing of it (its files, if
+        # any, are orphans for GC)
+        log.warning("calls still running %.1f s after the signal: exiting without them",
+                    shutdown_grace)
+        logging.shutdown()
+        os._exit(1)
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        if not stopping:
-            log.info("signal %d: stopped accepting calls, running ones finished", signum)
-            stopping.append(server.drain())
+        if requested.is_set():
+            return
+        requested.set()
+        log.info("signal %d: refusing new calls, waiting for running ones", signum)
+        stopping.append(server.drain())
+        timer = threading.Timer(shutdown_grace, give_up)
+        timer.daemon = True
+        timer.start()
 
-    # With a Python handler installed for them, pyarrow's serve() shuts the gRPC server down
-    # on SIGTERM/SIGINT itself: new calls are refused at once, running ones (a put) run to
-    # their end, then serve() returns and this handler runs.
+    # The main thread waits here in Python, not in pyarrow's serve(): serve() takes SIGTERM
+    # and SIGINT itself and runs Python's handlers only once every running call has ended,
+    # which would leave a put held open able to hold the shutdown forever.
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     log.info("serving %s on %s://%s:%d%s%s", opened.uri, scheme, bind, server.port,
              " (read-only)" if read_only else "", "" if token else " (no token)")
-    server.serve()
+    while not requested.wait(0.5):
+        pass
     for t in stopping:
         t.join()
     log.info("stopped")
