@@ -104,13 +104,9 @@ def test_non_loopback_bind_without_token_is_refused(dash_store: str, host: str,
 
 
 def test_security_rules() -> None:
+    from sediment.access import is_loopback, same_token
     from sediment.dashboard.auth import safe_next
-    from sediment.dashboard.security import (
-        DashboardSecurityError,
-        check_bind,
-        is_loopback,
-        same_token,
-    )
+    from sediment.dashboard.security import DashboardSecurityError, check_bind
 
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "example.com", ""))

@@ -68,6 +68,15 @@ def test_eight_clients_mixing_ingest_and_queries(store: sd.Store, start_server: 
     assert sorted(committed) == list(range(2, local.version + 1))
 
 
+def _put_running(server: Server) -> None:
+    """Wait until the server is serving the put (its first batch may be taken from the
+    generator before the call reaches the server): the stats call itself and the put."""
+    deadline = time.monotonic() + 20
+    while server.connect().stats()["active_calls"] < 2:
+        assert time.monotonic() < deadline, "the put never reached the server"
+        time.sleep(0.02)
+
+
 def _slow_batches(first: threading.Event, go_on: threading.Event, n: int
                   ) -> Iterator[pa.RecordBatch]:
     for i in range(n):
@@ -88,6 +97,7 @@ def test_sigterm_lets_a_running_put_commit_then_exits_zero(store: sd.Store,
         server.connect().table("events").ingest(_slow_batches(first, go_on, 5))))
     putter.start()
     assert first.wait(20)
+    _put_running(server)
     server.proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + 10
     while True:  # new calls are refused while the put runs on
@@ -122,6 +132,7 @@ def test_a_put_held_open_past_the_shutdown_grace_commits_nothing(store: sd.Store
     putter = threading.Thread(target=put, daemon=True)
     putter.start()
     assert first.wait(20)
+    _put_running(server)
     started = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(30) == 1  # gave up on the put after its grace

@@ -7,39 +7,18 @@ The web stack is the ``dashboard`` extra (``pip install 'sediment-lsm[dashboard]
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from sediment.cli.output import CliError, StoreOption, open_store
+from sediment.cli.output import CliError, StoreOption, open_store, read_token
 from sediment.dashboard.security import TOKEN_ENV, check_bind
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
 
 EXTRA_MODULES = ("starlette", "uvicorn", "jinja2", "plotly")
-
-
-def read_token(token_file: Path | None) -> str | None:
-    """The token from ``--token-file``, else ``$SEDIMENT_DASHBOARD_TOKEN``, else None; an
-    empty one is an error (it would let anyone in)."""
-    if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise CliError(f"cannot read --token-file {str(token_file)!r}: "
-                           f"{e.strerror or e}") from None
-        if not token:
-            raise CliError(f"--token-file {str(token_file)!r} is empty")
-        return token
-    value = os.environ.get(TOKEN_ENV)
-    if value is None:
-        return None
-    if not value.strip():
-        raise CliError(f"${TOKEN_ENV} is empty: set a token or unset it")
-    return value.strip()
 
 
 def missing_modules() -> list[str]:
@@ -70,7 +49,7 @@ def dashboard(
 ) -> None:
     """Serve a read-only web dashboard of the store's tables, partitions, files and jobs
     (pages and a JSON API under /api) until interrupted."""
-    token = read_token(token_file)
+    token = read_token(token_file, TOKEN_ENV)
     check_bind(host, token)  # DashboardSecurityError: one error line, nothing bound
     if not 1 <= port <= 65535:
         raise CliError(f"--port {port} is not a port number")

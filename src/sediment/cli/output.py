@@ -416,3 +416,29 @@ def resolve_version_option(table: Table, version: str | None) -> int | None:
     if not text:
         raise CliError("--version needs a version number or a tag name")
     return table.resolve_version(text)
+
+
+def read_token(token_file: Path | None, env: str, *, env_option: str | None = None
+               ) -> str | None:
+    """A service's bearer token (``sediment serve``, ``sediment dashboard``): from
+    ``--token-file``, else from the variable ``env_option`` names (``--token-env``; it must be
+    set), else from ``env``; None when none is set. An empty token is an error: it would let
+    anyone in."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise CliError(f"cannot read --token-file {str(token_file)!r}: "
+                           f"{e.strerror or e}") from None
+        if not token:
+            raise CliError(f"--token-file {str(token_file)!r} is empty")
+        return token
+    name = env_option or env
+    value = os.environ.get(name)
+    if value is None:
+        if env_option is not None:
+            raise CliError(f"--token-env {env_option}: the variable is not set")
+        return None
+    if not value.strip():
+        raise CliError(f"${name} is empty: set a token or unset it")
+    return value.strip()

@@ -6,7 +6,6 @@ the store is opened or anything is bound, so a refused command has touched nothi
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import signal
@@ -18,47 +17,14 @@ from typing import Annotated
 
 import typer
 
-from sediment.cli.output import CliError, StoreOption, open_store
+from sediment.access import is_loopback
+from sediment.cli.output import CliError, StoreOption, open_store, read_token
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
 
 TOKEN_ENV = "SEDIMENT_SERVE_TOKEN"
 """Environment variable holding the bearer token when neither option names one."""
-
-
-def is_loopback(host: str) -> bool:
-    """Is ``host`` a loopback address (or ``localhost``)? Names other than ``localhost`` are
-    not resolved: they count as reachable from elsewhere."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def read_token(token_file: Path | None, token_env: str | None) -> str | None:
-    """The bearer token: from ``--token-file``, else from ``--token-env``'s variable, else
-    from ``$SEDIMENT_SERVE_TOKEN``; None when none is set. An empty token is an error."""
-    if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise CliError(f"cannot read --token-file {str(token_file)!r}: "
-                           f"{e.strerror or e}") from None
-        if not token:
-            raise CliError(f"--token-file {str(token_file)!r} is empty")
-        return token
-    name = token_env or TOKEN_ENV
-    value = os.environ.get(name)
-    if value is None:
-        if token_env is not None:
-            raise CliError(f"--token-env {token_env}: the variable is not set")
-        return None
-    if not value.strip():
-        raise CliError(f"${name} is empty: set a token or unset it")
-    return value.strip()
 
 
 @commands.command()
@@ -88,7 +54,7 @@ def serve(
              "exits (status 1) and a put still streaming commits nothing.")] = 30.0,
 ) -> None:
     """Serve the store over Arrow Flight (queries, ingest, actions) until SIGTERM/SIGINT."""
-    token = read_token(token_file, token_env)
+    token = read_token(token_file, TOKEN_ENV, env_option=token_env)
     if not is_loopback(host) and token is None and not insecure:
         raise CliError(f"refusing to bind {host}: a non-loopback address needs a token "
                        f"(--token-file, --token-env or ${TOKEN_ENV}) or an explicit "

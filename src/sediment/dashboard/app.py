@@ -25,9 +25,10 @@ from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from sediment.access import same_token
 from sediment.dashboard.auth import Guard, read_form, safe_next, with_cookie
 from sediment.dashboard.query import query_view
-from sediment.dashboard.security import check_bind, same_token
+from sediment.dashboard.security import check_bind
 from sediment.dashboard.views import Views
 from sediment.errors import (
     InvalidTableNameError,

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp
 
-from sediment.dashboard.security import same_token
+from sediment.access import same_token
 
 COOKIE = "sediment_dashboard"
 PUBLIC_PATHS = ("/login", "/static/dashboard.css")

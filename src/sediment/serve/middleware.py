@@ -3,12 +3,12 @@ constant time) and the concurrency bound (a "busy" refusal past it, and while dr
 
 from __future__ import annotations
 
-import hmac
 import threading
 from typing import Any
 
 import pyarrow.flight as fl
 
+from sediment.access import same_token
 from sediment.errors import AuthenticationError, ServerBusyError
 from sediment.serve.protocol import to_flight_error
 from sediment.serve.stats import Stats
@@ -49,8 +49,7 @@ class Admission(fl.ServerMiddlewareFactory):
             v = value.encode() if isinstance(value, str) else bytes(value)
             if v[:7].lower() == b"bearer ":
                 given = v[7:].strip()
-        # compare_digest runs in time independent of where the two differ
-        return hmac.compare_digest(given, self._token)
+        return same_token(given, self._token)
 
     def start_call(self, info: Any, headers: dict[str, list[Any]]) -> _Slot:
         if not self._authenticated(headers):
