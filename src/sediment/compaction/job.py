@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sediment.compaction.ranged import block_bytes, read_in_place
+from sediment.compaction.ranged import block_bytes, read_footer, read_in_place
 from sediment.compaction.sources import (
     InputFile,
     JobInputs,
@@ -213,9 +213,10 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
                                          sorting_columns=sorting) as w:
                     for b in batches:
                         w.write_batch(b)
-                with fs.open_input_file(objects.path(name)) as f:
-                    md, size = pq.read_metadata(f), f.size()
-                merged.append(in_place_input(name, 0, True, md, size))
+                info = objects.head(name)
+                size = 0 if info is None else info.size
+                merged.append(in_place_input(name, 0, True, read_footer(objects, name, size),
+                                             size))
             else:
                 out = os.path.join(tmp, f"round-{rounds}-{i:05d}.parquet")
                 with pq.ParquetWriter(out, arrow, compression="lz4",

@@ -14,6 +14,7 @@ reads only its part of the file). Memory per input: two blocks plus one decoded 
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,12 +24,51 @@ import pyarrow.parquet as pq
 
 from sediment.core.model import Region
 from sediment.core.prefetch import prefetched
+from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
 
 MIN_BLOCK_BYTES = 1 << 20
 MAX_BLOCK_BYTES = 16 << 20
+FETCH_ATTEMPTS = 4
+"""Tries of one ranged read: the SDK retries a failed request, not a connection reset while
+the body streams in; a read is idempotent, so it is simply read again."""
+FOOTER_GUESS = 64 * 1024
+"""Bytes read from a file's end at first: the footer of a Sediment file fits (else a second
+read fetches the rest)."""
+
+
+def fetch_range(objects: ObjectStore, key: str, start: int, end: int) -> bytes:
+    """``objects.get_range`` read again (after 0.1, 0.2, 0.4 s) when the store fails."""
+    for attempt in range(FETCH_ATTEMPTS):
+        try:
+            return objects.get_range(key, start, end)
+        except ObjectNotFoundError:
+            raise
+        except StorageError:
+            if attempt == FETCH_ATTEMPTS - 1:
+                raise
+            time.sleep(0.1 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def read_footer(objects: ObjectStore, key: str, size: int) -> pq.FileMetaData:
+    """The Parquet footer of object ``key`` (``size`` bytes) from one or two ranged reads of
+    its end; CorruptMetadataError when it is no Parquet file."""
+    tail = fetch_range(objects, key, max(0, size - FOOTER_GUESS), size)
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise CorruptMetadataError(f"{key} in {objects.uri} is not valid Parquet: no footer")
+    length = int.from_bytes(tail[-8:-4], "little")
+    if length + 8 > size:
+        raise CorruptMetadataError(f"{key} in {objects.uri} is not valid Parquet: footer of "
+                                   f"{length} bytes in a file of {size}")
+    if length + 8 > len(tail):
+        tail = fetch_range(objects, key, size - length - 8, size)
+    try:
+        return pq.read_metadata(pa.BufferReader(tail))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CorruptMetadataError(f"{key} in {objects.uri} is not valid Parquet: {e}") from e
 
 
 def block_bytes(memory_limit: int, inputs: int) -> int:
@@ -144,7 +184,7 @@ def read_in_place(objects: ObjectStore, filename: str, md: pq.FileMetaData, size
 
     def fetch() -> Iterator[_Block]:
         for start, end, gs in plan:
-            yield _Block(start, gs, objects.get_range(filename, start, end))
+            yield _Block(start, gs, fetch_range(objects, filename, start, end))
 
     arrow = schema.to_arrow().append(SEQ_FIELD)
     user = schema.to_arrow()

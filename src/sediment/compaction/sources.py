@@ -27,8 +27,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.compaction.ranged import read_footer
 from sediment.core.model import FileReference
-from sediment.errors import CorruptMetadataError, JobError
+from sediment.errors import CorruptMetadataError, JobError, ObjectNotFoundError
 from sediment.files.sequence import SEQ
 from sediment.storage.base import ObjectStore
 
@@ -119,9 +120,12 @@ def resolve_inputs(objects: ObjectStore, refs: Sequence[FileReference], tmp: str
                           for p, r, md in zip(paths, refs, mds, strict=True)])
     sizes = [objects.head(r.filename) for r in refs]
     if sum(0 if s is None else s.size for s in sizes) > local_disk_bytes:
-        fs, _ = objects.arrow_filesystem()
-        mds = _footers(objects, refs,
-                       lambda i: fs.open_input_file(objects.path(refs[i].filename)), job_id)
+        for r, info in zip(refs, sizes, strict=True):
+            if info is None:
+                raise ObjectNotFoundError(f"compaction job {job_id}: input {r.filename} is "
+                                          f"missing from {objects.uri}")
+        mds = _in_place_footers(objects, refs, [s.size for s in sizes if s is not None],
+                                job_id)
         files = [in_place_input(r.filename, r.sequence, r.sequenced, md,
                                 0 if s is None else s.size)
                  for r, md, s in zip(refs, mds, sizes, strict=True)]
@@ -130,6 +134,19 @@ def resolve_inputs(objects: ObjectStore, refs: Sequence[FileReference], tmp: str
         if all(f.complete or not f.has_sequence for f in files):
             return JobInputs(files, in_place=True)
     return _copied(objects, refs, tmp, job_id)
+
+
+def _in_place_footers(objects: ObjectStore, refs: Sequence[FileReference], sizes: list[int],
+                      job_id: str) -> list[pq.FileMetaData]:
+    """Every input's footer by ranged reads (read again on a failure), in parallel."""
+    def footer(i: int) -> pq.FileMetaData:
+        try:
+            return read_footer(objects, refs[i].filename, sizes[i])
+        except CorruptMetadataError as e:
+            raise CorruptMetadataError(f"compaction job {job_id}: input {e}") from e
+
+    with ThreadPoolExecutor(min(8, max(1, len(refs)))) as pool:
+        return list(pool.map(footer, range(len(refs))))
 
 
 def in_place_input(key: str, sequence: int, sequenced: bool, md: pq.FileMetaData,
