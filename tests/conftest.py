@@ -114,12 +114,9 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _wait_until_up(proc, endpoint, log)
         yield endpoint
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        from helpers import stop_process
+
+        stop_process(proc)
 
 
 @pytest.fixture

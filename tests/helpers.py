@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import shutil
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -69,3 +72,30 @@ def run_together(items: Sequence[T], work: Callable[[T], R], *, timeout: float =
         th.join(timeout)
     assert not errors, errors
     return [results[i] for i in range(len(items))]
+
+
+def build_wheel(root: Path, tmp_path: Path) -> Path:
+    """The project's wheel built from a copy of the sources under ``root`` (not the work
+    tree: no stale build/), in ``tmp_path``."""
+    src = tmp_path / "src-copy"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(root / name, src / name)
+    shutil.copytree(root / "src" / "sediment", src / "src" / "sediment",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                           str(tmp_path / "dist"), str(src)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "dist").glob("sediment_lsm-*.whl")
+    return wheel
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """Terminate a server the test started, killing it if it does not exit in 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -9,7 +9,6 @@ path finder first that refuses ``pyspark`` and its submodules, as if it were not
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -19,6 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from helpers import build_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 HINT = "pip install 'sediment-lsm[spark]'"
@@ -147,17 +148,7 @@ print("ok")
 
 def test_wheel_ships_license_and_py_typed(tmp_path: Path) -> None:
     """Builds the wheel from a copy of the sources (not the work tree: no stale build/)."""
-    src = tmp_path / "src-copy"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "src" / "sediment", src / "src" / "sediment",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                           str(tmp_path / "dist"), str(src)], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    (wheel,) = (tmp_path / "dist").glob("sediment_lsm-*.whl")
+    wheel = build_wheel(ROOT, tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     assert "sediment/py.typed" in names
     licenses = [n for n in names if n.endswith("/LICENSE") and ".dist-info/" in n]

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 import sediment as sd
-from helpers import SCHEMA, rows
+from helpers import SCHEMA, rows, stop_process
 
 HTML_KEYS = ["<script>alert('k')</script>", '"><img src=x onerror=alert(1)>']
 """Row keys (and split points) that are HTML: the pages must show them as text."""
@@ -124,12 +124,7 @@ def start(store: str, log: Path, *, token: str | None = None,
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
+    stop_process(proc)
 
 
 def fetch(url: str, *, headers: dict[str, str] | None = None, data: bytes | None = None,

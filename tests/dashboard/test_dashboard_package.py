@@ -4,13 +4,14 @@ its extra the rest of Sediment works while the command says what to install."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from helpers import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 HINT = "pip install 'sediment-lsm[dashboard]'"
@@ -59,17 +60,7 @@ def test_without_the_extra_the_command_says_what_to_install(tmp_path: Path,
 
 @pytest.mark.slow
 def test_wheel_ships_templates_and_static_files(tmp_path: Path) -> None:
-    src = tmp_path / "src-copy"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "src" / "sediment", src / "src" / "sediment",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                           str(tmp_path / "dist"), str(src)], capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    (wheel,) = (tmp_path / "dist").glob("sediment_lsm-*.whl")
+    wheel = build_wheel(ROOT, tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     package = ROOT / "src" / "sediment" / "dashboard"
     shipped = {f"sediment/dashboard/{p.relative_to(package)}"
