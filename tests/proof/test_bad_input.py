@@ -58,7 +58,12 @@ def good(n: int = 10, batch: int = 9) -> pa.Table:
 
 def fingerprint(store: sd.Store) -> dict[str, Any]:
     """Everything a failed operation must not change: every object of the store (catalog,
-    logs, snapshots, tags, data files; status events excepted) and each table's records."""
+    logs, snapshots, tags, data files; status events excepted) and each table's records.
+    This process's pending-file leases are settled first (empty ones deleted, as the heartbeat
+    does every 20 s on its own schedule): a lease still naming files stays visible."""
+    from sediment.state import pending
+
+    pending.flush()
     objects = sorted(o.key for o in store.objects.list("")
                      if "/status/" not in o.key and not o.key.endswith("/"))
     tables = {}
