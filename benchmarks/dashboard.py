@@ -16,9 +16,10 @@ prepared the tables' views (its own time is printed apart); ``warm`` the median 
 requests (figures cached per table version, as a refreshing page finds them).
 
 Goal: every page and endpoint under 1 s, reported for all three. A cold request pays for
-loading the table's state (its snapshot, then decoding 100,000 references for the figures)
-and, for the table page, reading the whole log for the commit timeline (``table.history()``):
-with 10,000-reference transactions in the log, that is most of its time.
+loading the table's state (its snapshot; the figures count references from the snapshot's
+Arrow slices without decoding them) and, for the table page, reading the log for the commit
+timeline (``table.history()``: each entry's logged summary line, no transaction decoded). A
+query over the whole table decodes every reference to plan its 10,000 leaves.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import sediment.core.state as state_module
 import sediment.state.snapshot as snapshot_module
 from sediment.core.model import FileReference, Partition, Region, file_sequence
 from sediment.core.state import ROOT_PARTITION_ID, TableState
@@ -326,6 +327,53 @@ def test_history_lists_every_commit(objects: ObjectStore) -> None:
     assert history[1].summary == "2 files, 20 records"
     assert history[2].summary == "root split at ('m',)"
     assert StateStore(objects, TABLE_ID).history() == history
+
+
+def test_history_reads_logged_summaries_and_decodes_entries_without_one(
+        objects: ObjectStore) -> None:
+    """Entries carry their summary line, so history builds no transaction; an entry written
+    before summaries were logged (no ``summary`` field) is decoded whole, with the same row."""
+    store = StateStore(objects, TABLE_ID)
+    for t in _basic_history():
+        store.commit(t)
+    history = store.history()
+    assert all(json.loads(objects.get(log_key(h.version)))["summary"] == h.summary
+               for h in history)
+    for h in history:
+        _edit(objects, h.version, lambda d: {k: v for k, v in d.items() if k != "summary"})
+    assert StateStore(objects, TABLE_ID).history() == history
+
+
+def test_partition_totals_match_the_references(objects: ObjectStore) -> None:
+    """Per-partition (references, records), from a snapshot's Arrow slices still undecoded,
+    from decoded ones and from references added since, equal the references' own sums."""
+    store, _ = _eight_commits(objects)
+
+    def expected(state: TableState) -> dict[str, tuple[int, int]]:
+        return {pid: (len(r), sum(x.records for x in r.values()))
+                for pid in state.partitions_with_references()
+                for r in [state.references(pid)]}
+
+    loaded = StateStore(objects, TABLE_ID).load(6)  # straight from snapshot 6: lazy
+    totals = loaded.partition_totals()
+    assert totals == expected(loaded) == loaded.partition_totals()  # decoded now
+    head = store.head()
+    assert head.partition_totals() == expected(head)
+
+
+def test_decoding_a_whole_snapshot_table_gives_each_partitions_references(
+        objects: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan of every leaf decodes the snapshot's reference table in one pass; each
+    partition then holds exactly what decoding its own slice gives."""
+    _eight_commits(objects)
+    one_by_one = StateStore(objects, TABLE_ID).load(6)
+    expected = {pid: dict(one_by_one.references(pid))
+                for pid in one_by_one.partitions_with_references()}
+    whole = StateStore(objects, TABLE_ID).load(6)
+    monkeypatch.setattr(state_module, "WHOLE_DECODE_MIN_PARTITIONS", 1)  # a small table too
+    whole.decode_all_references()
+    assert {pid: dict(whole.references(pid))
+            for pid in whole.partitions_with_references()} == expected
 
 
 def test_invalid_transaction_writes_nothing(objects: ObjectStore) -> None:

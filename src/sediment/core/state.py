@@ -26,6 +26,8 @@ REFERENCE_COLUMNS = ("filename", "partition_id", "records", "approximate", "job_
                      "sequenced")
 """The columns of a snapshot's reference table, in FileReference field order."""
 _DEFAULTS: dict[str, Any] = {"sequence": 0, "sequenced": False}
+WHOLE_DECODE_MIN_PARTITIONS = 64
+"""Below this many undecoded partitions, slices decode one by one as fast as a whole table."""
 
 _V = TypeVar("_V")
 _DELETED: Any = object()
@@ -124,31 +126,60 @@ def _cow(m: Mapping[str, _V]) -> CowDict[_V]:
     return m.copy() if isinstance(m, CowDict) else CowDict(m)
 
 
-class LazyReferences:
-    """One partition's references as loaded from a snapshot (Arrow), decoded into
-    FileReference tuples at most once and shared by every copy of the state."""
+def _decode_rows(table: pa.Table) -> list[FileReference]:
+    """A snapshot reference table's rows as FileReference tuples, in order."""
+    # Building many tracked tuples triggers repeated cyclic-GC passes over the whole heap
+    # (3-9x slower for a million references); none of these objects form cycles.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        n = table.num_rows
+        names = table.schema.names
+        cols = [table.column(c).to_pylist() if c in names else [_DEFAULTS[c]] * n
+                for c in REFERENCE_COLUMNS]
+        return list(map(FileReference, *cols))
+    finally:
+        if enabled:
+            gc.enable()
 
-    __slots__ = ("refs", "table")
+
+class SnapshotReferences:
+    """A snapshot's whole reference table, decoded at most once, for reads of every
+    partition: one pass over 100,000 rows instead of 10,000 small slices (~3x faster)."""
+
+    __slots__ = ("rows", "table")
 
     def __init__(self, table: pa.Table) -> None:
         self.table = table
+        self.rows: list[FileReference] | None = None
+
+    def decode(self) -> list[FileReference]:
+        if self.rows is None:
+            self.rows = _decode_rows(self.table)
+        return self.rows
+
+
+class LazyReferences:
+    """One partition's references as loaded from a snapshot (Arrow): rows ``start`` to
+    ``start + table.num_rows`` of ``source``, decoded into FileReference tuples at most once
+    and shared by every copy of the state."""
+
+    __slots__ = ("refs", "source", "start", "table")
+
+    def __init__(self, table: pa.Table, source: SnapshotReferences | None = None,
+                 start: int = 0) -> None:
+        self.table = table
+        self.source = source
+        self.start = start
         self.refs: dict[str, FileReference] | None = None
 
     def decode(self) -> dict[str, FileReference]:
         if self.refs is None:
-            # Building many tracked tuples triggers repeated cyclic-GC passes over the whole
-            # heap (3-9x slower for a million references); none of these objects form cycles.
-            enabled = gc.isenabled()
-            gc.disable()
-            try:
-                n = self.table.num_rows
-                names = self.table.schema.names
-                cols = [self.table.column(c).to_pylist() if c in names else [_DEFAULTS[c]] * n
-                        for c in REFERENCE_COLUMNS]
-                self.refs = {r.filename: r for r in map(FileReference, *cols)}
-            finally:
-                if enabled:
-                    gc.enable()
+            if self.source is not None and self.source.rows is not None:
+                rows = self.source.rows[self.start:self.start + self.table.num_rows]
+            else:
+                rows = _decode_rows(self.table)
+            self.refs = {r.filename: r for r in rows}
         return self.refs
 
 
@@ -243,6 +274,29 @@ class TableState:
             for name in sorted(refs):
                 yield refs[name]
 
+    def decode_all_references(self) -> None:
+        """Decode every partition's references still in a snapshot's Arrow form, a whole
+        snapshot table at a time: for plans that read every leaf."""
+        if len(self._lazy) < WHOLE_DECODE_MIN_PARTITIONS:
+            return
+        for lazy in self._lazy.values():
+            if lazy.source is not None:
+                lazy.source.decode()
+
+    def partition_totals(self) -> dict[str, tuple[int, int]]:
+        """(references, records) per partition holding any, read from a snapshot's Arrow
+        slices where they are not yet decoded: a view of 10,000 partitions then builds no
+        FileReference (decoding 100,000 of them takes ~0.4 s)."""
+        out = {pid: (len(refs), sum(r.records for r in refs.values()))
+               for pid, refs in self._refs.items()}
+        for pid, lazy in self._lazy.items():
+            if lazy.refs is not None:
+                out[pid] = (len(lazy.refs), sum(r.records for r in lazy.refs.values()))
+            else:
+                records = lazy.table.column("records").to_numpy()
+                out[pid] = (lazy.table.num_rows, int(records.sum()))
+        return out
+
     def reference_count(self) -> int:
         n = sum(len(r) for r in self._refs.values())
         return n + sum(t.table.num_rows for t in self._lazy.values())
@@ -251,8 +305,9 @@ class TableState:
         """Take references from a snapshot table sorted by partition (kept lazily)."""
         if table.num_rows == 0:
             return
+        source = SnapshotReferences(table)
         for pid, start, end in partition_runs(table):
-            self._lazy[pid] = LazyReferences(table.slice(start, end - start))
+            self._lazy[pid] = LazyReferences(table.slice(start, end - start), source, start)
         names, counts = _value_counts(table.column("filename"))
         if not self.refcount:
             self.refcount = CowDict(zip(names, counts, strict=True))

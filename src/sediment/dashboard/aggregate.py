@@ -60,10 +60,8 @@ def compute(state: TableState) -> Figures:
     parts = state.partitions
     own_files: dict[str, int] = dict.fromkeys(parts, 0)
     own_records: dict[str, int] = dict.fromkeys(parts, 0)
-    for pid in state.partitions_with_references():
-        refs = state.references(pid)
-        own_files[pid] = len(refs)
-        own_records[pid] = sum(r.records for r in refs.values())
+    for pid, (files, records) in state.partition_totals().items():
+        own_files[pid], own_records[pid] = files, records
     order: list[str] = []  # parents before children
     depth: dict[str, int] = {}
     above: dict[str, int] = {}  # files held by a partition's ancestors

@@ -240,8 +240,7 @@ class StateStore:
         if start and start not in snapshot_versions(self.objects):
             raise CorruptMetadataError(f"log of table {self.name} has a gap: version "
                                        f"{start} is missing and no snapshot covers it")
-        return [HistoryEntry(e.version, e.time, e.transaction.kind, e.transaction.summary())
-                for e in self.log.read_after(start)]
+        return self.log.history_after(start, listed=versions)
 
     # ---- committing --------------------------------------------------------------------
     def commit(self, source: TransactionSource) -> TableState:
