@@ -164,10 +164,12 @@ def test_maintain_loop_goes_on_past_corrupt_tables(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=env, timeout=120)
     assert loop.returncode == 0, loop.stderr
     assert "Traceback" not in loop.stderr
-    reports = [json.loads(c) for c in loop.stdout.replace("]\n[", "]\x00[").split("\x00")]
-    assert len(reports) == 3
-    for rows_ in reports:  # every round: the damaged ones reported (so retried), healthy fine
-        by_table = {r["table"]: r for r in rows_}
+    lines = [json.loads(line) for line in loop.stdout.splitlines()]  # JSON lines
+    assert all(isinstance(r, dict) for r in lines)
+    tables = {r["table"] for r in lines}
+    assert len(lines) == 3 * len(tables)
+    for n in range(3):  # every round: the damaged ones reported (so retried), healthy fine
+        by_table = {r["table"]: r for r in lines[n * len(tables):(n + 1) * len(tables)]}
         assert "CorruptMetadataError" in by_table["broken"]["error"]
         assert key in by_table["broken"]["error"]
         assert "catalog/garbled.json" in by_table["garbled"]["error"]
@@ -188,7 +190,7 @@ def test_maintain_loop_reports_a_bad_tag(tmp_path: Path) -> None:
                            "--interval", "0"], capture_output=True, text=True, env=env,
                           timeout=120)
     assert loop.returncode == 0, loop.stderr
-    (row,) = json.loads(loop.stdout)
+    (row,) = [json.loads(line) for line in loop.stdout.splitlines()]
     assert "gc kept every unreferenced file" in row["error"] and "tags/bad.json" in row["error"]
     assert set(inputs) <= {o.key for o in table._handle.objects.list("data/")}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -20,6 +21,7 @@ from sediment.cli.output import (
     emit,
     human_value,
     iso_time,
+    json_default,
     make_table,
     open_store,
     open_table,
@@ -100,8 +102,15 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-def _emit_rows(rows: list[dict[str, Any]], json_out: bool) -> None:
-    """One row per table: full values in JSON, rounded for people in the table."""
+def _emit_rows(rows: list[dict[str, Any]], json_out: bool, *, loop: bool = False) -> None:
+    """One row per table: full values in JSON, rounded for people in the table. A loop's
+    JSON is one compact object per line (JSON lines): a log collector such as journald
+    takes each line as one record, and a report never spans lines."""
+    if json_out and loop:
+        for row in rows:
+            typer.echo(json.dumps(row, default=json_default))
+        return
+
     def render(r: list[dict[str, Any]]) -> RenderableType:
         cols = list(dict.fromkeys(k for row in r for k in row))
         numeric = [c for c in cols if any(isinstance(row.get(c), int | float)
@@ -183,7 +192,7 @@ def _run(store: str | None, table: str | None, loop: bool, interval: float, max_
                 finally:
                     if task is not None:
                         bar.advance(task)
-        _emit_rows(rows, json_out)
+        _emit_rows(rows, json_out, loop=loop)
         _warn_errors(rows, verb, loop)
         if not loop or (max_loops and passes >= max_loops):
             return
@@ -301,7 +310,7 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
             return found
 
         def on_report(rows: list[dict[str, Any]]) -> None:
-            _emit_rows(rows, json_out)
+            _emit_rows(rows, json_out, loop=True)
             _warn_errors(rows, "maintain", True)
 
         maintainer = Maintainer(tables, gc_every=interval, refresh_tables=interval,
