@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -323,3 +324,16 @@ def test_every_public_store_method_documents_what_it_raises() -> None:
             continue
         doc = inspect.getdoc(member) or ""
         assert "Raises" in doc, f"Store.{name} does not document what it raises"
+
+
+def test_an_unreachable_spark_master_is_named_at_once() -> None:
+    """A standalone master that accepts no connection is refused before Spark starts (Spark
+    itself retries for a minute, then fails later calls without naming the master)."""
+    from sediment.errors import JobError
+    from sediment.spark.session import session
+
+    started = time.monotonic()
+    with pytest.raises(JobError, match=r"could not reach the Spark master "
+                                       r"spark://127\.0\.0\.1:1 "):
+        session("spark://127.0.0.1:1")
+    assert time.monotonic() - started < 10

@@ -9,11 +9,14 @@ install Sediment on the workers or ship it with :func:`ship_package`.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sediment.errors import JobError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,6 +48,7 @@ def session(master: str | None = None, *, app_name: str = "sediment",
             if not k.startswith(("spark.ui.", "spark.driver.")):
                 spark.conf.set(k, str(v))
     else:
+        _check_master(master or "local[*]")
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder.master(master or "local[*]").appName(app_name)
@@ -57,6 +61,24 @@ def session(master: str | None = None, *, app_name: str = "sediment",
         spark.sparkContext.setLogLevel("ERROR")
     register_data_source(spark)
     return spark
+
+
+def _check_master(master: str, timeout: float = 5.0) -> None:
+    """Refuse a standalone master (``spark://host:port[,host:port]``) none of whose addresses
+    accepts a connection. Spark itself retries for about a minute, then leaves a stopped
+    context whose next call fails with an error that never names the master."""
+    if not master.startswith("spark://"):
+        return
+    problem: Exception | None = None
+    for address in master[len("spark://"):].split(","):  # standby masters: any one will do
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host or address, int(port or 7077)), timeout):
+                return
+        except (OSError, ValueError) as e:
+            problem = e
+    raise JobError(f"could not reach the Spark master {master} ({problem}); is it running, "
+                   f"and is the address right?")
 
 
 def register_data_source(spark: SparkSession) -> None:
