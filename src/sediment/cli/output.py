@@ -82,9 +82,24 @@ def stdout_console() -> Console:
     """A rich console on the *current* ``sys.stdout``.
 
     Made per call rather than once at import so output follows stream swaps (CliRunner, pytest
-    capture) and terminal-width changes.
+    capture) and terminal-width changes. Piped output (no terminal, no ``COLUMNS``) is laid
+    out ``PIPE_WIDTH`` wide: rich's default of 80 columns split URIs and ids across lines.
     """
-    return Console(highlight=False, soft_wrap=False)
+    width = None
+    if "COLUMNS" not in os.environ and not _is_terminal(sys.stdout):
+        width = PIPE_WIDTH
+    return Console(highlight=False, soft_wrap=False, width=width)
+
+
+PIPE_WIDTH = 240
+"""Columns of output written to a pipe or a file."""
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or file-less stream
+        return False
 
 
 def report_error(exc: BaseException) -> None:
