@@ -219,5 +219,9 @@ def test_cli_scheme_commands(store: sd.Store) -> None:
                             *at])
     assert r.exit_code == 1 and "must have the scheme's types" in r.stderr
     assert '"splits": 0' in ok("split-scheme", "users", "--json")
+    report = ok("report", "schemes")
+    assert "users" in report and "orders" in report
+    r = runner.invoke(app, ["report", "files", *at])
+    assert r.exit_code == 1 and "needs --table" in r.stderr
     ok("drop-table", "orders", "--yes")
     assert "dropped partition scheme users" in ok("drop-scheme", "users", "--yes")

@@ -364,17 +364,31 @@ def _partition_tree(rows: list[dict[str, Any]]) -> RenderableType:
 
 @commands.command()
 def report(
-    what: Annotated[str, typer.Argument(help="partitions, files, jobs or tasks")],
-    table: Annotated[str, typer.Option("--table", "-t", help="Table to report on.")],
+    what: Annotated[str, typer.Argument(help="partitions, files, jobs, tasks or schemes")],
+    table: Annotated[str | None, typer.Option("--table", "-t",
+                                              help="Table to report on.")] = None,
     store: StoreOption = None,
     version: VersionOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Reports: the partition tree, file references, compaction jobs, or all job events.
+    """Reports: the partition tree, file references, compaction jobs, or all job events of a
+    table; or (schemes, no --table) the store's partition schemes with their member tables.
 
     partitions and files read --version (a number or a tag; default: latest)."""
-    if what not in ("partitions", "files", "jobs", "tasks"):
-        raise CliError(f"unknown report {what!r}: use partitions, files, jobs or tasks")
+    if what not in ("partitions", "files", "jobs", "tasks", "schemes"):
+        raise CliError(f"unknown report {what!r}: use partitions, files, jobs, tasks or "
+                       "schemes")
+    if what == "schemes":
+        st = open_store(store)
+        rows = [st.describe_scheme(n).to_json() for n in st.schemes()]
+        emit(rows, json_out, lambda rs: make_table(
+            ["scheme", "version", "leaves", "split threshold", "member tables"],
+            [[r["name"], r["version"], r["leaves"], r["split_threshold"],
+              ", ".join(r["members"]) or "(none)"] for r in rs],
+            title=f"{len(rs)} partition schemes"))
+        return
+    if table is None:
+        raise CliError(f"report {what} needs --table")
     t = open_table(store, table)
     if version is not None and what in ("jobs", "tasks"):
         raise CliError(f"report {what} covers every version: --version applies to "
