@@ -36,8 +36,8 @@ def merged(left: pd.DataFrame, right: pd.DataFrame, how: str) -> pd.DataFrame:
 
 def canonical(df: pd.DataFrame) -> list[tuple[Any, ...]]:
     cols = sorted(df.columns)
-    return sorted(tuple(None if pd.isna(v) else v for v in row)
-                  for row in df[cols].itertuples(index=False))
+    return sorted((tuple(None if pd.isna(v) else v for v in row)
+                   for row in df[cols].itertuples(index=False)), key=repr)
 
 
 class SchemeModel(RuleBasedStateMachine):
@@ -48,7 +48,10 @@ class SchemeModel(RuleBasedStateMachine):
         self.store.create_scheme("users", row_keys=[("key", pa.string())],
                                  properties={"partition.split.threshold": threshold})
         props = {"state.cache.refresh_seconds": 0}
-        self.left = self.store.create_table("u", USERS, scheme="users", properties=props)
+        # small join pieces: big leaves are joined in key sub-ranges too
+        self.left = self.store.create_table(
+            "u", USERS, scheme="users",
+            properties={**props, "spark.read.target_partition_rows": 15})
         self.right = self.store.create_table("o", ORDERS, scheme="users", properties=props)
         self.model = {"u": pd.DataFrame({"key": pd.Series([], dtype=object),
                                          "v": pd.Series([], dtype="int64")}),

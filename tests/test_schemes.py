@@ -3,6 +3,7 @@ members' combined records, and clear errors for what a scheme does not allow."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -225,3 +226,76 @@ def test_cli_scheme_commands(store: sd.Store) -> None:
     assert r.exit_code == 1 and "needs --table" in r.stderr
     ok("drop-table", "orders", "--yes")
     assert "dropped partition scheme users" in ok("drop-scheme", "users", "--yes")
+
+
+def test_restore_of_a_member_then_catches_up_with_the_scheme(store: sd.Store) -> None:
+    u, o = two_members(store, threshold=300)
+    u.ingest(users_rows(KEYS[:200]))
+    u.tag("small")
+    u.ingest(users_rows(KEYS[200:500]))
+    store.maintain()
+    leaves = {p.id for p in o.partitions() if p.is_leaf}
+    assert len(leaves) >= 2
+    u.restore("small")  # the tree of that version comes back with its references
+    assert u.query().num_rows == 200
+    store.split_scheme("users")  # and the member follows the scheme's tree again
+    assert {p.id for p in u.partitions() if p.is_leaf} == leaves
+    u.maintain()
+    assert u.query().num_rows == 200
+    assert sd.join(u, o).num_rows == 0
+
+
+def test_dump_of_a_member_loads_into_a_plain_table(store: sd.Store, tmp_path: Path) -> None:
+    u, o = two_members(store, threshold=300)
+    u.ingest(users_rows(KEYS[:500]))
+    store.maintain()
+    job = u.dump(str(tmp_path / "dump"))
+    loaded = store.load(job.manifest_uri, "copy")
+    assert loaded.query().equals(u.query())
+    assert not loaded.properties["partition.scheme"]
+    with pytest.raises(sd.SedimentError, match="not a member of a partition scheme"):
+        sd.join(u, loaded)
+
+
+def test_the_continuous_maintainer_splits_schemes(store: sd.Store, monkeypatch:
+                                                  pytest.MonkeyPatch) -> None:
+    from sediment.maintenance import continuous
+
+    monkeypatch.setattr(continuous, "SCHEME_CHECK_SECONDS", 0.0)
+    u, o = two_members(store, threshold=300)
+    u.ingest(users_rows(KEYS[:400]))
+    o.ingest(orders_rows(KEYS[:400]))
+    m = continuous.Maintainer(lambda: [u, o], tick_seconds=0.01, gc_every=3600,
+                              workers="thread")
+    try:
+        for _ in range(40):
+            m.tick()
+        m._settle(threading.Event())
+    finally:
+        m.close()
+    assert store.describe_scheme("users").leaves >= 3
+    for t in (u, o):
+        assert t.query().num_rows == 400
+
+
+def test_a_big_leaf_is_joined_in_key_sub_ranges(store: sd.Store) -> None:
+    """Bounded memory: a leaf over the target is cut at whole row keys, and the join of the
+    pieces is the join of the leaf."""
+    from sediment.schemes.join import prepare_join
+
+    u, o = two_members(store)
+    keys = KEYS[:300] * 2  # every key twice: a key's rows must stay in one piece
+    u.ingest(users_rows(keys))
+    o.ingest(orders_rows(KEYS[::2]))
+    whole = sd.join(u, o)
+    u.set_properties({"spark.read.target_partition_rows": 100})
+    prepared = prepare_join(u, o)
+    assert len(prepared.pieces) >= 5
+    regions = [p.region for p in prepared.pieces]
+    assert regions[0].min is None and regions[-1].max is None
+    assert all(a.max == b.min for a, b in zip(regions, regions[1:], strict=False))
+    cut = sd.join(u, o)
+    assert cut.num_rows == whole.num_rows == 300
+    assert sorted(cut.column("key").to_pylist()) == sorted(whole.column("key").to_pylist())
+    reader = sd.join_reader(u, o, threads=2)
+    assert sum(b.num_rows for b in reader) == 300

@@ -74,3 +74,32 @@ def test_co_join_on_the_cluster(spark_cluster: Any, tmp_path: Path) -> None:
     assert "Exchange" not in df._jdf.queryExecution().executedPlan().toString()
     got = pa.Table.from_pandas(df.toPandas(), preserve_index=False)
     assert rows(got) == rows(sd.join(u, o))
+
+
+def test_bulk_import_into_a_member_takes_the_schemes_leaves(spark_local: Any,
+                                                            tmp_path: Path) -> None:
+    """Bulk import never pre-splits a member (only its scheme splits); the scheme's next
+    split counts the imported records, and the Spark reader follows the scheme's tree."""
+    from sediment.spark import bulk_import
+
+    store, u, o = members(tmp_path / "s")
+    before = [p.id for p in o.partitions() if p.is_leaf]
+    o.set_properties({"bulk_import.target_leaf_rows": 100})
+    df = spark_local.createDataFrame(
+        [(k, f"bulk{i}") for i, k in enumerate(KEYS[1::3])], "user string, item string")
+    bulk_import(spark_local, o, df)
+    assert [p.id for p in o.partitions() if p.is_leaf] == before
+    assert o.query().num_rows == len(KEYS[::3]) + 10 + len(KEYS[1::3])
+    store.maintain()
+    assert store.describe_scheme("users").leaves > len(before)
+    read = (spark_local.read.format("sediment").option("store", store.uri)
+            .option("table", "o").load())
+    assert read.count() == o.query().num_rows
+    assert rows(pa.Table.from_pandas(co_join_df(spark_local, u, o).toPandas(),
+                                     preserve_index=False)) == rows(sd.join(u, o))
+
+
+def co_join_df(spark: Any, u: sd.Table, o: sd.Table) -> Any:
+    from sediment.spark import co_join
+
+    return co_join(spark, u, o)

@@ -16,11 +16,13 @@ table that overlaps it, cut to the piece. Planning (``plan_pieces``, ``subquery`
 from __future__ import annotations
 
 import functools
+import math
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from sediment.core.keys import Key
@@ -29,6 +31,9 @@ from sediment.core.prefetch import read_ahead
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
 from sediment.errors import NotCoShardedError, QueryError
+from sediment.files.keys import region_mask, row_key
+from sediment.files.sample import COUNT, merge_samples
+from sediment.handle import handle_of
 from sediment.query.planner import SubQuery
 
 if TYPE_CHECKING:
@@ -36,6 +41,9 @@ if TYPE_CHECKING:
     from sediment.table import Table
 
 HOW = {"inner": "inner", "left": "left outer"}
+TARGET_ROWS = 1_000_000
+"""Records of both tables per piece when the left table does not set
+``spark.read.target_partition_rows``: a bigger leaf is joined in key sub-ranges."""
 RIGHT_SUFFIX = "_right"
 """Added to a right-table value column whose name the left table also has."""
 
@@ -72,6 +80,64 @@ def plan_pieces(left: TableState, right: TableState,
         i = len(out)
         out.append(JoinPiece(i, region, subquery(left, region, hit, i),
                              subquery(right, region, hit, i)))
+    return out
+
+
+def cut_pieces(pieces: Sequence[JoinPiece], samples: Callable[[JoinPiece], list[pa.Table]],
+               names: Sequence[str], target_rows: int) -> list[JoinPiece]:
+    """Pieces whose references hold more than ``target_rows`` records (both tables; counts
+    of ancestors' references overstate, which only costs a sample read) cut into key
+    sub-ranges of about ``target_rows`` records each, at whole row keys from both tables'
+    samples (``samples(piece)``: key columns named ``names``, and the count), so that every
+    row of one key is in one sub-range and a join holds a bounded number of records at once.
+    Pure, given ``samples``."""
+    out: list[JoinPiece] = []
+    for piece in pieces:
+        total = sum(r.records for r in (*piece.left.references, *piece.right.references))
+        cuts = key_cuts(samples(piece), names, piece.region, target_rows) \
+            if total > target_rows else []
+        bounds: list[Key | None] = [piece.region.min, *cuts, piece.region.max]
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            region = Region(lo, hi)
+            ranges = piece.left.ranges
+            hit = None if ranges is None else tuple(r for r in ranges if r.overlaps(region))
+            if hit is not None and not hit:
+                continue
+            i = len(out)
+            out.append(JoinPiece(i, region,
+                                 replace(piece.left, leaf_id=f"piece-{i}", region=region,
+                                         ranges=hit),
+                                 replace(piece.right, leaf_id=f"piece-{i}", region=region,
+                                         ranges=hit)))
+    return out
+
+
+def key_cuts(samples: Sequence[pa.Table], names: Sequence[str], region: Region,
+             target_rows: int) -> list[Key]:
+    """Row keys cutting ``region`` into pieces of about ``target_rows`` sampled records,
+    ascending, each strictly above the smallest sampled key of the region (no empty piece by
+    construction). Pure."""
+    if not samples:
+        return []
+    merged = merge_samples(list(samples), names)
+    mask = region_mask(merged, names, region)
+    if mask is not None:
+        merged = merged.filter(mask)
+    if merged.num_rows == 0:
+        return []
+    cum = np.cumsum(merged.column(COUNT).to_numpy())
+    parts = math.ceil(int(cum[-1]) / target_rows)
+    if parts <= 1:
+        return []
+    positions = (np.arange(1, parts) * int(cum[-1])) // parts
+    rows = np.unique(np.minimum(np.searchsorted(cum, positions, side="right"),
+                                merged.num_rows - 1))
+    first = row_key(merged, 0, names)
+    out: list[Key] = []
+    for i in rows.tolist():  # at most `parts` keys, not records
+        k = row_key(merged, int(i), names)
+        if k > first and (not out or k > out[-1]):
+            out.append(k)
     return out
 
 
@@ -190,7 +256,17 @@ def prepare_join(left: Table, right: Table, *, on: str | Sequence[str] | None = 
     check_co_sharded(ls, rs, left.name, right.name)
     lon, ron = join_keys(ls, rs, on)
     wanted = normalise_ranges(ls, keys, ranges)
-    pieces = tuple(plan_pieces(ls, rs, wanted))
+    lh, rh = handle_of(left), handle_of(right)
+    target = int(ls.properties.get("spark.read.target_partition_rows", TARGET_ROWS))
+
+    def samples(piece: JoinPiece) -> list[pa.Table]:
+        out = [lh.samples.sample(r.filename).select([*lon, COUNT])
+               for r in piece.left.references]
+        out += [rh.samples.sample(r.filename).select([*ron, COUNT])
+                .rename_columns([*lon, COUNT]) for r in piece.right.references]
+        return out
+
+    pieces = tuple(cut_pieces(plan_pieces(ls, rs, wanted), samples, lon, target))
     empty_l = pa.schema([lp.schema.field(c) for c in lp.wanted]).empty_table()
     empty_r = pa.schema([rp.schema.field(c) for c in rp.wanted]).empty_table()
     schema = _arrow_join(empty_l, empty_r, lon, ron, how).schema

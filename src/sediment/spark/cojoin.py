@@ -1,5 +1,6 @@
 """``sediment.spark.co_join``: a co-located join of two member tables of one partition scheme
-as a Spark DataFrame, computed with one task per piece of the scheme's leaves and no shuffle.
+as a Spark DataFrame, computed with one task per piece of the scheme's leaves (a leaf, or a key
+sub-range of a big one) and no shuffle.
 
 A Python data source (``format("sediment_cojoin")``) plans the join's pieces on the driver
 (``sediment.schemes.join.plan_pieces``: the leaves of both tables' trees, pinned at the
