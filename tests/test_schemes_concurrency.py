@@ -1,5 +1,6 @@
 """Concurrent ingest into two member tables of one scheme while the scheme splits and the
-tables compact: nothing lost, nothing doubled (separate processes; local disk and S3)."""
+tables compact: nothing lost, nothing doubled (separate processes, which split the scheme
+too, racing each other; local disk and S3)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ import pyarrow as pa
 import sediment as sd
 
 args = json.loads(sys.argv[1])
-table = sd.Store.open(args["uri"], **args["options"]).table(args["table"])
+store = sd.Store.open(args["uri"], **args["options"])
+table = store.table(args["table"])
 key = args["key"]
 sync = Path(args["sync"])
 (sync / f"ready-{args['table']}").touch()
@@ -34,6 +36,9 @@ while not (sync / "go").exists():
 for i in range(args["ingests"]):
     keys = [f"k{(i * args['rows'] + j) * 7 % 1000:04d}" for j in range(args["rows"])]
     table.ingest(pa.table({key: keys, "n": [i] * len(keys)}))
+    if i % 3 == 2:  # the writers split the scheme too, racing each other and the test
+        store.split_scheme("users")
+        table.compact()
 print(json.dumps({"table": args["table"], "version": table.version}))
 """
 
