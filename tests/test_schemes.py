@@ -299,3 +299,13 @@ def test_a_big_leaf_is_joined_in_key_sub_ranges(store: sd.Store) -> None:
     assert sorted(cut.column("key").to_pylist()) == sorted(whole.column("key").to_pylist())
     reader = sd.join_reader(u, o, threads=2)
     assert sum(b.num_rows for b in reader) == 300
+
+
+def test_whole_store_maintenance_removes_a_dropped_schemes_folder(store: sd.Store) -> None:
+    store.create_scheme("gone", row_keys=[("key", pa.string())])
+    store.create_scheme("kept", row_keys=[("key", pa.string())])
+    store.drop_scheme("gone")
+    assert len(store.objects.list_folders("schemes/")) == 2  # the dropped marker remains
+    store.maintain(orphan_timeout=0.0)
+    assert store.objects.list_folders("schemes/") == \
+        [store.describe_scheme("kept").scheme_id]

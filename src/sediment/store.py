@@ -36,7 +36,7 @@ from sediment.errors import (
 )
 from sediment.properties import defaults, validate_properties
 from sediment.schema import Schema
-from sediment.schemes.catalog import check_scheme_alive, member_tree
+from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes, member_tree
 from sediment.schemes.methods import SchemeMethods, settle_members
 from sediment.state.documents import json_object
 from sediment.state.log import FORMAT_VERSION, check_format
@@ -414,7 +414,10 @@ class Store(SchemeMethods):
         if not table and any(r.splits for r in out.values()):
             out = settle_members(self, out, runner=runner, orphan_timeout=orphan_timeout)
         if not table:
-            self.collect_unnamed_tables(timeout=orphan_timeout)
+            result = self.collect_unnamed_tables(timeout=orphan_timeout)
+            if not result.note:  # the same timeout for the folders of dropped schemes
+                collect_unnamed_schemes(self, UNNAMED_TABLE_TIMEOUT_SECONDS
+                                        if orphan_timeout is None else orphan_timeout)
         return out
 
     def load(self, job_manifest_uri: str, table_name: str, *,

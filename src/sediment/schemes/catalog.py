@@ -43,6 +43,7 @@ from sediment.state.schemes import SCHEMES_PREFIX, scheme_members
 from sediment.state.schemes import scheme_states as root_scheme_states
 from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage.base import ObjectStore
+from sediment.storage.clock import object_store_time
 from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
@@ -249,3 +250,32 @@ def check_scheme_alive(store: CatalogStore, scheme_id: str, scheme: str, table: 
     if store.objects.exists(f"{SCHEMES_PREFIX}{scheme_id}/{DROPPED_MARKER}"):
         raise SchemeNotFoundError(f"partition scheme {scheme!r} was dropped while table "
                                   f"{table} was being created; the table was not created")
+
+
+def collect_unnamed_schemes(store: CatalogStore, timeout: float) -> list[str]:
+    """Delete the folders ``schemes/<id>/`` that no scheme catalog entry names (a dropped
+    scheme's marker; a create killed before its entry) once their newest object is older than
+    ``timeout`` seconds by the object store's clock; returns the ids removed. The folders are
+    listed before the catalog is read, so a scheme created meanwhile is seen as named."""
+    folders = store.objects.list_folders(SCHEMES_PREFIX)
+    if not folders:
+        return []
+    named = set()
+    for name in scheme_names(store):
+        try:
+            named.add(scheme_id_of(store, name))
+        except SchemeNotFoundError:
+            continue
+    unnamed = [f for f in folders if f not in named]
+    now = object_store_time(store.objects) if unnamed else None
+    if now is None:
+        return []
+    removed = []
+    for sid in unnamed:
+        prefix = f"{SCHEMES_PREFIX}{sid}/"
+        newest = max((o.mtime for o in store.objects.list(prefix)), default=None)
+        if newest is not None and now - newest < timeout:
+            continue
+        store.objects.delete_folder(prefix)
+        removed.append(sid)
+    return removed
