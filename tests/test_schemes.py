@@ -309,3 +309,11 @@ def test_whole_store_maintenance_removes_a_dropped_schemes_folder(store: sd.Stor
     store.maintain(orphan_timeout=0.0)
     assert store.objects.list_folders("schemes/") == \
         [store.describe_scheme("kept").scheme_id]
+
+
+def test_cli_maintain_rows_name_the_scheme(store: sd.Store) -> None:
+    u, _ = two_members(store, threshold=100)
+    u.ingest(users_rows(KEYS[:300]))
+    r = CliRunner().invoke(app, ["maintain", "--json", "--store", store.uri])
+    assert r.exit_code == 0, r.stderr
+    assert '"scheme": "users"' in r.stdout

@@ -322,12 +322,21 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
 
         m = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout,
                        progress=progress)
-        return {"passes": m.passes, "splits": m.splits, "jobs": m.jobs_committed,
-                "failed": m.jobs_failed, "deleted": m.files_deleted,
+        return {**_scheme_of(t), "passes": m.passes, "splits": m.splits,
+                "jobs": m.jobs_committed, "failed": m.jobs_failed, "deleted": m.files_deleted,
                 **_tag_errors(tag_protection(handle_of(t))[1])}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False,
          store_pass=None if table else lambda: _collect_unnamed(store, orphan_timeout),
          verb="maintain", unit="jobs")
+
+
+def _scheme_of(t: Table) -> dict[str, Any]:
+    """``{"scheme": name}`` for a member of a partition scheme (its splits count every
+    member's records, so a report row says which scheme split), else nothing."""
+    from sediment.schemes.catalog import scheme_name_of
+
+    sid = t.properties.get("partition.scheme")
+    return {"scheme": scheme_name_of(t.store, str(sid))} if sid else {}
 
 
 # ---- reports --------------------------------------------------------------------------------
