@@ -55,6 +55,16 @@ def test_co_join_on_local_has_no_exchange(spark_local: Any, tmp_path: Path, how:
     lm = u.query().to_pandas().merge(o.query().to_pandas().rename(columns={"user": "key"}),
                                      on="key", how=how)
     assert len(lm) == got.num_rows
+    if how == "inner":  # big leaves become several tasks, each a key sub-range
+        from sediment.schemes.join import prepare_join
+
+        u.set_properties({"spark.read.target_partition_rows": 200})
+        pieces = len(prepare_join(u, o).pieces)
+        assert pieces > leaves
+        cut = co_join(spark_local, u, o)
+        assert cut.rdd.getNumPartitions() == pieces
+        assert "Exchange" not in cut._jdf.queryExecution().executedPlan().toString()
+        assert rows(pa.Table.from_pandas(cut.toPandas(), preserve_index=False)) == rows(want)
 
 
 def test_co_join_of_tables_in_no_scheme_says_why(spark_local: Any, tmp_path: Path) -> None:
