@@ -47,6 +47,8 @@ SHELL_TIMEOUT = 300
 EXEMPT: dict[str, str] = {
     "README.md:1": "installs packages",
     "README.md:2": "runs the demo and the whole test suite",
+    "docs/howto/cosharding.md:3": "needs a Spark session (tests/spark/test_cojoin.py runs the "
+                                  "same)",
     "docs/howto/engines.md:9": "needs the store above, from the shell",
     "docs/howto/maintainer.md:2": "installs a systemd service (needs root and systemd)",
     "docs/howto/spark.md:1": "installs packages on cluster machines",

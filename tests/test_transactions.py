@@ -21,6 +21,7 @@ from sediment.core.transactions import (
     AssignJobIds,
     ClearTable,
     DeleteFiles,
+    FollowScheme,
     InitialiseTable,
     JobAssignment,
     ReinitialiseTable,
@@ -514,6 +515,8 @@ ROUND_TRIPS: list[Transaction] = [
                        Partition("r", "root", Region((5,), None))]),
     AddFilesWithSplits([ref("f4", "L", 3), ref("f5", "R", 4)],
                        [SplitPartition("root", ("m",), "L", "R")]),
+    FollowScheme(4, [SplitPartition("root", ("m",), "L", "R"),
+                     SplitPartition("L", ("c",), "LL", "LR")]),
 ]
 
 
@@ -530,7 +533,7 @@ def test_json_round_trip(txn: Transaction) -> None:
 
 def test_round_trips_cover_every_kind() -> None:
     assert {t.kind for t in ROUND_TRIPS} == set(TRANSACTION_KINDS)
-    assert len(TRANSACTION_KINDS) == 13
+    assert len(TRANSACTION_KINDS) == 14
 
 
 # The bodies below were written by the code before transactions became a package: a log
@@ -581,6 +584,9 @@ GOLDEN_LOG_BODIES = [
     ('{"kind":"add_files_with_splits","transaction":{"splits":[{"partition":"root",'
      '"split_key":["m"],"left":"L","right":"R"}],"references":[{"file":"f4","partition":"L",'
      '"records":3},{"file":"f5","partition":"R","records":4}]}}'),
+    ('{"kind":"follow_scheme","transaction":{"scheme_version":4,"splits":[{"partition":"root",'
+     '"split_key":["m"],"left":"L","right":"R"},{"partition":"L","split_key":["c"],"left":"LL",'
+     '"right":"LR"}]}}'),
 ]
 
 
@@ -610,7 +616,7 @@ def test_registry_holds_exactly_the_known_kinds() -> None:
         "split_partition": SplitPartition, "split_file_references": SplitFileReferences,
         "assign_job_ids": AssignJobIds, "replace_file_references": ReplaceFileReferences,
         "restore": RestoreVersion, "clear": ClearTable, "reinitialise": ReinitialiseTable,
-        "add_files_with_splits": AddFilesWithSplits}
+        "add_files_with_splits": AddFilesWithSplits, "follow_scheme": FollowScheme}
     # the registered class is the one the name refers to (dataclass(slots=True) makes a second)
     assert all("__slots__" in vars(cls) for cls in TRANSACTION_KINDS.values())
 

@@ -14,6 +14,7 @@ from sediment.core.model import FileReference, Partition, Region
 from sediment.core.ranges import Range
 from sediment.errors import SedimentError
 from sediment.schema import Schema
+from sediment.schemes.join import join, join_reader
 from sediment.state.log import HistoryEntry
 from sediment.store import Store
 from sediment.table import Table
@@ -48,4 +49,6 @@ __all__ = [
     "Table",
     "__version__",
     "connect",
+    "join",
+    "join_reader",
 ]

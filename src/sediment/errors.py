@@ -11,8 +11,12 @@ happen into one of these, with a message naming the table, field, file or row co
     │   ├── StoreNotFoundError       no Sediment store at a URI (open with create=True to make one)
     │   ├── InvalidTableNameError    empty, separators, traversal, bad characters
     │   ├── TableExistsError
-    │   └── TableNotFoundError
+    │   ├── TableNotFoundError
+    │   ├── SchemeExistsError        create_scheme for a name that is taken
+    │   ├── SchemeNotFoundError      no partition scheme of that name
+    │   └── SchemeInUseError         drop_scheme while member tables use the scheme
     ├── SchemaError                  bad schema definition (no row key, duplicate names, ...)
+    │   └── SchemeMismatchError      a table's row keys differ from its partition scheme's
     ├── PropertyError                unknown property or invalid value
     ├── TransactionError
     │   ├── TransactionInvalidError  a transaction does not validate against the state it follows
@@ -28,6 +32,7 @@ happen into one of these, with a message naming the table, field, file or row co
     │   │   ├── TagExistsError       tag for a name that is taken
     │   │   └── TagNotFoundError     no tag of that name
     │   ├── VersionExpiredError      a version past retention.seconds: its files or log are gone
+    │   ├── NotCoShardedError        a co-located join of tables that share no partition scheme
     │   └── BadRequestError          a malformed request to the Flight service (sediment serve)
     ├── JobError                     a job (compaction, dump, ...) failed
     ├── MissingDependencyError       an optional dependency (an extra such as [spark]) is missing
@@ -78,8 +83,26 @@ class TableNotFoundError(CatalogError):
     """No table of that name in the store."""
 
 
+class SchemeExistsError(CatalogError):
+    """create_scheme for a name that is taken."""
+
+
+class SchemeNotFoundError(CatalogError):
+    """No partition scheme of that name in the store."""
+
+
+class SchemeInUseError(CatalogError):
+    """drop_scheme while tables still use the scheme: dropping it would leave them without
+    the partition tree they follow."""
+
+
 class SchemaError(SedimentError):
     """A schema definition that Sediment cannot accept."""
+
+
+class SchemeMismatchError(SchemaError):
+    """A table joining a partition scheme whose row keys differ from the scheme's (in number
+    or type): co-located records need one key space."""
 
 
 class PropertyError(SedimentError):
@@ -140,6 +163,12 @@ class VersionExpiredError(QueryError):
     """A version older than the table's retention (``retention.seconds``) that can no longer be
     read: garbage collection deleted its data files, or pruning its log entries. The message
     names the table, the version and the retention setting with its value."""
+
+
+class NotCoShardedError(QueryError):
+    """A co-located join (``sd.join``, ``sediment.spark.co_join``) of tables that are not
+    members of one partition scheme: their leaves do not align, so it cannot run leaf by leaf;
+    an ordinary join (DuckDB, pandas, Spark) of their query results can."""
 
 
 class JobError(SedimentError):

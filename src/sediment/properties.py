@@ -240,6 +240,14 @@ _SPECS = [
                  "Spark's per-task cost; bulk_import.target_leaf_rows uses the same figure.",
                  minimum=1),
     # --- partitions, compaction, gc -------------------------------------------------------
+    PropertySpec("partition.scheme", str, "",
+                 "The id of the partition scheme (co-sharding) whose tree this table follows; "
+                 "empty for a table with its own tree. Set by store.create_table(..., "
+                 "scheme=name) and never changed afterwards."),
+    PropertySpec("partition.scheme.version", int, 0,
+                 "The version of the partition scheme's log that this table's tree matches "
+                 "(and that its later transactions were validated against); moved only by "
+                 "follow_scheme transactions.", minimum=0),
     PropertySpec("partition.split.threshold", int, 1_000_000_000,
                  "A leaf partition known to hold more records than this (strictly more, as "
                  "Sleeper documents it) is split at its median. Only exact counts are known: "

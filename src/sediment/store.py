@@ -29,12 +29,15 @@ from sediment.errors import (
     InvalidTableNameError,
     ObjectNotFoundError,
     SchemaError,
+    SchemeNotFoundError,
     StoreNotFoundError,
     TableExistsError,
     TableNotFoundError,
 )
 from sediment.properties import defaults, validate_properties
 from sediment.schema import Schema
+from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes, member_tree
+from sediment.schemes.methods import SchemeMethods, settle_members
 from sediment.state.documents import json_object
 from sediment.state.log import FORMAT_VERSION, check_format
 from sediment.state.store import DROPPED_MARKER, StateStore
@@ -86,7 +89,7 @@ def validate_table_name(name: object) -> str:
     return name
 
 
-class Store:
+class Store(SchemeMethods):
     """A Sediment store: ``Store.open("./data")``, ``Store.open("s3://bucket/prefix")``
     (``create=True`` to make a new one).
 
@@ -206,8 +209,13 @@ class Store:
     def create_table(self, name: str, schema: Schema, *, split_points: Sequence[Any] | None = None,
                      properties: Mapping[str, Any] | None = None,
                      initial_files: Callable[[TableHandle], tuple[list[FileReference], list[str]]]
-                     | None = None) -> Table:
+                     | None = None, scheme: str | None = None) -> Table:
         """Create a table (one partition, or a tree cut at ``split_points``).
+
+        ``scheme``: the name of a partition scheme (:meth:`create_scheme`) the table joins
+        for good: it follows the scheme's partition tree, which splits on the records of all
+        its members (co-sharding; SchemeMismatchError when the row-key types differ from the
+        scheme's, SchemeNotFoundError when there is no such scheme).
 
         ``initial_files`` (used by bulk load) writes files into the new table and returns their
         references; they are committed before the catalog entry, so the table appears with its
@@ -233,7 +241,13 @@ class Store:
                                        schema=schema)}
         if self.objects.exists(key):
             raise TableExistsError(f"table {name!r} already exists in {self.uri}")
-        partitions = build_partition_tree(schema, split_points)
+        scheme_id = None
+        if scheme is not None:
+            scheme_id, partitions, scheme_props = member_tree(
+                self, scheme, name, schema, split_points, dict(properties or {}))
+            props.update(scheme_props)
+        else:
+            partitions = build_partition_tree(schema, split_points)
         table_id = uuid.uuid4().hex
         states = StateStore(self.table_objects(table_id), table_id, name)
         states.commit(InitialiseTable(schema, props, partitions))
@@ -245,10 +259,16 @@ class Store:
                 self._delete_prefix(f"tables/{table_id}/")
                 raise
         entry = {"format": FORMAT_VERSION, "name": name, "table_id": table_id,
-                 "created": time.time()}
+                 "created": time.time(), **({"scheme_id": scheme_id} if scheme_id else {})}
         if not create_once(self.objects, key, json.dumps(entry).encode()):
             self._delete_prefix(f"tables/{table_id}/")
             raise TableExistsError(f"table {name!r} already exists in {self.uri}")
+        if scheme_id is not None and scheme is not None:
+            try:
+                check_scheme_alive(self, scheme_id, scheme, name)
+            except SchemeNotFoundError:
+                self.drop_table(name)
+                raise
         return Table(self, name, table_id, states)
 
     def table(self, name: str) -> Table:
@@ -391,8 +411,13 @@ class Store:
         names = [table] if table else self.tables()
         out = {n: self.table(n).maintain(runner=runner, orphan_timeout=orphan_timeout)
                for n in names}
+        if not table and any(r.splits for r in out.values()):
+            out = settle_members(self, out, runner=runner, orphan_timeout=orphan_timeout)
         if not table:
-            self.collect_unnamed_tables(timeout=orphan_timeout)
+            result = self.collect_unnamed_tables(timeout=orphan_timeout)
+            if not result.note:  # the same timeout for the folders of dropped schemes
+                collect_unnamed_schemes(self, UNNAMED_TABLE_TIMEOUT_SECONDS
+                                        if orphan_timeout is None else orphan_timeout)
         return out
 
     def load(self, job_manifest_uri: str, table_name: str, *,

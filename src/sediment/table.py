@@ -320,13 +320,14 @@ class Table(Conversions, EngineMethods):
         return compact(self._handle, full=full, progress=progress)
 
     def split(self) -> SplitResult:
-        """Split every leaf partition over ``partition.split.threshold`` at its median.
+        """Split every leaf partition over ``partition.split.threshold`` at its median (a
+        member of a partition scheme: the scheme's leaves, on all members' records).
 
         Raises TransactionError: a split's commit was refused or its outcome is unknown.
         """
-        from sediment.maintenance.splitting import split
+        from sediment.maintenance.schemes import split_table
 
-        return split(self._handle)
+        return split_table(self._handle)
 
     def gc(self, *, orphan_timeout: float | None = None) -> GcResult:
         """Delete unreferenced files past the GC delay and orphans past the orphan timeout

@@ -229,6 +229,9 @@ def create_table(
         "--split-point", metavar="V",
         help="Initial partition boundary on the first row key (repeatable, increasing).")] = None,
     prop: PropertyOption = None,
+    scheme: Annotated[str | None, typer.Option(
+        "--scheme", metavar="SCHEME",
+        help="Join this partition scheme (create-scheme): the table follows its tree.")] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Create a table from a schema file or --row-key/--sort-key/--value fields.
@@ -251,7 +254,8 @@ def create_table(
     splits = [convert_split_point(s, schema.row_keys[0]) for s in split_point or []]
     props = parse_assignments(prop or [], what="--property")
     st = open_store(store)
-    table = st.create_table(name, schema, split_points=splits or None, properties=props)
+    table = st.create_table(name, schema, split_points=splits or None, properties=props,
+                            scheme=scheme)
     info = table.describe()
     emit(info, json_out,
          lambda d: f"created table {d['name']} in {st.uri} (version {d['version']}, "
@@ -441,9 +445,19 @@ def offline(name: TableArg, store: StoreOption = None, json_out: JsonOption = Fa
 def _register() -> None:
     """Add the command groups' commands to ``app``: each module holds its own ``commands``
     (and the batcher its sub-app), so nothing registers by being imported."""
-    from sediment.cli import batcher, dashboard, data, maintenance, migrate, serve, spark, versions
+    from sediment.cli import (
+        batcher,
+        dashboard,
+        data,
+        maintenance,
+        migrate,
+        schemes,
+        serve,
+        spark,
+        versions,
+    )
 
-    for module in (data, maintenance, versions, spark, migrate, serve, dashboard):
+    for module in (data, maintenance, versions, spark, migrate, serve, dashboard, schemes):
         app.registered_commands.extend(module.commands.registered_commands)
     app.add_typer(batcher.batcher_app, name="batcher")
 

@@ -331,12 +331,21 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
 
         m = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout,
                        progress=progress)
-        return {"passes": m.passes, "splits": m.splits, "jobs": m.jobs_committed,
-                "failed": m.jobs_failed, "deleted": m.files_deleted,
+        return {**_scheme_of(t), "passes": m.passes, "splits": m.splits,
+                "jobs": m.jobs_committed, "failed": m.jobs_failed, "deleted": m.files_deleted,
                 **_tag_errors(tag_protection(handle_of(t))[1])}
     _run(store, table, loop, interval, max_loops, json_out, act, online_only=False,
          store_pass=None if table else lambda: _collect_unnamed(store, orphan_timeout),
          verb="maintain", unit="jobs")
+
+
+def _scheme_of(t: Table) -> dict[str, Any]:
+    """``{"scheme": name}`` for a member of a partition scheme (its splits count every
+    member's records, so a report row says which scheme split), else nothing."""
+    from sediment.schemes.catalog import scheme_name_of
+
+    sid = t.properties.get("partition.scheme")
+    return {"scheme": scheme_name_of(t.store, str(sid))} if sid else {}
 
 
 # ---- reports --------------------------------------------------------------------------------
@@ -373,17 +382,31 @@ def _partition_tree(rows: list[dict[str, Any]]) -> RenderableType:
 
 @commands.command()
 def report(
-    what: Annotated[str, typer.Argument(help="partitions, files, jobs or tasks")],
-    table: Annotated[str, typer.Option("--table", "-t", help="Table to report on.")],
+    what: Annotated[str, typer.Argument(help="partitions, files, jobs, tasks or schemes")],
+    table: Annotated[str | None, typer.Option("--table", "-t",
+                                              help="Table to report on.")] = None,
     store: StoreOption = None,
     version: VersionOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Reports: the partition tree, file references, compaction jobs, or all job events.
+    """Reports: the partition tree, file references, compaction jobs, or all job events of a
+    table; or (schemes, no --table) the store's partition schemes with their member tables.
 
     partitions and files read --version (a number or a tag; default: latest)."""
-    if what not in ("partitions", "files", "jobs", "tasks"):
-        raise CliError(f"unknown report {what!r}: use partitions, files, jobs or tasks")
+    if what not in ("partitions", "files", "jobs", "tasks", "schemes"):
+        raise CliError(f"unknown report {what!r}: use partitions, files, jobs, tasks or "
+                       "schemes")
+    if what == "schemes":
+        st = open_store(store)
+        rows = [st.describe_scheme(n).to_json() for n in st.schemes()]
+        emit(rows, json_out, lambda rs: make_table(
+            ["scheme", "version", "leaves", "split threshold", "member tables"],
+            [[r["name"], r["version"], r["leaves"], r["split_threshold"],
+              ", ".join(r["members"]) or "(none)"] for r in rs],
+            title=f"{len(rs)} partition schemes"))
+        return
+    if table is None:
+        raise CliError(f"report {what} needs --table")
     t = open_table(store, table)
     if version is not None and what in ("jobs", "tasks"):
         raise CliError(f"report {what} covers every version: --version applies to "

@@ -35,11 +35,15 @@ from typing import TYPE_CHECKING, Literal
 from sediment.compaction.runner import JobResult, due_jobs, run_job
 from sediment.handle import handle_of
 from sediment.maintenance.gc import gc
-from sediment.maintenance.splitting import leaf_records, split
+from sediment.maintenance.schemes import split_table
+from sediment.maintenance.splitting import leaf_records
 from sediment.maintenance.workers import WorkerProcesses
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
+
+SCHEME_CHECK_SECONDS = 5.0
+"""How often a partition scheme's split is looked at (it reads every member's state)."""
 
 
 class SmallestFirstPool:
@@ -144,6 +148,8 @@ class Maintainer:
         self._tables: list[TableHandle] = []
         self._tables_at = float("-inf")
         self._gc_at: dict[str, float] = {}
+        self._scheme_at: dict[str, float] = {}
+        """Partition scheme id -> when its members last asked it to split."""
         self._ran_at: dict[str, tuple[str, float]] = {}  # job id -> table, when we last ran it
         self._failed: dict[str, tuple[float, str]] = {}  # table -> when it last failed, error
 
@@ -188,7 +194,7 @@ class Maintainer:
             # with every file of the parent to rewrite, and leaves that cross the threshold
             # together (uniform keys) would otherwise hand the workers all of that at once
             if self._pool.waiting < self.max_waiting and self._split_due(t):
-                r = split(t, limit=1)
+                r = split_table(t, limit=1)
                 act.splits += r.splits
                 head = t.states.head()
                 for leaf in r.unsplittable:
@@ -208,6 +214,13 @@ class Maintainer:
     def _split_due(self, t: TableHandle) -> bool:
         """A leaf is over the threshold and not known to be unsplittable at its size (an
         unsplittable leaf is reported once, not every tick)."""
+        scheme = str(t.properties.get("partition.scheme") or "")
+        if scheme:  # its scheme splits, on every member's records: looked at now and then
+            now = time.monotonic()
+            if now - self._scheme_at.get(scheme, float("-inf")) < SCHEME_CHECK_SECONDS:
+                return False
+            self._scheme_at[scheme] = now
+            return True
         state = t.states.head(refresh=False)
         threshold = int(t.properties["partition.split.threshold"])
         for leaf in state.leaf_partitions():

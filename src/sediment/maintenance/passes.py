@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from sediment.compaction.runner import CompactionResult, JobRunner, Progress, compact
 from sediment.maintenance.gc import GcResult, gc
-from sediment.maintenance.splitting import SplitResult, split
+from sediment.maintenance.schemes import split_table
+from sediment.maintenance.splitting import SplitResult
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -34,7 +35,7 @@ def maintain_pass(table: TableHandle, *, runner: JobRunner | None = None,
     """One pass: split leaves over the threshold, compact, collect garbage
     (``orphan_timeout``: see ``sediment.maintenance.gc.gc``; ``progress``: the pass's
     compaction jobs, see ``sediment.compaction.runner.compact``)."""
-    s = split(table)
+    s = split_table(table)
     c = compact(table, runner=runner, progress=progress)
     g = gc(table, orphan_timeout=orphan_timeout)
     return s, c, g

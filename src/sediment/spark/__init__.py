@@ -19,7 +19,9 @@ except ImportError as exc:
         f"PySpark is not installed and this runs on Spark: {SPARK_INSTALL_HINT}") from exc
 
 from sediment.spark.bulk_import import bulk_import  # noqa: E402  (after the check)
+from sediment.spark.cojoin import co_join  # noqa: E402
 from sediment.spark.frames import read_table  # noqa: E402
 from sediment.spark.session import register_data_source, session, ship_package  # noqa: E402
 
-__all__ = ["bulk_import", "read_table", "register_data_source", "session", "ship_package"]
+__all__ = ["bulk_import", "co_join", "read_table", "register_data_source", "session",
+           "ship_package"]

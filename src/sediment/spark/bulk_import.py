@@ -247,7 +247,10 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
         head = table.states.head()
         if isinstance(inputs, DataFrame):
             _source_frame(spark, table, inputs)  # the fields are checked before any job
-        merged = sample_input(spark, table, inputs, rows, target)
+        # A member of a partition scheme takes the scheme's leaves as they are: only the
+        # scheme splits (on all its members' records), so nothing is pre-split here.
+        member = bool(head.properties.get("partition.scheme"))
+        merged = None if member else sample_input(spark, table, inputs, rows, target)
         splits = plan_splits(merged, table.schema.row_key_names, head, target)
         state = planned_state(head, splits)
         leaves = state.leaf_partitions()

@@ -15,9 +15,11 @@ from sediment.core.transactions.base import (
 from sediment.core.transactions.files import AddFiles, AddFilesWithSplits, DeleteFiles
 from sediment.core.transactions.jobs import AssignJobIds, JobAssignment, ReplaceFileReferences
 from sediment.core.transactions.partitions import (
+    FollowScheme,
     SplitFileReferences,
     SplitPartition,
     SplitReference,
+    follow_scheme,
 )
 from sediment.core.transactions.restore import RestoreVersion
 from sediment.core.transactions.table import (
@@ -29,8 +31,8 @@ from sediment.core.transactions.table import (
 )
 
 __all__ = ["AddFiles", "AddFilesWithSplits", "AssignJobIds", "ClearTable", "DeleteFiles",
-           "InitialiseTable",
+           "FollowScheme", "InitialiseTable",
            "JobAssignment", "ReinitialiseTable", "ReplaceFileReferences", "RestoreVersion",
            "SetOnline", "SetProperties",
            "SplitFileReferences", "SplitPartition", "SplitReference", "TRANSACTION_KINDS",
-           "Transaction", "transaction_from_json"]
+           "Transaction", "follow_scheme", "transaction_from_json"]

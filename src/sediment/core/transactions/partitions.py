@@ -1,4 +1,5 @@
-"""Partition-tree kinds: splitting a leaf, and pushing file references down to descendants.
+"""Partition-tree kinds: splitting a leaf, pushing file references down to descendants, and a
+member table taking over its partition scheme's splits (co-sharding, at the end).
 
 Splitting a partition changes only the tree; the references of the old leaf stay where they
 are until SplitFileReferences moves them below it, so the two can commit independently (and a
@@ -13,7 +14,7 @@ from typing import Any, ClassVar
 
 from sediment.core.keys import Key, decode_key, encode_key
 from sediment.core.model import FileReference, Partition, Region
-from sediment.core.state import TableState
+from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.core.transactions.base import (
     Transaction,
     fail,
@@ -102,6 +103,14 @@ class SplitPartition(Transaction):
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
+        if state.properties.get("partition.scheme"):
+            raise fail(state, "a member of a partition scheme is split only by its scheme "
+                              "(store.split_scheme), so every member's leaves stay aligned")
+        self.check_applicable(state)
+
+    def check_applicable(self, state: TableState) -> None:
+        """The checks of ``validate`` on the tree alone (also run for the splits a member
+        table takes over from its partition scheme, which never split the table itself)."""
         p = require_partition(state, self.partition_id)
         if not p.is_leaf:
             raise fail(state, f"partition {self.partition_id} is no longer a leaf")
@@ -144,3 +153,83 @@ class SplitPartition(Transaction):
 
     def summary(self) -> str:
         return f"{self.partition_id} split at {self.split_key!r}"
+
+# ---- co-sharding ------------------------------------------------------------------------------
+# A partition scheme keeps the one partition tree of all its member tables in its own log
+# (``schemes/<id>/log/``). A member never splits itself (SplitPartition refuses it): each split
+# commits once, in the scheme's log, and a FollowScheme in the member's log then applies it to
+# the member's copy of the tree and records the scheme version the member now matches. Every
+# later transaction of the member is validated against that tree, so reading the member at
+# version v reads the tree of the scheme version its state records. The member's references
+# stay where they were; the push-down that compaction always does moves them into the new leaves.
+
+
+@dataclass(frozen=True, slots=True)
+class FollowScheme(Transaction):
+    """Apply the scheme's splits the member lacks, in order (parents first), and record the
+    scheme version they bring the member's tree to."""
+
+    kind: ClassVar[str] = "follow_scheme"
+    scheme_version: int
+    splits: Sequence[SplitPartition]
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        if not state.properties.get("partition.scheme"):
+            raise fail(state, "the table is not a member of a partition scheme")
+        if self.scheme_version < int(state.properties.get("partition.scheme.version", 0)):
+            raise fail(state, f"scheme version {self.scheme_version} is older than the "
+                              f"{state.properties.get('partition.scheme.version')} the "
+                              "table follows")
+        probe = TableState(state.table_id)
+        probe.schema, probe.version = state.schema, state.version
+        probe.partitions = dict(state.partitions)
+        for s in self.splits:
+            s.check_applicable(probe)
+            s.apply(probe, 0.0)
+
+    def apply(self, state: TableState, time: float) -> None:
+        for s in self.splits:
+            s.apply(state, time)
+        state.properties["partition.scheme.version"] = self.scheme_version
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scheme_version": self.scheme_version,
+                "splits": [s.to_json() for s in self.splits]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> FollowScheme:
+        return cls(int(doc["scheme_version"]),
+                   [SplitPartition.from_json(s) for s in doc["splits"]])
+
+    def is_empty(self) -> bool:
+        """A negative version is the "already matches" answer a retried builder gives."""
+        return self.scheme_version < 0
+
+    def summary(self) -> str:
+        return f"follows scheme version {self.scheme_version} ({len(self.splits)} splits)"
+
+
+def follow_scheme(member: TableState, scheme: TableState) -> FollowScheme | None:
+    """The FollowScheme that brings ``member``'s tree to ``scheme``'s (a refinement of it:
+    a scheme only ever splits leaves), or None when the member already matches. Pure.
+
+    The splits are the scheme's non-leaf partitions that are leaves (or absent) in the
+    member, parents before children, so the transaction also repairs a tree that an older
+    version's restore took back."""
+    splits: list[SplitPartition] = []
+    pending = [ROOT_PARTITION_ID]
+    while pending:
+        pid = pending.pop()
+        sp = scheme.partitions[pid]
+        if sp.is_leaf:
+            continue
+        mp = member.partitions.get(pid)
+        if mp is None or mp.is_leaf:  # None: below a split this transaction adds
+            assert sp.split_key is not None
+            splits.append(SplitPartition(pid, sp.split_key, sp.children[0], sp.children[1]))
+        pending.extend(sp.children)
+    recorded = int(member.properties.get("partition.scheme.version", 0))
+    if not splits and recorded >= scheme.version:
+        return None
+    return FollowScheme(max(recorded, scheme.version), splits)

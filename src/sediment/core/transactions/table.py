@@ -65,6 +65,12 @@ class SetProperties(Transaction):
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
+        fixed = sorted(SCHEME_PROPERTIES & {*self.updates, *self.removed})
+        if fixed:
+            raise fail(state, f"{', '.join(fixed)} cannot be set: a table joins its partition "
+                              "scheme when it is created and never leaves or changes it (its "
+                              "files are cut at the scheme's leaves); create a new table in "
+                              "the other scheme and copy the records")
         validate_properties(self.updates, context=f"table {state.table_id}",
                             schema=state.schema)
         # Removing a property sets it back to its default, which must itself be valid
@@ -87,6 +93,10 @@ class SetProperties(Transaction):
     def summary(self) -> str:
         parts = [f"{k}={v}" for k, v in self.updates.items()] + [f"-{k}" for k in self.removed]
         return "set " + ", ".join(parts)
+
+
+SCHEME_PROPERTIES = frozenset({"partition.scheme", "partition.scheme.version"})
+"""Properties only ``create_table`` and follow_scheme transactions set (co-sharding)."""
 
 
 def _default_of(name: str) -> Any:
@@ -160,6 +170,9 @@ class ReinitialiseTable(Transaction):
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
+        if state.properties.get("partition.scheme"):
+            raise fail(state, "a member of a partition scheme has the scheme's tree: "
+                              "it cannot be reinitialised with a tree of its own")
         n = state.reference_count()
         if n:
             raise fail(state, f"cannot reinitialise a table that holds records ({n} file "

@@ -1,0 +1,148 @@
+"""Splitting a partition scheme (co-sharding): once, in the scheme's log, for all members.
+
+A scheme's leaf splits when the exact record counts of every member table in it add up to
+more than the scheme's ``partition.split.threshold`` (the ClickHouse seed: "the criterion for
+splitting shards is determined based on the total amount of data for all tables with the same
+sharding scheme"), at the median of all members' samples there. The split commits once, in
+the scheme's log, conditional on the leaf still being a leaf; then each member takes it over
+with a FollowScheme transaction (``sediment.core.transactions.schemes``). A member that a
+crash left behind is caught up by the next split pass, and is readable meanwhile: its tree
+is the scheme's at an older version, which its references match.
+
+Planning (``plan_scheme_splits``) is pure; the rest reads and commits.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from sediment.core.state import TableState
+from sediment.core.transactions import FollowScheme, SplitPartition, follow_scheme
+from sediment.errors import SedimentError, TransactionInvalidError
+from sediment.files.sample import COUNT
+from sediment.maintenance.splitting import (
+    SampleLookup,
+    SplitDecision,
+    SplitResult,
+    choose_split_key,
+    leaf_records,
+    split,
+)
+from sediment.state.schemes import scheme_members, scheme_states
+from sediment.state.store import StateStore
+from sediment.storage import open_object_store, spec_options
+
+if TYPE_CHECKING:
+    from sediment.handle import TableHandle
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    """One member table as a scheme split plans over it: its state and its samples."""
+
+    state: TableState
+    sample_of: SampleLookup
+
+
+def plan_scheme_splits(scheme: TableState, members: Sequence[MemberView]) -> list[SplitDecision]:
+    """Scheme leaves whose records summed over the members exceed the scheme's threshold,
+    with split keys from all members' samples (renamed to the scheme's row-key names).
+
+    A member whose tree lags the scheme's (not yet followed) holds a scheme leaf's records in
+    a coarser leaf: those count once it follows, which ``split_scheme`` makes it do first."""
+    assert scheme.schema is not None
+    names = scheme.schema.row_key_names
+    threshold = int(scheme.properties["partition.split.threshold"])
+    out = []
+    for leaf in scheme.leaf_partitions():
+        in_members = [m for m in members if (p := m.state.partitions.get(leaf.id)) is not None
+                      and p.is_leaf and m.state.online]
+        n = sum(leaf_records(m.state, leaf) for m in in_members)
+        if n <= threshold:
+            continue
+        samples: list[pa.Table] = []
+        try:
+            for m in in_members:
+                assert m.state.schema is not None
+                own = m.state.schema.row_key_names
+                for f in m.state.references(leaf.id):
+                    s = m.sample_of(f).select([*own, COUNT])
+                    samples.append(s.rename_columns([*names, COUNT]))
+        except SedimentError as e:
+            out.append(SplitDecision(leaf.id, n, None, f"cannot read a sample: {e}"))
+            continue
+        key = choose_split_key(leaf, samples, names)
+        out.append(SplitDecision(leaf.id, n, key,
+                                 "" if key is not None else "every record has one row key"))
+    return out
+
+
+_NOTHING = FollowScheme(-1, ())
+
+
+def follow(member: StateStore, scheme: TableState) -> bool:
+    """Bring a member's tree up to ``scheme``'s (one FollowScheme; nothing when it matches).
+    True when it committed."""
+    def build(head: TableState) -> FollowScheme:
+        return follow_scheme(head, scheme) or _NOTHING
+
+    before = member.head(refresh=False).version
+    return member.commit(build).version != before
+
+
+def split_scheme_at(root_spec: dict[str, object], scheme_id: str, name: str | None = None, *,
+                    limit: int = 0) -> SplitResult:
+    """Split the scheme ``scheme_id`` of the store ``root_spec`` (``Store.spec()``) once over
+    every leaf above the threshold (with ``limit``, the fullest first), then make every
+    member follow. Members are caught up first, so the counts see all their records."""
+    from sediment.handle import TableHandle
+
+    started = time.perf_counter()
+    spec = dict(root_spec)
+    root = open_object_store(str(spec["uri"]), **spec_options(spec))
+    states = scheme_states(root, scheme_id, name)
+    members = [TableHandle(n, tid, StateStore(root.child(f"tables/{tid}"), tid, n),
+                           lambda: dict(spec))
+               for n, tid in scheme_members(root, scheme_id).items()]
+    scheme = states.head()
+    for m in members:
+        follow(m.states, scheme)
+    views = [MemberView(m.states.head(), m.samples.sample) for m in members]
+    decisions = plan_scheme_splits(scheme, views)
+    if limit:
+        decisions = sorted(decisions, key=lambda d: -d.records)[:limit]
+    done, stuck = 0, []
+    for d in decisions:
+        if d.split_key is None:
+            stuck.append(d.partition_id)
+            continue
+        left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
+        try:
+            states.commit(SplitPartition(d.partition_id, d.split_key, left, right))
+        except TransactionInvalidError:  # split by another maintainer meanwhile
+            continue
+        done += 1
+        for m in members:
+            m.status.record("split", d.partition_id, "committed", partition_id=d.partition_id,
+                            records=d.records, split_key=list(d.split_key), left=left,
+                            right=right, scheme=name or scheme_id)
+    if done:
+        scheme = states.head()
+        for m in members:
+            follow(m.states, scheme)
+    return SplitResult(done, tuple(stuck), time.perf_counter() - started)
+
+
+def split_table(table: TableHandle, *, limit: int = 0) -> SplitResult:
+    """Split a table's leaves over the threshold (``splitting.split``); for a member of a
+    partition scheme, split its scheme instead, on the records of all members."""
+    scheme_id = str(table.properties.get("partition.scheme") or "")
+    if not scheme_id:
+        return split(table, limit=limit)
+    return split_scheme_at(table.store_spec(), scheme_id, limit=limit)

@@ -1,0 +1,95 @@
+"""The partition-scheme methods of ``Store`` (co-sharding), kept apart from the table catalog."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sediment.schemes.catalog import (
+    CatalogStore,
+    SchemeInfo,
+    create_scheme,
+    describe_scheme,
+    drop_scheme,
+    scheme_names,
+)
+
+if TYPE_CHECKING:
+    from sediment.maintenance.passes import MaintenanceResult
+    from sediment.maintenance.splitting import SplitResult
+
+SETTLE_ROUNDS = 10
+"""At most this many extra rounds over member tables in ``Store.maintain``."""
+
+
+def settle_members(store: CatalogStore, results: dict[str, MaintenanceResult], **kw: Any
+                   ) -> dict[str, MaintenanceResult]:
+    """Maintain the members of partition schemes again while a round splits anything: a
+    scheme split made by a later member's pass leaves the members maintained before it with
+    references to push down into the new leaves. Results are summed per table."""
+    from dataclasses import replace
+
+    from sediment.state.schemes import catalog_entries
+
+    members = [n for n, d in catalog_entries(store.objects).items()
+               if d.get("scheme_id") and n in results]
+    out = dict(results)
+    for _ in range(SETTLE_ROUNDS):
+        again = {n: store.table(n).maintain(**kw) for n in members}
+        for n, r in again.items():
+            o = out[n]
+            out[n] = replace(o, passes=o.passes + r.passes, splits=o.splits + r.splits,
+                             jobs_committed=o.jobs_committed + r.jobs_committed,
+                             jobs_failed=o.jobs_failed + r.jobs_failed,
+                             files_deleted=o.files_deleted + r.files_deleted,
+                             seconds=o.seconds + r.seconds)
+        if not any(r.splits or r.jobs_committed for r in again.values()):
+            break
+    return out
+
+
+class SchemeMethods:
+    """Mixed into ``Store``: every method works on the store's own catalog."""
+
+    def create_scheme(self: CatalogStore, name: str, row_keys: Sequence[Any],
+                      split_points: Sequence[Any] | None = None, *,
+                      properties: Mapping[str, Any] | None = None) -> SchemeInfo:
+        """Create a partition scheme: one partition tree (cut at ``split_points``) that the
+        tables created with ``scheme=name`` share, split on their combined records once a
+        leaf holds more than ``partition.split.threshold`` (the store's default, or
+        ``properties``).
+
+        Raises: InvalidTableNameError (a bad name), SchemeExistsError, SchemaError (bad row
+        keys or split points), PropertyError, TransactionError, StorageError."""
+        return create_scheme(self, name, row_keys, split_points, dict(properties or {}))
+
+    def schemes(self: CatalogStore) -> list[str]:
+        """Names of the partition schemes of the store, sorted.
+
+        Raises: StorageError."""
+        return scheme_names(self)
+
+    def describe_scheme(self: CatalogStore, name: str) -> SchemeInfo:
+        """A scheme's row keys, tree version, number of leaves and member tables.
+
+        Raises: SchemeNotFoundError, CorruptMetadataError, StorageError."""
+        return describe_scheme(self, name)
+
+    def drop_scheme(self: CatalogStore, name: str) -> None:
+        """Drop a partition scheme that no table uses.
+
+        Raises: SchemeNotFoundError; SchemeInUseError (naming the member tables: drop them
+        first); StorageError."""
+        drop_scheme(self, name)
+
+    def split_scheme(self: CatalogStore, name: str) -> SplitResult:
+        """Split every leaf of the scheme whose records, summed over all its member tables,
+        exceed the threshold (one commit in the scheme's log each), then bring every member's
+        tree up to the scheme's.
+
+        Raises: SchemeNotFoundError, TransactionError, StorageError."""
+        from sediment.maintenance.schemes import split_scheme_at
+        from sediment.schemes.catalog import scheme_id_of
+
+        return split_scheme_at(self.spec(), scheme_id_of(self, name), name)
+

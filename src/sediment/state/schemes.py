@@ -1,0 +1,49 @@
+"""Where partition schemes live (co-sharding): ``schemes/<id>/`` holds a scheme's log, as
+``tables/<id>/`` holds a table's, and each member table's catalog entry names the scheme id.
+
+Only what the services below the store need: a scheme's StateStore and its members' ids.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sediment.errors import ObjectNotFoundError
+from sediment.state.documents import json_object
+from sediment.state.store import StateStore
+from sediment.storage.base import ObjectStore
+
+SCHEMES_PREFIX = "schemes/"
+TABLE_CATALOG_PREFIX = "catalog/"
+
+
+def scheme_states(root: ObjectStore, scheme_id: str, name: str | None = None) -> StateStore:
+    """The log of a scheme (a StateStore over ``schemes/<id>/``: its state's tree and
+    ``partition.split.threshold`` are the scheme's) in the store whose root is ``root``."""
+    return StateStore(root.child(f"{SCHEMES_PREFIX}{scheme_id}"), scheme_id,
+                      f"scheme {name or scheme_id}")
+
+
+def catalog_entries(root: ObjectStore) -> dict[str, dict[str, Any]]:
+    """Every table catalog entry by table name (read in parallel; one dropped meanwhile is
+    left out)."""
+    keys = [o.key for o in root.list(TABLE_CATALOG_PREFIX) if o.key.endswith(".json")]
+
+    def read(key: str) -> tuple[str, dict[str, Any] | None]:
+        name = key[len(TABLE_CATALOG_PREFIX):-len(".json")]
+        try:
+            return name, json_object(root.get(key), f"catalog entry {key}")
+        except ObjectNotFoundError:
+            return name, None
+
+    if not keys:
+        return {}
+    with ThreadPoolExecutor(min(16, len(keys))) as pool:
+        return {n: d for n, d in pool.map(read, keys) if d is not None}
+
+
+def scheme_members(root: ObjectStore, scheme_id: str) -> dict[str, str]:
+    """Table name -> table id of every table that follows the scheme, by name."""
+    return {n: str(d["table_id"]) for n, d in sorted(catalog_entries(root).items())
+            if d.get("scheme_id") == scheme_id and "table_id" in d}
