@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.core.boxes import Box
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
 from sediment.dump.lock import GUARD, LOCK_KEY, DumpLock, DumpLockLostError, check_owner, guard
@@ -47,6 +48,7 @@ from sediment.dump.whole import copy_file, whole_file
 from sediment.errors import JobError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
 from sediment.query.planner import SubQuery
+from sediment.query.regions import bind_region
 from sediment.state.versions import create_tag, delete_tag, list_tags
 from sediment.storage.base import ObjectStore
 
@@ -150,7 +152,9 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
         refs.extend(state.references(anc.id).values())
     schema = table.schema
     executor = table.executors.get(state)  # the table's own, with its caches
-    whole = whole_file(table, executor, refs, task.range)
+    # a per-field region leaves out rows inside the tile: never a whole file
+    whole = None if isinstance(task.query, Box) else \
+        whole_file(table, executor, refs, task.range)
     if whole is not None:
         return [copy_file(table, dest, f"{folder}/batch-00000", version, task.range,
                           whole)]
@@ -281,6 +285,8 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
     dump's job: the same job manifest."""
     started = time.perf_counter()
     rng = range or Range()
+    if isinstance(rng, Box):  # a per-field region: checked; tiles cut its lexicographic bounds
+        rng = bind_region(table.schema, table.name, rng)
     if rng.is_empty():  # no task could tile it: the dump would not load
         raise QueryError(f"table {table.name}: dump range {rng} is empty")
     root = dump_root_of(table, root)

@@ -12,6 +12,7 @@ from typing import Any, TypeAlias
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sediment.core.boxes import Box
 from sediment.core.keys import Key
 from sediment.core.model import Region
 from sediment.core.ranges import Range
@@ -86,7 +87,26 @@ def region_mask(data: Columnar, names: Sequence[str], region: Region) -> pa.Arra
     return mask
 
 
+def box_mask(data: Columnar, box: Box) -> pa.Array | None:
+    """Rows inside a per-field region: each limited field's comparisons, and-ed."""
+    mask = None
+    for name, f in box.constrained():
+        col = data.column(name)
+        parts = []
+        if f.lo is not None:
+            parts.append((pc.greater_equal if f.lo_inc else pc.greater)(
+                col, pa.scalar(f.lo, type=col.type)))
+        if f.hi is not None:
+            parts.append((pc.less_equal if f.hi_inc else pc.less)(
+                col, pa.scalar(f.hi, type=col.type)))
+        for m in parts:
+            mask = m if mask is None else pc.and_(mask, m)
+    return mask
+
+
 def range_mask(data: Columnar, names: Sequence[str], rng: Range) -> pa.Array | None:
+    if isinstance(rng, Box):
+        return box_mask(data, rng)
     mask = None
     if rng.start is not None:
         mask = _lex_compare(data, names, rng.start, ">=" if rng.start_inclusive else ">")

@@ -32,6 +32,7 @@ from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.filters import QueryFilter
 from sediment.query.footers import FileFooter, FooterCache
 from sediment.query.planner import QueryPlan, SubQuery
+from sediment.query.regions import box_row_groups
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
 
@@ -163,6 +164,8 @@ class Executor:
         if footer is None:
             pf, footer = self.footers.open(ref.filename)
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
+        if sub.ranges:  # per-field regions: every limited field's statistics
+            groups = box_row_groups(self.schema, footer.metadata, groups, sub.ranges)
         layout = self.footers.layout(ref.filename) if hashes is not None and groups else None
         if hashes is not None and layout is not None:
             groups = [g for g in groups
