@@ -233,7 +233,8 @@ class Store:
                                        schema=schema)}
         if self.objects.exists(key):
             raise TableExistsError(f"table {name!r} already exists in {self.uri}")
-        partitions = build_partition_tree(schema, split_points)
+        partitions = build_partition_tree(schema, split_points,
+                                          str(props.get("partitioning", "lexicographic")))
         table_id = uuid.uuid4().hex
         states = StateStore(self.table_objects(table_id), table_id, name)
         states.commit(InitialiseTable(schema, props, partitions))

@@ -155,6 +155,9 @@ class Box(Range):
     def overlaps(self, region: Region) -> bool:
         if self.is_empty():
             return False
+        meets = getattr(region, "meets", None)  # a box partition's cell (core/cells.py)
+        if meets is not None:
+            return bool(meets(self.fields))
         return meets_interval(self.fields, region.min, region.max)
 
     def constrained(self) -> list[tuple[str, FieldRange]]:

@@ -42,8 +42,13 @@ class Region:
     def to_json(self) -> dict[str, Any]:
         return {"min": encode_key(self.min), "max": encode_key(self.max)}
 
+    cell_from_json: ClassVar[Callable[[dict[str, Any]], Region] | None] = None
+    """Reads a box partition's region (``{"cell": ...}``): registered by sediment.core.cells."""
+
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Region:
+        if "cell" in doc and Region.cell_from_json is not None:
+            return Region.cell_from_json(doc)
         return cls(decode_key(doc.get("min")), decode_key(doc.get("max")))
 
     def __str__(self) -> str:
