@@ -184,3 +184,43 @@ def test_partitioning_property_rules(tmp_path: Path) -> None:
     lex = store.create_table("lex", schema)
     with pytest.raises(TransactionInvalidError):
         lex._handle.states.commit(SplitPartition(lex.partitions()[0].id, (3,), "y1", "y2", 1))
+
+
+@pytest.mark.parametrize("asked", [
+    None,
+    RefRange(("b",), ("q",), True, True),
+    RefRegion({"k1": (20, True, 60, False)}),
+    RefRegion({"k0": ("c", False, "x", True), "k1": (None, True, 50, True)}),
+], ids=repr)
+def test_dump_and_load_of_a_box_table(tmp_path: Path, asked: Any) -> None:
+    kinds = ["string", "int"]
+    schema = _schema(kinds)
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    table = make_table(store, schema=schema, partitioning="dimensions",
+                       **{"partition.split.threshold": 150})
+    ref = Reference(schema)
+    rng = random.Random(3)
+    for part in range(2):
+        rows = [(rng.choice("abcmnqxz"), rng.randint(0, 99)) for _ in range(400)]
+        batch = _rows(kinds, rows, ref, 1000 * part)
+        table.ingest(batch)
+        ref.add(batch)
+    for _ in range(3):
+        table.split()
+        table.compact()
+    assert sum(p.is_leaf for p in table.partitions()) > 3
+    ranges = None if asked is None else [asked]
+    job = table.dump(str(tmp_path / "dumps"),
+                     range=None if asked is None else asked.to_sediment())
+    assert job.rows == len(ref.query(ranges=ranges))
+    copy = store.load(job.manifest_uri, "copy")
+    assert copy.properties["partitioning"] == "dimensions"
+    assert all(isinstance(p.region, Cell) for p in copy.partitions())
+    assert_matches(copy.query(), ref, ranges=ranges)
+    # into an existing box table cut elsewhere
+    other = make_table(store, schema=schema, partitioning="dimensions", split_points=["n"])
+    random_box_tree(other, [list("abcmnqxz"), list(range(100))], rng, 6)
+    store.load(job.manifest_uri, other.name)
+    assert_matches(other.query(), ref, ranges=ranges)
+    other.compact()
+    assert_matches(other.query(), ref, ranges=ranges)

@@ -421,6 +421,7 @@ class Store:
             table = self.table(table_name)
         except TableNotFoundError:
             return self.create_table(table_name, dump.schema, split_points=dump.boundaries,
+                                     properties={"partitioning": dump.partitioning},
                                      initial_files=lambda h: copy_and_reference(
                                          dump, h, progress=progress))
         load_into(table._handle, dump, progress=progress)
