@@ -76,3 +76,34 @@ def test_spark_read_with_other_field_filters_equals_the_reference(spark_local: A
     assert_matches(got.cast(SCHEMA.to_arrow()), ref,
                    ranges=[RefRegion({"dst": (30, True, 35, False),
                                       "src": ("b", False, None, True)})])
+
+
+@pytest.mark.slow
+def test_spark_bulk_import_and_read_of_a_box_table(spark_local: Any, tmp_path: Path) -> None:
+    """A box-partitioned table: bulk import assigns rows to box leaves, and the Spark reader
+    (whole table, and with filters on both key fields) equals the reference."""
+    from sediment.spark import bulk_import
+
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("boxes", SCHEMA, split_points=["c", "f"], properties={
+        "partitioning": "dimensions", "partition.split.threshold": 300})
+    ref = Reference(SCHEMA)
+    n = 3000
+    data = pa.table({"src": [chr(ord("a") + i % 8) for i in range(n)],
+                     "dst": [(i * 7) % 101 for i in range(n)],
+                     "ts": list(range(n)), "w": [i % 5 for i in range(n)]},
+                    schema=ref.arrow)
+    table.ingest(data.slice(0, 1000))
+    table.split()
+    table.compact()
+    bulk_import(spark_local, table, spark_local.createDataFrame(data.slice(1000).to_pandas()))
+    ref.add(data)
+    assert sum(p.is_leaf for p in table.partitions()) > 3
+    assert_matches(table.query(), ref)
+    reader = spark_local.read.format("sediment").option("store", store.uri) \
+        .option("table", "boxes").option("pushdown", "true")
+    assert_matches(reader.load().toArrow().cast(SCHEMA.to_arrow()), ref)
+    got = reader.load().filter("dst >= 30 and dst < 35 and src > 'b'").toArrow()
+    assert_matches(got.cast(SCHEMA.to_arrow()), ref,
+                   ranges=[RefRegion({"dst": (30, True, 35, False),
+                                      "src": ("b", False, None, True)})])
