@@ -241,3 +241,33 @@ def test_dump_of_a_region_loads_its_rows(tmp_path: Path, spec: dict[str, sd.Rang
     assert_matches(loaded.query(), ref, ranges=[region])
     with pytest.raises(QueryError, match="'zz'"):
         table.dump(str(tmp_path / "bad"), range=sd.Region({"zz": sd.Range(1, 2)}))
+
+
+
+def test_cli_query_with_regions(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from sediment.cli import app
+
+    _edges(tmp_path)
+    runner = CliRunner()
+
+    def query(*args: str) -> Any:
+        return runner.invoke(app, ["query", "edges", "--store", str(tmp_path), "--json", *args])
+
+    def rows(*args: str) -> list[tuple[str, int]]:
+        r = query(*args)
+        assert r.exit_code == 0, r.output
+        return [(x["src"], x["dst"]) for x in map(json.loads, r.stdout.splitlines())]
+
+    assert rows("--region", "dst=[7100,7103)") == [("h", 7100), ("h", 7101), ("h", 7102)]
+    # a union with an exact key; src in (g, i] holds h and i, dst 7990..8009 only h and i
+    got = rows("--region", "src=(g,i];dst=[7990,8010)", "--key", '["a", 3]')
+    assert got == [("a", 3), *(("h", d) for d in range(7990, 8000)),
+                   *(("i", d) for d in range(8000, 8010))]
+    for bad, says in (("nope=[1,2)", "'nope'"), ("dst=[x,2)", "int64"),
+                      ("dst=[9,2)", "empty")):
+        r = query("--region", bad)
+        assert r.exit_code == 1 and says in r.stderr, (bad, r.stderr)
