@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sediment.core.boxes import FieldRange, intersect
+from sediment.core.boxes import FieldRange
 from sediment.core.keys import Key, decode_value, encode_value
 from sediment.core.model import Partition, Region
 from sediment.errors import SchemaError
@@ -69,9 +69,16 @@ class Cell(Region):
         return [FieldRange(lo, True, hi, False) for lo, hi in self.bounds]
 
     def meets(self, fields: Sequence[FieldRange]) -> bool:
-        """Whether a per-field region (a box's bound fields) can hold a key of the cell."""
-        return all(intersect(a, b) is not None
-                   for a, b in zip(self.field_ranges(), fields, strict=False))
+        """Whether a per-field region (a box's bound fields) can hold a key of the cell
+        (densely: see FieldRange.is_empty). Plain comparisons: the planner asks it of every
+        leaf for every region."""
+        for (lo, hi), f in zip(self.bounds, fields, strict=False):
+            if hi is not None and f.lo is not None and f.lo >= hi:
+                return False
+            if lo is not None and f.hi is not None and (f.hi < lo or
+                                                        (f.hi == lo and not f.hi_inc)):
+                return False
+        return True
 
     def limited(self) -> list[int]:
         """The fields the cell bounds."""
