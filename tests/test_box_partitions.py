@@ -177,13 +177,15 @@ def test_partitioning_property_rules(tmp_path: Path) -> None:
     # a box table's leaves refuse a whole-key split, a lexicographic one a field cut
     root = boxes.partitions()[0]
     leaf = next(p for p in boxes.partitions() if p.is_leaf)
-    with pytest.raises(TransactionInvalidError):
+    with pytest.raises(TransactionInvalidError, match="is a box partition"):
         boxes._handle.states.commit(SplitPartition(leaf.id, ("d", 1), "x1", "x2"))
     with pytest.raises(TransactionInvalidError):
         boxes._handle.states.commit(SplitPartition(root.id, ("d",), "x1", "x2", 0))
     lex = store.create_table("lex", schema)
-    with pytest.raises(TransactionInvalidError):
+    with pytest.raises(TransactionInvalidError, match="is not a box partition"):
         lex._handle.states.commit(SplitPartition(lex.partitions()[0].id, (3,), "y1", "y2", 1))
+    with pytest.raises(TransactionInvalidError, match="is not a box partition"):
+        lex._handle.states.commit(SplitPartition(lex.partitions()[0].id, ("a",), "y1", "y2", 0))
 
 
 @pytest.mark.parametrize("asked", [

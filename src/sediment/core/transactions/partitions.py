@@ -139,9 +139,12 @@ class SplitPartition(Transaction):
         """A cut of a box partition: a cell, a field of the key, a checked value inside."""
         assert state.schema is not None
         names = state.schema.row_key_names
-        if not isinstance(p.region, Cell) or self.dimension is None:
-            raise fail(state, f"partition {p.id} is {'not ' if self.dimension else ''}a box "
-                              f"partition: split it by {'key' if self.dimension else 'field'}")
+        if not isinstance(p.region, Cell):
+            raise fail(state, f"partition {p.id} is not a box partition: split it at a key, "
+                              f"not on a field")
+        if self.dimension is None:
+            raise fail(state, f"partition {p.id} is a box partition: split it on a field "
+                              f"(dimension), not at a key")
         if not 0 <= self.dimension < len(names) or not isinstance(self.split_key, tuple) \
                 or len(self.split_key) != 1:
             raise fail(state, f"a box split needs a row-key field index (0..{len(names) - 1}) "
