@@ -107,3 +107,31 @@ def test_spark_bulk_import_and_read_of_a_box_table(spark_local: Any, tmp_path: P
     assert_matches(got.cast(SCHEMA.to_arrow()), ref,
                    ranges=[RefRegion({"dst": (30, True, 35, False),
                                       "src": ("b", False, None, True)})])
+
+
+def test_bulk_import_presplits_box_leaves_as_a_split_would(tmp_path: Path) -> None:
+    """The splits planned for an import into a box table: Sleeper's field at the median of the
+    input's sample, until each leaf gets at most the target."""
+    from sediment.core.cells import Cell
+    from sediment.files.sample import COUNT
+    from sediment.spark.planning import plan_splits, planned_state
+
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("boxes", SCHEMA, properties={"partitioning": "dimensions"})
+    # three sources of 1000 destinations each: the median source (b) is neither the
+    # smallest nor the largest, so src is cut first; then a leaf of one source, or of two
+    # (b and c: their median is the largest), is cut on dst
+    sample = pa.table({"src": ["a"] * 1000 + ["b"] * 1000 + ["c"] * 1000,
+                       "dst": list(range(1000)) * 3, COUNT: [10] * 3000})
+    state = table._handle.states.head()
+    splits = plan_splits(sample, ["src", "dst"], state, 6000)
+    after = planned_state(state, splits)
+    assert (splits[0].dimension, splits[0].split_key) == (0, ("b",))
+    assert {s.dimension for s in splits[1:]} == {1}
+    leaves = [p.region for p in after.leaf_partitions()]
+    assert all(isinstance(c, Cell) for c in leaves) and len(leaves) == 6
+    for cell in leaves:  # each leaf gets at most the target of the input's rows
+        rows = sum(10 for src, dst in zip(sample.column("src").to_pylist(),
+                                          sample.column("dst").to_pylist(), strict=True)
+                   if cell.contains((src, dst)))
+        assert 0 < rows <= 6000
