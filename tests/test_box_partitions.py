@@ -82,6 +82,9 @@ def test_random_box_trees_match_reference(box_store: str, kinds: list[str], seed
     plain = RefRange((rng.choice(pools[0]),), (rng.choice(pools[0]),), rng.random() < 0.5,
                      rng.random() < 0.5)
     key = ref.row_key(ref.rows[0])
+    # a range pinning the first field (a per-field region in disguise: pruned as one)
+    pinned = RefRange((key[0], rng.choice(pools[1])), (key[0], rng.choice(pools[1])),
+                      rng.random() < 0.5, rng.random() < 0.5)
 
     def check() -> None:
         assert_matches(table.query(), ref)
@@ -91,6 +94,9 @@ def test_random_box_trees_match_reference(box_store: str, kinds: list[str], seed
         assert_matches(table.scan(ranges=asked).read_all(), ref, ranges=regions)
         assert_matches(table.query(keys=[key], ranges=[plain.to_sediment()]), ref,
                        keys=[key], ranges=[plain])
+        assert_matches(table.query(ranges=[pinned.to_sediment()]), ref, ranges=[pinned])
+        assert_matches(table.scan(ranges=[pinned.to_sediment(), *asked]).read_all(), ref,
+                       ranges=[pinned, *regions])
         # leaves and regions: a planned leaf's cell can meet a region; every row is in one leaf
         leaves = [p for p in table.partitions() if p.is_leaf]
         for r in ref.rows:
@@ -226,3 +232,24 @@ def test_dump_and_load_of_a_box_table(tmp_path: Path, asked: Any) -> None:
     assert_matches(other.query(), ref, ranges=ranges)
     other.compact()
     assert_matches(other.query(), ref, ranges=ranges)
+
+
+def test_a_range_pinning_leading_fields_prunes_box_leaves(tmp_path: Path) -> None:
+    schema = _schema(["string", "int"])
+    table = make_table(tmp_path, schema=schema, partitioning="dimensions", split_points=["m"])
+    ref = Reference(schema)
+    batch = _rows(["string", "int"], [(s, d) for s in "am" for d in range(100)], ref)
+    table.ingest(batch)
+    ref.add(batch)
+    left = next(p for p in table.partitions() if p.is_leaf
+                and p.region.bounds[0] == (None, "m"))  # type: ignore[attr-defined]
+    table._handle.states.commit(SplitPartition(left.id, (50,), "low", "high", 1))
+    table.compact()
+    rng = RefRange(("a", 10), ("a", 20), True, False)
+    plan = table.plan(ranges=[rng.to_sediment()])
+    assert [s.leaf_id for s in plan.subqueries] == ["low"]
+    assert_matches(table.query(ranges=[rng.to_sediment()]), ref, ranges=[rng])
+    whole = RefRange(("a",), ("a",), True, True)
+    assert {s.leaf_id for s in table.plan(ranges=[whole.to_sediment()]).subqueries} == \
+        {"low", "high"}
+    assert_matches(table.query(ranges=[whole.to_sediment()]), ref, ranges=[whole])

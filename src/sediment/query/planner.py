@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sediment.core.boxes import Box
+from sediment.core.cells import is_box_tree
 from sediment.core.model import FileReference, Region
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
 from sediment.errors import QueryError
-from sediment.query.regions import bind_region
+from sediment.query.regions import as_region, bind_region
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,8 @@ def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
                                  f"its end {r.end[0] if one else r.end!r}")
         out.append(Range(ends[0], ends[1], start_inclusive=r.start_inclusive,
                          end_inclusive=r.end_inclusive))
+    if is_box_tree(state.partitions):  # box leaves prune by every field a range pins
+        out = [as_region(r, schema.row_key_names) for r in out]
     return tuple(r for r in out if not r.is_empty())
 
 

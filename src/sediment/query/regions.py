@@ -10,6 +10,7 @@ the table and the field), never a query for nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -59,6 +60,24 @@ def bind_region(schema: Schema, table: str, box: Box) -> Box:
                              f"{'inclusive' if f.hi_inc else 'exclusive'} end)")
         by_name[name] = f
     return box.bind(names, [by_name.get(n, FieldRange()) for n in names])
+
+
+def as_region(r: Range, names: Sequence[str]) -> Range:
+    """A checked range as the per-field region it exactly is, when it is one: ends of equal
+    length ``n`` sharing their first ``n - 1`` values select those values and a range of the
+    ``n``-th field (``Range(("s", 5), ("s", 9))``, ``Range.exact(("s",))``). On box partitions
+    that prunes leaves and row groups by every field it pins; anything else is kept as it is."""
+    if isinstance(r, Box) or r.start is None or r.end is None or len(r.start) != len(r.end) \
+            or r.start[:-1] != r.end[:-1]:
+        return r
+    n = len(r.start)
+    given = {names[i]: Range.exact(v) for i, v in enumerate(r.start[:-1])}
+    given[names[n - 1]] = Range(r.start[-1], r.end[-1], start_inclusive=r.start_inclusive,
+                                end_inclusive=r.end_inclusive)
+    fields = [FieldRange(v, True, v, True) for v in r.start[:-1]]
+    fields.append(FieldRange(r.start[-1], r.start_inclusive, r.end[-1], r.end_inclusive))
+    fields += [FieldRange()] * (len(names) - n)
+    return Box(given).bind(names, fields)
 
 
 _PRUNABLE = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string,
