@@ -2,7 +2,8 @@
 
 The reference keeps every ingested record as a plain Python row and answers exact-key, range
 (inclusive, exclusive and open ends, prefixes of multi-field row keys, unions of many ranges)
-and column-subset queries by testing each row with Python tuple comparisons. It shares no code
+per-field regions (a range on each named field, :class:`RefRegion`) and column-subset
+queries by testing each row with Python tuple comparisons. It shares no code
 with Sediment: strings compare by their UTF-8 bytes (the order Sediment documents), binaries by
 bytes, integers numerically. Results are rows sorted by (row keys, sort keys), ties broken by
 every other column so two correct answers compare equal.
@@ -134,6 +135,54 @@ class RefRange:
         return f"{lb}{self.start!r}, {self.end!r}{rb}"
 
 
+class RefRegion:
+    """A per-field region: for each named row-key field, a range of single values (ends None:
+    open); a row is inside when each named field is inside its range (the order of the whole
+    key does not matter)."""
+
+    def __init__(self, fields: dict[str, tuple[Any, bool, Any, bool]]) -> None:
+        self.fields = dict(fields)
+
+    @classmethod
+    def of(cls, region: Any) -> RefRegion:
+        """From a sediment per-field Region (its user ranges only) or a RefRegion."""
+        if isinstance(region, RefRegion):
+            return region
+        return cls({name: (None if r.start is None else r.start[0], r.start_inclusive,
+                           None if r.end is None else r.end[0], r.end_inclusive)
+                    for name, r in region.given})
+
+    def to_sediment(self) -> Any:
+        return sd.Region({name: sd.Range(lo, hi, min_inclusive=lo_inc, max_inclusive=hi_inc)
+                          for name, (lo, lo_inc, hi, hi_inc) in self.fields.items()})
+
+    def contains_row(self, row: Row) -> bool:
+        for name, (lo, lo_inc, hi, hi_inc) in self.fields.items():
+            v = order_value(row[name])
+            if lo is not None and (v < order_value(lo) or (v == order_value(lo) and not lo_inc)):
+                return False
+            if hi is not None and (v > order_value(hi) or (v == order_value(hi) and not hi_inc)):
+                return False
+        return True
+
+    def __repr__(self) -> str:
+        return "RefRegion(" + ", ".join(
+            f"{n}{'[' if a else '('}{lo!r}, {hi!r}{']' if b else ')'}"
+            for n, (lo, a, hi, b) in self.fields.items()) + ")"
+
+
+def _selects(x: Any, ref: Reference, row: Row) -> bool:
+    if isinstance(x, RefRegion):
+        return x.contains_row(row)
+    return bool(x.contains(ref.row_key(row)))
+
+
+def _ref_item(r: Any) -> RefRange | RefRegion:
+    if isinstance(r, RefRegion) or hasattr(r, "given"):  # a sediment per-field Region
+        return RefRegion.of(r)
+    return RefRange.of(r)
+
+
 class Reference:
     """Everything ingested, answering queries the slow, obvious way."""
 
@@ -167,10 +216,10 @@ class Reference:
         """Expected rows (tuples of ``columns``), in canonical order (see :func:`canonical`)."""
         rs = None
         if keys is not None or ranges is not None:
-            rs = [RefRange(k, k, True, True) for k in (keys or ())]
-            rs += [RefRange.of(r) for r in (ranges or ())]
+            rs: list[RefRange | RefRegion] = [RefRange(k, k, True, True) for k in (keys or ())]
+            rs += [_ref_item(r) for r in (ranges or ())]
         out = [r for r in self.rows
-               if (rs is None or any(x.contains(self.row_key(r)) for x in rs))
+               if (rs is None or any(_selects(x, self, r) for x in rs))
                and (where is None or where(r))]
         cols = list(columns) if columns is not None else self.names
         return canonical([tuple(r[c] for c in cols) for r in out],

@@ -240,6 +240,14 @@ _SPECS = [
                  "Spark's per-task cost; bulk_import.target_leaf_rows uses the same figure.",
                  minimum=1),
     # --- partitions, compaction, gc -------------------------------------------------------
+    PropertySpec("partitioning", str, "lexicographic",
+                 "lexicographic: a partition is an interval of the row-key order and a split "
+                 "cuts that order; dimensions: a partition is a box (a range on each row-key "
+                 "field) and a split cuts the first field whose median is neither its minimum "
+                 "nor its maximum in the leaf, at that median (as Sleeper does), so queries on "
+                 "any key field prune partitions. Split points of a dimensions table cut the "
+                 "first field. Fixed once the table holds data.",
+                 choices=("lexicographic", "dimensions")),
     PropertySpec("partition.scheme", str, "",
                  "The id of the partition scheme (co-sharding) whose tree this table follows; "
                  "empty for a table with its own tree. Set by store.create_table(..., "

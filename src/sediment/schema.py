@@ -341,6 +341,15 @@ class Schema:
             out.append(_temporal_as_int(v, f.type))
         return tuple(out)
 
+    def check_key_field(self, name: str, value: Any, *, what: str = "value") -> Any:
+        """One value of row-key field ``name`` checked against its type (temporal values as
+        ints, the model's form): a per-field region's ends are checked one field at a time."""
+        f = self.row_keys[self.row_key_names.index(name)]
+        if not _fits(value, f.type):
+            raise SchemaError(f"{what} {value!r} is not a valid {f.type} for row key field "
+                              f"{name!r}")
+        return _temporal_as_int(value, f.type)
+
     # ---- serialisation -----------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """A JSON-able description: readable type strings plus the exact Arrow schema."""

@@ -247,7 +247,8 @@ class Store(SchemeMethods):
                 self, scheme, name, schema, split_points, dict(properties or {}))
             props.update(scheme_props)
         else:
-            partitions = build_partition_tree(schema, split_points)
+            partitions = build_partition_tree(schema, split_points,
+                                              str(props.get("partitioning", "lexicographic")))
         table_id = uuid.uuid4().hex
         states = StateStore(self.table_objects(table_id), table_id, name)
         states.commit(InitialiseTable(schema, props, partitions))
@@ -445,6 +446,7 @@ class Store(SchemeMethods):
             table = self.table(table_name)
         except TableNotFoundError:
             return self.create_table(table_name, dump.schema, split_points=dump.boundaries,
+                                     properties={"partitioning": dump.partitioning},
                                      initial_files=lambda h: copy_and_reference(
                                          dump, h, progress=progress))
         load_into(table._handle, dump, progress=progress)

@@ -244,7 +244,8 @@ class Table(Conversions, EngineMethods):
         """
         from sediment.core.state import build_partition_tree
 
-        partitions = build_partition_tree(self.schema, split_points)
+        partitions = build_partition_tree(self.schema, split_points,
+                                          str(self.properties["partitioning"]))
         return self._handle.states.commit(ReinitialiseTable(partitions)).version
 
     def history(self) -> list[HistoryEntry]:

@@ -214,3 +214,17 @@ def test_query_record_check_catches_a_wrong_answer(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match="equals no committed version"):
         run.check_queries(commits)
     assert os.path.exists(tmp_path / "store")
+
+
+def test_writers_maintainer_and_readers_on_box_partitions(tmp_path: Path) -> None:
+    """The same proof on a table of box partitions (partitioning=dimensions): splits cut a
+    field, ingest descends the tree, queries merge the leaves."""
+    run = Run(str(tmp_path / "store"), {}, tmp_path, writers=2, batches=8, rows=150,
+              readers=2, maintainers=2,
+              properties={"compaction.job_timeout_seconds": 0.5,
+                          "partitioning": "dimensions"})
+    run.execute(timeout=120)
+    summary = run.check()
+    print(summary)
+    assert summary["maintenance"]["split_partition"] > 0, summary
+    assert run.settle_and_check_files() <= PROPERTIES["compaction.batch_size"]

@@ -299,3 +299,27 @@ def test_kill_during_ingest_and_compaction_on_s3(
                         {"kind": "replace_file_references", "when": "before", "nth": 1}])
     run_random_kills(h, 2, 3.0)
     h.clean_up_and_check()
+
+
+# ---- box partitions (partitioning=dimensions) ---------------------------------------------------
+def test_kill_during_ingest_into_box_partitions(tmp_path: Path) -> None:
+    h = Harness(str(tmp_path / "store"), {}, tmp_path, "ingest", seed=11,
+                properties={"partitioning": "dimensions"})
+    run_kill_points(h, [{"kind": "add_files", "when": "before", "nth": 2},
+                        {"kind": "add_files", "when": "after", "nth": 1}])
+    run_random_kills(h, 2, 1.5)
+    assert h.committed_batches > 0
+    h.clean_up_and_check()
+
+
+def test_kill_during_split_of_box_partitions(tmp_path: Path) -> None:
+    h = Harness(str(tmp_path / "store"), {}, tmp_path, "maintain", seed=13,
+                properties={"partition.split.threshold": 60, "partitioning": "dimensions"})
+    run_kill_points(h, [{"kind": k, "when": when, "nth": 1}
+                        for k in ("split_partition", "split_file_references")
+                        for when in ("before", "after")])
+    h.op = "split"
+    run_random_kills(h, 2, 1.5)
+    table = h.clean_up_and_check()
+    assert len(table.state().leaf_partitions()) > 3
+    assert all(type(p.region).__name__ == "Cell" for p in table.partitions())

@@ -31,9 +31,10 @@ from sediment.cli.output import (
     to_json,
 )
 from sediment.cli.parsing import convert_split_point
+from sediment.core.boxes import Box
 from sediment.core.ranges import Range
 from sediment.query.where import parse_where
-from sediment.schema import Schema
+from sediment.schema import Schema, key_from_text
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -82,6 +83,30 @@ def parse_range(text: str, schema: Schema) -> Range:
     return Range(start, end, start_inclusive=t[0] == "[", end_inclusive=t[-1] == "]")
 
 
+def parse_region(text: str, schema: Schema) -> Range:
+    """``source=(c,p];destination=[5,)``: a range per row-key field, ``;``-separated (a
+    per-field region, ``sd.Region``); each end a plain value of its field."""
+    fields: dict[str, Range] = {}
+    for part in (p for p in text.split(";") if p.strip()):
+        name, _, rng = (x.strip() for x in part.partition("="))
+        field = next((f for f in schema.row_keys if f.name == name), None)
+        if field is None:
+            raise CliError(f"region {text!r}: {name!r} is not a row key field (row key "
+                           f"fields: {', '.join(schema.row_key_names)}); write "
+                           f"field=[start,end);field=...")
+        if len(rng) < 3 or rng[0] not in "[(" or rng[-1] not in "])" or "," not in rng:
+            raise CliError(f"region {text!r}: write {name}=[start,end), (start,end], [start,)")
+        a, b = (x.strip() for x in rng[1:-1].split(",", 1))
+        try:
+            ends = [key_from_text(x, field) if x else None for x in (a, b)]
+        except ValueError:
+            raise CliError(f"region {text!r}: an end of {name} is not a valid {field.type}"
+                           ) from None
+        fields[name] = Range(ends[0], ends[1], start_inclusive=rng[0] == "[",
+                             end_inclusive=rng[-1] == "]")
+    return Box(fields)
+
+
 @commands.command()
 def ingest(
     name: TableArg,
@@ -127,6 +152,10 @@ def query(
     = None,
     range_: Annotated[list[str] | None, typer.Option("--range", "-r", help="Key range such "
                                                      "as [a,m) or (a,]; repeatable.")] = None,
+    region: Annotated[list[str] | None, typer.Option(
+        "--region", help="A range on each named row-key field, such as "
+                         "'src=(c,p];dst=[5,)' (fields not named are unbounded); "
+                         "repeatable, with --key and --range: rows in any of them.")] = None,
     columns: Annotated[str | None, typer.Option("--columns", "-c",
                                                 help="Comma-separated columns.")] = None,
     where: Annotated[str | None, typer.Option(
@@ -160,6 +189,7 @@ def query(
     csv/json/parquet never hold the whole result in memory. Examples:
     sediment query events --key a --json;
     sediment query events --range '[a,m)' --format csv --output out.csv;
+    sediment query edges --region 'dst=[5,9]';
     sediment query events --version v1 --limit 10;
     sediment query events --where "key >= 'm' AND value IN ('x', 'y')".
     """
@@ -177,6 +207,8 @@ def query(
     schema = table.schema
     keys = [_key_values(k, schema, "key") for k in key] if key else None
     ranges = [parse_range(r, schema) for r in range_] if range_ else None
+    if region:
+        ranges = [*(ranges or []), *(parse_region(r, schema) for r in region)]
     cols = [c.strip() for c in columns.split(",")] if columns else None
     v = resolve_version_option(table, version)
     flt = parse_where(where, schema.to_arrow()) if where is not None else None

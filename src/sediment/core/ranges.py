@@ -23,7 +23,13 @@ class Range:
     end_inclusive: bool
 
     def __init__(self, start: Any = None, end: Any = None, *, start_inclusive: bool = True,
-                 end_inclusive: bool = False) -> None:
+                 end_inclusive: bool = False, min_inclusive: bool | None = None,
+                 max_inclusive: bool | None = None) -> None:
+        # Sleeper's names for the same ends (a per-field region's ranges read as Sleeper's)
+        if min_inclusive is not None:
+            start_inclusive = min_inclusive
+        if max_inclusive is not None:
+            end_inclusive = max_inclusive
         object.__setattr__(self, "start", None if start is None else as_key(start))
         object.__setattr__(self, "end", None if end is None else as_key(end))
         object.__setattr__(self, "start_inclusive", start_inclusive)

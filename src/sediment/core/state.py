@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sediment.core.cells import box_tree
 from sediment.core.keys import Key
 from sediment.core.model import FileReference, Partition, Region
 from sediment.errors import SchemaError
@@ -392,8 +393,12 @@ def partition_runs(table: pa.Table) -> list[tuple[str, int, int]]:
     return [(pids[s].as_py(), s, e) for s, e in zip(starts, ends, strict=True)]
 
 
-def build_partition_tree(schema: Schema, split_points: Sequence[Any] | None) -> list[Partition]:
-    """A balanced partition tree whose leaves are cut at the given split points."""
+def build_partition_tree(schema: Schema, split_points: Sequence[Any] | None,
+                         partitioning: str = "lexicographic") -> list[Partition]:
+    """A balanced partition tree whose leaves are cut at the given split points (box
+    partitions: see sediment.core.cells.box_tree)."""
+    if partitioning == "dimensions":
+        return box_tree(schema, split_points, ROOT_PARTITION_ID)
     keys = [schema.check_row_key(k, what="split point") for k in (split_points or [])]
     for a, b in zip(keys, keys[1:], strict=False):
         if not a < b:

@@ -31,8 +31,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.core.boxes import Box
+from sediment.core.cells import is_box_tree
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
+from sediment.dump.boxes import box_tiles
 from sediment.dump.lock import GUARD, LOCK_KEY, DumpLock, DumpLockLostError, check_owner, guard
 from sediment.dump.lock import abandon as abandon_lock
 from sediment.dump.manifest import (
@@ -46,7 +49,8 @@ from sediment.dump.manifest import (
 from sediment.dump.whole import copy_file, whole_file
 from sediment.errors import JobError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
-from sediment.query.planner import SubQuery
+from sediment.query.planner import QueryPlan, SubQuery
+from sediment.query.regions import bind_region
 from sediment.state.versions import create_tag, delete_tag, list_tags
 from sediment.storage.base import ObjectStore
 
@@ -69,6 +73,8 @@ class DumpTask:
     """The task's tile of the dump range (in its manifests; the tiles cover the dump range)."""
     query: Range | None = None
     """The dump range: the task reads ``query`` within its leaf's region (None: ``range``)."""
+    leaves: tuple[str, ...] = ()
+    """Box partitions (dump/boxes.py): every leaf the task reads, merged in key order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +100,9 @@ def plan_dump_tasks(state: TableState, rng: Range) -> list[DumpTask]:
     last ending where ``rng`` ends, so the tiles cover ``rng`` exactly by construction, also
     when a bound of ``rng`` is a prefix of a multi-field split key.
     """
+    if is_box_tree(state.partitions):
+        return [DumpTask(f"task-{i:05d}", hit[0] if hit else "", tile, query, hit)
+                for i, (tile, query, hit) in enumerate(box_tiles(state, rng))]
     leaves = [leaf for leaf in state.leaf_partitions() if rng.overlaps(leaf.region)]
     out = []
     for i, leaf in enumerate(leaves):
@@ -144,19 +153,24 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
     guard()  # a job resumed by another dump is that dump's to write
     dest.delete_many([o.key for o in dest.list(folder + "/")])
     state = table.state(version)
-    leaf = state.partitions[task.leaf_id]
-    refs = list(state.references(leaf.id).values())
-    for anc in state.ancestors(leaf.id):
-        refs.extend(state.references(anc.id).values())
+    subs = []
+    boxes = is_box_tree(state.partitions)
+    for leaf_id in task.leaves if boxes else (task.leaf_id,):
+        leaf = state.partitions[leaf_id]
+        refs = list(state.references(leaf.id).values())
+        for anc in state.ancestors(leaf.id):
+            refs.extend(state.references(anc.id).values())
+        subs.append(SubQuery(leaf.id, leaf.region, tuple(refs), (task.query or task.range,)))
     schema = table.schema
     executor = table.executors.get(state)  # the table's own, with its caches
-    whole = whole_file(table, executor, refs, task.range)
+    # a per-field region or a box leaf leaves out rows inside the tile: never a whole file
+    whole = None if isinstance(task.query, Box) or boxes else \
+        whole_file(table, executor, list(subs[0].references), task.range)
     if whole is not None:
         return [copy_file(table, dest, f"{folder}/batch-00000", version, task.range,
                           whole)]
-    sub = SubQuery(leaf.id, leaf.region, tuple(refs), (task.query or task.range,))
     props = table.properties
-    batches = executor.stream(_plan_of(state, sub), schema.field_names,
+    batches = executor.stream(QueryPlan(state.version, tuple(subs)), schema.field_names,
                               table.compaction_iterators())
     paths: list[str] = []
     pending: list[pa.RecordBatch] = []
@@ -179,12 +193,6 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
             flush(False)
     flush(True)
     return paths
-
-
-def _plan_of(state: TableState, sub: SubQuery) -> Any:
-    from sediment.query.planner import QueryPlan
-
-    return QueryPlan(state.version, (sub,))
 
 
 def _task_done(dest: ObjectStore, job_id: str, task: DumpTask, version: int) -> list[str] | None:
@@ -281,6 +289,8 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
     dump's job: the same job manifest."""
     started = time.perf_counter()
     rng = range or Range()
+    if isinstance(rng, Box):  # a per-field region: checked; tiles cut its lexicographic bounds
+        rng = bind_region(table.schema, table.name, rng)
     if rng.is_empty():  # no task could tile it: the dump would not load
         raise QueryError(f"table {table.name}: dump range {rng} is empty")
     root = dump_root_of(table, root)
@@ -378,6 +388,8 @@ def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, v
     job = {"format": FORMAT, "job_id": job_id, "table": table.name, "version": v,
            "schema": table.schema.to_json(), "range": range_to_json(rng), "tasks": entries,
            "rows": rows, "bytes": size, "created": time.time()}
+    if is_box_tree(state.partitions):  # a load makes a box table cut where the tiles are
+        job["partitioning"] = "dimensions"
     lock.check()  # a dump that resumed this job after a stall writes the manifest, not us
     dest.put(f"{job_id}/{JOB_MANIFEST}", dumps(job))
     return resumed, rows, size, len(tasks)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sediment.core.cells import PARTITIONINGS
 from sediment.core.model import FileReference
 from sediment.core.ranges import Range
 from sediment.dump.manifest import loads, range_from_json, safe_path, sha256, tiles
@@ -172,6 +173,8 @@ class VerifiedDump:
     schema: Schema
     boundaries: list[Any]
     files: list[DumpedFile]
+    partitioning: str = "lexicographic"
+    """How the dumped table was partitioned (a new table is made alike)."""
 
 
 def open_dump(job_manifest_uri: str, open_root: Callable[[str], ObjectStore]) -> VerifiedDump:
@@ -181,7 +184,11 @@ def open_dump(job_manifest_uri: str, open_root: Callable[[str], ObjectStore]) ->
     src = open_root(root)
     job, files = verify_dump(src, job_key)
     boundaries = [range_from_json(t["range"]).start for t in job["tasks"][1:]]
-    return VerifiedDump(src, Schema.from_json(job["schema"]), boundaries, files)
+    partitioning = str(job.get("partitioning", "lexicographic"))
+    if partitioning not in PARTITIONINGS:
+        raise CorruptMetadataError(f"dump job manifest {src.uri}/{job_key}: unknown "
+                                   f"partitioning {partitioning!r}")
+    return VerifiedDump(src, Schema.from_json(job["schema"]), boundaries, files, partitioning)
 
 
 def load_into(table: TableHandle, dump: VerifiedDump, *,

@@ -12,6 +12,8 @@ from typing import Any, TypeAlias
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sediment.core.boxes import Box
+from sediment.core.cells import Cell
 from sediment.core.keys import Key
 from sediment.core.model import Region
 from sediment.core.ranges import Range
@@ -75,8 +77,22 @@ def _lex_compare(data: Columnar, names: Sequence[str], key: Key, op: str) -> pa.
     return result
 
 
+def cell_mask(data: Columnar, names: Sequence[str], cell: Cell) -> pa.Array | None:
+    """Rows inside a box partition: ``lo <= field < hi`` on each bounded field."""
+    mask = None
+    for name, (lo, hi) in zip(names, cell.bounds, strict=False):
+        col = data.column(name)
+        for fn, v in ((pc.greater_equal, lo), (pc.less, hi)):
+            if v is not None:
+                m = fn(col, pa.scalar(v, type=col.type))
+                mask = m if mask is None else pc.and_(mask, m)
+    return mask
+
+
 def region_mask(data: Columnar, names: Sequence[str], region: Region) -> pa.Array | None:
     """Rows inside a partition region, or None when the region is unbounded."""
+    if isinstance(region, Cell):
+        return cell_mask(data, names, region)
     mask = None
     if region.min is not None:
         mask = _lex_compare(data, names, region.min, ">=")
@@ -86,7 +102,26 @@ def region_mask(data: Columnar, names: Sequence[str], region: Region) -> pa.Arra
     return mask
 
 
+def box_mask(data: Columnar, box: Box) -> pa.Array | None:
+    """Rows inside a per-field region: each limited field's comparisons, and-ed."""
+    mask = None
+    for name, f in box.constrained():
+        col = data.column(name)
+        parts = []
+        if f.lo is not None:
+            parts.append((pc.greater_equal if f.lo_inc else pc.greater)(
+                col, pa.scalar(f.lo, type=col.type)))
+        if f.hi is not None:
+            parts.append((pc.less_equal if f.hi_inc else pc.less)(
+                col, pa.scalar(f.hi, type=col.type)))
+        for m in parts:
+            mask = m if mask is None else pc.and_(mask, m)
+    return mask
+
+
 def range_mask(data: Columnar, names: Sequence[str], rng: Range) -> pa.Array | None:
+    if isinstance(rng, Box):
+        return box_mask(data, rng)
     mask = None
     if rng.start is not None:
         mask = _lex_compare(data, names, rng.start, ">=" if rng.start_inclusive else ">")

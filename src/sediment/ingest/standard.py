@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from sediment.core.cells import is_box_tree
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles
@@ -26,6 +27,7 @@ from sediment.errors import DataError, SedimentError, StorageError
 from sediment.files.keys import bisect_key
 from sediment.files.sidecars import with_sidecars
 from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
+from sediment.ingest.boxes import write_boxes
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 from sediment.ingest.spill import SortedRuns, SpillDir, resolve_spill_dir
 from sediment.state import pending
@@ -83,6 +85,8 @@ def _write_partitioned(table: TableHandle, state: TableState, stream: Iterator[p
                        strategy: str) -> tuple[list[FileReference], list[WrittenFile]]:
     schema = state.schema
     assert schema is not None
+    if is_box_tree(state.partitions):
+        return _write_boxes(table, state, stream, strategy)
     props = {**table.properties}
     cutter = _LeafCutter(state, schema.row_key_names)
     refs: list[FileReference] = []
@@ -129,6 +133,23 @@ def _write_partitioned(table: TableHandle, state: TableState, stream: Iterator[p
                                f"{table.objects.uri}: {e}") from e
         raise
     return refs, written
+
+
+def _write_boxes(table: TableHandle, state: TableState, stream: Iterator[pa.RecordBatch],
+                 strategy: str) -> tuple[list[FileReference], list[WrittenFile]]:
+    """Box partitions (ingest/boxes.py), failing as :func:`_write_partitioned` does."""
+    open_writers: list[SortedFileWriter] = []
+    written: list[WrittenFile] = []
+    try:
+        return write_boxes(table, state, stream, strategy, open_writers, written), written
+    except BaseException as e:
+        for w in open_writers:
+            w.abort()
+        _delete_files(table, written)
+        if isinstance(e, OSError) and not isinstance(e, SedimentError):
+            raise StorageError(f"ingest into table {table.name}: cannot write data files to "
+                               f"{table.objects.uri}: {e}") from e
+        raise
 
 
 def _delete_files(table: TableHandle, written: Sequence[WrittenFile]) -> None:

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from sediment.core.cells import Cell
 from sediment.core.keys import Key
 from sediment.core.model import Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import SplitPartition
 from sediment.errors import SedimentError, TransactionInvalidError
+from sediment.files.cells import choose_cut
 from sediment.files.keys import bisect_key, region_mask, row_key
 from sediment.files.sample import COUNT, merge_samples, quantile
 
@@ -37,6 +39,8 @@ class SplitDecision:
     records: int
     split_key: Key | None
     reason: str = ""
+    dimension: int | None = None
+    """Box partitions: the row-key field cut (``split_key`` is its one value)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +123,29 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
         except SedimentError as e:  # a damaged sample holds back this leaf, not the others
             out.append(SplitDecision(leaf.id, n, None, f"cannot read a sample: {e}"))
             continue
+        if isinstance(leaf.region, Cell):
+            out.append(_box_decision(leaf, n, samples, names))
+            continue
         key = choose_split_key(leaf, [s.select([*names, COUNT]) for s in samples], names)
         out.append(SplitDecision(leaf.id, n, key,
                                  "" if key is not None else "every record has one row key"))
     return out
+
+
+def _box_decision(leaf: Partition, n: int, samples: Sequence[pa.Table],
+                  names: Sequence[str]) -> SplitDecision:
+    """A box leaf's split: a field and its median (files/cells.py choose_cut)."""
+    assert isinstance(leaf.region, Cell)
+    cut = None
+    if samples:
+        merged = merge_samples([s.select([*names, COUNT]) for s in samples], names)
+        mask = region_mask(merged, names, leaf.region)
+        cut = choose_cut(leaf.region, merged if mask is None else merged.filter(mask), names,
+                         COUNT)
+    if cut is None:
+        return SplitDecision(leaf.id, n, None, "no row-key field has a median strictly "
+                                               "between its minimum and maximum in the leaf")
+    return SplitDecision(leaf.id, n, (cut[1],), "", cut[0])
 
 
 def split(table: TableHandle, *, limit: int = 0) -> SplitResult:
@@ -142,7 +165,8 @@ def split(table: TableHandle, *, limit: int = 0) -> SplitResult:
             continue
         left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
         try:
-            table.states.commit(SplitPartition(d.partition_id, d.split_key, left, right))
+            table.states.commit(SplitPartition(d.partition_id, d.split_key, left, right,
+                                               d.dimension))
         except TransactionInvalidError as e:  # split by someone else meanwhile
             table.status.record("split", d.partition_id, "failed",
                                 partition_id=d.partition_id, reason=str(e))

@@ -50,8 +50,12 @@ class PlannedFile:
     """One file an engine must read for a query at a version (see ``Table.plan_files``).
 
     Read the rows of ``uri`` (``path`` in the store's Arrow filesystem) whose row key lies in
-    ``region`` (``[min, max)`` of key tuples; None ends open) and, when ``ranges`` is not None,
-    in one of ``ranges``. When ``merge`` is False, those rows are the leaf's answer as they are
+    ``region`` (``[min, max)`` of key tuples; None ends open; on a box-partitioned table a
+    ``Cell``: ``[lo, hi)`` on each row-key field, ``region.bounds``, ``region.contains(key)``)
+    and, when ``ranges`` is not None, in one of ``ranges`` (a per-field region among them, a
+    ``Box``, holds a range per field: ``contains(key)``, ``fields``). On a box-partitioned
+    table the leaves' answers interleave in key order. When ``merge`` is False, those rows are
+    the leaf's answer as they are
     (already sorted). When True, merge the restricted rows of every file of the same ``leaf_id``
     by (row keys, sort keys, sequence) — a row's sequence is the file's hidden
     ``__sediment_seq`` column where it has a value, else ``sequence`` — then apply the table's

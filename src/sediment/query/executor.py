@@ -20,18 +20,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sediment.core.cells import Cell
 from sediment.core.model import FileReference, Region
 from sediment.core.prefetch import read_ahead
 from sediment.core.ranges import Range
 from sediment.errors import CorruptMetadataError
 from sediment.files.keyfilter import hash_keys
-from sediment.files.keys import rows_in
+from sediment.files.keys import rows_in, sort_indices
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.filters import QueryFilter
 from sediment.query.footers import FileFooter, FooterCache
 from sediment.query.planner import QueryPlan, SubQuery
+from sediment.query.regions import box_row_groups
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
 
@@ -90,8 +92,9 @@ def _inside(footer: FileFooter, first: int, last: int, region: Region) -> bool:
     first key field (strictly, so that a multi-field key equal on it is still filtered):
     then a whole-region read needs no row filter."""
     lo, hi = footer.mins[first], footer.maxs[last]
-    if lo is None or hi is None:
-        return False
+    if lo is None or hi is None or (isinstance(region, Cell) and region.limited() not in ([],
+                                                                                       [0])):
+        return False  # a box partition bounds other fields: only a row filter can tell
     return (region.min is None or lo > region.min[0]) and \
         (region.max is None or hi < region.max[0])
 
@@ -119,6 +122,11 @@ def _exact_single_keys(ranges: tuple[Range, ...] | None) -> list[Any] | None:
             return None
         keys.append(r.start[0])
     return keys
+
+
+def _boxes(subs: Sequence[SubQuery]) -> bool:
+    """Whether several sub-queries read box partitions (see sediment.core.cells)."""
+    return len(subs) > 1 and any(isinstance(s.region, Cell) for s in subs)
 
 
 class Executor:
@@ -163,6 +171,8 @@ class Executor:
         if footer is None:
             pf, footer = self.footers.open(ref.filename)
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
+        if sub.ranges:  # per-field regions: every limited field's statistics
+            groups = box_row_groups(self.schema, footer.metadata, groups, sub.ranges)
         layout = self.footers.layout(ref.filename) if hashes is not None and groups else None
         if hashes is not None and layout is not None:
             groups = [g for g in groups
@@ -246,7 +256,11 @@ class Executor:
                     lambda s: self.read_subquery(s, columns, iterators, query_filter), subs))
         if not tables:
             return schema.empty_table()
-        return pa.concat_tables(tables)
+        out = pa.concat_tables(tables)
+        if _boxes(subs):  # box leaves interleave in key order; one key lives in one leaf,
+            # so a stable sort keeps each key's records in the order the leaf gave them
+            out = out.take(sort_indices(out, self.schema.key_names))
+        return out
 
     def stream(self, plan: QueryPlan, columns: list[str],
                iterators: Sequence[RecordIterator],
@@ -255,6 +269,12 @@ class Executor:
         several leaves, up to ``threads`` leaves are read at once, each on its own thread and
         a few batches ahead (Arrow decodes without the GIL), so memory stays bounded."""
         subs = plan.subqueries
+        if _boxes(subs):  # box leaves interleave in key order: merged, one batch at a time
+            arrow = self.schema.to_arrow()
+            yield from merge_sorted(
+                [self._stream_leaf(s, columns, iterators, query_filter) for s in subs],
+                self.schema.key_names, pa.schema([arrow.field(c) for c in columns]))
+            return
         if len(subs) <= 1 or self.threads == 1:
             for sub in subs:
                 yield from self._stream_leaf(sub, columns, iterators, query_filter)

@@ -107,7 +107,8 @@ class TableInspector:
     def partitions(self, version: int | str | None = None) -> pa.Table:
         """One row per partition at ``version``, parents before children: id, parent,
         ``leaf``, ``depth``, region, split key, and the references held directly
-        (``files``, ``records``, ``approximate`` when any count is estimated)."""
+        (``files``, ``records``, ``approximate`` when any count is estimated), and the
+        region as text (``region``: a box partition's range on every field)."""
         t = self._table
         state = t.state(version)
         ps = sorted(state.partitions.values(),
@@ -129,6 +130,9 @@ class TableInspector:
             "files": pa.array(files, pa.int64()),
             "records": pa.array(records, pa.int64()),
             "approximate": pa.array(approx, pa.bool_()),
+            # the whole region as text: a box partition's (partitioning=dimensions) bounds
+            # every field, which region_min and region_max (first-field bounds) cannot show
+            "region": pa.array([str(p.region) for p in ps], pa.string()),
         })
 
     def history(self) -> pa.Table:

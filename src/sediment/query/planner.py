@@ -11,10 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sediment.core.boxes import Box
+from sediment.core.cells import is_box_tree
 from sediment.core.model import FileReference, Region
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
 from sediment.errors import QueryError
+from sediment.query.regions import as_region, bind_region
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +41,14 @@ class QueryPlan:
 
 
 def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
-                     ranges: Sequence[Range] | Range | None) -> tuple[Range, ...] | None:
+                     ranges: Sequence[Range] | Range | None,
+                     table: str = "") -> tuple[Range, ...] | None:
     """Keys and ranges as one tuple of Ranges checked against the schema (None: all rows).
 
     A range whose start is after its end is refused (QueryError naming both ends); one whose
-    ends are equal and not both inclusive selects nothing."""
+    ends are equal and not both inclusive selects nothing. A per-field region
+    (``sd.Region({...})``, a :class:`Box`) is checked and bound to the row keys (see
+    sediment.query.regions)."""
     schema = state.schema
     assert schema is not None
     if keys is None and ranges is None:
@@ -56,11 +62,15 @@ def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
             out.append(Range.exact(schema.check_row_key(k, what="query key")))
         except Exception as e:  # SchemaError -> QueryError with the same message
             raise QueryError(str(e)) from None
-    if isinstance(ranges, Range):
+    if isinstance(ranges, Range):  # a Box is a Range too
         ranges = [ranges]
     for r in ranges or ():
+        if isinstance(r, Box):
+            out.append(bind_region(schema, table or "?", r))
+            continue
         if not isinstance(r, Range):
-            raise QueryError(f"ranges must be sediment.Range values, got {r!r}")
+            raise QueryError(f"ranges must be sediment.Range or sediment.Region values, "
+                             f"got {r!r}")
         ends = []
         for end in (r.start, r.end):
             try:  # checked, and temporal values as the model's integers
@@ -76,6 +86,8 @@ def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
                                  f"its end {r.end[0] if one else r.end!r}")
         out.append(Range(ends[0], ends[1], start_inclusive=r.start_inclusive,
                          end_inclusive=r.end_inclusive))
+    if is_box_tree(state.partitions):  # box leaves prune by every field a range pins
+        out = [as_region(r, schema.row_key_names) for r in out]
     return tuple(r for r in out if not r.is_empty())
 
 

@@ -132,7 +132,7 @@ def prepare_query(state: TableState, executor: Executor, table: str, *,
             record_by_record=all(isinstance(it, AgeOff | RowFilter) for it in its))
         extra |= set(query_filter.fields)
     read = [c for c in schema.field_names if c in wanted or c in schema.key_names or c in extra]
-    asked = normalise_ranges(state, keys, ranges)
+    asked = normalise_ranges(state, keys, ranges, table)
     narrow = query_filter.key_ranges if query_filter is not None else None
     plan = plan_query(state, narrow if asked is None and narrow is not None else asked)
     if asked is not None and narrow is not None:

@@ -224,6 +224,10 @@ def member_tree(store: CatalogStore, scheme: str, table: str, schema: Schema,
     if {"partition.scheme", "partition.scheme.version"} & set(properties):
         raise PropertyError(f"table {table}: give the scheme as create_table(..., scheme=...), "
                             "not as a property")
+    if properties.get("partitioning", "lexicographic") != "lexicographic":
+        raise PropertyError(f"table {table}: a member of partition scheme {scheme!r} follows "
+                            "the scheme's lexicographic tree; box partitions (partitioning="
+                            f"{properties['partitioning']!r}) need a table of its own")
     sid = scheme_id_of(store, scheme)
     state = scheme_states(store, sid, scheme).head()
     check_row_keys(state, schema, scheme, table)

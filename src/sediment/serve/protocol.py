@@ -13,7 +13,8 @@ A query travels as a JSON object (the command of a Flight descriptor, UTF-8)::
 
 Values: JSON strings, numbers, booleans and null as they are; ``bytes`` as
 ``{"base64": "..."}`` (the CLI's ``--json`` form for binary); a key tuple as a JSON list;
-``datetime``/``date`` as ``{"datetime": "<ISO 8601>"}``/``{"date": "..."}``. A ticket is the
+``datetime``/``date`` as ``{"datetime": "<ISO 8601>"}``/``{"date": "..."}``; a per-field
+region (``sd.Region({...})``) as ``{"region": {"<field>": {"range": {...}}, ...}}``. A ticket is the
 query with its version pinned plus the leaf it reads: ``{"query": {...}, "leaf": "<id>"}``
 (``"leaf": null``: the whole query).
 
@@ -36,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.flight as fl
 
 import sediment.errors as errors_module
+from sediment.core.boxes import Box
 from sediment.core.ranges import Range
 from sediment.errors import (
     AuthenticationError,
@@ -62,6 +64,8 @@ def encode_value(value: Any, what: str) -> Any:
         return {"base64": base64.b64encode(bytes(value)).decode()}
     if isinstance(value, tuple | list):
         return [encode_value(v, what) for v in value]
+    if isinstance(value, Box):  # a per-field region: its fields' ranges as given
+        return {"region": {str(name): encode_value(r, what) for name, r in value.given}}
     if isinstance(value, Range):
         return {"range": {"start": encode_value(value.start, what),
                           "end": encode_value(value.end, what),
@@ -88,6 +92,9 @@ def decode_value(data: Any, what: str) -> Any:
             return dt.datetime.fromisoformat(str(data["datetime"]))
         if set(data) == {"date"}:
             return dt.date.fromisoformat(str(data["date"]))
+        if set(data) == {"region"} and isinstance(data["region"], dict):
+            # checked where it is queried (bind_region), as a local region is
+            return Box({str(k): decode_value(v, what) for k, v in data["region"].items()})
         if set(data) == {"range"} and isinstance(data["range"], dict):
             r = data["range"]
             return Range(decode_value(r.get("start"), what), decode_value(r.get("end"), what),
@@ -96,7 +103,7 @@ def decode_value(data: Any, what: str) -> Any:
     except (binascii.Error, ValueError, TypeError) as e:
         raise BadRequestError(f"{what}: malformed value {data!r}: {e}") from None
     raise BadRequestError(f"{what}: unknown value form {data!r} (expected base64, datetime, "
-                          f"date or range)")
+                          f"date, range or region)")
 
 
 # ---- queries ------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ JVM_LEAF_LIMIT = 64
 per row); past it the Python pass's binary search is cheaper."""
 
 
-def _jvm_leaf_frame(table: TableHandle, source: DataFrame, boundaries: pa.Table,
+def _jvm_leaf_frame(table: TableHandle, source: DataFrame, boundaries: Any,
                     buckets: Sequence[int]) -> DataFrame | None:
     """The DataFrame with positional field names (:func:`_positional`) and the shuffle
     column computed by Spark: a row's leaf is the number of boundaries at or below its key.
@@ -156,6 +156,8 @@ def _jvm_leaf_frame(table: TableHandle, source: DataFrame, boundaries: pa.Table,
     from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
     from pyspark.sql.pandas.types import from_arrow_type
 
+    if not isinstance(boundaries, pa.Table):  # box partitions: found in Python
+        return None
     names = table.schema.row_key_names
     arrow = table.schema.to_arrow()
     key = arrow.field(names[0])

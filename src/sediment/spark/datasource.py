@@ -56,11 +56,13 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from sediment.core.boxes import Box
 from sediment.core.ranges import Range
 from sediment.files.keys import region_mask, row_key
 from sediment.files.sample import COUNT, merge_samples
 from sediment.properties import defaults
 from sediment.spark import tasks
+from sediment.spark.pushdown import other_field, with_other_fields
 
 TARGET_ROWS = "spark.read.target_partition_rows"
 _STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key",
@@ -208,6 +210,7 @@ class SedimentReader(DataSourceReader):
         self.table_id = table.table_id
         self.version = self._pin_version(table)
         self.first_key = table.schema.row_key_names[0]
+        self.key_names = list(table.schema.row_key_names)
         self.ranges: list[Range] | None = None
 
     def _pin_version(self, table: Any) -> int:
@@ -226,8 +229,12 @@ class SedimentReader(DataSourceReader):
         lo: tuple[Any, bool] | None = None
         hi: tuple[Any, bool] | None = None
         keys: set[Any] | None = None
+        others: dict[str, list[Filter]] = {}
         for f in filters:
             attr = getattr(f, "attribute", None)
+            if (other := other_field(f, self.key_names)) is not None:
+                others.setdefault(other, []).append(f)
+                continue
             if attr != (self.first_key,):
                 yield f
                 continue
@@ -255,6 +262,8 @@ class SedimentReader(DataSourceReader):
             self.ranges = [Range(None if lo is None else lo[0], None if hi is None else hi[0],
                                  start_inclusive=True if lo is None else lo[1],
                                  end_inclusive=True if hi is None else hi[1])]
+        if others:  # the other row-key fields: per-field regions (spark/pushdown.py)
+            self.ranges = with_other_fields(self.ranges, others, self.first_key)
 
     def partitions(self) -> list[InputPartition]:
         """One partition per piece of each leaf the query touches (see :func:`cut_keys`)."""
@@ -284,7 +293,8 @@ class SedimentReader(DataSourceReader):
         parts: list[InputPartition] = []
         for sub in plan.subqueries:
             cuts: list[Any] = []
-            if sub.leaf_id in big:
+            if sub.leaf_id in big and not any(isinstance(r, Box) for r in sub.ranges or ()):
+                # (a per-field region is not cut: a lexicographic piece of it is no region)
                 cuts = cut_keys([samples[r.filename] for r in sub.references], names,
                                 sub.region, target)
             if not cuts:

@@ -17,9 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sediment.core.cells import Cell, is_box_tree
 from sediment.core.keys import Key
 from sediment.core.state import TableState
 from sediment.core.transactions import SplitPartition
+from sediment.files.cells import choose_cut
+from sediment.files.keys import cell_mask
 from sediment.files.sample import COUNT
 from sediment.handle import TableHandle
 from sediment.spark import tasks
@@ -133,6 +136,8 @@ def plan_splits(merged: pa.Table | None, names: Sequence[str], state: TableState
 
     if merged is None:
         return []
+    if is_box_tree(state.partitions):
+        return _box_splits(merged, names, state, target_rows)
     splits: list[SplitPartition] = []
     for leaf in state.leaf_partitions():
         region = leaf.region
@@ -161,6 +166,36 @@ def _split_balanced(pid: str, points: Sequence[Key], out: list[SplitPartition]) 
     out.append(SplitPartition(pid, tuple(points[mid]), left, right))
     _split_balanced(left, points[:mid], out)
     _split_balanced(right, points[mid + 1:], out)
+
+
+def _box_splits(merged: pa.Table, names: Sequence[str], state: TableState,
+                target_rows: int) -> list[SplitPartition]:
+    """Box partitions: a leaf getting more than ``target_rows`` of the input's rows is cut as
+    a split would cut it (Sleeper's field at its median, files/cells.choose_cut, over the
+    input's sample within the leaf), and each side again while it gets more."""
+    splits: list[SplitPartition] = []
+    for leaf in state.leaf_partitions():
+        assert isinstance(leaf.region, Cell)
+        mask = cell_mask(merged, names, leaf.region)
+        _cut_box(leaf.id, leaf.region, merged if mask is None else merged.filter(mask),
+                 names, target_rows, splits)
+    return splits
+
+
+def _cut_box(pid: str, cell: Cell, sample: pa.Table, names: Sequence[str], target: int,
+             out: list[SplitPartition]) -> None:
+    rows = int(pc.sum(sample.column(COUNT)).as_py() or 0) if sample.num_rows else 0
+    cut = choose_cut(cell, sample, names, COUNT) if rows > target else None
+    if cut is None:
+        return
+    dim, value = cut
+    left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
+    out.append(SplitPartition(pid, (value,), left, right, dim))
+    low_cell, high_cell = cell.cut(dim, value)
+    column = sample.column(names[dim])
+    low = pc.less(column, pa.scalar(value, type=column.type))
+    _cut_box(left, low_cell, sample.filter(low), names, target, out)
+    _cut_box(right, high_cell, sample.filter(pc.invert(low)), names, target, out)
 
 
 def planned_state(state: TableState, splits: Sequence[SplitPartition]) -> TableState:

@@ -14,7 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sediment.core.cells import is_box_tree
 from sediment.core.state import TableState
+from sediment.files.cells import BoxLeaves
 from sediment.handle import TableHandle, handle_of
 from sediment.schema import Schema
 
@@ -67,9 +69,12 @@ def _type_minimum(t: pa.DataType) -> Any:
     return 0
 
 
-def boundary_table(state: TableState) -> pa.Table:
-    """Row-key mins of every leaf but the first, in key order (prefixes padded with minima)."""
+def boundary_table(state: TableState) -> Any:
+    """Row-key mins of every leaf but the first, in key order (prefixes padded with minima);
+    for box partitions, the tree (:class:`BoxLeaves`: leaves are found by descending it)."""
     assert state.schema is not None
+    if is_box_tree(state.partitions):
+        return BoxLeaves(state.partitions, state.leaf_partitions())
     fields = list(state.schema.row_keys)
     mins = [leaf.region.min for leaf in state.leaf_partitions()[1:]]
     cols = []
@@ -80,7 +85,7 @@ def boundary_table(state: TableState) -> pa.Table:
 
 
 def leaf_indices(data: pa.Table | pa.RecordBatch, names: Sequence[str],
-                 boundaries: pa.Table) -> np.ndarray:
+                 boundaries: pa.Table | BoxLeaves) -> np.ndarray:
     """Index (in key order) of each row's leaf partition, vectorised.
 
     A row's leaf is the number of boundaries at or below its key: a binary search of the
@@ -89,6 +94,8 @@ def leaf_indices(data: pa.Table | pa.RecordBatch, names: Sequence[str],
     whole key by :func:`_leaf_indices_by_sort`.
     """
     n = data.num_rows
+    if isinstance(boundaries, BoxLeaves):
+        return boundaries.indices(data, names)
     if boundaries.num_rows == 0:
         return np.zeros(n, dtype=np.int32)
     first = data.column(names[0])
@@ -134,7 +141,8 @@ def conform_batches(batches: Iterator[pa.RecordBatch], schema: Schema, table_nam
 
 
 def assign_leaves(batches: Iterator[pa.RecordBatch], schema: Schema, table_name: str,
-                  boundaries: pa.Table, buckets: Sequence[int]) -> Iterator[pa.RecordBatch]:
+                  boundaries: pa.Table | BoxLeaves, buckets: Sequence[int]
+                  ) -> Iterator[pa.RecordBatch]:
     """Validate each batch and add the shuffle column (a bucket value per leaf)."""
     from sediment.ingest.sources import conform
 
@@ -146,7 +154,8 @@ def assign_leaves(batches: Iterator[pa.RecordBatch], schema: Schema, table_name:
         yield with_leaf_column(c, schema.row_key_names, boundaries, bucket_arr)
 
 
-def with_leaf_column(batch: pa.RecordBatch, names: Sequence[str], boundaries: pa.Table,
+def with_leaf_column(batch: pa.RecordBatch, names: Sequence[str],
+                     boundaries: pa.Table | BoxLeaves,
                      bucket_arr: np.ndarray) -> pa.RecordBatch:
     """``batch`` (already conformed) with the shuffle column: its leaf's bucket value."""
     idx = leaf_indices(batch, names, boundaries)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from sediment.core.cells import Cell
 from sediment.core.keys import Key, decode_key, encode_key
 from sediment.core.model import FileReference, Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID, TableState
@@ -93,13 +94,17 @@ class SplitFileReferences(Transaction):
 
 @dataclass(frozen=True, slots=True)
 class SplitPartition(Transaction):
-    """Turn a leaf into a parent of two leaves at ``split_key``, if it is still a leaf."""
+    """Turn a leaf into a parent of two leaves at ``split_key``, if it is still a leaf.
+
+    ``dimension`` (box partitions, core/cells.py): the row-key field cut, ``split_key`` a
+    one-value tuple on it; None: ``split_key`` is a whole key cutting the key order."""
 
     kind: ClassVar[str] = "split_partition"
     partition_id: str
     split_key: Key
     left_id: str
     right_id: str
+    dimension: int | None = None
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
@@ -115,6 +120,14 @@ class SplitPartition(Transaction):
         if not p.is_leaf:
             raise fail(state, f"partition {self.partition_id} is no longer a leaf")
         assert state.schema is not None
+        if self.dimension is not None or isinstance(p.region, Cell):
+            self._validate_cut(state, p)
+            for cid in (self.left_id, self.right_id):
+                if cid in state.partitions:
+                    raise fail(state, f"partition id {cid} is already used")
+            if self.left_id == self.right_id:
+                raise fail(state, "children need distinct ids")
+            return
         try:
             key = state.schema.check_row_key(self.split_key, what="split key")
         except SchemaError as e:
@@ -131,28 +144,64 @@ class SplitPartition(Transaction):
         if self.left_id == self.right_id:
             raise fail(state, "children need distinct ids")
 
+    def _validate_cut(self, state: TableState, p: Partition) -> None:
+        """A cut of a box partition: a cell, a field of the key, a checked value inside."""
+        assert state.schema is not None
+        names = state.schema.row_key_names
+        if not isinstance(p.region, Cell):
+            raise fail(state, f"partition {p.id} is not a box partition: split it at a key, "
+                              f"not on a field")
+        if self.dimension is None:
+            raise fail(state, f"partition {p.id} is a box partition: split it on a field "
+                              f"(dimension), not at a key")
+        if not 0 <= self.dimension < len(names) or not isinstance(self.split_key, tuple) \
+                or len(self.split_key) != 1:
+            raise fail(state, f"a box split needs a row-key field index (0..{len(names) - 1}) "
+                              f"and one value, not {self.dimension!r}, {self.split_key!r}")
+        name = names[self.dimension]
+        try:
+            v = state.schema.check_key_field(name, self.split_key[0], what="split value")
+        except SchemaError as e:
+            raise fail(state, str(e)) from None
+        if v != self.split_key[0] or not p.region.can_cut(self.dimension, v):
+            raise fail(state, f"split value {self.split_key[0]!r} on {name!r} is not inside "
+                              f"{p.region}")
+
     def apply(self, state: TableState, time: float) -> None:
         p = state.partitions[self.partition_id]
         state.partitions[self.partition_id] = Partition(
             p.id, p.parent_id, p.region, (self.left_id, self.right_id), self.split_key)
-        state.partitions[self.left_id] = Partition(
-            self.left_id, p.id, Region(p.region.min, self.split_key))
-        state.partitions[self.right_id] = Partition(
-            self.right_id, p.id, Region(self.split_key, p.region.max))
+        left: Region
+        right: Region
+        if isinstance(p.region, Cell) and self.dimension is not None:
+            left, right = p.region.cut(self.dimension, self.split_key[0])
+        else:
+            left, right = Region(p.region.min, self.split_key), \
+                Region(self.split_key, p.region.max)
+        state.partitions[self.left_id] = Partition(self.left_id, p.id, left)
+        state.partitions[self.right_id] = Partition(self.right_id, p.id, right)
 
     def to_json(self) -> dict[str, Any]:
-        return {"partition": self.partition_id, "split_key": encode_key(self.split_key),
-                "left": self.left_id, "right": self.right_id}
+        doc: dict[str, Any] = {"partition": self.partition_id,
+                               "split_key": encode_key(self.split_key),
+                               "left": self.left_id, "right": self.right_id}
+        if self.dimension is not None:
+            doc["dimension"] = self.dimension
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> SplitPartition:
         key = decode_key(doc["split_key"])
         if key is None:
             raise ValueError("split_key is null")  # (reported as corrupt metadata)
-        return cls(doc["partition"], key, doc["left"], doc["right"])
+        dim = doc.get("dimension")
+        return cls(doc["partition"], key, doc["left"], doc["right"],
+                   None if dim is None else int(dim))
 
     def summary(self) -> str:
-        return f"{self.partition_id} split at {self.split_key!r}"
+        on = "" if self.dimension is None else f" on field {self.dimension}"
+        return f"{self.partition_id} split{on} at {self.split_key!r}"
+
 
 # ---- co-sharding ------------------------------------------------------------------------------
 # A partition scheme keeps the one partition tree of all its member tables in its own log

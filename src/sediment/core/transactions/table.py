@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from sediment.core.cells import is_box_tree
 from sediment.core.model import Partition
-from sediment.core.state import ROOT_PARTITION_ID, TableState
+from sediment.core.state import ROOT_PARTITION_ID, TableState, build_partition_tree
 from sediment.core.transactions.base import Transaction, fail, require_initialised
 from sediment.properties import PROPERTIES, validate_properties
 from sediment.schema import Schema
@@ -77,11 +78,31 @@ class SetProperties(Transaction):
         # (an unknown name has none, and is refused like setting it would be).
         validate_properties({k: _default_of(k) for k in self.removed},
                             context=f"table {state.table_id}")
+        if self._new_partitioning(state) is not None and state.reference_count():
+            raise fail(state, "a table cannot switch its partitioning once it holds data "
+                              "(partitioning is fixed by the partition tree it has)")
+
+    def _new_partitioning(self, state: TableState) -> str | None:
+        """The partitioning this change switches the table to, if it switches."""
+        if "partitioning" in self.updates:
+            new = str(self.updates["partitioning"])
+        elif "partitioning" in self.removed:
+            new = str(_default_of("partitioning"))
+        else:
+            return None
+        has = "dimensions" if is_box_tree(state.partitions) else "lexicographic"
+        return None if new == has else new
 
     def apply(self, state: TableState, time: float) -> None:
+        switch = self._new_partitioning(state)
         state.properties.update(validate_properties(self.updates, stored=True))
         for k in self.removed:
             state.properties.pop(k, None)
+        if switch is not None:  # an empty table: a one-partition tree of the new kind
+            assert state.schema is not None
+            state.partitions = {p.id: p for p in build_partition_tree(state.schema, None,
+                                                                      switch)}
+            state.jobs = {}
 
     def to_json(self) -> dict[str, Any]:
         return {"updates": dict(self.updates), "removed": list(self.removed)}
