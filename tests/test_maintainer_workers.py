@@ -55,6 +55,9 @@ def test_maintainer_with_worker_processes_keeps_up(tmp_path: Path) -> None:
     done = [r for rep in reports for r in rep]
     assert sum(int(r["jobs"]) for r in done) >= 3 and not any("error" in r for r in done), done
     assert_matches(table.query(), ref)
+    # a split's pushed-down references carry estimated counts until compaction rewrites
+    # them; the maintainer stopped wherever it was, so settle before counting exactly
+    table.maintain()
     assert sum(r.records for r in table.files()) == len(ref.rows)
 
 

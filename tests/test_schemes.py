@@ -95,6 +95,20 @@ def test_clear_errors(store: sd.Store) -> None:
     assert store.tables() == []
 
 
+def test_a_member_cannot_have_box_partitions(store: sd.Store) -> None:
+    """The scheme's tree is lexicographic: a member asking for box partitions is refused at
+    creation, and an empty member cannot switch to them later (that would rebuild its tree
+    apart from the scheme's)."""
+    store.create_scheme("users", row_keys=[("key", pa.string())], split_points=["m"])
+    with pytest.raises(PropertyError, match="box partitions"):
+        store.create_table("t", USERS, scheme="users", properties={"partitioning": "dimensions"})
+    assert store.tables() == []
+    member = store.create_table("t", USERS, scheme="users")
+    with pytest.raises(TransactionInvalidError, match="partitioning cannot change"):
+        member.set_properties({"partitioning": "dimensions"})
+    assert len([p for p in member.partitions() if p.is_leaf]) == 2
+
+
 def test_a_member_cannot_leave_or_change_its_scheme(store: sd.Store) -> None:
     u, _ = two_members(store)
     store.create_scheme("other", row_keys=[("key", pa.string())])

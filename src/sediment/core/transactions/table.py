@@ -78,7 +78,11 @@ class SetProperties(Transaction):
         # (an unknown name has none, and is refused like setting it would be).
         validate_properties({k: _default_of(k) for k in self.removed},
                             context=f"table {state.table_id}")
-        if self._new_partitioning(state) is not None and state.reference_count():
+        switch = self._new_partitioning(state)
+        if switch is not None and state.properties.get("partition.scheme"):
+            raise fail(state, "a member of a partition scheme follows the scheme's "
+                              "lexicographic tree: its partitioning cannot change")
+        if switch is not None and state.reference_count():
             raise fail(state, "a table cannot switch its partitioning once it holds data "
                               "(partitioning is fixed by the partition tree it has)")
 
