@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from sediment.core.cells import Cell
 from sediment.core.keys import Key
 from sediment.core.model import Region
-from sediment.files.keys import bisect_key, cell_mask, row_key, sort_indices
+from sediment.files.keys import bisect_key, cell_mask, region_mask, row_key, sort_indices
 
 COUNT = "__count"
 
@@ -112,3 +112,36 @@ def quantile(sample: pa.Table, names: Sequence[str], q: float) -> Key | None:
     # passes it (records before row i number cum[i-1]).
     i = int(np.searchsorted(cum, position, side="right"))
     return row_key(sample, min(i, sample.num_rows - 1), names)
+
+
+def cut_keys(samples: Sequence[pa.Table], names: Sequence[str], region: Region,
+             target_rows: int) -> list[Key]:
+    """Row keys that cut a leaf into pieces of about ``target_rows`` records, ascending.
+
+    From the leaf's files' exact samples (every k-th key with the rows it stands for),
+    restricted to the leaf's region: the keys at the 1/n, 2/n... quantiles of its records,
+    each a whole row key strictly above the smallest sampled one, so no piece is empty by
+    construction and all records of one row key fall in one piece (iterators merge per row
+    key). A leaf of at most ``target_rows`` records, or of one row key, is not cut."""
+    if not samples:
+        return []
+    merged = merge_samples(list(samples), names)
+    mask = region_mask(merged, names, region)
+    if mask is not None:
+        merged = merged.filter(mask)
+    if merged.num_rows == 0:
+        return []
+    cum = np.cumsum(merged.column(COUNT).to_numpy())
+    pieces = math.ceil(int(cum[-1]) / target_rows)
+    if pieces <= 1:
+        return []
+    positions = (np.arange(1, pieces) * int(cum[-1])) // pieces
+    rows = np.unique(np.minimum(np.searchsorted(cum, positions, side="right"),
+                                merged.num_rows - 1))
+    first = row_key(merged, 0, names)
+    out: list[Key] = []
+    for i in rows.tolist():  # at most `pieces` keys, not records
+        k = row_key(merged, int(i), names)
+        if k > first and (not out or k > out[-1]):
+            out.append(k)
+    return out

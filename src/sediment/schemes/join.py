@@ -16,13 +16,11 @@ table that overlaps it, cut to the piece. Planning (``plan_pieces``, ``subquery`
 from __future__ import annotations
 
 import functools
-import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
 from sediment.core.keys import Key
@@ -31,8 +29,7 @@ from sediment.core.prefetch import read_ahead
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
 from sediment.errors import NotCoShardedError, QueryError
-from sediment.files.keys import region_mask, row_key
-from sediment.files.sample import COUNT, merge_samples
+from sediment.files.sample import COUNT, cut_keys
 from sediment.handle import handle_of
 from sediment.query.planner import SubQuery
 
@@ -94,7 +91,7 @@ def cut_pieces(pieces: Sequence[JoinPiece], samples: Callable[[JoinPiece], list[
     out: list[JoinPiece] = []
     for piece in pieces:
         total = sum(r.records for r in (*piece.left.references, *piece.right.references))
-        cuts = key_cuts(samples(piece), names, piece.region, target_rows) \
+        cuts = cut_keys(samples(piece), names, piece.region, target_rows) \
             if total > target_rows else []
         bounds: list[Key | None] = [piece.region.min, *cuts, piece.region.max]
         for lo, hi in zip(bounds, bounds[1:], strict=False):
@@ -109,35 +106,6 @@ def cut_pieces(pieces: Sequence[JoinPiece], samples: Callable[[JoinPiece], list[
                                          ranges=hit),
                                  replace(piece.right, leaf_id=f"piece-{i}", region=region,
                                          ranges=hit)))
-    return out
-
-
-def key_cuts(samples: Sequence[pa.Table], names: Sequence[str], region: Region,
-             target_rows: int) -> list[Key]:
-    """Row keys cutting ``region`` into pieces of about ``target_rows`` sampled records,
-    ascending, each strictly above the smallest sampled key of the region (no empty piece by
-    construction). Pure."""
-    if not samples:
-        return []
-    merged = merge_samples(list(samples), names)
-    mask = region_mask(merged, names, region)
-    if mask is not None:
-        merged = merged.filter(mask)
-    if merged.num_rows == 0:
-        return []
-    cum = np.cumsum(merged.column(COUNT).to_numpy())
-    parts = math.ceil(int(cum[-1]) / target_rows)
-    if parts <= 1:
-        return []
-    positions = (np.arange(1, parts) * int(cum[-1])) // parts
-    rows = np.unique(np.minimum(np.searchsorted(cum, positions, side="right"),
-                                merged.num_rows - 1))
-    first = row_key(merged, 0, names)
-    out: list[Key] = []
-    for i in rows.tolist():  # at most `parts` keys, not records
-        k = row_key(merged, int(i), names)
-        if k > first and (not out or k > out[-1]):
-            out.append(k)
     return out
 
 

@@ -31,13 +31,11 @@ boundaries; the driver commits all files in one AddFiles transaction (abort dele
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -58,8 +56,7 @@ from pyspark.sql.types import StructType
 
 from sediment.core.boxes import Box
 from sediment.core.ranges import Range
-from sediment.files.keys import region_mask, row_key
-from sediment.files.sample import COUNT, merge_samples
+from sediment.files.sample import cut_keys
 from sediment.properties import defaults
 from sediment.spark import tasks
 from sediment.spark.pushdown import other_field, with_other_fields
@@ -164,37 +161,6 @@ def intersect(a: Range, b: Range) -> Range | None:
     lo, hi = _tighter(a, b, True), _tighter(a, b, False)
     r = Range(lo[0], hi[0], start_inclusive=lo[1], end_inclusive=hi[1])
     return None if r.is_empty() else r
-
-
-def cut_keys(samples: list[pa.Table], names: list[str], region: Any,
-             target_rows: int) -> list[Any]:
-    """Row keys that cut a leaf into pieces of about ``target_rows`` records, ascending.
-
-    From the leaf's files' exact samples (every k-th key with the rows it stands for),
-    restricted to the leaf's region: the keys at the 1/n, 2/n... quantiles of its records,
-    each a whole row key strictly above the smallest sampled one, so no piece is empty by
-    construction and all records of one row key fall in one piece (iterators merge per row
-    key). A leaf of at most ``target_rows`` records, or of one row key, is not cut."""
-    merged = merge_samples(samples, names)
-    mask = region_mask(merged, names, region)
-    if mask is not None:
-        merged = merged.filter(mask)
-    if merged.num_rows == 0:
-        return []
-    cum = np.cumsum(merged.column(COUNT).to_numpy())
-    pieces = math.ceil(int(cum[-1]) / target_rows)
-    if pieces <= 1:
-        return []
-    positions = (np.arange(1, pieces) * int(cum[-1])) // pieces
-    rows = np.unique(np.minimum(np.searchsorted(cum, positions, side="right"),
-                                merged.num_rows - 1))
-    first = row_key(merged, 0, names)
-    out: list[Any] = []
-    for i in rows.tolist():  # at most `pieces` keys, not records
-        k = row_key(merged, int(i), names)
-        if k > first and (not out or k > out[-1]):
-            out.append(k)
-    return out
 
 
 class SedimentReader(DataSourceReader):
