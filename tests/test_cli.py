@@ -358,7 +358,7 @@ def test_drop_table_needs_yes_off_a_terminal(runner: CliRunner, events: str) -> 
 
 def test_drop_table_confirms_on_a_terminal(runner: CliRunner, events: str,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "is_interactive", lambda: True)
+    monkeypatch.setattr(cli_format, "is_interactive", lambda: True)
     result = run(runner, "drop-table", "events", "--store", events, input="n\n")
     assert result.exit_code == 1
     assert sd.Store.open(events).tables() == ["events"]
@@ -529,7 +529,7 @@ def test_clear_needs_yes_off_a_terminal(runner: CliRunner, events: str) -> None:
 def test_clear_confirms_on_a_terminal(runner: CliRunner, events: str,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     _ingest_events(events)
-    monkeypatch.setattr(cli, "is_interactive", lambda: True)
+    monkeypatch.setattr(cli_format, "is_interactive", lambda: True)
     assert run(runner, "clear", "events", "--store", events, input="n\n").exit_code == 1
     assert _records(events) == 3
     ok(runner, "clear", "events", "--store", events, input="y\n")

@@ -40,10 +40,10 @@ from sediment.cli.output import (
     StoreOption,
     TableArg,
     VersionOption,
+    confirm_or_refuse,
     effective_store,
     emit,
     error_message,
-    is_interactive,
     is_io_error,
     iso_time,
     key_value_table,
@@ -315,11 +315,8 @@ def drop_table(
     """Delete a table and all its data. Asks first unless --yes (required when not a terminal)."""
     st = open_store(store)
     st.table(name)  # fail on an unknown table before asking anything
-    if not yes:
-        if not is_interactive():
-            raise CliError(f"refusing to drop table {name!r} without --yes "
-                           "(not running on a terminal, so cannot ask)")
-        typer.confirm(f"Drop table {name!r} from {st.uri} and delete all its data?", abort=True)
+    confirm_or_refuse(yes, f"drop table {name!r}",
+                      f"Drop table {name!r} from {st.uri} and delete all its data?")
     st.drop_table(name)
     typer.echo(f"dropped table {name}")
 
@@ -336,11 +333,8 @@ def clear(
     unless --yes (required when not a terminal)."""
     st = open_store(store)
     table = st.table(name)  # fail on an unknown table before asking anything
-    if not yes:
-        if not is_interactive():
-            raise CliError(f"refusing to clear table {name!r} without --yes "
-                           "(not running on a terminal, so cannot ask)")
-        typer.confirm(f"Remove every record of table {name!r} in {st.uri}?", abort=True)
+    confirm_or_refuse(yes, f"clear table {name!r}",
+                      f"Remove every record of table {name!r} in {st.uri}?")
     before = table.version
     version = table.clear()
     typer.echo(f"cleared table {name} (version {version})" if version != before

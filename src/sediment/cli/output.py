@@ -412,6 +412,17 @@ def is_interactive() -> bool:
         return False
 
 
+def confirm_or_refuse(yes: bool, what: str, question: str) -> None:
+    """Ask ``question`` unless ``--yes`` was given; off a terminal (nobody to answer) refuse
+    with an error naming ``what`` would have been done ("drop table 'x'")."""
+    if yes:
+        return
+    if not is_interactive():
+        raise CliError(f"refusing to {what} without --yes "
+                       "(not running on a terminal, so cannot ask)")
+    typer.confirm(question, abort=True)
+
+
 TableArg = Annotated[str, typer.Argument(metavar="TABLE", help="Table name.")]
 
 VersionOption = Annotated[

@@ -12,8 +12,8 @@ from sediment.cli.output import (
     CliError,
     JsonOption,
     StoreOption,
+    confirm_or_refuse,
     emit,
-    is_interactive,
     key_value_table,
     open_store,
     parse_assignments,
@@ -93,11 +93,8 @@ def drop_scheme(
     """Drop a partition scheme that no table uses (drop its member tables first)."""
     st = open_store(store)
     st.describe_scheme(name)  # fail on an unknown scheme before asking anything
-    if not yes:
-        if not is_interactive():
-            raise CliError(f"refusing to drop scheme {name!r} without --yes "
-                           "(not running on a terminal, so cannot ask)")
-        typer.confirm(f"Drop partition scheme {name!r} from {st.uri}?", abort=True)
+    confirm_or_refuse(yes, f"drop scheme {name!r}",
+                      f"Drop partition scheme {name!r} from {st.uri}?")
     st.drop_scheme(name)
     typer.echo(f"dropped partition scheme {name}")
 
