@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -22,11 +21,11 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 from sediment.core.model import FileReference
+from sediment.core.names import validate_name
 from sediment.core.state import build_partition_tree
 from sediment.core.transactions import AddFiles, InitialiseTable
 from sediment.errors import (
     CorruptMetadataError,
-    InvalidTableNameError,
     ObjectNotFoundError,
     SchemaError,
     SchemeNotFoundError,
@@ -57,7 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 STORE_FILE = "store.json"
 CATALOG_PREFIX = "catalog/"
 TABLES_PREFIX = "tables/"
@@ -82,11 +80,7 @@ class UnnamedTablesResult:
 
 def validate_table_name(name: object) -> str:
     """Table names become object keys: no separators, no traversal, no empty names."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
-        raise InvalidTableNameError(
-            f"invalid table name {name!r}: use 1-128 letters, digits, '_', '-' or '.', "
-            "starting with a letter or digit (no '/', no '..')")
-    return name
+    return validate_name(name, "table")
 
 
 class Store(SchemeMethods):

@@ -15,7 +15,6 @@ never dropped under a member: the drop is undone (SchemeInUseError) or the table
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -23,11 +22,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sediment.core.model import Partition
+from sediment.core.names import validate_name
 from sediment.core.state import TableState, build_partition_tree
 from sediment.core.transactions import InitialiseTable
 from sediment.errors import (
     CorruptMetadataError,
-    InvalidTableNameError,
     ObjectNotFoundError,
     PropertyError,
     SchemaError,
@@ -90,16 +89,11 @@ class SchemeInfo:
                 "split_threshold": self.split_threshold}
 
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
 def validate_scheme_name(name: object) -> str:
     """Scheme names follow the rules of table names (they become object keys)."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
-        raise InvalidTableNameError(
-            f"invalid scheme name {name!r}: use 1-128 letters, digits, '_', '-' or '.', "
-            "starting with a letter or digit (no '/', no '..')")
-    return name
+    return validate_name(name, "scheme")
 
 
 def _entry_key(name: str) -> str:
