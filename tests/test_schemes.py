@@ -3,6 +3,7 @@ members' combined records, and clear errors for what a scheme does not allow."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from sediment.errors import (
     SchemeNotFoundError,
     TransactionInvalidError,
 )
+from sediment.state.log import log_key
 
 USERS = sd.Schema(row_keys=[("key", pa.string())], values=[("v", pa.int64())])
 ORDERS = sd.Schema(row_keys=[("user", pa.string())], values=[("item", pa.string())])
@@ -146,6 +148,13 @@ def test_split_on_combined_records_commits_once_in_the_schemes_log(store: sd.Sto
     o.maintain()
     assert u.query().num_rows == 400 and o.query().num_rows == 500
     assert {r.partition_id for r in o.files()} == {p for p, _ in leaves}
+    # every member transaction records the scheme version it was validated against: the
+    # one its state followed just before it
+    for t in (u, o):
+        for h in t.history()[1:]:
+            doc = json.loads(t._handle.objects.get(log_key(h.version)))
+            before = t.state(h.version - 1).properties["partition.scheme.version"]
+            assert doc["scheme_version"] == before, (t.name, h)
 
 
 def test_reading_an_older_version_uses_its_scheme_version(store: sd.Store) -> None:

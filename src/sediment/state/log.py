@@ -90,20 +90,28 @@ class TransactionLog:
         self.name = name or table_id
         """The table's name in errors (its id when none was given)."""
 
-    def encode(self, version: int, time: float, txn: Transaction, commit_id: str) -> bytes:
+    def encode(self, version: int, time: float, txn: Transaction, commit_id: str,
+               scheme_version: int | None = None) -> bytes:
         """The entry's bytes; ``commit_id`` (random per commit) lets a committer recognise
-        its own entry when the response to its put was lost."""
-        doc = {"format": FORMAT_VERSION, "table_id": self.table_id, "version": version,
-               "time": time, "writer": _WRITER, "commit_id": commit_id, "kind": txn.kind,
-               "summary": txn.summary(), "transaction": txn.to_json()}
+        its own entry when the response to its put was lost. ``scheme_version``: for a
+        member of a partition scheme, the scheme version whose tree the transaction was
+        validated against (co-sharding; the state records it too)."""
+        doc: dict[str, Any] = {
+            "format": FORMAT_VERSION, "table_id": self.table_id, "version": version,
+            "time": time, "writer": _WRITER, "commit_id": commit_id, "kind": txn.kind,
+            "summary": txn.summary()}
+        if scheme_version is not None:
+            doc["scheme_version"] = scheme_version
+        doc["transaction"] = txn.to_json()
         return json.dumps(doc, separators=(",", ":")).encode()
 
-    def try_append(self, version: int, time: float, txn: Transaction, commit_id: str) -> bool:
+    def try_append(self, version: int, time: float, txn: Transaction, commit_id: str,
+                   scheme_version: int | None = None) -> bool:
         """Create the entry at ``version``: True when the slot holds this entry (written now,
         or by an earlier try whose answer was lost), False when another writer's. Raises
         WriteOutcomeUnknownError when the store cannot tell (see ``create_once``)."""
         return create_once(self.objects, log_key(version),
-                           self.encode(version, time, txn, commit_id))
+                           self.encode(version, time, txn, commit_id, scheme_version))
 
     def _document(self, version: int, data: bytes) -> dict[str, Any]:
         where = f"log entry {version} of table {self.name} ({log_key(version)})"

@@ -296,7 +296,7 @@ class StateStore:
                 self._check_new_files(txn, checked)
                 version = head.version + 1
                 now = time.time()
-                if self._append(version, now, txn, commit_id):
+                if self._append(version, now, txn, commit_id, _scheme_version(head)):
                     state = head.copy()
                     txn.apply(state, now)
                     state.version = version
@@ -323,11 +323,12 @@ class StateStore:
         renamed.__traceback__ = error.__traceback__
         return renamed
 
-    def _append(self, version: int, now: float, txn: Transaction, commit_id: str) -> bool:
+    def _append(self, version: int, now: float, txn: Transaction, commit_id: str,
+                scheme_version: int | None = None) -> bool:
         """Put ``txn`` at ``version``: True when the entry there is ours, False when another
         writer's; never guessed (``TransactionLog.try_append``)."""
         try:
-            return self.log.try_append(version, now, txn, commit_id)
+            return self.log.try_append(version, now, txn, commit_id, scheme_version)
         except WriteOutcomeUnknownError as e:
             raise CommitOutcomeUnknownError(
                 f"table {self.name}: could not learn whether version {version} ({txn.kind}) "
@@ -367,3 +368,11 @@ class StateStore:
             write_snapshot(self.objects, st, self._known_digests)
         except SedimentError as e:
             log.warning("snapshot of table %s at %s failed: %s", self.name, st.version, e)
+
+
+def _scheme_version(state: TableState) -> int | None:
+    """The partition-scheme version a member's state follows (None for a table with a tree
+    of its own): its log entries record the scheme tree they were validated against."""
+    if not state.properties.get("partition.scheme"):
+        return None
+    return int(state.properties.get("partition.scheme.version", 0))
