@@ -246,9 +246,10 @@ def test_writers_of_one_process_take_turns_instead_of_racing(tmp_path: Path) -> 
     puts: list[int] = []
     original = states.log.try_append
 
-    def counting(version: int, t: float, txn: object, commit_id: str) -> bool:
+    def counting(version: int, t: float, txn: object, commit_id: str,
+                 scheme_version: int | None = None) -> bool:
         puts.append(version)
-        return original(version, t, txn, commit_id)  # type: ignore[arg-type]
+        return original(version, t, txn, commit_id, scheme_version)  # type: ignore[arg-type]
 
     states.log.try_append = counting  # type: ignore[method-assign]
     threads = [threading.Thread(target=lambda i=i: states.commit(AddFiles([ref(f"f{i}")])))

@@ -309,13 +309,13 @@ def _install_kill_point(kill_at: dict[str, Any]) -> None:
     seen = 0
 
     def try_append(self: TransactionLog, version: int, t: float, txn: Any,
-                   commit_id: str) -> bool:
+                   commit_id: str, scheme_version: int | None = None) -> bool:
         nonlocal seen
         if txn.kind == kill_at["kind"]:
             seen += 1
             if seen == kill_at["nth"] and kill_at["when"] == "before":
                 os.kill(os.getpid(), signal.SIGKILL)
-        ok = original(self, version, t, txn, commit_id)
+        ok = original(self, version, t, txn, commit_id, scheme_version)
         if ok and txn.kind == kill_at["kind"] and seen == kill_at["nth"] \
                 and kill_at["when"] == "after":
             os.kill(os.getpid(), signal.SIGKILL)
