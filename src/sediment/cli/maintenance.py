@@ -45,7 +45,7 @@ OrphanTimeoutOption = Annotated[float | None, typer.Option(
     "writer holds are deleted; overrides gc.orphan_timeout_seconds (which is at least an "
     "hour). Lower it only where no writer can be slower, e.g. in tests.")]
 PassesOption = Annotated[int, typer.Option("--max-loops", help="Stop --loop after this many "
-                                           "passes (0: never).")]
+                                           "reports, one per --interval (0: never).")]
 
 
 def _each_table(store: str | None, table: str | None, *, online_only: bool,

@@ -107,7 +107,8 @@ class TableActivity:
     errors: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, object]:
-        out: dict[str, object] = {"passes": self.ticks, "splits": self.splits,
+        # "ticks": the maintainer's looks at the table in the interval (not whole passes)
+        out: dict[str, object] = {"ticks": self.ticks, "splits": self.splits,
                                   "jobs": self.jobs_committed, "failed": self.jobs_failed,
                                   "deleted": self.files_deleted}
         if self.errors:
