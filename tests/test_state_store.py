@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sediment.core.state as state_module
+import sediment.core.references as references_module
 import sediment.state.snapshot as snapshot_module
 from sediment.core.model import FileReference, Partition, Region, file_sequence
 from sediment.core.state import ROOT_PARTITION_ID, TableState
@@ -370,7 +370,7 @@ def test_decoding_a_whole_snapshot_table_gives_each_partitions_references(
     expected = {pid: dict(one_by_one.references(pid))
                 for pid in one_by_one.partitions_with_references()}
     whole = StateStore(objects, TABLE_ID).load(6)
-    monkeypatch.setattr(state_module, "WHOLE_DECODE_MIN_PARTITIONS", 1)  # a small table too
+    monkeypatch.setattr(references_module, "WHOLE_DECODE_MIN_PARTITIONS", 1)  # a small table too
     whole.decode_all_references()
     assert {pid: dict(whole.references(pid))
             for pid in whole.partitions_with_references()} == expected

@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sediment.core.model import Partition
-from sediment.core.state import REFERENCE_COLUMNS, CowDict, TableState, partition_runs
+from sediment.core.references import REFERENCE_COLUMNS, CowDict
+from sediment.core.state import TableState, partition_runs
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError
 from sediment.schema import Schema
 from sediment.state.documents import json_object, json_value
