@@ -178,6 +178,38 @@ def test_pool_runs_smallest_first_and_close_drops_queued_jobs() -> None:
     assert ran == [10, 20, 30] and queued.cancelled()
 
 
+def test_pool_keeps_a_thread_for_short_jobs_while_long_ones_run() -> None:
+    from sediment.maintenance.continuous import SmallestFirstPool
+
+    gate = threading.Event()
+    started: list[str] = []
+
+    def job(name: str, wait: bool = False) -> None:
+        started.append(name)
+        if wait:
+            gate.wait(5)
+
+    pool = SmallestFirstPool(2)
+    first = pool.submit(100, lambda: job("long-1", wait=True), long=True)
+    time.sleep(0.05)
+    second = pool.submit(100, lambda: job("long-2", wait=True), long=True)
+    time.sleep(0.05)
+    assert started == ["long-1"]  # the other thread is kept for short jobs
+    assert pool.waiting == 0  # a long job waiting for its lane does not hold back new jobs
+    short = pool.submit(200, lambda: job("short"))
+    short.result(5)  # runs at once, though it sorts after the queued long job
+    assert started == ["long-1", "short"]
+    gate.set()
+    first.result(5)
+    second.result(5)
+    assert started == ["long-1", "short", "long-2"]
+    pool.shutdown()
+
+    one = SmallestFirstPool(1)  # with one thread, long jobs run as any other
+    assert one.submit(1, lambda: "done", long=True).result(5) == "done"
+    one.shutdown()
+
+
 def test_sigterm_stops_the_loop_after_running_jobs(tmp_path: Path) -> None:
     import os
     import signal

@@ -11,8 +11,10 @@ the others run. GC, which only acts on files older than its delay, runs every ``
 
 Jobs run smallest first (fewest input records): merging the newest small files is what keeps
 the files per leaf down, and a long merge of big files must not hold them back (measured: with
-first-come order a 1 s merge on each of 2 threads let leaves reach 21 files). No more jobs are
-assigned while as many wait as there are threads, so files stay free for better groups.
+first-come order a 1 s merge on each of 2 threads let leaves reach 21 files), and a long job
+(at least ``LONG_JOB_FRACTION`` of the split threshold's records) never takes the last free
+thread, so small merges always have one. No more jobs are assigned while as many short ones
+wait as there are threads, so files stay free for better groups.
 
 Jobs still go through the same transactions as a pass (AssignJobIds, ReplaceFileReferences
 conditional on the assignment), so several maintainers, or a maintainer and ``table.maintain()``,
@@ -22,9 +24,9 @@ can run side by side without double commits.
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,16 +47,30 @@ if TYPE_CHECKING:
 SCHEME_CHECK_SECONDS = 5.0
 """How often a partition scheme's split is looked at (it reads every member's state)."""
 
+LONG_JOB_FRACTION = 0.25
+"""A job merging at least this fraction of the split threshold's records is long: it runs on
+the threads the pool does not keep for short jobs (see SmallestFirstPool)."""
+
 
 class SmallestFirstPool:
-    """Worker threads that take the queued call with the lowest priority value first."""
+    """Worker threads that take the queued call with the lowest priority value first, with
+    one thread kept for short calls.
+
+    A call submitted as ``long`` (a merge of many records) starts only while fewer than
+    ``threads - 1`` long calls run: with every thread in a long merge, the small merges of
+    new files that keep a leaf under the batch size would wait for the slowest of them
+    (measured in benchmarks/steady_state.py's 60 s run: 20-25 files per leaf at the peak
+    without the kept thread, 17-18 with it). With one
+    thread there is nothing to keep, and long calls run as any other.
+    """
 
     def __init__(self, threads: int, name: str = "sediment-job") -> None:
-        self._queue: queue.PriorityQueue[tuple[float, int, Callable[[], object] | None,
-                                               Future[object] | None]] = queue.PriorityQueue()
+        self._heap: list[tuple[float, int, bool, Callable[[], object], Future[object]]] = []
         self._seq = itertools.count()
-        self._waiting = 0
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._long_running = 0
+        self._max_long = max(1, threads - 1)
+        self._closing = False
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(threads)]
         for th in self._threads:
@@ -62,34 +78,58 @@ class SmallestFirstPool:
 
     @property
     def waiting(self) -> int:
-        """Calls queued and not yet started."""
-        return self._waiting
+        """Short calls queued and not yet started (long ones queued for their lane are not
+        counted: they must not stop the short work that new files need)."""
+        with self._cond:
+            return sum(1 for item in self._heap if not item[2])
 
-    def submit(self, priority: float, fn: Callable[[], object]) -> Future[object]:
+    def submit(self, priority: float, fn: Callable[[], object], *,
+               long: bool = False) -> Future[object]:
         fut: Future[object] = Future()
-        with self._lock:
-            self._waiting += 1
-        self._queue.put((priority, next(self._seq), fn, fut))
+        with self._cond:
+            heapq.heappush(self._heap, (priority, next(self._seq), long, fn, fut))
+            self._cond.notify()
         return fut
+
+    def _take(self) -> tuple[bool, Callable[[], object], Future[object]] | None:
+        """The next call this thread may start (None: the pool is shut down and drained)."""
+        with self._cond:
+            while True:
+                lane_free = self._long_running < self._max_long
+                item = next((it for it in sorted(self._heap) if lane_free or not it[2]), None)
+                if item is not None:
+                    self._heap.remove(item)
+                    heapq.heapify(self._heap)
+                    if item[2]:
+                        self._long_running += 1
+                    return item[2], item[3], item[4]
+                if self._closing and not self._heap:
+                    return None
+                self._cond.wait()
 
     def _work(self) -> None:
         while True:
-            _, _, fn, fut = self._queue.get()
-            if fn is None or fut is None:
+            taken = self._take()
+            if taken is None:
                 return
-            with self._lock:
-                self._waiting -= 1
-            if not fut.set_running_or_notify_cancel():
-                continue
+            long, fn, fut = taken
             try:
-                fut.set_result(fn())
-            except BaseException as e:  # noqa: BLE001 - handed to whoever reads the future
-                fut.set_exception(e)
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn())
+                    except BaseException as e:  # noqa: BLE001 - handed to the future's reader
+                        fut.set_exception(e)
+            finally:
+                if long:
+                    with self._cond:
+                        self._long_running -= 1
+                        self._cond.notify_all()
 
     def shutdown(self) -> None:
         """Run what is queued, then stop the threads."""
-        for _ in self._threads:
-            self._queue.put((float("inf"), next(self._seq), None, None))
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
         for th in self._threads:
             th.join()
 
@@ -239,13 +279,15 @@ class Maintainer:
             recent = set(self._running) | {j for j, (_, at) in self._ran_at.items()
                                            if now - at < timeout}
         due = due_jobs(t, exclude=recent, refresh=False)
+        long_records = int(t.properties["partition.split.threshold"]) * LONG_JOB_FRACTION
         state = due.state
         live = set(state.jobs)  # forget this table's jobs that are no longer assigned
         self._ran_at = {j: v for j, v in self._ran_at.items() if v[0] != t.name or j in live}
         for j in due.jobs:
             self._ran_at[j.job_id] = (t.name, now)
             runner = run_job if self._processes is None else self._processes.run_job
-            fut = self._pool.submit(j.records, functools.partial(runner, t, state, j))
+            fut = self._pool.submit(j.records, functools.partial(runner, t, state, j),
+                                    long=j.records >= long_records)
             with self._lock:
                 self._running[j.job_id] = (t.name, fut)
             act.jobs_started += 1
