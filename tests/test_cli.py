@@ -18,7 +18,10 @@ from typer.testing import CliRunner, Result
 
 import sediment as sd
 from sediment.cli import app
+from sediment.cli import errors as cli_errors
+from sediment.cli import options as cli_options
 from sediment.cli import output as cli_format
+from sediment.cli import terminal as cli_terminal
 from sediment.cli.parsing import convert_split_point
 from sediment.errors import TableNotFoundError
 from sediment.properties import describe_properties
@@ -312,7 +315,7 @@ def test_convert_split_point_types() -> None:
     assert convert_split_point("2024-05-01T10:00:00", pa.field("k", pa.timestamp("us"))) == \
         dt.datetime(2024, 5, 1, 10)
     assert convert_split_point("17", pa.field("k", pa.timestamp("ms"))) == 17
-    with pytest.raises(cli_format.CliError, match="not a valid date32"):
+    with pytest.raises(cli_errors.CliError, match="not a valid date32"):
         convert_split_point("May", pa.field("k", pa.date32()))
 
 
@@ -358,7 +361,7 @@ def test_drop_table_needs_yes_off_a_terminal(runner: CliRunner, events: str) -> 
 
 def test_drop_table_confirms_on_a_terminal(runner: CliRunner, events: str,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_format, "is_interactive", lambda: True)
+    monkeypatch.setattr(cli_terminal, "is_interactive", lambda: True)
     result = run(runner, "drop-table", "events", "--store", events, input="n\n")
     assert result.exit_code == 1
     assert sd.Store.open(events).tables() == ["events"]
@@ -444,7 +447,7 @@ def extra_command() -> Iterator[None]:
     """A command registered on ``app`` the way another module would add one."""
 
     @app.command("raise-for-test", hidden=True)
-    def _raise(store: cli_format.StoreOption = None, json_out: cli_format.JsonOption = False
+    def _raise(store: cli_options.StoreOption = None, json_out: cli_options.JsonOption = False
                ) -> None:
         table = "x" if store is None else store
         cli_format.emit({"table": table}, json_out, lambda d: d["table"])
@@ -529,7 +532,7 @@ def test_clear_needs_yes_off_a_terminal(runner: CliRunner, events: str) -> None:
 def test_clear_confirms_on_a_terminal(runner: CliRunner, events: str,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     _ingest_events(events)
-    monkeypatch.setattr(cli_format, "is_interactive", lambda: True)
+    monkeypatch.setattr(cli_terminal, "is_interactive", lambda: True)
     assert run(runner, "clear", "events", "--store", events, input="n\n").exit_code == 1
     assert _records(events) == 3
     ok(runner, "clear", "events", "--store", events, input="y\n")

@@ -25,7 +25,8 @@ from typer.testing import CliRunner, Result
 
 import sediment as sd
 from sediment.cli import app
-from sediment.cli import output as cli_output
+from sediment.cli import humanize as cli_humanize
+from sediment.cli import terminal as cli_terminal
 
 SCRIPT = Path(sys.executable).with_name("sediment")
 LONG_FLOAT = re.compile(r"\d\.\d{4,}")  # 0.2701268340001661: not for people
@@ -248,16 +249,16 @@ def test_progress_only_for_people_at_a_terminal(monkeypatch: pytest.MonkeyPatch)
             return True
 
     monkeypatch.setattr(sys, "stderr", io.StringIO())
-    assert not cli_output.show_progress(False)
+    assert not cli_terminal.show_progress(False)
     monkeypatch.setattr(sys, "stderr", Tty())
-    assert cli_output.show_progress(False)
-    assert not cli_output.show_progress(True)  # --json: never
+    assert cli_terminal.show_progress(False)
+    assert not cli_terminal.show_progress(True)  # --json: never
 
 
 def test_progress_counts_show_real_totals() -> None:
-    bar = cli_output.progress_bar(True, "tasks")
+    bar = cli_terminal.progress_bar(True, "tasks")
     task_id = bar.add_task("dump", total=None)
-    column = cli_output._CountColumn("tasks")
+    column = cli_terminal._CountColumn("tasks")
     assert str(column.render(bar.tasks[0])) == "0 tasks"  # never "0/None"
     bar.update(task_id, completed=2, total=12)
     assert str(column.render(bar.tasks[0])) == "2/12 tasks"
@@ -277,7 +278,7 @@ def test_dump_reports_its_total_before_the_first_task(store: str, tmp_path: Path
 def test_bars_on_a_terminal_and_rounded_numbers(runner: CliRunner, store: str, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch,
                                                 args: list[str]) -> None:
-    monkeypatch.setattr(cli_output, "show_progress", lambda json_out: not json_out)
+    monkeypatch.setattr(cli_terminal, "show_progress", lambda json_out: not json_out)
     args = [str(tmp_path / "dump") if a == "DUMP" else
             str(rows_file(tmp_path / "in.parquet", ["k", "l"])) if a == "FILE" else a
             for a in args]
@@ -300,14 +301,14 @@ def test_report_jobs_rounds_for_people(runner: CliRunner, store: str) -> None:
 
 
 def test_human_numbers() -> None:
-    assert cli_output.human_seconds(0.2701268340001661) == "0.27 s"
-    assert cli_output.human_seconds(12.345) == "12 s"
-    assert cli_output.human_seconds(0.0004) == "0.4 ms"
-    assert cli_output.human_seconds(125) == "2 min 05 s"
-    assert cli_output.human_bytes(5437) == "5.3 KiB"
-    assert cli_output.human_value("rows_per_second", 2626.1407144527802) == "2,626/s"
-    assert cli_output.human_value("rows", 1000) == "1,000"
-    assert cli_output.human_value("version", 12) == 12
+    assert cli_humanize.human_seconds(0.2701268340001661) == "0.27 s"
+    assert cli_humanize.human_seconds(12.345) == "12 s"
+    assert cli_humanize.human_seconds(0.0004) == "0.4 ms"
+    assert cli_humanize.human_seconds(125) == "2 min 05 s"
+    assert cli_humanize.human_bytes(5437) == "5.3 KiB"
+    assert cli_humanize.human_value("rows_per_second", 2626.1407144527802) == "2,626/s"
+    assert cli_humanize.human_value("rows", 1000) == "1,000"
+    assert cli_humanize.human_value("version", 12) == 12
 
 
 # ---- 7. --limit streams ----------------------------------------------------------------------

@@ -125,7 +125,7 @@ def test_load_reports_bytes_copied(tmp_path: Path) -> None:
 
 # ---- the CLI ----------------------------------------------------------------------------------
 class FakeBar:
-    """Stands in for the rich Progress of cli.output.progress_bar: records tasks and updates."""
+    """Stands in for the rich Progress of cli.terminal.progress_bar: records tasks and updates."""
 
     made: list[FakeBar] = []
 

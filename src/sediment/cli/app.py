@@ -2,11 +2,12 @@
 
 One typer ``app`` holds every command. Store and table administration lives in this module; each
 further group (data, maintenance, versions, spark, batcher) is a module with its own ``commands``
-app that :func:`_register` adds here explicitly. Shared options and output helpers are in
-:mod:`sediment.cli.output`: take ``store: StoreOption = None`` and, for commands that print data,
-``json_out: JsonOption = False``, then ``open_store(store)`` / ``emit(data, json_out, render)``.
+app that :func:`_register` adds here explicitly. Shared options are in
+:mod:`sediment.cli.options` and output helpers in :mod:`sediment.cli.output`: take
+``store: StoreOption = None`` and, for commands that print data, ``json_out: JsonOption = False``,
+then ``open_store(store)`` / ``emit(data, json_out, render)``.
 
-Errors: any :class:`~sediment.errors.SedimentError` or :class:`~sediment.cli.output.CliError`
+Errors: any :class:`~sediment.errors.SedimentError` or :class:`~sediment.cli.errors.CliError`
 escaping a command, and any I/O error (``OSError``, botocore errors, pyarrow errors reading a
 bad input file), is printed as one line ``error: <message>`` on stderr with exit code 1 by
 :class:`SedimentGroup`, so command bodies never need their own try/except for that. Anything
@@ -33,30 +34,24 @@ from typer.exceptions import TyperException
 if TYPE_CHECKING:  # the click that typer vendors; typer.Context is a subclass of its Context
     from typer._click.core import Context as ClickContext
 
-from sediment.cli.output import (
+from sediment.cli.errors import CliError, error_message, is_io_error, report_error
+from sediment.cli.options import (
     ROOT_STORE,
-    CliError,
     JsonOption,
     StoreOption,
     TableArg,
     VersionOption,
-    confirm_or_refuse,
     effective_store,
-    emit,
-    error_message,
-    is_io_error,
-    iso_time,
-    key_value_table,
-    make_table,
     open_store,
     open_table,
     parse_assignments,
-    report_error,
     resolve_store_uri,
     resolve_version_option,
     store_exists,
 )
+from sediment.cli.output import emit, iso_time, key_value_table, make_table
 from sediment.cli.parsing import _parse_field, _schema_from_file, convert_split_point
+from sediment.cli.terminal import confirm_or_refuse
 from sediment.errors import PropertyError, SedimentError
 from sediment.properties import PROPERTIES, defaults, describe_properties, validate_properties
 from sediment.schema import Schema

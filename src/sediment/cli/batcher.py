@@ -8,16 +8,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import RenderableType
 
-from sediment.cli.output import (
-    CliError,
-    JsonOption,
-    StoreOption,
-    emit,
-    human_seconds,
-    key_value_table,
-    make_table,
-    open_table,
-)
+from sediment.cli.errors import CliError
+from sediment.cli.humanize import human_seconds
+from sediment.cli.options import JsonOption, StoreOption, open_table
+from sediment.cli.output import emit, key_value_table, make_table
 
 batcher_app = typer.Typer(
     name="batcher",

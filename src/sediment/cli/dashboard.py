@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from sediment.cli.output import CliError, StoreOption, open_store, read_token
+from sediment.cli.errors import CliError
+from sediment.cli.options import StoreOption, open_store, read_token
 from sediment.dashboard.security import TOKEN_ENV, check_bind
 
 commands = typer.Typer()

@@ -14,23 +14,20 @@ import pyarrow as pa
 import typer
 from rich.text import Text
 
-from sediment.cli.output import (
-    CliError,
+from sediment.cli.errors import CliError
+from sediment.cli.humanize import human_items
+from sediment.cli.options import (
     JsonOption,
     StoreOption,
     TableArg,
     VersionOption,
-    emit,
-    human_items,
-    key_value_table,
     open_table,
-    progress_bar,
     resolve_store_uri,
     resolve_version_option,
-    stdout_console,
-    to_json,
 )
+from sediment.cli.output import emit, key_value_table, to_json
 from sediment.cli.parsing import convert_split_point
+from sediment.cli.terminal import progress_bar, stdout_console
 from sediment.core.boxes import Box
 from sediment.core.ranges import Range
 from sediment.query.where import parse_where

@@ -13,21 +13,18 @@ import typer
 from rich.console import RenderableType
 from rich.tree import Tree
 
-from sediment.cli.output import (
-    CliError,
+from sediment.cli.errors import CliError
+from sediment.cli.humanize import human_value
+from sediment.cli.options import (
     JsonOption,
     StoreOption,
     VersionOption,
-    emit,
-    human_value,
-    iso_time,
-    json_default,
-    make_table,
     open_store,
     open_table,
-    progress_bar,
     resolve_version_option,
 )
+from sediment.cli.output import emit, iso_time, json_default, make_table
+from sediment.cli.terminal import progress_bar
 from sediment.errors import SedimentError
 from sediment.table import Table
 

@@ -7,14 +7,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import RenderableType
 
-from sediment.cli.output import (
-    JsonOption,
-    StoreOption,
-    emit,
-    make_table,
-    open_store,
-    progress_bar,
-)
+from sediment.cli.options import JsonOption, StoreOption, open_store
+from sediment.cli.output import emit, make_table
+from sediment.cli.terminal import progress_bar
 from sediment.files.sidecars import migrate_sidecars
 
 commands = typer.Typer()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sediment.cli.output import CliError
+from sediment.cli.errors import CliError
 from sediment.errors import SchemaError
 from sediment.schema import Schema, key_from_text, parse_type
 

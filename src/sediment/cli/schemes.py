@@ -8,17 +8,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import RenderableType
 
-from sediment.cli.output import (
-    CliError,
-    JsonOption,
-    StoreOption,
-    confirm_or_refuse,
-    emit,
-    key_value_table,
-    open_store,
-    parse_assignments,
-)
+from sediment.cli.errors import CliError
+from sediment.cli.options import JsonOption, StoreOption, open_store, parse_assignments
+from sediment.cli.output import emit, key_value_table
 from sediment.cli.parsing import _parse_field, convert_split_point
+from sediment.cli.terminal import confirm_or_refuse
 from sediment.schema import Schema
 
 commands = typer.Typer()

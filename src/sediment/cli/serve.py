@@ -18,7 +18,8 @@ from typing import Annotated
 import typer
 
 from sediment.access import is_loopback
-from sediment.cli.output import CliError, StoreOption, open_store, read_token
+from sediment.cli.errors import CliError
+from sediment.cli.options import StoreOption, open_store, read_token
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""

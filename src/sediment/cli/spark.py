@@ -6,18 +6,11 @@ from typing import Annotated, Any
 
 import typer
 
-from sediment.cli.output import (
-    CliError,
-    JsonOption,
-    StoreOption,
-    TableArg,
-    emit,
-    human_items,
-    key_value_table,
-    open_table,
-    progress_bar,
-    show_progress,
-)
+from sediment.cli.errors import CliError
+from sediment.cli.humanize import human_items
+from sediment.cli.options import JsonOption, StoreOption, TableArg, open_table
+from sediment.cli.output import emit, key_value_table
+from sediment.cli.terminal import progress_bar, show_progress
 from sediment.errors import DataError
 from sediment.table import Table
 

@@ -8,21 +8,18 @@ from typing import Annotated, Any
 import typer
 
 from sediment.cli.data import parse_range
-from sediment.cli.output import (
+from sediment.cli.humanize import human_items
+from sediment.cli.options import (
     JsonOption,
     StoreOption,
     TableArg,
     VersionOption,
-    emit,
-    human_items,
-    iso_time,
-    key_value_table,
-    make_table,
     open_store,
     open_table,
-    progress_bar,
     resolve_version_option,
 )
+from sediment.cli.output import emit, iso_time, key_value_table, make_table
+from sediment.cli.terminal import progress_bar
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""

@@ -1,0 +1,105 @@
+"""What depends on whether a person is at a terminal: consoles, progress bars, questions.
+
+Output laid out for the terminal (or ``PIPE_WIDTH`` wide in a pipe), progress bars only for a
+person watching stderr, confirmation prompts only where someone can answer; kept apart from the
+output helpers so the tests can stand in for the terminal in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
+
+from sediment.cli.errors import CliError
+
+
+def stdout_console() -> Console:
+    """A rich console on the *current* ``sys.stdout``.
+
+    Made per call rather than once at import so output follows stream swaps (CliRunner, pytest
+    capture) and terminal-width changes. Piped output (no terminal, no ``COLUMNS``) is laid
+    out ``PIPE_WIDTH`` wide: rich's default of 80 columns split URIs and ids across lines.
+    """
+    width = None
+    if "COLUMNS" not in os.environ and not _is_terminal(sys.stdout):
+        width = PIPE_WIDTH
+    return Console(highlight=False, soft_wrap=False, width=width)
+
+
+PIPE_WIDTH = 240
+"""Columns of output written to a pipe or a file."""
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or file-less stream
+        return False
+
+
+def show_progress(json_out: bool) -> bool:
+    """Progress bars only for a person at a terminal: never with --json, never when stderr
+    (where bars go) is a file or a pipe."""
+    if json_out:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _CountColumn(ProgressColumn):
+    """``3/12 jobs`` once the total is known, ``3 jobs`` before (never ``0/None``)."""
+
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task: Task) -> Text:
+        done = int(task.completed)
+        if task.total is None:
+            return Text(f"{done:,} {self.unit}")
+        return Text(f"{done:,}/{int(task.total):,} {self.unit}")
+
+
+def progress_bar(json_out: bool, unit: str) -> Progress:
+    """A rich progress bar on stderr (``with progress_bar(...) as bar: bar.add_task(...)``):
+    description, bar, ``done/total unit``, elapsed time; disabled when
+    :func:`show_progress` says no, and gone from the screen once finished."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), _CountColumn(unit),
+                    TimeElapsedColumn(), console=Console(stderr=True),
+                    disable=not show_progress(json_out), transient=True)
+
+
+def is_interactive() -> bool:
+    """Can we ask the user a question? (Confirmation prompts only make sense on a terminal.)"""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (OSError, ValueError):
+        return False
+
+
+def confirm_or_refuse(yes: bool, what: str, question: str) -> None:
+    """Ask ``question`` unless ``--yes`` was given; off a terminal (nobody to answer) refuse
+    with an error naming ``what`` would have been done ("drop table 'x'")."""
+    if yes:
+        return
+    if not is_interactive():
+        raise CliError(f"refusing to {what} without --yes "
+                       "(not running on a terminal, so cannot ask)")
+    typer.confirm(question, abort=True)
+
+
