@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import json
 import os
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 import sediment as sd
+from sediment.cli import admin as cli_admin
 from sediment.cli import app
 from sediment.cli import errors as cli_errors
 from sediment.cli import options as cli_options
@@ -25,8 +25,6 @@ from sediment.cli import terminal as cli_terminal
 from sediment.cli.parsing import convert_split_point
 from sediment.errors import TableNotFoundError
 from sediment.properties import describe_properties
-
-cli = importlib.import_module("sediment.cli.app")  # the module (the package exports its app)
 
 SCRIPT = Path(sys.executable).with_name("sediment")
 
@@ -472,7 +470,7 @@ def test_unexpected_exceptions_are_not_swallowed(runner: CliRunner,
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(cli, "open_store", boom)
+    monkeypatch.setattr(cli_admin, "open_store", boom)
     # a bug is one ``error: internal error`` line naming the exception, exit code 1 ...
     stderr = fails(runner, "create-table", "t", "--store", store, "--row-key", "k:string")
     assert stderr.startswith("error: internal error: RuntimeError: a bug")
