@@ -162,11 +162,11 @@ class FakeBar:
 
 @pytest.fixture
 def fake_bars(monkeypatch: pytest.MonkeyPatch) -> list[FakeBar]:
-    import sediment.cli.maintenance as m
+    import sediment.cli.passes as p
     import sediment.cli.versions as v
 
     FakeBar.made = []
-    monkeypatch.setattr(m, "progress_bar", FakeBar)
+    monkeypatch.setattr(p, "progress_bar", FakeBar)
     monkeypatch.setattr(v, "progress_bar", FakeBar)
     monkeypatch.delenv("SEDIMENT_STORE", raising=False)
     return FakeBar.made

@@ -115,13 +115,15 @@ def _register() -> None:
         data,
         maintenance,
         migrate,
+        reports,
         schemes,
         serve,
         spark,
         versions,
     )
 
-    for module in (admin, data, maintenance, versions, spark, migrate, serve, dashboard, schemes):
+    for module in (admin, data, maintenance, reports, versions, spark, migrate, serve,
+                   dashboard, schemes):
         app.registered_commands.extend(module.commands.registered_commands)
     app.add_typer(batcher.batcher_app, name="batcher")
 
