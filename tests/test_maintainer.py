@@ -119,6 +119,42 @@ def test_failing_job_is_reported_and_not_rerun_every_tick(tmp_path: Path) -> Non
     assert victim.rsplit("/", 1)[-1] in failed.details["reason"]
 
 
+def test_a_tick_assigns_only_the_jobs_idle_threads_start(tmp_path: Path,
+                                                         monkeypatch: Any) -> None:
+    import sediment.maintenance.continuous as continuous
+
+    table = make_table(tmp_path, split_points=[["g"], ["p"]],
+                       **{"compaction.strategy": "basic", "compaction.batch_size": 2})
+    for i in range(4):  # every leaf holds four files: two jobs each are due
+        table.ingest(rows(300, seed=i))
+    gate = threading.Event()
+    real = continuous.run_job
+
+    def held(*args: Any) -> Any:
+        gate.wait(10)
+        return real(*args)
+
+    monkeypatch.setattr(continuous, "run_job", held)
+    m = Maintainer(lambda: [table], threads=2, tick_seconds=0.01, gc_every=3600)
+    try:
+        m.tick()
+        time.sleep(0.05)
+        assert len(table.state().jobs) == 2  # one per thread; the other files stay free
+        m.tick()  # no thread idle: nothing more is claimed
+        assert len(table.state().jobs) == 2
+    finally:
+        gate.set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (table.state().jobs or any(
+            len(table.state().references(p.id)) > 1 for p in table.state().leaf_partitions())):
+        m.tick()
+        time.sleep(0.02)
+    m.close()
+    st = table.state()
+    assert not st.jobs
+    assert all(len(st.references(p.id)) == 1 for p in st.leaf_partitions())
+
+
 def test_unsplittable_leaf_reported_once(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"partition.split.threshold": 100})
     data = rows(300, seed=3)
@@ -196,6 +232,7 @@ def test_pool_keeps_a_thread_for_short_jobs_while_long_ones_run() -> None:
     time.sleep(0.05)
     assert started == ["long-1"]  # the other thread is kept for short jobs
     assert pool.waiting == 0  # a long job waiting for its lane does not hold back new jobs
+    assert pool.long_slots == 0 and pool.idle == 0  # one running, one queued
     short = pool.submit(200, lambda: job("short"))
     short.result(5)  # runs at once, though it sorts after the queued long job
     assert started == ["long-1", "short"]
@@ -203,6 +240,10 @@ def test_pool_keeps_a_thread_for_short_jobs_while_long_ones_run() -> None:
     first.result(5)
     second.result(5)
     assert started == ["long-1", "short", "long-2"]
+    deadline = time.monotonic() + 5  # a thread counts itself idle right after the result
+    while pool.idle < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pool.idle == 2 and pool.long_slots == 1
     pool.shutdown()
 
     one = SmallestFirstPool(1)  # with one thread, long jobs run as any other

@@ -93,18 +93,28 @@ def push_down_references(table: TableHandle) -> int:
     return moved
 
 
-def create_jobs(table: TableHandle, *, full: bool = False) -> list[CompactionJob]:
-    """Pick jobs with the table's strategy (``full``: every leaf into one file) and assign
-    them in one transaction."""
+JobSelection = Callable[[list[CompactionJob]], list[CompactionJob]]
+"""Which of the planned jobs to assign now (the others' files stay free for later plans)."""
+
+
+def create_jobs(table: TableHandle, *, full: bool = False,
+                select: JobSelection | None = None) -> list[CompactionJob]:
+    """Pick jobs with the table's strategy (``full``: every leaf into one file), keep those
+    ``select`` keeps (all by default), and assign them in one transaction."""
     props = table.properties
+
+    def plan(head: TableState) -> list[CompactionJob]:
+        planned = plan_compaction_jobs(head, props, full=full)
+        return planned if select is None else select(planned)
+
     jobs: list[CompactionJob] = []
 
     def build(head: TableState) -> Transaction:
         nonlocal jobs
-        jobs = plan_compaction_jobs(head, props, full=full)
+        jobs = plan(head)
         return AssignJobIds(assignments(jobs))
 
-    if not plan_compaction_jobs(table.states.head(), props, full=full):
+    if not plan(table.states.head()):
         return []
     table.states.commit(build)
     return jobs
@@ -214,15 +224,16 @@ class DueJobs:
 
 
 def due_jobs(table: TableHandle, *, exclude: Set[str] = frozenset(),
-             refresh: bool = True, full: bool = False) -> DueJobs:
+             refresh: bool = True, full: bool = False,
+             select: JobSelection | None = None) -> DueJobs:
     """The start of every pass (``compact``, the continuous maintainer): push references down,
-    assign new jobs (each recorded ``created``; ``full``: a forced full compaction), and add
-    the stale jobs not in ``exclude``."""
+    assign new jobs (each recorded ``created``; ``full``: a forced full compaction; ``select``:
+    see ``create_jobs``), and add the stale jobs not in ``exclude``."""
     try:
         moved = push_down_references(table)
     except TransactionInvalidError:
         moved = 0  # raced with another runner: next pass
-    jobs = create_jobs(table, full=full)
+    jobs = create_jobs(table, full=full, select=select)
     for j in jobs:
         table.status.record("compaction", j.job_id, "created", partition_id=j.partition_id,
                             inputs=len(j.inputs), records_in=j.records)

@@ -9,12 +9,16 @@ what is due at once: splits for leaves over the threshold, references pushed dow
 compaction jobs for the files no job holds, each job committing on its own as it ends while
 the others run. GC, which only acts on files older than its delay, runs every ``gc_every``.
 
-Jobs run smallest first (fewest input records): merging the newest small files is what keeps
-the files per leaf down, and a long merge of big files must not hold them back (measured: with
-first-come order a 1 s merge on each of 2 threads let leaves reach 21 files), and a long job
-(at least ``LONG_JOB_FRACTION`` of the split threshold's records) never takes the last free
-thread, so small merges always have one. No more jobs are assigned while as many short ones
-wait as there are threads, so files stay free for better groups.
+Jobs are assigned only as threads free to run them: a tick plans (and claims the files of)
+as many jobs as threads are idle, in the plan's order (the leaves with the most files first),
+and a job's end wakes the loop to plan again. An assigned job that waits in a queue holds its
+inputs while new files keep arriving; planned when a thread frees, it groups those too
+(measured in benchmarks/steady_state.py's 60 s run: with a queue of a thread's worth of jobs,
+jobs waited 1-23 s and leaves reached 17-18 files; planning for idle threads only: 15-16, and
+8.9-9.9 files per leaf on average instead of 9.4-11.6). A long job (at least
+``LONG_JOB_FRACTION`` of the split threshold's records) never takes the last free thread: that
+one is kept for the small merges of new files, which keep the files per leaf down (a 1 s merge
+on each of 2 threads let leaves reach 21 files).
 
 Jobs still go through the same transactions as a pass (AssignJobIds, ReplaceFileReferences
 conditional on the assignment), so several maintainers, or a maintainer and ``table.maintain()``,
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from sediment.compaction.runner import JobResult, due_jobs, run_job
+from sediment.compaction.strategy import CompactionJob
 from sediment.handle import handle_of
 from sediment.maintenance.gc import gc
 from sediment.maintenance.schemes import split_table
@@ -58,10 +63,10 @@ class SmallestFirstPool:
 
     A call submitted as ``long`` (a merge of many records) starts only while fewer than
     ``threads - 1`` long calls run: with every thread in a long merge, the small merges of
-    new files that keep a leaf under the batch size would wait for the slowest of them
-    (measured in benchmarks/steady_state.py's 60 s run: 20-25 files per leaf at the peak
-    without the kept thread, 17-18 with it). With one
-    thread there is nothing to keep, and long calls run as any other.
+    new files that keep a leaf under the batch size would wait for the slowest of them. A
+    long call whose lane is free goes ahead of queued short calls (the maintainer submits one
+    only when ``long_slots`` says it can start). With one thread there is nothing to keep,
+    and long calls run smallest first as any other.
     """
 
     def __init__(self, threads: int, name: str = "sediment-job") -> None:
@@ -69,7 +74,10 @@ class SmallestFirstPool:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._long_running = 0
+        self._running = 0
+        self._count = threads
         self._max_long = max(1, threads - 1)
+        self._lanes = threads > 1
         self._closing = False
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(threads)]
@@ -82,6 +90,19 @@ class SmallestFirstPool:
         counted: they must not stop the short work that new files need)."""
         with self._cond:
             return sum(1 for item in self._heap if not item[2])
+
+    @property
+    def idle(self) -> int:
+        """Threads that would start a call submitted now (none running, none queued for)."""
+        with self._cond:
+            return max(0, self._count - self._running - len(self._heap))
+
+    @property
+    def long_slots(self) -> int:
+        """Long calls that could start now: neither running nor queued for their lane."""
+        with self._cond:
+            queued = sum(1 for item in self._heap if item[2])
+            return max(0, self._max_long - self._long_running - queued)
 
     def submit(self, priority: float, fn: Callable[[], object], *,
                long: bool = False) -> Future[object]:
@@ -96,12 +117,18 @@ class SmallestFirstPool:
         with self._cond:
             while True:
                 lane_free = self._long_running < self._max_long
-                item = next((it for it in sorted(self._heap) if lane_free or not it[2]), None)
+                ready = [it for it in self._heap if lane_free or not it[2]]
+                # a long call whose lane is free goes first: the maintainer assigns one only
+                # when its lane can start it, and behind a stream of short calls it would
+                # hold its inputs for nothing (with one thread: smallest first throughout)
+                item = min(ready, default=None,
+                           key=lambda it: (not (it[2] and self._lanes), it[0], it[1]))
                 if item is not None:
                     self._heap.remove(item)
                     heapq.heapify(self._heap)
                     if item[2]:
                         self._long_running += 1
+                    self._running += 1
                     return item[2], item[3], item[4]
                 if self._closing and not self._heap:
                     return None
@@ -120,10 +147,11 @@ class SmallestFirstPool:
                     except BaseException as e:  # noqa: BLE001 - handed to the future's reader
                         fut.set_exception(e)
             finally:
-                if long:
-                    with self._cond:
+                with self._cond:
+                    self._running -= 1
+                    if long:
                         self._long_running -= 1
-                        self._cond.notify_all()
+                    self._cond.notify_all()
 
     def shutdown(self) -> None:
         """Run what is queued, then stop the threads."""
@@ -160,15 +188,15 @@ class Maintainer:
     """Keeps tables maintained until stopped: see the module docstring.
 
     ``tables`` is called every ``refresh_tables`` seconds (tables come and go in a store).
-    ``threads`` (default: the CPUs) run jobs; while ``max_waiting`` jobs (default: as many as
-    threads) wait for one, no new job is assigned. With ``workers="process"`` each of those
+    ``threads`` (default: the CPUs) run jobs, and a tick assigns only as many as are idle (see
+    the module docstring). With ``workers="process"`` each of those
     threads hands its job's merge to one of as many worker processes
     (sediment.maintenance.workers), so jobs use every core instead of sharing one GIL.
     """
 
     def __init__(self, tables: Callable[[], Sequence[object]], *, threads: int = 0,
                  tick_seconds: float = 0.25, gc_every: float = 10.0,
-                 refresh_tables: float = 10.0, max_waiting: int = 0,
+                 refresh_tables: float = 10.0,
                  orphan_timeout: float | None = None,
                  workers: Literal["thread", "process"] = "thread") -> None:
         self._tables_fn = tables
@@ -179,13 +207,14 @@ class Maintainer:
         self.tick_seconds = tick_seconds
         self.gc_every = gc_every
         self.refresh_tables = refresh_tables
-        self.max_waiting = max_waiting or self.threads
         self._pool = SmallestFirstPool(self.threads)
         self._processes = WorkerProcesses(self.threads) if workers == "process" else None
         self._running: dict[str, tuple[str, Future[object]]] = {}  # job id -> table, future
         self._activity: dict[str, TableActivity] = {}
         self._stuck: dict[tuple[str, str], int] = {}  # (table, leaf) -> records when stuck
         self._lock = threading.Lock()
+        self._wake = threading.Event()
+        """Set when a job ends: the loop plans again at once."""
         self._tables: list[TableHandle] = []
         self._tables_at = float("-inf")
         self._gc_at: dict[str, float] = {}
@@ -231,10 +260,11 @@ class Maintainer:
         before = act.splits + act.jobs_started
         head = t.states.head()
         if head.online:
-            # one split a tick, and only while jobs keep up: a split leaves both children
-            # with every file of the parent to rewrite, and leaves that cross the threshold
-            # together (uniform keys) would otherwise hand the workers all of that at once
-            if self._pool.waiting < self.max_waiting and self._split_due(t):
+            # one split a tick, and only while jobs keep up (a thread's worth of them queued
+            # at most): a split leaves both children with every file of the parent to
+            # rewrite, and leaves that cross the threshold together (uniform keys) would
+            # otherwise hand the workers all of that at once
+            if self._pool.waiting < self.threads and self._split_due(t):
                 r = split_table(t, limit=1)
                 act.splits += r.splits
                 head = t.states.head()
@@ -242,7 +272,7 @@ class Maintainer:
                     p = head.partitions.get(leaf)
                     if p is not None:
                         self._stuck[(t.name, leaf)] = leaf_records(head, p)
-            if self._pool.waiting < self.max_waiting:
+            if self._pool.idle:
                 self._compact(t, act)
         if now - self._gc_at.get(t.name, float("-inf")) >= self.gc_every:
             self._gc_at[t.name] = now
@@ -278,8 +308,28 @@ class Maintainer:
             # failed stays assigned: rerun it as any stale job, not on every tick)
             recent = set(self._running) | {j for j, (_, at) in self._ran_at.items()
                                            if now - at < timeout}
-        due = due_jobs(t, exclude=recent, refresh=False)
         long_records = int(t.properties["partition.split.threshold"]) * LONG_JOB_FRACTION
+        idle, slots = self._pool.idle, self._pool.long_slots
+
+        def select(planned: list[CompactionJob]) -> list[CompactionJob]:
+            # Only the jobs idle threads start now, in the plan's order (the leaves with the
+            # most files first), a long one only when its lane is free: a job assigned and
+            # queued holds its inputs while files keep arriving, and the next plan, made
+            # when a thread frees, groups more of them (measured: jobs queued 1-23 s while
+            # leaves reached 17-18 files).
+            out: list[CompactionJob] = []
+            free_long = slots
+            for j in planned:
+                if len(out) == idle:
+                    break
+                if j.records >= long_records:
+                    if not free_long:
+                        continue
+                    free_long -= 1
+                out.append(j)
+            return out
+
+        due = due_jobs(t, exclude=recent, refresh=False, select=select)
         state = due.state
         live = set(state.jobs)  # forget this table's jobs that are no longer assigned
         self._ran_at = {j: v for j, v in self._ran_at.items() if v[0] != t.name or j in live}
@@ -288,6 +338,7 @@ class Maintainer:
             runner = run_job if self._processes is None else self._processes.run_job
             fut = self._pool.submit(j.records, functools.partial(runner, t, state, j),
                                     long=j.records >= long_records)
+            fut.add_done_callback(lambda _: self._wake.set())
             with self._lock:
                 self._running[j.job_id] = (t.name, fut)
             act.jobs_started += 1
@@ -358,7 +409,10 @@ class Maintainer:
                         break
                     on_report(self.report())
                     next_report = time.monotonic() + report_every
-                stop.wait(max(0.0, self.tick_seconds - (time.monotonic() - started)))
+                # the next tick comes when a job ends (a thread to plan for) or after
+                # tick_seconds (new files to plan for)
+                self._wake.wait(max(0.0, self.tick_seconds - (time.monotonic() - started)))
+                self._wake.clear()
         finally:
             self.close()
 
