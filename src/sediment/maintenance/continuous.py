@@ -52,9 +52,14 @@ if TYPE_CHECKING:
 SCHEME_CHECK_SECONDS = 5.0
 """How often a partition scheme's split is looked at (it reads every member's state)."""
 
-LONG_JOB_FRACTION = 0.25
+LONG_JOB_FRACTION = 0.05
 """A job merging at least this fraction of the split threshold's records is long: it runs on
-the threads the pool does not keep for short jobs (see SmallestFirstPool)."""
+the threads the pool does not keep for short jobs (see SmallestFirstPool). Measured in
+benchmarks/steady_state.py's 60 s run (threshold 2M; new files of ~6k records), peak files per
+leaf: 15-16 with a quarter (medium merges of 100-500k records then hold the kept thread), 13-14
+with a twentieth, 14-17 with a fiftieth (a leaf whose every due job is a merge of ten new files
+waits for the long lane); 15-16 with jobs long when expected to take a quarter of a second at
+the rate recent jobs merged."""
 
 
 class SmallestFirstPool:
