@@ -329,6 +329,14 @@ def test_history_lists_every_commit(objects: ObjectStore) -> None:
     assert StateStore(objects, TABLE_ID).history() == history
 
 
+def test_summaries_count_in_words_a_person_reads() -> None:
+    one = AddFiles([FileReference("a", "root", 1)])
+    assert one.summary() == "1 file, 1 record"
+    assert AddFiles([FileReference("a", "root", 2), FileReference("b", "root", 3)]
+                    ).summary() == "2 files, 5 records"
+    assert ReplaceFileReferences("j", "root", ["a"], None).summary() == "job j: 1 file -> 1 in root"
+
+
 def test_history_reads_logged_summaries_and_decodes_entries_without_one(
         objects: ObjectStore) -> None:
     """Entries carry their summary line, so history builds no transaction; an entry written

@@ -113,6 +113,12 @@ def transaction_from_json(kind: str, doc: dict[str, Any], *, where: str) -> Tran
 
 # Checks shared by the kinds' ``validate`` (for the family modules, not re-exported).
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun`` in the number ``n`` asks for ("1 file", "2 files"): summaries are
+    read by people (history, the dashboard)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def fail(state: TableState, msg: str) -> TransactionInvalidError:
     """The error a ``validate`` raises, naming the table and the version it checked."""
     return TransactionInvalidError(f"table {state.table_id} at version {state.version}: {msg}")

@@ -16,6 +16,7 @@ from sediment.core.model import FileReference, file_sequence
 from sediment.core.state import TableState
 from sediment.core.transactions.base import (
     Transaction,
+    counted,
     fail,
     require_initialised,
     require_partition,
@@ -70,7 +71,8 @@ class AddFiles(Transaction):
 
     def summary(self) -> str:
         files = len({r.filename for r in self.references})
-        return f"{files} files, {sum(r.records for r in self.references)} records"
+        return (f"{counted(files, 'file')}, "
+                f"{counted(sum(r.records for r in self.references), 'record')}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +107,7 @@ class DeleteFiles(Transaction):
         return not self.filenames
 
     def summary(self) -> str:
-        return f"{len(self.filenames)} files deleted"
+        return f"{counted(len(self.filenames), 'file')} deleted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,4 +158,4 @@ class AddFilesWithSplits(AddFiles):
         return not self.references and not self.splits
 
     def summary(self) -> str:
-        return f"{len(self.splits)} splits, {AddFiles.summary(self)}"
+        return f"{counted(len(self.splits), 'split')}, {AddFiles.summary(self)}"

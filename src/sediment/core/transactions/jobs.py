@@ -16,6 +16,7 @@ from sediment.core.model import FileReference, file_sequence
 from sediment.core.state import TableState
 from sediment.core.transactions.base import (
     Transaction,
+    counted,
     fail,
     require_initialised,
     require_partition,
@@ -82,7 +83,7 @@ class AssignJobIds(Transaction):
         return not self.assignments
 
     def summary(self) -> str:
-        return f"{len(self.assignments)} jobs assigned"
+        return f"{counted(len(self.assignments), 'job')} assigned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,4 +141,4 @@ class ReplaceFileReferences(Transaction):
         return [] if self.output is None else [self.output.filename]
 
     def summary(self) -> str:
-        return f"job {self.job_id}: {len(self.inputs)} files -> 1 in {self.partition_id}"
+        return f"job {self.job_id}: {counted(len(self.inputs), 'file')} -> 1 in {self.partition_id}"

@@ -18,6 +18,7 @@ from sediment.core.model import FileReference, Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.core.transactions.base import (
     Transaction,
+    counted,
     fail,
     require_initialised,
     require_partition,
@@ -89,7 +90,7 @@ class SplitFileReferences(Transaction):
         return not self.splits
 
     def summary(self) -> str:
-        return f"{len(self.splits)} references pushed down"
+        return f"{counted(len(self.splits), 'reference')} pushed down"
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +257,8 @@ class FollowScheme(Transaction):
         return self.scheme_version < 0
 
     def summary(self) -> str:
-        return f"follows scheme version {self.scheme_version} ({len(self.splits)} splits)"
+        splits = counted(len(self.splits), "split")
+        return f"follows scheme version {self.scheme_version} ({splits})"
 
 
 def follow_scheme(member: TableState, scheme: TableState) -> FollowScheme | None:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from sediment.core.cells import is_box_tree
 from sediment.core.model import Partition
 from sediment.core.state import ROOT_PARTITION_ID, TableState, build_partition_tree
-from sediment.core.transactions.base import Transaction, fail, require_initialised
+from sediment.core.transactions.base import Transaction, counted, fail, require_initialised
 from sediment.properties import PROPERTIES, validate_properties
 from sediment.schema import Schema
 
@@ -52,8 +52,8 @@ class InitialiseTable(Transaction):
                    [Partition.from_json(p) for p in doc["partitions"]])
 
     def summary(self) -> str:
-        return f"created with {len(self.schema.field_names)} fields, " \
-               f"{sum(p.is_leaf for p in self.partitions)} leaf partitions"
+        return (f"created with {counted(len(self.schema.field_names), 'field')}, "
+                f"{counted(sum(p.is_leaf for p in self.partitions), 'leaf partition')}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,4 +218,5 @@ class ReinitialiseTable(Transaction):
         return cls([Partition.from_json(p) for p in doc["partitions"]])
 
     def summary(self) -> str:
-        return f"reinitialised with {sum(p.is_leaf for p in self.partitions)} leaf partitions"
+        return (f"reinitialised with "
+                f"{counted(sum(p.is_leaf for p in self.partitions), 'leaf partition')}")
