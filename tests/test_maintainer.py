@@ -155,6 +155,32 @@ def test_a_tick_assigns_only_the_jobs_idle_threads_start(tmp_path: Path,
     assert all(len(st.references(p.id)) == 1 for p in st.leaf_partitions())
 
 
+def test_tables_take_turns_at_the_idle_threads(tmp_path: Path, monkeypatch: Any) -> None:
+    import sediment.maintenance.continuous as continuous
+
+    store = sd.Store.open(str(tmp_path), create=True)
+    tables = [make_table(store, name=n, **{"compaction.strategy": "basic",
+                                             "compaction.batch_size": 2}) for n in ("a", "b")]
+    for t in tables:
+        for i in range(6):  # three jobs due in each table
+            t.ingest(rows(100, seed=i))
+    order: list[str] = []
+    real = continuous.run_job
+
+    def noted(table: Any, *args: Any) -> Any:
+        order.append(table.name)
+        return real(table, *args)
+
+    monkeypatch.setattr(continuous, "run_job", noted)
+    m = Maintainer(lambda: tables, threads=1, tick_seconds=0.01, gc_every=3600)
+    deadline = time.monotonic() + 30
+    while len(order) < 4 and time.monotonic() < deadline:
+        m.tick()
+        time.sleep(0.02)
+    m.close()
+    assert sorted(order[:2]) == ["a", "b"] and sorted(order[2:4]) == ["a", "b"], order
+
+
 def test_unsplittable_leaf_reported_once(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"partition.split.threshold": 100})
     data = rows(300, seed=3)

@@ -218,6 +218,7 @@ class Maintainer:
         self._activity: dict[str, TableActivity] = {}
         self._stuck: dict[tuple[str, str], int] = {}  # (table, leaf) -> records when stuck
         self._lock = threading.Lock()
+        self._turn = 0
         self._wake = threading.Event()
         """Set when a job ends: the loop plans again at once."""
         self._tables: list[TableHandle] = []
@@ -241,7 +242,11 @@ class Maintainer:
             self._tables_at = now
         self._reap()
         started = 0
-        for t in self._tables:
+        # each tick starts at the next table: the first ones looked at take the idle threads,
+        # and a busy table must not keep the others' jobs waiting
+        turn = self._turn % len(self._tables) if self._tables else 0
+        self._turn += 1
+        for t in self._tables[turn:] + self._tables[:turn]:
             failed = self._failed.get(t.name)
             if failed is not None and now - failed[0] < self.gc_every:
                 self._note(t.name, failed[1])  # still reported; retried once a GC period
