@@ -22,6 +22,7 @@ from sediment.cli.options import (
     StoreOption,
     TableArg,
     VersionOption,
+    YesOption,
     effective_store,
     open_store,
     open_table,
@@ -220,8 +221,7 @@ def _render_describe(d: dict[str, Any]) -> list[RenderableType]:
 def drop_table(
     name: TableArg,
     store: StoreOption = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y",
-                                      help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
 ) -> None:
     """Delete a table and all its data. Asks first unless --yes (required when not a terminal)."""
     st = open_store(store)
@@ -236,8 +236,7 @@ def drop_table(
 def clear(
     name: TableArg,
     store: StoreOption = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y",
-                                      help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
 ) -> None:
     """Remove every record of a table in one transaction, keeping its schema, properties and
     partitions. Older versions still read the records until gc deletes the files. Asks first

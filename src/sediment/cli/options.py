@@ -51,6 +51,11 @@ JsonOption = Annotated[
 ]
 """The ``--json`` option of every command that prints data."""
 
+YesOption = Annotated[
+    bool, typer.Option("--yes", "-y", help="Do not ask for confirmation."),
+]
+"""The ``--yes`` of every command that deletes (see terminal.confirm_or_refuse)."""
+
 TableArg = Annotated[str, typer.Argument(metavar="TABLE", help="Table name.")]
 
 VersionOption = Annotated[

@@ -9,7 +9,13 @@ import typer
 from rich.console import RenderableType
 
 from sediment.cli.errors import CliError
-from sediment.cli.options import JsonOption, StoreOption, open_store, parse_assignments
+from sediment.cli.options import (
+    JsonOption,
+    StoreOption,
+    YesOption,
+    open_store,
+    parse_assignments,
+)
 from sediment.cli.output import emit, key_value_table
 from sediment.cli.parsing import _parse_field, convert_split_point
 from sediment.cli.terminal import confirm_or_refuse
@@ -81,8 +87,7 @@ def _render(d: dict[str, Any]) -> list[RenderableType]:
 def drop_scheme(
     name: SchemeArg,
     store: StoreOption = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y",
-                                      help="Do not ask for confirmation.")] = False,
+    yes: YesOption = False,
 ) -> None:
     """Drop a partition scheme that no table uses (drop its member tables first)."""
     st = open_store(store)
