@@ -203,12 +203,20 @@ def test_size_ratio_bounds_files_per_leaf() -> None:
         [1, 4, 16], [64, 256]]
     assert sizes(plan_compaction_jobs(state, props(compaction__batch_size=2))) == [[1, 4],
                                                                                  [16, 64]]
-    # files in running jobs count: the leaf is over its level even if few files are free
+    # a running job counts as the one file it leaves: the leaf is over its level even if
+    # few files are free ...
     busy = plan_state()
-    held = add(busy, ROOT_PARTITION_ID, *[10**6] * 7)
+    held = add(busy, ROOT_PARTITION_ID, *[10**6] * 2)
     _apply(busy, AssignJobIds([JobAssignment("running", ROOT_PARTITION_ID, tuple(held))]))
-    add(busy, ROOT_PARTITION_ID, 1, 100)
-    assert sizes(plan_compaction_jobs(busy, props())) == [[1, 100]]
+    add(busy, ROOT_PARTITION_ID, *[4**i for i in range(8)])  # 1 + 8 files > 8
+    assert sizes(plan_compaction_jobs(busy, props())) == [[1, 4, 16, 64]]
+    # ... but files a running job is merging are not files to come: 7 held + 2 free leave 3
+    # (merging the 100 would rewrite the larger file to save one the job saves anyway)
+    calm = plan_state()
+    held = add(calm, ROOT_PARTITION_ID, *[10**6] * 7)
+    _apply(calm, AssignJobIds([JobAssignment("running", ROOT_PARTITION_ID, tuple(held))]))
+    add(calm, ROOT_PARTITION_ID, 1, 100)
+    assert plan_compaction_jobs(calm, props()) == []
 
 
 def test_batch_size_caps_jobs() -> None:

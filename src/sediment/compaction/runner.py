@@ -93,8 +93,9 @@ def push_down_references(table: TableHandle) -> int:
     return moved
 
 
-JobSelection = Callable[[list[CompactionJob]], list[CompactionJob]]
-"""Which of the planned jobs to assign now (the others' files stay free for later plans)."""
+JobSelection = Callable[[TableState, list[CompactionJob]], list[CompactionJob]]
+"""Which of the jobs planned on a state to assign now (the others' files stay free for later
+plans); a selected job may take only part of a planned job's inputs."""
 
 
 def create_jobs(table: TableHandle, *, full: bool = False,
@@ -105,7 +106,7 @@ def create_jobs(table: TableHandle, *, full: bool = False,
 
     def plan(head: TableState) -> list[CompactionJob]:
         planned = plan_compaction_jobs(head, props, full=full)
-        return planned if select is None else select(planned)
+        return planned if select is None else select(head, planned)
 
     jobs: list[CompactionJob] = []
 

@@ -34,7 +34,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,32 @@ class CompactionJob:
     @property
     def records(self) -> int:
         return sum(r.records for r in self.inputs)
+
+
+def short_part(job: CompactionJob, records: float, properties: Mapping[str, Any]
+               ) -> CompactionJob | None:
+    """The job cut down to its smallest inputs, as many as hold fewer than ``records``
+    records together (None: fewer than two of them, or the table's compaction iterators
+    need a leaf's inputs merged together). Merging the small files of a crowded leaf at once
+    keeps it under the batch size while a thread for the whole merge is busy; the larger
+    inputs stay free for a later plan."""
+    if _whole_leaf(properties):
+        return None
+    taken: list[FileReference] = []
+    total = 0
+    for ref in sorted(job.inputs, key=lambda r: (r.records, r.filename)):
+        if total + ref.records >= records:
+            break
+        taken.append(ref)
+        total += ref.records
+    return CompactionJob(job.job_id, job.partition_id, tuple(taken)) if len(taken) >= 2 \
+        else None
+
+
+def _whole_leaf(properties: Mapping[str, Any]) -> bool:
+    """Whether a compaction iterator needs consecutive inputs (see plan_compaction_jobs)."""
+    return any(it.needs_consecutive_inputs() for it in iterators_from_property(
+        str(properties["compaction.iterators"]), where="property compaction.iterators"))
 
 
 def plan_reference_splits(state: TableState, estimate: Estimate) -> list[SplitReference]:
@@ -85,6 +111,21 @@ def _basic(files: list[FileReference], batch: int) -> list[list[FileReference]]:
     return [files[i : i + batch] for i in range(0, len(files) - batch + 1, batch)]
 
 
+def files_after_jobs(refs: Iterable[FileReference]) -> int:
+    """The references a leaf holds once the jobs holding some of ``refs`` (its references)
+    commit: each job turns its inputs into one file. (Counting a running job's inputs as
+    files to come made a crowded leaf merge its largest files, rewriting the whole leaf to
+    save a file or two that the running job was about to save anyway.)"""
+    held = [r.job_id for r in refs]
+    return held.count(None) + len(set(held) - {None})
+
+
+def crowded_files(batch: int) -> int:
+    """The references a leaf holds past which it is crowded: two thirds of a batch (the last
+    third is headroom for the files that arrive while its jobs run)."""
+    return max(2, 2 * batch // 3)
+
+
 def _size_ratio(files: list[FileReference], batch: int, ratio: float, *, in_leaf: int = 0
                 ) -> list[list[FileReference]]:
     pending = sorted(files, key=lambda r: (r.records, r.filename))
@@ -100,13 +141,14 @@ def _size_ratio(files: list[FileReference], batch: int, ratio: float, *, in_leaf
             break
         groups.append(group)
         pending = pending[len(group):]
-    # Bound the files a leaf holds: past two thirds of a batch of references (``in_leaf``
-    # counts those in running jobs too; each group planned above leaves one file), the
+    # Bound the files a leaf holds: past two thirds of a batch of references (``in_leaf``:
+    # the leaf's references once its running jobs commit; each group planned above leaves
+    # one file), the
     # smallest files merge regardless of the ratio: enough of them to come back to that
     # level, and at least a third of a batch (small files are cheap to merge, and the more
     # merge at once the fewer times each record is rewritten); the last third of a batch is
     # headroom for files arriving while jobs run.
-    high = max(2, 2 * batch // 3)
+    high = crowded_files(batch)
     count = max(in_leaf, len(files)) - sum(len(g) - 1 for g in groups)
     while count > high and len(pending) >= 2:
         m = min(batch, len(pending), max(2, count - high + 1, batch // 3))
@@ -138,8 +180,7 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
     batch = int(properties["compaction.batch_size"])
     ratio = float(properties["compaction.ratio"])
     cap = int(properties["compaction.max_concurrent_jobs_per_partition"])
-    whole_leaf = any(it.needs_consecutive_inputs() for it in iterators_from_property(
-        str(properties["compaction.iterators"]), where="property compaction.iterators"))
+    whole_leaf = _whole_leaf(properties)
     per_leaf: list[tuple[int, int, list[CompactionJob]]] = []
     for position, leaf in enumerate(state.leaf_partitions()):
         refs = state.references(leaf.id)
@@ -151,7 +192,7 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
             groups = [free] if len(free) >= 2 or (free and _estimated(state, free[0])) else []
         else:
             groups = [] if len(refs) < 2 else _basic(free, batch) if strategy == "basic" \
-                else _size_ratio(free, batch, ratio, in_leaf=len(refs))
+                else _size_ratio(free, batch, ratio, in_leaf=files_after_jobs(refs.values()))
             taken = {r.filename for g in groups for r in g}
             wide = [r for r in free if r.filename not in taken and _estimated(state, r)]
             # merged together (a batch at a time) rather than one job each: the same bytes

@@ -39,7 +39,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from sediment.compaction.runner import JobResult, due_jobs, run_job
-from sediment.compaction.strategy import CompactionJob
+from sediment.compaction.strategy import (
+    CompactionJob,
+    crowded_files,
+    files_after_jobs,
+    short_part,
+)
 from sediment.handle import handle_of
 from sediment.maintenance.gc import gc
 from sediment.maintenance.schemes import split_table
@@ -47,6 +52,7 @@ from sediment.maintenance.splitting import leaf_records
 from sediment.maintenance.workers import WorkerProcesses
 
 if TYPE_CHECKING:
+    from sediment.core.state import TableState
     from sediment.handle import TableHandle
 
 SCHEME_CHECK_SECONDS = 5.0
@@ -319,23 +325,31 @@ class Maintainer:
             recent = set(self._running) | {j for j, (_, at) in self._ran_at.items()
                                            if now - at < timeout}
         long_records = int(t.properties["partition.split.threshold"]) * LONG_JOB_FRACTION
+        crowded = crowded_files(int(t.properties["compaction.batch_size"]))
         idle, slots = self._pool.idle, self._pool.long_slots
 
-        def select(planned: list[CompactionJob]) -> list[CompactionJob]:
+        def select(head: TableState, planned: list[CompactionJob]) -> list[CompactionJob]:
             # Only the jobs idle threads start now, in the plan's order (the leaves with the
             # most files first), a long one only when its lane is free: a job assigned and
             # queued holds its inputs while files keep arriving, and the next plan, made
             # when a thread frees, groups more of them (measured: jobs queued 1-23 s while
-            # leaves reached 17-18 files).
+            # leaves reached 17-18 files). A crowded leaf whose job is long and cannot
+            # start merges the job's small files now instead of waiting for the lane.
             out: list[CompactionJob] = []
             free_long = slots
             for j in planned:
                 if len(out) == idle:
                     break
                 if j.records >= long_records:
-                    if not free_long:
+                    if free_long:
+                        free_long -= 1
+                    elif files_after_jobs(head.references(j.partition_id).values()) > crowded:
+                        short = short_part(j, long_records, t.properties)
+                        if short is None:
+                            continue
+                        j = short
+                    else:
                         continue
-                    free_long -= 1
                 out.append(j)
             return out
 
