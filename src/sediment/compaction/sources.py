@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from sediment.compaction.ranged import read_footer
 from sediment.core.model import FileReference
 from sediment.errors import CorruptMetadataError, JobError, ObjectNotFoundError
+from sediment.files.keys import first_field_bounds
 from sediment.files.sequence import SEQ
 from sediment.storage.base import ObjectStore
 
@@ -50,6 +51,8 @@ class InputFile:
     """The object's key in the table's store, for an input read in place (``url`` empty)."""
     metadata: pq.FileMetaData | None = None
     size: int = 0
+    bounds: tuple[Any, Any] | None = None
+    """[min, max] of the first row-key field by the footer's statistics (None: unknown)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +85,17 @@ def _sequence_facts(md: pq.FileMetaData) -> tuple[bool, bool]:
     return True, True
 
 
-def _input(url: str, ref: FileReference, md: pq.FileMetaData) -> InputFile:
+def _bounds(md: pq.FileMetaData, first_key: str) -> tuple[Any, Any] | None:
+    """The first key field's [min, max] over a sorted file (None: no statistics to tell)."""
+    if not first_key or not md.num_row_groups or first_key not in md.schema.names:
+        return None
+    mins, maxs = first_field_bounds(md, first_key)
+    return None if mins[0] is None or maxs[-1] is None else (mins[0], maxs[-1])
+
+
+def _input(url: str, ref: FileReference, md: pq.FileMetaData, first_key: str) -> InputFile:
     present, complete = _sequence_facts(md) if ref.sequenced else (False, False)
-    return InputFile(url, ref.sequence, present, complete)
+    return InputFile(url, ref.sequence, present, complete, bounds=_bounds(md, first_key))
 
 
 def local_input(path: str, *, sequence: int = 0, sequenced: bool = True) -> InputFile:
@@ -110,13 +121,14 @@ def _footers(objects: ObjectStore, refs: Sequence[FileReference], open_input: Ca
 
 
 def resolve_inputs(objects: ObjectStore, refs: Sequence[FileReference], tmp: str, *,
-                   local_disk_bytes: int, job_id: str) -> JobInputs:
-    """The inputs of a job as DataFusion will read them (see the module's docstring)."""
+                   local_disk_bytes: int, job_id: str, first_key: str = "") -> JobInputs:
+    """The inputs of a job as DataFusion will read them (see the module's docstring), with
+    the bounds of the row-key field ``first_key`` where given."""
     direct = [objects.local_path(r.filename) for r in refs]
     if all(p is not None for p in direct):
         paths = [p for p in direct if p is not None]
         mds = _footers(objects, refs, paths.__getitem__, job_id)
-        return JobInputs([_input(local_url(p), r, md)
+        return JobInputs([_input(local_url(p), r, md, first_key)
                           for p, r, md in zip(paths, refs, mds, strict=True)])
     sizes = [objects.head(r.filename) for r in refs]
     if sum(0 if s is None else s.size for s in sizes) > local_disk_bytes:
@@ -127,13 +139,13 @@ def resolve_inputs(objects: ObjectStore, refs: Sequence[FileReference], tmp: str
         mds = _in_place_footers(objects, refs, [s.size for s in sizes if s is not None],
                                 job_id)
         files = [in_place_input(r.filename, r.sequence, r.sequenced, md,
-                                0 if s is None else s.size)
+                                0 if s is None else s.size, first_key)
                  for r, md, s in zip(refs, mds, sizes, strict=True)]
         # rows without a sequence among rows with one (files not written by Sediment) need a
         # sort, which only the copying path's DataFusion plan does
         if all(f.complete or not f.has_sequence for f in files):
             return JobInputs(files, in_place=True)
-    return _copied(objects, refs, tmp, job_id)
+    return _copied(objects, refs, tmp, job_id, first_key)
 
 
 def _in_place_footers(objects: ObjectStore, refs: Sequence[FileReference], sizes: list[int],
@@ -150,14 +162,15 @@ def _in_place_footers(objects: ObjectStore, refs: Sequence[FileReference], sizes
 
 
 def in_place_input(key: str, sequence: int, sequenced: bool, md: pq.FileMetaData,
-                   size: int) -> InputFile:
+                   size: int, first_key: str = "") -> InputFile:
     """An input read in place from the store (``key``), its footer ``md`` read already."""
     present, complete = _sequence_facts(md) if sequenced else (False, False)
-    return InputFile("", sequence, present, complete, key=key, metadata=md, size=size)
+    return InputFile("", sequence, present, complete, key=key, metadata=md, size=size,
+                     bounds=_bounds(md, first_key))
 
 
 def _copied(objects: ObjectStore, refs: Sequence[FileReference], tmp: str,
-            job_id: str) -> JobInputs:
+            job_id: str, first_key: str) -> JobInputs:
     """Whole copies of the inputs in ``tmp`` (one GET each, eight at a time)."""
     def fetch(item: tuple[int, FileReference]) -> str:
         i, ref = item
@@ -169,5 +182,5 @@ def _copied(objects: ObjectStore, refs: Sequence[FileReference], tmp: str,
     with ThreadPoolExecutor(min(8, max(1, len(refs)))) as pool:
         paths = list(pool.map(fetch, enumerate(refs)))
     mds = _footers(objects, refs, paths.__getitem__, job_id)
-    return JobInputs([_input(local_url(p), r, md)
+    return JobInputs([_input(local_url(p), r, md, first_key)
                       for p, r, md in zip(paths, refs, mds, strict=True)])

@@ -11,6 +11,7 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from sediment.core.boxes import Box
 from sediment.core.cells import Cell
@@ -154,3 +155,36 @@ def rows_in(data: Columnar, names: Sequence[str], region: Region,
 def sort_indices(data: Columnar, names: Sequence[str]) -> pa.Array:
     """Indices that sort ``data`` by ``names`` ascending (strings by bytes)."""
     return pc.sort_indices(data, sort_keys=[(n, "ascending") for n in names])
+
+
+def first_field_bounds(md: pq.FileMetaData, name: str) -> tuple[list[Any], list[Any]]:
+    """Each row group's [min, max] of the key field ``name`` by its statistics (None where a
+    row group has none), in the model's form (temporal values as integers)."""
+    col = md.schema.names.index(name)
+    # temporal keys are integers in the model (sediment.core.keys): use the raw statistics
+    raw = md.schema.column(col).logical_type.type in ("TIMESTAMP", "DATE")
+    mins: list[Any] = []
+    maxs: list[Any] = []
+    for i in range(md.num_row_groups):
+        st = md.row_group(i).column(col).statistics
+        if st is None or not st.has_min_max:
+            mins.append(None)
+            maxs.append(None)
+        elif raw:
+            mins.append(st.min_raw)
+            maxs.append(st.max_raw)
+        else:
+            mins.append(st.min)
+            maxs.append(st.max)
+    return mins, maxs
+
+
+def bounds_inside(lo: Any, hi: Any, region: Region) -> bool:
+    """Whether rows whose first key field lies in [lo, hi] (a sorted file's or row groups'
+    statistics) all lie inside ``region``, strictly, so that a multi-field key equal on the
+    first field is still filtered: then reading them needs no row filter."""
+    if lo is None or hi is None or (isinstance(region, Cell) and region.limited() not in ([],
+                                                                                       [0])):
+        return False  # a box partition bounds other fields: only a row filter can tell
+    return (region.min is None or lo > region.min[0]) and \
+        (region.max is None or hi < region.max[0])

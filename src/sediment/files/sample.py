@@ -48,20 +48,27 @@ class KeySampler:
 
     def add(self, data: pa.Table) -> None:
         n = data.num_rows
-        first = (-self.rows) % self.k
-        idx = np.arange(first, n, self.k, dtype=np.int64)
+        # k is the smallest power of two (at least the current one) that keeps at most twice
+        # the sample size of the rows so far: the keys of the rows at multiples of k, so the
+        # same keys as doubling k one step at a time after taking the batch, without taking
+        # keys of the batch only to drop them (a first batch of 64k rows took every key)
+        k = self.k
+        while -(-(self.rows + n) // k) > 2 * self.size:
+            k *= 2
+        if k != self.k:
+            self.k = k
+            if self._parts:
+                t = pa.concat_tables(self._parts).combine_chunks()
+                t = t.filter(pc.equal(pc.bit_wise_and(t.column("__idx"), k - 1), 0))
+                self._parts = [t]
+                self._held = t.num_rows
+        first = (-self.rows) % k
+        idx = np.arange(first, n, k, dtype=np.int64)
         if len(idx):
             picked = data.select(self.names).take(pa.array(idx))
             self._parts.append(picked.append_column("__idx", pa.array(idx + self.rows)))
             self._held += len(idx)
         self.rows += n
-        while self._held > 2 * self.size:
-            self.k *= 2
-            t = pa.concat_tables(self._parts).combine_chunks()
-            keep = pc.equal(pc.bit_wise_and(t.column("__idx"), self.k - 1), 0)
-            t = t.filter(keep)
-            self._parts = [t]
-            self._held = t.num_rows
 
     def sample(self, key_schema: pa.Schema) -> pa.Table:
         """The sample: keys plus the count of rows each kept key stands for."""

@@ -26,7 +26,7 @@ from sediment.core.prefetch import read_ahead
 from sediment.core.ranges import Range
 from sediment.errors import CorruptMetadataError
 from sediment.files.keyfilter import hash_keys
-from sediment.files.keys import rows_in, sort_indices
+from sediment.files.keys import bounds_inside, rows_in, sort_indices
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
 from sediment.iterators.base import RecordIterator, apply_iterators
@@ -89,14 +89,8 @@ def _runs(groups: list[int], most: int) -> Iterator[list[int]]:
 
 def _inside(footer: FileFooter, first: int, last: int, region: Region) -> bool:
     """Whether row groups ``first..last`` lie inside the region by their statistics on the
-    first key field (strictly, so that a multi-field key equal on it is still filtered):
-    then a whole-region read needs no row filter."""
-    lo, hi = footer.mins[first], footer.maxs[last]
-    if lo is None or hi is None or (isinstance(region, Cell) and region.limited() not in ([],
-                                                                                       [0])):
-        return False  # a box partition bounds other fields: only a row filter can tell
-    return (region.min is None or lo > region.min[0]) and \
-        (region.max is None or hi < region.max[0])
+    first key field: then a whole-region read needs no row filter."""
+    return bounds_inside(footer.mins[first], footer.maxs[last], region)
 
 
 def _first_field_points(ranges: tuple[Range, ...] | None) -> list[Any] | None:

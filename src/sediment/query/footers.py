@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
 from sediment.files.keyfilter import HEADER_BYTES, FilterLayout
+from sediment.files.keys import first_field_bounds
 from sediment.files.sequence import SEQ
 from sediment.files.sidecars import KEYS, read_sidecar_range
 from sediment.files.writer import keys_name
@@ -167,21 +168,6 @@ class FooterCache:
         return bool(layout.may_contain(block, hashes).any())
 
     def _bounds(self, md: pq.FileMetaData) -> FileFooter:
-        col = md.schema.names.index(self.first_key)
-        # temporal keys are integers in the model (sediment.core.keys): use the raw statistics
-        raw = md.schema.column(col).logical_type.type in ("TIMESTAMP", "DATE")
-        mins: list[Any] = []
-        maxs: list[Any] = []
-        for i in range(md.num_row_groups):
-            st = md.row_group(i).column(col).statistics
-            if st is None or not st.has_min_max:
-                mins.append(None)
-                maxs.append(None)
-            elif raw:
-                mins.append(st.min_raw)
-                maxs.append(st.max_raw)
-            else:
-                mins.append(st.min)
-                maxs.append(st.max)
+        mins, maxs = first_field_bounds(md, self.first_key)
         sequenced = any(md.schema.column(i).path == SEQ for i in range(md.num_columns))
         return FileFooter(md, mins, maxs, sequenced)
