@@ -33,11 +33,13 @@ from reference import (
 from sediment.compaction import job as job_module
 from sediment.compaction.job import run_compaction_job
 from sediment.compaction.runner import create_jobs, push_down_references, run_job
+from sediment.compaction.sources import InputFile
 from sediment.compaction.strategy import (
     CompactionJob,
     assignments,
     plan_compaction_jobs,
     plan_reference_splits,
+    short_part,
 )
 from sediment.core.model import FileReference, Region
 from sediment.core.state import ROOT_PARTITION_ID, TableState, build_partition_tree
@@ -217,6 +219,32 @@ def test_size_ratio_bounds_files_per_leaf() -> None:
     _apply(calm, AssignJobIds([JobAssignment("running", ROOT_PARTITION_ID, tuple(held))]))
     add(calm, ROOT_PARTITION_ID, 1, 100)
     assert plan_compaction_jobs(calm, props()) == []
+
+
+def test_short_part_takes_the_smallest_inputs_under_the_bound() -> None:
+    state = plan_state()
+    add(state, ROOT_PARTITION_ID, 5, 1, 3, 100, 50)
+    (job,) = plan_compaction_jobs(state, props(compaction__batch_size=5, compaction__ratio=0))
+    short = short_part(job, 10, props())
+    assert short is not None and sizes([short]) == [[1, 3, 5]]  # 9 < 10 records
+    assert short.job_id == job.job_id and short.partition_id == job.partition_id
+    assert short_part(job, 4, props()) is None  # one input alone is no merge
+    # iterators that need consecutive inputs merge a leaf's files together, never a part
+    concat = props(compaction__iterators=json.dumps(
+        [{"type": "aggregate", "functions": {"value": "concat"}}]))
+    assert short_part(job, 10, concat) is None
+
+
+def test_a_merge_inside_the_partition_needs_no_region_filter() -> None:
+    region = Region(("f",), ("p",))
+    inside = InputFile("file:///a", 0, bounds=("g", "o"))
+    assert job_module._inside([inside], region)
+    # the statistics tell only the first field, so a bound equal to an end is not inside
+    # (a longer key equal on it may fall either side); unknown bounds are never inside
+    for bounds in [("f", "o"), ("g", "p"), ("a", "z"), None]:
+        assert not job_module._inside([inside, InputFile("file:///b", 0, bounds=bounds)],
+                                      region)
+    assert job_module._inside([InputFile("file:///c", 0, bounds=("a", "z"))], Region(None, None))
 
 
 def test_batch_size_caps_jobs() -> None:

@@ -17,6 +17,7 @@ import helpers
 import sediment as sd
 from helpers import rows
 from reference import Reference, assert_matches
+from sediment.core.state import ROOT_PARTITION_ID
 from sediment.files.writer import with_sidecars
 from sediment.maintenance.continuous import Maintainer
 from test_maintenance import check_settled
@@ -179,6 +180,30 @@ def test_tables_take_turns_at_the_idle_threads(tmp_path: Path, monkeypatch: Any)
         time.sleep(0.02)
     m.close()
     assert sorted(order[:2]) == ["a", "b"] and sorted(order[2:4]) == ["a", "b"], order
+
+
+def test_a_crowded_leaf_merges_its_small_files_while_the_long_lane_is_busy(
+        tmp_path: Path) -> None:
+    # long jobs: at least a twentieth of the threshold (500 records); each file holds 100
+    table = make_table(tmp_path, **{"partition.split.threshold": 10_000})
+    gate = threading.Event()
+    m = Maintainer(lambda: [table], threads=2, tick_seconds=0.01, gc_every=3600)
+    try:
+        m._pool.submit(0, lambda: gate.wait(10), long=True)  # the long lane is taken
+        for i in range(8):  # 8 files, not crowded: the long merge of all waits for its lane
+            table.ingest(rows(100, seed=i))
+        m.tick()
+        assert not table.state().jobs
+        for i in range(8, 10):  # 10 files: crowded (more than two thirds of a batch of 12)
+            table.ingest(rows(100, seed=i))
+        m.tick()
+        st = table.state()
+        (job,) = st.jobs
+        held = [r for r in st.references(ROOT_PARTITION_ID).values() if r.job_id == job]
+        assert len(held) == 4  # the smallest files under 500 records, merged now
+    finally:
+        gate.set()
+        m.close()
 
 
 def test_unsplittable_leaf_reported_once(tmp_path: Path) -> None:

@@ -52,11 +52,16 @@ from sediment.maintenance.splitting import leaf_records
 from sediment.maintenance.workers import WorkerProcesses
 
 if TYPE_CHECKING:
+    from sediment.core.model import Partition
     from sediment.core.state import TableState
     from sediment.handle import TableHandle
 
 SCHEME_CHECK_SECONDS = 5.0
 """How often a partition scheme's split is looked at (it reads every member's state)."""
+
+SPLIT_WAIT_SECONDS = 5.0
+"""How long a leaf over the split threshold may wait to hold few files before it splits
+anyway (see Maintainer._split_ready)."""
 
 LONG_JOB_FRACTION = 0.05
 """A job merging at least this fraction of the split threshold's records is long: it runs on
@@ -223,6 +228,8 @@ class Maintainer:
         self._running: dict[str, tuple[str, Future[object]]] = {}  # job id -> table, future
         self._activity: dict[str, TableActivity] = {}
         self._stuck: dict[tuple[str, str], int] = {}  # (table, leaf) -> records when stuck
+        self._over_since: dict[tuple[str, str], float] = {}
+        """(table, leaf) -> when it was first seen over the threshold (see _split_ready)."""
         self._lock = threading.Lock()
         self._turn = 0
         self._wake = threading.Event()
@@ -281,7 +288,7 @@ class Maintainer:
             # rewrite, and leaves that cross the threshold together (uniform keys) would
             # otherwise hand the workers all of that at once
             if self._pool.waiting < self.threads and self._split_due(t):
-                r = split_table(t, limit=1)
+                r = split_table(t, limit=1, ready=functools.partial(self._split_ready, t))
                 act.splits += r.splits
                 head = t.states.head()
                 for leaf in r.unsplittable:
@@ -297,6 +304,23 @@ class Maintainer:
             act.errors.extend(f"gc kept every unreferenced file: {m}"
                               for m in g.unreadable_tags)
         return act.splits + act.jobs_started - before
+
+    def _split_ready(self, t: TableHandle, state: TableState, leaf: Partition) -> bool:
+        """A leaf over the threshold splits once it holds few files (a third of a batch,
+        counting a running job as the one file it leaves), or ``SPLIT_WAIT_SECONDS`` after it
+        was first seen over the threshold. Both children start with a reference to every
+        file of the leaf, and each rewrites its share of them: split at the leaf's busiest
+        moment, they start near the batch size while the rewrites queue for the long lane
+        (measured in steady_state: the peaks in files per leaf came right after splits)."""
+        now = time.monotonic()
+        key = (t.name, leaf.id)
+        since = self._over_since.setdefault(key, now)
+        calm = max(1, int(t.properties["compaction.batch_size"]) // 3)
+        if files_after_jobs(state.references(leaf.id).values()) <= calm or \
+                now - since >= SPLIT_WAIT_SECONDS:
+            del self._over_since[key]
+            return True
+        return False
 
     def _split_due(self, t: TableHandle) -> bool:
         """A leaf is over the threshold and not known to be unsplittable at its size (an

@@ -29,6 +29,7 @@ from sediment.files.sample import COUNT
 from sediment.maintenance.splitting import (
     SampleLookup,
     SplitDecision,
+    SplitReady,
     SplitResult,
     choose_split_key,
     leaf_records,
@@ -139,10 +140,12 @@ def split_scheme_at(root_spec: dict[str, object], scheme_id: str, name: str | No
     return SplitResult(done, tuple(stuck), time.perf_counter() - started)
 
 
-def split_table(table: TableHandle, *, limit: int = 0) -> SplitResult:
-    """Split a table's leaves over the threshold (``splitting.split``); for a member of a
-    partition scheme, split its scheme instead, on the records of all members."""
+def split_table(table: TableHandle, *, limit: int = 0, ready: SplitReady | None = None
+                ) -> SplitResult:
+    """Split a table's leaves over the threshold (``splitting.split``; ``ready``: see there);
+    for a member of a partition scheme, split its scheme instead, on the records of all
+    members (every leaf over the threshold: the members' files are not looked at)."""
     scheme_id = str(table.properties.get("partition.scheme") or "")
     if not scheme_id:
-        return split(table, limit=limit)
+        return split(table, limit=limit, ready=ready)
     return split_scheme_at(table.store_spec(), scheme_id, limit=limit)

@@ -100,10 +100,16 @@ def choose_split_key(leaf: Partition, samples: Sequence[pa.Table],
     return None
 
 
+SplitReady = Callable[[TableState, Partition], bool]
+"""Whether a leaf over the threshold is to split now (the continuous maintainer waits for a
+leaf to hold few files: see sediment.maintenance.continuous)."""
+
+
 def plan_splits(state: TableState, properties: Mapping[str, Any],
-                sample_of: SampleLookup) -> list[SplitDecision]:
-    """Leaves with more than ``partition.split.threshold`` known records (``leaf_records``),
-    with their split keys.
+                sample_of: SampleLookup, ready: SplitReady | None = None
+                ) -> list[SplitDecision]:
+    """Leaves with more than ``partition.split.threshold`` known records (``leaf_records``)
+    that ``ready`` accepts (all by default), with their split keys.
 
     "More than", as Sleeper documents its threshold (its code compares with ``>=``): a leaf
     holding exactly the threshold does not split.
@@ -116,7 +122,7 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
     out = []
     for leaf in state.leaf_partitions():
         n = leaf_records(state, leaf)
-        if n <= threshold:
+        if n <= threshold or (ready is not None and not ready(state, leaf)):
             continue
         try:
             samples = [sample_of(f) for f in state.references(leaf.id)]
@@ -148,12 +154,13 @@ def _box_decision(leaf: Partition, n: int, samples: Sequence[pa.Table],
     return SplitDecision(leaf.id, n, (cut[1],), "", cut[0])
 
 
-def split(table: TableHandle, *, limit: int = 0) -> SplitResult:
+def split(table: TableHandle, *, limit: int = 0, ready: SplitReady | None = None
+          ) -> SplitResult:
     """Split every leaf over the threshold once (one transaction per split); with ``limit``,
-    at most that many, the fullest leaves first."""
+    at most that many, the fullest leaves first; with ``ready``, only the leaves it accepts."""
     started = time.perf_counter()
     state = table.states.head()
-    decisions = plan_splits(state, table.properties, table.samples.sample)
+    decisions = plan_splits(state, table.properties, table.samples.sample, ready)
     if limit:
         decisions = sorted(decisions, key=lambda d: -d.records)[:limit]
     done, stuck = 0, []
