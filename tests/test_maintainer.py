@@ -36,7 +36,12 @@ def run_in_thread(m: Maintainer, stop: threading.Event, reports: list[Any],
     return th
 
 
-def test_keeps_up_with_ingest_and_settles(tmp_path: Path) -> None:
+def test_keeps_up_with_ingest_and_settles(tmp_path: Path, monkeypatch: Any) -> None:
+    import sediment.maintenance.continuous as continuous
+
+    # leaves split as soon as they cross the threshold (not once they hold few files: this
+    # run is too short for the wait, see test_a_leaf_over_the_threshold_splits_once_...)
+    monkeypatch.setattr(continuous, "SPLIT_WAIT_SECONDS", 0.0)
     table = make_table(tmp_path, **{"partition.split.threshold": 3000,
                                     "compaction.batch_size": 6})
     ref = Reference(SCHEMA)
@@ -203,6 +208,39 @@ def test_a_crowded_leaf_merges_its_small_files_while_the_long_lane_is_busy(
         assert len(held) == 4  # the smallest files under 500 records, merged now
     finally:
         gate.set()
+        m.close()
+
+
+def test_a_leaf_over_the_threshold_splits_once_it_holds_few_files(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    import sediment.maintenance.continuous as continuous
+    from sediment.handle import handle_of
+
+    # batch size 12: "few" is a third of it, 4 files; no compaction (ratio 3 of equal files
+    # would merge them) so that the files stay
+    table = make_table(tmp_path, **{"partition.split.threshold": 500,
+                                    "compaction.strategy": "basic",
+                                    "compaction.batch_size": 12})
+    for i in range(6):
+        table.ingest(rows(100, seed=i))
+    m = Maintainer(lambda: [table], threads=1, tick_seconds=0.01, gc_every=3600)
+    try:
+        m.tick()
+        assert len(table.state().leaf_partitions()) == 1  # 6 files: waits for a merge
+        h = handle_of(table)
+        assert not m._split_ready(h, table.state(), table.state().leaf_partitions()[0])
+        monkeypatch.setattr(continuous, "SPLIT_WAIT_SECONDS", 0.0)  # ... or for its time
+        m.tick()
+        assert len(table.state().leaf_partitions()) == 2
+    finally:
+        m.close()
+    few = make_table(tmp_path / "few", **{"partition.split.threshold": 250})
+    few.ingest(rows(300, seed=9))
+    m = Maintainer(lambda: [few], threads=1, tick_seconds=0.01, gc_every=3600)
+    try:
+        m.tick()  # one file: splits at once
+        assert len(few.state().leaf_partitions()) == 2
+    finally:
         m.close()
 
 

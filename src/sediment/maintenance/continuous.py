@@ -34,9 +34,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sediment.compaction.runner import JobResult, due_jobs, run_job
 from sediment.compaction.strategy import (
@@ -237,6 +237,9 @@ class Maintainer:
         self._tables: list[TableHandle] = []
         self._tables_at = float("-inf")
         self._gc_at: dict[str, float] = {}
+        self._gc_pool = ThreadPoolExecutor(1, thread_name_prefix="sediment-gc")
+        self._collecting: dict[str, Future[None]] = {}
+        """Table -> its GC pass under way (one at a time, off the tick's thread)."""
         self._scheme_at: dict[str, float] = {}
         """Partition scheme id -> when its members last asked it to split."""
         self._ran_at: dict[str, tuple[str, float]] = {}  # job id -> table, when we last ran it
@@ -297,13 +300,28 @@ class Maintainer:
                         self._stuck[(t.name, leaf)] = leaf_records(head, p)
             if self._pool.idle:
                 self._compact(t, act)
-        if now - self._gc_at.get(t.name, float("-inf")) >= self.gc_every:
+        collecting = self._collecting.get(t.name)
+        if now - self._gc_at.get(t.name, float("-inf")) >= self.gc_every and \
+                (collecting is None or collecting.done()):
             self._gc_at[t.name] = now
+            self._collecting[t.name] = self._gc_pool.submit(self._collect, t)
+        return act.splits + act.jobs_started - before
+
+    def _collect(self, t: TableHandle) -> None:
+        """One GC pass of ``t``, on the GC thread: it lists the table's objects (tens of
+        milliseconds per thousands of files), which on the tick's thread held back the
+        planning of jobs while new files kept arriving."""
+        try:
             g = gc(t, orphan_timeout=self.orphan_timeout)
+        except Exception as e:  # noqa: BLE001 - reported; the next GC period tries again
+            with self._lock:
+                self._note(t.name, f"gc: {type(e).__name__}: {e}")
+            return
+        with self._lock:
+            act = self._activity.setdefault(t.name, TableActivity())
             act.files_deleted += g.deleted + g.orphans_deleted
             act.errors.extend(f"gc kept every unreferenced file: {m}"
                               for m in g.unreadable_tags)
-        return act.splits + act.jobs_started - before
 
     def _split_ready(self, t: TableHandle, state: TableState, leaf: Partition) -> bool:
         """A leaf over the threshold splits once it holds few files (a third of a batch,
@@ -430,11 +448,10 @@ class Maintainer:
             running: dict[str, int] = {}
             for name, _ in self._running.values():
                 running[name] = running.get(name, 0) + 1
-        rows = []
-        for name, act in sorted(self._activity.items()):
-            rows.append({"table": name, **act.row(), "running": running.get(name, 0)})
-        self._activity = {}
-        return rows
+            # swapped under the lock: the GC thread adds to the activity of the next report
+            activity, self._activity = self._activity, {}
+        return [{"table": name, **act.row(), "running": running.get(name, 0)}
+                for name, act in sorted(activity.items())]
 
     def run(self, *, report_every: float, on_report: Callable[[list[dict[str, object]]], None],
             max_reports: int = 0, stop: threading.Event | None = None) -> None:
@@ -470,7 +487,9 @@ class Maintainer:
         busy = 0
         while not stop.is_set() and busy < max_ticks:
             with self._lock:
-                pending = [fut for _, fut in self._running.values() if not fut.done()]
+                pending: list[Future[Any]] = [fut for _, fut in self._running.values()
+                                              if not fut.done()]
+            pending += [f for f in list(self._collecting.values()) if not f.done()]
             if pending:
                 wait(pending, timeout=0.5)
                 continue
@@ -488,6 +507,7 @@ class Maintainer:
             for _, fut in self._running.values():
                 fut.cancel()  # only a job that has not started can be cancelled
         self._pool.shutdown()
+        self._gc_pool.shutdown(wait=True)
         if self._processes is not None:
             self._processes.close()
         self._reap()
