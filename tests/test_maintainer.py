@@ -211,37 +211,48 @@ def test_a_crowded_leaf_merges_its_small_files_while_the_long_lane_is_busy(
         m.close()
 
 
-def test_a_leaf_over_the_threshold_splits_once_it_holds_few_files(
+def test_a_leaf_over_the_threshold_splits_when_its_merge_commits(
         tmp_path: Path, monkeypatch: Any) -> None:
     import sediment.maintenance.continuous as continuous
     from sediment.handle import handle_of
 
-    # batch size 12: "few" is a third of it, 4 files; no compaction (ratio 3 of equal files
-    # would merge them) so that the files stay
-    table = make_table(tmp_path, **{"partition.split.threshold": 500,
-                                    "compaction.strategy": "basic",
-                                    "compaction.batch_size": 12})
-    for i in range(6):
+    table = make_table(tmp_path)  # batch size 12: "a few" files are 4
+    gate = threading.Event()
+    real = continuous.run_job
+
+    def held(*args: Any) -> Any:
+        gate.wait(10)
+        return real(*args)
+
+    monkeypatch.setattr(continuous, "run_job", held)
+    for i in range(9):
         table.ingest(rows(100, seed=i))
     m = Maintainer(lambda: [table], threads=1, tick_seconds=0.01, gc_every=3600)
+    h = handle_of(table)
+
+    def ready() -> bool:
+        st = table.state()
+        return m._split_ready(h, st, st.leaf_partitions()[0])
+
     try:
-        m.tick()
-        assert len(table.state().leaf_partitions()) == 1  # 6 files: waits for a merge
-        h = handle_of(table)
-        assert not m._split_ready(h, table.state(), table.state().leaf_partitions()[0])
-        monkeypatch.setattr(continuous, "SPLIT_WAIT_SECONDS", 0.0)  # ... or for its time
-        m.tick()
-        assert len(table.state().leaf_partitions()) == 2
+        m.tick()  # one job merges the 9 files (and waits at the gate)
+        assert len(table.state().jobs) == 1
+        assert ready()  # the job leaves 1 file: few
+        for i in range(9, 14):
+            table.ingest(rows(100, seed=i))
+        assert not ready()  # 1 + 5 files, and the job's commit is to come: wait for it
+        monkeypatch.setattr(continuous, "SPLIT_WAIT_SECONDS", 0.0)
+        assert ready()  # ... but not for longer than SPLIT_WAIT_SECONDS
+        monkeypatch.setattr(continuous, "SPLIT_WAIT_SECONDS", 60.0)
+        assert not ready()
     finally:
-        m.close()
-    few = make_table(tmp_path / "few", **{"partition.split.threshold": 250})
-    few.ingest(rows(300, seed=9))
-    m = Maintainer(lambda: [few], threads=1, tick_seconds=0.01, gc_every=3600)
-    try:
-        m.tick()  # one file: splits at once
-        assert len(few.state().leaf_partitions()) == 2
-    finally:
-        m.close()
+        gate.set()
+    deadline = time.monotonic() + 30
+    while table.state().jobs and time.monotonic() < deadline:
+        m.tick()
+        time.sleep(0.02)
+    m.close()
+    assert ready()  # no job holds its files: nothing is about to lower the count
 
 
 def test_unsplittable_leaf_reported_once(tmp_path: Path) -> None:

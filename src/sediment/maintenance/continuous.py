@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 SCHEME_CHECK_SECONDS = 5.0
 """How often a partition scheme's split is looked at (it reads every member's state)."""
 
-SPLIT_WAIT_SECONDS = 5.0
+SPLIT_WAIT_SECONDS = 2.0
 """How long a leaf over the split threshold may wait to hold few files before it splits
 anyway (see Maintainer._split_ready)."""
 
@@ -324,17 +324,20 @@ class Maintainer:
                               for m in g.unreadable_tags)
 
     def _split_ready(self, t: TableHandle, state: TableState, leaf: Partition) -> bool:
-        """A leaf over the threshold splits once it holds few files (a third of a batch,
-        counting a running job as the one file it leaves), or ``SPLIT_WAIT_SECONDS`` after it
-        was first seen over the threshold. Both children start with a reference to every
-        file of the leaf, and each rewrites its share of them: split at the leaf's busiest
-        moment, they start near the batch size while the rewrites queue for the long lane
-        (measured in steady_state: the peaks in files per leaf came right after splits)."""
+        """A leaf over the threshold splits at once unless a compaction job holds some of its
+        files and it holds more than a few (a third of a batch, at least 2, counting each job
+        as the one file it leaves); then it splits when the jobs commit, or
+        ``SPLIT_WAIT_SECONDS`` after it was first seen over the threshold. Both children
+        start with a reference to every file of the leaf, and each rewrites its share of
+        them: split while a merge is about to lower the count, they start near the batch
+        size while the rewrites queue for the long lane (measured in steady_state: the peaks
+        in files per leaf came right after splits)."""
         now = time.monotonic()
         key = (t.name, leaf.id)
         since = self._over_since.setdefault(key, now)
-        calm = max(1, int(t.properties["compaction.batch_size"]) // 3)
-        if files_after_jobs(state.references(leaf.id).values()) <= calm or \
+        refs = state.references(leaf.id).values()
+        calm = max(2, int(t.properties["compaction.batch_size"]) // 3)
+        if all(r.job_id is None for r in refs) or files_after_jobs(refs) <= calm or \
                 now - since >= SPLIT_WAIT_SECONDS:
             del self._over_since[key]
             return True
