@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 SCHEME_CHECK_SECONDS = 5.0
 """How often a partition scheme's split is looked at (it reads every member's state)."""
 
-SPLIT_WAIT_SECONDS = 2.0
+SPLIT_WAIT_SECONDS = 5.0
 """How long a leaf over the split threshold may wait to hold few files before it splits
 anyway (see Maintainer._split_ready)."""
 
@@ -228,8 +228,9 @@ class Maintainer:
         self._running: dict[str, tuple[str, Future[object]]] = {}  # job id -> table, future
         self._activity: dict[str, TableActivity] = {}
         self._stuck: dict[tuple[str, str], int] = {}  # (table, leaf) -> records when stuck
-        self._over_since: dict[tuple[str, str], float] = {}
-        """(table, leaf) -> when it was first seen over the threshold (see _split_ready)."""
+        self._over_since: dict[tuple[str, str], tuple[float, int]] = {}
+        """(table, leaf) -> when it was first seen over the threshold, and its files at the
+        last look (see _split_ready)."""
         self._lock = threading.Lock()
         self._turn = 0
         self._wake = threading.Event()
@@ -324,23 +325,23 @@ class Maintainer:
                               for m in g.unreadable_tags)
 
     def _split_ready(self, t: TableHandle, state: TableState, leaf: Partition) -> bool:
-        """A leaf over the threshold splits at once unless a compaction job holds some of its
-        files and it holds more than a few (a third of a batch, at least 2, counting each job
-        as the one file it leaves); then it splits when the jobs commit, or
-        ``SPLIT_WAIT_SECONDS`` after it was first seen over the threshold. Both children
-        start with a reference to every file of the leaf, and each rewrites its share of
-        them: split while a merge is about to lower the count, they start near the batch
-        size while the rewrites queue for the long lane (measured in steady_state: the peaks
-        in files per leaf came right after splits)."""
+        """A leaf over the threshold splits once it holds few files (a third of a batch, at
+        least 2, counting a running job as the one file it leaves), or right after a merge of
+        its files commits (its count fell since the last look), or ``SPLIT_WAIT_SECONDS``
+        after it was first seen over the threshold. Both children start with a reference to
+        every file of the leaf, and each rewrites its share of them: split at the leaf's
+        busiest moment, they start near the batch size while the rewrites queue for the long
+        lane (measured in steady_state: the peaks in files per leaf came right after
+        splits)."""
         now = time.monotonic()
         key = (t.name, leaf.id)
-        since = self._over_since.setdefault(key, now)
-        refs = state.references(leaf.id).values()
+        files = files_after_jobs(state.references(leaf.id).values())
+        since, before = self._over_since.get(key, (now, files))
         calm = max(2, int(t.properties["compaction.batch_size"]) // 3)
-        if all(r.job_id is None for r in refs) or files_after_jobs(refs) <= calm or \
-                now - since >= SPLIT_WAIT_SECONDS:
-            del self._over_since[key]
+        if files <= calm or files < before or now - since >= SPLIT_WAIT_SECONDS:
+            self._over_since.pop(key, None)
             return True
+        self._over_since[key] = (since, files)
         return False
 
     def _split_due(self, t: TableHandle) -> bool:
