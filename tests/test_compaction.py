@@ -197,10 +197,11 @@ def test_size_ratio_bounds_files_per_leaf() -> None:
     geometric = [1, 4, 16, 64, 256]  # each more than the sum of the smaller ones
     state = plan_state()
     add(state, ROOT_PARTITION_ID, *geometric)
-    assert plan_compaction_jobs(state, props(compaction__batch_size=12)) == []  # 5 <= 8
-    # past two thirds of a batch the smallest merge regardless of the ratio, just enough
-    # to come back to that level (5 files, high water 3: merge 3 into 1)
-    assert sizes(plan_compaction_jobs(state, props(compaction__batch_size=5))) == [[1, 4, 16]]
+    assert plan_compaction_jobs(state, props(compaction__batch_size=12)) == []  # 5 <= 6
+    # past half a batch the smallest merge regardless of the ratio, just enough to come back
+    # to that level (5 files, high water 2: merge 4 into 1)
+    assert sizes(plan_compaction_jobs(state, props(compaction__batch_size=5))) == [
+        [1, 4, 16, 64]]
     assert sizes(plan_compaction_jobs(state, props(compaction__batch_size=3))) == [
         [1, 4, 16], [64, 256]]
     assert sizes(plan_compaction_jobs(state, props(compaction__batch_size=2))) == [[1, 4],
@@ -210,7 +211,7 @@ def test_size_ratio_bounds_files_per_leaf() -> None:
     busy = plan_state()
     held = add(busy, ROOT_PARTITION_ID, *[10**6] * 2)
     _apply(busy, AssignJobIds([JobAssignment("running", ROOT_PARTITION_ID, tuple(held))]))
-    add(busy, ROOT_PARTITION_ID, *[4**i for i in range(8)])  # 1 + 8 files > 8
+    add(busy, ROOT_PARTITION_ID, *[4**i for i in range(8)])  # 1 + 8 files > 6
     assert sizes(plan_compaction_jobs(busy, props())) == [[1, 4, 16, 64]]
     # ... but files a running job is merging are not files to come: 7 held + 2 free leave 3
     # (merging the 100 would rewrite the larger file to save one the job saves anyway)

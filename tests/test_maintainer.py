@@ -195,11 +195,11 @@ def test_a_crowded_leaf_merges_its_small_files_while_the_long_lane_is_busy(
     m = Maintainer(lambda: [table], threads=2, tick_seconds=0.01, gc_every=3600)
     try:
         m._pool.submit(0, lambda: gate.wait(10), long=True)  # the long lane is taken
-        for i in range(8):  # 8 files, not crowded: the long merge of all waits for its lane
+        for i in range(6):  # 6 files, not crowded: the long merge of all waits for its lane
             table.ingest(rows(100, seed=i))
         m.tick()
         assert not table.state().jobs
-        for i in range(8, 10):  # 10 files: crowded (more than two thirds of a batch of 12)
+        for i in range(6, 8):  # 8 files: crowded (more than half a batch of 12)
             table.ingest(rows(100, seed=i))
         m.tick()
         st = table.state()

@@ -11,11 +11,14 @@
      smallest files in which ``ratio`` times the largest is at most the sum of the others
      (Sleeper's criterion; with ratio 3, at least 4 files of one size, and a big file merges
      only once the small ones add up to 3 times it, so a record is rewritten about
-     log4(leaf / new file) times). When a leaf holds more than two thirds of a batch of
-     files (counting those in running jobs), its smallest files merge regardless of the
-     ratio, just enough of them to come back to that level: the files per leaf stay within
-     the batch size while ingest goes on, the last third being headroom for files that
-     arrive while jobs run. The test is on the largest file, not on the others: "the largest
+     log4(leaf / new file) times). When a leaf holds more than half a batch of files
+     (counting each running job as the one file it leaves), its smallest files merge
+     regardless of the ratio, just enough of them to come back to that level: the files per
+     leaf stay within the batch size while ingest goes on, the other half being headroom for
+     files that arrive while jobs run (with the ratio alone a leaf keeps up to 4 files of
+     each size, 6-8 files before any new one; at two thirds of a batch, leaves under
+     steady_state's 60 s run reached 12-14 files, at half 10-11, rewriting each record 4.6
+     times instead of 3.3). The test is on the largest file, not on the others: "the largest
      at most ``ratio`` times the others" would let 2 files merge, and under continuous ingest
      rewrites each record ~6.6 times against ~2.7 (benchmarks/steady_state.py).
    Either way, an estimated reference (to a file spanning several leaves) left over gets a
@@ -121,9 +124,9 @@ def files_after_jobs(refs: Iterable[FileReference]) -> int:
 
 
 def crowded_files(batch: int) -> int:
-    """The references a leaf holds past which it is crowded: two thirds of a batch (the last
-    third is headroom for the files that arrive while its jobs run)."""
-    return max(2, 2 * batch // 3)
+    """The references a leaf holds past which it is crowded: half a batch (the other half is
+    headroom for the files that arrive while its jobs run)."""
+    return max(2, batch // 2)
 
 
 def _size_ratio(files: list[FileReference], batch: int, ratio: float, *, in_leaf: int = 0
@@ -141,13 +144,12 @@ def _size_ratio(files: list[FileReference], batch: int, ratio: float, *, in_leaf
             break
         groups.append(group)
         pending = pending[len(group):]
-    # Bound the files a leaf holds: past two thirds of a batch of references (``in_leaf``:
-    # the leaf's references once its running jobs commit; each group planned above leaves
-    # one file), the
-    # smallest files merge regardless of the ratio: enough of them to come back to that
-    # level, and at least a third of a batch (small files are cheap to merge, and the more
-    # merge at once the fewer times each record is rewritten); the last third of a batch is
-    # headroom for files arriving while jobs run.
+    # Bound the files a leaf holds: past half a batch of references (``in_leaf``: the
+    # leaf's references once its running jobs commit; each group planned above leaves one
+    # file), the smallest files merge regardless of the ratio: enough of them to come back
+    # to that level, and at least a third of a batch (small files are cheap to merge, and
+    # the more merge at once the fewer times each record is rewritten); the other half of a
+    # batch is headroom for files arriving while jobs run.
     high = crowded_files(batch)
     count = max(in_leaf, len(files)) - sum(len(g) - 1 for g in groups)
     while count > high and len(pending) >= 2:

@@ -259,17 +259,20 @@ class Maintainer:
             self._tables_at = now
         self._reap()
         started = 0
-        # each tick starts at the next table: the first ones looked at take the idle threads,
-        # and a busy table must not keep the others' jobs waiting
+        # each tick starts at the table after the last one that started work: the first ones
+        # looked at take the idle threads, and a busy table must not keep the others' jobs
+        # waiting (ticks with no idle thread do not move the turn on)
         turn = self._turn % len(self._tables) if self._tables else 0
-        self._turn += 1
-        for t in self._tables[turn:] + self._tables[:turn]:
+        for i, t in enumerate(self._tables[turn:] + self._tables[:turn]):
             failed = self._failed.get(t.name)
             if failed is not None and now - failed[0] < self.gc_every:
                 self._note(t.name, failed[1])  # still reported; retried once a GC period
                 continue
             try:
-                started += self._tick_table(t, now)
+                n = self._tick_table(t, now)
+                if n:
+                    self._turn = turn + i + 1
+                started += n
                 self._failed.pop(t.name, None)
             except Exception as e:  # noqa: BLE001 - one table must not stop the daemon
                 # A daemon: one table's failure (damaged metadata, a storage error, even a
