@@ -125,14 +125,10 @@ def test_failing_job_is_reported_and_not_rerun_every_tick(tmp_path: Path) -> Non
     assert victim.rsplit("/", 1)[-1] in failed.details["reason"]
 
 
-def test_a_tick_assigns_only_the_jobs_idle_threads_start(tmp_path: Path,
-                                                         monkeypatch: Any) -> None:
+def hold_jobs(monkeypatch: Any) -> threading.Event:
+    """Make the maintainer's jobs wait until the returned event is set (10 s at most)."""
     import sediment.maintenance.continuous as continuous
 
-    table = make_table(tmp_path, split_points=[["g"], ["p"]],
-                       **{"compaction.strategy": "basic", "compaction.batch_size": 2})
-    for i in range(4):  # every leaf holds four files: two jobs each are due
-        table.ingest(rows(300, seed=i))
     gate = threading.Event()
     real = continuous.run_job
 
@@ -141,6 +137,17 @@ def test_a_tick_assigns_only_the_jobs_idle_threads_start(tmp_path: Path,
         return real(*args)
 
     monkeypatch.setattr(continuous, "run_job", held)
+    return gate
+
+
+def test_a_tick_assigns_only_the_jobs_idle_threads_start(tmp_path: Path,
+                                                         monkeypatch: Any) -> None:
+
+    table = make_table(tmp_path, split_points=[["g"], ["p"]],
+                       **{"compaction.strategy": "basic", "compaction.batch_size": 2})
+    for i in range(4):  # every leaf holds four files: two jobs each are due
+        table.ingest(rows(300, seed=i))
+    gate = hold_jobs(monkeypatch)
     m = Maintainer(lambda: [table], threads=2, tick_seconds=0.01, gc_every=3600)
     try:
         m.tick()
@@ -217,14 +224,7 @@ def test_a_leaf_over_the_threshold_splits_once_it_holds_few_files(
     from sediment.handle import handle_of
 
     table = make_table(tmp_path)  # batch size 12: "a few" files are 4
-    gate = threading.Event()
-    real = continuous.run_job
-
-    def held(*args: Any) -> Any:
-        gate.wait(10)
-        return real(*args)
-
-    monkeypatch.setattr(continuous, "run_job", held)
+    gate = hold_jobs(monkeypatch)
     for i in range(9):
         table.ingest(rows(100, seed=i))
     m = Maintainer(lambda: [table], threads=1, tick_seconds=0.01, gc_every=3600)
@@ -292,7 +292,7 @@ def test_offline_tables_only_collect_garbage(tmp_path: Path) -> None:
 
 
 def test_pool_runs_smallest_first_and_close_drops_queued_jobs() -> None:
-    from sediment.maintenance.continuous import SmallestFirstPool
+    from sediment.maintenance.pool import SmallestFirstPool
 
     gate = threading.Event()
     ran: list[int] = []
@@ -316,7 +316,7 @@ def test_pool_runs_smallest_first_and_close_drops_queued_jobs() -> None:
 
 
 def test_pool_keeps_a_thread_for_short_jobs_while_long_ones_run() -> None:
-    from sediment.maintenance.continuous import SmallestFirstPool
+    from sediment.maintenance.pool import SmallestFirstPool
 
     gate = threading.Event()
     started: list[str] = []
