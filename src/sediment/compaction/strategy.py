@@ -17,7 +17,7 @@
      leaf stay within the batch size while ingest goes on, the other half being headroom for
      files that arrive while jobs run (with the ratio alone a leaf keeps up to 4 files of
      each size, 6-8 files before any new one; at two thirds of a batch, leaves under
-     steady_state's 60 s run reached 12-14 files, at half 10-11, rewriting each record 4.6
+     steady_state's 60 s run reached 12-14 files, at half 10-13, rewriting each record 4.6
      times instead of 3.3). The test is on the largest file, not on the others: "the largest
      at most ``ratio`` times the others" would let 2 files merge, and under continuous ingest
      rewrites each record ~6.6 times against ~2.7 (benchmarks/steady_state.py).
