@@ -223,8 +223,8 @@ class Maintainer:
 
     def _split_ready(self, t: TableHandle, state: TableState, leaf: Partition) -> bool:
         """A leaf over the threshold splits once it holds few files (a third of a batch, at
-        least 2, counting a running job as the one file it leaves), or right after a merge of
-        its files commits (its count fell since the last look), or ``SPLIT_WAIT_SECONDS``
+        least 2, counting a running job as the one file it leaves), or right after a merge
+        takes some of its files (that count fell since the last look), or ``SPLIT_WAIT_SECONDS``
         after it was first seen over the threshold. Both children start with a reference to
         every file of the leaf, and each rewrites its share of them: split at the leaf's
         busiest moment, they start near the batch size while the rewrites queue for the long
