@@ -222,20 +222,23 @@ class Maintainer:
                               for m in g.unreadable_tags)
 
     def _split_ready(self, t: TableHandle, state: TableState, leaf: Partition) -> bool:
-        """A leaf over the threshold splits once it holds few files (a third of a batch, at
-        least 2, counting a running job as the one file it leaves), or right after a merge
-        takes some of its files (that count fell since the last look), or ``SPLIT_WAIT_SECONDS``
-        after it was first seen over the threshold. Both children start with a reference to
+        """A leaf over the threshold splits at once when no merge of its files is under way
+        (nothing to wait for); else once it holds few files (a third of a batch, at least 2,
+        counting a running job as the one file it leaves), right after a merge takes some of
+        its files (that count fell since the last look), or ``SPLIT_WAIT_SECONDS`` after it
+        was first seen over the threshold. Both children start with a reference to
         every file of the leaf, and each rewrites its share of them: split at the leaf's
         busiest moment, they start near the batch size while the rewrites queue for the long
         lane (measured in steady_state: the peaks in files per leaf came right after
         splits)."""
         now = time.monotonic()
         key = (t.name, leaf.id)
-        files = files_after_jobs(state.references(leaf.id).values())
+        refs = state.references(leaf.id).values()
+        files = files_after_jobs(refs)
         since, before = self._over_since.get(key, (now, files))
         calm = max(2, int(t.properties["compaction.batch_size"]) // 3)
-        if files <= calm or files < before or now - since >= SPLIT_WAIT_SECONDS:
+        idle = all(r.job_id is None for r in refs)  # no merge under way: nothing to wait for
+        if idle or files <= calm or files < before or now - since >= SPLIT_WAIT_SECONDS:
             self._over_since.pop(key, None)
             return True
         self._over_since[key] = (since, files)
