@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 import sediment as sd
 from helpers import make_table
 from reference import Reference, RefRange, RefRegion, assert_matches
-from sediment.core.cells import Cell, median_dimension
+from sediment.core.cells import Cell, first_field, median_dimension
 from sediment.core.transactions import SplitPartition
-from sediment.errors import SchemaError, TransactionInvalidError
+from sediment.errors import PropertyError, SchemaError, TransactionInvalidError
+from sediment.files.cells import split_of
 from test_regions import TYPES, ref_regions
 
 
@@ -60,9 +61,10 @@ def box_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kinds=st.lists(st.sampled_from(sorted(TYPES)), min_size=2, max_size=3),
        seed=st.integers(0, 2**32), cuts=st.integers(0, 8),
-       strategy=st.sampled_from(["per_partition", "shared_file"]), data=st.data())
+       strategy=st.sampled_from(["per_partition", "shared_file"]),
+       rule=st.sampled_from(["first", "cycle"]), data=st.data())
 def test_random_box_trees_match_reference(box_store: str, kinds: list[str], seed: int,
-                                          cuts: int, strategy: str,
+                                          cuts: int, strategy: str, rule: str,
                                           data: st.DataObject) -> None:
     rng = random.Random(seed)
     pools = [TYPES[k][1] for k in kinds]
@@ -70,7 +72,7 @@ def test_random_box_trees_match_reference(box_store: str, kinds: list[str], seed
     schema = _schema(kinds)
     table = make_table(box_store, schema=schema, partitioning="dimensions",
                        **{"ingest.write_strategy": strategy, "parquet.row_group_rows": 128,
-                          "partition.split.threshold": 40})
+                          "partition.split.threshold": 40, "partition.split.dimension": rule})
     random_box_tree(table, pools, rng, cuts)
     ref = Reference(schema)
     for part in range(2):
@@ -112,7 +114,7 @@ def test_random_box_trees_match_reference(box_store: str, kinds: list[str], seed
     check()
     table.compact()
     check()
-    table.split()  # Sleeper's field choice at the leaves' medians, committed as splits
+    table.split()  # the rule's field choice at the leaves' medians, committed as splits
     table.compact()
     check()
     table.store.drop_table(table.name)
@@ -127,6 +129,68 @@ def test_split_chooses_the_field_as_sleeper_does() -> None:
     # a median on the cell's own lower edge cannot cut it
     left, right = cell.cut(0, "m")
     assert median_dimension(right, ["m", 5, 5], ["a", 1, 0], ["z", 9, 7]) == 1
+
+
+def test_split_field_tried_from_a_chosen_one() -> None:
+    cell = Cell.whole(3)
+    assert median_dimension(cell, ["m", 5, 5], ["a", 1, 0], ["z", 9, 7], first=1) == 1
+    # field 1's median is its maximum: field 2 is next
+    assert median_dimension(cell, ["m", 9, 5], ["a", 1, 0], ["z", 9, 7], first=1) == 2
+    # neither field 1 nor field 2 can be cut: the search wraps round to field 0
+    assert median_dimension(cell, ["m", 9, 7], ["a", 1, 0], ["z", 9, 7], first=1) == 0
+    assert median_dimension(cell, ["a", 9, 7], ["a", 1, 0], ["z", 9, 7], first=2) is None
+    assert [first_field("cycle", d, 3) for d in range(5)] == [0, 1, 2, 0, 1]
+    assert [first_field("first", d, 3) for d in range(5)] == [0] * 5
+    with pytest.raises(PropertyError, match="partition.split.dimension"):
+        first_field("zorder", 0, 2)
+
+
+def _settled_edges(store: sd.Store, name: str, rule: str, ref: Reference) -> sd.Table:
+    """Edges from 300 sources to random destinations, split and compacted until settled."""
+    schema = _schema(["string", "int"])
+    table = store.create_table(name, schema, properties={
+        "partitioning": "dimensions", "partition.split.threshold": 250,
+        "partition.split.dimension": rule})
+    rng = random.Random(11)
+    rows = [(f"s{rng.randrange(300):03d}", rng.randrange(10_000)) for _ in range(4000)]
+    batch = _rows(["string", "int"], rows, ref)
+    table.ingest(batch)
+    if name == "first":
+        ref.add(batch)
+    while table.split().splits:
+        table.compact()
+    return table
+
+
+def test_the_cycle_rule_cuts_every_field_and_prunes_by_the_second(tmp_path: Path) -> None:
+    """Under Sleeper's rule a first field of many values is the only one ever cut, so a query
+    on the second field reads every leaf; under ``cycle`` a split d levels down cuts field
+    d mod 2, and the same query reads a fraction of the leaves, with the same answer."""
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    ref = Reference(_schema(["string", "int"]))
+    tables = {rule: _settled_edges(store, rule, rule, ref) for rule in ("first", "cycle")}
+    region = RefRegion({"k1": (6100, True, 6200, False)})
+    planned = {}
+    for rule, table in tables.items():
+        parts = {p.id: p for p in table.partitions()}
+        leaves = [p for p in parts.values() if p.is_leaf]
+        assert len(leaves) >= 16
+        for p in parts.values():
+            if p.is_leaf:
+                continue
+            dim, _ = split_of(p, parts[p.children[0]])
+            depth = len(table._handle.states.head().ancestors(p.id))
+            assert dim == (depth % 2 if rule == "cycle" else 0), (rule, depth, dim)
+        assert_matches(table.query(), ref)
+        assert_matches(table.query(ranges=[region.to_sediment()]), ref, ranges=[region])
+        planned[rule] = len(table.plan(ranges=[region.to_sediment()]).subqueries)
+        if rule == "first":
+            assert planned[rule] == len(leaves)
+    assert planned["cycle"] * 2 < planned["first"]
+    # the rule may change at any time: it only picks the field of later splits
+    tables["cycle"].set_properties({"partition.split.dimension": "first"})
+    with pytest.raises(PropertyError):
+        tables["cycle"].set_properties({"partition.split.dimension": "widest"})
 
 
 def test_splitting_a_box_table_cuts_the_second_field_when_the_first_is_one_value(

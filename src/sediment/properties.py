@@ -248,6 +248,15 @@ _SPECS = [
                  "any key field prune partitions. Split points of a dimensions table cut the "
                  "first field. Fixed once the table holds data.",
                  choices=("lexicographic", "dimensions")),
+    PropertySpec("partition.split.dimension", str, "first",
+                 "Which row-key field a split of a dimensions table cuts (lexicographic tables "
+                 "ignore it). first: the first field whose median is neither its minimum nor "
+                 "its maximum in the leaf (Sleeper's rule), so a second field is cut only where "
+                 "the first is nearly constant; cycle: a k-d tree's rule, a leaf d levels below "
+                 "the root trying field d mod n first, then the next ones as first does, so "
+                 "every field is bounded and a query on any one field reads a fraction of the "
+                 "leaves (benchmarks/regions.py). Changing it affects later splits only.",
+                 choices=("first", "cycle")),
     PropertySpec("partition.scheme", str, "",
                  "The id of the partition scheme (co-sharding) whose tree this table follows; "
                  "empty for a table with its own tree. Set by store.create_table(..., "

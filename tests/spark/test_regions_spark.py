@@ -135,3 +135,25 @@ def test_bulk_import_presplits_box_leaves_as_a_split_would(tmp_path: Path) -> No
                                           sample.column("dst").to_pylist(), strict=True)
                    if cell.contains((src, dst)))
         assert 0 < rows <= 6000
+
+
+def test_bulk_import_presplits_box_leaves_by_the_cycle_rule(tmp_path: Path) -> None:
+    """Under ``partition.split.dimension=cycle`` the planned tree alternates its fields by
+    depth (a k-d tree), where Sleeper's rule would cut only the many-valued first field."""
+    from sediment.files.cells import split_of
+    from sediment.files.sample import COUNT
+    from sediment.spark.planning import plan_splits, planned_state
+
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("boxes", SCHEMA, properties={
+        "partitioning": "dimensions", "partition.split.dimension": "cycle"})
+    sample = pa.table({"src": [f"s{i // 100:03d}" for i in range(10_000)],
+                       "dst": [(i * 37) % 1000 for i in range(10_000)], COUNT: [1] * 10_000})
+    state = table._handle.states.head()
+    after = planned_state(state, plan_splits(sample, ["src", "dst"], state, 1300))
+    leaves = after.leaf_partitions()
+    assert len(leaves) == 8
+    for p in after.partitions.values():
+        if not p.is_leaf:
+            dim, _ = split_of(p, after.partitions[p.children[0]])
+            assert dim == len(after.ancestors(p.id)) % 2

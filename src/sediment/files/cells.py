@@ -66,17 +66,18 @@ def field_median(sample: Columnar, name: str, counts: np.ndarray) -> tuple[objec
     return med, lo, hi
 
 
-def choose_cut(cell: Cell, sample: Columnar, names: Sequence[str],
-               count: str) -> tuple[int, object] | None:
-    """Where to split a box leaf, from the merged sample of its files restricted to it: the
-    first field whose median is neither its minimum nor its maximum in the leaf (Sleeper's
-    choice), cut at that median; None when no field can be cut."""
+def choose_cut(cell: Cell, sample: Columnar, names: Sequence[str], count: str, *,
+               first: int = 0) -> tuple[int, object] | None:
+    """Where to split a box leaf, from the merged sample of its files restricted to it:
+    trying the fields from ``first`` on (core/cells.first_field: 0 is Sleeper's choice), the
+    first whose median is neither its minimum nor its maximum in the leaf, cut at that
+    median; None when no field can be cut."""
     if sample.num_rows == 0:
         return None
     counts = sample.column(count).to_numpy(zero_copy_only=False).astype(np.int64)
     stats = [field_median(sample, n, counts) for n in names]
     dim = median_dimension(cell, [s[0] for s in stats], [s[1] for s in stats],
-                           [s[2] for s in stats])
+                           [s[2] for s in stats], first=first)
     return None if dim is None else (dim, stats[dim][0])
 
 

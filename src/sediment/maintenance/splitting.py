@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sediment.core.cells import Cell
+from sediment.core.cells import Cell, first_field
 from sediment.core.keys import Key
 from sediment.core.model import Partition
 from sediment.core.state import TableState
@@ -130,7 +130,9 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
             out.append(SplitDecision(leaf.id, n, None, f"cannot read a sample: {e}"))
             continue
         if isinstance(leaf.region, Cell):
-            out.append(_box_decision(leaf, n, samples, names))
+            first = first_field(str(properties["partition.split.dimension"]),
+                                len(state.ancestors(leaf.id)), len(names))
+            out.append(_box_decision(leaf, n, samples, names, first))
             continue
         key = choose_split_key(leaf, [s.select([*names, COUNT]) for s in samples], names)
         out.append(SplitDecision(leaf.id, n, key,
@@ -139,15 +141,16 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
 
 
 def _box_decision(leaf: Partition, n: int, samples: Sequence[pa.Table],
-                  names: Sequence[str]) -> SplitDecision:
-    """A box leaf's split: a field and its median (files/cells.py choose_cut)."""
+                  names: Sequence[str], first: int) -> SplitDecision:
+    """A box leaf's split: a field (tried from ``first`` on) and its median
+    (files/cells.py choose_cut)."""
     assert isinstance(leaf.region, Cell)
     cut = None
     if samples:
         merged = merge_samples([s.select([*names, COUNT]) for s in samples], names)
         mask = region_mask(merged, names, leaf.region)
         cut = choose_cut(leaf.region, merged if mask is None else merged.filter(mask), names,
-                         COUNT)
+                         COUNT, first=first)
     if cut is None:
         return SplitDecision(leaf.id, n, None, "no row-key field has a median strictly "
                                                "between its minimum and maximum in the leaf")

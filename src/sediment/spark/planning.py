@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sediment.core.cells import Cell, is_box_tree
+from sediment.core.cells import Cell, first_field, is_box_tree
 from sediment.core.keys import Key
 from sediment.core.state import TableState
 from sediment.core.transactions import SplitPartition
@@ -25,6 +25,7 @@ from sediment.files.cells import choose_cut
 from sediment.files.keys import cell_mask
 from sediment.files.sample import COUNT
 from sediment.handle import TableHandle
+from sediment.properties import defaults
 from sediment.spark import tasks
 
 if TYPE_CHECKING:
@@ -171,21 +172,24 @@ def _split_balanced(pid: str, points: Sequence[Key], out: list[SplitPartition]) 
 def _box_splits(merged: pa.Table, names: Sequence[str], state: TableState,
                 target_rows: int) -> list[SplitPartition]:
     """Box partitions: a leaf getting more than ``target_rows`` of the input's rows is cut as
-    a split would cut it (Sleeper's field at its median, files/cells.choose_cut, over the
-    input's sample within the leaf), and each side again while it gets more."""
+    a split would cut it (the field ``partition.split.dimension`` picks at its median,
+    files/cells.choose_cut, over the input's sample within the leaf), and each side again
+    while it gets more."""
+    rule = str({**defaults(), **state.properties}["partition.split.dimension"])
     splits: list[SplitPartition] = []
     for leaf in state.leaf_partitions():
         assert isinstance(leaf.region, Cell)
         mask = cell_mask(merged, names, leaf.region)
         _cut_box(leaf.id, leaf.region, merged if mask is None else merged.filter(mask),
-                 names, target_rows, splits)
+                 names, target_rows, splits, rule, len(state.ancestors(leaf.id)))
     return splits
 
 
 def _cut_box(pid: str, cell: Cell, sample: pa.Table, names: Sequence[str], target: int,
-             out: list[SplitPartition]) -> None:
+             out: list[SplitPartition], rule: str, depth: int) -> None:
     rows = int(pc.sum(sample.column(COUNT)).as_py() or 0) if sample.num_rows else 0
-    cut = choose_cut(cell, sample, names, COUNT) if rows > target else None
+    cut = choose_cut(cell, sample, names, COUNT, first=first_field(rule, depth, len(names))) \
+        if rows > target else None
     if cut is None:
         return
     dim, value = cut
@@ -194,8 +198,9 @@ def _cut_box(pid: str, cell: Cell, sample: pa.Table, names: Sequence[str], targe
     low_cell, high_cell = cell.cut(dim, value)
     column = sample.column(names[dim])
     low = pc.less(column, pa.scalar(value, type=column.type))
-    _cut_box(left, low_cell, sample.filter(low), names, target, out)
-    _cut_box(right, high_cell, sample.filter(pc.invert(low)), names, target, out)
+    _cut_box(left, low_cell, sample.filter(low), names, target, out, rule, depth + 1)
+    _cut_box(right, high_cell, sample.filter(pc.invert(low)), names, target, out, rule,
+             depth + 1)
 
 
 def planned_state(state: TableState, splits: Sequence[SplitPartition]) -> TableState:
