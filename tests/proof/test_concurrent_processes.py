@@ -48,8 +48,9 @@ class Run:
         self.writers, self.batches, self.rows, self.readers = writers, batches, rows, readers
         self.env = w.worker_env(env)
         self.store = sd.Store.open(uri, **options, create=True)
-        self.table = self.store.create_table(w.TABLE, w.SCHEMA, split_points=split_points,
-                                             properties={**PROPERTIES, **(properties or {})})
+        props = {**PROPERTIES, **(properties or {})}
+        self.table = self.store.create_table(w.TABLE, w.schema_for(props),
+                                             split_points=split_points, properties=props)
         self.maintainers = maintainers
         self.maintain_interval = maintain_interval
         self.stop = tmp / "stop"
@@ -217,12 +218,14 @@ def test_query_record_check_catches_a_wrong_answer(tmp_path: Path) -> None:
 
 
 def test_writers_maintainer_and_readers_on_box_partitions(tmp_path: Path) -> None:
-    """The same proof on a table of box partitions (partitioning=dimensions): splits cut a
-    field, ingest descends the tree, queries merge the leaves."""
+    """The same proof on a table of box partitions (partitioning=dimensions) keyed by
+    ``(key, ts)``: splits cut either field (the cycle rule), ingest descends the tree, queries
+    merge the leaves."""
     run = Run(str(tmp_path / "store"), {}, tmp_path, writers=2, batches=8, rows=150,
               readers=2, maintainers=2,
               properties={"compaction.job_timeout_seconds": 0.5,
-                          "partitioning": "dimensions"})
+                          "partitioning": "dimensions",
+                          "partition.split.dimension": "cycle"})
     run.execute(timeout=120)
     summary = run.check()
     print(summary)

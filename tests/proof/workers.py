@@ -55,6 +55,19 @@ KEY_ALPHABET = "abcdefghijklmnopqrstuvwxyz"
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("value", pa.string()), ("n", pa.int64())])
 
+BOX_SCHEMA = sd.Schema(row_keys=[("key", pa.string()), ("ts", pa.int64())],
+                       values=[("value", pa.string()), ("n", pa.int64())])
+"""The schema of the box-partition proofs: ``ts`` a second row-key field, so splits cut either
+field. Its Arrow form is SCHEMA's (same columns, types and nullability), so every helper here
+serves both, and rows with equal ``(key, ts)`` stay distinct records (no iterator merges
+them)."""
+
+
+def schema_for(properties: dict[str, Any]) -> sd.Schema:
+    """BOX_SCHEMA for a table of box partitions, SCHEMA otherwise."""
+    return BOX_SCHEMA if properties.get("partitioning") == "dimensions" else SCHEMA
+
+
 Row = tuple[str, int, str, int | None]
 
 
