@@ -341,3 +341,24 @@ def test_an_unreachable_spark_master_is_named_at_once() -> None:
                                        r"spark://127\.0\.0\.1:1 "):
         session("spark://127.0.0.1:1")
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(("master", "loopback"), [
+    ("local[*]", True), ("local[2,2]", True), ("spark://127.0.0.1:7077", True),
+    ("spark://localhost:7077,127.0.0.2:7077", True), ("spark://[::1]:7077", True),
+    ("spark://10.1.2.3:7077", False), ("spark://spark-master:7077", False),
+    ("spark://127.0.0.1:7077,10.1.2.3:7077", False), ("yarn", False),
+    ("k8s://https://10.0.0.1:6443", False)])
+def test_the_driver_binds_to_loopback_only_when_every_executor_runs_here(
+        master: str, loopback: bool) -> None:
+    """An embedded session opens no port beyond loopback; on a cluster elsewhere the driver
+    keeps Spark's own address, which executors on other machines can reach."""
+    from sediment.spark.session import session_conf
+
+    conf = session_conf(master)
+    assert (conf.get("spark.driver.host") == "127.0.0.1") is loopback
+    assert (conf.get("spark.driver.bindAddress") == "127.0.0.1") is loopback
+    assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
+    # a setting given by the caller wins
+    assert session_conf(master, {"spark.driver.host": "10.9.9.9"})["spark.driver.host"] == \
+        "10.9.9.9"

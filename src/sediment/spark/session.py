@@ -8,6 +8,7 @@ install Sediment on the workers or ship it with :func:`ship_package`.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 import sys
@@ -29,9 +30,41 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "16",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+}
+
+LOOPBACK_DRIVER: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
 }
+"""The driver's address when every executor runs on this machine: loopback, so an embedded
+session opens no port to the network. A master elsewhere gets Spark's own choice (this host's
+address), which executors on other machines can connect back to."""
+
+
+def on_this_machine(master: str) -> bool:
+    """Whether a master's executors all run here: ``local[...]``, or a standalone master
+    every one of whose addresses is loopback."""
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False  # yarn, k8s://...: executors run elsewhere
+    for address in master[len("spark://"):].split(","):
+        host = address.rpartition(":")[0] or address
+        host = host.strip("[]")
+        if host == "localhost":
+            continue
+        try:
+            if not ipaddress.ip_address(host).is_loopback:
+                return False
+        except ValueError:
+            return False  # a host name: assume another machine
+    return True
+
+
+def session_conf(master: str, conf: dict[str, Any] | None = None) -> dict[str, str]:
+    """Sediment's settings for a session on ``master``, with ``conf`` over them."""
+    base = {**DEFAULT_CONF, **(LOOPBACK_DRIVER if on_this_machine(master) else {})}
+    return {k: str(v) for k, v in {**base, **(conf or {})}.items()}
 
 
 def session(master: str | None = None, *, app_name: str = "sediment",
@@ -44,9 +77,9 @@ def session(master: str | None = None, *, app_name: str = "sediment",
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if existing is not None:
         spark = existing
-        for k, v in {**DEFAULT_CONF, **(conf or {})}.items():
-            if not k.startswith(("spark.ui.", "spark.driver.")):
-                spark.conf.set(k, str(v))
+        for k, v in session_conf("local", conf).items():
+            if not k.startswith(("spark.ui.", "spark.driver.")):  # fixed once it runs
+                spark.conf.set(k, v)
     else:
         _check_master(master or "local[*]")
         from pyspark.sql import SparkSession
@@ -55,8 +88,8 @@ def session(master: str | None = None, *, app_name: str = "sediment",
         builder = builder.config("spark.pyspark.python", sys.executable)
         builder = builder.config("spark.pyspark.driver.python", sys.executable)
         builder = builder.config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-        for k, v in {**DEFAULT_CONF, **(conf or {})}.items():
-            builder = builder.config(k, str(v))
+        for k, v in session_conf(master or "local[*]", conf).items():
+            builder = builder.config(k, v)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
     register_data_source(spark)
