@@ -43,6 +43,7 @@ from sediment.ingest.standard import (
 )
 from sediment.spark import tasks
 from sediment.spark.planning import plan_splits, planned_state, sample_input, spark_columns
+from sediment.spark.sparktypes import for_spark, spark_struct
 from sediment.state import pending
 
 if TYPE_CHECKING:
@@ -71,6 +72,13 @@ def _renamed(batches: Iterable[pa.RecordBatch], names: Sequence[str]
         yield b.rename_columns(list(names))
 
 
+def _to_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema
+              ) -> Iterator[pa.RecordBatch]:
+    """The batches renamed to ``schema``'s names and cast to the types Spark holds."""
+    for b in batches:
+        yield for_spark(b.rename_columns(schema.names), schema)
+
+
 def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
                   leaves: Leaves | None = None) -> DataFrame:
     """The source as a DataFrame of the table's fields (files are read inside tasks).
@@ -80,7 +88,6 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
     costs a conversion of every row in the JVM each way.
     """
     from pyspark.sql import DataFrame
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     arrow = table.schema.to_arrow()
     user = list(arrow.names)
@@ -104,14 +111,13 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
         if leaves is not None:
             boundaries, buckets = leaves
             return source.select(*spark_columns(user, spark_names)).mapInArrow(
-                lambda it: _renamed(tasks.assign_leaves(_renamed(it, user), schema, name,
-                                                        boundaries, buckets),
-                                    spark_out.names),
-                from_arrow_schema(spark_out))
+                lambda it: _to_spark(tasks.assign_leaves(_renamed(it, user), schema, name,
+                                                         boundaries, buckets), spark_out),
+                spark_struct(spark_out))
         return source.select(*spark_columns(user, spark_names)).mapInArrow(
-            lambda it: _renamed(tasks.conform_batches(_renamed(it, user), schema, name,
-                                                      "Spark input"), spark_out.names),
-            from_arrow_schema(spark_out))
+            lambda it: _to_spark(tasks.conform_batches(_renamed(it, user), schema, name,
+                                                       "Spark input"), spark_out),
+            spark_struct(spark_out))
     from sediment.spark.inputs import PIECE_DDL, piece_rows, read_piece
 
     pieces: list[Any] = source
@@ -133,9 +139,9 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
             for c in read_piece(fs, piece, schema, name):
                 if leaves is not None and bucket_arr is not None:
                     c = tasks.with_leaf_column(c, key_names, leaves[0], bucket_arr)
-                yield c.rename_columns(spark_out.names)
+                yield for_spark(c.rename_columns(spark_out.names), spark_out)
 
-    return listing.mapInArrow(read, from_arrow_schema(spark_out))
+    return listing.mapInArrow(read, spark_struct(spark_out))
 
 
 JVM_LEAF_LIMIT = 64

@@ -20,11 +20,12 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sediment.schemes.join import JoinPiece, PreparedJoin, prepare_join
 from sediment.spark import tasks
+from sediment.spark.sparktypes import spark_struct
 
 FORMAT = "sediment_cojoin"
 _STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key",
@@ -56,7 +57,7 @@ class CoJoinDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        return from_arrow_schema(_plan(dict(self.options)).schema)
+        return spark_struct(_plan(dict(self.options)).schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return CoJoinReader(dict(self.options), schema)

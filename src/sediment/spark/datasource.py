@@ -60,6 +60,7 @@ from sediment.files.sample import cut_keys
 from sediment.properties import defaults
 from sediment.spark import tasks
 from sediment.spark.pushdown import other_field, with_other_fields
+from sediment.spark.sparktypes import spark_struct
 
 TARGET_ROWS = "spark.read.target_partition_rows"
 _STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key",
@@ -100,8 +101,6 @@ class SedimentDataSource(DataSource):
         return "sediment"
 
     def schema(self) -> StructType:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         table = tasks.open_table(_spec(self.options), self.options["table"])
         if "version" not in self.options and "tag" not in self.options:
             # Spark keeps this instance (pickled after schema()) for the DataFrame's lifetime:
@@ -110,7 +109,7 @@ class SedimentDataSource(DataSource):
         arrow = table.schema.to_arrow()
         if "columns" in self.options:
             arrow = pa.schema([arrow.field(c) for c in _columns(self.options, arrow.names)])
-        return from_arrow_schema(arrow)
+        return spark_struct(arrow)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = dict(self.options)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sediment.handle import handle_of
+from sediment.spark.sparktypes import spark_struct
 
 _HADOOP_SPECIAL = set("*?[]{}\\:%,")
 """Characters Hadoop's paths take for globs, URI syntax or lists: a file at such a path goes
@@ -48,7 +49,6 @@ def read_table(spark: Any, table: Any, *, version: int | str | None = None,
     others (see the module docstring). Raises as ``Table.prepare``."""
     import pyarrow as pa
     from pyspark.sql import functions as F  # noqa: N812 (Spark's own spelling)
-    from pyspark.sql.pandas.types import from_arrow_schema
 
     from sediment.spark.session import register_data_source
 
@@ -71,7 +71,7 @@ def read_table(spark: Any, table: Any, *, version: int | str | None = None,
     wanted = list(prepared.wanted)
     arrow = prepared.schema.to_arrow()
     # the data source's Spark types: the native part is cast to them, so both parts agree
-    types = from_arrow_schema(pa.schema([arrow.field(c) for c in wanted]))
+    types = spark_struct(pa.schema([arrow.field(c) for c in wanted]))
     frames = []
     if native:
         frames.append(spark.read.parquet(*native).select(

@@ -27,6 +27,7 @@ from sediment.files.sample import COUNT
 from sediment.handle import TableHandle
 from sediment.properties import defaults
 from sediment.spark import tasks
+from sediment.spark.sparktypes import for_spark, spark_struct
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -47,8 +48,6 @@ def _sample_files(spark: SparkSession, table: TableHandle, pieces: list[Any]) ->
     pieces' rows (k doubling, so at most ``2 * SAMPLE_ROWS_PER_TASK`` keys with counts),
     collected as Arrow. One pass, over the key columns only where the format allows
     (:func:`inputs.read_piece_keys`)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     from sediment.files.sample import KeySampler
     from sediment.spark.inputs import PIECE_DDL, piece_rows, read_piece_keys
 
@@ -71,11 +70,12 @@ def _sample_files(spark: SparkSession, table: TableHandle, pieces: list[Any]) ->
             fs, _ = _filesystem_for(uri, t.objects)
             for b in read_piece_keys(fs, piece, schema, name):
                 sampler.add(pa.Table.from_batches([b]))
-        yield from sampler.sample(out_schema.remove(len(names))).cast(out_schema) \
-            .rename_columns(spark_out.names).to_batches()
+        got = sampler.sample(out_schema.remove(len(names))).cast(out_schema)
+        yield from (for_spark(b, spark_out)
+                    for b in got.rename_columns(spark_out.names).to_batches())
 
-    got = listing.mapInArrow(sample, from_arrow_schema(spark_out)).toArrow()
-    return got.rename_columns(out_schema.names)
+    got = listing.mapInArrow(sample, spark_struct(spark_out)).toArrow()
+    return got.rename_columns(out_schema.names).cast(out_schema)
 
 
 def _sample_frame(table: TableHandle, source: DataFrame, rows: int, leaves: int) -> pa.Table:
