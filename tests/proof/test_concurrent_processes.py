@@ -43,7 +43,8 @@ class Run:
     def __init__(self, uri: str, options: dict[str, Any], tmp: Path, *, writers: int,
                  batches: int, rows: int, readers: int, env: dict[str, str] | None = None,
                  maintain_interval: float = 0.05, split_points: list[str] | None = None,
-                 maintainers: int = 1, properties: dict[str, Any] | None = None) -> None:
+                 maintainers: int = 1, properties: dict[str, Any] | None = None,
+                 awaits: tuple[str, ...] = ()) -> None:
         self.uri, self.options, self.tmp = uri, options, tmp
         self.writers, self.batches, self.rows, self.readers = writers, batches, rows, readers
         self.env = w.worker_env(env)
@@ -52,6 +53,9 @@ class Run:
         self.table = self.store.create_table(w.TABLE, w.schema_for(props),
                                              split_points=split_points, properties=props)
         self.maintainers = maintainers
+        self.awaits = awaits
+        """Transaction kinds the maintainers are given time to commit (up to a deadline)
+        after the writers end, while the readers go on."""
         self.maintain_interval = maintain_interval
         self.stop = tmp / "stop"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -72,23 +76,36 @@ class Run:
         """Start everything, wait for the writers, stop the others; returns seconds taken."""
         started = time.monotonic()
         base = {"uri": self.uri, "options": self.options}
-        for i in range(self.writers):
-            self._start(f"writer-{i}", w.command("ingest", {
-                **base, "writer": f"w{i}", "batches": self.batches, "rows": self.rows,
-                "out": str(self.tmp / f"writer-{i}.jsonl"), "pause": 0.05}))
-        for i in range(self.readers):
-            self._start(f"reader-{i}", w.command("query", {
-                **base, "seed": i, "stop": str(self.stop),
-                "out": str(self.tmp / f"reader-{i}.jsonl")}))
         for i in range(self.maintainers):
             self._start(f"maintain-{i}", [sys.executable, "-m", "sediment.cli", "maintain",
                                           "--store", self.uri, "--table", w.TABLE, "--loop",
                                           "--interval", str(self.maintain_interval), "--json"])
         try:
+            # the writers start once every maintainer reports (ticks): on a loaded machine
+            # the maintainers can take longer to start than the writers take to finish, and
+            # the run then proves nothing about maintenance concurrent with ingest
+            for i in range(self.maintainers):
+                while '"table"' not in self.log(f"maintain-{i}") and \
+                        time.monotonic() < started + timeout / 2:
+                    assert self.procs[f"maintain-{i}"].poll() is None, \
+                        self.log(f"maintain-{i}")
+                    time.sleep(0.05)
+            for i in range(self.writers):
+                self._start(f"writer-{i}", w.command("ingest", {
+                    **base, "writer": f"w{i}", "batches": self.batches, "rows": self.rows,
+                    "out": str(self.tmp / f"writer-{i}.jsonl"), "pause": 0.05}))
+            for i in range(self.readers):
+                self._start(f"reader-{i}", w.command("query", {
+                    **base, "seed": i, "stop": str(self.stop),
+                    "out": str(self.tmp / f"reader-{i}.jsonl")}))
             for i in range(self.writers):
                 rc = self.procs[f"writer-{i}"].wait(timeout=max(1.0, started + timeout
                                                                 - time.monotonic()))
                 assert rc == 0, f"writer {i} failed: {self.log(f'writer-{i}')}"
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not set(self.awaits) <= \
+                    {e.kind for e in self.table.history()}:
+                time.sleep(0.2)
             time.sleep(0.5)  # let maintenance and the readers see the last commits
         finally:
             self.stop.touch()
@@ -177,7 +194,8 @@ def test_writers_maintainer_and_readers_on_local_disk(tmp_path: Path) -> None:
     # first commit wins and the other must fail cleanly (its output an orphan for GC)
     run = Run(str(tmp_path / "store"), {}, tmp_path, writers=3, batches=12, rows=150,
               readers=2, maintainers=2,
-              properties={"compaction.job_timeout_seconds": 0.5})
+              properties={"compaction.job_timeout_seconds": 0.5},
+              awaits=("replace_file_references", "split_partition"))
     run.execute(timeout=120)
     summary = run.check()
     print(summary)
@@ -195,7 +213,7 @@ def test_writers_maintainer_and_readers_on_s3(s3_server: str,
            "AWS_SECRET_ACCESS_KEY": options["secret_access_key"],
            "AWS_REGION": options["region"]}
     run = Run(uri, options, tmp_path, writers=2, batches=8, rows=120, readers=1, env=env,
-              maintain_interval=0.2, split_points=["m"])
+              maintain_interval=0.2, split_points=["m"], awaits=("replace_file_references",))
     run.execute(timeout=150)
     summary = run.check()
     print(summary)
@@ -225,7 +243,8 @@ def test_writers_maintainer_and_readers_on_box_partitions(tmp_path: Path) -> Non
               readers=2, maintainers=2,
               properties={"compaction.job_timeout_seconds": 0.5,
                           "partitioning": "dimensions",
-                          "partition.split.dimension": "cycle"})
+                          "partition.split.dimension": "cycle"},
+              awaits=("split_partition",))
     run.execute(timeout=120)
     summary = run.check()
     print(summary)
