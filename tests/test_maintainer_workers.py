@@ -41,10 +41,13 @@ def test_maintainer_with_worker_processes_keeps_up(tmp_path: Path) -> None:
             table.ingest(data)
             ref.add(data)
             time.sleep(0.02)
-        deadline = time.monotonic() + 60  # until the workers have committed some jobs
+        # until the maintainer has reported some jobs committed (the log holds a worker's
+        # commit before the maintainer reaps the job and counts it in its next report)
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline and \
-                sum(h.kind == "replace_file_references" for h in table.history()) < 3:
+                sum(int(r["jobs"]) for rep in list(reports) for r in rep) < 3:
             time.sleep(0.1)
+        assert sum(h.kind == "replace_file_references" for h in table.history()) >= 3
         assert m._processes is not None
         workers = m._processes.pids()
         assert workers and os.getpid() not in workers
