@@ -11,7 +11,10 @@ store, as separate machines would):
 * **ingest**: a batch of ``--batch-rows`` rows (default 50k) every ``--interval`` seconds
   (default 0.2 s; when an ingest takes longer the next one starts at once), each batch one
   ``table.ingest`` call (one file per leaf it touches, one transaction);
-* **maintain**: ``sediment maintain --loop --interval 1`` (the CLI: split, compact, gc passes);
+* **maintain**: ``sediment maintain --loop --interval 1`` (the CLI: split, compact, gc passes),
+  started first: the other processes start once it has printed its first report (its job
+  workers up, the table looked at for a second), so the run measures a maintainer that keeps
+  up rather than one still importing while the first seconds of ingest pile up;
 * **query**: ``table.query(keys=[k])`` for a random key of an already-ingested batch, ``--qps``
   times a second (default 20), each latency recorded with the key; right before or after each
   (alternating), the same key in the **reference table**: a second table of the same store
@@ -280,12 +283,29 @@ def start_maintainer(root: Path, work: Path, workers: str, threads: int
     return subprocess.Popen([str(exe), "maintain", "--table", TABLE, "--loop", "--interval",
                              "1", "--workers", workers, "--threads", str(threads),
                              "--store", str(root), "--json"],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds of a process and of its live children (the maintainer's job workers)."""
-    total = process_cpu_seconds(pid)
+def wait_for_maintainer(maintainer: subprocess.Popen[bytes], work: Path,
+                        timeout: float = 120.0) -> float:
+    """Seconds until the maintainer printed its first report (it has started its workers and
+    looked at the table for a report interval): the run measures a maintainer that keeps up,
+    not one still starting while the first seconds of ingest pile up."""
+    start = time.monotonic()
+    while not maintainer_passes(work):
+        if maintainer.poll() is not None:
+            log = (work / "maintain.log").read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"the maintainer exited ({maintainer.returncode}):\n{log}")
+        if time.monotonic() - start > timeout:
+            raise RuntimeError(f"the maintainer printed no report in {timeout:.0f} s")
+        time.sleep(0.1)
+    return time.monotonic() - start
+
+
+def tree_cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds of a process, and of its live children (the maintainer's job workers)."""
+    children = 0.0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -295,8 +315,8 @@ def tree_cpu_seconds(pid: int) -> float:
         except OSError:
             continue
         if int(fields[1]) == pid:
-            total += process_cpu_seconds(int(entry))
-    return total
+            children += process_cpu_seconds(int(entry))
+    return process_cpu_seconds(pid), children
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -426,6 +446,8 @@ def main() -> None:
         common = {"stop": str(work / "stop"), "progress": str(work / "progress"),
                   "batch_rows": args.batch_rows}
         maintainer = start_maintainer(root, work, args.workers, args.threads)
+        maintainer_ready = wait_for_maintainer(maintainer, work)
+        print(f"maintainer up (first report) after {maintainer_ready:.1f} s")
         monitor = spawn("monitor", root, work, {**common, "interval": 0.5})
         query = spawn("query", root, work, {**common, "qps": args.qps})
         ingest = spawn("ingest", root, work, {**common, "seconds": seconds,
@@ -436,7 +458,7 @@ def main() -> None:
         (work / "stop").touch()
         queried = wait_child("query", *query, work)
         monitored = wait_child("monitor", *monitor, work)
-        maintainer_cpu = tree_cpu_seconds(maintainer.pid)
+        planner_cpu, workers_cpu = tree_cpu_seconds(maintainer.pid)
         maintainer.send_signal(signal.SIGTERM)
         try:
             maintainer.wait(30)
@@ -458,7 +480,8 @@ def main() -> None:
               f"p50 {jobs['job_seconds'].get('p50_ms', 0):.0f} ms, max "
               f"{jobs['job_seconds'].get('max_ms', 0):.0f} ms; inputs per job p50 "
               f"{jobs['inputs'].get('p50', 0):.0f}, max {jobs['inputs'].get('max', 0):.0f}")
-        cpu = {"ingest": ingested["cpu_seconds"], "maintainer": maintainer_cpu,
+        cpu = {"ingest": ingested["cpu_seconds"], "maintainer": planner_cpu,
+               "job workers": workers_cpu,
                "queries": queried["cpu_seconds"], "monitor": monitored["cpu_seconds"]}
         print("CPU seconds during the run (cores used = CPU s / run s): " + ", ".join(
             f"{k} {v:.1f} ({v / run_t.seconds:.2f})" for k, v in cpu.items())
@@ -547,7 +570,8 @@ def main() -> None:
                            "properties": props},
             "load_average": {"before": load_before, "end_of_run": load_run,
                              "after": load_after},
-            "run_seconds": run_t.seconds, "cpu_seconds": cpu,
+            "maintainer_ready_seconds": maintainer_ready, "run_seconds": run_t.seconds,
+            "cpu_seconds": cpu,
             "ingest": ingested, "maintainer_loops": passes, "compaction_jobs": jobs,
             "transaction_log": txlog,
             "layout": {"peak": peak, "end_of_run": end_layout, "settled": settled,

@@ -37,6 +37,7 @@ from sediment.compaction.sources import InputFile
 from sediment.compaction.strategy import (
     CompactionJob,
     assignments,
+    is_long,
     plan_compaction_jobs,
     plan_reference_splits,
     short_part,
@@ -222,14 +223,16 @@ def test_size_ratio_bounds_files_per_leaf() -> None:
     assert plan_compaction_jobs(calm, props()) == []
 
 
-def test_short_part_takes_the_smallest_inputs_under_the_bound() -> None:
+def test_short_part_takes_the_inputs_under_the_bound() -> None:
     state = plan_state()
-    add(state, ROOT_PARTITION_ID, 5, 1, 3, 100, 50)
-    (job,) = plan_compaction_jobs(state, props(compaction__batch_size=5, compaction__ratio=0))
+    add(state, ROOT_PARTITION_ID, 5, 1, 3, 100, 50, 9)
+    (job,) = plan_compaction_jobs(state, props(compaction__batch_size=6, compaction__ratio=0))
+    assert is_long(job, 10) and is_long(job, 100) and not is_long(job, 101)
     short = short_part(job, 10, props())
-    assert short is not None and sizes([short]) == [[1, 3, 5]]  # 9 < 10 records
+    assert short is not None and sizes([short]) == [[1, 3, 5, 9]]  # each under 10 records
     assert short.job_id == job.job_id and short.partition_id == job.partition_id
-    assert short_part(job, 4, props()) is None  # one input alone is no merge
+    assert not is_long(short, 10)
+    assert short_part(job, 2, props()) is None  # one input alone is no merge
     # iterators that need consecutive inputs merge a leaf's files together, never a part
     concat = props(compaction__iterators=json.dumps(
         [{"type": "aggregate", "functions": {"value": "concat"}}]))

@@ -196,23 +196,47 @@ def test_tables_take_turns_at_the_idle_threads(tmp_path: Path, monkeypatch: Any)
 
 def test_a_crowded_leaf_merges_its_small_files_while_the_long_lane_is_busy(
         tmp_path: Path) -> None:
-    # long jobs: at least a twentieth of the threshold (500 records); each file holds 100
-    table = make_table(tmp_path, **{"partition.split.threshold": 10_000})
+    # long jobs: an input of at least a twentieth of the threshold (500 records); ratio 0
+    # groups every file of the leaf into one job, which the 600-record file makes long
+    table = make_table(tmp_path, **{"partition.split.threshold": 10_000,
+                                    "compaction.ratio": 0})
     gate = threading.Event()
     m = Maintainer(lambda: [table], threads=2, tick_seconds=0.01, gc_every=3600)
     try:
         m._pool.submit(0, lambda: gate.wait(10), long=True)  # the long lane is taken
-        for i in range(6):  # 6 files, not crowded: the long merge of all waits for its lane
+        table.ingest(rows(600, seed=99))
+        for i in range(5):  # 6 files, not crowded: the long merge of all waits for its lane
             table.ingest(rows(100, seed=i))
         m.tick()
         assert not table.state().jobs
-        for i in range(6, 8):  # 8 files: crowded (more than half a batch of 12)
+        for i in range(5, 7):  # 8 files: crowded (more than half a batch of 12)
             table.ingest(rows(100, seed=i))
         m.tick()
         st = table.state()
         (job,) = st.jobs
         held = [r for r in st.references(ROOT_PARTITION_ID).values() if r.job_id == job]
-        assert len(held) == 4  # the smallest files under 500 records, merged now
+        assert sorted(r.records for r in held) == [100] * 7  # the small files, merged now
+    finally:
+        gate.set()
+        m.close()
+
+
+def test_a_merge_of_many_small_files_is_short_while_the_long_lane_is_busy(
+        tmp_path: Path) -> None:
+    # however many records they add up to, small files merge on the kept thread: right after
+    # a split a merge of two new files can exceed a twentieth of the threshold
+    table = make_table(tmp_path, **{"partition.split.threshold": 10_000})
+    gate = threading.Event()
+    m = Maintainer(lambda: [table], threads=2, tick_seconds=0.01, gc_every=3600)
+    try:
+        m._pool.submit(0, lambda: gate.wait(10), long=True)  # the long lane is taken
+        for i in range(6):  # 600 records in all, each file under 500
+            table.ingest(rows(100, seed=i))
+        m.tick()
+        st = table.state()
+        (job,) = st.jobs
+        assert sum(r.records for r in st.references(ROOT_PARTITION_ID).values()
+                   if r.job_id == job) == 600
     finally:
         gate.set()
         m.close()

@@ -63,24 +63,28 @@ class CompactionJob:
         return sum(r.records for r in self.inputs)
 
 
+def is_long(job: CompactionJob, records: float) -> bool:
+    """Whether a job rewrites a large file: one of its inputs holds at least ``records``
+    records. A merge of many small files is short however many there are (a batch of new
+    files is a fraction of a second's work); judged by the job's total instead, every merge
+    of a few new files counted as long once a leaf took a twentieth of the split threshold a
+    second (two new files right after the first split), and a leaf reached 17 files waiting
+    for the long lane (benchmarks/steady_state.py --quick)."""
+    return max((r.records for r in job.inputs), default=0) >= records
+
+
 def short_part(job: CompactionJob, records: float, properties: Mapping[str, Any]
                ) -> CompactionJob | None:
-    """The job cut down to its smallest inputs, as many as hold fewer than ``records``
-    records together (None: fewer than two of them, or the table's compaction iterators
-    need a leaf's inputs merged together). Merging the small files of a crowded leaf at once
-    keeps it under the batch size while a thread for the whole merge is busy; the larger
-    inputs stay free for a later plan."""
+    """The job cut down to its small inputs, those holding fewer than ``records`` records
+    each (None: fewer than two of them, or the table's compaction iterators need a leaf's
+    inputs merged together). Merging the small files of a crowded leaf at once keeps it
+    under the batch size while a thread for the whole merge is busy; the large inputs stay
+    free for a later plan."""
     if _whole_leaf(properties):
         return None
-    taken: list[FileReference] = []
-    total = 0
-    for ref in sorted(job.inputs, key=lambda r: (r.records, r.filename)):
-        if total + ref.records >= records:
-            break
-        taken.append(ref)
-        total += ref.records
-    return CompactionJob(job.job_id, job.partition_id, tuple(taken)) if len(taken) >= 2 \
-        else None
+    taken = tuple(r for r in sorted(job.inputs, key=lambda r: (r.records, r.filename))
+                  if r.records < records)
+    return CompactionJob(job.job_id, job.partition_id, taken) if len(taken) >= 2 else None
 
 
 def _whole_leaf(properties: Mapping[str, Any]) -> bool:

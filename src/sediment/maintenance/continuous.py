@@ -15,10 +15,10 @@ and a job's end wakes the loop to plan again. An assigned job that waits in a qu
 inputs while new files keep arriving; planned when a thread frees, it groups those too
 (measured in benchmarks/steady_state.py's 60 s run: with a queue of a thread's worth of jobs,
 jobs waited 1-23 s and leaves reached 17-18 files; planning for idle threads only: 15-16, and
-8.9-9.9 files per leaf on average instead of 9.4-11.6). A long job (at least
-``LONG_JOB_FRACTION`` of the split threshold's records) never takes the last free thread: that
-one is kept for the small merges of new files, which keep the files per leaf down (a 1 s merge
-on each of 2 threads let leaves reach 21 files).
+8.9-9.9 files per leaf on average instead of 9.4-11.6). A long job (one rewriting a file of at
+least ``LONG_JOB_FRACTION`` of the split threshold's records: see ``is_long``) never takes the
+last free thread: that one is kept for the merges of small files, which keep the files per
+leaf down (a 1 s merge on each of 2 threads let leaves reach 21 files).
 
 Jobs still go through the same transactions as a pass (AssignJobIds, ReplaceFileReferences
 conditional on the assignment), so several maintainers, or a maintainer and ``table.maintain()``,
@@ -41,6 +41,7 @@ from sediment.compaction.strategy import (
     CompactionJob,
     crowded_files,
     files_after_jobs,
+    is_long,
     short_part,
 )
 from sediment.handle import handle_of
@@ -63,8 +64,11 @@ SPLIT_WAIT_SECONDS = 5.0
 anyway (see Maintainer._split_ready)."""
 
 LONG_JOB_FRACTION = 0.05
-"""A job merging at least this fraction of the split threshold's records is long: it runs on
-the threads the pool does not keep for short jobs (see SmallestFirstPool). Measured in
+"""A job with an input of at least this fraction of the split threshold's records is long: it
+runs on the threads the pool does not keep for short jobs (see SmallestFirstPool). A merge of
+small files is short however many records they add up to (judged by its total, right after
+the first split every merge of two new files was long: peaks of 13-14 files in
+steady_state's 20 s run, 11-12 judged by the largest input). Measured with the total, in
 benchmarks/steady_state.py's 60 s run (threshold 2M; new files of ~6k records), peak files per
 leaf: 15-16 with a quarter (medium merges of 100-500k records then hold the kept thread), 13-14
 with a twentieth, 14-17 with a fiftieth (a leaf whose every due job is a merge of ten new files
@@ -286,7 +290,7 @@ class Maintainer:
             for j in planned:
                 if len(out) == idle:
                     break
-                if j.records >= long_records:
+                if is_long(j, long_records):
                     if free_long:
                         free_long -= 1
                     elif files_after_jobs(head.references(j.partition_id).values()) > crowded:
@@ -307,7 +311,7 @@ class Maintainer:
             self._ran_at[j.job_id] = (t.name, now)
             runner = run_job if self._processes is None else self._processes.run_job
             fut = self._pool.submit(j.records, functools.partial(runner, t, state, j),
-                                    long=j.records >= long_records)
+                                    long=is_long(j, long_records))
             fut.add_done_callback(lambda _: self._wake.set())
             with self._lock:
                 self._running[j.job_id] = (t.name, fut)

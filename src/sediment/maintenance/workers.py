@@ -81,6 +81,10 @@ def _ignore_stop_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+def _ready() -> None:
+    """A worker's first call: it returns once the worker has started and imported Sediment."""
+
+
 class WorkerProcesses:
     """A pool of ``processes`` spawned workers that runs compaction jobs, replaced when a
     worker dies (see the module docstring)."""
@@ -93,8 +97,14 @@ class WorkerProcesses:
         """How many times a broken pool was replaced (a worker died)."""
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(self.processes, initializer=_ignore_stop_signals,
+        """A pool whose workers start now: a spawned worker takes a second or more to import
+        Sediment, PyArrow and DataFusion, which the first jobs would otherwise wait for
+        while new files pile up (a spawn pool starts a worker per submitted call)."""
+        pool = ProcessPoolExecutor(self.processes, initializer=_ignore_stop_signals,
                                    mp_context=multiprocessing.get_context("spawn"))
+        for _ in range(self.processes):
+            pool.submit(_ready)
+        return pool
 
     def pids(self) -> list[int]:
         """The worker processes' ids (those started so far)."""
