@@ -117,11 +117,22 @@ def layout(state: Any) -> dict[str, Any]:
     """Files per leaf of a state: own references, and what a query of the leaf reads."""
     own: list[int] = []
     reads: list[int] = []
+    fullest: Any = None
     for leaf in state.leaf_partitions():
         n = len(state.references(leaf.id))
+        if not own or n > max(own):
+            fullest = leaf
         own.append(n)
         reads.append(n + sum(len(state.references(a.id)) for a in state.ancestors(leaf.id)))
+    # the fullest leaf's files, to tell what held them (thousands of records, "~" for a share
+    # of a wider file, "*" for a file a job is merging)
+    files = sorted(state.references(fullest.id).values(), key=lambda r: -r.records)
+    fullest_files = " ".join(
+        f"{r.records / 1000:.0f}k"
+        f"{'~' if r.approximate or state.refcount.get(r.filename, 0) > 1 else ''}"
+        f"{'*' if r.job_id else ''}" for r in files)
     return {"version": state.version, "leaves": len(own), "max_files_per_leaf": max(own),
+            "fullest_leaf_files": fullest_files,
             "mean_files_per_leaf": sum(own) / len(own),
             "max_files_read_per_leaf_query": max(reads),
             "records": sum(r.records for r in state.all_references()),
