@@ -54,6 +54,7 @@ two cores.)
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import random
@@ -457,6 +458,8 @@ def main() -> None:
         common = {"stop": str(work / "stop"), "progress": str(work / "progress"),
                   "batch_rows": args.batch_rows}
         maintainer = start_maintainer(root, work, args.workers, args.threads)
+        # a run that fails must not leave the maintainer (and its job workers) running
+        atexit.register(lambda: maintainer.poll() is None and maintainer.kill())
         maintainer_ready = wait_for_maintainer(maintainer, work)
         print(f"maintainer up (first report) after {maintainer_ready:.1f} s")
         monitor = spawn("monitor", root, work, {**common, "interval": 0.5})
