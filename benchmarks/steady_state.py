@@ -459,7 +459,7 @@ def main() -> None:
                   "batch_rows": args.batch_rows}
         maintainer = start_maintainer(root, work, args.workers, args.threads)
         # a run that fails must not leave the maintainer (and its job workers) running
-        atexit.register(lambda: maintainer.poll() is None and maintainer.kill())
+        atexit.register(lambda: maintainer.poll() is None and maintainer.terminate())
         maintainer_ready = wait_for_maintainer(maintainer, work)
         print(f"maintainer up (first report) after {maintainer_ready:.1f} s")
         monitor = spawn("monitor", root, work, {**common, "interval": 0.5})
