@@ -1,16 +1,20 @@
 """Steady state: continuous ingest while ``sediment maintain --loop`` runs, with queries.
 
 Run: ``python benchmarks/steady_state.py [--seconds N] [--batch-rows N] [--interval S]
-[--split-threshold N] [--qps N] [--quick]`` (default 60 s; ``--quick``: 20 s).
+[--split-threshold N] [--qps N] [--stall-files N] [--quick]`` (default 60 s; ``--quick``:
+20 s).
 
 One table of the benchmark schema (see ``datagen.py``) with ``partition.split.threshold`` 2M
-(``--quick``: 1M), ``compaction.batch_size`` 12 and the default ``size_ratio`` strategy, in a
-fresh local store. For ``--seconds``, each in its own process (they race only through the
+(``--quick``: 1M), ``compaction.batch_size`` 12, the default ``size_ratio`` strategy and
+``ingest.stall_files`` 12 (``--stall-files``; 0 runs without the write stall), in a fresh
+local store. For ``--seconds``, each in its own process (they race only through the
 store, as separate machines would):
 
 * **ingest**: a batch of ``--batch-rows`` rows (default 50k) every ``--interval`` seconds
   (default 0.2 s; when an ingest takes longer the next one starts at once), each batch one
-  ``table.ingest`` call (one file per leaf it touches, one transaction);
+  ``table.ingest`` call (one file per leaf it touches, one transaction), which waits before
+  its commit while a leaf it adds to holds ``ingest.stall_files`` files (the write stall:
+  its time is reported, and counts against the ingest rate);
 * **maintain**: ``sediment maintain --loop --interval 1`` (the CLI: split, compact, gc passes),
   started first: the other processes start once it has printed its first report (its job
   workers up, the table looked at for a second), so the run measures a maintainer that keeps
@@ -90,10 +94,12 @@ RECENT_BATCHES = 10  # queries pick batches older than this (the query state cac
 REPLAY_BLOCK = 100
 
 
-def table_properties(split_threshold: int, batch_size: int) -> dict[str, Any]:
+def table_properties(split_threshold: int, batch_size: int, stall_files: int
+                     ) -> dict[str, Any]:
     return {
         "partition.split.threshold": split_threshold,
         "compaction.batch_size": batch_size,
+        "ingest.stall_files": stall_files,
     }
 
 
@@ -146,13 +152,14 @@ def child_ingest(table: sd.Table, a: dict[str, Any]) -> dict[str, Any]:
     progress = Path(a["progress"])
     deadline = time.monotonic() + a["seconds"]
     latencies: list[float] = []
+    stalls: list[float] = []
     i = 0
     start = time.monotonic()
     next_at = start
     while time.monotonic() < deadline and not stop.exists():
         data = datagen.chunk(np.random.default_rng(SEED + i), a["batch_rows"])
         t0 = time.perf_counter()
-        table.ingest(data)
+        stalls.append(table.ingest(data).stalled_seconds)
         latencies.append(time.perf_counter() - t0)
         i += 1
         tmp = progress.with_suffix(".tmp")
@@ -165,7 +172,9 @@ def child_ingest(table: sd.Table, a: dict[str, Any]) -> dict[str, Any]:
     return {"batches": i, "rows": i * a["batch_rows"], "seconds": elapsed,
             "rows_per_second": i * a["batch_rows"] / elapsed if elapsed else 0.0,
             "target_rows_per_second": a["batch_rows"] / a["interval"],
-            "ingest_latency": percentiles(ms)}
+            "ingest_latency": percentiles(ms),
+            "stalled_seconds": sum(stalls), "stalled_batches": sum(1 for x in stalls if x),
+            "longest_stall_seconds": max(stalls, default=0.0)}
 
 
 def _read_progress(path: Path) -> int:
@@ -399,7 +408,8 @@ def build_reference(store: sd.Store, props: dict[str, Any], batches: int,
     """The batches the run ingests (the same seeds), split like the live table and fully
     compacted: one file per leaf."""
     ref = store.create_table(REFERENCE, bench_schema(), properties={
-        **props, "compaction.ratio": 0, "compaction.batch_size": 1000})
+        **props, "compaction.ratio": 0, "compaction.batch_size": 1000,
+        "ingest.stall_files": 0})  # no maintainer runs while it is built
     for i in range(0, batches, 20):
         ref.ingest([datagen.chunk(np.random.default_rng(SEED + j), batch_rows)
                     for j in range(i, min(batches, i + 20))])
@@ -420,6 +430,8 @@ def main() -> None:
         p.add_argument("--split-threshold", type=int, default=None,
                        help="partition.split.threshold (default 2M; quick 1M)"),
         p.add_argument("--batch-size", type=int, default=12, help="compaction.batch_size"),
+        p.add_argument("--stall-files", type=int, default=None,
+                       help="ingest.stall_files (default: the batch size; 0: no write stall)"),
         p.add_argument("--qps", type=float, default=20.0, help="queries per second"),
         p.add_argument("--workers", choices=["process", "thread"], default="process",
                        help="the maintainer's job workers (maintain --loop --workers)"),
@@ -436,12 +448,14 @@ def main() -> None:
         return
     seconds = args.seconds or (20.0 if args.quick else 60.0)
     threshold = args.split_threshold or (1_000_000 if args.quick else 2_000_000)
-    props = table_properties(threshold, args.batch_size)
+    stall_files = args.batch_size if args.stall_files is None else args.stall_files
+    props = table_properties(threshold, args.batch_size, stall_files)
     load_before = os.getloadavg()
     print(f"load average: {load_before}")
     print(f"{seconds:.0f} s of ingest: {args.batch_rows:,} rows every {args.interval} s "
           f"(target {args.batch_rows / args.interval:,.0f} rows/s), split threshold "
-          f"{threshold:,}, batch size {args.batch_size}, {args.qps:g} exact-key queries/s; "
+          f"{threshold:,}, batch size {args.batch_size}, write stall at {stall_files} files "
+          f"per leaf (0: none), {args.qps:g} exact-key queries/s; "
           f"`sediment maintain --loop --interval 1`")
     with temp_dir() as tmp:
         root = tmp / "store"
@@ -513,7 +527,9 @@ def main() -> None:
         print(f"ran {run_t.seconds:.1f} s: ingested {ingested['rows']:,} rows in "
               f"{ingested['batches']} batches ({ingested['rows_per_second']:,.0f} rows/s; "
               f"ingest p50 {ingested['ingest_latency']['p50_ms']:.0f} ms, p99 "
-              f"{ingested['ingest_latency']['p99_ms']:.0f} ms); maintainer loops: "
+              f"{ingested['ingest_latency']['p99_ms']:.0f} ms; of {ingested['seconds']:.1f} s, "
+              f"{ingested['stalled_seconds']:.1f} s stalled in {ingested['stalled_batches']} "
+              f"batches, longest {ingested['longest_stall_seconds']:.2f} s); maintainer loops: "
               f"{len(passes)} ({sum(int(p.get('passes', 0)) for p in passes)} passes); "
               f"{len(queried['queries'])} queries "
               f"({queried['not_found']} found nothing)")
@@ -580,7 +596,8 @@ def main() -> None:
         save_results("steady_state", {
             "parameters": {"seconds": seconds, "batch_rows": args.batch_rows,
                            "interval": args.interval, "split_threshold": threshold,
-                           "batch_size": args.batch_size, "qps": args.qps,
+                           "batch_size": args.batch_size, "stall_files": stall_files,
+                           "qps": args.qps,
                            "properties": props},
             "load_average": {"before": load_before, "end_of_run": load_run,
                              "after": load_after},

@@ -199,6 +199,18 @@ _SPECS = [
                  "per_partition: one file per touched leaf; shared_file: one sorted file "
                  "referenced from every leaf it covers.",
                  choices=("per_partition", "shared_file")),
+    PropertySpec("ingest.stall_files", int, 0,
+                 "Back-pressure (RocksDB's level0_stop_writes_trigger, Paimon's "
+                 "num-sorted-run.stop-trigger): an ingest whose commit would add a file to a "
+                 "leaf already read from this many files waits for compaction to bring it "
+                 "down, up to ingest.stall_max_seconds, then commits anyway. Set it to "
+                 "compaction.batch_size to hold every leaf within a batch while a maintainer "
+                 "runs on a machine that ingest can outrun. 0: ingest never waits.",
+                 minimum=0),
+    PropertySpec("ingest.stall_max_seconds", float, 60.0,
+                 "The longest an ingest waits for room in a crowded leaf (ingest.stall_files) "
+                 "before it commits regardless: a stopped maintainer slows ingest down, it "
+                 "never stops it.", minimum=0),
     PropertySpec("ingest.spill_dir", str, "",
                  "No longer read: the spill folder is the ingesting client's choice, not the "
                  "store's (table.ingest(..., spill_dir=...), `sediment ingest --spill-dir`, or "

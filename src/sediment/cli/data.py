@@ -125,6 +125,8 @@ def ingest(
     data = {"table": name, "rows": result.rows, "files": result.files, "bytes": result.bytes,
             "version": result.version, "seconds": result.seconds,
             "rows_per_second": result.rows_per_second}
+    if result.stalled_seconds:  # waited for compaction (ingest.stall_files)
+        data["stalled_seconds"] = result.stalled_seconds
     emit(data, json_out, lambda d: key_value_table(human_items(d), title="ingest"))
 
 

@@ -12,10 +12,11 @@ files are deleted and nothing is committed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -30,11 +31,14 @@ from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filena
 from sediment.ingest.boxes import write_boxes
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 from sediment.ingest.spill import SortedRuns, SpillDir, resolve_spill_dir
+from sediment.ingest.stall import wait_for_room
 from sediment.state import pending
 from sediment.state.store import definitely_not_committed
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]
 """Called with the number of rows just accepted (for progress bars)."""
@@ -44,13 +48,16 @@ BeforeCommit = Callable[["StagedFiles"], None]
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
-    """What an ingest did: rows and files written, bytes, the committed version, time taken."""
+    """What an ingest did: rows and files written, bytes, the committed version, time taken
+    (``stalled_seconds`` of it waiting for room in crowded leaves: see
+    :mod:`sediment.ingest.stall`)."""
 
     rows: int
     files: int
     bytes: int
     version: int
     seconds: float
+    stalled_seconds: float = 0.0
 
     @property
     def rows_per_second(self) -> float:
@@ -260,7 +267,17 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
 
     ``before_commit`` is called with the staged files just before the commit (the ingest
     batcher records them there); if it raises, the files are deleted and nothing is
-    committed."""
+    committed. A write stall (``ingest.stall_files``) waits before it, so that what
+    ``before_commit`` decides is followed by the commit at once."""
+    stalled, crowded = 0.0, dict[str, int]()
+    if staged.rows:
+        # Files written by other processes (Spark tasks) are this process's to protect now.
+        pending.register(table.objects, [w.filename for w in staged.written])
+        try:
+            stalled, crowded = _stall(table, staged, kind)
+        except BaseException:
+            _delete_files(table, staged.written)
+            raise
     if before_commit is not None:
         try:
             before_commit(staged)
@@ -269,19 +286,42 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
             raise
     if staged.rows == 0:
         return IngestResult(0, 0, 0, table.version, time.perf_counter() - started)
-    # Files written by other processes (Spark tasks) are this process's to protect now.
-    pending.register(table.objects, [w.filename for w in staged.written])
     try:
         new_state = table.states.commit(AddFiles(staged.references))
     except BaseException as e:
         discard_staged(table, [w.filename for w in staged.written], e)
         raise
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
-                          time.perf_counter() - started)
+                          time.perf_counter() - started, stalled)
+    # a stall's time, and the leaf it gave up on, shown with the ingest (``sediment status``)
+    stall: dict[str, Any] = {"stalled_seconds": round(stalled, 3)} if stalled else {}
+    if crowded:
+        stall["crowded_leaf"], stall["crowded_leaf_files"] = max(crowded.items(),
+                                                                 key=lambda kv: kv[1])
     table.status.record(kind, f"v{result.version}", "committed", rows=result.rows,
                         files=result.files, bytes=result.bytes, seconds=result.seconds,
-                        rows_per_second=result.rows_per_second)
+                        rows_per_second=result.rows_per_second, **stall)
     return result
+
+
+def _stall(table: TableHandle, staged: StagedFiles, kind: str
+           ) -> tuple[float, dict[str, int]]:
+    """Wait for room in the leaves ``staged`` adds to, as ``ingest.stall_files`` asks (see
+    :mod:`sediment.ingest.stall`): the seconds waited, and the leaves still crowded when the
+    wait timed out."""
+    props = table.properties
+    limit = int(props["ingest.stall_files"])
+    if limit <= 0:
+        return 0.0, {}
+    pids = [r.partition_id for r in staged.references]
+    waited, crowded = wait_for_room(table.states.head, pids, limit,
+                                    float(props["ingest.stall_max_seconds"]))
+    if crowded:
+        leaf, files = max(crowded.items(), key=lambda kv: kv[1])
+        log.warning("%s into table %s: leaf %s still holds %d files (ingest.stall_files = %d) "
+                    "after waiting %.1f s for compaction; committing anyway (is a maintainer "
+                    "running?)", kind, table.name, leaf, files, limit, waited)
+    return waited, crowded
 
 
 def _ingest_batches(table: TableHandle, batches: Iterator[tuple[str, pa.RecordBatch]],
