@@ -757,3 +757,35 @@ def test_commit_after_conflict_uses_new_entries(probe_objects: ObjectStore) -> N
         _add(a, i)
     st = _add(b, 100)  # conflicts, refreshes, retries
     assert st.version == 5 and st == _fresh(probe_objects)
+
+
+def test_a_reader_materialising_a_lazy_partition_never_hides_it_from_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A published head is read by many threads: while one decodes a partition loaded lazily
+    from a snapshot, another reader of that partition and a copy of the state taken meanwhile
+    both still see its references (the interleaving is forced inside the decode)."""
+    objects = MemoryObjectStore()
+    parts = _tree(2)
+    leaves = sorted(p.id for p in parts if p.is_leaf)
+    writer = StateStore(objects, TABLE_ID)
+    writer.commit(InitialiseTable(SCHEMA, {}, parts))
+    writer.commit(AddFiles([ref(f"{pid}-{i}", pid, i + 1) for pid in leaves for i in range(2)]))
+    writer.write_snapshot()
+    state = StateStore(objects, TABLE_ID).load()
+    leaf = leaves[0]
+    assert leaf in state._lazy  # loaded from the snapshot, not yet decoded
+    seen: dict[str, Any] = {}
+    decode = references_module.LazyReferences.decode
+
+    def interleaved(self: references_module.LazyReferences) -> dict[str, FileReference]:
+        if not seen:
+            seen["started"] = True  # the other reader decodes too: no third interleaving
+            seen["other reader"] = dict(state.references(leaf))
+            seen["copy"] = dict(state.copy().references(leaf))
+        return decode(self)
+
+    monkeypatch.setattr(references_module.LazyReferences, "decode", interleaved)
+    mine = dict(state.references(leaf))
+    assert sorted(mine) == [f"{leaf}-0", f"{leaf}-1"]
+    assert seen["other reader"] == mine and seen["copy"] == mine
+    assert state.reference_count() == 2 * len(leaves)

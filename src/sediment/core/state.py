@@ -65,8 +65,10 @@ class TableState:
         c.refcount = cow(self.refcount)
         c.unreferenced = cow(self.unreferenced)
         c.jobs = dict(self.jobs)
-        c._refs = dict(self._refs)
+        # _lazy before _refs: a reader materialising a partition meanwhile (see _materialise)
+        # leaves it in one of the two copies, never in neither
         c._lazy = dict(self._lazy)
+        c._refs = dict(self._refs)
         c._owned = set()
         self._owned = set()  # our maps are now shared too
         c.last_update = self.last_update
@@ -79,10 +81,15 @@ class TableState:
         return self._refs.get(partition_id, {})
 
     def _materialise(self, partition_id: str) -> None:
-        lazy = self._lazy.pop(partition_id, None)
+        """Decode a partition's lazily loaded references. A published head is read by many
+        threads at once, so the decoded map is in ``_refs`` before the partition leaves
+        ``_lazy``: a reader (or a ``copy``) meanwhile finds it in one or the other, never
+        missing (two readers may both decode it, to equal maps)."""
+        lazy = self._lazy.get(partition_id)
         if lazy is not None:
             # Decoded once and shared with every copy of this state: not owned (see _writable).
             self._refs[partition_id] = lazy.decode()
+            self._lazy.pop(partition_id, None)
 
     def _writable(self, partition_id: str) -> dict[str, FileReference]:
         self._materialise(partition_id)
@@ -127,7 +134,7 @@ class TableState:
         snapshot table at a time: for plans that read every leaf."""
         if len(self._lazy) < references_module.WHOLE_DECODE_MIN_PARTITIONS:
             return
-        for lazy in self._lazy.values():
+        for lazy in tuple(self._lazy.values()):  # a snapshot: readers may pop meanwhile
             if lazy.source is not None:
                 lazy.source.decode()
 
@@ -136,8 +143,8 @@ class TableState:
         slices where they are not yet decoded: a view of 10,000 partitions then builds no
         FileReference (decoding 100,000 of them takes ~0.4 s)."""
         out = {pid: (len(refs), sum(r.records for r in refs.values()))
-               for pid, refs in self._refs.items()}
-        for pid, lazy in self._lazy.items():
+               for pid, refs in tuple(self._refs.items())}
+        for pid, lazy in tuple(self._lazy.items()):  # as a reader may materialise meanwhile
             if lazy.refs is not None:
                 out[pid] = (len(lazy.refs), sum(r.records for r in lazy.refs.values()))
             else:
@@ -146,8 +153,10 @@ class TableState:
         return out
 
     def reference_count(self) -> int:
-        n = sum(len(r) for r in self._refs.values())
-        return n + sum(t.table.num_rows for t in self._lazy.values())
+        refs = dict(self._refs)  # one snapshot each: a reader may materialise meanwhile
+        n = sum(len(r) for r in refs.values())
+        return n + sum(t.table.num_rows for pid, t in tuple(self._lazy.items())
+                       if pid not in refs)
 
     def load_references(self, table: pa.Table) -> None:
         """Take references from a snapshot table sorted by partition (kept lazily)."""
