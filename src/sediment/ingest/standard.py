@@ -293,7 +293,8 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
         raise
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
                           time.perf_counter() - started, stalled)
-    # a stall's time, and the leaf it gave up on, shown with the ingest (``sediment status``)
+    # a stall's time, and the leaf it gave up on, in the ingest's event (``sediment report
+    # tasks``)
     stall: dict[str, Any] = {"stalled_seconds": round(stalled, 3)} if stalled else {}
     if crowded:
         stall["crowded_leaf"], stall["crowded_leaf_files"] = max(crowded.items(),
