@@ -188,6 +188,7 @@ def child_query(table: sd.Table, a: dict[str, Any]) -> dict[str, Any]:
     """Exact-key queries at ``qps`` until the stop file exists, each key also queried in the
     fully compacted reference table (alternately before and after)."""
     reference = table.store.table(REFERENCE)
+    states = table._handle.states  # to tell the queries that re-read the log
     stop = Path(a["stop"])
     progress = Path(a["progress"])
     rng = random.Random(11)
@@ -208,11 +209,13 @@ def child_query(table: sd.Table, a: dict[str, Any]) -> dict[str, Any]:
         key = rng.choice(keys_of[b])
         timed: dict[str, tuple[float, int]] = {}
         order = (table, reference) if len(samples) % 2 == 0 else (reference, table)
+        synced = states._cached()[1]
         for t in order:
             t0 = time.perf_counter()
             n = t.query(keys=[key]).num_rows
             timed[t.name] = (time.perf_counter() - t0, n)
         samples.append({"t": round(time.monotonic() - start, 3), "ms": timed[TABLE][0] * 1000,
+                        "refreshed": states._cached()[1] != synced,
                         "key": key, "rows": timed[TABLE][1],
                         "reference_ms": timed[REFERENCE][0] * 1000,
                         "reference_rows": timed[REFERENCE][1]})
@@ -220,6 +223,8 @@ def child_query(table: sd.Table, a: dict[str, Any]) -> dict[str, Any]:
         time.sleep(max(0.0, next_at - time.monotonic()))
     return {"queries": samples,
             "latency": percentiles([s["ms"] for s in samples]),
+            "latency_refreshing": percentiles([s["ms"] for s in samples if s["refreshed"]]),
+            "latency_cached": percentiles([s["ms"] for s in samples if not s["refreshed"]]),
             "reference_latency": percentiles([s["reference_ms"] for s in samples]),
             "not_found": sum(1 for s in samples if s["rows"] == 0),
             "reference_not_found": sum(1 for s in samples if s["reference_rows"] == 0)}
@@ -574,6 +579,8 @@ def main() -> None:
           f"{settled_run.jobs_committed} jobs, {settled_run.splits} splits); full compaction: "
           f"{full_t.seconds:.1f} s")
     lat_rows = [["during the run: live table", during],
+                ["  of which ran while its log was re-read", queried["latency_refreshing"]],
+                ["  of which used the cached state", queried["latency_cached"]],
                 ["during the run: reference (fully compacted)", during_ref]]
     lat_rows += [[f"replay: {name}", r] for name, r in replay.items()]
     print_table(["exact-key queries", "count", "p50 ms", "p90 ms", "p99 ms", "max ms"],

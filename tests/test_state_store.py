@@ -7,6 +7,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -789,3 +790,37 @@ def test_a_reader_materialising_a_lazy_partition_never_hides_it_from_another(
     assert sorted(mine) == [f"{leaf}-0", f"{leaf}-1"]
     assert seen["other reader"] == mine and seen["copy"] == mine
     assert state.reference_count() == 2 * len(leaves)
+
+
+def test_a_head_read_past_half_its_age_limit_is_refreshed_in_the_background() -> None:
+    """Refresh-ahead: a read of a head older than half ``state.cache.refresh_seconds`` gets
+    it at once and has the log re-read on a background thread; a read past the limit still
+    re-reads the log itself before answering."""
+    objects = MemoryObjectStore()
+    writer = StateStore(objects, TABLE_ID)
+    writer.commit(InitialiseTable(SCHEMA, {"state.cache.refresh_seconds": 0.6},
+                                  _tree(1)))
+    reader = StateStore(objects, TABLE_ID)
+    assert reader.cached_head().version == 1
+    writer.commit(AddFiles([ref("a", "p0000-0001")]))
+    assert reader.cached_head().version == 1  # fresh: trusted as it is
+    time.sleep(0.35)
+    assert reader.cached_head().version == 1  # past half the limit: answered at once...
+    deadline = time.monotonic() + 10
+    while reader._cached()[0].version != 2:  # ...and re-read meanwhile, with no other read
+        assert time.monotonic() < deadline, "the background refresh did not happen"
+        time.sleep(0.01)
+    writer.commit(AddFiles([ref("b", "p0001-0002")]))
+    time.sleep(0.7)  # past the limit: this read waits for the log
+    assert reader.cached_head().version == 3
+
+
+def test_no_background_refresh_when_the_cache_is_off() -> None:
+    objects = MemoryObjectStore()
+    writer = StateStore(objects, TABLE_ID)
+    writer.commit(InitialiseTable(SCHEMA, {"state.cache.refresh_seconds": 0}, _tree(1)))
+    reader = StateStore(objects, TABLE_ID)
+    for v in range(2, 6):
+        writer.commit(AddFiles([ref(f"f{v}", "p0000-0001")]))
+        assert reader.cached_head().version == v
+    assert not [t for t in threading.enumerate() if t.name.startswith("sediment-refresh")]

@@ -57,6 +57,9 @@ TransactionSource = Transaction | Callable[[TableState], Transaction]
 """A transaction, or a function building one from the current head (re-run on each retry)."""
 
 
+REFRESH_AHEAD = 0.5
+"""Past this fraction of ``state.cache.refresh_seconds``, a read of the cached head starts a
+background re-read of the log (see ``StateStore.cached_head``)."""
 SYNC_MAX_AGE_SECONDS = 60.0
 """A writer whose cached head is older than this re-reads the log before committing."""
 PRUNE_GRACE_SECONDS = 300.0
@@ -95,6 +98,8 @@ class StateStore:
         """Taken by this process's committers in turn (see ``_commit``); readers never take it."""
         self._synced = 0.0
         """When the cached head was last known to be current (monotonic seconds)."""
+        self._refreshing = False
+        """A background re-read of the log is under way (see ``cached_head``)."""
 
     # ---- the cached head: read and swapped under the lock, never mutated ---------------
     def _cached(self) -> tuple[TableState | None, float]:
@@ -162,13 +167,43 @@ class StateStore:
     def cached_head(self) -> TableState:
         """The head this process shares, without a copy (read it, never change it): this
         process's own commits are in it at once, other writers' once it was re-read, which
-        happens when it was last synced more than ``state.cache.refresh_seconds`` ago."""
+        happens when it was last synced more than ``state.cache.refresh_seconds`` ago.
+
+        Reading the log's new entries takes a query from a few milliseconds to a few tens
+        while others commit, so a head past ``REFRESH_AHEAD`` of its age limit is returned
+        as it is and re-read on a background thread (refresh-ahead): a table read steadily
+        is re-read off its readers' path, and only a read that finds the head past its limit
+        (the table was not read for a while) waits for the log. The limit itself holds as
+        before: no read is answered from a head synced longer ago."""
         head, synced = self._cached()
         if head is not None:
             max_age = float(_prop(head, "state.cache.refresh_seconds"))
-            if time.monotonic() - synced < max_age:
+            age = time.monotonic() - synced
+            if age < max_age:
+                if age >= max_age * REFRESH_AHEAD:
+                    self._refresh_in_background()
                 return head
         return self._current(max_age=None)[0]
+
+    def _refresh_in_background(self) -> None:
+        """Re-read the log on a daemon thread (one at a time per table); a failure is left
+        for the next read that finds the head too old to meet, on its own thread."""
+        with self._lock:
+            if self._refreshing:
+                return
+            self._refreshing = True
+
+        def refresh() -> None:
+            try:
+                self._current(max_age=None)
+            except Exception as e:  # noqa: BLE001 (reported by the read that needs it)
+                log.debug("background refresh of table %s failed: %r", self.name, e)
+            finally:
+                with self._lock:
+                    self._refreshing = False
+
+        threading.Thread(target=refresh, name=f"sediment-refresh-{self.name}",
+                         daemon=True).start()
 
     def _refreshed(self, base: TableState) -> TableState:
         """``base`` brought up to the log's head (a new state; ``base`` is left alone)."""
