@@ -157,7 +157,9 @@ _SPECS = [
                  maximum=_MAX_SECONDS),
     PropertySpec("state.cache.refresh_seconds", float, 1.0,
                  "How long queries trust the state they read before checking the log for "
-                 "other processes' commits (this process's own commits show at once).",
+                 "other processes' commits (this process's own commits show at once). A read "
+                 "past half of it has the log re-read on a background thread, so a table "
+                 "read steadily is kept current off its readers' path.",
                  minimum=0, maximum=_MAX_SECONDS),
     PropertySpec("retention.seconds", float, 172800.0,
                  "How far back time travel is promised: versions younger than this stay "
