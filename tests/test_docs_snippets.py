@@ -50,7 +50,7 @@ EXEMPT: dict[str, str] = {
     "docs/howto/cosharding.md:3": "needs a Spark session (tests/spark/test_cojoin.py runs the "
                                   "same)",
     "docs/howto/engines.md:9": "needs the store above, from the shell",
-    "docs/howto/maintainer.md:2": "installs a systemd service (needs root and systemd)",
+    "docs/howto/maintainer.md:3": "installs a systemd service (needs root and systemd)",
     "docs/howto/spark.md:1": "installs packages on cluster machines",
     "docs/index.md:1": "installs packages",
     "docs/index.md:2": "builds the site; ./dev test runs the same build",
