@@ -32,6 +32,7 @@ from sediment.ingest.boxes import write_boxes
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 from sediment.ingest.spill import SortedRuns, SpillDir, resolve_spill_dir
 from sediment.ingest.stall import wait_for_room
+from sediment.properties import defaults
 from sediment.state import pending
 from sediment.state.store import definitely_not_committed
 
@@ -269,7 +270,7 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
     batcher records them there); if it raises, the files are deleted and nothing is
     committed. A write stall (``ingest.stall_files``) waits before it, so that what
     ``before_commit`` decides is followed by the commit at once."""
-    stalled, crowded = 0.0, dict[str, int]()
+    stalled, crowded = 0.0, None
     if staged.rows:
         # Files written by other processes (Spark tasks) are this process's to protect now.
         pending.register(table.objects, [w.filename for w in staged.written])
@@ -296,9 +297,8 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
     # a stall's time, and the leaf it gave up on, in the ingest's event (``sediment report
     # tasks``)
     stall: dict[str, Any] = {"stalled_seconds": round(stalled, 3)} if stalled else {}
-    if crowded:
-        stall["crowded_leaf"], stall["crowded_leaf_files"] = max(crowded.items(),
-                                                                 key=lambda kv: kv[1])
+    if crowded is not None:
+        stall["crowded_leaf"], stall["crowded_leaf_files"] = crowded
     table.status.record(kind, f"v{result.version}", "committed", rows=result.rows,
                         files=result.files, bytes=result.bytes, seconds=result.seconds,
                         rows_per_second=result.rows_per_second, **stall)
@@ -306,23 +306,25 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
 
 
 def _stall(table: TableHandle, staged: StagedFiles, kind: str
-           ) -> tuple[float, dict[str, int]]:
+           ) -> tuple[float, tuple[str, int] | None]:
     """Wait for room in the leaves ``staged`` adds to, as ``ingest.stall_files`` asks (see
-    :mod:`sediment.ingest.stall`): the seconds waited, and the leaves still crowded when the
-    wait timed out."""
-    props = table.properties
+    :mod:`sediment.ingest.stall`): the seconds waited, and the fullest leaf (id, files)
+    still crowded when the wait timed out."""
+    # the cached head's properties: no read of the log on every ingest to find the stall off
+    props = {**defaults(), **table.states.cached_head().properties}
     limit = int(props["ingest.stall_files"])
     if limit <= 0:
-        return 0.0, {}
+        return 0.0, None
     pids = [r.partition_id for r in staged.references]
     waited, crowded = wait_for_room(table.states.head, pids, limit,
                                     float(props["ingest.stall_max_seconds"]))
-    if crowded:
-        leaf, files = max(crowded.items(), key=lambda kv: kv[1])
-        log.warning("%s into table %s: leaf %s still holds %d files (ingest.stall_files = %d) "
-                    "after waiting %.1f s for compaction; committing anyway (is a maintainer "
-                    "running?)", kind, table.name, leaf, files, limit, waited)
-    return waited, crowded
+    if not crowded:
+        return waited, None
+    leaf, files = max(crowded.items(), key=lambda kv: kv[1])
+    log.warning("%s into table %s: leaf %s still holds %d files (ingest.stall_files = %d) "
+                "after waiting %.1f s for compaction; committing anyway (is a maintainer "
+                "running?)", kind, table.name, leaf, files, limit, waited)
+    return waited, (leaf, files)
 
 
 def _ingest_batches(table: TableHandle, batches: Iterator[tuple[str, pa.RecordBatch]],
