@@ -216,3 +216,24 @@ def proxied_s3(fault_proxy: Any, s3_server: str, aws_test_env: None) -> Any:
     s3_client(s3_server).create_bucket(Bucket=bucket)
     return ProxiedS3(fault_proxy, s3_server, f"s3://{bucket}/store", region=S3_REGION,
                      **S3_CREDENTIALS)
+
+
+# ---- lanes (./dev test --quick leaves these groups out; CONTRIBUTING.md) ------------------------
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with the groups the quick lane leaves out, by what it uses: ``faults``
+    (the S3 fault proxy), ``browser`` (headless Chromium), ``spark``; and keep every Spark
+    test on one xdist worker (``xdist_group``), so one Spark session and one standalone
+    cluster serve them all instead of one per worker on a 2-core machine."""
+    spark_dir = _TESTS / "integration" / "spark"
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "fault_proxy" in names or "proxied_s3" in names:
+            item.add_marker(pytest.mark.faults)
+        if item.path.name == "test_dashboard_browser.py":
+            item.add_marker(pytest.mark.browser)
+        if spark_dir in item.path.parents or item.get_closest_marker("spark") is not None:
+            item.add_marker(pytest.mark.spark)
+            item.add_marker(pytest.mark.xdist_group("spark"))
