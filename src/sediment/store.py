@@ -419,13 +419,15 @@ class Store(SchemeMethods):
              progress: Callable[[int, int], None] | None = None) -> Table:
         """Bulk load a dump (``<root>/<job>/job-manifest.json``) into a new or existing table,
         after verifying every checksum and range; one transaction. A new table is created
-        with the dump's partition boundaries and appears whole or not at all.
+        with the dump's partition boundaries and the source table's properties (its
+        iterators too: it answers as the source did) and appears whole or not at all; an
+        existing table keeps its own properties.
         ``progress(done, total)``: bytes copied of the dump's total, ``(0, total)`` first.
 
         Raises:
             CorruptMetadataError: the dump is incomplete, damaged or hostile (a manifest path
                 outside its root, a checksum that fails, keys outside a task's range, unsorted
-                files); nothing is created or committed.
+                files, a property unknown or refused); nothing is created or committed.
             InvalidTableNameError: ``table_name`` cannot be a table name.
             SchemaError: the dump's schema does not match an existing table's.
             TableExistsError: another process created ``table_name`` meanwhile.
@@ -440,7 +442,8 @@ class Store(SchemeMethods):
             table = self.table(table_name)
         except TableNotFoundError:
             return self.create_table(table_name, dump.schema, split_points=dump.boundaries,
-                                     properties={"partitioning": dump.partitioning},
+                                     properties={**dump.properties,
+                                                 "partitioning": dump.partitioning},
                                      initial_files=lambda h: copy_and_reference(
                                          dump, h, progress=progress))
         load_into(table._handle, dump, progress=progress)
