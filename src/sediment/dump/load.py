@@ -213,7 +213,7 @@ def _properties(job: dict[str, Any], schema: Schema, where: str) -> dict[str, An
         raise CorruptMetadataError(f"{where}: a dump carries no partition scheme membership "
                                    f"({', '.join(sorted(SCHEME_PROPERTIES & set(props)))})")
     try:
-        return validate_properties(props, context=where, schema=schema)
+        return validate_properties(props, schema=schema)
     except PropertyError as e:
         raise CorruptMetadataError(f"{where}: {e}") from None
 
