@@ -42,7 +42,8 @@ def settle_members(store: CatalogStore, results: dict[str, MaintenanceResult], *
                              jobs_committed=o.jobs_committed + r.jobs_committed,
                              jobs_failed=o.jobs_failed + r.jobs_failed,
                              files_deleted=o.files_deleted + r.files_deleted,
-                             seconds=o.seconds + r.seconds)
+                             seconds=o.seconds + r.seconds,
+                             errors=tuple(dict.fromkeys(o.errors + r.errors)))
         if not any(r.splits or r.jobs_committed for r in again.values()):
             break
     return out
