@@ -39,6 +39,7 @@ from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes
 from sediment.schemes.methods import SchemeMethods, settle_members
 from sediment.state.documents import json_object
 from sediment.state.log import FORMAT_VERSION, check_format
+from sediment.state.schemes import THRESHOLD, set_scheme_threshold
 from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage import (
     ObjectStore,
@@ -209,7 +210,9 @@ class Store(SchemeMethods):
         ``scheme``: the name of a partition scheme (:meth:`create_scheme`) the table joins
         for good: it follows the scheme's partition tree, which splits on the records of all
         its members (co-sharding; SchemeMismatchError when the row-key types differ from the
-        scheme's, SchemeNotFoundError when there is no such scheme).
+        scheme's, SchemeNotFoundError when there is no such scheme). Its
+        ``partition.split.threshold`` is the scheme's: given in ``properties``, it sets the
+        scheme's (for every member), before the table is made.
 
         ``initial_files`` (used by bulk load) writes files into the new table and returns their
         references; they are committed before the catalog entry, so the table appears with its
@@ -240,6 +243,10 @@ class Store(SchemeMethods):
             scheme_id, partitions, scheme_props = member_tree(
                 self, scheme, name, schema, split_points, dict(properties or {}))
             props.update(scheme_props)
+            # one threshold per scheme, in its log: a member's sets the scheme's
+            own = props.pop(THRESHOLD, None)
+            if THRESHOLD in (properties or {}):
+                set_scheme_threshold(self.objects, scheme_id, int(own), scheme)
         else:
             partitions = build_partition_tree(schema, split_points,
                                               str(props.get("partitioning", "lexicographic")))

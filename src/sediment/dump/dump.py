@@ -344,8 +344,11 @@ def dumped_properties(state: TableState) -> dict[str, Any]:
     """The table properties a dump carries (as of its version): every one, so that a table
     loaded from it answers as the source did (``query.iterators``, ``compaction.iterators``:
     an aggregating table aggregates alike), except a scheme membership, which names a scheme
-    of the source store (a loaded table has a tree of its own)."""
-    return {k: v for k, v in state.properties.items() if k not in SCHEME_PROPERTIES}
+    of the source store (a loaded table has a tree of its own), and a member's split
+    threshold (its scheme's, counting every member's records, not its own)."""
+    member = bool(state.properties.get("partition.scheme"))
+    return {k: v for k, v in state.properties.items() if k not in SCHEME_PROPERTIES
+            and not (member and k == "partition.split.threshold")}
 
 
 def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, v: int,

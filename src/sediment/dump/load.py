@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 
 from sediment.core.cells import PARTITIONINGS
 from sediment.core.model import FileReference
-from sediment.core.transactions.table import SCHEME_PROPERTIES
 from sediment.core.ranges import Range
+from sediment.core.transactions.table import SCHEME_PROPERTIES
 from sediment.dump.manifest import loads, range_from_json, safe_path, sha256, tiles
 from sediment.errors import (
     CorruptMetadataError,
