@@ -282,7 +282,9 @@ _SPECS = [
     PropertySpec("partition.split.threshold", int, 1_000_000_000,
                  "A leaf partition known to hold more records than this (strictly more, as "
                  "Sleeper documents it) is split at its median. Only exact counts are known: "
-                 "an estimate for a file spanning several leaves does not count.",
+                 "an estimate for a file spanning several leaves does not count. A member "
+                 "of a partition scheme has its scheme's, one value for all members (their "
+                 "records in a leaf summed): setting it on a member sets the scheme's.",
                  minimum=1),
     PropertySpec("compaction.strategy", str, "size_ratio", "Compaction strategy.",
                  choices=("size_ratio", "basic")),

@@ -39,6 +39,7 @@ from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes
 from sediment.schemes.methods import SchemeMethods, settle_members
 from sediment.state.documents import json_object
 from sediment.state.log import FORMAT_VERSION, check_format
+from sediment.state.schemes import THRESHOLD, set_scheme_threshold
 from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage import (
     ObjectStore,
@@ -209,7 +210,9 @@ class Store(SchemeMethods):
         ``scheme``: the name of a partition scheme (:meth:`create_scheme`) the table joins
         for good: it follows the scheme's partition tree, which splits on the records of all
         its members (co-sharding; SchemeMismatchError when the row-key types differ from the
-        scheme's, SchemeNotFoundError when there is no such scheme).
+        scheme's, SchemeNotFoundError when there is no such scheme). Its
+        ``partition.split.threshold`` is the scheme's: given in ``properties``, it sets the
+        scheme's (for every member), before the table is made.
 
         ``initial_files`` (used by bulk load) writes files into the new table and returns their
         references; they are committed before the catalog entry, so the table appears with its
@@ -240,6 +243,10 @@ class Store(SchemeMethods):
             scheme_id, partitions, scheme_props = member_tree(
                 self, scheme, name, schema, split_points, dict(properties or {}))
             props.update(scheme_props)
+            # one threshold per scheme, in its log: a member's sets the scheme's
+            own = props.pop(THRESHOLD, None)
+            if THRESHOLD in (properties or {}):
+                set_scheme_threshold(self.objects, scheme_id, int(own), scheme)
         else:
             partitions = build_partition_tree(schema, split_points,
                                               str(props.get("partitioning", "lexicographic")))
@@ -419,13 +426,15 @@ class Store(SchemeMethods):
              progress: Callable[[int, int], None] | None = None) -> Table:
         """Bulk load a dump (``<root>/<job>/job-manifest.json``) into a new or existing table,
         after verifying every checksum and range; one transaction. A new table is created
-        with the dump's partition boundaries and appears whole or not at all.
+        with the dump's partition boundaries and the source table's properties (its
+        iterators too: it answers as the source did) and appears whole or not at all; an
+        existing table keeps its own properties.
         ``progress(done, total)``: bytes copied of the dump's total, ``(0, total)`` first.
 
         Raises:
             CorruptMetadataError: the dump is incomplete, damaged or hostile (a manifest path
                 outside its root, a checksum that fails, keys outside a task's range, unsorted
-                files); nothing is created or committed.
+                files, a property unknown or refused); nothing is created or committed.
             InvalidTableNameError: ``table_name`` cannot be a table name.
             SchemaError: the dump's schema does not match an existing table's.
             TableExistsError: another process created ``table_name`` meanwhile.
@@ -440,7 +449,8 @@ class Store(SchemeMethods):
             table = self.table(table_name)
         except TableNotFoundError:
             return self.create_table(table_name, dump.schema, split_points=dump.boundaries,
-                                     properties={"partitioning": dump.partitioning},
+                                     properties={**dump.properties,
+                                                 "partitioning": dump.partitioning},
                                      initial_files=lambda h: copy_and_reference(
                                          dump, h, progress=progress))
         load_into(table._handle, dump, progress=progress)

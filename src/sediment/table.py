@@ -22,6 +22,7 @@ from sediment.query.conversions import Conversions
 from sediment.query.engines import EngineMethods
 from sediment.schema import Schema
 from sediment.state.log import HistoryEntry
+from sediment.state.schemes import THRESHOLD, set_scheme_threshold, with_scheme_threshold
 from sediment.state.store import StateStore
 
 if TYPE_CHECKING:
@@ -191,23 +192,39 @@ class Table(Conversions, EngineMethods):
 
     @property
     def properties(self) -> dict[str, Any]:
-        """Every property with its effective value (defaults included)."""
-        return self._handle.properties
+        """Every property with its effective value (defaults included; for a member of a
+        partition scheme, the scheme's ``partition.split.threshold``)."""
+        return with_scheme_threshold(self.store.objects, self._handle.properties)
 
     def set_properties(self, updates: Mapping[str, Any] | None = None, *,
                        remove: Sequence[str] = ()) -> int:
         """Set and/or reset properties in one transaction; returns the new version.
 
+        A member of a partition scheme has the scheme's ``partition.split.threshold`` (one
+        value per scheme): setting it sets the scheme's, in the scheme's log, and resetting it
+        sets the store's default there; the member's version moves only for its other
+        properties (with none, its version is returned as it is).
+
         Raises PropertyError: an unknown property or a bad value (named); TransactionError: the
         commit was refused or its outcome is unknown.
         """
         updates = dict(updates or {})
+        remove = list(remove)
         for name in remove:
             if name not in PROPERTIES:
                 raise PropertyError(f"table {self.name}: unknown property {name!r}")
-        validate_properties(updates, context=f"table {self.name}",  # errors name the table,
-                            schema=self.schema)
-        # not its id (the transaction validates again against the head it follows)
+        parsed = validate_properties(updates, context=f"table {self.name}",  # errors name the
+                                     schema=self.schema)  # table, not its id (the transaction
+        # validates again against the head it follows)
+        scheme = self._handle.states.head().properties.get("partition.scheme")
+        if scheme and THRESHOLD in {*updates, *remove}:
+            value = parsed[THRESHOLD] if THRESHOLD in parsed else \
+                self.store.properties[THRESHOLD]
+            set_scheme_threshold(self.store.objects, str(scheme), int(value))
+            updates.pop(THRESHOLD, None)
+            remove = [r for r in remove if r != THRESHOLD]
+            if not updates and not remove:
+                return self.version
         return self._handle.states.commit(SetProperties(updates, tuple(remove))).version
 
     @property
@@ -277,7 +294,8 @@ class Table(Conversions, EngineMethods):
             "online": st.online,
             "schema": {k: v for k, v in (st.schema.to_json() if st.schema else {}).items()
                        if k != "arrow"},
-            "properties": {**defaults(), **st.properties},
+            "properties": with_scheme_threshold(self.store.objects,
+                                                {**defaults(), **st.properties}),
             "partitions": len(st.partitions),
             "leaf_partitions": sum(p.is_leaf for p in st.partitions.values()),
             "files": len(st.refcount),

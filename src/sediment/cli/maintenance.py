@@ -180,9 +180,14 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
 
         m = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout,
                        progress=progress)
-        return {**_scheme_of(t), "passes": m.passes, "splits": m.splits,
-                "jobs": m.jobs_committed, "failed": m.jobs_failed, "deleted": m.files_deleted,
-                **_tag_errors(tag_protection(handle_of(t))[1])}
+        row = {**_scheme_of(t), "passes": m.passes, "splits": m.splits,
+               "jobs": m.jobs_committed, "failed": m.jobs_failed, "deleted": m.files_deleted,
+               **_tag_errors(tag_protection(handle_of(t))[1])}
+        if m.errors:  # a damaged member of its scheme: named, the others maintained
+            problems = [row["error"]] if "error" in row else []
+            row["error"] = "; ".join([*problems, "scheme members left as they are: "
+                                      + "; ".join(m.errors)])
+        return row
     run_passes(store, table, loop, interval, max_loops, json_out, act, online_only=False,
               store_pass=None if table else lambda: _collect_unnamed(store, orphan_timeout),
               verb="maintain", unit="jobs")

@@ -1,5 +1,6 @@
 """CLI commands for partition schemes (co-sharding): create-scheme, schemes, describe-scheme,
-drop-scheme, split-scheme. ``create-table --scheme NAME`` makes a member table."""
+set-scheme-properties, drop-scheme, split-scheme. ``create-table --scheme NAME`` makes a
+member table."""
 
 from __future__ import annotations
 
@@ -81,6 +82,25 @@ def _render(d: dict[str, Any]) -> list[RenderableType]:
         ("version", d["version"]), ("leaves", d["leaves"]),
         ("split threshold", d["split_threshold"]),
         ("member tables", ", ".join(d["members"]) or "(none)")])]
+
+
+@commands.command("set-scheme-properties")
+def set_scheme_properties(
+    name: SchemeArg,
+    assignments: Annotated[list[str] | None, typer.Argument(
+        metavar="NAME=VALUE...",
+        help="partition.split.threshold=N (the one property a scheme has).")] = None,
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Change a scheme's split threshold: records of all member tables in one leaf above
+    which it splits (`set-properties MEMBER partition.split.threshold=N` does the same)."""
+    props = parse_assignments(assignments or [], what="property")
+    if not props:
+        raise CliError("nothing to change: give partition.split.threshold=N")
+    info = open_store(store).set_scheme_properties(name, props).to_json()
+    emit(info, json_out, lambda d: f"partition scheme {d['name']}: split threshold "
+                                   f"{d['split_threshold']} (version {d['version']})")
 
 
 @commands.command("drop-scheme")

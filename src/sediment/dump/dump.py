@@ -4,7 +4,8 @@ Tasks are the dump range cut at leaf-partition boundaries. Task ``t`` writes, pe
 ``<job>/<t>/<b>/<version>-data.parquet`` (omitted when empty), ``<version>-sample.parquet`` and
 ``<version>-manifest.json`` (files, key range, version, rows, bytes, SHA-256 checksums); the last
 batch's manifest says ``final``. When every task is done the job writes
-``<job>/job-manifest.json`` listing every task, with the checksums of their manifests.
+``<job>/job-manifest.json`` listing every task, with the checksums of their manifests, and the
+table's schema and properties at the version (a table loaded from the dump answers alike).
 
 - One job at a time: a lock object in the table (put-if-absent) with a heartbeat that a
   background thread keeps fresh while tasks run (``sediment.dump.lock``); a second dump is
@@ -35,6 +36,7 @@ from sediment.core.boxes import Box
 from sediment.core.cells import is_box_tree
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
+from sediment.core.transactions.table import SCHEME_PROPERTIES
 from sediment.dump.boxes import box_tiles
 from sediment.dump.lock import GUARD, LOCK_KEY, DumpLock, DumpLockLostError, check_owner, guard
 from sediment.dump.lock import abandon as abandon_lock
@@ -338,6 +340,17 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
                    size, time.perf_counter() - started, resumed)
 
 
+def dumped_properties(state: TableState) -> dict[str, Any]:
+    """The table properties a dump carries (as of its version): every one, so that a table
+    loaded from it answers as the source did (``query.iterators``, ``compaction.iterators``:
+    an aggregating table aggregates alike), except a scheme membership, which names a scheme
+    of the source store (a loaded table has a tree of its own), and a member's split
+    threshold (its scheme's, counting every member's records, not its own)."""
+    member = bool(state.properties.get("partition.scheme"))
+    return {k: v for k, v in state.properties.items() if k not in SCHEME_PROPERTIES
+            and not (member and k == "partition.split.threshold")}
+
+
 def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, v: int,
              rng: Range, threads: int, progress: Callable[[int, int], None] | None,
              runner: str) -> tuple[int, int, int, int]:
@@ -387,7 +400,8 @@ def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, v
                         "range": range_to_json(t.range), "manifests": manifests})
     job = {"format": FORMAT, "job_id": job_id, "table": table.name, "version": v,
            "schema": table.schema.to_json(), "range": range_to_json(rng), "tasks": entries,
-           "rows": rows, "bytes": size, "created": time.time()}
+           "rows": rows, "bytes": size, "created": time.time(),
+           "properties": dumped_properties(state)}
     if is_box_tree(state.partitions):  # a load makes a box table cut where the tiles are
         job["partitioning"] = "dimensions"
     lock.check()  # a dump that resumed this job after a stall writes the manifest, not us

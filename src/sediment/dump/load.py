@@ -5,8 +5,9 @@ matches its checksum, every data and sample file exists inside the dump root and
 checksum, and the task ranges tile the dumped range. Only then are the files copied (byte for
 byte, never rewritten) into the table's data folder and committed:
 
-- a new table is created with the dump's partition boundaries, each file referenced from its
-  own leaf, and the catalog entry is written last, so the table appears whole or not at all;
+- a new table is created with the dump's partition boundaries and the source table's
+  properties (checked first: the job manifest carries them), each file referenced from its own
+  leaf, and the catalog entry is written last, so the table appears whole or not at all;
 - an existing table (same schema) gets each file referenced from every leaf its range covers,
   with counts estimated from the file's sample (reference splitting).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,15 +28,18 @@ import pyarrow.parquet as pq
 from sediment.core.cells import PARTITIONINGS
 from sediment.core.model import FileReference
 from sediment.core.ranges import Range
+from sediment.core.transactions.table import SCHEME_PROPERTIES
 from sediment.dump.manifest import loads, range_from_json, safe_path, sha256, tiles
 from sediment.errors import (
     CorruptMetadataError,
     ObjectNotFoundError,
+    PropertyError,
     SchemaError,
 )
 from sediment.files.keys import range_mask, row_key, sort_indices
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.writer import sample_name, write_key_filters
+from sediment.properties import validate_properties
 from sediment.schema import Schema
 from sediment.state import pending
 from sediment.storage.base import ObjectStore
@@ -175,6 +179,9 @@ class VerifiedDump:
     files: list[DumpedFile]
     partitioning: str = "lexicographic"
     """How the dumped table was partitioned (a new table is made alike)."""
+    properties: dict[str, Any] = field(default_factory=dict)
+    """The dumped table's properties, checked (a new table is made with them; a dump written
+    before dumps carried them has none, and its table takes the store's defaults)."""
 
 
 def open_dump(job_manifest_uri: str, open_root: Callable[[str], ObjectStore]) -> VerifiedDump:
@@ -188,7 +195,27 @@ def open_dump(job_manifest_uri: str, open_root: Callable[[str], ObjectStore]) ->
     if partitioning not in PARTITIONINGS:
         raise CorruptMetadataError(f"dump job manifest {src.uri}/{job_key}: unknown "
                                    f"partitioning {partitioning!r}")
-    return VerifiedDump(src, Schema.from_json(job["schema"]), boundaries, files, partitioning)
+    schema = Schema.from_json(job["schema"])
+    return VerifiedDump(src, schema, boundaries, files, partitioning,
+                        _properties(job, schema, f"dump job manifest {src.uri}/{job_key}"))
+
+
+def _properties(job: dict[str, Any], schema: Schema, where: str) -> dict[str, Any]:
+    """The job manifest's table properties, checked as ``set_properties`` checks them (names,
+    values, iterator configurations against the schema): a property this Sediment does not
+    know, or a value it refuses, would make the loaded table answer otherwise than its
+    source, so the load is refused before anything is written."""
+    props = job.get("properties", {})
+    if not isinstance(props, dict):
+        raise CorruptMetadataError(f"{where}: properties must be an object, not "
+                                   f"{type(props).__name__}")
+    if SCHEME_PROPERTIES & set(props):
+        raise CorruptMetadataError(f"{where}: a dump carries no partition scheme membership "
+                                   f"({', '.join(sorted(SCHEME_PROPERTIES & set(props)))})")
+    try:
+        return validate_properties(props, schema=schema)
+    except PropertyError as e:
+        raise CorruptMetadataError(f"{where}: {e}") from None
 
 
 def load_into(table: TableHandle, dump: VerifiedDump, *,

@@ -27,6 +27,10 @@ class MaintenanceResult:
     jobs_failed: int
     files_deleted: int
     seconds: float
+    errors: tuple[str, ...] = ()
+    """What the passes went past: members of the table's partition scheme that a split could
+    not read or bring up to date, each ``table T: <error>`` (``SplitResult.errors``); the
+    table itself and the scheme's other members are maintained."""
 
 
 def maintain_pass(table: TableHandle, *, runner: JobRunner | None = None,
@@ -51,6 +55,7 @@ def maintain(table: TableHandle, *, max_passes: int = MAX_PASSES, runner: JobRun
     started = time.perf_counter()
     splits = committed = failed = deleted = 0
     passes = 0
+    errors: dict[str, None] = {}  # in order, each once
     for passes in range(1, max_passes + 1):  # noqa: B007 - used after the loop
         s, c, g = maintain_pass(table, runner=runner, orphan_timeout=orphan_timeout,
                                 progress=progress)
@@ -58,10 +63,11 @@ def maintain(table: TableHandle, *, max_passes: int = MAX_PASSES, runner: JobRun
         committed += c.jobs_committed
         failed += c.jobs_failed
         deleted += g.deleted + g.orphans_deleted
+        errors.update(dict.fromkeys(s.errors))
         if on_pass is not None:
             on_pass(passes, s, c, g)
         if not (s.did_work or c.did_work):
             break
     return MaintenanceResult(passes, splits, committed, failed, deleted,
-                             time.perf_counter() - started)
+                             time.perf_counter() - started, tuple(errors))
 

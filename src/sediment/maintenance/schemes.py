@@ -14,6 +14,7 @@ Planning (``plan_scheme_splits``) is pure; the rest reads and commits.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -41,6 +42,8 @@ from sediment.storage import open_object_store, spec_options
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +115,15 @@ def split_scheme_at(root_spec: dict[str, object], scheme_id: str, name: str | No
                            lambda: dict(spec))
                for n, tid in scheme_members(root, scheme_id).items()]
     scheme = states.head()
+    errors: dict[str, str] = {}
+    members = _following(members, scheme, errors)
+    views = []
     for m in members:
-        follow(m.states, scheme)
-    views = [MemberView(m.states.head(), m.samples.sample) for m in members]
+        try:
+            views.append(MemberView(m.states.head(), m.samples.sample))
+        except SedimentError as e:
+            _went_past(m, e, errors)
+    members = [m for m in members if m.name not in errors]
     decisions = plan_scheme_splits(scheme, views)
     if limit:
         decisions = sorted(decisions, key=lambda d: -d.records)[:limit]
@@ -134,10 +143,31 @@ def split_scheme_at(root_spec: dict[str, object], scheme_id: str, name: str | No
                             records=d.records, split_key=list(d.split_key), left=left,
                             right=right, scheme=name or scheme_id)
     if done:
-        scheme = states.head()
-        for m in members:
+        _following(members, states.head(), errors)
+    return SplitResult(done, tuple(stuck), time.perf_counter() - started,
+                       tuple(f"table {n}: {e}" for n, e in errors.items()))
+
+
+def _following(members: list[TableHandle], scheme: TableState, errors: dict[str, str]
+               ) -> list[TableHandle]:
+    """The members brought up to ``scheme``'s tree; one that cannot be (its log cannot be
+    read: a damaged entry; storage failing) is left out and recorded in ``errors``, so that
+    one damaged member never stops the maintenance of the others."""
+    out = []
+    for m in members:
+        try:
             follow(m.states, scheme)
-    return SplitResult(done, tuple(stuck), time.perf_counter() - started)
+        except SedimentError as e:
+            _went_past(m, e, errors)
+            continue
+        out.append(m)
+    return out
+
+
+def _went_past(member: TableHandle, error: SedimentError, errors: dict[str, str]) -> None:
+    errors.setdefault(member.name, f"{type(error).__name__}: {error}")
+    log.warning("partition scheme split: member table %s left as it is: %s: %s",
+                member.name, type(error).__name__, error)
 
 
 def split_table(table: TableHandle, *, limit: int = 0, ready: SplitReady | None = None

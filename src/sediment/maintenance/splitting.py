@@ -48,6 +48,10 @@ class SplitResult:
     splits: int = 0
     unsplittable: tuple[str, ...] = field(default=())
     seconds: float = 0.0
+    errors: tuple[str, ...] = field(default=())
+    """Members of a partition scheme the split went past (a damaged log entry, storage that
+    failed), each ``table T: <error>``: the scheme and its other members are split and
+    maintained; the named one is caught up by a later pass once it reads again."""
 
     @property
     def did_work(self) -> bool:

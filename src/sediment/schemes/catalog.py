@@ -35,10 +35,16 @@ from sediment.errors import (
     SchemeMismatchError,
     SchemeNotFoundError,
 )
+from sediment.properties import validate_properties
 from sediment.schema import Schema
 from sediment.state.documents import json_object
 from sediment.state.log import FORMAT_VERSION, check_format
-from sediment.state.schemes import SCHEMES_PREFIX, scheme_members
+from sediment.state.schemes import (
+    SCHEMES_PREFIX,
+    THRESHOLD,
+    scheme_members,
+    set_scheme_threshold,
+)
 from sediment.state.schemes import scheme_states as root_scheme_states
 from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage.base import ObjectStore
@@ -76,7 +82,7 @@ class SchemeInfo:
     row_keys: tuple[tuple[str, str], ...]
     """(field name, Arrow type) of each row-key field: member tables have these types."""
     version: int
-    """The scheme log's head: the version of its partition tree."""
+    """The scheme log's head: the version of its partition tree (and split threshold)."""
     leaves: int
     members: tuple[str, ...]
     split_threshold: int
@@ -115,13 +121,8 @@ def create_scheme(store: CatalogStore, name: str, row_keys: Sequence[Any],
         schema = Schema(row_keys=row_keys)
     except SchemaError as e:
         raise SchemaError(f"scheme {name}: {e}") from None
-    props = {"partition.split.threshold":
-             int((properties or {}).get("partition.split.threshold",
-                                        store.properties["partition.split.threshold"]))}
-    unknown = set(properties or {}) - set(props)
-    if unknown:
-        raise PropertyError(f"scheme {name}: only partition.split.threshold can be set on a "
-                            f"scheme (not {', '.join(sorted(unknown))})")
+    props = _scheme_properties(name, {THRESHOLD: store.properties[THRESHOLD],
+                                      **(properties or {})})
     if store.objects.exists(key):
         raise SchemeExistsError(f"partition scheme {name!r} already exists in {store.uri}")
     partitions = build_partition_tree(schema, split_points)
@@ -133,6 +134,25 @@ def create_scheme(store: CatalogStore, name: str, row_keys: Sequence[Any],
     if not create_once(store.objects, key, json.dumps(entry).encode()):
         _delete_folder(store, scheme_id)
         raise SchemeExistsError(f"partition scheme {name!r} already exists in {store.uri}")
+    return describe_scheme(store, name)
+
+
+def _scheme_properties(name: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """A scheme's properties, checked: only the split threshold exists."""
+    unknown = set(properties) - {THRESHOLD}
+    if unknown:
+        raise PropertyError(f"scheme {name}: only {THRESHOLD} can be set on a "
+                            f"scheme (not {', '.join(sorted(unknown))})")
+    return validate_properties(properties, context=f"scheme {name}")
+
+
+def set_scheme_properties(store: CatalogStore, name: str,
+                          properties: dict[str, Any]) -> SchemeInfo:
+    """Change a scheme's threshold in its log (see ``SchemeMethods.set_scheme_properties``)."""
+    props = _scheme_properties(name, properties)
+    sid = scheme_id_of(store, name)
+    if props:
+        set_scheme_threshold(store.objects, sid, int(props[THRESHOLD]), name)
     return describe_scheme(store, name)
 
 

@@ -12,6 +12,7 @@ from sediment.schemes.catalog import (
     describe_scheme,
     drop_scheme,
     scheme_names,
+    set_scheme_properties,
 )
 
 if TYPE_CHECKING:
@@ -42,7 +43,8 @@ def settle_members(store: CatalogStore, results: dict[str, MaintenanceResult], *
                              jobs_committed=o.jobs_committed + r.jobs_committed,
                              jobs_failed=o.jobs_failed + r.jobs_failed,
                              files_deleted=o.files_deleted + r.files_deleted,
-                             seconds=o.seconds + r.seconds)
+                             seconds=o.seconds + r.seconds,
+                             errors=tuple(dict.fromkeys(o.errors + r.errors)))
         if not any(r.splits or r.jobs_committed for r in again.values()):
             break
     return out
@@ -74,6 +76,16 @@ class SchemeMethods:
 
         Raises: SchemeNotFoundError, CorruptMetadataError, StorageError."""
         return describe_scheme(self, name)
+
+    def set_scheme_properties(self: CatalogStore, name: str,
+                              properties: Mapping[str, Any]) -> SchemeInfo:
+        """Change a scheme's properties (only ``partition.split.threshold`` exists: what a
+        leaf's records, summed over every member, must exceed for it to split; setting it on
+        any member does the same). Later splits use the new value.
+
+        Raises: SchemeNotFoundError, PropertyError (another property, a bad value),
+        TransactionError, StorageError."""
+        return set_scheme_properties(self, name, dict(properties))
 
     def drop_scheme(self: CatalogStore, name: str) -> None:
         """Drop a partition scheme that no table uses.

@@ -72,11 +72,11 @@ def _renamed(batches: Iterable[pa.RecordBatch], names: Sequence[str]
         yield b.rename_columns(list(names))
 
 
-def _to_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema
+def _to_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema, table: str
               ) -> Iterator[pa.RecordBatch]:
     """The batches renamed to ``schema``'s names and cast to the types Spark holds."""
     for b in batches:
-        yield for_spark(b.rename_columns(schema.names), schema)
+        yield for_spark(b.rename_columns(schema.names), schema, table)
 
 
 def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
@@ -112,11 +112,12 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
             boundaries, buckets = leaves
             return source.select(*spark_columns(user, spark_names)).mapInArrow(
                 lambda it: _to_spark(tasks.assign_leaves(_renamed(it, user), schema, name,
-                                                         boundaries, buckets), spark_out),
+                                                         boundaries, buckets), spark_out,
+                                  name),
                 spark_struct(spark_out))
         return source.select(*spark_columns(user, spark_names)).mapInArrow(
             lambda it: _to_spark(tasks.conform_batches(_renamed(it, user), schema, name,
-                                                       "Spark input"), spark_out),
+                                                       "Spark input"), spark_out, name),
             spark_struct(spark_out))
     from sediment.spark.inputs import PIECE_DDL, piece_rows, read_piece
 
@@ -139,7 +140,7 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
             for c in read_piece(fs, piece, schema, name):
                 if leaves is not None and bucket_arr is not None:
                     c = tasks.with_leaf_column(c, key_names, leaves[0], bucket_arr)
-                yield for_spark(c.rename_columns(spark_out.names), spark_out)
+                yield for_spark(c.rename_columns(spark_out.names), spark_out, name)
 
     return listing.mapInArrow(read, spark_struct(spark_out))
 

@@ -20,12 +20,11 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sediment.schemes.join import JoinPiece, PreparedJoin, prepare_join
 from sediment.spark import tasks
-from sediment.spark.sparktypes import spark_struct
+from sediment.spark.sparktypes import batch_schema, cast_for_spark, spark_struct
 
 FORMAT = "sediment_cojoin"
 _STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key",
@@ -73,7 +72,7 @@ class PiecePartition(InputPartition):
 class CoJoinReader(DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
-        self.arrow_schema = to_arrow_schema(schema)
+        self.arrow_schema = batch_schema(schema)
 
     def partitions(self) -> list[InputPartition]:
         """One partition per piece of the join (each leaf of the scheme's tree)."""
@@ -85,7 +84,7 @@ class CoJoinReader(DataSourceReader):
         if partition.piece is None:
             return
         data = _plan(self.options).read_piece(partition.piece)
-        yield from data.cast(self.arrow_schema).to_batches(max_chunksize=100_000)
+        yield from cast_for_spark(data, self.arrow_schema).to_batches(max_chunksize=100_000)
 
 
 def co_join(spark: SparkSession, left: Any, right: Any, on: str | Sequence[str] | None = None,

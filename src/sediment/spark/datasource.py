@@ -51,7 +51,6 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
     WriterCommitMessage,
 )
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from sediment.core.boxes import Box
@@ -60,7 +59,7 @@ from sediment.files.sample import cut_keys
 from sediment.properties import defaults
 from sediment.spark import tasks
 from sediment.spark.pushdown import other_field, with_other_fields
-from sediment.spark.sparktypes import spark_struct
+from sediment.spark.sparktypes import batch_schema, cast_for_spark, spark_struct
 
 TARGET_ROWS = "spark.read.target_partition_rows"
 _STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key",
@@ -170,7 +169,7 @@ class SedimentReader(DataSourceReader):
         self.columns = [f.name for f in schema.fields]
         # what Spark checks each batch against (timestamps in microseconds, say): the rows
         # are cast to it, never left to differ in a unit
-        self.arrow_schema = to_arrow_schema(schema)
+        self.arrow_schema = batch_schema(schema)
         table = tasks.open_table(self.spec, self.name)
         self.table_id = table.table_id
         self.version = self._pin_version(table)
@@ -288,7 +287,8 @@ class SedimentReader(DataSourceReader):
         for sub in prepared.plan.subqueries:
             if sub.leaf_id == partition.leaf_id:
                 data = prepared.read_subquery(sub)
-                yield from data.cast(self.arrow_schema).to_batches(max_chunksize=100_000)
+                yield from cast_for_spark(data, self.arrow_schema, self.name).to_batches(
+                    max_chunksize=100_000)
 
 
 @dataclass

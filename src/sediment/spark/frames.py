@@ -10,7 +10,8 @@ are (one reference, no iterators), on local disk, with the file's keys inside th
 ``spark.read.parquet`` of those files, with only the table's columns, is exactly that leaf's
 answer, and Spark prunes columns and row groups and splits the files itself. Every other leaf
 (several files to merge, iterators, a file shared with another leaf, an object store Spark's
-Hadoop cannot reach) is read through the ``sediment`` data source restricted to those leaves
+Hadoop cannot reach; every leaf of a table with a nanosecond timestamp field, which Spark's
+Parquet reader refuses) is read through the ``sediment`` data source restricted to those leaves
 (its ``leaves`` option). The two parts are one ``unionByName``, equal to ``table.query()`` at
 the version (row order aside, as with any Spark read).
 """
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sediment.handle import handle_of
-from sediment.spark.sparktypes import spark_struct
+from sediment.spark.sparktypes import parquet_readable, spark_struct
 
 _HADOOP_SPECIAL = set("*?[]{}\\:%,")
 """Characters Hadoop's paths take for globs, URI syntax or lists: a file at such a path goes
@@ -59,10 +60,12 @@ def read_table(spark: Any, table: Any, *, version: int | str | None = None,
     footers = prepared.executor.footers
     native: list[str] = []
     through_source: list[str] = []
+    # a file holds every field: one Spark's reader refuses (nanoseconds) sends all through
+    readable = all(parquet_readable(f.type) for f in prepared.schema.to_arrow())
     for sub in prepared.plan.subqueries:
         ref = sub.references[0]
         path = handle.objects.local_path(ref.filename) if len(sub.references) == 1 and \
-            not prepared.iterators else None
+            not prepared.iterators and readable else None
         if path is not None and not set(str(path)) & _HADOOP_SPECIAL and \
                 _inside(footers.open(ref.filename)[1], sub.region):
             native.append(str(path))

@@ -71,7 +71,7 @@ def _sample_files(spark: SparkSession, table: TableHandle, pieces: list[Any]) ->
             for b in read_piece_keys(fs, piece, schema, name):
                 sampler.add(pa.Table.from_batches([b]))
         got = sampler.sample(out_schema.remove(len(names))).cast(out_schema)
-        yield from (for_spark(b, spark_out)
+        yield from (for_spark(b, spark_out, name)
                     for b in got.rename_columns(spark_out.names).to_batches())
 
     got = listing.mapInArrow(sample, spark_struct(spark_out)).toArrow()

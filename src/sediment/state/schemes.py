@@ -9,6 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from sediment.core.transactions import SetProperties
 from sediment.errors import ObjectNotFoundError
 from sediment.state.documents import json_object
 from sediment.state.store import StateStore
@@ -47,3 +48,29 @@ def scheme_members(root: ObjectStore, scheme_id: str) -> dict[str, str]:
     """Table name -> table id of every table that follows the scheme, by name."""
     return {n: str(d["table_id"]) for n, d in sorted(catalog_entries(root).items())
             if d.get("scheme_id") == scheme_id and "table_id" in d}
+
+
+THRESHOLD = "partition.split.threshold"
+"""The one property a scheme has: its members' records in a leaf above it split the leaf."""
+
+
+def scheme_threshold(root: ObjectStore, scheme_id: str) -> int:
+    """The split threshold of a scheme: one value for all its members, kept in the scheme's
+    log (a member's own property of that name, which older versions stored, is not read)."""
+    return int(scheme_states(root, scheme_id).head().properties[THRESHOLD])
+
+
+def set_scheme_threshold(root: ObjectStore, scheme_id: str, value: int,
+                         name: str | None = None) -> int:
+    """Set a scheme's split threshold (a checked value) in its log; returns the scheme's new
+    version. Its next split, whichever member's maintenance runs it, splits at the value."""
+    return scheme_states(root, scheme_id, name).commit(SetProperties({THRESHOLD: value})).version
+
+
+def with_scheme_threshold(root: ObjectStore, properties: dict[str, Any]) -> dict[str, Any]:
+    """A table's effective properties with, for a member of a scheme, the scheme's split
+    threshold (what ``describe`` shows: the value its splits use)."""
+    sid = properties.get("partition.scheme")
+    if sid:
+        properties[THRESHOLD] = scheme_threshold(root, str(sid))
+    return properties
