@@ -94,7 +94,8 @@ def test_a_dump_range_is_checked_as_a_query_range(tmp_path: Path) -> None:
     t = store.create_table("ts", sd.Schema(row_keys=[("t", pa.timestamp("us"))],
                                            values=[("v", pa.int64())]))
     t.ingest(pa.table({"t": pa.array([1, 2, 3_000_000], pa.timestamp("us")), "v": [1, 2, 3]}))
-    with pytest.raises(QueryError, match="not a valid timestamp"):
+    with pytest.raises(QueryError, match="table ts: dump range .* is empty or invalid: .*"
+                                         "not a valid timestamp"):
         t.dump(str(tmp_path / "bad"), range=sd.Range("a", None))
     epoch = dt.datetime(1970, 1, 1)
     job = t.dump(str(tmp_path / "out"),

@@ -289,7 +289,11 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
     started = time.perf_counter()
     # checked as a query's range is (a per-field region bound: tiles cut its lexicographic
     # bounds); ends in the model's form
-    rng = Range() if range is None else check_range(table.schema, range, table.name)
+    try:
+        rng = Range() if range is None else check_range(table.schema, range, table.name)
+    except QueryError as e:
+        raise QueryError(f"table {table.name}: dump range {range} is empty or invalid: "
+                         f"{e}") from None
     if rng.is_empty():  # no task could tile it: the dump would not load
         raise QueryError(f"table {table.name}: dump range {rng} is empty")
     root = dump_root_of(table, root)
