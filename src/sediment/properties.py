@@ -174,14 +174,18 @@ _SPECS = [
     # --- data files ----------------------------------------------------------------------
     PropertySpec("parquet.row_group_rows", int, 4096,
                  "Rows per Parquet row group: small groups make exact-key reads fast (measured "
-                 "on 2M rows: 4096 -> 1.1 ms per lookup, 16384 -> 3.9 ms; scans unchanged).",
-                 minimum=128),
+                 "on 2M rows: 4096 -> 1.1 ms per lookup, 16384 -> 3.9 ms; scans unchanged). "
+                 "At most 1,048,576 (pyarrow's own cap on a row group): a writer holds a whole "
+                 "group in memory, and every file's key filter has a block sized for a whole "
+                 "group (1.3 MB for a 2-row file at the cap, 21 MB at 2^24 rows).",
+                 minimum=128, maximum=1 << 20),
     PropertySpec("parquet.page_size_bytes", int, 64 * 1024,
                  "Target Parquet data page size.", minimum=1024),
     PropertySpec("parquet.compression", str, "zstd", "Parquet compression codec.",
                  choices=("zstd", "snappy", "lz4", "gzip", "none")),
     PropertySpec("parquet.compression_level", int, 1,
-                 "Codec level (zstd 1 keeps writes fast; raise for smaller files).", minimum=0),
+                 "Codec level of zstd (0-22; 1 keeps writes fast, raise for smaller files) "
+                 "and gzip (0-9); the other codecs have none.", minimum=0, maximum=22),
     PropertySpec("parquet.dictionary_columns", str, "",
                  "Comma-separated value columns written with dictionary encoding (worth it for "
                  "low-cardinality columns only; keys are always plain)."),
@@ -395,6 +399,22 @@ def validate_properties(values: Mapping[str, Any], *, context: str = "",
             log.warning("%s (a stored value, kept as it is: set a valid one)", e)
             out[name] = value
     return out
+
+
+_GZIP_MAX_LEVEL = 9
+
+
+def check_combined(values: Mapping[str, Any], *, context: str = "") -> None:
+    """Refuse values valid one by one but not together (PropertyError naming both), checked
+    over every property a table or store would have after a change: a gzip level above 9
+    (zstd's go to 22) failed every later write as a storage error."""
+    merged = {**defaults(), **values}
+    where = f" of {context}" if context else ""
+    level = merged["parquet.compression_level"]
+    if merged["parquet.compression"] == "gzip" and isinstance(level, int) \
+            and level > _GZIP_MAX_LEVEL:
+        raise PropertyError(f"property 'parquet.compression_level'{where}: {level} is above "
+                            f"gzip's maximum {_GZIP_MAX_LEVEL} (parquet.compression is gzip)")
 
 
 def describe_properties() -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 
-from sediment.errors import SchemaError
+from sediment.errors import DataError, SchemaError
 
 KEY_TYPES: dict[str, pa.DataType] = {
     "int32": pa.int32(),
@@ -338,6 +338,7 @@ class Schema:
             if not _fits(v, f.type):
                 raise SchemaError(f"{what} {value!r}: {v!r} is not a valid {f.type} "
                                   f"for row key field {f.name!r}")
+            check_text(v, f"{what} {value!r}: field {f.name!r}")
             out.append(_temporal_as_int(v, f.type))
         return tuple(out)
 
@@ -348,6 +349,7 @@ class Schema:
         if not _fits(value, f.type):
             raise SchemaError(f"{what} {value!r} is not a valid {f.type} for row key field "
                               f"{name!r}")
+        check_text(value, f"{what} {value!r}")
         return _temporal_as_int(value, f.type)
 
     # ---- serialisation -----------------------------------------------------------------
@@ -387,6 +389,21 @@ class Schema:
         except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
             raise SchemaError(f"invalid schema document: {e}") from e
 
+
+
+def check_text(value: Any, what: str) -> None:
+    """Refuse a ``str`` that is not Unicode text UTF-8 can hold: one with a lone surrogate
+    (``"\\ud800"``, or the ``"\\udcff"`` a command line makes of an undecodable byte). Arrow
+    cannot encode it, so a key or range end holding one would fail deep in a read with a raw
+    UnicodeEncodeError; this is the DataError ingest gives the same value (``what`` names the
+    value; the message shows it escaped, so it prints anywhere and travels in gRPC metadata)."""
+    if not isinstance(value, str):
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DataError(f"{what} has a lone surrogate {value[e.start]!r} at position "
+                        f"{e.start}, which UTF-8 cannot encode") from None
 
 
 _INT_BOUNDS = {32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}

@@ -33,7 +33,7 @@ from sediment.errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from sediment.properties import defaults, validate_properties
+from sediment.properties import check_combined, defaults, validate_properties
 from sediment.schema import Schema
 from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes, member_tree
 from sediment.schemes.methods import SchemeMethods, settle_members
@@ -161,6 +161,7 @@ class Store(SchemeMethods):
         """
         objects = open_object_store(str(uri), **storage_options)
         props = validate_properties(properties or {}, context=f"store {objects.uri}")
+        check_combined(props, context=f"store {objects.uri}")
         try:
             doc = cls._read_store_file(objects)
         except ObjectNotFoundError:
@@ -177,6 +178,7 @@ class Store(SchemeMethods):
         if props:
             stored = doc.get("properties", {})
             merged = {**stored, **props}
+            check_combined(merged, context=f"store {objects.uri}")
             if merged != stored:
                 doc["properties"] = merged
                 objects.put(STORE_FILE, json.dumps(doc).encode())
@@ -236,6 +238,7 @@ class Store(SchemeMethods):
         props = {**self._properties,
                  **validate_properties(properties or {}, context=f"table {name}",
                                        schema=schema)}
+        check_combined(props, context=f"table {name}")
         if self.objects.exists(key):
             raise TableExistsError(f"table {name!r} already exists in {self.uri}")
         scheme_id = None

@@ -17,7 +17,7 @@ from sediment.core.state import TableState
 from sediment.core.transactions import ClearTable, ReinitialiseTable, SetOnline, SetProperties
 from sediment.errors import PropertyError
 from sediment.handle import TableHandle
-from sediment.properties import PROPERTIES, defaults, validate_properties
+from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
 from sediment.query.conversions import Conversions
 from sediment.query.engines import EngineMethods
 from sediment.schema import Schema
@@ -213,9 +213,12 @@ class Table(Conversions, EngineMethods):
         for name in remove:
             if name not in PROPERTIES:
                 raise PropertyError(f"table {self.name}: unknown property {name!r}")
-        parsed = validate_properties(updates, context=f"table {self.name}",  # errors name the
-                                     schema=self.schema)  # table, not its id (the transaction
-        # validates again against the head it follows)
+        # checked here so that errors name the table, not its id (the transaction validates
+        # again against the head it follows)
+        parsed = validate_properties(updates, context=f"table {self.name}", schema=self.schema)
+        after = {**self._handle.states.head().properties, **parsed}
+        check_combined({k: v for k, v in after.items() if k not in remove},
+                       context=f"table {self.name}")
         scheme = self._handle.states.head().properties.get("partition.scheme")
         if scheme and THRESHOLD in {*updates, *remove}:
             value = parsed[THRESHOLD] if THRESHOLD in parsed else \

@@ -51,8 +51,7 @@ from sediment.dump.manifest import (
 from sediment.dump.whole import copy_file, whole_file
 from sediment.errors import JobError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
-from sediment.query.planner import QueryPlan, SubQuery
-from sediment.query.regions import bind_region
+from sediment.query.planner import QueryPlan, SubQuery, check_range
 from sediment.state.versions import create_tag, delete_tag, list_tags
 from sediment.storage.base import ObjectStore
 
@@ -290,9 +289,13 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
     the limit and another dump resumed the job) and that dump has finished, the result is that
     dump's job: the same job manifest."""
     started = time.perf_counter()
-    rng = range or Range()
-    if isinstance(rng, Box):  # a per-field region: checked; tiles cut its lexicographic bounds
-        rng = bind_region(table.schema, table.name, rng)
+    # checked as a query's range is (a per-field region bound: tiles cut its lexicographic
+    # bounds); ends in the model's form
+    try:
+        rng = Range() if range is None else check_range(table.schema, range, table.name)
+    except QueryError as e:
+        raise QueryError(f"table {table.name}: dump range {range} is empty or invalid: "
+                         f"{e}") from None
     if rng.is_empty():  # no task could tile it: the dump would not load
         raise QueryError(f"table {table.name}: dump range {rng} is empty")
     root = dump_root_of(table, root)

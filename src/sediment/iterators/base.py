@@ -271,11 +271,14 @@ def iterators_from_property(text: str, schema: Schema | None = None, *,
         return []
     try:
         doc = json.loads(text, object_pairs_hook=json_object)
+        if not isinstance(doc, list) or not all(isinstance(d, dict) for d in doc):
+            raise PropertyError(f"{where}: must be a JSON list of iterator objects")
+        return [iterator_from_config(d, schema, where=where) for d in doc]
     except json.JSONDecodeError as e:
         raise PropertyError(f"{where}: not valid JSON: {e}") from None
-    if not isinstance(doc, list) or not all(isinstance(d, dict) for d in doc):
-        raise PropertyError(f"{where}: must be a JSON list of iterator objects")
-    return [iterator_from_config(d, schema, where=where) for d in doc]
+    except RecursionError:  # json and the configs' checks recurse once per level
+        raise PropertyError(f"{where}: JSON nested too deeply (no iterator configuration "
+                            f"nests more than a few levels)") from None
 
 
 def apply_iterators(batches: Iterator[pa.RecordBatch],

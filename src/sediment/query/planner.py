@@ -16,8 +16,9 @@ from sediment.core.cells import is_box_tree
 from sediment.core.model import FileReference, Region
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
-from sediment.errors import QueryError
+from sediment.errors import DataError, QueryError
 from sediment.query.regions import as_region, bind_region
+from sediment.schema import Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,35 +61,45 @@ def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
     for k in keys or ():
         try:
             out.append(Range.exact(schema.check_row_key(k, what="query key")))
+        except DataError as e:  # a lone surrogate: refused as ingest refuses it
+            raise DataError(f"query of table {table or '?'}: {e}") from None
         except Exception as e:  # SchemaError -> QueryError with the same message
             raise QueryError(str(e)) from None
     if isinstance(ranges, Range):  # a Box is a Range too
         ranges = [ranges]
     for r in ranges or ():
-        if isinstance(r, Box):
-            out.append(bind_region(schema, table or "?", r))
-            continue
-        if not isinstance(r, Range):
-            raise QueryError(f"ranges must be sediment.Range or sediment.Region values, "
-                             f"got {r!r}")
-        ends = []
-        for end in (r.start, r.end):
-            try:  # checked, and temporal values as the model's integers
-                ends.append(None if end is None else schema.check_row_key(end, what="range end"))
-            except Exception as e:
-                raise QueryError(str(e)) from None
-        lo, hi = ends
-        if lo is not None and hi is not None and r.start is not None and r.end is not None:
-            n = min(len(lo), len(hi))
-            if lo[:n] > hi[:n]:  # a mistake, not a query for nothing
-                one = len(schema.row_key_names) == 1  # show a one-field key as its value
-                raise QueryError(f"range start {r.start[0] if one else r.start!r} is after "
-                                 f"its end {r.end[0] if one else r.end!r}")
-        out.append(Range(ends[0], ends[1], start_inclusive=r.start_inclusive,
-                         end_inclusive=r.end_inclusive))
+        out.append(check_range(schema, r, table or "?"))
     if is_box_tree(state.partitions):  # box leaves prune by every field a range pins
         out = [as_region(r, schema.row_key_names) for r in out]
     return tuple(r for r in out if not r.is_empty())
+
+
+def check_range(schema: Schema, r: Any, table: str) -> Range:
+    """One range of a read checked against the row keys, its ends in the model's form
+    (temporal values as ints): QueryError for a value of the wrong type or a start after its
+    end, DataError for a string end with a lone surrogate (as ingest refuses it). A per-field
+    region is checked and bound by :func:`bind_region`."""
+    if isinstance(r, Box):
+        return bind_region(schema, table, r)
+    if not isinstance(r, Range):
+        raise QueryError(f"ranges must be sediment.Range or sediment.Region values, "
+                         f"got {r!r}")
+    ends = []
+    for end in (r.start, r.end):
+        try:  # checked, and temporal values as the model's integers
+            ends.append(None if end is None else schema.check_row_key(end, what="range end"))
+        except DataError as e:
+            raise DataError(f"query of table {table}: {e}") from None
+        except Exception as e:
+            raise QueryError(str(e)) from None
+    lo, hi = ends
+    if lo is not None and hi is not None and r.start is not None and r.end is not None:
+        n = min(len(lo), len(hi))
+        if lo[:n] > hi[:n]:  # a mistake, not a query for nothing
+            one = len(schema.row_key_names) == 1  # show a one-field key as its value
+            raise QueryError(f"range start {r.start[0] if one else r.start!r} is after "
+                             f"its end {r.end[0] if one else r.end!r}")
+    return Range(lo, hi, start_inclusive=r.start_inclusive, end_inclusive=r.end_inclusive)
 
 
 def plan_query(state: TableState, ranges: tuple[Range, ...] | None) -> QueryPlan:

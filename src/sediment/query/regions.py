@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from sediment.core.boxes import Box, FieldRange
 from sediment.core.ranges import Range
-from sediment.errors import QueryError
+from sediment.errors import DataError, QueryError
 from sediment.schema import Schema
 
 
@@ -30,6 +30,8 @@ def _end(schema: Schema, table: str, name: str, end: Any) -> Any:
                          f"single values as ends, not {end!r}")
     try:
         return schema.check_key_field(name, end[0], what=f"range end on field {name!r}:")
+    except DataError as e:  # a lone surrogate: refused as ingest refuses it
+        raise DataError(f"region on table {table}: {e}") from None
     except Exception as e:  # SchemaError -> QueryError with the table named
         raise QueryError(f"region on table {table}: {e}") from None
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from sediment.core.keys import Key
@@ -193,9 +194,40 @@ class PreparedJoin:
 
 def _arrow_join(lt: pa.Table, rt: pa.Table, lon: list[str], ron: list[str],
                 how: str) -> pa.Table:
+    """``lt`` joined with ``rt`` on the keys: the left columns (keys once), then the right's
+    value columns (``_right`` added to a name the left has too).
+
+    Arrow's hash join refuses a list, struct, map (or null, string_view) payload column, so
+    it joins the keys and each side's row numbers only, and every value column is gathered
+    with ``take`` (a null row number, a left row without a match, gives nulls)."""
     clash = (set(lt.column_names) - set(lon)) & (set(rt.column_names) - set(ron))
-    return lt.join(rt, keys=lon, right_keys=ron, join_type=HOW[how],
-                   right_suffix=RIGHT_SUFFIX if clash else None, coalesce_keys=True)
+    lrow, rrow = _free_name(lt, rt, "left"), _free_name(lt, rt, "right")
+    pairs = lt.select(lon).append_column(lrow, _row_numbers(lt.num_rows)).join(
+        rt.select(ron).append_column(rrow, _row_numbers(rt.num_rows)),
+        keys=lon, right_keys=ron, join_type=HOW[how], coalesce_keys=True)
+    li, ri = pairs.column(lrow), pairs.column(rrow)
+    fields, columns = [], []  # every field nullable, as Arrow's join makes them
+    for f in lt.schema:
+        fields.append(pa.field(f.name, f.type))
+        columns.append(pairs.column(f.name) if f.name in lon else lt.column(f.name).take(li))
+    for f in rt.schema:
+        if f.name in ron:
+            continue
+        fields.append(pa.field(f.name + RIGHT_SUFFIX if f.name in clash else f.name, f.type))
+        columns.append(rt.column(f.name).take(ri))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def _row_numbers(n: int) -> pa.Array:
+    return pa.array(np.arange(n, dtype=np.int64))
+
+
+def _free_name(lt: pa.Table, rt: pa.Table, side: str) -> str:
+    """A column name neither table has (for one side's row numbers)."""
+    name = f"__sediment_{side}_row"
+    while name in lt.column_names or name in rt.column_names:
+        name += "_"
+    return name
 
 
 def _versions(version: Any) -> tuple[Any, Any]:

@@ -42,11 +42,13 @@ from sediment.core.ranges import Range
 from sediment.errors import (
     AuthenticationError,
     BadRequestError,
+    DataError,
     ReadOnlyError,
     SedimentError,
     ServerBusyError,
     ServiceError,
 )
+from sediment.schema import check_text
 
 END_OF_STREAM = b"sediment:end-of-stream"
 """App metadata of the last message of a put whose descriptor asks for an end marker."""
@@ -59,6 +61,7 @@ def encode_value(value: Any, what: str) -> Any:
     """``value`` as JSON data (see the module docstring); BadRequestError for a value that
     cannot travel (an iterator object, a callable, any other Python object)."""
     if value is None or isinstance(value, bool | int | float | str):
+        check_text(value, f"{what} {value!r}")  # the server's Arrow cannot hold it either
         return value
     if isinstance(value, bytes | bytearray | memoryview):
         return {"base64": base64.b64encode(bytes(value)).decode()}
@@ -144,7 +147,17 @@ def decode_filter(data: Any, arrow_schema: pa.Schema) -> pc.Expression | None:
 def encode_query(table: str, keys: Any = None, ranges: Any = None, *, columns: Any = None,
                  version: Any = None, iterators: Any = None,
                  filter: Any = None) -> dict[str, Any]:  # noqa: A002 (the public name)
-    """A query's arguments as descriptor JSON; BadRequestError for one that cannot travel."""
+    """A query's arguments as descriptor JSON; BadRequestError for one that cannot travel,
+    DataError (as the table itself gives) for a key or range end with a lone surrogate."""
+    try:
+        return _encode_query(table, keys, ranges, columns=columns, version=version,
+                             iterators=iterators, filter=filter)
+    except DataError as e:
+        raise DataError(f"query of table {table}: {e}") from None
+
+
+def _encode_query(table: str, keys: Any, ranges: Any, *, columns: Any, version: Any,
+                  iterators: Any, filter: Any) -> dict[str, Any]:  # noqa: A002
     out: dict[str, Any] = {"table": table}
     if keys is not None:
         if isinstance(keys, Iterator) or callable(keys):
@@ -246,7 +259,9 @@ def to_flight_error(exc: BaseException) -> fl.FlightError:
     """A Flight error carrying ``exc``'s message, with the Sediment class and the message as
     JSON in ``extra_info`` so the client raises the same class with the same text."""
     classes = [c.__name__ for c in type(exc).__mro__ if issubclass(c, SedimentError)]
-    info = dumps({"error": type(exc).__name__, "classes": classes, "message": str(exc)})
+    # a message quoting a lone surrogate (a --where literal, say) as it is: gRPC sends UTF-8
+    text = str(exc).encode("utf-8", "backslashreplace").decode("utf-8")
+    info = dumps({"error": type(exc).__name__, "classes": classes, "message": text})
     kind: Callable[..., fl.FlightError]
     if isinstance(exc, AuthenticationError):
         kind = fl.FlightUnauthenticatedError
@@ -258,7 +273,7 @@ def to_flight_error(exc: BaseException) -> fl.FlightError:
         kind = fl.FlightServerError
     else:
         kind = fl.FlightInternalError
-    return kind(str(exc), extra_info=info)
+    return kind(text, extra_info=info)
 
 
 _LOCAL_ERRORS: dict[str, type[SedimentError]] = {

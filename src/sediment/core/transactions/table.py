@@ -14,7 +14,7 @@ from sediment.core.cells import is_box_tree
 from sediment.core.model import Partition
 from sediment.core.state import ROOT_PARTITION_ID, TableState, build_partition_tree
 from sediment.core.transactions.base import Transaction, counted, fail, require_initialised
-from sediment.properties import PROPERTIES, validate_properties
+from sediment.properties import PROPERTIES, check_combined, validate_properties
 from sediment.schema import Schema
 
 
@@ -33,8 +33,9 @@ class InitialiseTable(Transaction):
         ids = {p.id for p in self.partitions}
         if ROOT_PARTITION_ID not in ids or len(ids) != len(self.partitions):
             raise fail(state, "partition tree needs one root and unique ids")
-        validate_properties(self.properties, context=f"table {state.table_id}",
-                            schema=self.schema)
+        check_combined(validate_properties(self.properties, context=f"table {state.table_id}",
+                                           schema=self.schema),
+                       context=f"table {state.table_id}")
 
     def apply(self, state: TableState, time: float) -> None:
         state.schema = self.schema
@@ -78,6 +79,9 @@ class SetProperties(Transaction):
         # (an unknown name has none, and is refused like setting it would be).
         validate_properties({k: _default_of(k) for k in self.removed},
                             context=f"table {state.table_id}")
+        after = {**state.properties, **validate_properties(self.updates)}
+        check_combined({k: v for k, v in after.items() if k not in self.removed},
+                       context=f"table {state.table_id}")
         switch = self._new_partitioning(state)
         if switch is not None and state.properties.get("partition.scheme"):
             raise fail(state, "a member of a partition scheme follows the scheme's "
