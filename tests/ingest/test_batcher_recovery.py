@@ -3,7 +3,7 @@ after the log entry lands), then recovery that fails under S3 503s, a prune and 
 between, a recovering run killed after taking its marker, and a job whose log was pruned all
 the same. Every time the file's rows land exactly once, or the job is reported, files kept.
 
-Runners and recovering runs are real processes (this file run as a script), killed with SIGKILL
+Runners and recovering runs are real processes (``batcher_worker.py``), killed with SIGKILL
 at a chosen point; S3 goes through ``tests/faultproxy.py``. Expected contents come from the
 independent reference in ``reference.py``.
 """
@@ -22,11 +22,6 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-if __name__ == "__main__":  # run as a worker: the checkout's src, and the proof helpers
-    _HERE = Path(__file__).resolve()
-    sys.path[:0] = [str(_HERE.parents[2] / "src"), str(_HERE.parents[1]),
-                    str(_HERE.parents[1] / "proof")]
-
 import sediment as sd
 from helpers import rows
 from reference import Reference, assert_matches
@@ -36,7 +31,7 @@ from sediment.state.store import StateStore
 from sediment.workload import benchmark_schema
 
 SCHEMA = benchmark_schema()
-HERE = Path(__file__).resolve()
+WORKER = Path(__file__).resolve().with_name("batcher_worker.py")
 TIMEOUT = 3600.0  # batcher.job_timeout_seconds (the default)
 PROPERTIES = {"batcher.max_age_seconds": 0, "state.snapshot.interval": 2,
               "retention.seconds": 0, "gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
@@ -44,35 +39,11 @@ PROPERTIES = {"batcher.max_age_seconds": 0, "state.snapshot.interval": 2,
 """Nothing but a tag or a pin keeps any version, log entry or file from prune and GC."""
 
 
-# ---- the worker (this file run as a script) ---------------------------------------------------
-def _worker(args: dict[str, Any]) -> None:
-    import os
-
-    import workers  # tests/proof/workers.py: the proof suites' kill points
-
-    if args.get("kill_at"):
-        workers._install_kill_point(args["kill_at"])
-    if args.get("kill_after_marker"):
-        from sediment.ingest import batcher_recovery
-
-        real = batcher_recovery.create_once
-
-        def create_once(objects: Any, key: str, data: bytes, **kw: Any) -> bool:
-            won = real(objects, key, data, **kw)
-            if won and ".recovering" in key:
-                os.kill(os.getpid(), signal.SIGKILL)  # dies holding the job's marker
-            return won
-
-        batcher_recovery.create_once = create_once  # type: ignore[assignment]
-    table = sd.Store.open(args["uri"], **args["options"]).table("events")
-    batcher.run(table, now=args.get("now"), flush=True)
-    sys.exit("the worker was never killed")
-
-
+# ---- workers ---------------------------------------------------------------------------------
 def run_killed(tmp_path: Path, uri: str, options: dict[str, Any], **args: Any) -> None:
     """Run the batcher in a process that SIGKILLs itself at the point ``args`` name."""
     doc = json.dumps({"uri": uri, "options": options, **args})
-    proc = subprocess.run([sys.executable, str(HERE), doc], capture_output=True, timeout=120,
+    proc = subprocess.run([sys.executable, str(WORKER), doc], capture_output=True, timeout=120,
                           cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-3000:]
 
@@ -140,7 +111,7 @@ def test_runner_killed_at_its_commit_then_recovery_under_503s_and_a_prune(
 
     # the table moves on and maintenance runs meanwhile: compaction, GC (a day later by its
     # clock, orphans at once), prune with no retention: only the pin holds anything back
-    for i in range(2, 6):
+    for i in range(2, 4):
         ingest(table, ref, 20, i)
     table.compact(full=True)
     gc(table._handle, now=time.time() + 86400, orphan_timeout=0)
@@ -282,7 +253,3 @@ def test_a_job_no_run_can_settle_is_reported_and_its_files_kept(tmp_path: Path,
     assert [c["job"] for c in claims] == [job["id"]]  # the request is neither lost nor re-run
     assert batcher.pending(table) == [] and batcher.failed_requests(table) == []
     assert_matches(table.query(), ref)
-
-
-if __name__ == "__main__":
-    _worker(json.loads(sys.argv[1]))
