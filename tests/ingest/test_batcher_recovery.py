@@ -253,3 +253,18 @@ def test_a_job_no_run_can_settle_is_reported_and_its_files_kept(tmp_path: Path,
     assert [c["job"] for c in claims] == [job["id"]]  # the request is neither lost nor re-run
     assert batcher.pending(table) == [] and batcher.failed_requests(table) == []
     assert_matches(table.query(), ref)
+
+    # from a shell: `batcher run` fails naming it, `batcher status` shows it
+    from typer.testing import CliRunner
+
+    from sediment.cli import app
+
+    record = batcher.jobs(table)[0]
+    record["updated"] -= 2 * TIMEOUT  # its timeout passed by this machine's clock too
+    table._handle.objects.put(f"batcher/jobs/{job['id']}.json", json.dumps(record).encode())
+    store = str(tmp_path / "store")
+    ran = CliRunner().invoke(app, ["batcher", "run", "events", "--store", store])
+    assert ran.exit_code == 1 and "could not be settled" in ran.stderr, ran.output
+    assert job["id"] in ran.stderr and "Traceback" not in ran.output
+    shown = CliRunner().invoke(app, ["batcher", "status", "events", "--store", store])
+    assert shown.exit_code == 0 and "not settled after 3 attempt(s)" in shown.stdout
