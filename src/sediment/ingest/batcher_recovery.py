@@ -154,7 +154,9 @@ def _settle(table: TableHandle, job: dict[str, Any], marker: _Marker) -> JobOutc
     route, files = str(job.get("route", "ingest")), list(job.get("files") or [])
     reqs = job.get("requests") or []
     n, size = len(reqs), sum(int(r["size"]) for r in reqs)
-    pin_job(table, job)  # hold the log after the base version, and the files, while reading
+    # hold the log after the base version, and the files, while reading (a job found
+    # unsettlable before stays pinned where it was, at a version that loads)
+    pin_job(table, job, job.get("pinned_at"))
     decided = decision(table, job_id)
     if decided is None:
         # the job has not decided: deciding "abort" now means it can never commit
@@ -190,7 +192,8 @@ def _unsettled(table: TableHandle, job: dict[str, Any], marker: _Marker, e: Sedi
                  "and its files are kept (pinned); check the table for the rows of "
                  f"{[r.get('path') for r in reqs[:3]]}")
         with contextlib.suppress(SedimentError):  # keep its files, not a version gone anyway
-            pin_job(table, job, version=table.states.head().version)
+            job["pinned_at"] = table.states.head().version
+            pin_job(table, job, job["pinned_at"])
     else:
         error = (f"batcher job {job_id} of table {table.name} could not be settled in this run "
                  f"({type(e).__name__}: {e}); a later run tries again, its files are kept")
