@@ -182,6 +182,7 @@ def _settle(table: TableHandle, job: dict[str, Any], marker: _Marker) -> JobOutc
 
 def _unsettled(table: TableHandle, job: dict[str, Any], marker: _Marker, e: SedimentError,
                now: float) -> JobOutcome:
+    """Leave the job as it is after a failed attempt: recorded, reported, marker let go."""
     job_id, base = job["id"], int(job["base_version"])
     files = list(job.get("files") or [])
     reqs = job.get("requests") or []
@@ -195,11 +196,21 @@ def _unsettled(table: TableHandle, job: dict[str, Any], marker: _Marker, e: Sedi
             job["pinned_at"] = table.states.head().version
             pin_job(table, job, job["pinned_at"])
     else:
-        error = (f"batcher job {job_id} of table {table.name} could not be settled in this run "
-                 f"({type(e).__name__}: {e}); a later run tries again, its files are kept")
+        error = _retry_error(table, job_id, e)
     _note(table, job, error, now)
     _let_go(table, marker, error)
-    return JobOutcome(job_id, str(job.get("route", "ingest")), "unsettled", len(reqs),
+    return _reported(job, error)
+
+
+def _retry_error(table: TableHandle, job_id: str, e: SedimentError) -> str:
+    return (f"batcher job {job_id} of table {table.name} could not be settled in this run "
+            f"({type(e).__name__}: {e}); a later run tries again, its files are kept")
+
+
+def _reported(job: Mapping[str, Any], error: str) -> JobOutcome:
+    """The outcome of a job left unsettled (reported in the run's ``errors``)."""
+    reqs = job.get("requests") or []
+    return JobOutcome(str(job["id"]), str(job.get("route", "ingest")), "unsettled", len(reqs),
                       sum(int(r.get("size", 0)) for r in reqs), error=error)
 
 
@@ -238,7 +249,11 @@ def recover(table: TableLike, *, now: float | None = None) -> list[JobOutcome]:
             continue
         if now - float(job.get("updated", job.get("created", 0))) < timeout:
             continue  # its runner may still be working
-        marker = _take(table, job_id, now, timeout)
+        try:
+            marker = _take(table, job_id, now, timeout)
+        except SedimentError as e:  # the store never said whether this run holds it
+            out.append(_reported(job, _retry_error(table, job_id, e)))
+            continue
         if marker is None:
             continue  # another run settles it
         try:
