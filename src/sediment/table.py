@@ -24,6 +24,7 @@ from sediment.schema import Schema
 from sediment.state.log import HistoryEntry
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold, with_scheme_threshold
 from sediment.state.store import StateStore
+from sediment.state.tags import Tag, scan_tags
 
 if TYPE_CHECKING:
     from sediment.compaction.runner import CompactionResult
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from sediment.maintenance.splitting import SplitResult
     from sediment.query.planner import QueryPlan
     from sediment.query.prepare import PreparedQuery
-    from sediment.state.versions import Diff, PruneResult, Tag
+    from sediment.state.versions import Diff, PruneResult
     from sediment.status import Event
     from sediment.store import Store
 
@@ -95,8 +96,32 @@ class Table(Conversions, EngineMethods):
         self.state(v)  # QueryError for an unknown version, VersionExpiredError for a pruned one
         return create_tag(self._handle.states, name, v)
 
+    def pin(self, name: str, version: int | None, ttl_seconds: float, *,
+            files: Sequence[str] = ()) -> Tag:
+        """Hold ``version`` (default: latest) under ``name`` for ``ttl_seconds``, as a tag holds
+        it: GC keeps its files (and ``files``, data files not yet committed), prune its log.
+        The pin expires on its own by the object store's clock unless pinned again (which
+        renews or moves it); ``unpin`` lets it go at once. Listed by ``tags()``.
+
+        Raises InvalidTagNameError: a malformed name; TagExistsError: ``name`` is a tag;
+        TagError: a time to live that is not positive (or above a century);
+        WriteOutcomeUnknownError: the store never answered whether the pin was written.
+        """
+        from sediment.state.tags import create_pin
+
+        v = self.version if version is None else int(version)
+        self.state(v)  # QueryError for an unknown version, VersionExpiredError for a pruned one
+        return create_pin(self._handle.states, name, v, ttl_seconds, files)
+
+    def unpin(self, name: str) -> bool:
+        """Let the pin ``name`` go (False when there was none, or it expired and was
+        forgotten). Raises TagError when ``name`` is a tag (``delete_tag`` deletes tags)."""
+        from sediment.state.tags import delete_pin
+
+        return delete_pin(self._handle.states, name)
+
     def tags(self) -> list[Tag]:
-        """Every tag of the table, by name.
+        """Every tag and live pin of the table, by version.
 
         Raises CorruptMetadataError: a damaged tag object.
         """
@@ -305,6 +330,7 @@ class Table(Conversions, EngineMethods):
             "references": len(refs),
             "records": sum(r.records for r in refs),
             "unreferenced_files": len(st.unreferenced),
+            "tags": [_tag_json(t) for t in scan_tags(self._handle.states).tags],
         }
 
     # ---- reports -----------------------------------------------------------------------------
@@ -508,3 +534,11 @@ class Table(Conversions, EngineMethods):
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, store={self.store.uri!r})"
+
+
+def _tag_json(tag: Tag) -> dict[str, Any]:
+    """A tag (or pin) in ``describe``: a pin has an expiry and an owner (and may keep files)."""
+    out: dict[str, Any] = {"name": tag.name, "version": tag.version, "created": tag.created}
+    if tag.is_pin:
+        out.update(expires=tag.expires, owner=tag.owner, files=len(tag.files))
+    return out

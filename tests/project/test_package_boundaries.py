@@ -190,9 +190,9 @@ def test_all_in_a_fresh_interpreter() -> None:
 TABLE_PUBLIC = {
     "abandon_dump", "clear", "compact", "delete_tag", "describe", "diff", "dump", "events",
     "files", "gc", "history", "ingest", "ingest_files", "jobs", "maintain", "name", "online",
-    "partitions", "plan", "prepare", "properties", "prune", "query", "reinitialise",
+    "partitions", "pin", "plan", "prepare", "properties", "prune", "query", "reinitialise",
     "resolve_version", "restore", "scan", "schema", "set_online", "set_properties", "split",
-    "state", "store", "table_id", "tag", "tag_version", "tags", "version",
+    "state", "store", "table_id", "tag", "tag_version", "tags", "unpin", "version",
     # conversions and engines
     "inspect", "plan_files", "register_datafusion", "to_arrow", "to_batches", "to_duckdb",
     "to_pandas", "to_polars",

@@ -206,6 +206,10 @@ def _render_describe(d: dict[str, Any]) -> list[RenderableType]:
           d["unreferenced_files"]]],
         title="Contents",
         numeric=["partitions", "leaves", "files", "references", "records", "unreferenced"]))
+    if d.get("tags"):
+        out.append(make_table(["tag", "version", "expires"], [
+            [t["name"], t["version"], iso_time(t["expires"]) if "expires" in t else ""]
+            for t in d["tags"]], title="Tags and pins", numeric=["version"]))
     changed = _changed_properties(d["properties"])
     if changed:
         base = defaults()

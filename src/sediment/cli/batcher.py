@@ -90,6 +90,8 @@ def _render_status(d: dict[str, Any]) -> list[RenderableType]:
                               title="jobs", numeric=["files", "bytes", "version"],
                               no_wrap=["job", "route", "state"]))
         out.extend(f"job {_short(j['id'])}: {j['error']}" for j in jobs if j["error"])
+    out.extend(f"job {_short(j['id'])} not settled after {j['recovery_attempts']} attempt(s): "
+               f"{j['recovery_error']}" for j in d.get("unsettled", []))
     if d["failed_requests"]:
         out.append("failed requests (fix the file, then submit it again):")
         out.extend(f"  {f['path']}: {f['error']}" for f in d["failed_requests"])
@@ -135,6 +137,10 @@ def run_cmd(
         raise CliError(f"{len(failed)} of {len(data['jobs'])} batcher job(s) of table {name} "
                        f"did not commit (job {_short(first['job_id'])}: "
                        f"{first['error'] or first['state']})")
+    unsettled = [o for o in data["recovered"] if o["state"] == "unsettled"]
+    if unsettled:
+        raise CliError(f"{len(unsettled)} abandoned batcher job(s) of table {name} could not be "
+                       f"settled: {unsettled[0]['error']}")
 
 
 def _render_run(d: dict[str, Any]) -> list[RenderableType]:

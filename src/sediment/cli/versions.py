@@ -1,4 +1,5 @@
-"""CLI commands for versions, dumps and loads: tag, tags, diff, restore, prune, dump, load."""
+"""CLI commands for versions, dumps and loads: tag, pin, unpin, tags, diff, restore, prune, dump,
+load."""
 
 from __future__ import annotations
 
@@ -47,12 +48,41 @@ def tag(name: TableArg, tag_name: Annotated[str, typer.Argument(metavar="TAG")],
 
 
 @commands.command()
+def pin(name: TableArg, pin_name: Annotated[str, typer.Argument(metavar="PIN")],
+        ttl: Annotated[float, typer.Option(
+            "--ttl", metavar="SECONDS", help="How long the pin holds unless pinned again.")],
+        version: Annotated[str | None, typer.Option(
+            "--version", metavar="VERSION|TAG",
+            help="The version to pin: a number or a tag (default: latest).")] = None,
+        store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Pin a version for --ttl seconds (GC and prune hold it like a tag until it expires or
+    is unpinned); pinning again renews or moves the pin."""
+    t = open_table(store, name)
+    p = t.pin(pin_name, resolve_version_option(t, version), ttl)
+    expires = float(p.expires or 0)
+    emit({"table": name, "pin": p.name, "version": p.version, "expires": expires}, json_out,
+         lambda d: f"pinned version {p.version} of {name} as {p.name} until {iso_time(expires)}")
+
+
+@commands.command()
+def unpin(name: TableArg, pin_name: Annotated[str, typer.Argument(metavar="PIN")],
+          store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Let a pin go at once (a pin that expired or was let go already is no error)."""
+    gone = open_table(store, name).unpin(pin_name)
+    emit({"table": name, "unpinned": pin_name, "existed": gone}, json_out,
+         lambda d: f"unpinned {pin_name} of {name}" if gone else
+         f"table {name} holds no pin {pin_name} (let go, or expired)")
+
+
+@commands.command()
 def tags(name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
-    """List a table's tags."""
-    rows: list[dict[str, Any]] = [{"tag": x.name, "version": x.version, "created": x.created}
+    """List a table's tags and live pins (a pin shows when it expires)."""
+    rows: list[dict[str, Any]] = [{"tag": x.name, "version": x.version, "created": x.created,
+                                   "expires": x.expires}
                                   for x in open_table(store, name).tags()]
-    emit(rows, json_out, lambda rs: make_table(["tag", "version", "created"], [
-        [r["tag"], r["version"], iso_time(r["created"])] for r in rs]))
+    emit(rows, json_out, lambda rs: make_table(["tag", "version", "created", "expires"], [
+        [r["tag"], r["version"], iso_time(r["created"]),
+         "" if r["expires"] is None else iso_time(r["expires"])] for r in rs]))
 
 
 @commands.command()

@@ -16,33 +16,42 @@ Objects, under the table's folder (``table.objects``)::
     batcher/jobs/<job>.json       a job: route, state, requests, base version, staged files,
                                   committed version, error
     batcher/jobs/<job>.decision   "commit" or "abort", created once (put-if-absent)
-    batcher/jobs/<job>.recovering created once by the run that settles an abandoned job
+    batcher/jobs/<job>.recovering[.<n>]  the marker of the run settling an abandoned job
+    tags/batcher-<job>.json       the job's pin: its base version and staged files
 
 Request ids start with the submit time in microseconds, so listing order is submit order.
 
 Exactly once. Every request is ingested by at most one committed transaction, and a request is
 only given up by an explicit, recorded failure:
 
-1. *Claim.* A job first writes its record, then claims each request by creating
+1. *Claim.* A job first writes its record and pins its base version (``table.pin``: prune keeps
+   the log after it, see 4), then claims each request by creating
    ``claimed/<id>`` with put-if-absent (one job wins), checks that ``requests/<id>`` still
    exists (else the request was finished by another job, which deleted it when claiming: the
    claim is released), and deletes ``requests/<id>``. A request is pending, or claimed by
    exactly one job; a claimed request is never planned again.
 2. *Stage, record, decide.* The job writes its data files (not yet committed), records their
-   names and the table version it started from in its record, and only then creates
+   names and the table version it started from in its record, pins the files with its base
+   version (GC keeps them while the job is unsettled, lease or no lease), and only then creates
    ``jobs/<job>.decision`` = ``commit`` with put-if-absent. If that object already says
    ``abort`` (a recovering run gave the job up), the job deletes its files and stops.
-3. *Commit* the files in one AddFiles transaction, record the version in the job record, and
-   delete the claims. A crash after the commit leaves claims behind but never re-queues them.
-4. *Recover.* ``run`` first looks at unfinished jobs older than ``batcher.job_timeout_seconds``
-   (their runner is presumed dead). One run per job wins ``jobs/<job>.recovering`` and settles
-   it: if it can create the decision ``abort``, the job can no longer commit, so its staged
+3. *Commit* the files in one AddFiles transaction, record the version in the job record,
+   delete the claims and let the pin go. A crash after the commit leaves claims behind but
+   never re-queues them.
+4. *Recover* (``batcher_recovery``). ``run`` first looks at unfinished jobs older than
+   ``batcher.job_timeout_seconds`` (their runner is presumed dead). One run at a time holds
+   the job's recovery marker (an owner and an expiry: a run that fails or dies does not stop
+   later ones) and settles it: if it can create the decision ``abort``, the job can no longer
+   commit, so its staged
    files are deleted and its requests go back to ``requests/``. If the decision is already
    ``commit``, the log after the job's base version is searched for an AddFiles of its staged
    files: found, the job is recorded as committed at that version (the crash was after the
    commit); not found, the commit never happened (a committer that decided to commit finishes
    or dies within the timeout), so the requests are re-queued. Log entries name the files they
-   add, so the answer holds even after compaction and GC removed those files.
+   add, so the answer holds even after compaction and GC removed those files; the pin keeps
+   those entries from prune until the job is settled. A job a run cannot settle (a read that
+   fails, a log pruned all the same) stays as it is, files kept, and is reported in the run's
+   ``errors`` and by ``status``; the next run tries again.
 5. A job that fails on bad input (DataError: unreadable file, wrong schema, null key) moves its
    requests to ``failed/`` with the error (``status`` lists them; submit them again once fixed).
    Any other failure re-queues the requests, after checking the log as in 4 in case the commit
@@ -55,17 +64,38 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
-from sediment.core.transactions import AddFiles
-from sediment.errors import DataError, ObjectNotFoundError, SedimentError
+from sediment.errors import DataError, SedimentError
 from sediment.handle import handle_of
+from sediment.ingest.batcher_recovery import JobOutcome as JobOutcome
+from sediment.ingest.batcher_recovery import recover as recover
+from sediment.ingest.batcher_store import CLAIMED as CLAIMED
+from sediment.ingest.batcher_store import (
+    FAILED,
+    JOBS,
+    REQUESTS,
+    TERMINAL,
+    Request,
+    pin_job,
+    unpin_job,
+)
+from sediment.ingest.batcher_store import PREFIX as PREFIX
+from sediment.ingest.batcher_store import committed_version as committed_version
+from sediment.ingest.batcher_store import decision as _decision
+from sediment.ingest.batcher_store import fail_requests as _fail_requests
+from sediment.ingest.batcher_store import jobs as _jobs
+from sediment.ingest.batcher_store import list_docs as _list_docs
+from sediment.ingest.batcher_store import put_json as _put_json
+from sediment.ingest.batcher_store import release as _release
+from sediment.ingest.batcher_store import requeue as _requeue
+from sediment.ingest.batcher_store import save_job as _save_job
 from sediment.ingest.sources import expand_paths, file_format
-from sediment.ingest.standard import StagedFiles, delete_staged, ingest_files
+from sediment.ingest.standard import StagedFiles, ingest_files
 from sediment.properties import defaults
 from sediment.state.store import definitely_not_committed
 from sediment.storage.conditional import create_once
@@ -76,36 +106,11 @@ if TYPE_CHECKING:
 SparkSession = Any
 """A ``pyspark.sql.SparkSession`` (only sediment.spark imports pyspark)."""
 
-PREFIX = "batcher/"
-REQUESTS = PREFIX + "requests/"
-CLAIMED = PREFIX + "claimed/"
-FAILED = PREFIX + "failed/"
-JOBS = PREFIX + "jobs/"
 KEEP_FINISHED_JOBS = 200
 """Finished job records kept for ``status`` (older ones are deleted by ``run``)."""
 
-TERMINAL = ("committed", "failed", "aborted", "empty")
-
 
 # ---- requests and planning (pure) ------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One file to ingest: its path (local or ``s3://``), size in bytes and submit time."""
-
-    id: str
-    path: str
-    size: int
-    submitted: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "path": self.path, "size": self.size,
-                "submitted": self.submitted}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Request:
-        return cls(str(doc["id"]), str(doc["path"]), int(doc["size"]), float(doc["submitted"]))
-
-
 @dataclass(frozen=True, slots=True)
 class Batch:
     """Requests that make one job, and why it is released now: ``files`` (count reached),
@@ -174,18 +179,6 @@ def _request_id(submitted: float) -> str:
     return f"{int(submitted * 1_000_000):020d}-{uuid.uuid4().hex[:12]}"
 
 
-def _read_json(table: TableHandle, key: str) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(table.objects.get(key))
-    except ObjectNotFoundError:
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _put_json(table: TableHandle, key: str, doc: Mapping[str, Any]) -> None:
-    table.objects.put(key, json.dumps(doc, separators=(",", ":")).encode())
-
-
 def submit(table: TableLike, paths: Sequence[str] | str, *, now: float | None = None
            ) -> list[Request]:
     """Record a request for every file named by ``paths`` (local or S3; globs expanded).
@@ -213,14 +206,6 @@ def submit(table: TableLike, paths: Sequence[str] | str, *, now: float | None = 
     return out
 
 
-def _list_docs(table: TableHandle, prefix: str) -> Iterator[dict[str, Any]]:
-    for o in table.objects.list(prefix):
-        if o.key.endswith(".json"):
-            doc = _read_json(table, o.key)
-            if doc is not None:
-                yield doc
-
-
 def pending(table: TableLike) -> list[Request]:
     """Requests waiting for a job, oldest first."""
     table = handle_of(table)
@@ -236,26 +221,10 @@ def failed_requests(table: TableLike) -> list[dict[str, Any]]:
 
 def jobs(table: TableLike) -> list[dict[str, Any]]:
     """Every recorded batcher job, oldest first."""
-    table = handle_of(table)
-    return sorted((d for d in _list_docs(table, JOBS) if "id" in d),
-                  key=lambda d: (d.get("created", 0), d["id"]))
+    return _jobs(handle_of(table))
 
 
 # ---- running ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class JobOutcome:
-    """What one batcher job did."""
-
-    job_id: str
-    route: str
-    state: str  # committed | failed | requeued | aborted | empty | unknown
-    files: int
-    bytes: int
-    rows: int = 0
-    version: int | None = None
-    error: str | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """One ``run``: the jobs made now, the abandoned jobs settled, requests left waiting."""
@@ -268,7 +237,7 @@ class RunResult:
     def to_json(self) -> dict[str, Any]:
         return {"jobs": [_outcome_json(o) for o in self.jobs],
                 "recovered": [_outcome_json(o) for o in self.recovered],
-                "waiting": self.waiting}
+                "waiting": self.waiting, "errors": list(self.errors)}
 
 
 def _outcome_json(o: JobOutcome) -> dict[str, Any]:
@@ -278,22 +247,6 @@ def _outcome_json(o: JobOutcome) -> dict[str, Any]:
 
 class _Aborted(Exception):
     """A recovering run gave this job up before it could decide to commit."""
-
-
-def _job_key(job_id: str) -> str:
-    return f"{JOBS}{job_id}.json"
-
-
-def _decision(table: TableHandle, job_id: str) -> str | None:
-    try:
-        return table.objects.get(f"{JOBS}{job_id}.decision").decode()
-    except ObjectNotFoundError:
-        return None
-
-
-def _save_job(table: TableHandle, job: dict[str, Any], **changes: Any) -> None:
-    job.update(changes, updated=time.time())
-    _put_json(table, _job_key(job["id"]), job)
 
 
 def _claim(table: TableHandle, job_id: str, requests: Sequence[Request]) -> list[Request]:
@@ -311,44 +264,6 @@ def _claim(table: TableHandle, job_id: str, requests: Sequence[Request]) -> list
     return got
 
 
-def _claims_of(table: TableHandle, job_id: str) -> list[tuple[str, dict[str, Any]]]:
-    out = []
-    for o in table.objects.list(CLAIMED):
-        doc = _read_json(table, o.key)
-        if doc is not None and doc.get("job") == job_id:
-            out.append((o.key, doc))
-    return out
-
-
-def _requeue(table: TableHandle, job_id: str) -> None:
-    for key, doc in _claims_of(table, job_id):
-        r = Request.from_json(doc)
-        _put_json(table, f"{REQUESTS}{r.id}.json", r.to_json())
-        table.objects.delete_many([key])
-
-
-def _release(table: TableHandle, job_id: str) -> None:
-    table.objects.delete_many([key for key, _ in _claims_of(table, job_id)])
-
-
-def _fail_requests(table: TableHandle, job_id: str, error: str) -> None:
-    for key, doc in _claims_of(table, job_id):
-        _put_json(table, f"{FAILED}{doc['id']}.json", {**doc, "error": error})
-        table.objects.delete_many([key])
-
-
-def committed_version(table: TableHandle, base_version: int, files: Sequence[str]) -> int | None:
-    """The version of the AddFiles after ``base_version`` that added any of ``files``."""
-    wanted = set(files)
-    if not wanted:
-        return None
-    for entry in table.states.log.read_after(base_version):
-        txn = entry.transaction
-        if isinstance(txn, AddFiles) and any(r.filename in wanted for r in txn.references):
-            return entry.version
-    return None
-
-
 def _run_job(table: TableHandle, batch: Batch, route: str, spark: SparkSession | None,
              spill_dir: str | None = None) -> JobOutcome:
     job_id = f"{int(time.time() * 1000):015d}-{uuid.uuid4().hex[:12]}"
@@ -357,15 +272,18 @@ def _run_job(table: TableHandle, batch: Batch, route: str, spark: SparkSession |
         "base_version": table.version, "requests": [r.to_json() for r in batch.requests],
         "files": [], "version": None, "rows": 0, "error": None, "created": time.time()}
     _save_job(table, job)
+    pin_job(table, job)  # until settled: prune keeps the log after the base version
     claimed = _claim(table, job_id, batch.requests)
     size = sum(r.size for r in claimed)
     if not claimed:
         _save_job(table, job, state="empty", requests=[])
+        unpin_job(table, job_id)
         return JobOutcome(job_id, route, "empty", 0, 0)
     _save_job(table, job, state="claimed", requests=[r.to_json() for r in claimed])
 
     def before_commit(staged: StagedFiles) -> None:
         _save_job(table, job, state="staged", files=sorted(w.filename for w in staged.written))
+        pin_job(table, job)  # and GC the staged files, whatever becomes of the lease
         if not create_once(table.objects, f"{JOBS}{job_id}.decision", b"commit") and \
                 _decision(table, job_id) != "commit":
             raise _Aborted(job_id)
@@ -382,11 +300,13 @@ def _run_job(table: TableHandle, batch: Batch, route: str, spark: SparkSession |
                                   spill_dir=spill_dir)
     except _Aborted:
         _save_job(table, job, state="aborted", error="given up by a recovering run")
+        unpin_job(table, job_id)
         return JobOutcome(job_id, route, "aborted", len(claimed), size)
     except DataError as e:  # bad input: retrying cannot help
         error = f"{type(e).__name__}: {e}"
         _save_job(table, job, state="failed", error=error)
         _fail_requests(table, job_id, error)
+        unpin_job(table, job_id)
         return JobOutcome(job_id, route, "failed", len(claimed), size, error=error)
     except Exception as e:
         error = f"{type(e).__name__}: {e}"
@@ -397,68 +317,32 @@ def _run_job(table: TableHandle, batch: Batch, route: str, spark: SparkSession |
         if version is not None:  # the commit happened although it reported an error
             _save_job(table, job, state="committed", version=version)
             _release(table, job_id)
+            unpin_job(table, job_id)
             return JobOutcome(job_id, route, "committed", len(claimed), size, version=version)
         if job["files"] and not definitely_not_committed(e):
             # The commit may still have landed: requeueing could ingest the files twice.
-            # The job stays open; ``recover`` settles it by reading once it times out.
+            # The job stays open, and pinned; ``recover`` settles it by reading once it times
+            # out.
             _save_job(table, job, state="unknown", error=error)
             return JobOutcome(job_id, route, "unknown", len(claimed), size, error=error)
         _save_job(table, job, state="failed", error=error)
         _requeue(table, job_id)
+        unpin_job(table, job_id)
         return JobOutcome(job_id, route, "requeued", len(claimed), size, error=error)
     _save_job(table, job, state="committed", version=result.version, rows=result.rows)
     _release(table, job_id)
+    unpin_job(table, job_id)
     return JobOutcome(job_id, route, "committed", len(claimed), size, result.rows,
                       result.version)
 
 
-def recover(table: TableLike, *, now: float | None = None) -> list[JobOutcome]:
-    """Settle jobs whose runner is presumed dead (see the module docs), and finish the
-    clean-up of finished jobs that a crash interrupted."""
-    table = handle_of(table)
-    now = time.time() if now is None else now
-    timeout = float(table.properties["batcher.job_timeout_seconds"])
-    claimed_by = {doc.get("job") for doc in _list_docs(table, CLAIMED)}
-    out = []
-    for job in jobs(table):
-        job_id, state = job["id"], job.get("state")
-        if state in TERMINAL:
-            if job_id in claimed_by:  # a crash between recording the outcome and clean-up
-                if state == "committed":
-                    _release(table, job_id)
-                elif state == "failed" and str(job.get("error") or "").startswith("DataError"):
-                    _fail_requests(table, job_id, str(job["error"]))
-                else:
-                    _requeue(table, job_id)
-            continue
-        if now - float(job.get("updated", job.get("created", 0))) < timeout:
-            continue  # its runner may still be working
-        if not create_once(table.objects, f"{JOBS}{job_id}.recovering",
-                           json.dumps({"time": now, "id": uuid.uuid4().hex}).encode()):
-            continue  # another run settles it
-        route, files = str(job.get("route", "ingest")), list(job.get("files") or [])
-        n, size = len(job.get("requests") or []), sum(int(r["size"]) for r in
-                                                      job.get("requests") or [])
-        decided = create_once(table.objects, f"{JOBS}{job_id}.decision", b"abort")
-        if not decided and _decision(table, job_id) == "commit":
-            version = committed_version(table, int(job["base_version"]), files)
-            if version is not None:
-                _save_job(table, job, state="committed", version=version)
-                _release(table, job_id)
-                out.append(JobOutcome(job_id, route, "committed", n, size, version=version))
-                continue
-        delete_staged(table, files)
-        _save_job(table, job, state="aborted", error="runner presumed dead; requests re-queued")
-        _requeue(table, job_id)
-        out.append(JobOutcome(job_id, route, "requeued", n, size))
-    return out
-
-
 def _prune_jobs(table: TableHandle) -> None:
     finished = [j for j in jobs(table) if j.get("state") in TERMINAL]
-    old = finished[:-KEEP_FINISHED_JOBS] if len(finished) > KEEP_FINISHED_JOBS else []
-    table.objects.delete_many([f"{JOBS}{j['id']}{suffix}" for j in old
-                               for suffix in (".json", ".decision", ".recovering")])
+    old = {j["id"] for j in (finished[:-KEEP_FINISHED_JOBS]
+                             if len(finished) > KEEP_FINISHED_JOBS else [])}
+    if old:  # its record, decision and recovery markers (any generation)
+        table.objects.delete_many([o.key for o in table.objects.list(JOBS)
+                                   if o.key[len(JOBS):].split(".", 1)[0] in old])
 
 
 def run(table: TableLike, spark: SparkSession | None = None, *, now: float | None = None,
@@ -480,8 +364,9 @@ def run(table: TableLike, spark: SparkSession | None = None, *, now: float | Non
                 for b in batches]
     _prune_jobs(table)
     waiting = len(requests) - sum(b.files for b in batches)
-    return RunResult(tuple(outcomes), tuple(recovered), waiting,
-                     tuple(o.error for o in outcomes if o.error))
+    errors = [o.error for o in outcomes if o.error]
+    errors += [o.error for o in recovered if o.state == "unsettled" and o.error]
+    return RunResult(tuple(outcomes), tuple(recovered), waiting, tuple(errors))
 
 
 def status(table: TableLike, *, now: float | None = None) -> dict[str, Any]:
@@ -501,6 +386,8 @@ def status(table: TableLike, *, now: float | None = None) -> dict[str, Any]:
                    "route_with_spark": route_for(b, props, True)} for b in batches],
         "waiting": len(requests) - released,
         "running": [_job_summary(j) for j in all_jobs if j.get("state") not in TERMINAL],
+        "unsettled": [_job_summary(j) for j in all_jobs
+                      if j.get("state") not in TERMINAL and j.get("recovery_error")],
         "recent": [_job_summary(j) for j in all_jobs if j.get("state") in TERMINAL][-10:],
         "failed_requests": [{"id": d["id"], "path": d["path"], "error": d.get("error")}
                             for d in failed_requests(table)],
@@ -515,4 +402,6 @@ def _job_summary(job: Mapping[str, Any]) -> dict[str, Any]:
     return {"id": job["id"], "route": job.get("route"), "state": job.get("state"),
             "files": len(reqs), "bytes": sum(int(r.get("size", 0)) for r in reqs),
             "version": job.get("version"), "rows": job.get("rows"), "error": job.get("error"),
-            "created": job.get("created"), "updated": job.get("updated")}
+            "created": job.get("created"), "updated": job.get("updated"),
+            "recovery_error": job.get("recovery_error"),
+            "recovery_attempts": job.get("recovery_attempts", 0)}

@@ -20,6 +20,10 @@ Tags keep their versions' files. A tag GC cannot read (not JSON, or naming a ver
 not load) might protect any file: GC then deletes no unreferenced file at all in that pass,
 reports the tag (``GcResult.unreadable_tags``, a warning in the log) and goes on with orphans,
 which no version ever referenced and so no tag can protect.
+
+Live pins (``state.tags``) count as tags, and keep the files they name besides (a batcher job's
+staged files, neither referenced nor leased once its runner died), until they expire by the
+store's clock.
 """
 
 from __future__ import annotations
@@ -75,13 +79,15 @@ def _files_at(table: TableHandle, version: int) -> frozenset[str]:
     return files
 
 
-def tag_protection(table: TableHandle) -> tuple[set[str], list[str]]:
-    """The files the table's tags keep, and a message for each tag that cannot be read or
-    whose version cannot be loaded (for which nothing can be said: see the module)."""
-    scan = scan_tags(table.states)
+def tag_protection(table: TableHandle, now: float | None = None) -> tuple[set[str], list[str]]:
+    """The files the table's tags and live pins keep (``now``: the store's time to judge pins
+    by), and a message for each tag that cannot be read or whose version cannot be loaded
+    (for which nothing can be said: see the module)."""
+    scan = scan_tags(table.states, now)
     protected: set[str] = set()
     problems = list(scan.unreadable)
     for tag in scan.tags:
+        protected.update(tag.files)  # a pin's own files (staged, not yet committed)
         try:
             protected.update(_files_at(table, tag.version))
         except SedimentError as e:
@@ -104,7 +110,7 @@ def gc(table: TableHandle, *, now: float | None = None,
     props = {**table.properties}
     delay = max(float(props["gc.delay_seconds"]), float(props["retention.seconds"])) + \
         float(props["gc.clock_skew_seconds"])
-    protected, unreadable = tag_protection(table)  # tagged versions keep their files
+    protected, unreadable = tag_protection(table, store_now)  # tags and pins keep files
     if unreadable:
         # Any unreferenced file may be one an unreadable tag keeps: none is deleted.
         protected.update(state.unreferenced)

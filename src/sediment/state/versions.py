@@ -1,33 +1,21 @@
-"""Versions: tags (named, pinned versions), diff between versions, and log/snapshot pruning.
+"""Versions: diff between versions, and log/snapshot pruning (tags and pins: ``state.tags``).
 
-Tags are small objects ``tags/<name>.json`` created with put-if-absent. ``diff`` compares two
-states at cost proportional to the change: when both versions have snapshots, ranges with equal
-digests are skipped (graveler); otherwise only the partitions the log entries between them
-touched are compared. Pruning deletes log entries, snapshots and snapshot objects that no
-version inside the retention window and no tag still needs.
+``diff`` compares two states at cost proportional to the change: when both versions have
+snapshots, ranges with equal digests are skipped (graveler); otherwise only the partitions the
+log entries between them touched are compared. Pruning deletes log entries, snapshots and
+snapshot objects that no version inside the retention window and no tag or live pin still
+needs.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sediment.core.model import FileReference
 from sediment.core.state import TableState
-from sediment.errors import (
-    CorruptMetadataError,
-    InvalidTagNameError,
-    ObjectNotFoundError,
-    QueryError,
-    SedimentError,
-    TagExistsError,
-    TagNotFoundError,
-)
+from sediment.errors import CorruptMetadataError, ObjectNotFoundError, QueryError, SedimentError
 from sediment.state.log import LOG_PREFIX, log_key, version_of_key
 from sediment.state.snapshot import (
     OBJECT_PREFIX,
@@ -38,113 +26,20 @@ from sediment.state.snapshot import (
     snapshot_versions,
 )
 from sediment.state.store import PRUNE_GRACE_SECONDS, StateStore
+from sediment.state.tags import TAG_PREFIX as TAG_PREFIX  # re-exported: the tags' old home
+from sediment.state.tags import Tag as Tag
+from sediment.state.tags import TagScan as TagScan
+from sediment.state.tags import create_tag as create_tag
+from sediment.state.tags import delete_tag as delete_tag
+from sediment.state.tags import forget_expired_pins
+from sediment.state.tags import get_tag as get_tag
+from sediment.state.tags import list_tags as list_tags
+from sediment.state.tags import scan_tags as scan_tags
 from sediment.storage.clock import CLOCK_SKEW_SECONDS, deletion_clock
-from sediment.storage.conditional import create_once
 
 log = logging.getLogger(__name__)
 
-TAG_PREFIX = "tags/"
 OBJECT_GRACE_SECONDS = 3600.0
-_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
-
-
-def _tag_key(name: str, table: str) -> str:
-    """The key of tag ``name`` (InvalidTagNameError naming ``table`` when it cannot be one)."""
-    if not isinstance(name, str) or not _TAG.fullmatch(name) or ".." in name or \
-            name.isdigit():
-        raise InvalidTagNameError(
-            f"table {table}: invalid tag name {name!r}: use 1-128 letters, digits, '_', '-' "
-            "or '.', starting with a letter or digit, not all digits (a number means a "
-            "version)")
-    return f"{TAG_PREFIX}{name}.json"
-
-
-@dataclass(frozen=True, slots=True)
-class Tag:
-    name: str
-    version: int
-    created: float
-
-
-def create_tag(states: StateStore, name: str, version: int) -> Tag:
-    """Tag ``version``. Raises InvalidTagNameError, TagExistsError (both TagErrors, which are
-    QueryErrors), WriteOutcomeUnknownError when the store never says whether it landed."""
-    key = _tag_key(name, states.name)
-    # the random id makes the bytes ours alone, so a lost answer is resolved by reading
-    created = time.time()
-    doc = {"name": name, "version": version, "created": created, "id": uuid.uuid4().hex}
-    if not create_once(states.objects, key, json.dumps(doc).encode()):
-        raise TagExistsError(f"table {states.name}: tag {name!r} already exists")
-    return Tag(name, version, created)
-
-
-@dataclass(frozen=True, slots=True)
-class TagScan:
-    """Every tag object of a table: those that parse, and a message for each that does not
-    (naming the table and the object key, and how to remove it)."""
-
-    tags: list[Tag]
-    unreadable: list[str]
-
-
-def scan_tags(states: StateStore) -> TagScan:
-    """Read every tag, keeping going past damaged ones: GC must see all the tags it can, and
-    know that others exist, to keep (conservatively) what an unreadable one may protect."""
-    tags: list[Tag] = []
-    unreadable: list[str] = []
-    for o in states.objects.list(TAG_PREFIX):
-        try:
-            raw = states.objects.get(o.key)
-        except ObjectNotFoundError:
-            continue  # deleted since the listing (e.g. a dump job's tag as the job ends)
-        try:
-            tags.append(_parse_tag(raw, o.key, states.name))
-        except CorruptMetadataError as e:
-            unreadable.append(str(e))
-    return TagScan(sorted(tags, key=lambda t: (t.version, t.name)), unreadable)
-
-
-def list_tags(states: StateStore) -> list[Tag]:
-    """Every tag, by version. Raises CorruptMetadataError (naming the table and the key) when
-    a tag object is damaged."""
-    scan = scan_tags(states)
-    if scan.unreadable:
-        raise CorruptMetadataError(scan.unreadable[0])
-    return scan.tags
-
-
-def _tag_name_of(key: str) -> str:
-    name = key[len(TAG_PREFIX):]
-    return name[: -len(".json")] if name.endswith(".json") else name
-
-
-def _parse_tag(raw: bytes, key: str, table: str) -> Tag:
-    try:
-        doc = json.loads(raw)
-        return Tag(str(doc["name"]), int(doc["version"]), float(doc["created"]))
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise CorruptMetadataError(
-            f"tag object {key} of table {table} is corrupt: {e!r}; delete it with `sediment "
-            f"tag {table} {_tag_name_of(key)} --delete` (Table.delete_tag)") from e
-
-
-def get_tag(states: StateStore, name: str) -> Tag:
-    """The tag ``name``. Raises InvalidTagNameError, TagNotFoundError, CorruptMetadataError."""
-    key = _tag_key(name, states.name)
-    try:
-        raw = states.objects.get(key)
-    except ObjectNotFoundError:
-        raise TagNotFoundError(f"table {states.name} has no tag {name!r}") from None
-    return _parse_tag(raw, key, states.name)
-
-
-def delete_tag(states: StateStore, name: str) -> None:
-    """Delete tag ``name``, even a damaged one (deleting is the way to be rid of it). Raises
-    InvalidTagNameError, TagNotFoundError."""
-    key = _tag_key(name, states.name)
-    if not states.objects.exists(key):
-        raise TagNotFoundError(f"table {states.name} has no tag {name!r}")
-    states.objects.delete_many([key])
 
 
 # ---- diff -------------------------------------------------------------------------------------
@@ -263,7 +158,8 @@ class PruneResult:
 
 def prune(states: StateStore, retention_seconds: float, *, now: float | None = None
           ) -> PruneResult:
-    """Delete log entries, snapshots and objects no retained version or tag needs.
+    """Delete log entries, snapshots and objects no retained version, tag or live pin needs
+    (and the objects of pins expired for a day).
 
     Times are those of the object store: log entries younger than the retention window (at
     least ``PRUNE_GRACE_SECONDS``) plus the clock skew (``gc.clock_skew_seconds``, default
@@ -289,7 +185,8 @@ def prune(states: StateStore, retention_seconds: float, *, now: float | None = N
     window = max(retention_seconds, PRUNE_GRACE_SECONDS) + skew
     recent = [v for v, o in logs.items() if clock - o.mtime < window]
     limit = min([head.version, *recent]) - 1
-    scan = scan_tags(states)
+    scan = scan_tags(states, clock)  # live pins hold versions as tags do
+    forget_expired_pins(states, scan, clock)
     if scan.unreadable:
         # an unreadable tag may pin any version: nothing can be proved unneeded
         note = f"an unreadable tag may pin any version, nothing pruned: {scan.unreadable[0]}"
