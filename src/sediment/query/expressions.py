@@ -126,6 +126,20 @@ class _Frame:
     raw: pa.Scalar | None = None
 
 
+def _options(raw: pa.Scalar) -> dict[str, Any] | None:
+    """A call's options as Python values; one Python cannot hold (a date in year 0 in an
+    ``is_in`` value set) is left out, so the analyses take that call as not understood."""
+    if not raw.is_valid:
+        return None
+    out: dict[str, Any] = {}
+    for i, f in enumerate(raw.type):
+        try:
+            out[f.name] = raw[i].as_py()
+        except (ValueError, OverflowError, pa.ArrowException):
+            continue
+    return out
+
+
 def _tree(pairs: list[tuple[str, str]], columns: pa.RecordBatch | None) -> Node:
     def column(i: str) -> pa.Scalar:
         assert columns is not None
@@ -159,8 +173,7 @@ def _tree(pairs: list[tuple[str, str]], columns: pa.RecordBatch | None) -> Node:
         elif kind == "options":
             raw = column(value)
             stack[-1].raw = raw
-            opts = raw.as_py()
-            stack[-1].options = dict(opts) if opts is not None else None
+            stack[-1].options = _options(raw)
         elif kind == "literal":
             emit(Literal(column(value)))
         elif kind == "field_ref":

@@ -26,9 +26,10 @@ balanced trees, and ``f = a OR f = b OR ...`` on one field as ``f IN (a, b, ...)
 
 from __future__ import annotations
 
+import decimal
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,13 +53,13 @@ _TOKEN = re.compile(r"""
   | (?P<name>[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<op><=|>=|!=|<>|=|<|>)
   | (?P<punct>[(),])
-""", re.VERBOSE)
+  | (?P<bad>.)
+""", re.VERBOSE | re.DOTALL)
 
 _KEYWORDS = {"and", "or", "not", "in", "between", "is", "null", "true", "false"}
 
 
-@dataclass(frozen=True, slots=True)
-class _Tok:
+class _Tok(NamedTuple):
     kind: str
     text: str
     pos: int
@@ -71,21 +72,20 @@ class _Tok:
 
 def _tokens(text: str) -> list[_Tok]:
     out = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
+    for m in _TOKEN.finditer(text):  # one pass: the last alternative takes any other char
+        kind = m.lastgroup
+        if kind == "ws":
+            continue
+        pos = m.start()
+        if kind == "bad":
             if text[pos] in "'\"":
                 what = "string" if text[pos] == "'" else "name"
                 raise WhereError(f"where: unterminated {what} at position {pos + 1} (a quote "
                                  "opens it, none closes it)")
             raise WhereError(f"where: unexpected character {text[pos]!r} at position "
                              f"{pos + 1}")
-        kind = m.lastgroup
         assert kind is not None
-        if kind != "ws":
-            out.append(_Tok(kind, m.group(), pos))
-        pos = m.end()
+        out.append(_Tok(kind, m.group(), pos))
     out.append(_Tok("end", "", len(text)))
     return out
 
@@ -321,13 +321,17 @@ def cast_literal(value: Any, typ: pa.DataType) -> pa.Scalar:
             if not value.is_integer():
                 raise ValueError("not an integer")
             value = int(value)
+        if isinstance(value, float | int) and not isinstance(value, bool) \
+                and pa.types.is_decimal(typ):
+            value = decimal.Decimal(repr(value))  # 2.5 is 2.5, not its binary neighbour
         if isinstance(value, str) and not (pa.types.is_string(typ)
                                            or pa.types.is_large_string(typ)):
             if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
                 return pa.scalar(value.encode(), typ)
             return pa.scalar(value).cast(typ)
         return pa.scalar(value, typ)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError) as e:
+    except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError,
+            decimal.InvalidOperation) as e:
         raise ValueError(str(e)) from None
 
 

@@ -228,6 +228,8 @@ def _decode(v: Any, typ: pa.DataType) -> pa.Scalar:
 
 def _quote(v: Any, limit: int = 60) -> str:
     """``repr(v)`` cut to ``limit`` characters: an error never echoes a whole request."""
+    if isinstance(v, int) and v.bit_length() > 200:
+        return f"an integer of {v.bit_length()} bits"
     text = repr(v)
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -310,6 +312,8 @@ class _Reader:
         self.values = 0
 
     def fail(self, path: str, msg: str) -> FilterError:
+        if len(path) > 80:
+            path = "..." + path[-60:]
         return FilterError(f"filter at {path}: {msg}" if path else f"filter: {msg}")
 
     def field_type(self, node: Any) -> pa.DataType | None:
