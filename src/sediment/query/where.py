@@ -271,8 +271,9 @@ class _Parser:
         try:
             return cast_literal(value, typ)
         except ValueError:
-            raise self.error(f"literal {_bounded(tok.text)} does not fit field {name!r} "
-                             f"({typ})", tok) from None
+            text = tok.text if len(tok.text) <= 40 else tok.text[:40] + "..."
+            raise self.error(f"literal {text} does not fit field {name!r} ({typ})",
+                             tok) from None
 
     def predicate(self) -> _Part:
         name, typ = self.field()
