@@ -92,7 +92,8 @@ HOSTILE: list[tuple[str, Any, type[SedimentError], str]] = [
     ("an unknown column", {"call": "is_null", "args": [{"field": "nope"}]},
      sd.errors.QueryError, "names no column 'nope'"),
     ("a number as the filter", {"literal": 3}, sd.errors.QueryError, "cannot be evaluated"),
-    ("200 nested NOTs", _not_nested(200), FilterError, "nests deeper than 100 levels"),
+    ("120 nested NOTs", _not_nested(120), FilterError, "nests deeper than 100 levels"),
+    ("300 nested NOTs", _not_nested(300), BadRequestError, "deep (at most 256)"),
     ("20,000 ORs as a tree", {"call": "or", "args": [_LESS] * 20_000}, FilterError,
      "more than 4096 parts"),
     ("20,000 ORs of < as text", " OR ".join(f"value < {i}" for i in range(20_000)),
@@ -123,6 +124,10 @@ def test_json_nested_past_the_recursion_limit_is_a_bad_request(server: Server) -
     assert isinstance(got, BadRequestError) and "nested too deeply" in str(got)
     got = _refused(server, lambda c: c.do_get(fl.Ticket(b"[" * 100_000)).read_all())
     assert isinstance(got, BadRequestError)
+    keys = b'{"table": "events", "keys": ' + b"[" * 900 + b"]" * 900 + b"}"  # decodes, but
+    got = _refused(server, lambda c: c.get_flight_info(  # would recurse past Python's limit
+        fl.FlightDescriptor.for_command(keys)))
+    assert isinstance(got, BadRequestError) and "JSON nested 901 deep (at most 256)" in str(got)
 
 
 def test_filters_answer_as_the_local_api(server: Server, store: sd.Store) -> None:

@@ -192,7 +192,31 @@ def parse_json(body: bytes, what: str) -> dict[str, Any]:
         raise BadRequestError(f"malformed {what}: not JSON ({e})") from None
     if not isinstance(doc, dict):
         raise BadRequestError(f"malformed {what}: expected a JSON object, got {doc!r}")
+    depth = _nesting(doc)
+    if depth > MAX_JSON_DEPTH:
+        raise BadRequestError(f"malformed {what}: JSON nested {depth} deep (at most "
+                              f"{MAX_JSON_DEPTH})")
     return doc
+
+
+MAX_JSON_DEPTH = 256
+"""How deeply a request's JSON may nest: room for a filter tree at its own limit (100 levels,
+two JSON levels each), and far from Python's recursion limit, which decoding keys and filters
+would otherwise reach (a RecursionError, not an answer)."""
+
+
+def _nesting(doc: Any) -> int:
+    """How deeply lists and objects nest in ``doc`` (without recursion)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+    return deepest
 
 
 def table_name(doc: Mapping[str, Any], what: str, field: str = "table") -> str:
