@@ -199,7 +199,7 @@ def _conditions(draw: st.DrawFn, depth: int = 0) -> tuple[str, pc.Expression]:
     return word.join(f"({t})" for t, _ in parts), expr
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_conditions())
 def test_balancing_and_collapsing_keep_the_meaning(condition: tuple[str, pc.Expression]) -> None:
     from sediment.query.where import parse_where
