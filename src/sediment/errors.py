@@ -33,6 +33,8 @@ happen into one of these, with a message naming the table, field, file or row co
     │   │   └── TagNotFoundError     no tag of that name
     │   ├── VersionExpiredError      a version past retention.seconds: its files or log are gone
     │   ├── NotCoShardedError        a co-located join of tables that share no partition scheme
+    │   ├── WhereError               ``--where`` text that does not parse, or too long or deep
+    │   ├── FilterError              a filter outside the wire form, or too big or deep for it
     │   └── BadRequestError          a malformed request to the Flight service (sediment serve)
     ├── JobError                     a job (compaction, dump, ...) failed
     ├── MissingDependencyError       an optional dependency (an extra such as [spark]) is missing
@@ -195,6 +197,17 @@ class ReadOnlyError(ServiceError):
 
 class ServerBusyError(ServiceError):
     """The server is at ``--max-concurrency`` calls, or shutting down: retry later."""
+
+
+class WhereError(QueryError):
+    """A ``--where`` string that does not parse, or one too long or too deeply nested to
+    evaluate safely (the message names the position and the limit)."""
+
+
+class FilterError(QueryError):
+    """A filter that cannot travel in the wire form (a function it does not carry, named), or
+    a wire-form filter that is malformed, too big or too deeply nested. Raised before any
+    Arrow code sees it: expression bytes from elsewhere are never deserialised."""
 
 
 class BadRequestError(QueryError):

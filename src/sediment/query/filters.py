@@ -12,9 +12,8 @@ the table's iterators. Before that, two conservative uses of it save reading:
   skipped. With merging iterators (aggregation, keep-latest) it is not: dropping an older
   record's row group first would let it through instead of the newer one, or change a sum.
 
-The expression is taken apart through Arrow's own serialisation of expressions (an IPC file
-whose schema metadata lists the tree in prefix order and whose columns hold the literals and
-options), so literals keep their Arrow types.
+The expression is taken apart by :mod:`sediment.query.expressions`, which also holds the
+limits of size and depth every filter is held to (Arrow crashes on huge ones).
 
 The ``--where`` syntax that builds such an expression from a string is in
 :mod:`sediment.query.where`.
@@ -22,7 +21,6 @@ The ``--where`` syntax that builds such an expression from a string is in
 
 from __future__ import annotations
 
-import ctypes
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,136 +28,25 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from sediment.core.model import Region
 from sediment.core.ranges import Range
 from sediment.errors import QueryError
+from sediment.query.expressions import (
+    MAX_FILTER_DEPTH,
+    MAX_FILTER_NODES,
+    MAX_FILTER_VALUES,
+    Call,
+    Field,
+    Literal,
+    Node,
+    decompose,
+    field_names,
+    in_values,
+    tree_shape,
+)
 from sediment.schema import Schema
-
-# ---- taking an expression apart -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    name: str
-    args: tuple[Node, ...]
-    options: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Field:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Literal:
-    value: pa.Scalar
-
-
-@dataclass(frozen=True, slots=True)
-class Opaque:
-    """A part of the expression the analysis does not understand (a nested field
-    reference, say): never narrows anything."""
-
-
-Node = Call | Field | Literal | Opaque
-
-
-class _CSchema(ctypes.Structure):
-    """The Arrow C data interface's ArrowSchema (to read metadata with repeated keys)."""
-
-    _fields_ = [("format", ctypes.c_char_p), ("name", ctypes.c_char_p),  # noqa: RUF012
-                ("metadata", ctypes.c_void_p), ("flags", ctypes.c_int64),
-                ("n_children", ctypes.c_int64), ("children", ctypes.c_void_p),
-                ("dictionary", ctypes.c_void_p), ("release", ctypes.c_void_p),
-                ("private_data", ctypes.c_void_p)]
-
-
-_RELEASE = ctypes.CFUNCTYPE(None, ctypes.POINTER(_CSchema))
-
-
-def _metadata_pairs(schema: pa.Schema) -> list[tuple[str, str]]:
-    """The schema's metadata in order, repeated keys kept (``Schema.metadata`` is a dict)."""
-    c = _CSchema()
-    schema._export_to_c(ctypes.addressof(c))
-    try:
-        out: list[tuple[str, str]] = []
-        if c.metadata:
-            n = ctypes.c_int32.from_address(c.metadata).value
-            pos = c.metadata + 4
-            for _ in range(n):
-                kv = []
-                for _ in range(2):
-                    length = ctypes.c_int32.from_address(pos).value
-                    kv.append(ctypes.string_at(pos + 4, length).decode())
-                    pos += 4 + length
-                out.append((kv[0], kv[1]))
-        return out
-    finally:
-        if c.release:
-            _RELEASE(c.release)(ctypes.byref(c))
-
-
-def decompose(expr: pc.Expression) -> Node:
-    """The expression as a tree of Call/Field/Literal (Opaque where not understood)."""
-    try:
-        _, (buf,) = expr.__reduce__()
-        reader = ipc.open_file(buf)
-        pairs = _metadata_pairs(reader.schema)
-        columns = reader.get_batch(0) if reader.num_record_batches else None
-    except Exception:  # an Arrow that serialises differently: understand nothing
-        return Opaque()
-
-    def column(i: str) -> pa.Scalar:
-        assert columns is not None
-        return columns.column(int(i))[0]
-
-    items = iter(pairs)
-
-    def node(kind: str, value: str) -> Node:
-        if kind == "literal":
-            return Literal(column(value))
-        if kind == "field_ref":
-            return Field(value)
-        if kind == "call":
-            args: list[Node] = []
-            options = None
-            for k, v in items:
-                if k == "end":
-                    return Call(value, tuple(args), options)
-                if k == "options":
-                    options = column(v).as_py()
-                    options = dict(options) if options is not None else None
-                else:
-                    args.append(node(k, v))
-            raise ValueError("unterminated call")
-        return Opaque()
-
-    try:
-        kind, value = next(items)
-        return node(kind, value)
-    except Exception:
-        return Opaque()
-
-
-def field_names(tree: Node) -> set[str] | None:
-    """Fields the expression reads (None: it has parts not understood)."""
-    if isinstance(tree, Field):
-        return {tree.name}
-    if isinstance(tree, Opaque):
-        return None
-    if isinstance(tree, Literal):
-        return set()
-    out: set[str] = set()
-    for a in tree.args:
-        f = field_names(a)
-        if f is None:
-            return None
-        out |= f
-    return out
-
 
 # ---- row-key ranges ---------------------------------------------------------------------------
 
@@ -287,18 +174,24 @@ def keys_only(tree: Node, name: str) -> bool:
         and isinstance(tree.args[0], Field) and tree.args[0].name == name
 
 
-def _plainly_typed(tree: Node, types: dict[str, pa.DataType]) -> bool:
-    """Whether Arrow surely evaluates the expression on these columns: and/or/not, null
-    checks, comparisons and ``is_in`` whose literals have their field's type. Anything else
-    is checked by evaluating it on an empty table (which costs a query plan)."""
+def _plainly_boolean(tree: Node, types: dict[str, pa.DataType]) -> bool:
+    """Whether Arrow surely evaluates the expression on these columns to booleans: and/or/not
+    of boolean columns and literals, null checks, comparisons and ``is_in`` whose literals
+    have their field's type. Anything else is checked by evaluating it on an empty table
+    (which costs a query plan)."""
     if isinstance(tree, Field):
-        return tree.name in types
+        return types.get(tree.name) == pa.bool_()
     if isinstance(tree, Literal):
-        return True
+        return tree.value.type == pa.bool_()
     if not isinstance(tree, Call):
         return False
-    if tree.name in ("and", "and_kleene", "or", "or_kleene", "invert", "is_null", "is_valid"):
-        return all(_plainly_typed(a, types) for a in tree.args)
+    if tree.name in ("and", "and_kleene", "or", "or_kleene"):
+        return len(tree.args) >= 2 and all(_plainly_boolean(a, types) for a in tree.args)
+    if tree.name == "invert":
+        return len(tree.args) == 1 and _plainly_boolean(tree.args[0], types)
+    if tree.name in ("is_null", "is_valid"):
+        return len(tree.args) == 1 and (isinstance(tree.args[0], Literal) or isinstance(
+            tree.args[0], Field) and tree.args[0].name in types)
     if tree.name in _FLIP and len(tree.args) == 2:
         a, b = tree.args
         if isinstance(b, Field):
@@ -412,19 +305,36 @@ class QueryFilter:
                 yield out
 
 
+def check_size(tree: Node, what: str, error: type[QueryError]) -> None:
+    """Raise ``error`` (a QueryError) when the tree is past the limits every filter is held
+    to (see :mod:`sediment.query.expressions`): Arrow would crash or crawl on it."""
+    depth, nodes = tree_shape(tree)
+    if depth > MAX_FILTER_DEPTH:
+        raise error(f"{what} nests {depth} levels deep (at most {MAX_FILTER_DEPTH}): "
+                    f"flatten it")
+    if nodes > MAX_FILTER_NODES:
+        raise error(f"{what} has {nodes} parts (at most {MAX_FILTER_NODES}): for many values "
+                    f"of one field use is_in (--where: field IN (...))")
+    values = in_values(tree)
+    if values > MAX_FILTER_VALUES:
+        raise error(f"{what} lists {values} is_in values (at most {MAX_FILTER_VALUES})")
+
+
 def compile_filter(expression: Any, schema: Schema, table: str, *,
                    record_by_record: bool) -> QueryFilter:
     """Check ``expression`` against the table's schema and analyse it.
 
     ``record_by_record``: whether every iterator keeps or drops each record on its own (then
     row groups may be pruned by statistics on any column). Raises QueryError: not an
-    expression, an unknown field (named), or an expression Arrow cannot evaluate on the
-    table's columns (mismatched types, say).
+    expression, one too big or too deeply nested (past MAX_FILTER_NODES or
+    MAX_FILTER_DEPTH), an unknown field (named), or an expression Arrow cannot evaluate to
+    booleans on the table's columns (mismatched types, an unknown function, a number).
     """
     if not isinstance(expression, pc.Expression):
         raise QueryError(f"filter must be a pyarrow.compute.Expression such as "
                          f"pc.field('v') > 3, not {type(expression).__name__}")
     tree = decompose(expression)
+    check_size(tree, f"filter on table {table}", QueryError)
     names = field_names(tree)
     if names is not None:
         unknown = sorted(n for n in names if n not in schema.field_names)
@@ -433,10 +343,10 @@ def compile_filter(expression: Any, schema: Schema, table: str, *,
                              f"(columns: {', '.join(schema.field_names)})")
     arrow = schema.to_arrow()
     types = {f.name: f.type for f in arrow}
-    if not _plainly_typed(tree, types):
-        try:
+    if not _plainly_boolean(tree, types):
+        try:  # an unknown function, a non-boolean result, mismatched types: Arrow says which
             arrow.empty_table().filter(expression)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        except pa.ArrowException as e:
             raise QueryError(f"filter on table {table} cannot be evaluated: {e}") from None
     first = schema.row_keys[0]
     intervals = key_intervals(tree, first.name, first.type)

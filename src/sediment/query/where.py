@@ -16,18 +16,32 @@ The CLI's ``query --where`` and the network service take it.
 
 Literals are cast to the field's type from the table schema (so ``ts >= '2024-01-01'``
 compares a timestamp); a literal that does not fit is an error naming its position.
+
+Hostile text cannot crash the process: the text is at most ``MAX_WHERE_CHARS`` characters,
+parentheses and NOTs nest at most ``MAX_FILTER_DEPTH`` deep, and the condition has at most
+``MAX_FILTER_NODES`` parts (each refusal a WhereError). Chains of AND and OR are built as
+balanced trees, and ``f = a OR f = b OR ...`` on one field as ``f IN (a, b, ...)``, so the
+20,000 equalities Arrow cannot evaluate as ORs are one set lookup.
 """
 
 from __future__ import annotations
 
+import decimal
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sediment.errors import QueryError
+from sediment.errors import WhereError
+from sediment.query.expressions import MAX_FILTER_DEPTH, MAX_FILTER_NODES
+
+__all__ = ["MAX_WHERE_CHARS", "WhereError", "cast_literal", "parse_where"]
+
+MAX_WHERE_CHARS = 1_000_000
+"""The longest ``--where`` text parsed: enough for an IN list or OR-chain of some 50,000
+values, and a bound on the work a hostile text can ask for."""
 
 # ---- the --where syntax -------------------------------------------------------------------------
 
@@ -39,13 +53,13 @@ _TOKEN = re.compile(r"""
   | (?P<name>[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<op><=|>=|!=|<>|=|<|>)
   | (?P<punct>[(),])
-""", re.VERBOSE)
+  | (?P<bad>.)
+""", re.VERBOSE | re.DOTALL)
 
 _KEYWORDS = {"and", "or", "not", "in", "between", "is", "null", "true", "false"}
 
 
-@dataclass(frozen=True, slots=True)
-class _Tok:
+class _Tok(NamedTuple):
     kind: str
     text: str
     pos: int
@@ -56,29 +70,65 @@ class _Tok:
         return self.text.lower() if self.kind == "name" else ""
 
 
-class WhereError(QueryError):
-    """A ``--where`` string that does not parse (the message names the position)."""
-
-
 def _tokens(text: str) -> list[_Tok]:
     out = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
+    for m in _TOKEN.finditer(text):  # one pass: the last alternative takes any other char
+        kind = m.lastgroup
+        if kind == "ws":
+            continue
+        pos = m.start()
+        if kind == "bad":
             if text[pos] in "'\"":
                 what = "string" if text[pos] == "'" else "name"
                 raise WhereError(f"where: unterminated {what} at position {pos + 1} (a quote "
                                  "opens it, none closes it)")
             raise WhereError(f"where: unexpected character {text[pos]!r} at position "
                              f"{pos + 1}")
-        kind = m.lastgroup
         assert kind is not None
-        if kind != "ws":
-            out.append(_Tok(kind, m.group(), pos))
-        pos = m.end()
+        out.append(_Tok(kind, m.group(), pos))
     out.append(_Tok("end", "", len(text)))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """A parsed piece of the condition with what the limits need: its size and depth as
+    :func:`sediment.query.expressions.tree_shape` counts them (a chain of one AND or OR is
+    one level), and, for ``field = literal``, the field and literal (OR-chains of those
+    become one ``is_in``)."""
+
+    expr: pc.Expression
+    nodes: int
+    depth: int
+    top: str = ""
+    """The function at the top (and_kleene, or_kleene) when a chain of it may absorb it."""
+    equality: tuple[str, pa.Scalar] | None = None
+
+
+def _bounded(text: str, limit: int = 40) -> str:
+    """``text`` quoted, cut to ``limit`` characters (an error never echoes a whole input)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
+def _balanced(parts: list[_Part], fn: str) -> _Part:
+    """``parts`` joined by ``fn`` (and_kleene/or_kleene) as a balanced tree: Python builds
+    it without deep recursion whatever the number of parts."""
+    if len(parts) == 1:
+        return parts[0]
+    exprs = [p.expr for p in parts]
+    join = (lambda x, y: x & y) if fn == "and_kleene" else (lambda x, y: x | y)
+    while len(exprs) > 1:
+        exprs = [join(exprs[i], exprs[i + 1]) if i + 1 < len(exprs) else exprs[i]
+                 for i in range(0, len(exprs), 2)]
+    depth = 1 + max(p.depth - (p.top == fn) for p in parts)
+    nodes = 1 + sum(p.nodes - (p.top == fn) for p in parts)
+    return _Part(exprs[0], nodes, depth, fn)
+
+
+def _collapsible(typ: pa.DataType) -> bool:
+    """Whether ``f = a OR f = b ...`` may become ``f IN (a, b, ...)``: not for floats,
+    where NaN and -0.0 compare otherwise than a set lookup matches them."""
+    return not (pa.types.is_floating(typ) or pa.types.is_nested(typ))
 
 
 class _Parser:
@@ -87,10 +137,16 @@ class _Parser:
         self.schema = schema
         self.toks = _tokens(text)
         self.i = 0
+        self.nesting = 0
+        """Parentheses and NOTs open at this point (bounds Python's recursion)."""
+        self.negations = 0
+        """NOTs open at this point: an OR-chain under an odd number is not collapsed (a
+        null field's ``f = 1 OR f = 2`` is null, its ``f IN (1, 2)`` false, and NOT tells
+        them apart)."""
 
     def error(self, msg: str, tok: _Tok | None = None) -> WhereError:
         tok = tok or self.peek()
-        near = "the end" if tok.kind == "end" else repr(tok.text)
+        near = "the end" if tok.kind == "end" else _bounded(tok.text)
         return WhereError(f"where: {msg} at position {tok.pos + 1} (at {near})")
 
     def peek(self) -> _Tok:
@@ -123,28 +179,66 @@ class _Parser:
         e = self.expr()
         if self.peek().kind != "end":
             raise self.error("expected AND, OR or the end")
-        return e
+        if e.depth > MAX_FILTER_DEPTH:
+            raise WhereError(f"where: the condition nests {e.depth} levels deep (at most "
+                             f"{MAX_FILTER_DEPTH})")
+        if e.nodes > MAX_FILTER_NODES:
+            raise WhereError(f"where: the condition has {e.nodes} parts (at most "
+                             f"{MAX_FILTER_NODES})")
+        return e.expr
 
-    def expr(self) -> pc.Expression:
-        e = self.term()
+    def expr(self) -> _Part:
+        terms = [self.term()]
         while self.accept("or"):
-            e = e | self.term()
-        return e
+            terms.append(self.term())
+        if len(terms) > 1 and self.negations % 2 == 0:
+            terms = self.collapse(terms)
+        return _balanced(terms, "or_kleene")
 
-    def term(self) -> pc.Expression:
-        e = self.factor()
+    def collapse(self, terms: list[_Part]) -> list[_Part]:
+        """ORs of ``field = literal`` on one field as one ``is_in`` (outside NOT, where a
+        null's false and null both drop the row)."""
+        groups: dict[str, list[_Part]] = {}
+        for t in terms:
+            if t.equality is not None:
+                groups.setdefault(t.equality[0], []).append(t)
+        merged = {name: g for name, g in groups.items() if len(g) > 1}
+        if not merged:
+            return terms
+        out = [t for t in terms if t.equality is None or t.equality[0] not in merged]
+        for name, g in merged.items():
+            typ = self.schema.field(name).type
+            values = pa.array([t.equality[1] for t in g if t.equality is not None], typ)
+            out.append(_Part(pc.field(name).isin(values), 2, 2))
+        return out
+
+    def term(self) -> _Part:
+        factors = [self.factor()]
         while self.accept("and"):
-            e = e & self.factor()
-        return e
+            factors.append(self.factor())
+        return _balanced(factors, "and_kleene")
 
-    def factor(self) -> pc.Expression:
-        if self.accept("not"):
-            return ~self.factor()
+    def nested(self, tok: _Tok) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_FILTER_DEPTH:
+            raise self.error(f"the condition nests more than {MAX_FILTER_DEPTH} levels of "
+                             f"parentheses and NOTs", tok)
+
+    def factor(self) -> _Part:
         tok = self.peek()
+        if self.accept("not"):
+            self.nested(tok)
+            self.negations += 1
+            inner = self.factor()
+            self.negations -= 1
+            self.nesting -= 1
+            return _Part(~inner.expr, 1 + inner.nodes, 1 + inner.depth)
         if tok.kind == "punct" and tok.text == "(":
+            self.nested(tok)
             self.i += 1
             e = self.expr()
             self.expect_punct(")")
+            self.nesting -= 1
             return e
         return self.predicate()
 
@@ -175,22 +269,13 @@ class _Parser:
         else:
             raise self.error("expected a literal (number, 'string', true or false)", tok)
         try:
-            if isinstance(value, float) and (pa.types.is_integer(typ)):
-                if not value.is_integer():
-                    raise ValueError("not an integer")
-                value = int(value)
-            if isinstance(value, str) and not (pa.types.is_string(typ)
-                                               or pa.types.is_large_string(typ)):
-                if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
-                    return pa.scalar(value.encode(), typ)
-                return pa.scalar(value).cast(typ)
-            return pa.scalar(value, typ)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
-                TypeError, ValueError, OverflowError):
-            raise self.error(f"literal {tok.text} does not fit field {name!r} ({typ})",
+            return cast_literal(value, typ)
+        except ValueError:
+            text = tok.text if len(tok.text) <= 40 else tok.text[:40] + "..."
+            raise self.error(f"literal {text} does not fit field {name!r} ({typ})",
                              tok) from None
 
-    def predicate(self) -> pc.Expression:
+    def predicate(self) -> _Part:
         name, typ = self.field()
         f = pc.field(name)
         tok = self.peek()
@@ -199,14 +284,15 @@ class _Parser:
             v = self.literal(name, typ)
             op = tok.text
             if op == "=":
-                return f == v
+                eq = (name, v) if _collapsible(typ) else None
+                return _Part(f == v, 3, 2, equality=eq)
             if op in ("!=", "<>"):
-                return f != v
-            return {"<": f < v, "<=": f <= v, ">": f > v, ">=": f >= v}[op]
+                return _Part(f != v, 3, 2)
+            return _Part({"<": f < v, "<=": f <= v, ">": f > v, ">=": f >= v}[op], 3, 2)
         if self.accept("is"):
             negate = self.accept("not")
             self.expect("null", "NULL")
-            return f.is_valid() if negate else f.is_null()
+            return _Part(f.is_valid() if negate else f.is_null(), 2, 2)
         negate = self.accept("not")
         if self.accept("in"):
             self.expect_punct("(")
@@ -215,18 +301,48 @@ class _Parser:
                 self.i += 1
                 values.append(self.literal(name, typ))
             self.expect_punct(")")
-            e = f.isin(pa.array([v.as_py() for v in values], typ))
-            return ~e if negate else e
+            e = f.isin(pa.array(values, typ))
+            return _Part(~e, 3, 3) if negate else _Part(e, 2, 2)
         if self.accept("between"):
             lo = self.literal(name, typ)
             self.expect("and", "AND")
             hi = self.literal(name, typ)
             e = (f >= lo) & (f <= hi)
-            return ~e if negate else e
+            return _Part(~e, 8, 4) if negate else _Part(e, 7, 3, "and_kleene")
         raise self.error("expected a comparison (= != < <= > >=), IN, BETWEEN or IS")
+
+
+def cast_literal(value: Any, typ: pa.DataType) -> pa.Scalar:
+    """A JSON-like value (number, string, boolean) as a scalar of a field's type, as
+    ``--where`` reads literals: a string is parsed for temporal and numeric fields and
+    encoded for binary ones, an integral float fits an integer field. ValueError when it
+    does not fit."""
+    try:
+        if isinstance(value, float) and pa.types.is_integer(typ):
+            if not value.is_integer():
+                raise ValueError("not an integer")
+            value = int(value)
+        if isinstance(value, float | int) and not isinstance(value, bool) \
+                and pa.types.is_decimal(typ):
+            value = decimal.Decimal(repr(value))  # 2.5 is 2.5, not its binary neighbour
+        if isinstance(value, str) and not (pa.types.is_string(typ)
+                                           or pa.types.is_large_string(typ)):
+            if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+                return pa.scalar(value.encode(), typ)
+            return pa.scalar(value).cast(typ)
+        return pa.scalar(value, typ)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError,
+            decimal.InvalidOperation) as e:
+        raise ValueError(str(e)) from None
 
 
 def parse_where(text: str, schema: pa.Schema) -> pc.Expression:
     """The ``--where`` string as a pyarrow expression over ``schema`` (the table's Arrow
-    schema); WhereError (a QueryError) naming the 1-based position of the first problem."""
+    schema); WhereError (a QueryError) naming the 1-based position of the first problem, or
+    the limit a text past MAX_WHERE_CHARS, MAX_FILTER_DEPTH or MAX_FILTER_NODES exceeds."""
+    if not isinstance(text, str):
+        raise WhereError(f"where: expected text, not {type(text).__name__}")
+    if len(text) > MAX_WHERE_CHARS:
+        raise WhereError(f"where: the condition is {len(text)} characters long (at most "
+                         f"{MAX_WHERE_CHARS})")
     return _Parser(text, schema).parse()

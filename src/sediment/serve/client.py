@@ -4,7 +4,8 @@ whose tables offer the local API's reads and writes over Arrow Flight.
 Arguments travel as the JSON of :mod:`sediment.serve.protocol` and are checked by the server's
 own ``Table.prepare`` (one normalisation, the local API's messages); those that cannot travel
 (iterator objects, callables, server-side folders) are refused here with a BadRequestError
-(a QueryError). Errors come back as the Sediment class the server raised.
+(a QueryError), and so are filters the wire form cannot say (a FilterError). Errors come
+back as the Sediment class the server raised.
 """
 
 from __future__ import annotations
@@ -156,9 +157,11 @@ class RemoteTable:
               columns: Sequence[str] | None = None, version: int | str | None = None,
               iterators: Sequence[Any] | None = None,
               filter: Any = None) -> pa.Table:  # noqa: A002 (the public name)
-        """As ``Table.query`` (``filter``: a pyarrow expression or ``--where`` text): the
-        leaves' endpoints are fetched in parallel and joined in key order. A query of one
-        exact key is one ``do_get`` of the whole query (a lookup is one round trip)."""
+        """As ``Table.query`` (``filter``: a pyarrow expression, sent as the JSON tree of
+        :mod:`sediment.query.wire`, which refuses here with a FilterError naming any function
+        it cannot carry; or ``--where`` text): the leaves' endpoints are fetched in parallel
+        and joined in key order. A query of one exact key is one ``do_get`` of the whole
+        query (a lookup is one round trip)."""
         if ranges is None and isinstance(keys, list | tuple) and len(keys) == 1:
             # one exact key: one leaf (or, for a key prefix, a few in a row): the whole
             # query in one do_get, without the round trip of planning

@@ -7,7 +7,9 @@ A query travels as a JSON object (the command of a Flight descriptor, UTF-8)::
      "keys": ["a", ["b", 5], {"base64": "AAE="}],   # exact row keys (a list is a key tuple)
      "ranges": [{"start": "a", "end": "m", "start_inclusive": true, "end_inclusive": false}],
      "columns": ["key", "value"],
-     "filter": "value > 3 AND key != 'x'",   # the --where text (or {"expression": base64})
+     "filter": "value > 3 AND key != 'x'",   # the --where text, or a JSON filter tree
+                                              # ({"call": "greater", "args": [...]}: see
+                                              # sediment.query.wire)
      "version": 12,                           # or a tag name
      "iterators": [{"type": "age_off", ...}]}  # iterator configs (JSON objects)
 
@@ -43,11 +45,14 @@ from sediment.errors import (
     AuthenticationError,
     BadRequestError,
     DataError,
+    FilterError,
     ReadOnlyError,
     SedimentError,
     ServerBusyError,
     ServiceError,
 )
+from sediment.query.where import parse_where
+from sediment.query.wire import from_wire, to_wire
 from sediment.schema import check_text
 
 END_OF_STREAM = b"sediment:end-of-stream"
@@ -111,37 +116,32 @@ def decode_value(data: Any, what: str) -> Any:
 
 # ---- queries ------------------------------------------------------------------------------
 def encode_filter(filter: Any) -> Any:  # noqa: A002 (the public name)
-    """A filter for the wire: ``--where`` text as it is, a pyarrow expression in Arrow's own
-    serialised form (no pickle: the server rebuilds it with ``Expression._deserialize``)."""
+    """A filter for the wire: ``--where`` text as it is, a pyarrow expression as the JSON
+    tree of :mod:`sediment.query.wire` (FilterError, before anything is sent, for a part the
+    tree cannot say, named)."""
     if filter is None or isinstance(filter, str):
         return filter
     if isinstance(filter, pc.Expression):
-        buf = filter.__reduce__()[1][0]
-        return {"expression": base64.b64encode(memoryview(buf)).decode()}
+        return to_wire(filter)
     raise BadRequestError(f"filter must be --where text or a pyarrow.compute.Expression, "
                           f"not {type(filter).__name__}")
 
 
 def decode_filter(data: Any, arrow_schema: pa.Schema) -> pc.Expression | None:
-    """The filter a query descriptor carries, as ``filter=`` takes it (WhereError for bad
-    ``--where`` text, naming the position)."""
-    from sediment.query.where import parse_where
-
+    """The filter a query descriptor carries, as ``filter=`` takes it: WhereError for bad
+    ``--where`` text (naming the position), FilterError for a tree outside the wire form.
+    Expression bytes are never deserialised: Arrow aborts the process on malformed ones."""
     if data is None:
         return None
     if isinstance(data, str):
         return parse_where(data, arrow_schema)
-    if isinstance(data, dict) and set(data) == {"expression"}:
-        try:
-            buf = pa.py_buffer(base64.b64decode(str(data["expression"]), validate=True))
-            expr = pc.Expression._deserialize(buf)
-        except (binascii.Error, ValueError, pa.ArrowException) as e:
-            raise BadRequestError(f"filter: not a serialised Arrow expression: {e}") from None
-        if not isinstance(expr, pc.Expression):
-            raise BadRequestError("filter: not a serialised Arrow expression")
-        return expr
-    raise BadRequestError(f"filter must be --where text or {{\"expression\": ...}}, "
-                          f"not {data!r}")
+    if isinstance(data, dict) and "expression" in data:
+        raise FilterError("filter: serialised Arrow expressions are not accepted; send "
+                          "--where text or the JSON filter form (sediment.query.wire)")
+    if isinstance(data, dict):
+        return from_wire(data, arrow_schema)
+    raise FilterError(f"filter must be --where text or a JSON filter tree, not "
+                      f"{type(data).__name__}")
 
 
 def encode_query(table: str, keys: Any = None, ranges: Any = None, *, columns: Any = None,
@@ -199,11 +199,37 @@ def parse_json(body: bytes, what: str) -> dict[str, Any]:
     """A JSON object from a descriptor, ticket or action body (BadRequestError otherwise)."""
     try:
         doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except RecursionError:  # arrays or objects nested past Python's recursion limit
+        raise BadRequestError(f"malformed {what}: JSON nested too deeply") from None
+    except ValueError as e:  # not JSON, not UTF-8, an integer past 4,300 digits
         raise BadRequestError(f"malformed {what}: not JSON ({e})") from None
     if not isinstance(doc, dict):
         raise BadRequestError(f"malformed {what}: expected a JSON object, got {doc!r}")
+    depth = _nesting(doc)
+    if depth > MAX_JSON_DEPTH:
+        raise BadRequestError(f"malformed {what}: JSON nested {depth} deep (at most "
+                              f"{MAX_JSON_DEPTH})")
     return doc
+
+
+MAX_JSON_DEPTH = 256
+"""How deeply a request's JSON may nest: room for a filter tree at its own limit (100 levels,
+two JSON levels each), and far from Python's recursion limit, which decoding keys and filters
+would otherwise reach (a RecursionError, not an answer)."""
+
+
+def _nesting(doc: Any) -> int:
+    """How deeply lists and objects nest in ``doc`` (without recursion)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+    return deepest
 
 
 def table_name(doc: Mapping[str, Any], what: str, field: str = "table") -> str:
