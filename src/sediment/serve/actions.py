@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sediment.errors import BadRequestError
 from sediment.schema import Schema
 from sediment.serve.middleware import Admission
-from sediment.serve.protocol import decode_value, parse_json, table_name
+from sediment.serve.protocol import decode_value, parse_json, quoted, table_name
 from sediment.serve.stats import Request, Stats
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def _version(doc: dict[str, Any], required: bool = False) -> int | str | None:
         return None
     if not isinstance(v, int | str) or isinstance(v, bool):
         raise BadRequestError(f"malformed action body: version must be a number or a tag "
-                              f"name, not {v!r}")
+                              f"name, not {quoted(v)}")
     return v
 
 
@@ -177,7 +177,7 @@ def run_action(server: SedimentFlightServer, kind: str, body: Any, req: Request)
     """Run action ``kind`` (ReadOnlyError for a mutating one on a read-only server)."""
     entry = ACTIONS.get(kind)
     if entry is None:
-        raise BadRequestError(f"unknown action {kind!r} (actions: {', '.join(ACTIONS)})")
+        raise BadRequestError(f"unknown action {quoted(kind)} (actions: {', '.join(ACTIONS)})")
     _doc, mutates, handler = entry
     raw = body.to_pybytes() if body is not None else b""
     doc = parse_json(raw or b"{}", f"{kind} body")

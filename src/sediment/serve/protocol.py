@@ -29,6 +29,7 @@ import base64
 import binascii
 import datetime as dt
 import json
+import reprlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -52,6 +53,32 @@ END_OF_STREAM = b"sediment:end-of-stream"
 """App metadata of the last message of a put whose descriptor asks for an end marker."""
 
 QUERY_FIELDS = ("table", "keys", "ranges", "columns", "filter", "version", "iterators")
+
+MESSAGE_BYTES = 1000
+"""Most UTF-8 bytes of an error message sent to a client. A message travels twice in gRPC
+metadata (the status message, percent-encoded, and the error's JSON in ``extra_info``, non-ASCII
+escaped), which a client refuses past 16 KiB ("resource exhausted"): 1,000 bytes stay under
+10 KiB whatever their characters."""
+
+_QUOTE = reprlib.Repr()  # Python 3.11's takes no keyword arguments
+_QUOTE.maxlevel, _QUOTE.maxdict, _QUOTE.maxlist, _QUOTE.maxtuple, _QUOTE.maxset = 3, 4, 4, 4, 4
+_QUOTE.maxstring, _QUOTE.maxother, _QUOTE.maxlong = 80, 80, 40
+
+
+def quoted(value: Any) -> str:
+    """How an error message quotes a client's value: its ``repr`` cut to a bounded prefix
+    (long strings, deep or long containers), whatever its size or nesting."""
+    return _QUOTE.repr(value)
+
+
+def bounded_message(text: str) -> str:
+    """``text`` cut to :data:`MESSAGE_BYTES` UTF-8 bytes (saying so), lone surrogates
+    escaped: what every error sent to a client carries."""
+    raw = text.encode("utf-8", "backslashreplace")
+    if len(raw) <= MESSAGE_BYTES:
+        return raw.decode("utf-8")
+    head = raw[:MESSAGE_BYTES].decode("utf-8", "ignore")
+    return f"{head}... (message cut: {len(raw) - MESSAGE_BYTES} more bytes)"
 
 
 # ---- values -------------------------------------------------------------------------------
@@ -101,9 +128,9 @@ def decode_value(data: Any, what: str) -> Any:
                          start_inclusive=bool(r.get("start_inclusive", True)),
                          end_inclusive=bool(r.get("end_inclusive", False)))
     except (binascii.Error, ValueError, TypeError) as e:
-        raise BadRequestError(f"{what}: malformed value {data!r}: {e}") from None
-    raise BadRequestError(f"{what}: unknown value form {data!r} (expected base64, datetime, "
-                          f"date, range or region)")
+        raise BadRequestError(f"{what}: malformed value {quoted(data)}: {e}") from None
+    raise BadRequestError(f"{what}: unknown value form {quoted(data)} (expected base64, "
+                          f"datetime, date, range or region)")
 
 
 # ---- queries ------------------------------------------------------------------------------
@@ -188,8 +215,10 @@ def parse_json(body: bytes, what: str) -> dict[str, Any]:
         doc = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BadRequestError(f"malformed {what}: not JSON ({e})") from None
+    except RecursionError:
+        raise BadRequestError(f"malformed {what}: JSON nested too deeply") from None
     if not isinstance(doc, dict):
-        raise BadRequestError(f"malformed {what}: expected a JSON object, got {doc!r}")
+        raise BadRequestError(f"malformed {what}: expected a JSON object, got {quoted(doc)}")
     return doc
 
 
@@ -205,7 +234,7 @@ def query_arguments(doc: Mapping[str, Any], arrow_schema: pa.Schema) -> dict[str
     """``Table.prepare``'s keyword arguments from a query descriptor (the table checks them)."""
     unknown = sorted(set(doc) - set(QUERY_FIELDS))
     if unknown:
-        raise BadRequestError(f"malformed query descriptor: unknown field {unknown[0]!r} "
+        raise BadRequestError(f"malformed query descriptor: unknown field {quoted(unknown[0])} "
                               f"(fields: {', '.join(QUERY_FIELDS)})")
     args: dict[str, Any] = {}
     if doc.get("keys") is not None:
@@ -244,9 +273,11 @@ def dumps(doc: Any) -> bytes:
 # ---- errors -------------------------------------------------------------------------------
 def to_flight_error(exc: BaseException) -> fl.FlightError:
     """A Flight error carrying ``exc``'s message, with the Sediment class and the message as
-    JSON in ``extra_info`` so the client raises the same class with the same text."""
+    JSON in ``extra_info`` so the client raises the same class with the same text (cut to
+    :data:`MESSAGE_BYTES`: a message quoting a huge input would not fit in gRPC's metadata)."""
     classes = [c.__name__ for c in type(exc).__mro__ if issubclass(c, SedimentError)]
-    info = dumps({"error": type(exc).__name__, "classes": classes, "message": str(exc)})
+    message = bounded_message(str(exc))
+    info = dumps({"error": type(exc).__name__, "classes": classes, "message": message})
     kind: Callable[..., fl.FlightError]
     if isinstance(exc, AuthenticationError):
         kind = fl.FlightUnauthenticatedError
@@ -258,7 +289,7 @@ def to_flight_error(exc: BaseException) -> fl.FlightError:
         kind = fl.FlightServerError
     else:
         kind = fl.FlightInternalError
-    return kind(str(exc), extra_info=info)
+    return kind(message, extra_info=info)
 
 
 _LOCAL_ERRORS: dict[str, type[SedimentError]] = {
