@@ -251,8 +251,10 @@ def query_arguments(doc: Mapping[str, Any], arrow_schema: pa.Schema) -> dict[str
     if doc.get("version") is not None:
         args["version"] = doc["version"]
     if doc.get("iterators") is not None:
-        if not isinstance(doc["iterators"], list):
-            raise BadRequestError("malformed query descriptor: iterators must be a list")
+        if not isinstance(doc["iterators"], list) or \
+                not all(isinstance(it, dict) for it in doc["iterators"]):
+            raise BadRequestError("malformed query descriptor: iterators must be a list of "
+                                  "iterator configurations (JSON objects)")
         args["iterators"] = doc["iterators"]
     args["filter"] = decode_filter(doc.get("filter"), arrow_schema)
     return args

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -341,9 +342,12 @@ def for_client(exc: Exception, req: Request) -> Exception:
     if isinstance(exc, ARROW_INPUT_ERRORS) and "Traceback" not in str(exc):
         return to_flight_error(BadRequestError(str(exc)))
     reference = uuid.uuid4().hex[:12]
-    LOG.error("internal error reference=%s method=%s table=%s: %s", reference,
-              log_value(req.method), log_value(req.table or "-"), type(exc).__name__,
-              exc_info=exc)
+    # the traceback's frames are the server's code; the message may quote the request, so
+    # it is escaped like every logged value (one line: no request forges log lines)
+    LOG.error("internal error reference=%s method=%s table=%s error=%s message=%s\n%s",
+              reference, log_value(req.method), log_value(req.table or "-"),
+              type(exc).__name__, log_value(str(exc)),
+              "".join(traceback.format_tb(exc.__traceback__)).rstrip("\n"))
     return to_flight_error(ServiceError(
         f"internal error (reference {reference}): the server could not answer this request; "
         f"its log has the details"))
