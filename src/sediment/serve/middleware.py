@@ -23,9 +23,9 @@ from typing import Any
 import pyarrow.flight as fl
 
 from sediment.access import same_token
-from sediment.errors import AuthenticationError, ServerBusyError, ServiceError
+from sediment.errors import AuthenticationError, BadRequestError, ServerBusyError, ServiceError
 from sediment.serve.protocol import to_flight_error
-from sediment.serve.stats import Stats, log_value
+from sediment.serve.stats import Request, Stats, log_value
 
 LOG = logging.getLogger("sediment.serve")
 
@@ -34,6 +34,10 @@ LIGHT_ACTIONS = frozenset({"health", "stats"})
 
 _NO_SLOT = frozenset({fl.FlightMethod.DO_ACTION, fl.FlightMethod.LIST_ACTIONS})
 """Methods admitted without a slot (``do_action`` takes one itself, but for light actions)."""
+
+_REFUSED = {fl.FlightMethod.GET_SCHEMA: "get_flight_info gives a query's schema"}
+"""Methods the service does not offer, refused here: Arrow sends a Python traceback with any
+error a ``get_schema`` handler raises, a Flight error included."""
 
 
 class Call(fl.ServerMiddleware):
@@ -117,6 +121,10 @@ class Admission(fl.ServerMiddlewareFactory):
             raise to_flight_error(AuthenticationError(
                 "authentication required: send the server's token as 'authorization: "
                 "Bearer <token>' (sd.connect(uri, token=...))"))
+        if info.method in _REFUSED:
+            self.stats.record(Request(method, outcome="error:BadRequestError"), 0.0)
+            raise to_flight_error(BadRequestError(
+                f"sediment serve does not offer {method}: {_REFUSED[info.method]}"))
         call = Call(self, method, holds=False)
         if info.method in _NO_SLOT and not self.draining:
             return call

@@ -213,8 +213,8 @@ def parse_json(body: bytes, what: str) -> dict[str, Any]:
     """A JSON object from a descriptor, ticket or action body (BadRequestError otherwise)."""
     try:
         doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadRequestError(f"malformed {what}: not JSON ({e})") from None
+    except ValueError as e:  # not UTF-8, not JSON, a number past Python's digit limit
+        raise BadRequestError(f"malformed {what}: not JSON ({quoted(str(e))})") from None
     except RecursionError:
         raise BadRequestError(f"malformed {what}: JSON nested too deeply") from None
     if not isinstance(doc, dict):
@@ -241,9 +241,15 @@ def query_arguments(doc: Mapping[str, Any], arrow_schema: pa.Schema) -> dict[str
         keys = doc["keys"]
         args["keys"] = keys if isinstance(keys, str) else list(decode_value(keys, "keys")) \
             if isinstance(keys, list) else decode_value(keys, "keys")
+        if not isinstance(args["keys"], list | str | bytes):  # (the table refuses str, bytes)
+            raise BadRequestError(f"malformed query descriptor: keys must be a list of row "
+                                  f"keys, not {quoted(keys)}")
     if doc.get("ranges") is not None:
         r = decode_value(doc["ranges"], "ranges")
         args["ranges"] = list(r) if isinstance(r, tuple) else r
+        if not isinstance(args["ranges"], list | Range | Box | str | bytes):
+            raise BadRequestError(f"malformed query descriptor: ranges must be a list of "
+                                  f"ranges or regions, not {quoted(doc['ranges'])}")
     if doc.get("columns") is not None:
         if not isinstance(doc["columns"], list):
             raise BadRequestError("malformed query descriptor: columns must be a list")

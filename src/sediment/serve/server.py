@@ -316,6 +316,16 @@ class SedimentFlightServer(fl.FlightServerBase):
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [(name, doc) for name, (doc, _mutates, _fn) in ACTIONS.items()]
 
+    # Flight's other methods: refused with a message (Arrow's defaults send a traceback);
+    # get_schema is refused at admission (Arrow sends a traceback with any error it raises)
+    def do_exchange(self, context: Any, descriptor: fl.FlightDescriptor,
+                    reader: fl.MetadataRecordBatchReader,
+                    writer: fl.MetadataRecordBatchWriter) -> None:
+        with self.stats.track("do_exchange"):
+            raise to_flight_error(BadRequestError(
+                "sediment serve does not offer do_exchange: read with do_get, write with "
+                "do_put"))
+
     # ---- lifecycle ------------------------------------------------------------------------
     def drain(self) -> threading.Thread:
         """Refuse new calls, then shut down once the running ones end (puts commit or

@@ -30,19 +30,26 @@ LATENCY_WINDOW = 10_000
 LOG_VALUE_CHARS = 200
 """Most characters of a client's value written in a log line (longer ones are cut, and say so)."""
 
+LOG_VALUE_ESCAPED = 400
+"""Most characters of that value once escaped (an escape takes up to 12 per character)."""
+
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/@+-]{1,200}")
 
 
 def log_value(value: object) -> str:
     """``value`` as a log field's value: as it is when plain (letters, digits, ``_.:/@+-``),
-    else a JSON string of its first :data:`LOG_VALUE_CHARS` characters with every control
-    character, quote, non-ASCII character and lone surrogate escaped."""
+    else a JSON string of its first :data:`LOG_VALUE_CHARS` characters (fewer when their
+    escapes pass :data:`LOG_VALUE_ESCAPED`) with every control character, quote, non-ASCII
+    character and lone surrogate escaped."""
     text = str(value)
     if _PLAIN.fullmatch(text):
         return text
-    if len(text) > LOG_VALUE_CHARS:
-        text = f"{text[:LOG_VALUE_CHARS]}...({len(text) - LOG_VALUE_CHARS} more characters)"
-    return json.dumps(text, ensure_ascii=True)
+    cut = text[:LOG_VALUE_CHARS]
+    while len(json.dumps(cut)) > LOG_VALUE_ESCAPED:
+        cut = cut[:len(cut) * 3 // 4]
+    if len(cut) < len(text):
+        cut = f"{cut}...({len(text) - len(cut)} more characters)"
+    return json.dumps(cut, ensure_ascii=True)
 
 
 @dataclass
