@@ -59,8 +59,10 @@ class Call(fl.ServerMiddleware):
     def working(self) -> None:
         """The server works on the call again: ServiceError if its slot was freed meanwhile
         (the call is abandoned)."""
-        self.idle_since = None
-        if self.expired:
+        with self.gate.lock:  # (the idle watcher reads both under it)
+            self.idle_since = None
+            expired = self.expired
+        if expired:
             raise ServiceError(
                 f"{self.method}: the call waited on its client for more than "
                 f"{self.gate.idle_timeout:g} s (--idle-timeout) and was abandoned; nothing "
@@ -87,7 +89,7 @@ class Admission(fl.ServerMiddlewareFactory):
         self.stats = stats
         self.idle_timeout = idle_timeout
         self.draining = False
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self._held: set[Call] = set()
         self.active = 0
         self._stop = threading.Event()
@@ -133,7 +135,7 @@ class Admission(fl.ServerMiddlewareFactory):
 
     def hold(self, call: Call) -> None:
         """Give ``call`` a slot, or refuse it as busy (at the limit, or draining)."""
-        with self._lock:
+        with self.lock:
             if self.draining:
                 refusal = "the server is shutting down"
             elif self.active >= self.limit:
@@ -149,7 +151,7 @@ class Admission(fl.ServerMiddlewareFactory):
         raise to_flight_error(ServerBusyError(refusal))
 
     def finish(self, call: Call) -> None:
-        with self._lock:
+        with self.lock:
             if call in self._held:
                 self._held.discard(call)
                 self.active -= 1
@@ -158,7 +160,7 @@ class Admission(fl.ServerMiddlewareFactory):
         """Free the slots of calls waiting on their clients for ``idle_timeout`` or more."""
         if self.idle_timeout is None:
             return []
-        with self._lock:
+        with self.lock:
             idle = [c for c in self._held if c.idle_since is not None
                     and now - c.idle_since >= self.idle_timeout]
             for c in idle:

@@ -331,14 +331,14 @@ class SedimentFlightServer(fl.FlightServerBase):
         """Refuse new calls, then shut down once the running ones end (puts commit or
         abort); returns the thread doing it (join it before exiting)."""
         self.admission.draining = True
-
-        def stop() -> None:
-            self.shutdown()
-            self.admission.close()
-
-        stopper = threading.Thread(target=stop, name="sediment-serve-drain")
+        stopper = threading.Thread(target=self.shutdown, name="sediment-serve-drain")
         stopper.start()
         return stopper
+
+    def shutdown(self) -> None:
+        """Stop serving once the running calls end; the idle watcher stops too."""
+        super().shutdown()
+        self.admission.close()
 
 
 def for_client(exc: Exception, req: Request) -> Exception:
