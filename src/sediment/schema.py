@@ -386,7 +386,7 @@ class Schema:
                        fields("values", "value"))
         except SchemaError:
             raise
-        except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, pa.ArrowException) as e:
             raise SchemaError(f"invalid schema document: {e}") from e
 
 

@@ -1,6 +1,6 @@
 """A lone surrogate in a read's keys or range ends (issue 34, item 4): refused with the
 DataError ingest gives the same value, naming the table, on every local route and the CLI
-(the Flight routes: tests/serve/test_serve_surrogates.py).
+(the Flight routes: tests/integration/serve/test_serve_surrogates.py).
 
 Arrow cannot encode a ``str`` holding a lone surrogate (``"\\ud800"``; a command line makes
 ``"\\udcff"`` of a byte that is not UTF-8), so these reads used to end in a raw

@@ -14,7 +14,7 @@ import typer
 
 from sediment.cli.errors import CliError
 from sediment.cli.options import StoreOption, open_store, read_token
-from sediment.dashboard.security import TOKEN_ENV, check_bind
+from sediment.dashboard.security import TOKEN_ENV, check_bind, host_allow_list
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -47,11 +47,17 @@ def dashboard(
         f"(default: ${TOKEN_ENV}).")] = None,
     refresh: Annotated[float, typer.Option(
         "--refresh", help="Seconds between the pages' refreshes.")] = 5.0,
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        "--allowed-host", metavar="NAME",
+        help="A host name (or address) browsers reach the dashboard by, besides the bound "
+             "address, localhost, 127.0.0.1 and [::1]; repeatable. Requests naming any other "
+             "Host are refused (421).")] = None,
 ) -> None:
     """Serve a read-only web dashboard of the store's tables, partitions, files and jobs
     (pages and a JSON API under /api) until interrupted."""
     token = read_token(token_file, TOKEN_ENV)
     check_bind(host, token)  # DashboardSecurityError: one error line, nothing bound
+    host_allow_list(host, allowed_host or ())  # the same for a malformed --allowed-host
     if not 1 <= port <= 65535:
         raise CliError(f"--port {port} is not a port number")
     if not 0.5 <= refresh <= 3600:
@@ -67,4 +73,5 @@ def dashboard(
     bind = f"[{host}]" if ":" in host else host
     typer.echo(f"dashboard of {opened.uri} on http://{bind}:{port}/"
                f"{' (token required)' if token else ''}; Ctrl-C stops it", err=True)
-    serve(opened, host=host, port=port, token=token, refresh_seconds=refresh)
+    serve(opened, host=host, port=port, token=token, refresh_seconds=refresh,
+          allowed_hosts=allowed_host or ())

@@ -49,6 +49,11 @@ def serve(
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key.")] = None,
     max_concurrency: Annotated[int, typer.Option(
         "--max-concurrency", help="Calls served at once; more are refused as busy.")] = 32,
+    idle_timeout: Annotated[float, typer.Option(
+        "--idle-timeout", metavar="SECONDS",
+        help="How long a call may wait on its client (a read it stopped taking, a put it "
+             "stopped sending) before its --max-concurrency slot is freed and the call "
+             "abandoned (a put commits nothing).")] = 60.0,
     shutdown_grace: Annotated[float, typer.Option(
         "--shutdown-grace", metavar="SECONDS",
         help="After SIGTERM/SIGINT, how long running calls may go on; past it the server "
@@ -64,6 +69,8 @@ def serve(
         raise CliError("--tls-cert and --tls-key go together")
     if max_concurrency < 1:
         raise CliError("--max-concurrency must be at least 1")
+    if not 0 < idle_timeout <= 86_400:
+        raise CliError("--idle-timeout must be more than 0 and at most 86400 seconds")
     if shutdown_grace < 0:
         raise CliError("--shutdown-grace must be 0 or more seconds")
     if not 0 <= port <= 65535:
@@ -84,6 +91,7 @@ def serve(
     bind = f"[{host}]" if ":" in host else host
     server = SedimentFlightServer(opened, f"{scheme}://{bind}:{port}", token=token,
                                   read_only=read_only, max_concurrency=max_concurrency,
+                                  idle_timeout=idle_timeout,
                                   tls_certificates=certificates)
     log = logging.getLogger("sediment.serve")
     stopping: list[threading.Thread] = []

@@ -14,6 +14,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,10 @@ from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from sediment.access import same_token
+from sediment.access import HostCheck, same_token
 from sediment.dashboard.auth import Guard, read_form, safe_next, with_cookie
 from sediment.dashboard.query import query_view
-from sediment.dashboard.security import check_bind
+from sediment.dashboard.security import check_bind, host_allow_list
 from sediment.dashboard.views import Views
 from sediment.errors import (
     InvalidTableNameError,
@@ -64,8 +65,12 @@ def _not_found(name: str) -> dict[str, str]:
 
 
 def create_app(store: Store, *, token: str | None = None,
-               refresh_seconds: float = REFRESH_SECONDS) -> Starlette:
-    """The dashboard over ``store``; with ``token``, every page and API call needs it."""
+               refresh_seconds: float = REFRESH_SECONDS, host: str = "127.0.0.1",
+               allowed_hosts: Iterable[str] = ()) -> Starlette:
+    """The dashboard over ``store``; with ``token``, every page and API call needs it. It
+    answers only requests whose ``Host`` is the bound address ``host``, a loopback name or
+    one of ``allowed_hosts`` (421 otherwise, before the token is even looked at)."""
+    hosts = host_allow_list(host, allowed_hosts)
     views = Views(store)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     js = plotly_js()
@@ -188,7 +193,8 @@ def create_app(store: Store, *, token: str | None = None,
         Route("/login", login, methods=["GET", "POST"]),
         Route("/static/{file}", static),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(Guard, token=token)],
+    app = Starlette(routes=routes, middleware=[Middleware(HostCheck, allowed=hosts),
+                                               Middleware(Guard, token=token)],
                     exception_handlers={404: not_found})
     app.state.views = views
     return app
@@ -206,14 +212,18 @@ def warm_up(views: Views, tables: int = WARM_TABLES) -> None:
 
 
 def serve(store: Store, *, host: str = "127.0.0.1", port: int = 8050,
-          token: str | None = None, refresh_seconds: float = REFRESH_SECONDS) -> None:
+          token: str | None = None, refresh_seconds: float = REFRESH_SECONDS,
+          allowed_hosts: Iterable[str] = ()) -> None:
     """Run the dashboard until interrupted. Refuses (DashboardSecurityError) a bind beyond
-    loopback without a token, before any socket is opened. The first tables' views are
-    prepared meanwhile in a thread (:func:`warm_up`)."""
+    loopback without a token, or an ``allowed_hosts`` entry that is no host name, before any
+    socket is opened. Requests naming another ``Host`` than the bound address, a loopback
+    name or ``allowed_hosts`` get 421. The first tables' views are prepared meanwhile in a
+    thread (:func:`warm_up`)."""
     import uvicorn
 
     check_bind(host, token)
-    app = create_app(store, token=token, refresh_seconds=refresh_seconds)
+    app = create_app(store, token=token, refresh_seconds=refresh_seconds, host=host,
+                     allowed_hosts=allowed_hosts)
     threading.Thread(target=warm_up, args=(app.state.views,), name="dashboard-warm-up",
                      daemon=True).start()
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,

@@ -3,12 +3,16 @@ before starlette or uvicorn are even imported).
 
 Loopback binds need no token (the machine's own users only); any other bind requires one,
 refused before a socket is opened (the loopback test and the constant-time token comparison
-are :mod:`sediment.access`'s, shared with ``sediment serve``).
+are :mod:`sediment.access`'s, shared with ``sediment serve``). Whatever the bind, the dashboard
+answers only the host names it is reached by (:func:`host_allow_list`), so a page whose name
+is re-pointed at the machine (DNS rebinding) reads nothing from it.
 """
 
 from __future__ import annotations
 
-from sediment.access import is_loopback
+from collections.abc import Iterable
+
+from sediment.access import allowed_hosts, is_loopback
 from sediment.errors import SedimentError
 
 TOKEN_ENV = "SEDIMENT_DASHBOARD_TOKEN"
@@ -25,3 +29,14 @@ def check_bind(host: str, token: str | None) -> None:
         raise DashboardSecurityError(
             f"refusing to bind the dashboard to {host}: a non-loopback address needs a "
             f"token (--token-file or ${TOKEN_ENV}); or bind 127.0.0.1")
+
+
+def host_allow_list(host: str, allowed: Iterable[str] = ()) -> frozenset[str]:
+    """The ``Host`` names the dashboard bound to ``host`` answers: ``localhost``,
+    ``127.0.0.1``, ``[::1]``, the bound address and ``allowed`` (``--allowed-host``);
+    DashboardSecurityError for a name that is no host name or address (checked before
+    anything is opened)."""
+    try:
+        return allowed_hosts(host, allowed)
+    except ValueError as e:
+        raise DashboardSecurityError(f"--allowed-host: {e}") from None

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sediment.errors import BadRequestError
 from sediment.schema import Schema
 from sediment.serve.middleware import Admission
-from sediment.serve.protocol import decode_value, parse_json, table_name
+from sediment.serve.protocol import decode_value, parse_json, quoted, table_name
 from sediment.serve.stats import Request, Stats
 
 if TYPE_CHECKING:
@@ -60,13 +60,19 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
+def _open(server: SedimentFlightServer, doc: dict[str, Any], req: Request, what: str) -> Table:
+    """The table a body names, the request's log line naming it even when it cannot open."""
+    req.table = table_name(doc, what)
+    return server.table(req.table)
+
+
 def _version(doc: dict[str, Any], required: bool = False) -> int | str | None:
     v = doc.get("version")
     if v is None and not required:
         return None
     if not isinstance(v, int | str) or isinstance(v, bool):
         raise BadRequestError(f"malformed action body: version must be a number or a tag "
-                              f"name, not {v!r}")
+                              f"name, not {quoted(v)}")
     return v
 
 
@@ -96,29 +102,25 @@ def _drop_table(server: SedimentFlightServer, doc: dict[str, Any], req: Request)
 
 
 def _open_table(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
-    req.table = table_name(doc, "open-table body")
-    table = server.table(req.table)
+    table = _open(server, doc, req, "open-table body")
     return {"name": table.name, "table_id": table.table_id}
 
 
 def _describe(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
-    table = server.table(table_name(doc, "describe body"))
-    req.table = table.name
+    table = _open(server, doc, req, "describe body")
     v = _version(doc)
     return table.describe(table.resolve_version(v))
 
 
 def _history(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
-    table = server.table(table_name(doc, "history body"))
-    req.table = table.name
+    table = _open(server, doc, req, "history body")
     entries = [_plain(e) for e in table.history()]
     req.rows = len(entries)
     return entries
 
 
 def _tag(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
-    table = server.table(table_name(doc, "tag body"))
-    req.table = table.name
+    table = _open(server, doc, req, "tag body")
     name = doc.get("name")
     if not isinstance(name, str):
         raise BadRequestError("malformed tag body: 'name' must be a string")
@@ -127,22 +129,19 @@ def _tag(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any
 
 
 def _restore(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
-    table = server.table(table_name(doc, "restore body"))
-    req.table = table.name
+    table = _open(server, doc, req, "restore body")
     v = _version(doc, required=True)
     assert v is not None
     return {"version": table.restore(v)}
 
 
 def _compact(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
-    table = server.table(table_name(doc, "compact body"))
-    req.table = table.name
+    table = _open(server, doc, req, "compact body")
     return _plain(table.compact(full=bool(doc.get("full", False))))
 
 
 def _maintain(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
-    table = server.table(table_name(doc, "maintain body"))
-    req.table = table.name
+    table = _open(server, doc, req, "maintain body")
     return _plain(table.maintain())
 
 
@@ -177,7 +176,7 @@ def run_action(server: SedimentFlightServer, kind: str, body: Any, req: Request)
     """Run action ``kind`` (ReadOnlyError for a mutating one on a read-only server)."""
     entry = ACTIONS.get(kind)
     if entry is None:
-        raise BadRequestError(f"unknown action {kind!r} (actions: {', '.join(ACTIONS)})")
+        raise BadRequestError(f"unknown action {quoted(kind)} (actions: {', '.join(ACTIONS)})")
     _doc, mutates, handler = entry
     raw = body.to_pybytes() if body is not None else b""
     doc = parse_json(raw or b"{}", f"{kind} body")

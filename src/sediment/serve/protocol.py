@@ -31,6 +31,7 @@ import base64
 import binascii
 import datetime as dt
 import json
+import reprlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -59,6 +60,32 @@ END_OF_STREAM = b"sediment:end-of-stream"
 """App metadata of the last message of a put whose descriptor asks for an end marker."""
 
 QUERY_FIELDS = ("table", "keys", "ranges", "columns", "filter", "version", "iterators")
+
+MESSAGE_BYTES = 1000
+"""Most UTF-8 bytes of an error message sent to a client. A message travels twice in gRPC
+metadata (the status message, percent-encoded, and the error's JSON in ``extra_info``, non-ASCII
+escaped), which a client refuses past 16 KiB ("resource exhausted"): 1,000 bytes stay under
+10 KiB whatever their characters."""
+
+_QUOTE = reprlib.Repr()  # Python 3.11's takes no keyword arguments
+_QUOTE.maxlevel, _QUOTE.maxdict, _QUOTE.maxlist, _QUOTE.maxtuple, _QUOTE.maxset = 3, 4, 4, 4, 4
+_QUOTE.maxstring, _QUOTE.maxother, _QUOTE.maxlong = 80, 80, 40
+
+
+def quoted(value: Any) -> str:
+    """How an error message quotes a client's value: its ``repr`` cut to a bounded prefix
+    (long strings, deep or long containers), whatever its size or nesting."""
+    return _QUOTE.repr(value)
+
+
+def bounded_message(text: str) -> str:
+    """``text`` cut to :data:`MESSAGE_BYTES` UTF-8 bytes (saying so), lone surrogates
+    escaped: what every error sent to a client carries."""
+    raw = text.encode("utf-8", "backslashreplace")
+    if len(raw) <= MESSAGE_BYTES:
+        return raw.decode("utf-8")
+    head = raw[:MESSAGE_BYTES].decode("utf-8", "ignore")
+    return f"{head}... (message cut: {len(raw) - MESSAGE_BYTES} more bytes)"
 
 
 # ---- values -------------------------------------------------------------------------------
@@ -109,9 +136,9 @@ def decode_value(data: Any, what: str) -> Any:
                          start_inclusive=bool(r.get("start_inclusive", True)),
                          end_inclusive=bool(r.get("end_inclusive", False)))
     except (binascii.Error, ValueError, TypeError) as e:
-        raise BadRequestError(f"{what}: malformed value {data!r}: {e}") from None
-    raise BadRequestError(f"{what}: unknown value form {data!r} (expected base64, datetime, "
-                          f"date, range or region)")
+        raise BadRequestError(f"{what}: malformed value {quoted(data)}: {e}") from None
+    raise BadRequestError(f"{what}: unknown value form {quoted(data)} (expected base64, "
+                          f"datetime, date, range or region)")
 
 
 # ---- queries ------------------------------------------------------------------------------
@@ -201,10 +228,10 @@ def parse_json(body: bytes, what: str) -> dict[str, Any]:
         doc = json.loads(body.decode("utf-8"))
     except RecursionError:  # arrays or objects nested past Python's recursion limit
         raise BadRequestError(f"malformed {what}: JSON nested too deeply") from None
-    except ValueError as e:  # not JSON, not UTF-8, an integer past 4,300 digits
-        raise BadRequestError(f"malformed {what}: not JSON ({e})") from None
+    except ValueError as e:  # not UTF-8, not JSON, a number past Python's digit limit
+        raise BadRequestError(f"malformed {what}: not JSON ({quoted(str(e))})") from None
     if not isinstance(doc, dict):
-        raise BadRequestError(f"malformed {what}: expected a JSON object, got {doc!r}")
+        raise BadRequestError(f"malformed {what}: expected a JSON object, got {quoted(doc)}")
     depth = _nesting(doc)
     if depth > MAX_JSON_DEPTH:
         raise BadRequestError(f"malformed {what}: JSON nested {depth} deep (at most "
@@ -244,16 +271,22 @@ def query_arguments(doc: Mapping[str, Any], arrow_schema: pa.Schema) -> dict[str
     """``Table.prepare``'s keyword arguments from a query descriptor (the table checks them)."""
     unknown = sorted(set(doc) - set(QUERY_FIELDS))
     if unknown:
-        raise BadRequestError(f"malformed query descriptor: unknown field {unknown[0]!r} "
+        raise BadRequestError(f"malformed query descriptor: unknown field {quoted(unknown[0])} "
                               f"(fields: {', '.join(QUERY_FIELDS)})")
     args: dict[str, Any] = {}
     if doc.get("keys") is not None:
         keys = doc["keys"]
         args["keys"] = keys if isinstance(keys, str) else list(decode_value(keys, "keys")) \
             if isinstance(keys, list) else decode_value(keys, "keys")
+        if not isinstance(args["keys"], list | str | bytes):  # (the table refuses str, bytes)
+            raise BadRequestError(f"malformed query descriptor: keys must be a list of row "
+                                  f"keys, not {quoted(keys)}")
     if doc.get("ranges") is not None:
         r = decode_value(doc["ranges"], "ranges")
         args["ranges"] = list(r) if isinstance(r, tuple) else r
+        if not isinstance(args["ranges"], list | Range | Box | str | bytes):
+            raise BadRequestError(f"malformed query descriptor: ranges must be a list of "
+                                  f"ranges or regions, not {quoted(doc['ranges'])}")
     if doc.get("columns") is not None:
         if not isinstance(doc["columns"], list):
             raise BadRequestError("malformed query descriptor: columns must be a list")
@@ -261,8 +294,10 @@ def query_arguments(doc: Mapping[str, Any], arrow_schema: pa.Schema) -> dict[str
     if doc.get("version") is not None:
         args["version"] = doc["version"]
     if doc.get("iterators") is not None:
-        if not isinstance(doc["iterators"], list):
-            raise BadRequestError("malformed query descriptor: iterators must be a list")
+        if not isinstance(doc["iterators"], list) or \
+                not all(isinstance(it, dict) for it in doc["iterators"]):
+            raise BadRequestError("malformed query descriptor: iterators must be a list of "
+                                  "iterator configurations (JSON objects)")
         args["iterators"] = doc["iterators"]
     args["filter"] = decode_filter(doc.get("filter"), arrow_schema)
     return args
@@ -283,11 +318,11 @@ def dumps(doc: Any) -> bytes:
 # ---- errors -------------------------------------------------------------------------------
 def to_flight_error(exc: BaseException) -> fl.FlightError:
     """A Flight error carrying ``exc``'s message, with the Sediment class and the message as
-    JSON in ``extra_info`` so the client raises the same class with the same text."""
+    JSON in ``extra_info`` so the client raises the same class with the same text (cut to
+    :data:`MESSAGE_BYTES`: a message quoting a huge input would not fit in gRPC's metadata)."""
     classes = [c.__name__ for c in type(exc).__mro__ if issubclass(c, SedimentError)]
-    # a message quoting a lone surrogate (a --where literal, say) as it is: gRPC sends UTF-8
-    text = str(exc).encode("utf-8", "backslashreplace").decode("utf-8")
-    info = dumps({"error": type(exc).__name__, "classes": classes, "message": text})
+    message = bounded_message(str(exc))
+    info = dumps({"error": type(exc).__name__, "classes": classes, "message": message})
     kind: Callable[..., fl.FlightError]
     if isinstance(exc, AuthenticationError):
         kind = fl.FlightUnauthenticatedError
@@ -299,7 +334,7 @@ def to_flight_error(exc: BaseException) -> fl.FlightError:
         kind = fl.FlightServerError
     else:
         kind = fl.FlightInternalError
-    return kind(text, extra_info=info)
+    return kind(message, extra_info=info)
 
 
 _LOCAL_ERRORS: dict[str, type[SedimentError]] = {

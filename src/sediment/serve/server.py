@@ -19,6 +19,10 @@ servers over one store answer consistently, each seeing another's commits within
   closes its stream cleanly commits nothing either. The reply metadata is the result as JSON
   (version, rows...).
 * ``do_action``: see :mod:`sediment.serve.actions`.
+
+No request reaches a client as a traceback: Sediment errors (and Arrow's errors of bad input)
+travel as their class and message, cut to a bounded size; anything else is logged with its
+traceback under a reference, and the client gets a short message naming that reference.
 """
 
 from __future__ import annotations
@@ -26,17 +30,25 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+import traceback
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from sediment.errors import BadRequestError, DataError, ReadOnlyError, SedimentError
+from sediment.errors import (
+    BadRequestError,
+    DataError,
+    ReadOnlyError,
+    SedimentError,
+    ServiceError,
+)
 from sediment.properties import defaults
 from sediment.query.planner import QueryPlan
 from sediment.serve.actions import ACTIONS, run_action
-from sediment.serve.middleware import Admission
+from sediment.serve.middleware import LIGHT_ACTIONS, Admission, Call
 from sediment.serve.protocol import (
     END_OF_STREAM,
     dumps,
@@ -45,11 +57,32 @@ from sediment.serve.protocol import (
     table_name,
     to_flight_error,
 )
-from sediment.serve.stats import Request, Stats, outcome_of
+from sediment.serve.stats import LOG, Request, Stats, log_value, outcome_of
 from sediment.store import Store
 from sediment.table import Table
 
 T = TypeVar("T")
+
+ARROW_INPUT_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError)
+"""Arrow's errors that a request's own input causes: sent as BadRequestError."""
+
+
+class _Detached:
+    """What a handler called without a Flight context (in-process) has for its call."""
+
+    table = ""
+
+    def waiting(self) -> None:
+        return None
+
+    def working(self) -> None:
+        return None
+
+
+def call_of(context: Any) -> Call | _Detached:
+    """The admitted call a handler serves (its slot and idle state)."""
+    call = context.get_middleware("admission") if context is not None else None
+    return call if isinstance(call, Call) else _Detached()
 
 
 class SedimentFlightServer(fl.FlightServerBase):
@@ -58,9 +91,10 @@ class SedimentFlightServer(fl.FlightServerBase):
 
     def __init__(self, store: Store, location: str, *, token: str | None = None,
                  read_only: bool = False, max_concurrency: int = 32,
+                 idle_timeout: float | None = 60.0,
                  tls_certificates: list[tuple[bytes, bytes]] | None = None) -> None:
         self.stats = Stats()
-        self.admission = Admission(token, max_concurrency, self.stats)
+        self.admission = Admission(token, max_concurrency, self.stats, idle_timeout)
         super().__init__(location, tls_certificates=tls_certificates or [],
                          middleware={"admission": self.admission})
         self.store = store
@@ -96,12 +130,11 @@ class SedimentFlightServer(fl.FlightServerBase):
         errors with the same message; anything else is an internal error, logged."""
         try:
             return body()
-        except fl.FlightError:
-            raise
-        except SedimentError as e:
-            raise to_flight_error(e) from e
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-            raise to_flight_error(BadRequestError(str(e))) from e
+        except Exception as e:
+            out = for_client(e, req)
+            if out is e:
+                raise
+            raise out from e
 
     def writable(self, what: str) -> None:
         if self.read_only:
@@ -123,9 +156,12 @@ class SedimentFlightServer(fl.FlightServerBase):
 
     # ---- Flight methods -----------------------------------------------------------------
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[fl.FlightInfo]:
+        call = call_of(context)
         with self.stats.track("list_flights") as req:
+            call.working()
             infos = self.guard(req, lambda: [self._info_of(n) for n in self.store.tables()])
             req.rows = len(infos)
+        call.waiting()  # the rest is sending them
         yield from infos
 
     def _info_of(self, name: str) -> fl.FlightInfo:
@@ -133,8 +169,10 @@ class SedimentFlightServer(fl.FlightServerBase):
         return fl.FlightInfo(schema, fl.FlightDescriptor.for_path(name), [], -1, -1)
 
     def get_flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
+        call = call_of(context)
         with self.stats.track("get_flight_info") as req:
             def body() -> fl.FlightInfo:
+                call.working()
                 doc = self._command(descriptor, "query descriptor")
                 req.table = str(doc.get("table", ""))
                 table, prepared = self.prepare(doc, "query descriptor")
@@ -151,14 +189,16 @@ class SedimentFlightServer(fl.FlightServerBase):
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
         req = Request("do_get")
         start = time.perf_counter()
+        call = call_of(context)
 
         def body() -> pa.RecordBatchReader | pa.Table:
+            call.working()
             doc = parse_json(ticket.ticket, "ticket")
             query, leaf = doc.get("query"), doc.get("leaf")
             if not isinstance(query, dict) or not (leaf is None or isinstance(leaf, str)):
                 raise BadRequestError("malformed ticket: expected {\"query\": {...}, "
                                       "\"leaf\": <leaf id or null>}")
-            req.table = str(query.get("table", ""))
+            req.table = call.table = str(query.get("table", ""))
             table, prepared = self._pinned(query)
             if leaf is not None:
                 subs = tuple(s for s in prepared.plan.subqueries if s.leaf_id == leaf)
@@ -181,6 +221,7 @@ class SedimentFlightServer(fl.FlightServerBase):
         if isinstance(out, pa.Table):
             req.rows = out.num_rows
             self.stats.record(req, time.perf_counter() - start)
+            call.waiting()  # the rest is Arrow sending it
             return fl.RecordBatchStream(out)
         reader = out
 
@@ -188,11 +229,17 @@ class SedimentFlightServer(fl.FlightServerBase):
             try:
                 for b in reader:
                     req.rows += b.num_rows
+                    call.waiting()  # until the client has taken it
                     yield b
-            except SedimentError as e:
+                    call.working()
+                call.waiting()
+            except Exception as e:
                 req.outcome = outcome_of(e)
-                raise to_flight_error(e) from e
-            except BaseException as e:
+                translated = for_client(e, req)
+                if translated is e:
+                    raise
+                raise translated from e
+            except BaseException as e:  # the stream dropped (GeneratorExit), an interrupt
                 req.outcome = outcome_of(e)
                 raise
             finally:
@@ -212,21 +259,26 @@ class SedimentFlightServer(fl.FlightServerBase):
 
     def do_put(self, context: Any, descriptor: fl.FlightDescriptor,
                reader: fl.MetadataRecordBatchReader, writer: fl.FlightMetadataWriter) -> None:
+        call = call_of(context)
         with self.stats.track("do_put") as req:
             def body() -> None:
+                call.working()
                 doc = self._command(descriptor, "put descriptor")
                 name = table_name(doc, "put descriptor")
-                req.table = name
+                req.table = call.table = name
                 self.writable(f"a put into table {name}")
                 table = self.table(name)
                 marked = doc.get("end_marker") is True
 
                 def counted() -> Iterator[pa.RecordBatch]:
                     while True:
+                        call.waiting()  # for the client's next message
                         try:
                             chunk = reader.read_chunk()
                         except StopIteration:
+                            call.working()
                             break
+                        call.working()  # ServiceError if it came past the idle timeout
                         if chunk.data is not None and chunk.data.num_rows:
                             req.rows += chunk.data.num_rows
                             yield chunk.data
@@ -249,12 +301,30 @@ class SedimentFlightServer(fl.FlightServerBase):
             self.guard(req, body)
 
     def do_action(self, context: Any, action: fl.Action) -> Iterator[fl.Result]:
-        with self.stats.track(f"action:{action.type}") as req:
-            answer = self.guard(req, lambda: run_action(self, action.type, action.body, req))
+        kind = action.type
+        call = call_of(context)
+        # a client's unknown type is not a counter's name (the stats stay bounded)
+        with self.stats.track(f"action:{kind if kind in ACTIONS else 'unknown'}") as req:
+            def body() -> Any:
+                call.working()
+                if kind not in LIGHT_ACTIONS and isinstance(call, Call):
+                    self.admission.hold(call)  # health and stats never wait behind others
+                return run_action(self, kind, action.body, req)
+            answer = self.guard(req, body)
         yield fl.Result(pa.py_buffer(dumps(answer)))
 
     def list_actions(self, context: Any) -> list[tuple[str, str]]:
         return [(name, doc) for name, (doc, _mutates, _fn) in ACTIONS.items()]
+
+    # Flight's other methods: refused with a message (Arrow's defaults send a traceback);
+    # get_schema is refused at admission (Arrow sends a traceback with any error it raises)
+    def do_exchange(self, context: Any, descriptor: fl.FlightDescriptor,
+                    reader: fl.MetadataRecordBatchReader,
+                    writer: fl.MetadataRecordBatchWriter) -> None:
+        with self.stats.track("do_exchange"):
+            raise to_flight_error(BadRequestError(
+                "sediment serve does not offer do_exchange: read with do_get, write with "
+                "do_put"))
 
     # ---- lifecycle ------------------------------------------------------------------------
     def drain(self) -> threading.Thread:
@@ -264,3 +334,30 @@ class SedimentFlightServer(fl.FlightServerBase):
         stopper = threading.Thread(target=self.shutdown, name="sediment-serve-drain")
         stopper.start()
         return stopper
+
+    def shutdown(self) -> None:
+        """Stop serving once the running calls end; the idle watcher stops too."""
+        super().shutdown()
+        self.admission.close()
+
+
+def for_client(exc: Exception, req: Request) -> Exception:
+    """What a client is sent for ``exc``: a Flight error as it is; a Sediment error (and
+    Arrow's errors of bad input) as its class and message; anything else, an internal error
+    with a reference, logged here with its traceback (a client never sees one)."""
+    if isinstance(exc, fl.FlightError):
+        return exc
+    if isinstance(exc, SedimentError):
+        return to_flight_error(exc)
+    if isinstance(exc, ARROW_INPUT_ERRORS) and "Traceback" not in str(exc):
+        return to_flight_error(BadRequestError(str(exc)))
+    reference = uuid.uuid4().hex[:12]
+    # the traceback's frames are the server's code; the message may quote the request, so
+    # it is escaped like every logged value (one line: no request forges log lines)
+    LOG.error("internal error reference=%s method=%s table=%s error=%s message=%s\n%s",
+              reference, log_value(req.method), log_value(req.table or "-"),
+              type(exc).__name__, log_value(str(exc)),
+              "".join(traceback.format_tb(exc.__traceback__)).rstrip("\n"))
+    return to_flight_error(ServiceError(
+        f"internal error (reference {reference}): the server could not answer this request; "
+        f"its log has the details"))

@@ -1,9 +1,17 @@
 """Per-request accounting of the Flight service: one log line per request and the counters
-and latency percentiles the ``stats`` action returns."""
+and latency percentiles the ``stats`` action returns.
+
+Log lines are ``key=value`` fields. A value that comes from a client (a table name, an action
+type) is written as it is only when it is short and plain; anything else is written as a
+quoted, escaped JSON string of a bounded prefix (:func:`log_value`), so no request can forge a
+line (a newline in a table name) or a field (``" outcome=ok"``), nor fill the log.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -18,6 +26,30 @@ LOG = logging.getLogger("sediment.serve")
 
 LATENCY_WINDOW = 10_000
 """Latencies kept per method for percentiles: the most recent ones (bounded memory)."""
+
+LOG_VALUE_CHARS = 200
+"""Most characters of a client's value written in a log line (longer ones are cut, and say so)."""
+
+LOG_VALUE_ESCAPED = 400
+"""Most characters of that value once escaped (an escape takes up to 12 per character)."""
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/@+-]{1,200}")
+
+
+def log_value(value: object) -> str:
+    """``value`` as a log field's value: as it is when plain (letters, digits, ``_.:/@+-``),
+    else a JSON string of its first :data:`LOG_VALUE_CHARS` characters (fewer when their
+    escapes pass :data:`LOG_VALUE_ESCAPED`) with every control character, quote, non-ASCII
+    character and lone surrogate escaped."""
+    text = str(value)
+    if _PLAIN.fullmatch(text):
+        return text
+    cut = text[:LOG_VALUE_CHARS]
+    while len(json.dumps(cut)) > LOG_VALUE_ESCAPED:
+        cut = cut[:len(cut) * 3 // 4]
+    if len(cut) < len(text):
+        cut = f"{cut}...({len(text) - len(cut)} more characters)"
+    return json.dumps(cut, ensure_ascii=True)
 
 
 @dataclass
@@ -62,8 +94,9 @@ class Stats:
             m.rows += req.rows
             m.errors += req.outcome != "ok"
             m.latencies.append(seconds)
-        LOG.info("method=%s table=%s rows=%d duration_ms=%.2f outcome=%s", req.method,
-                 req.table or "-", req.rows, seconds * 1000, req.outcome)
+        LOG.info("method=%s table=%s rows=%d duration_ms=%.2f outcome=%s",
+                 log_value(req.method), log_value(req.table or "-"), req.rows, seconds * 1000,
+                 log_value(req.outcome))
 
     def refused(self, reason: str) -> None:
         with self._lock:

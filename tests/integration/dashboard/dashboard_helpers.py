@@ -101,16 +101,17 @@ def wait_up(proc: subprocess.Popen[bytes], url: str, log: Path, token: str | Non
     raise RuntimeError(f"dashboard at {url} did not answer within 30 s")
 
 
-def start(store: str, log: Path, *, token: str | None = None,
-          refresh: float = 2.0) -> tuple[subprocess.Popen[bytes], Server]:
-    """``sediment dashboard`` on 127.0.0.1 at a free port, up and answering."""
+def start(store: str, log: Path, *, token: str | None = None, refresh: float = 2.0,
+          args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], Server]:
+    """``sediment dashboard`` on 127.0.0.1 at a free port (with more command-line ``args``),
+    up and answering."""
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("SEDIMENT_DASHBOARD_TOKEN", None)
     if token is not None:
         env["SEDIMENT_DASHBOARD_TOKEN"] = token
     cmd = [sys.executable, "-m", "sediment.cli", "dashboard", "--store", store,
-           "--host", "127.0.0.1", "--port", str(port), "--refresh", str(refresh)]
+           "--host", "127.0.0.1", "--port", str(port), "--refresh", str(refresh), *args]
     out = log.open("wb")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     out.close()
