@@ -129,7 +129,9 @@ def _build(root: str, iterator: str, seed: int) -> tuple[sd.Table, list[pd.DataF
         frames.append(f)
         table.ingest(pa.Table.from_pandas(f, schema=SCHEMA.to_arrow(), preserve_index=False))
         if i == 2:  # split the leaves: the files ingested so far stay referenced above them
-            table.set_properties({"partition.split.threshold": 10})
+            # (a threshold of 1 splits every leaf holding two keys: 5 to 90 records can leave
+            # both leaves at 10 or fewer, and then nothing split)
+            table.set_properties({"partition.split.threshold": 1})
             table.split()
             table.set_properties({"partition.split.threshold": 1_000_000_000})
     return table, frames

@@ -192,7 +192,6 @@ def test_concurrent_add_files_from_processes(store_uri: tuple[str, dict[str, Any
     # and so do older versions, loaded through the first snapshot
     for v in (total // 2 + 3, 100, 57):
         assert table.state(v) == replay(table, upto=v)
-    assert elapsed < 60, f"{total} commits from {PROCESSES} processes took {elapsed:.1f}s"
 
 
 # ---- a transaction that loses its race and no longer validates ------------------------------

@@ -30,12 +30,17 @@ def stdout_console() -> Console:
     """A rich console on the *current* ``sys.stdout``.
 
     Made per call rather than once at import so output follows stream swaps (CliRunner, pytest
-    capture) and terminal-width changes. Piped output (no terminal, no ``COLUMNS``) is laid
-    out ``PIPE_WIDTH`` wide: rich's default of 80 columns split URIs and ids across lines.
+    capture) and terminal-width changes. Piped output (no terminal) is laid out at least
+    ``PIPE_WIDTH`` wide, whatever ``COLUMNS`` says (a shell or a test runner may export 80):
+    a URI or an id split across lines breaks whatever reads the pipe.
     """
     width = None
-    if "COLUMNS" not in os.environ and not _is_terminal(sys.stdout):
-        width = PIPE_WIDTH
+    if not _is_terminal(sys.stdout):
+        try:
+            columns = int(os.environ.get("COLUMNS", "0"))
+        except ValueError:
+            columns = 0
+        width = max(PIPE_WIDTH, columns)
     return Console(highlight=False, soft_wrap=False, width=width)
 
 
