@@ -154,13 +154,25 @@ def s3_store_uri(s3_server: str, aws_test_env: None) -> tuple[str, dict[str, Any
     return f"s3://{bucket}/store", options
 
 
-@pytest.fixture(params=["memory", pytest.param("local"), pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.fixture(params=["memory", pytest.param("local"), pytest.param("s3", marks=pytest.mark.s3),
+                        pytest.param("s3-proxy", marks=[pytest.mark.s3, pytest.mark.faults]),
+                        pytest.param("s3-faults", marks=[pytest.mark.s3, pytest.mark.faults])])
 def object_store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    """A fresh, empty ObjectStore of each implementation."""
+    """A fresh, empty ObjectStore of each implementation: in memory, on local disk, on S3
+    (moto), and on S3 through the fault proxy, with no faults (``s3-proxy``) and with the
+    transient ones the S3 store's retries absorb (``s3-faults``:
+    :func:`faultproxy.transient_fault_specs`)."""
     if request.param == "memory":
         return MemoryObjectStore(f"test-{uuid.uuid4().hex}")
     if request.param == "local":
         return LocalObjectStore(tmp_path / "objects")
+    if request.param.startswith("s3-"):
+        from faultproxy import transient_fault_specs
+
+        proxied = request.getfixturevalue("proxied_s3")
+        if request.param == "s3-faults":
+            proxied.proxy.add_rules(transient_fault_specs())
+        return open_object_store(proxied.uri, **proxied.options)
     uri, options = request.getfixturevalue("s3_store_uri")
     return open_object_store(uri, **options)
 
