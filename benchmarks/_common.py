@@ -1,8 +1,11 @@
-"""Helpers shared by the benchmarks: timing, peak memory, result tables and JSON, a loopback
-S3 server, and object-store wrappers that count requests.
+"""Helpers shared by the benchmarks: timing, peak memory, result tables and JSON, and
+object-store wrappers that count requests.
 
 Every benchmark is a plain script (``python benchmarks/<name>.py [--quick]``) that imports this
-module as ``_common`` (the script's own folder is first on ``sys.path``).
+module as ``_common`` (the script's own folder is first on ``sys.path``). Importing it puts
+``tests/`` on ``sys.path`` too, for the support the benchmarks share with the tests
+(``tests/support``: the loopback S3 server, the workload, helpers over Sediment's internals),
+so a benchmark imports ``_common`` before ``support``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from sediment.storage.base import ObjectInfo, ObjectStore
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
+if str(BENCH_DIR.parent / "tests") not in sys.path:
+    sys.path.insert(1, str(BENCH_DIR.parent / "tests"))  # after the script's own folder
 
 def bench_schema() -> Any:
     """Sleeper's system-test schema: key string, timestamp int64, value, nullable_value."""

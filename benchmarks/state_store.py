@@ -51,13 +51,13 @@ from sediment.state.snapshot import (
     OBJECT_PREFIX,
     SNAPSHOT_PREFIX,
     object_key,
-    range_digests,
     read_snapshot,
     snapshot_versions,
     write_snapshot,
 )
 from sediment.state.store import StateStore
 from sediment.storage.local import LocalObjectStore
+from support.internals import range_digests
 
 COMMIT_GOAL = 200.0  # commits/s, local disk (Sleeper asks for > 50/s)
 LOAD_GOAL = 2.0  # seconds to load a 1M-reference state from a snapshot
