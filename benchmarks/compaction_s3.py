@@ -41,7 +41,6 @@ from _common import (
     bench_schema,
     fmt,
     goal_line,
-    moto_s3_server,
     parse_args,
     print_table,
     rate,
@@ -54,6 +53,7 @@ from sediment.compaction.job import run_compaction_job
 from sediment.compaction.strategy import CompactionJob
 from sediment.files.writer import with_sidecars
 from sediment.state import pending
+from support.s3 import moto_s3_server
 
 MB = 1024 * 1024
 

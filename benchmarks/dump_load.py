@@ -35,7 +35,6 @@ from _common import (
     Timer,
     bench_schema,
     fmt,
-    moto_s3_server,
     parse_args,
     print_table,
     rate,
@@ -45,6 +44,7 @@ from _common import (
 
 import sediment as sd
 from sediment.storage import ObjectStore, open_object_store
+from support.s3 import moto_s3_server
 
 MB = 1e6
 

@@ -28,12 +28,10 @@ from typing import Any
 from _common import (
     CountingObjectStore,
     Requests,
-    S3Server,
     Timer,
     bench_schema,
     current_rss_mib,
     goal_line,
-    moto_s3_server,
     parse_args,
     peak_rss_mib,
     print_table,
@@ -58,6 +56,7 @@ from sediment.state.snapshot import (
 from sediment.state.store import StateStore
 from sediment.storage.local import LocalObjectStore
 from support.internals import range_digests
+from support.s3 import S3Server, moto_s3_server
 
 COMMIT_GOAL = 200.0  # commits/s, local disk (Sleeper asks for > 50/s)
 LOAD_GOAL = 2.0  # seconds to load a 1M-reference state from a snapshot
