@@ -41,15 +41,6 @@ if str(BENCH_DIR.parent / "tests") not in sys.path:
 _no_proxy = ",".join(filter(None, [os.environ.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
 os.environ["NO_PROXY"] = os.environ["no_proxy"] = _no_proxy
 
-def bench_schema() -> Any:
-    """Sleeper's system-test schema: key string, timestamp int64, value, nullable_value."""
-    import pyarrow as pa
-
-    import sediment as sd
-
-    return sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("timestamp", pa.int64())],
-                     values=[("value", pa.string()), ("nullable_value", pa.string(), True)])
-
 
 # ---- command line ----------------------------------------------------------------------------
 def parse_args(description: str, argv: Sequence[str] | None = None,

@@ -29,7 +29,6 @@ from _common import (
     CountingObjectStore,
     Requests,
     Timer,
-    bench_schema,
     current_rss_mib,
     goal_line,
     parse_args,
@@ -55,6 +54,7 @@ from sediment.state.snapshot import (
 )
 from sediment.state.store import StateStore
 from sediment.storage.local import LocalObjectStore
+from sediment.workload import benchmark_schema
 from support.internals import range_digests
 from support.s3 import S3Server, moto_s3_server
 
@@ -73,7 +73,7 @@ def _one_ref_txn(pid: str) -> AddFiles:
 # ---- 1. commit throughput ---------------------------------------------------------------------
 def bench_commits(store: Store, label: str, n: int) -> dict[str, Any]:
     """n one-reference AddFiles commits vs n raw put_if_absent calls of the same payload."""
-    table = store.create_table(f"commits_{_name()[:8]}", bench_schema())
+    table = store.create_table(f"commits_{_name()[:8]}", benchmark_schema())
     objects = CountingObjectStore(store.table_objects(table.table_id))
     states = StateStore(objects, table.table_id)
     head = states.head()
@@ -196,7 +196,8 @@ def bench_large_state(root: Path, *, n_refs: int, n_txns: int, n_leaves: int,
     print(f"\nbuilding a state of {n_refs:,} references over {n_leaves:,} leaves "
           f"({n_txns} AddFiles transactions of {n_refs // n_txns:,}) ...", flush=True)
     with Timer() as t_create:
-        table = store.create_table("large", bench_schema(), split_points=_split_points(n_leaves))
+        table = store.create_table("large", benchmark_schema(),
+                                   split_points=_split_points(n_leaves))
     tid = table.table_id
     objects = CountingObjectStore(store.table_objects(tid))
     states = StateStore(objects, tid)
