@@ -1,8 +1,11 @@
-"""Helpers shared by the benchmarks: timing, peak memory, result tables and JSON, a loopback
-S3 server, and object-store wrappers that count requests.
+"""Helpers shared by the benchmarks: timing, peak memory, result tables and JSON, and
+object-store wrappers that count requests.
 
 Every benchmark is a plain script (``python benchmarks/<name>.py [--quick]``) that imports this
-module as ``_common`` (the script's own folder is first on ``sys.path``).
+module as ``_common`` (the script's own folder is first on ``sys.path``). Importing it puts
+``tests/`` on ``sys.path`` too, for the support the benchmarks share with the tests
+(``tests/support``: the loopback S3 server, the workload, helpers over Sediment's internals),
+so a benchmark imports ``_common`` before ``support``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import os
 import platform
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,15 +35,11 @@ from sediment.storage.base import ObjectInfo, ObjectStore
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
-
-def bench_schema() -> Any:
-    """Sleeper's system-test schema: key string, timestamp int64, value, nullable_value."""
-    import pyarrow as pa
-
-    import sediment as sd
-
-    return sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("timestamp", pa.int64())],
-                     values=[("value", pa.string()), ("nullable_value", pa.string(), True)])
+if str(BENCH_DIR.parent / "tests") not in sys.path:
+    sys.path.insert(1, str(BENCH_DIR.parent / "tests"))  # after the script's own folder
+# Loopback traffic (the moto server of support.s3) must not go through an HTTP proxy.
+_no_proxy = ",".join(filter(None, [os.environ.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = _no_proxy
 
 
 # ---- command line ----------------------------------------------------------------------------
@@ -206,91 +204,6 @@ def temp_dir(prefix: str = "sediment-bench-") -> Iterator[Path]:
         yield Path(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
-
-
-# ---- loopback S3 (moto) ----------------------------------------------------------------------
-@dataclass
-class S3Server:
-    """A running moto S3 server on 127.0.0.1."""
-
-    endpoint_url: str
-    pid: int
-    region: str = "us-east-1"
-    access_key_id: str = "testing"
-    secret_access_key: str = "testing"
-
-    @property
-    def options(self) -> dict[str, Any]:
-        """Storage options for ``Store.open`` / ``S3ObjectStore``."""
-        return {"endpoint_url": self.endpoint_url, "region": self.region,
-                "access_key_id": self.access_key_id,
-                "secret_access_key": self.secret_access_key}
-
-    def client(self) -> Any:
-        import boto3
-
-        return boto3.session.Session().client(
-            "s3", endpoint_url=self.endpoint_url, region_name=self.region,
-            aws_access_key_id=self.access_key_id,
-            aws_secret_access_key=self.secret_access_key)
-
-    def create_bucket(self, name: str) -> str:
-        self.client().create_bucket(Bucket=name)
-        return name
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _moto_server_exe() -> str:
-    local = Path(sys.executable).with_name("moto_server")
-    if local.exists():
-        return str(local)
-    found = shutil.which("moto_server")
-    if found is None:
-        raise RuntimeError("moto_server not found: pip install 'moto[server]'")
-    return found
-
-
-@contextlib.contextmanager
-def moto_s3_server(timeout: float = 30.0) -> Iterator[S3Server]:
-    """Start ``moto_server`` on a free loopback port; stop it (by its pid) on exit."""
-    port = _free_port()
-    log = tempfile.TemporaryFile()
-    env = dict(os.environ)
-    # Loopback traffic must not go through a proxy.
-    no_proxy = ",".join(filter(None, [env.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
-    env["NO_PROXY"] = env["no_proxy"] = no_proxy
-    os.environ["NO_PROXY"] = os.environ["no_proxy"] = no_proxy
-    proc = subprocess.Popen([_moto_server_exe(), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"moto_server exited with {proc.returncode}: "
-                                   f"{log.read().decode(errors='replace')[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not listen on port {port} "
-                                       f"within {timeout} s") from None
-                time.sleep(0.1)
-        yield S3Server(f"http://127.0.0.1:{port}", proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
 
 
 # ---- object-store wrappers -------------------------------------------------------------------

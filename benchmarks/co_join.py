@@ -6,7 +6,7 @@ and 100k).
 
 Data (untimed): a partition scheme cut into ``--leaves`` leaves at evenly spaced key prefixes
 (the benchmark keys are uniform over [a..z]^10), and two member tables of the benchmark
-schema (``datagen``): the left with ``--left-rows`` random rows, the right with
+schema (``support.workload``): the left with ``--left-rows`` random rows, the right with
 ``--right-rows`` rows whose keys are drawn from the left's (so most right rows match one left
 row), each ingested and compacted to one file per leaf.
 
@@ -30,12 +30,13 @@ import argparse
 import time
 from typing import Any
 
-import datagen
 import numpy as np
 import pyarrow as pa
-from _common import bench_schema, goal_line, parse_args, print_table, save_results, temp_dir
+from _common import goal_line, parse_args, print_table, save_results, temp_dir
 
 import sediment as sd
+from sediment.workload import benchmark_schema
+from support import workload
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -60,12 +61,12 @@ def build(store: sd.Store, left_rows: int, right_rows: int, leaves: int
     store.create_scheme("bench", row_keys=[("key", pa.string())],
                         split_points=split_points(leaves))
     props = {"ingest.memory_limit_bytes": 4 * 1024 ** 3}
-    left = store.create_table("left", bench_schema(), scheme="bench", properties=props)
-    right = store.create_table("right", bench_schema(), scheme="bench", properties=props)
-    data = datagen.generate(left_rows)
+    left = store.create_table("left", benchmark_schema(), scheme="bench", properties=props)
+    right = store.create_table("right", benchmark_schema(), scheme="bench", properties=props)
+    data = workload.generate(left_rows)
     left.ingest(data)
     pick = np.random.default_rng(7).integers(0, left_rows, right_rows)
-    other = datagen.generate(right_rows, seed=43)
+    other = workload.generate(right_rows, seed=43)
     right.ingest(other.set_column(0, "key", data.column("key").take(pa.array(pick))))
     del data, other
     store.maintain()

@@ -3,14 +3,14 @@
 Run: ``python benchmarks/compaction.py [--files N] [--rows-per-file N] [--repeats N] [--big]
 [--profile] [--quick]`` (default 10 files x 1M rows; ``--quick``: 10 x 200k).
 
-Setup (untimed): a fresh local store, a table of the benchmark schema (see ``datagen.py``) with
-``compaction.strategy=basic`` and ``compaction.batch_size`` = the number of files, and N
-ingests of ``--rows-per-file`` rows each (one leaf, so each ingest writes one sorted file).
-That store is the template; every timed run works on a fresh copy of it, in a fresh process
-(so its memory is its own), and the runs of the variants alternate (``--repeats``
-rounds) so every variant sees the same machine load. The fastest run of each is reported, with
-its CPU seconds (all threads): on a machine shared with other jobs, wall time depends on the
-share of the cores a process gets, CPU time much less.
+Setup (untimed): a fresh local store, a table of the benchmark schema (see ``support.workload``)
+with ``compaction.strategy=basic`` and ``compaction.batch_size`` = the number of files, and N
+ingests of ``--rows-per-file`` rows each (one leaf, so each ingest writes one sorted file). That
+store is the template; every timed run works on a fresh copy of it, in a fresh process (so its
+memory is its own), and the runs of the variants alternate (``--repeats`` rounds) so every
+variant sees the same machine load. The fastest run of each is reported, with its CPU seconds
+(all threads): on a machine shared with other jobs, wall time depends on the share of the cores
+a process gets, CPU time much less.
 
 1. **sediment**: ``table.compact()`` on the copy: one job merges every file into one (push-down,
    job assignment, the merge, the sample, the commit). Rows/s = input rows / wall seconds of
@@ -56,11 +56,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import datagen
 from _common import (
     RssSampler,
     Timer,
-    bench_schema,
     emit_child_result,
     goal_line,
     parse_args,
@@ -73,6 +71,8 @@ from _common import (
 )
 
 import sediment as sd
+from sediment.workload import benchmark_schema
+from support import workload
 
 RATIO_GOAL = 0.9
 RATE_GOAL = 3_000_000.0
@@ -107,7 +107,7 @@ def process_peak_mib() -> float:
 def build_template(root: Path, files: int, rows_per_file: int) -> dict[str, Any]:
     """A store with one table holding ``files`` sorted files of ``rows_per_file`` rows."""
     store = sd.Store.open(str(root), create=True)
-    table = store.create_table(TABLE, bench_schema(), properties={
+    table = store.create_table(TABLE, benchmark_schema(), properties={
         "compaction.strategy": "basic",
         "compaction.batch_size": files,
         # one ingest = one sorted file: the whole batch fits the ingest buffer
@@ -116,7 +116,7 @@ def build_template(root: Path, files: int, rows_per_file: int) -> dict[str, Any]
     })
     with Timer() as t:
         for i in range(files):
-            data = datagen.generate(rows_per_file, seed=1000 + i)
+            data = workload.generate(rows_per_file, seed=1000 + i)
             table.ingest(data)
             del data
     refs = table.files()
@@ -174,7 +174,7 @@ def _df_merge(paths: list[str], batch_rows: int = 8192) -> Any:
         batch_rows)
     ctx = SessionContext(config)
     order = [[col("key").sort(), col("timestamp").sort()]]
-    arrow = datagen.arrow_schema()
+    arrow = workload.arrow_schema()
     frames = [ctx.read_parquet(p, schema=arrow, file_sort_order=order) for p in paths]
     df = frames[0]
     for f in frames[1:]:

@@ -34,14 +34,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import datagen
 from _common import (
     RssSampler,
     Timer,
-    bench_schema,
     fmt,
     goal_line,
-    moto_s3_server,
     parse_args,
     print_table,
     rate,
@@ -54,6 +51,9 @@ from sediment.compaction.job import run_compaction_job
 from sediment.compaction.strategy import CompactionJob
 from sediment.files.writer import with_sidecars
 from sediment.state import pending
+from sediment.workload import benchmark_schema
+from support import workload
+from support.s3 import moto_s3_server
 
 MB = 1024 * 1024
 
@@ -128,11 +128,11 @@ def main() -> None:
     with temp_dir() as tmp, moto_s3_server() as server:
         bucket = server.create_bucket(f"bench-{uuid.uuid4().hex[:12]}")
         store = sd.Store.open(f"s3://{bucket}/store", **server.options, create=True)
-        table = store.create_table("bench", bench_schema(), properties={
+        table = store.create_table("bench", benchmark_schema(), properties={
             "compaction.strategy": "basic", "compaction.batch_size": args.files})
         with Timer() as t_ingest:
             for i in range(args.files):
-                table.ingest(datagen.generate(per_file, seed=100 + i))
+                table.ingest(workload.generate(per_file, seed=100 + i))
         size = sum(o.size for o in table._handle.objects.list("data/")
                    if o.key.endswith(".parquet"))
         print(f"{args.files} files x {per_file:,} rows on moto S3 ({size / MB:,.0f} MB of "

@@ -33,11 +33,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pyarrow as pa
-from _common import bench_schema, goal_line, parse_args, print_table, save_results, temp_dir
+from _common import goal_line, parse_args, print_table, save_results, temp_dir
 
 import sediment as sd
 from sediment.dashboard.app import create_app, warm_up
 from sediment.state.store import StateStore
+from sediment.workload import benchmark_schema
 
 GOAL_SECONDS = 1.0
 TOKEN = "bench-token"
@@ -47,7 +48,7 @@ def build(root: Path, leaves: int, ingests: int) -> sd.Store:
     store = sd.Store.open(str(root), create=True)
     points = [f"k{i:07d}" for i in range(1, leaves)]
     t0 = time.perf_counter()
-    table = store.create_table("big", bench_schema(), split_points=points, properties={
+    table = store.create_table("big", benchmark_schema(), split_points=points, properties={
         "ingest.write_strategy": "shared_file", "compaction.batch_size": 12})
     for seed in range(ingests):
         keys = [f"k{i:07d}-{seed}" for i in range(leaves)]
@@ -64,7 +65,7 @@ def build(root: Path, leaves: int, ingests: int) -> sd.Store:
     # write one at the head, as the interval would have (loads then read no long log).
     StateStore(store.table_objects(table.table_id), table.table_id).write_snapshot(
         table.state())
-    small = store.create_table("small", bench_schema())
+    small = store.create_table("small", benchmark_schema())
     small.ingest(pa.table({"key": ["a", "b"], "timestamp": [1, 2], "value": ["x", "y"],
                            "nullable_value": pa.array([None, None], pa.string())}))
     d = table.describe()

@@ -3,9 +3,9 @@
 Run: ``python benchmarks/dump_load.py [--rows N] [--leaves N] [--repeats N] [--s3] [--quick]``
 (default 2M rows, 8 leaves, best of 3; ``--quick``: 200k rows, 1 repeat).
 
-Data: Sleeper's system-test schema (see ``datagen.py``), ingested (not timed) into a local table
-pre-split into ``--leaves`` leaves, so the table holds one sorted file per leaf. Timed, in the
-same run and on the same disk (page cache warm for every variant):
+Data: Sleeper's system-test schema (see ``support.workload``), ingested (not timed) into a local
+table pre-split into ``--leaves`` leaves, so the table holds one sorted file per leaf. Timed, in
+the same run and on the same disk (page cache warm for every variant):
 
 * dump: ``table.dump(root)`` of the whole table: one task per leaf, each a region-filtered read
   of its file, re-encoded as ``<version>-data.parquet`` + sample + manifest with SHA-256
@@ -29,13 +29,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import datagen
 from _common import (
     RssSampler,
     Timer,
-    bench_schema,
     fmt,
-    moto_s3_server,
     parse_args,
     print_table,
     rate,
@@ -45,6 +42,9 @@ from _common import (
 
 import sediment as sd
 from sediment.storage import ObjectStore, open_object_store
+from sediment.workload import benchmark_schema
+from support import workload
+from support.s3 import moto_s3_server
 
 MB = 1e6
 
@@ -130,7 +130,7 @@ def main() -> None:
     rows = args.rows or (200_000 if args.quick else 2_000_000)
     repeats = args.repeats or (1 if args.quick else 3)
     with Timer() as t_gen:
-        data = datagen.generate(rows)
+        data = workload.generate(rows)
     print(f"generated {rows:,} rows ({data.nbytes / MB:,.0f} MB in memory) "
           f"in {t_gen.seconds:.1f} s; {args.leaves} leaves, best of {repeats}, "
           f"{'S3 (moto)' if args.s3 else 'local disk'}")
@@ -146,8 +146,8 @@ def main() -> None:
             store = sd.Store.open(str(tmp / "store"), create=True)
             scratch = str(tmp / "scratch")
             Path(scratch).mkdir()
-        table = store.create_table("bench", bench_schema(),
-                                   split_points=datagen.split_points(args.leaves))
+        table = store.create_table("bench", benchmark_schema(),
+                                   split_points=workload.split_points(args.leaves))
         with Timer() as t_ingest:
             table.ingest(data)
         del data

@@ -4,7 +4,7 @@ side by side in one run.
 Run: ``python benchmarks/engines.py [--rows N] [--leaves N] [--quick]`` (default 10M rows in 8
 leaves; ``--quick``: 1M rows).
 
-The rows (benchmark schema, ``datagen.py``) are ingested into a table split into ``--leaves``
+The rows (benchmark schema, ``support.workload``) are ingested into a table split into ``--leaves``
 leaves, fully compacted (one file per leaf, the steady state), and also written, sorted by
 (key, timestamp), as one plain Parquet file (the baseline).
 
@@ -27,13 +27,14 @@ import statistics
 import time
 from typing import Any
 
-import datagen
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import Timer, bench_schema, goal_line, parse_args, print_table, save_results, temp_dir
+from _common import Timer, goal_line, parse_args, print_table, save_results, temp_dir
 
 import sediment as sd
+from sediment.workload import benchmark_schema
+from support import workload
 
 GROUP_BY = ("select substr(key, 1, 2) as k2, count(*) as n, max(timestamp) as ts, "
             "min(value) as v from {src} group by 1 order by 1")
@@ -74,10 +75,10 @@ def main() -> None:
     n_keys = args.lookups or (10 if args.quick else 30)
     results: dict[str, Any] = {"rows": rows, "leaves": args.leaves}
     with temp_dir() as tmp:
-        data = datagen.generate(rows, seed=11)
+        data = workload.generate(rows, seed=11)
         store = sd.Store.open(str(tmp / "store"), create=True)
-        table = store.create_table("bench", bench_schema(),
-                                   split_points=datagen.split_points(args.leaves),
+        table = store.create_table("bench", benchmark_schema(),
+                                   split_points=workload.split_points(args.leaves),
                                    properties={"state.cache.refresh_seconds": 3600})
         with Timer() as t_build:
             table.ingest(data)

@@ -3,8 +3,8 @@
 Run: ``python benchmarks/ingest.py [--rows N] [--quick] [--profile]`` (default 10M rows;
 ``--quick``: 1M).
 
-Data: Sleeper's system-test schema (see ``datagen.py``), generated in memory first (not timed).
-Each variant runs in a fresh process (so peak memory is its own), ``--repeats`` times
+Data: Sleeper's system-test schema (see ``support.workload``), generated in memory first (not
+timed). Each variant runs in a fresh process (so peak memory is its own), ``--repeats`` times
 alternating with the others; the fastest run of each is reported. Timed, into a fresh local
 store:
 
@@ -29,14 +29,12 @@ import pstats
 from pathlib import Path
 from typing import Any
 
-import datagen
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from _common import (
     RssSampler,
     Timer,
-    bench_schema,
     emit_child_result,
     goal_line,
     parse_args,
@@ -51,6 +49,8 @@ from _common import (
 import sediment as sd
 from sediment.files.writer import writer_options
 from sediment.properties import defaults
+from sediment.workload import benchmark_schema
+from support import workload
 
 RATIO_GOAL = 0.6
 RATE_GOAL = 1_500_000.0
@@ -65,7 +65,7 @@ def _dir_bytes(path: Path) -> int:
 def _write_options(props: dict[str, Any]) -> dict[str, Any]:
     """The table's Parquet settings (codec, level, encodings, page size, row groups), so the
     baseline writes the same file format as sediment does."""
-    return {**writer_options(bench_schema(), props),
+    return {**writer_options(benchmark_schema(), props),
             "row_group_size": int(props["parquet.row_group_rows"])}
 
 
@@ -110,7 +110,7 @@ def baseline_datafusion(data: pa.Table, out: Path, props: dict[str, Any]) -> dic
 def sediment_ingest(data: pa.Table, root: Path, name: str, *, split_points: list[str] | None,
                     properties: dict[str, Any], profile: bool = False) -> dict[str, Any]:
     store = sd.Store.open(str(root), create=True)
-    table = store.create_table("bench", bench_schema(), split_points=split_points,
+    table = store.create_table("bench", benchmark_schema(), split_points=split_points,
                                properties=properties)
     prof = cProfile.Profile() if profile else None
     with RssSampler() as mem, Timer() as t:
@@ -142,7 +142,7 @@ def _configs(rows: int, data_bytes: int, spill: bool
              ) -> dict[str, tuple[list[str] | None, dict[str, Any]]]:
     out: dict[str, tuple[list[str] | None, dict[str, Any]]] = {
         "sediment, 1 leaf": (None, {}),
-        "sediment, 16 leaves": (datagen.split_points(16), {}),
+        "sediment, 16 leaves": (workload.split_points(16), {}),
     }
     if spill:
         limit = max(2**20, data_bytes // SPILL_RUNS)
@@ -159,7 +159,7 @@ def child(run: str, rows: int, spill: bool, profile: bool) -> dict[str, Any]:
     import datafusion  # noqa: F401  (loaded before measuring: library code is not data memory)
 
     props = defaults()
-    data = datagen.generate(rows)
+    data = workload.generate(rows)
     configs = _configs(rows, data.nbytes, spill)
     with temp_dir() as tmp:
         if run == "pyarrow":
@@ -195,7 +195,7 @@ def main() -> None:
         return
     props = defaults()
     with Timer() as t_gen:
-        data = datagen.generate(rows)
+        data = workload.generate(rows)
     data_bytes = data.nbytes
     del data
     print(f"{rows:,} rows ({data_bytes / 2**20:,.0f} MiB in memory) generate in "

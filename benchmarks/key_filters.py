@@ -20,11 +20,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import datagen
 import numpy as np
 from _common import (
     Timer,
-    bench_schema,
     goal_line,
     parse_args,
     print_table,
@@ -33,12 +31,14 @@ from _common import (
 )
 
 import sediment as sd
+from sediment.workload import benchmark_schema
+from support import workload
 
 BLOCK = 100
 
 
 def build(store: sd.Store, name: str, data: Any, files: int, bits: int) -> tuple[sd.Table, float]:
-    table = store.create_table(name, bench_schema(), properties={
+    table = store.create_table(name, benchmark_schema(), properties={
         "parquet.key_filter_bits": bits, "state.cache.refresh_seconds": 3600})
     n = data.num_rows
     with Timer() as t:
@@ -73,11 +73,11 @@ def main() -> None:
     ))
     rows = args.rows or (400_000 if args.quick else 2_000_000)
     n_lookups = args.lookups or (500 if args.quick else 2000)
-    data = datagen.generate(rows, seed=7)
+    data = workload.generate(rows, seed=7)
     rng = np.random.default_rng(3)
     present = data.column("key").take(rng.integers(0, rows, n_lookups)).to_pylist()
-    absent = datagen.random_strings(np.random.default_rng(99), n_lookups,
-                                    datagen.KEY_LENGTH).to_pylist()
+    absent = workload.random_strings(np.random.default_rng(99), n_lookups,
+                                    workload.KEY_LENGTH).to_pylist()
     results: dict[str, Any] = {"rows": rows, "lookups": n_lookups, "layouts": {}}
     out_rows = []
     with temp_dir() as tmp:

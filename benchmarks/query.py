@@ -3,9 +3,9 @@
 Run: ``python benchmarks/query.py [--rows N] [--quick] [--profile]`` (default 10M rows;
 ``--quick``: 1M).
 
-A table of N rows of the benchmark workload (see ``datagen.py``) is ingested into a fresh local
-store (default properties, one leaf). Then, all warm (footers and state cached, OS page cache
-hot; a warm-up pass runs first and is not counted; sediment and DuckDB run in alternating
+A table of N rows of the benchmark workload (see ``support.workload``) is ingested into a fresh
+local store (default properties, one leaf). Then, all warm (footers and state cached, OS page
+cache hot; a warm-up pass runs first and is not counted; sediment and DuckDB run in alternating
 blocks of queries so both see the same machine load):
 
 * exact-key latency, p50/p99 over ``--keys`` random existing keys: ``table.query(keys=[k])``
@@ -34,7 +34,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import datagen
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -42,7 +41,6 @@ import pyarrow.parquet as pq
 from _common import (
     RssSampler,
     Timer,
-    bench_schema,
     goal_line,
     parse_args,
     peak_rss_mib,
@@ -54,6 +52,8 @@ from _common import (
 
 import sediment as sd
 from sediment.properties import defaults
+from sediment.workload import benchmark_schema
+from support import workload
 
 P50_GOAL_MS = 2.0
 P99_GOAL_MS = 10.0
@@ -99,7 +99,7 @@ def build_table(data: pa.Table, root: Path, properties: dict[str, Any]
                 ) -> tuple[sd.Table, list[str], float]:
     """Ingest ``data`` into a fresh store at ``root``: (table, data file paths, seconds)."""
     store = sd.Store.open(str(root), create=True)
-    table = store.create_table("bench", bench_schema(), properties=properties)
+    table = store.create_table("bench", benchmark_schema(), properties=properties)
     with Timer() as t:
         table.ingest(data)
     files = sorted({table._handle.objects.path(r.filename) for r in table.files()})
@@ -254,12 +254,12 @@ def main() -> None:
     results: dict[str, Any] = {"rows": rows, "default_row_group_rows": default_rg}
 
     with Timer() as t_gen:
-        data = datagen.generate(rows)
+        data = workload.generate(rows)
     print(f"generated {rows:,} rows ({data.nbytes / 2**20:,.0f} MiB) in {t_gen.seconds:.2f} s")
     all_keys = data.column("key")
-    keys = datagen.pick(all_keys, args.keys, seed=1)
-    warm = datagen.pick(all_keys, args.warm, seed=2)
-    sweep_keys = datagen.pick(all_keys, args.sweep_keys, seed=3)
+    keys = workload.pick(all_keys, args.keys, seed=1)
+    warm = workload.pick(all_keys, args.warm, seed=2)
+    sweep_keys = workload.pick(all_keys, args.sweep_keys, seed=3)
     rng = np.random.default_rng(4)
     range_sizes = [10, 1_000, 100_000] + ([1_000_000] if rows >= 5_000_000 else [])
     range_counts = {10: 200, 1_000: 100, 100_000: 20, 1_000_000: 5}
@@ -288,8 +288,8 @@ def main() -> None:
         results["ranges"] = []
         for size in range_sizes:
             n = range_counts[size]
-            starts = datagen.random_strings(rng, n + 5, datagen.KEY_LENGTH).to_pylist()
-            bounds = [datagen.key_range_for(s, size, rows) for s in starts]
+            starts = workload.random_strings(rng, n + 5, workload.KEY_LENGTH).to_pylist()
+            bounds = [workload.key_range_for(s, size, rows) for s in starts]
             t_sd, c_sd, t_dk, c_dk = timed_pairs(sediment_range(table), duck.range, bounds[5:],
                                                  bounds[:5], block=10)
             if c_sd != c_dk:
@@ -311,8 +311,8 @@ def main() -> None:
         if args.profile:
             profile("exact-key queries", sediment_exact(table), keys[:300])
             profile("~1000-row range queries", sediment_range(table),
-                    [datagen.key_range_for(s, 1000, rows) for s in
-                     datagen.random_strings(rng, 50, datagen.KEY_LENGTH).to_pylist()])
+                    [workload.key_range_for(s, 1000, rows) for s in
+                     workload.random_strings(rng, 50, workload.KEY_LENGTH).to_pylist()])
 
         # -- full scan
         repeats = 3 if rows <= 10_000_000 else 1

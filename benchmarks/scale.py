@@ -8,7 +8,7 @@ again after an interruption. Results are saved to ``benchmarks/results/scale.jso
 stage (``--quick``: ``scale.quick.json``).
 
 Tables (one local store in ``DIR/store``), of ``N/100``, ``N/10`` and ``N`` rows of the
-benchmark schema (``datagen.py``: uniform random 10-letter keys):
+benchmark schema (``support.workload``: uniform random 10-letter keys):
 
 1. **input**: ``N`` rows written as Parquet files of 5M rows (snappy), plus ``N/100`` rows
    apart; reused by later runs.
@@ -44,11 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import datagen
 import pyarrow.parquet as pq
 from _common import (
     Timer,
-    bench_schema,
     emit_child_result,
     fmt,
     goal_line,
@@ -61,6 +59,8 @@ from _common import (
 )
 
 import sediment as sd
+from sediment.workload import benchmark_schema
+from support import workload
 
 FILE_ROWS = 5_000_000
 MIB = 1024 * 1024
@@ -110,8 +110,8 @@ def write_inputs(work: Path, rows: int) -> dict[str, Any]:
             if path.exists() and pq.ParquetFile(path).metadata.num_rows == n:
                 continue
             tmp = path.with_suffix(".tmp")
-            with pq.ParquetWriter(tmp, datagen.arrow_schema(), compression="snappy") as w:
-                for b in datagen.batches(n, seed=seed):
+            with pq.ParquetWriter(tmp, workload.arrow_schema(), compression="snappy") as w:
+                for b in workload.batches(n, seed=seed):
                     w.write_batch(b)
             tmp.replace(path)
     files = [p for p, _, _ in plan]
@@ -140,7 +140,7 @@ def import_table(store: sd.Store, spark: Any, rows: int, n: int, files: list[str
     name = table_name(n)
     if name in store.tables():
         store.drop_table(name)  # a half-done import of an interrupted run
-    table = store.create_table(name, bench_schema(), properties=properties(rows))
+    table = store.create_table(name, benchmark_schema(), properties=properties(rows))
     with Timer() as t:
         result = bulk_import(spark, table, files)
     leaves = sum(p.is_leaf for p in table.partitions())
@@ -152,7 +152,7 @@ def maintain_table(store: sd.Store, work: Path, n: int) -> dict[str, Any]:
     table = store.table(table_name(n))
     extra = max(1000, n // 100)
     with Timer() as t_in:
-        table.ingest(datagen.generate(extra, seed=99))
+        table.ingest(workload.generate(extra, seed=99))
     before = len(table.files())
     child = run_child_script(__file__, ["--child-maintain", str(work / "store"),
                                         table_name(n)], f"maintain {table_name(n)}")
@@ -184,8 +184,8 @@ def standard_ingest(store: sd.Store, rows: int) -> dict[str, Any]:
     name = "ingest_only"
     if name in store.tables():
         store.drop_table(name)
-    table = store.create_table(name, bench_schema())
-    data = [datagen.generate(min(1_000_000, n - i), seed=500 + i // 1_000_000)
+    table = store.create_table(name, benchmark_schema())
+    data = [workload.generate(min(1_000_000, n - i), seed=500 + i // 1_000_000)
             for i in range(0, n, 1_000_000)]
     with Timer() as t:
         for d in data:
@@ -198,7 +198,7 @@ def standard_ingest(store: sd.Store, rows: int) -> dict[str, Any]:
 def query_table(store: sd.Store, n: int, files: list[str]) -> dict[str, Any]:
     table = store.table(table_name(n))
     keys = pq.ParquetFile(files[0]).read_row_group(0, columns=["key"]).column("key")
-    picked = datagen.pick(keys, 350, seed=n % 1000)
+    picked = workload.pick(keys, 350, seed=n % 1000)
     for k in picked[:50]:
         table.query(keys=[k])
     lat = []
@@ -210,7 +210,7 @@ def query_table(store: sd.Store, n: int, files: list[str]) -> dict[str, Any]:
     lat.sort()
     ranges = []
     for i, start in enumerate(picked[:10]):
-        lo, hi = datagen.key_range_for(start, n * 0.001, n)
+        lo, hi = workload.key_range_for(start, n * 0.001, n)
         t0 = time.perf_counter()
         got = table.query(ranges=[sd.Range(lo, hi)])
         ranges.append(((time.perf_counter() - t0) * 1000, got.num_rows, i))

@@ -32,11 +32,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import datagen
 import numpy as np
-from _common import Timer, bench_schema, goal_line, parse_args, print_table, save_results, temp_dir
+from _common import Timer, goal_line, parse_args, print_table, save_results, temp_dir
 
 import sediment as sd
+from sediment.workload import benchmark_schema
+from support import workload
 
 CLIENTS = 8
 
@@ -109,11 +110,11 @@ def main() -> None:
                                "ingest_rows": ingest_rows, "clients": CLIENTS}
     goals = []
     with temp_dir() as tmp:
-        data = datagen.generate(rows, seed=11)
+        data = workload.generate(rows, seed=11)
         store = sd.Store.open(str(tmp / "store"), create=True)
         with Timer() as t_build:
-            table = store.create_table("bench", bench_schema(),
-                                       split_points=datagen.split_points(args.leaves))
+            table = store.create_table("bench", benchmark_schema(),
+                                       split_points=workload.split_points(args.leaves))
             table.ingest(data)
             table.compact(full=True)
         print(f"{rows:,} rows in {args.leaves} leaves: built in {t_build.seconds:.1f} s")
@@ -185,10 +186,10 @@ def main() -> None:
             remote_store = sd.connect(uri)
             local_s, remote_s = [], []
             for i in range(2):
-                local_t = store.create_table(f"ingest_local_{i}", bench_schema(),
-                                             split_points=datagen.split_points(args.leaves))
-                remote_store.create_table(f"ingest_remote_{i}", bench_schema(),
-                                          split_points=datagen.split_points(args.leaves))
+                local_t = store.create_table(f"ingest_local_{i}", benchmark_schema(),
+                                             split_points=workload.split_points(args.leaves))
+                remote_store.create_table(f"ingest_remote_{i}", benchmark_schema(),
+                                          split_points=workload.split_points(args.leaves))
                 with Timer() as t_local:
                     local_t.ingest(part)
                 with Timer() as t_remote:

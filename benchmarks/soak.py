@@ -47,7 +47,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -67,6 +66,7 @@ import pyarrow.parquet as pq  # noqa: E402
 import workers as w  # noqa: E402
 
 import sediment as sd  # noqa: E402
+from support.s3 import moto_s3_server  # noqa: E402
 
 PROPERTIES = {
     "partition.split.threshold": 20_000,
@@ -79,64 +79,13 @@ PROPERTIES = {
 
 
 # ---- loopback S3 -----------------------------------------------------------------------------
-_SERIALISED_MOTO = """
-import sys, threading
-from werkzeug.serving import run_simple
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication, MotoRequestHandler, create_backend_app)
-app = DomainDispatcherApplication(create_backend_app)
-lock = threading.Lock()
-def serialised(environ, start_response):
-    with lock:
-        return list(app(environ, start_response))
-run_simple("127.0.0.1", int(sys.argv[1]), serialised, threaded=True,
-           request_handler=MotoRequestHandler)
-"""
-"""moto's own conditional PUT is not atomic under concurrent writers (see tests/conftest.py):
-serve its app behind one lock, as the tests do."""
-
-
 @contextlib.contextmanager
 def s3_server() -> Iterator[tuple[str, dict[str, Any], dict[str, str]]]:
-    """(store uri, storage options, environment for CLI processes) on a fresh bucket."""
-    import boto3
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-             "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
-             "AWS_EC2_METADATA_DISABLED": "true"}
-    env = {**os.environ, **creds, "NO_PROXY": "127.0.0.1,localhost"}
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-c", _SERIALISED_MOTO, str(port)], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise RuntimeError(f"moto did not start: {log.read()[-2000:]!r}") from None
-                time.sleep(0.1)
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                     aws_access_key_id="testing",
-                     aws_secret_access_key="testing").create_bucket(Bucket="soak")
-        options = {"endpoint_url": endpoint, "region": "us-east-1",
-                   "access_key_id": "testing", "secret_access_key": "testing"}
-        yield "s3://soak/store", options, {**creds, "AWS_ENDPOINT_URL": endpoint}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        log.close()
+    """(store uri, storage options, environment for CLI processes) on a fresh bucket of a
+    loopback moto server (support.s3: serialised, so conditional PUTs are atomic)."""
+    with moto_s3_server() as server:
+        server.create_bucket("soak")
+        yield "s3://soak/store", server.options, server.env()
 
 
 # ---- one soak run ------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ same query over the plain Parquet file of the same rows.
 Run: ``python benchmarks/spark_read.py [--rows N] [--quick] [--repeats R]`` (default 10M rows;
 ``--quick``: 1M).
 
-Data: Sleeper's system-test schema (``datagen.generate``), ingested (untimed) into a one-leaf
+Data: Sleeper's system-test schema (``workload.generate``), ingested (untimed) into a one-leaf
 table in one file (``ingest.memory_limit_bytes`` raised so nothing spills: the read merges
 nothing), and written as one plain Parquet file (snappy, Spark's default) beside it. One
 session, ``sediment.spark.session("local[2]")``, runs both; a warm-up run of each comes first
@@ -42,11 +42,12 @@ import os
 import time
 from typing import Any
 
-import datagen
 import pyarrow.parquet as pq
-from _common import bench_schema, goal_line, parse_args, print_table, save_results, temp_dir
+from _common import goal_line, parse_args, print_table, save_results, temp_dir
 
 import sediment as sd
+from sediment.workload import benchmark_schema
+from support import workload
 
 QUERY = ("SELECT substr(key, 1, 2) AS p, count(*) AS c, max(timestamp) AS m FROM {view} "
          "GROUP BY 1")
@@ -76,7 +77,7 @@ def _python_parquet(path: str) -> Any:
             return "python_parquet"
 
         def schema(self) -> Any:
-            return from_arrow_schema(datagen.arrow_schema())
+            return from_arrow_schema(workload.arrow_schema())
 
         def reader(self, schema: Any) -> DataSourceReader:
             return Reader()
@@ -103,11 +104,11 @@ def main() -> None:
     from sediment.spark import session
 
     with temp_dir() as tmp:
-        data = datagen.generate(rows)
+        data = workload.generate(rows)
         plain = str(tmp / "plain.parquet")
         pq.write_table(data, plain, compression="snappy", row_group_size=1_000_000)
         store = sd.Store.open(str(tmp / "store"), create=True)
-        table = store.create_table("bench", bench_schema(), properties={
+        table = store.create_table("bench", benchmark_schema(), properties={
             "ingest.memory_limit_bytes": 8 * 1024 ** 3})
         started = time.perf_counter()
         table.ingest(data)

@@ -28,12 +28,9 @@ from typing import Any
 from _common import (
     CountingObjectStore,
     Requests,
-    S3Server,
     Timer,
-    bench_schema,
     current_rss_mib,
     goal_line,
-    moto_s3_server,
     parse_args,
     peak_rss_mib,
     print_table,
@@ -51,13 +48,15 @@ from sediment.state.snapshot import (
     OBJECT_PREFIX,
     SNAPSHOT_PREFIX,
     object_key,
-    range_digests,
     read_snapshot,
     snapshot_versions,
     write_snapshot,
 )
 from sediment.state.store import StateStore
 from sediment.storage.local import LocalObjectStore
+from sediment.workload import benchmark_schema
+from support.internals import range_digests
+from support.s3 import S3Server, moto_s3_server
 
 COMMIT_GOAL = 200.0  # commits/s, local disk (Sleeper asks for > 50/s)
 LOAD_GOAL = 2.0  # seconds to load a 1M-reference state from a snapshot
@@ -74,7 +73,7 @@ def _one_ref_txn(pid: str) -> AddFiles:
 # ---- 1. commit throughput ---------------------------------------------------------------------
 def bench_commits(store: Store, label: str, n: int) -> dict[str, Any]:
     """n one-reference AddFiles commits vs n raw put_if_absent calls of the same payload."""
-    table = store.create_table(f"commits_{_name()[:8]}", bench_schema())
+    table = store.create_table(f"commits_{_name()[:8]}", benchmark_schema())
     objects = CountingObjectStore(store.table_objects(table.table_id))
     states = StateStore(objects, table.table_id)
     head = states.head()
@@ -197,7 +196,8 @@ def bench_large_state(root: Path, *, n_refs: int, n_txns: int, n_leaves: int,
     print(f"\nbuilding a state of {n_refs:,} references over {n_leaves:,} leaves "
           f"({n_txns} AddFiles transactions of {n_refs // n_txns:,}) ...", flush=True)
     with Timer() as t_create:
-        table = store.create_table("large", bench_schema(), split_points=_split_points(n_leaves))
+        table = store.create_table("large", benchmark_schema(),
+                                   split_points=_split_points(n_leaves))
     tid = table.table_id
     objects = CountingObjectStore(store.table_objects(tid))
     states = StateStore(objects, tid)

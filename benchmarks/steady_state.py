@@ -4,7 +4,7 @@ Run: ``python benchmarks/steady_state.py [--seconds N] [--batch-rows N] [--inter
 [--split-threshold N] [--qps N] [--stall-files N] [--quick]`` (default 60 s; ``--quick``:
 20 s).
 
-One table of the benchmark schema (see ``datagen.py``) with ``partition.split.threshold`` 2M
+One table of the benchmark schema (see ``support.workload``) with ``partition.split.threshold`` 2M
 (``--quick``: 1M), ``compaction.batch_size`` 12, the default ``size_ratio`` strategy and
 ``ingest.stall_files`` 12 (``--stall-files``; 0 runs without the write stall), in a fresh
 local store. For ``--seconds``, each in its own process (they race only through the
@@ -70,11 +70,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import datagen
 import numpy as np
 from _common import (
     Timer,
-    bench_schema,
     goal_line,
     parse_args,
     peak_rss_mib,
@@ -84,6 +82,8 @@ from _common import (
 )
 
 import sediment as sd
+from sediment.workload import benchmark_schema
+from support import workload
 
 TABLE = "steady"
 REFERENCE = "steady_reference"
@@ -104,9 +104,9 @@ def table_properties(split_threshold: int, batch_size: int, stall_files: int
 
 
 def batch_keys(i: int, batch_rows: int) -> list[str]:
-    """Some keys of ingest batch ``i`` (``datagen.chunk`` draws the keys first from its rng)."""
+    """Some keys of ingest batch ``i`` (``workload.chunk`` draws the keys first from its rng)."""
     rng = np.random.default_rng(SEED + i)
-    keys = datagen.random_strings(rng, batch_rows, datagen.KEY_LENGTH)
+    keys = workload.random_strings(rng, batch_rows, workload.KEY_LENGTH)
     pick = np.random.default_rng(i).choice(batch_rows, size=KEYS_PER_BATCH, replace=False)
     return keys.take(pick).to_pylist()
 
@@ -157,7 +157,7 @@ def child_ingest(table: sd.Table, a: dict[str, Any]) -> dict[str, Any]:
     start = time.monotonic()
     next_at = start
     while time.monotonic() < deadline and not stop.exists():
-        data = datagen.chunk(np.random.default_rng(SEED + i), a["batch_rows"])
+        data = workload.chunk(np.random.default_rng(SEED + i), a["batch_rows"])
         t0 = time.perf_counter()
         stalls.append(table.ingest(data).stalled_seconds)
         latencies.append(time.perf_counter() - t0)
@@ -412,11 +412,11 @@ def build_reference(store: sd.Store, props: dict[str, Any], batches: int,
                     batch_rows: int) -> sd.Table:
     """The batches the run ingests (the same seeds), split like the live table and fully
     compacted: one file per leaf."""
-    ref = store.create_table(REFERENCE, bench_schema(), properties={
+    ref = store.create_table(REFERENCE, benchmark_schema(), properties={
         **props, "compaction.ratio": 0, "compaction.batch_size": 1000,
         "ingest.stall_files": 0})  # no maintainer runs while it is built
     for i in range(0, batches, 20):
-        ref.ingest([datagen.chunk(np.random.default_rng(SEED + j), batch_rows)
+        ref.ingest([workload.chunk(np.random.default_rng(SEED + j), batch_rows)
                     for j in range(i, min(batches, i + 20))])
     ref.maintain()
     lay = layout(ref.state())
@@ -473,7 +473,7 @@ def main() -> None:
         ref_layout = layout(reference.state())
         print(f"reference table: {ref_layout['records']:,} rows in {ref_layout['leaves']} "
               f"leaves, one file each, built in {ref_t.seconds:.1f} s")
-        table = store.create_table(TABLE, bench_schema(), properties=props)
+        table = store.create_table(TABLE, benchmark_schema(), properties=props)
         common = {"stop": str(work / "stop"), "progress": str(work / "progress"),
                   "batch_rows": args.batch_rows}
         maintainer = start_maintainer(root, work, args.workers, args.threads)

@@ -7,14 +7,8 @@ are replaced by dummies for the duration of each S3 test.
 
 from __future__ import annotations
 
-import functools
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,100 +17,22 @@ from typing import Any
 import pytest
 
 from sediment.storage import LocalObjectStore, MemoryObjectStore, ObjectStore, open_object_store
-
-S3_REGION = "us-east-1"
-S3_CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
-_DUMMY_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": S3_REGION,
-    "AWS_REGION": S3_REGION,
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
-_UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
-                  "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE",
-                  "AWS_SHARED_CREDENTIALS_FILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE")
-_STARTUP_SECONDS = 15.0
-
-# moto's S3 server checks ``If-None-Match: *`` and then stores the object without a lock, so two
-# concurrent conditional PUTs of one key can both succeed. Real S3 (and MinIO) decide this
-# atomically. This launcher serves moto's own WSGI app behind one lock, so each request runs alone
-# and conditional writes are atomic, as Sediment's commit protocol requires of its object store.
-_SERIALISED_MOTO = """
-import sys, threading
-from werkzeug.serving import run_simple
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication, MotoRequestHandler, create_backend_app)
-host, port = sys.argv[1], int(sys.argv[2])
-app = DomainDispatcherApplication(create_backend_app)
-lock = threading.Lock()
-def serialised(environ, start_response):
-    with lock:
-        return list(app(environ, start_response))
-run_simple(host, port, serialised, threaded=True, request_handler=MotoRequestHandler)
-"""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _server_env(port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _UNSET_AWS_ENV}
-    env.update(_DUMMY_AWS_ENV)
-    env["MOTO_PORT"] = str(port)
-    return env
-
-
-def _moto_command(port: int) -> list[str]:
-    """The moto server command: the serialised launcher (see above) run by this interpreter.
-
-    ``SEDIMENT_TEST_PLAIN_MOTO=1`` runs the stock ``moto_server`` next to ``sys.executable``
-    instead (its conditional PUT is racy under concurrent writers).
-    """
-    if os.environ.get("SEDIMENT_TEST_PLAIN_MOTO") == "1":
-        binary = Path(sys.executable).with_name("moto_server")
-        if not binary.exists():
-            pytest.skip(f"moto_server not found next to {sys.executable}")
-        return [str(binary), "-H", "127.0.0.1", "-p", str(port)]
-    return [sys.executable, "-c", _SERIALISED_MOTO, "127.0.0.1", str(port)]
-
-
-def _wait_until_up(proc: subprocess.Popen[bytes], endpoint: str, log: Path) -> None:
-    deadline = time.monotonic() + _STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto server exited with {proc.returncode}: "
-                               f"{log.read_text(errors='replace')[-2000:]}")
-        try:
-            with urllib.request.urlopen(endpoint + "/", timeout=1):
-                return
-        except urllib.error.HTTPError:
-            return  # any HTTP answer means it is serving
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.1)
-    raise RuntimeError(f"moto server at {endpoint} did not answer within {_STARTUP_SECONDS}s: "
-                       f"{log.read_text(errors='replace')[-2000:]}")
+from support.s3 import DUMMY_AWS_ENV as _DUMMY_AWS_ENV
+from support.s3 import S3_CREDENTIALS, S3_REGION, moto_s3_server, plain_moto_binary, s3_client
+from support.s3 import UNSET_AWS_ENV as _UNSET_AWS_ENV
 
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Endpoint URL of a moto S3 server on 127.0.0.1, started once per session."""
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("moto") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(_moto_command(port), env=_server_env(port), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        _wait_until_up(proc, endpoint, log)
-        yield endpoint
-    finally:
-        from helpers import stop_process
-
-        stop_process(proc)
+    """Endpoint URL of a moto S3 server on 127.0.0.1 (support.s3: serialised, so conditional
+    PUTs are atomic), started once per session. ``SEDIMENT_TEST_PLAIN_MOTO=1`` runs the stock
+    ``moto_server`` next to ``sys.executable`` instead (its conditional PUT is racy under
+    concurrent writers)."""
+    plain = os.environ.get("SEDIMENT_TEST_PLAIN_MOTO") == "1"
+    if plain and not plain_moto_binary().exists():
+        pytest.skip(f"moto_server not found next to {sys.executable}")
+    with moto_s3_server(tmp_path_factory.mktemp("moto") / "server.log", plain=plain) as server:
+        yield server.endpoint_url
 
 
 @pytest.fixture
@@ -126,17 +42,6 @@ def aws_test_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(k, raising=False)
     for k, v in _DUMMY_AWS_ENV.items():
         monkeypatch.setenv(k, v)
-
-
-@functools.cache
-def s3_client(endpoint: str) -> Any:
-    """A boto3 S3 client for the moto server at ``endpoint`` (dummy credentials)."""
-    import boto3
-
-    return boto3.session.Session().client(
-        "s3", endpoint_url=endpoint, region_name=S3_REGION,
-        aws_access_key_id=S3_CREDENTIALS["access_key_id"],
-        aws_secret_access_key=S3_CREDENTIALS["secret_access_key"])
 
 
 @pytest.fixture
@@ -154,13 +59,25 @@ def s3_store_uri(s3_server: str, aws_test_env: None) -> tuple[str, dict[str, Any
     return f"s3://{bucket}/store", options
 
 
-@pytest.fixture(params=["memory", pytest.param("local"), pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.fixture(params=["memory", pytest.param("local"), pytest.param("s3", marks=pytest.mark.s3),
+                        pytest.param("s3-proxy", marks=[pytest.mark.s3, pytest.mark.faults]),
+                        pytest.param("s3-faults", marks=[pytest.mark.s3, pytest.mark.faults])])
 def object_store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    """A fresh, empty ObjectStore of each implementation."""
+    """A fresh, empty ObjectStore of each implementation: in memory, on local disk, on S3
+    (moto), and on S3 through the fault proxy, with no faults (``s3-proxy``) and with the
+    transient ones the S3 store's retries absorb (``s3-faults``:
+    :func:`faultproxy.transient_fault_specs`)."""
     if request.param == "memory":
         return MemoryObjectStore(f"test-{uuid.uuid4().hex}")
     if request.param == "local":
         return LocalObjectStore(tmp_path / "objects")
+    if request.param.startswith("s3-"):
+        from faultproxy import transient_fault_specs
+
+        proxied = request.getfixturevalue("proxied_s3")
+        if request.param == "s3-faults":
+            proxied.proxy.add_rules(transient_fault_specs())
+        return open_object_store(proxied.uri, **proxied.options)
     uri, options = request.getfixturevalue("s3_store_uri")
     return open_object_store(uri, **options)
 

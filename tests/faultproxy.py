@@ -563,6 +563,21 @@ def random_fault_specs(scale: float = 1.0, *, log_path: str = r"/log/\d{20}\.jso
     ]
 
 
+def transient_fault_specs(probability: float = 0.02) -> list[dict[str, Any]]:
+    """Faults an S3 client's retries absorb (``add_rules`` arguments), each with
+    ``probability``: resets before forwarding and 503s (nothing happened upstream), and lost
+    answers of reads (GET: nothing changed). An object store must pass its whole conformance
+    suite under them. Lost answers of writes are left out: a conditional PUT retried after its
+    own answer was lost finds the key taken, which only a read can resolve
+    (sediment.storage.conditional.create_once), not the store."""
+    return [
+        {"action": "reset", "probability": probability, "name": "reset"},
+        {"action": "status", "status": 503, "probability": probability, "name": "503"},
+        {"action": "drop_response", "method": "GET", "probability": probability,
+         "name": "lost read answer"},
+    ]
+
+
 class ProxiedS3:
     """A store URI reachable through a proxy and directly (the checks use the direct path).
 

@@ -38,6 +38,7 @@ from sediment.core.transactions import (
 from sediment.core.transactions import base as transactions_base
 from sediment.errors import CorruptMetadataError, PropertyError, TransactionInvalidError
 from sediment.schema import Schema
+from support.internals import leaf_for_key
 
 SCHEMA = Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                 values=[("value", pa.string())])
@@ -380,9 +381,9 @@ def test_split_partition_makes_two_leaves() -> None:
     assert [p.id for p in st.leaf_partitions()] == ["L", "RL", "RR"]
     assert [p.id for p in st.ancestors("RL")] == ["R", "root"]
     assert st.is_descendant("RL", "root") and not st.is_descendant("RL", "L")
-    assert st.leaf_for_key(("a",)).id == "L"
-    assert st.leaf_for_key(("m",)).id == "RL"
-    assert st.leaf_for_key(("zz",)).id == "RR"
+    assert leaf_for_key(st, ("a",)).id == "L"
+    assert leaf_for_key(st, ("m",)).id == "RL"
+    assert leaf_for_key(st, ("zz",)).id == "RR"
 
 
 def test_split_partition_keeps_references_where_they_are() -> None:

@@ -22,13 +22,13 @@ from sediment.files.merge import merge_sorted
 from sediment.files.sample import (
     COUNT,
     KeySampler,
-    build_sample,
     estimate_count,
     merge_samples,
     quantile,
 )
-from sediment.files.writer import sample_name, write_sorted_file
+from sediment.files.writer import sample_name
 from sediment.storage import LocalObjectStore
+from support.internals import build_sample, write_sorted_file
 
 KEY_SCHEMA = pa.schema([pa.field("key", pa.string(), nullable=False)])
 

@@ -20,9 +20,10 @@ import sediment as sd
 from reference import Reference, assert_matches
 from sediment.errors import CorruptMetadataError
 from sediment.files.keyfilter import HEADER_BYTES, FilterLayout, hash_keys
-from sediment.files.writer import keys_name, write_sorted_file
+from sediment.files.writer import keys_name
 from sediment.properties import defaults
 from sediment.storage.local import LocalObjectStore
+from support.internals import write_sorted_file
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], values=[("value", pa.int64())])
 

@@ -21,11 +21,11 @@ from sediment.files.writer import (
     new_data_filename,
     sample_name,
     with_sidecars,
-    write_sorted_file,
 )
 from sediment.maintenance.gc import GcResult, gc
 from sediment.state import pending
 from sediment.workload import benchmark_schema
+from support.internals import write_sorted_file
 
 SCHEMA = benchmark_schema()
 

@@ -27,9 +27,9 @@ from sediment.compaction.runner import push_down_references
 from sediment.compaction.strategy import plan_compaction_jobs
 from sediment.core.model import FileReference, Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID, TableState
-from sediment.files.sample import build_sample
 from sediment.maintenance.splitting import choose_split_key, plan_splits
 from sediment.properties import defaults
+from support.internals import build_sample
 
 INT_SCHEMA = sd.Schema(row_keys=[("key", pa.int64())], values=[("value", pa.string())])
 

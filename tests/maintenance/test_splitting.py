@@ -18,9 +18,9 @@ from sediment.core.model import Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID
 from sediment.core.transactions import SplitPartition
 from sediment.errors import TransactionInvalidError
-from sediment.files.sample import build_sample
 from sediment.maintenance.splitting import SplitResult, choose_split_key, plan_splits
 from sediment.workload import benchmark_schema
+from support.internals import build_sample
 
 SCHEMA = benchmark_schema()
 MULTI = sd.Schema(row_keys=[("a", pa.string()), ("b", pa.int64())],

@@ -23,6 +23,7 @@ from sediment.errors import MissingDependencyError
 from sediment.files.keys import rows_in
 from sediment.files.sequence import SEQ, with_sequence, without_sequence
 from sediment.iterators.base import apply_iterators
+from support.internals import leaf_for_key
 
 KEYS = [f"k{i:03d}" for i in range(120)]
 
@@ -420,6 +421,6 @@ def test_plan_files_flags(tmp_path: Path) -> None:
                                                       "by": "timestamp"}])})
     assert all(p.merge and p.files_in_leaf == 1 for p in t.plan_files())
     k = t.query().column("key")[0].as_py()
-    assert [p.leaf_id for p in t.plan_files(keys=[k])] == [t.state().leaf_for_key((k,)).id]
+    assert [p.leaf_id for p in t.plan_files(keys=[k])] == [leaf_for_key(t.state(), (k,)).id]
     # a key no file can hold (by statistics and key filters): nothing to read
     assert t.plan_files(keys=["no such key"]) == []

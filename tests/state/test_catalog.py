@@ -24,6 +24,7 @@ from sediment.errors import (
 )
 from sediment.properties import defaults
 from sediment.store import validate_table_name
+from support.internals import leaf_for_key
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("value", pa.string())])
@@ -240,7 +241,7 @@ def test_split_points_build_a_tiling_tree(points: list[str]) -> None:
     depths = [len(st.ancestors(p.id)) for p in parts if p.is_leaf]
     assert max(depths) - min(depths) <= 1
     for p in points:
-        leaf = st.leaf_for_key((p,))
+        leaf = leaf_for_key(st, (p,))
         assert leaf.region.min == (p,)
 
 

@@ -23,12 +23,13 @@ import sediment as sd
 from helpers import make_table, rows
 from sediment.cli import app
 from sediment.errors import CommitConflictError, CorruptMetadataError
-from sediment.files.writer import new_data_filename, write_sorted_file
+from sediment.files.writer import new_data_filename
 from sediment.maintenance import continuous
 from sediment.state import pending
 from sediment.state.log import log_key
 from sediment.state.snapshot import snapshot_key
 from sediment.workload import benchmark_schema
+from support.internals import write_sorted_file
 
 SCHEMA = benchmark_schema()
 GC_NOW = {"gc.delay_seconds": 0, "retention.seconds": 0, "gc.clock_skew_seconds": 0}

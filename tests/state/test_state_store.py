@@ -46,12 +46,12 @@ from sediment.state import StateStore
 from sediment.state.log import log_key
 from sediment.state.snapshot import (
     object_key,
-    range_digests,
     read_pointer,
     snapshot_key,
     snapshot_versions,
 )
 from sediment.storage import LocalObjectStore, MemoryObjectStore, ObjectStore
+from support.internals import range_digests
 
 T = TypeVar("T")
 TABLE_ID = "tbl"

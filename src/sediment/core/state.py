@@ -189,13 +189,6 @@ class TableState:
     def is_descendant(self, partition_id: str, ancestor_id: str) -> bool:
         return any(a.id == ancestor_id for a in self.ancestors(partition_id))
 
-    def leaf_for_key(self, key: Key) -> Partition:
-        p = self.partitions[ROOT_PARTITION_ID]
-        while not p.is_leaf:
-            assert p.split_key is not None
-            p = self.partitions[p.children[0] if key < p.split_key else p.children[1]]
-        return p
-
     # ---- job ids -------------------------------------------------------------------------
     def job_ids(self) -> set[str]:
         return set(self.jobs)

@@ -23,18 +23,6 @@ from sediment.files.keys import bisect_key, cell_mask, region_mask, row_key, sor
 COUNT = "__count"
 
 
-def build_sample(sorted_keys: pa.Table, size: int) -> pa.Table:
-    """Every k-th row key of sorted data (k = ceil(rows / size)) with the rows each stands for."""
-    n = sorted_keys.num_rows
-    if n == 0:
-        return sorted_keys.append_column(COUNT, pa.array([], pa.int64()))
-    k = max(1, math.ceil(n / size))
-    idx = np.arange(0, n, k, dtype=np.int64)
-    counts = np.minimum(k, n - idx)
-    picked = sorted_keys.take(pa.array(idx))
-    return picked.append_column(COUNT, pa.array(counts, pa.int64()))
-
-
 class KeySampler:
     """Keeps the row key of every k-th row of a sorted stream, k doubling as rows arrive."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -228,17 +228,3 @@ def write_key_filters(objects: ObjectStore, filename: str, data: bytes, schema: 
               for g in range(len(sizes))]  # one row group's keys in memory at a time
     objects.put(keys_name(filename), b"".join([layout.header(), *blocks]))
     return True
-
-
-def write_sorted_file(objects: ObjectStore, filename: str, schema: Schema,
-                      properties: Mapping[str, Any],
-                      batches: Iterable[pa.Table | pa.RecordBatch]) -> WrittenFile:
-    """Write already-sorted data as one data file plus sample."""
-    w = SortedFileWriter(objects, filename, schema, properties)
-    try:
-        for b in batches:
-            w.write(b)
-        return w.close()
-    except BaseException:
-        w.abort()
-        raise

@@ -360,12 +360,3 @@ def snapshot_versions(objects: ObjectStore) -> list[int]:
         if v is not None:
             out.append(v)
     return out
-
-
-def range_digests(objects: ObjectStore, version: int, table_id: str) -> list[RangeInfo]:
-    """The metarange of a snapshot (for diff and reuse checks)."""
-    where = f"snapshot {version} of table {table_id}"
-    doc = read_pointer(objects, version, table_id)
-    if "metarange" not in doc:
-        raise CorruptMetadataError(f"{where} ({snapshot_key(version)}) lacks its metarange")
-    return read_metarange(objects, doc["metarange"], where)

@@ -1,12 +1,14 @@
-"""Data for the benchmark workload (Sleeper's system-test schema), generated with numpy.
+"""Data for the benchmark workload (Sleeper's system-test schema), generated with numpy: the
+one workload of the benchmarks and the tests.
 
-Schema: ``key`` string (10 random lowercase letters), ``timestamp`` int64, ``value`` string
+Schema (:func:`sediment.workload.benchmark_schema`, the one definition, which the demo uses
+too): ``key`` string (10 random lowercase letters), ``timestamp`` int64, ``value`` string
 (10 random letters), ``nullable_value`` nullable string (10 random letters, null with
 probability ``null_fraction``). Strings are built straight from Arrow buffers (random bytes
 mapped to letters, fixed offsets), so 10M rows take a couple of seconds and no Python loop runs
 per record.
 
-Run ``python benchmarks/datagen.py [--rows N]`` to time the generator on its own.
+Run ``python tests/support/workload.py [--rows N]`` to time the generator on its own.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+
+from sediment.workload import benchmark_schema
 
 KEY_LENGTH = 10
 VALUE_LENGTH = 10
@@ -27,12 +31,8 @@ DEFAULT_CHUNK = 1_000_000
 
 
 def arrow_schema() -> pa.Schema:
-    return pa.schema([
-        pa.field("key", pa.string(), nullable=False),
-        pa.field("timestamp", pa.int64(), nullable=False),
-        pa.field("value", pa.string(), nullable=False),
-        pa.field("nullable_value", pa.string(), nullable=True),
-    ])
+    """The Arrow schema of the generated batches: the benchmark schema's."""
+    return benchmark_schema().to_arrow()
 
 
 def random_strings(rng: np.random.Generator, n: int, length: int,

@@ -1,0 +1,10 @@
+"""Support shared by the tests and the benchmarks, never shipped (it lives outside ``src/``).
+
+- :mod:`support.s3`: the loopback S3 fake (moto, serialised so conditional PUTs are atomic).
+- :mod:`support.workload`: the benchmark workload's data (on ``sediment.workload``'s schema).
+- :mod:`support.internals`: test-only helpers over Sediment's internals (samples, sorted files,
+  snapshot ranges, the leaf of a key).
+
+Tests import it as ``support`` (``tests/`` is on ``sys.path``: tests/conftest.py); benchmarks
+put ``tests/`` on ``sys.path`` in benchmarks/_common.py.
+"""

@@ -1,0 +1,185 @@
+"""The loopback S3 fake of the tests and the benchmarks: a moto server on 127.0.0.1.
+
+No test or benchmark may reach real AWS: the server listens on loopback with dummy credentials,
+every client is given its endpoint explicitly, and the server's environment has the AWS
+variables replaced by dummies.
+
+moto's S3 server checks ``If-None-Match: *`` and then stores the object without a lock, so two
+concurrent conditional PUTs of one key can both succeed. Real S3 (and MinIO) decide this
+atomically. :data:`SERIALISED_MOTO` serves moto's own WSGI app behind one lock, so each request
+runs alone and conditional writes are atomic, as Sediment's commit protocol requires of its
+object store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+S3_REGION = "us-east-1"
+S3_CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing"}
+DUMMY_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": S3_REGION,
+    "AWS_REGION": S3_REGION,
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
+                 "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE",
+                 "AWS_SHARED_CREDENTIALS_FILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE")
+STARTUP_SECONDS = 15.0
+
+SERIALISED_MOTO = """
+import sys, threading
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication, MotoRequestHandler, create_backend_app)
+host, port = sys.argv[1], int(sys.argv[2])
+app = DomainDispatcherApplication(create_backend_app)
+lock = threading.Lock()
+def serialised(environ, start_response):
+    with lock:
+        return list(app(environ, start_response))
+run_simple(host, port, serialised, threaded=True, request_handler=MotoRequestHandler)
+"""
+"""The launcher: ``python -c SERIALISED_MOTO HOST PORT`` (see the module docs)."""
+
+
+@dataclass
+class S3Server:
+    """A running moto S3 server on 127.0.0.1."""
+
+    endpoint_url: str
+    pid: int
+    region: str = S3_REGION
+    access_key_id: str = S3_CREDENTIALS["access_key_id"]
+    secret_access_key: str = S3_CREDENTIALS["secret_access_key"]
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Storage options for ``Store.open`` / ``open_object_store``."""
+        return {"endpoint_url": self.endpoint_url, "region": self.region,
+                "access_key_id": self.access_key_id,
+                "secret_access_key": self.secret_access_key}
+
+    def env(self) -> dict[str, str]:
+        """AWS environment variables that send a process (a CLI, a worker) to this server."""
+        return {**DUMMY_AWS_ENV, "AWS_ENDPOINT_URL": self.endpoint_url}
+
+    def client(self) -> Any:
+        """A boto3 S3 client of this server (one per endpoint, cached)."""
+        return s3_client(self.endpoint_url)
+
+    def create_bucket(self, name: str) -> str:
+        self.client().create_bucket(Bucket=name)
+        return name
+
+
+@functools.cache
+def s3_client(endpoint: str) -> Any:
+    """A boto3 S3 client for the server at ``endpoint`` (a proxy, say) with the dummy
+    credentials."""
+    import boto3
+
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint, region_name=S3_REGION,
+        aws_access_key_id=S3_CREDENTIALS["access_key_id"],
+        aws_secret_access_key=S3_CREDENTIALS["secret_access_key"])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_env(port: int) -> dict[str, str]:
+    """This process's environment with the AWS variables replaced by dummies, and loopback
+    kept off any HTTP proxy."""
+    env = {k: v for k, v in os.environ.items() if k not in UNSET_AWS_ENV}
+    env.update(DUMMY_AWS_ENV)
+    env["MOTO_PORT"] = str(port)
+    no_proxy = ",".join(filter(None, [env.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
+    env["NO_PROXY"] = env["no_proxy"] = no_proxy
+    return env
+
+
+def plain_moto_binary() -> Path:
+    """The stock ``moto_server`` next to this interpreter (its conditional PUT is racy)."""
+    return Path(sys.executable).with_name("moto_server")
+
+
+def moto_command(port: int, *, plain: bool = False) -> list[str]:
+    """The server command: the serialised launcher run by this interpreter, or with ``plain``
+    the stock ``moto_server`` (for comparing with moto's own behaviour)."""
+    if plain:
+        return [str(plain_moto_binary()), "-H", "127.0.0.1", "-p", str(port)]
+    return [sys.executable, "-c", SERIALISED_MOTO, "127.0.0.1", str(port)]
+
+
+def _log_tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-2000:]
+
+
+def wait_until_up(proc: subprocess.Popen[bytes], endpoint: str, log: Path,
+                  timeout: float = STARTUP_SECONDS) -> None:
+    """Return once the server answers HTTP at ``endpoint``; RuntimeError (with the end of its
+    log) when it exits or stays silent for ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto server exited with {proc.returncode}: {_log_tail(log)}")
+        try:
+            with urllib.request.urlopen(endpoint + "/", timeout=1):
+                return
+        except urllib.error.HTTPError:
+            return  # any HTTP answer means it is serving
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    raise RuntimeError(f"moto server at {endpoint} did not answer within {timeout}s: "
+                       f"{_log_tail(log)}")
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    """Terminate the server, killing it if it does not exit in 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def moto_s3_server(log: Path | None = None, *, plain: bool = False,
+                   timeout: float = STARTUP_SECONDS) -> Iterator[S3Server]:
+    """Start a moto S3 server on a free loopback port (its output to ``log``, else a temporary
+    file); stop it on exit."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with contextlib.ExitStack() as stack:
+        if log is None:
+            log = Path(stack.enter_context(tempfile.TemporaryDirectory(
+                prefix="sediment-moto-"))) / "server.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(moto_command(port, plain=plain), env=server_env(port),
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        try:
+            wait_until_up(proc, endpoint, log, timeout)
+            yield S3Server(endpoint, proc.pid)
+        finally:
+            stop(proc)
