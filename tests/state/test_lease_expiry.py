@@ -7,6 +7,7 @@ is ``tests/proof/test_paused_writer.py``; these are the in-process pieces, each 
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -112,6 +113,39 @@ def test_the_record_reaches_a_writer_whose_append_lost_to_it(tmp_path: Path) -> 
         commit_staged(handle, staged, time.perf_counter())
     assert appends == [2], "one append, lost to the record; the re-validation refused"
     assert table.version == 2 and table.state().refcount == {}
+
+
+def test_a_compaction_job_under_a_recorded_lease_is_refused(tmp_path: Path) -> None:
+    """The same gap for a compaction job's commit: the job is reported failed naming the
+    lease, its output deleted, and the table keeps its inputs."""
+    from sediment.compaction.runner import commit_job, create_jobs, execute_job
+
+    uri = str(tmp_path / "store")
+    table = make_table(uri)
+    for seed in range(2):
+        table.ingest(rows(300, seed=seed))
+    handle = table._handle
+    before = set(table.state().refcount)
+    (job,) = create_jobs(handle, full=True)
+    out = execute_job(handle, job, handle.states.head().partitions[job.partition_id].region)
+    assert not isinstance(out, str) and out.written is not None
+    lease = pending.lease_id_of(next(
+        k for k in (o.key for o in handle.objects.list("pending/"))
+        if out.written.filename in json.loads(handle.objects.get(k))["files"]))
+    collector = sd.Store.open(uri).table(table.name)._handle.states
+    real_append = handle.states._append
+
+    def gc_first(version: int, *args: object) -> bool:
+        collector.commit(ExpireLeases([lease]))
+        handle.states._append = real_append  # type: ignore[method-assign]
+        return real_append(version, *args)  # type: ignore[arg-type]
+
+    handle.states._append = gc_first  # type: ignore[method-assign]
+    result = commit_job(handle, job, out)
+    assert not result.committed and f"lease {lease}" in (result.error or "")
+    assert not handle.objects.exists(out.written.filename)
+    assert set(table.state().refcount) == before
+    assert len(table.query()) == 600
 
 
 def test_a_lapsed_lease_is_retired_not_renewed(tmp_path: Path) -> None:
