@@ -125,8 +125,9 @@ class _Lease:
             self.written = started
 
     def age(self) -> float:
-        """Seconds since the lease object was last written (0 when it never was)."""
-        return time.monotonic() - self.written if self.written else 0.0
+        """Seconds since the lease object was last written (by this process's clock; the
+        clock's whole reading when it never was: such a lease protects nothing yet)."""
+        return time.monotonic() - self.written
 
 
 _LOCK = threading.Lock()
@@ -176,7 +177,7 @@ def _beat() -> None:
         with _LOCK:  # an empty lease is deleted once, then forgotten until a file registers
             if not lease.files and _LEASES.get(lease.objects.uri) is lease:
                 del _LEASES[lease.objects.uri]
-        if lease.files and lease.age() >= limit:
+        if lease.files and lease.written and lease.age() >= limit:  # (0: being written)
             # This process was stopped past the timeout: the collector may have expired
             # the lease and taken its files. Renewing it would hide that; retire it.
             log.warning("pending-file lease %s of %s lapsed (last renewed %.0f s ago): its "
