@@ -64,6 +64,9 @@ def _worker(args: dict[str, Any]) -> None:
                 out.write(json.dumps({"seed": seed, "error": type(e).__name__,
                                       "message": str(e)}) + "\n")
             out.flush()
+            # what follows is not about the timeout: the default one, so that a loaded
+            # machine stalling this process for 2 s cannot fail the next ingest
+            os.environ.pop("SEDIMENT_LEASE_TIMEOUT_SECONDS", None)
 
 
 def _wait(condition: Any, what: str, timeout: float = 60.0) -> None:
@@ -115,6 +118,7 @@ def test_a_writer_paused_past_its_lease_cannot_commit_collected_files(
         result = table.gc(orphan_timeout=0)
         assert result.orphans_deleted == 2, "GC collected the paused writer's files"
         assert [h.kind for h in table.history()][-1] == "expire_leases"
+        monkeypatch.delenv(pending.LEASE_TIMEOUT_ENV)  # as in the worker, for what follows
         os.kill(proc.pid, signal.SIGCONT)
         output = proc.communicate(timeout=120)[0].decode()
         assert proc.returncode == 0, output
