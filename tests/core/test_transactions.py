@@ -21,6 +21,7 @@ from sediment.core.transactions import (
     AssignJobIds,
     ClearTable,
     DeleteFiles,
+    ExpireLeases,
     FollowScheme,
     InitialiseTable,
     JobAssignment,
@@ -503,6 +504,7 @@ ROUND_TRIPS: list[Transaction] = [
     SplitPartition("b", (b"\xff\xfe\x00",), "b1", "b2"),
     SplitPartition("c", ("ünïcode", 2**40), "c1", "c2"),
     DeleteFiles(["f1", "x/y.parquet"]),
+    ExpireLeases(["0123abcd", "ffee"]),
     SetProperties({"compaction.strategy": "basic", "compaction.ratio": 2.5},
                   ["gc.delay_seconds"]),
     SetProperties({}, []),  # from_json gives lists: the default () would compare unequal
@@ -534,7 +536,7 @@ def test_json_round_trip(txn: Transaction) -> None:
 
 def test_round_trips_cover_every_kind() -> None:
     assert {t.kind for t in ROUND_TRIPS} == set(TRANSACTION_KINDS)
-    assert len(TRANSACTION_KINDS) == 14
+    assert len(TRANSACTION_KINDS) == 15
 
 
 # The bodies below were written by the code before transactions became a package: a log
@@ -568,6 +570,7 @@ GOLDEN_LOG_BODIES = [
     ('{"kind":"split_partition","transaction":{"partition":"c",'
      '"split_key":["\\u00fcn\\u00efcode",1099511627776],"left":"c1","right":"c2"}}'),
     '{"kind":"delete_files","transaction":{"files":["f1","x/y.parquet"]}}',
+    '{"kind":"expire_leases","transaction":{"leases":["0123abcd","ffee"]}}',
     ('{"kind":"set_properties","transaction":{"updates":{"compaction.strategy":"basic",'
      '"compaction.ratio":2.5},"removed":["gc.delay_seconds"]}}'),
     '{"kind":"set_properties","transaction":{"updates":{},"removed":[]}}',
@@ -613,7 +616,7 @@ def test_log_bodies_are_byte_identical(txn: Transaction, golden: str) -> None:
 def test_registry_holds_exactly_the_known_kinds() -> None:
     assert dict(TRANSACTION_KINDS) == {
         "initialise": InitialiseTable, "set_properties": SetProperties, "set_online": SetOnline,
-        "add_files": AddFiles, "delete_files": DeleteFiles,
+        "add_files": AddFiles, "delete_files": DeleteFiles, "expire_leases": ExpireLeases,
         "split_partition": SplitPartition, "split_file_references": SplitFileReferences,
         "assign_job_ids": AssignJobIds, "replace_file_references": ReplaceFileReferences,
         "restore": RestoreVersion, "clear": ClearTable, "reinitialise": ReinitialiseTable,

@@ -33,6 +33,7 @@ from sediment.core.transactions import (
 )
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sample import estimate_count
+from sediment.files.staged import discard_staged
 from sediment.state import pending
 
 if TYPE_CHECKING:
@@ -166,6 +167,8 @@ def commit_job(table: TableHandle, job: CompactionJob, out: JobOutput | str, *,
         table.states.commit(ReplaceFileReferences(
             job.job_id, job.partition_id, tuple(r.filename for r in job.inputs), output))
     except (SedimentError, OSError) as e:
+        if output is not None:  # refused for certain (inputs reassigned, table dropped): gone now
+            discard_staged(table.objects, [output.filename], e)
         return failed(_reason(e))
     status.record("compaction", job.job_id, "committed", partition_id=job.partition_id)
     return JobResult(job, True, out.rows_in, rows_out, bytes_out, out.seconds)

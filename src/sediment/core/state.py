@@ -47,6 +47,10 @@ class TableState:
         """Filename -> time its last reference went away (for the GC delay)."""
         self.jobs: dict[str, tuple[str, float]] = {}
         """Compaction job id -> (partition id, time assigned), until the job commits."""
+        self.expired_leases: Mapping[str, float] = {}
+        """Pending-file lease id -> time garbage collection recorded it expired (ExpireLeases):
+        a writer whose files such a lease protected refuses to commit them. Replaced, never
+        changed in place, so copies share it."""
         self._refs: dict[str, dict[str, FileReference]] = {}
         self._lazy: dict[str, LazyReferences] = {}
         self._owned: set[str] = set()
@@ -65,6 +69,7 @@ class TableState:
         c.refcount = cow(self.refcount)
         c.unreferenced = cow(self.unreferenced)
         c.jobs = dict(self.jobs)
+        c.expired_leases = self.expired_leases
         # _lazy before _refs: a reader materialising a partition meanwhile (see _materialise)
         # leaves it in one of the two copies, never in neither
         c._lazy = dict(self._lazy)

@@ -38,6 +38,7 @@ from sediment.errors import (
 )
 from sediment.files.keys import range_mask, row_key, sort_indices
 from sediment.files.sequence import SEQ, SEQ_FIELD
+from sediment.files.staged import delete_staged, discard_staged
 from sediment.files.writer import sample_name, write_key_filters
 from sediment.properties import validate_properties
 from sediment.schema import Schema
@@ -230,8 +231,10 @@ def load_into(table: TableHandle, dump: VerifiedDump, *,
 
     try:
         table.states.commit(AddFiles(refs))
-    finally:  # committed: referenced now; failed or unknown: GC's orphan pass judges them
-        pending.release(table.objects, names)
+    except BaseException as e:  # refused for certain: deleted now; unknown: left to GC
+        discard_staged(table.objects, names, e)
+        raise
+    pending.release(table.objects, names)  # committed: referenced now
 
 
 def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
@@ -264,25 +267,30 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
         table.objects.put(sample_name(name), src.get(f.sample))
         write_key_filters(table.objects, name, raw, schema, props)
 
-    pending.register(table.objects, [name for _, name in copies])  # uncommitted until loaded
-    total = sum(f.bytes for f in files)
-    if progress is not None:
-        progress(0, total)
-    done = 0
-    with ThreadPoolExecutor(8) as pool:
-        futures = {pool.submit(copy, c): c[0].bytes for c in copies}
-        for fut in as_completed(futures):
-            fut.result()
-            done += futures[fut]
-            if progress is not None:
-                progress(done, total)
-    for f, name in copies:
-        hit = [leaf for leaf in leaves if f.range.overlaps(leaf.region)]
-        if len(hit) == 1:
-            refs.append(FileReference(name, hit[0].id, f.rows))
-            continue
-        sample = pq.read_table(pa.BufferReader(src.get(f.sample)))
-        for leaf in hit:
-            n = estimate_count(sample, names, leaf.region)
-            refs.append(FileReference(name, leaf.id, min(n, f.rows), True))
+    staged = [name for _, name in copies]
+    pending.register(table.objects, staged)  # uncommitted until loaded
+    try:
+        total = sum(f.bytes for f in files)
+        if progress is not None:
+            progress(0, total)
+        done = 0
+        with ThreadPoolExecutor(8) as pool:
+            futures = {pool.submit(copy, c): c[0].bytes for c in copies}
+            for fut in as_completed(futures):
+                fut.result()
+                done += futures[fut]
+                if progress is not None:
+                    progress(done, total)
+        for f, name in copies:
+            hit = [leaf for leaf in leaves if f.range.overlaps(leaf.region)]
+            if len(hit) == 1:
+                refs.append(FileReference(name, hit[0].id, f.rows))
+                continue
+            sample = pq.read_table(pa.BufferReader(src.get(f.sample)))
+            for leaf in hit:
+                n = estimate_count(sample, names, leaf.region)
+                refs.append(FileReference(name, leaf.id, min(n, f.rows), True))
+    except BaseException:  # nothing was committed: the copies go now, not an hour later
+        delete_staged(table.objects, staged)
+        raise
     return refs, [n for _, n in copies]

@@ -11,7 +11,6 @@ files are deleted and nothing is committed.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,8 +24,8 @@ from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles
 from sediment.errors import DataError, SedimentError, StorageError
+from sediment.files import staged as uncommitted
 from sediment.files.keys import bisect_key
-from sediment.files.sidecars import with_sidecars
 from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
 from sediment.ingest.boxes import write_boxes
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
@@ -34,7 +33,6 @@ from sediment.ingest.spill import SortedRuns, SpillDir, resolve_spill_dir
 from sediment.ingest.stall import wait_for_room
 from sediment.properties import defaults
 from sediment.state import pending
-from sediment.state.store import definitely_not_committed
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -165,21 +163,15 @@ def _delete_files(table: TableHandle, written: Sequence[WrittenFile]) -> None:
 
 
 def delete_staged(table: TableHandle, filenames: Sequence[str]) -> None:
-    """Delete staged (never committed) files and their sidecars, best effort, and stop
-    protecting them from GC (what is left is an orphan for GC's orphan pass)."""
-    with contextlib.suppress(Exception):
-        table.objects.delete_many(with_sidecars(filenames))
-    pending.release(table.objects, filenames)
+    """Delete staged (never committed) files, their sidecars and their lease entry at once
+    (:func:`sediment.files.staged.delete_staged`)."""
+    uncommitted.delete_staged(table.objects, filenames)
 
 
 def discard_staged(table: TableHandle, filenames: Sequence[str], error: BaseException) -> None:
-    """After a failed commit of ``filenames``: delete them when the commit is known not to
-    have landed; otherwise (an unknown outcome, an interrupt) keep them, since they may be
-    committed, and leave them to GC's orphan pass, which deletes them only if they are not."""
-    if definitely_not_committed(error):
-        delete_staged(table, filenames)
-    else:
-        pending.release(table.objects, filenames)
+    """After a failed commit of ``filenames``: delete them at once when the commit is known
+    not to have landed, else keep them for GC (:func:`sediment.files.staged.discard_staged`)."""
+    uncommitted.discard_staged(table.objects, filenames, error)
 
 
 def ingest(table: TableHandle, data: IngestInput, *, progress: Progress | None = None,

@@ -11,10 +11,12 @@ means to commit is named by its lease (``sediment.state.pending``) and is never 
 however long the writer takes. Orphan and lease ages are read off the object store's own clock
 (modification times against a probe written now), so no machine's clock enters them.
 
-Order matters: the listing happens first, then the leases are read, then the state is loaded.
-A listed file was registered before it was created, so either its lease is still live, or its
-writer committed it (the state loaded after knows it), or gave it up. A referenced file is never
-deleted.
+Order matters: the listing happens first, then the leases are read, then the leases found dead
+are recorded expired (one ExpireLeases commit, only when there are any), then the state is
+loaded. A listed file was registered before it was created, so either its lease is still live,
+or its writer committed it (the state loaded after knows it), or gave it up, or its lease is
+dead: then its writer, however long it was paused, can no longer commit it (its append meets
+the recorded expiry: ``sediment.state.pending``). A referenced file is never deleted.
 
 Tags keep their versions' files. A tag GC cannot read (not JSON, or naming a version that does
 not load) might protect any file: GC then deletes no unreferenced file at all in that pass,
@@ -33,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sediment.core.transactions import DeleteFiles
+from sediment.core.transactions import DeleteFiles, ExpireLeases, Transaction
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sidecars import data_file_of, with_sidecars
 from sediment.state import pending
@@ -41,6 +43,7 @@ from sediment.state.versions import TAG_PREFIX, scan_tags
 from sediment.storage.clock import object_store_time
 
 if TYPE_CHECKING:
+    from sediment.core.state import TableState
     from sediment.handle import TableHandle
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,22 @@ def tag_protection(table: TableHandle, now: float | None = None) -> tuple[set[st
     return protected, problems
 
 
+def _live_leases(table: TableHandle, store_now: float) -> frozenset[str]:
+    """The files live leases protect. Dead leases are recorded expired in the log first
+    (then deleted), so that no writer paused past its lease commits what this pass deletes
+    (see the module); a pass that finds none commits nothing."""
+    scan = pending.scan_leases(table.objects, store_now, table.name)
+    if scan.dead:
+        dead = scan.dead_ids
+
+        def record(head: TableState) -> Transaction:  # another collector may have recorded some
+            return ExpireLeases([i for i in dead if i not in head.expired_leases])
+
+        table.states.commit(record)
+        pending.delete_dead(table.objects, scan)
+    return scan.protected
+
+
 def gc(table: TableHandle, *, now: float | None = None,
        orphan_timeout: float | None = None) -> GcResult:
     """One garbage-collection pass over ``table``. ``now`` stands in for both this machine's
@@ -104,7 +123,7 @@ def gc(table: TableHandle, *, now: float | None = None,
     started = time.perf_counter()
     listed = list(table.objects.list("data/"))
     store_now = (object_store_time(table.objects) or time.time()) if now is None else now
-    live = pending.live_pending(table.objects, store_now, table.name)
+    live = _live_leases(table, store_now)
     now = time.time() if now is None else now
     state = table.states.head()
     props = {**table.properties}

@@ -332,12 +332,15 @@ class SedimentWriter(DataSourceArrowWriter):
             raise
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        from sediment.errors import TableNotFoundError
         from sediment.files.sidecars import with_sidecars
         from sediment.state.store import definitely_not_committed
 
         error = getattr(self, "_commit_error", None)
         if error is not None and not definitely_not_committed(error):
             return  # the commit may have landed: GC's orphan pass judges the files later
+        if isinstance(error, TableNotFoundError):
+            return  # dropped: the commit deleted the files at once (its state is gone too)
         table = tasks.open_handle(self.spec, self.name, self.table_id)
         names = {r[0] for m in messages if isinstance(m, StagedMessage) for r in m.rows}
         state = table.states.head()  # never delete a file some version references

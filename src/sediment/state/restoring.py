@@ -19,7 +19,7 @@ from sediment.state.store import StateStore
 
 KEEPS_CONTENT = frozenset({
     "assign_job_ids", "replace_file_references", "split_file_references", "split_partition",
-    "delete_files", "set_properties", "set_online",
+    "delete_files", "expire_leases", "set_properties", "set_online",
 })
 """Kinds of transaction that leave a table's records as they were (maintenance, settings)."""
 

@@ -257,6 +257,7 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: KnownDigests
                                                     key=lambda p: p.id)], known),
         "unreferenced": _json_object(objects, sorted(state.unreferenced.items()), known),
         "jobs": {j: list(v) for j, v in sorted(state.jobs.items())},
+        "expired_leases": dict(sorted(state.expired_leases.items())),
     }
     objects.put(snapshot_key(state.version), json.dumps(pointer).encode())
     return pointer
@@ -329,6 +330,8 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
         unref = _read_json(objects, f"{OBJECT_PREFIX}{doc['unreferenced']}.json", where)
         state.unreferenced = CowDict((f, float(t)) for f, t in unref)
         state.jobs = {j: (str(p), float(t)) for j, (p, t) in doc.get("jobs", {}).items()}
+        state.expired_leases = {str(k): float(t)
+                                for k, t in doc.get("expired_leases", {}).items()}
         if tables:
             refs = pa.concat_tables([_with_sequence_column(t) for t in tables]
                                     ).select(_STATE_COLUMNS)

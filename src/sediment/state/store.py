@@ -73,10 +73,13 @@ def _prop(state: TableState, name: str) -> Any:
 
 
 def definitely_not_committed(error: BaseException) -> bool:
-    """True when a failed commit is known not to have landed, so the caller may delete the
-    files it staged for it; any other failure (storage errors, an interrupt, an unknown
-    outcome) may have committed them."""
-    return isinstance(error, (TransactionInvalidError, CommitConflictError))
+    """True when a failed commit is known not to have landed, so the caller deletes the
+    files it staged for it at once: refused as invalid, lost every race, or refused because
+    the table was dropped (``StateStore.commit`` checks that before it writes anything). Any
+    other failure (storage errors, an interrupt, an unknown outcome) may have committed
+    them."""
+    return isinstance(error, (TransactionInvalidError, CommitConflictError,
+                              TableNotFoundError))
 
 
 class StateStore:
@@ -328,7 +331,7 @@ class StateStore:
                         head, fresh = self._current(max_age=None)  # judge it at the real head
                     except PropertyError as e:
                         raise self._named(e) from None
-                self._check_new_files(txn, checked)
+                self._check_new_files(txn, checked, head)
                 version = head.version + 1
                 now = time.time()
                 if self._append(version, now, txn, commit_id, _scheme_version(head)):
@@ -370,17 +373,30 @@ class StateStore:
                 f"was committed: {e}; its files are kept, and a later read of the table "
                 f"tells") from e
 
-    def _check_new_files(self, txn: Transaction, checked: set[str]) -> None:
-        """Refuse a transaction naming data files that no longer exist (their writer stalled
-        past its lease and GC collected them): committing would lose their records. Checked
-        for the files this process protects as pending: every writer registers its files."""
-        files = [f for f in pending.held(self.objects, txn.new_files()) if f not in checked]
+    def _check_new_files(self, txn: Transaction, checked: set[str], head: TableState) -> None:
+        """Refuse a transaction naming data files that may be gone: their writer stalled
+        past its lease (by its own clock, or as GC recorded in ``head``, which a writer
+        paused between this check and its append reads after its append loses to GC's
+        record) and GC collected them, or they no longer exist. Committing would lose their
+        records. Checked for the files this process protects as pending (every writer
+        registers its files): the leases on every attempt, existence once per file."""
+        files = pending.held(self.objects, txn.new_files())
         if not files:
             return
+        expired = pending.expired_holders(self.objects, files, head.expired_leases)
+        if expired:
+            raise TransactionInvalidError(
+                f"table {self.name}: refusing to commit {txn.kind}: garbage collection "
+                f"recorded the pending-file lease {expired[0]} protecting its files as "
+                f"expired at or before version {head.version} (this writer was stopped longer "
+                f"than the lease timeout) and may have collected them; nothing was committed")
         stale = pending.check_fresh(self.objects, files)
         if stale:
             raise TransactionInvalidError(f"table {self.name}: refusing to commit {txn.kind}: "
                                           f"{stale}; GC may have collected its files")
+        files = [f for f in files if f not in checked]
+        if not files:
+            return
         with ThreadPoolExecutor(min(16, len(files))) as pool:
             present = list(pool.map(self.objects.exists, files))
         missing = [f for f, ok in zip(files, present, strict=True) if not ok]

@@ -12,7 +12,12 @@ from sediment.core.transactions.base import (
     Transaction,
     transaction_from_json,
 )
-from sediment.core.transactions.files import AddFiles, AddFilesWithSplits, DeleteFiles
+from sediment.core.transactions.files import (
+    AddFiles,
+    AddFilesWithSplits,
+    DeleteFiles,
+    ExpireLeases,
+)
 from sediment.core.transactions.jobs import AssignJobIds, JobAssignment, ReplaceFileReferences
 from sediment.core.transactions.partitions import (
     FollowScheme,
@@ -31,7 +36,7 @@ from sediment.core.transactions.table import (
 )
 
 __all__ = ["AddFiles", "AddFilesWithSplits", "AssignJobIds", "ClearTable", "DeleteFiles",
-           "FollowScheme", "InitialiseTable",
+           "ExpireLeases", "FollowScheme", "InitialiseTable",
            "JobAssignment", "ReinitialiseTable", "ReplaceFileReferences", "RestoreVersion",
            "SetOnline", "SetProperties",
            "SplitFileReferences", "SplitPartition", "SplitReference", "TRANSACTION_KINDS",

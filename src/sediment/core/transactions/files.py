@@ -3,7 +3,9 @@
 A file enters with its references (AddFiles; a bulk import's also with the leaf splits made for
 it, AddFilesWithSplits) and leaves the table's bookkeeping only once no
 reference is left and storage has deleted it (DeleteFiles); in between, the other families move
-and replace its references.
+and replace its references. Before a file is written at all, its writer's lease protects it
+(``sediment.state.pending``); GC records the leases it finds expired (ExpireLeases) before it
+deletes what they protected, so a writer that was paused past its lease cannot commit them.
 """
 
 from __future__ import annotations
@@ -108,6 +110,51 @@ class DeleteFiles(Transaction):
 
     def summary(self) -> str:
         return f"{counted(len(self.filenames), 'file')} deleted"
+
+
+EXPIRED_LEASES_KEPT_SECONDS = 7 * 86400.0
+"""How long the state remembers an expired lease. Its writer checks the record when it next
+commits; one frozen longer than this with its monotonic clock frozen too (a suspended VM)
+would miss it. A week keeps the state small (one entry per dead writer) and covers any pause
+a machine survives."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireLeases(Transaction):
+    """Garbage collection found these pending-file leases expired (their writers stopped
+    renewing them past the lease timeout) and is about to treat their files as orphans.
+
+    Recorded before any of those files is deleted: a writer that was paused between checking
+    its lease and appending its commit finds this entry in the version it wanted (its
+    conditional append loses), re-validates, and refuses to commit files GC may have taken
+    (``StateStore.commit``). Records older than ``EXPIRED_LEASES_KEPT_SECONDS`` are dropped."""
+
+    kind: ClassVar[str] = "expire_leases"
+    leases: Sequence[str]
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        if len(set(self.leases)) != len(self.leases):
+            raise fail(state, "a lease is listed twice")
+
+    def apply(self, state: TableState, time: float) -> None:
+        kept = {k: t for k, t in state.expired_leases.items()
+                if time - t < EXPIRED_LEASES_KEPT_SECONDS}
+        kept.update((k, time) for k in self.leases)
+        state.expired_leases = kept  # replaced, never changed in place (copies share it)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"leases": list(self.leases)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ExpireLeases:
+        return cls([str(k) for k in doc["leases"]])
+
+    def is_empty(self) -> bool:
+        return not self.leases
+
+    def summary(self) -> str:
+        return f"{counted(len(self.leases), 'pending-file lease')} expired"
 
 
 @dataclass(frozen=True, slots=True)
