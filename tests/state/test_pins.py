@@ -20,11 +20,12 @@ from helpers import make_table, rows
 from reference import Reference, assert_matches
 from sediment.cli import app
 from sediment.errors import InvalidTagNameError, QueryError, TagError, TagExistsError
-from sediment.files.writer import new_data_filename, write_sorted_file
+from sediment.files.writer import new_data_filename
 from sediment.maintenance.gc import gc
 from sediment.state import pending
 from sediment.state.tags import FORGET_EXPIRED_PINS_SECONDS, forget_expired_pins, scan_tags
 from sediment.workload import benchmark_schema
+from support.internals import write_sorted_file
 
 SCHEMA = benchmark_schema()
 COLLECT = {"gc.delay_seconds": 0, "retention.seconds": 0, "gc.clock_skew_seconds": 0,
