@@ -141,9 +141,12 @@ _TESTS = Path(__file__).resolve().parent
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with the groups the quick lane leaves out, by what it uses: ``faults``
-    (the S3 fault proxy), ``browser`` (headless Chromium), ``spark``; and keep every Spark
-    test on one xdist worker (``xdist_group``), so one Spark session and one standalone
-    cluster serve them all instead of one per worker on a 2-core machine."""
+    (the S3 fault proxy), ``browser`` (headless Chromium), ``spark``; and keep together on one
+    xdist worker (``xdist_group``) what shares a process's state: every test of the shared
+    Spark sessions (one session and one standalone cluster serve them all, instead of one per
+    worker on a 2-core machine), and the blocks of one docs page (they run in order in one
+    process per page; blocks spread over workers would each re-run the page's earlier
+    blocks)."""
     spark_dir = _TESTS / "integration" / "spark"
     for item in items:
         names = getattr(item, "fixturenames", ())
@@ -153,4 +156,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.browser)
         if spark_dir in item.path.parents or item.get_closest_marker("spark") is not None:
             item.add_marker(pytest.mark.spark)
+        callspec = getattr(item, "callspec", None)
+        block = callspec.params.get("block") if callspec is not None else None
+        if "spark_sessions" in names:
             item.add_marker(pytest.mark.xdist_group("spark"))
+        elif block is not None and hasattr(block, "page"):
+            item.add_marker(pytest.mark.xdist_group(f"docs:{block.page}"))
