@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from sediment.cli.errors import CliError
-from sediment.cli.options import StoreOption, open_store, read_token
+from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
 from sediment.dashboard.security import TOKEN_ENV, check_bind, host_allow_list
 
 commands = typer.Typer()
@@ -66,6 +66,7 @@ def dashboard(
     if missing:
         raise CliError(f"the dashboard needs {', '.join(missing)}: "
                        f"pip install 'sediment-lsm[dashboard]'")
+    check_port_free(host, port, what="serve the dashboard")
     opened = open_store(store)
 
     from sediment.dashboard.app import serve

@@ -19,7 +19,7 @@ import typer
 
 from sediment.access import is_loopback
 from sediment.cli.errors import CliError
-from sediment.cli.options import StoreOption, open_store, read_token
+from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -81,6 +81,7 @@ def serve(
             certificates = [(tls_cert.read_bytes(), tls_key.read_bytes())]
         except OSError as e:
             raise CliError(f"cannot read TLS file: {e.strerror or e}: {e.filename}") from None
+    check_port_free(host, port, what="serve")
     opened = open_store(store)
 
     from sediment.serve.server import SedimentFlightServer
@@ -122,7 +123,8 @@ def serve(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     log.info("serving %s on %s://%s:%d%s%s", opened.uri, scheme, bind, server.port,
-             " (read-only)" if read_only else "", "" if token else " (no token)")
+             " (read-only)" if read_only else "",
+             " (token required)" if token else " (no token)")
     while not requested.wait(0.5):
         pass
     for t in stopping:
