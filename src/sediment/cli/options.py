@@ -14,6 +14,7 @@ Declared once so their names, help and fallbacks cannot drift between commands:
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 from collections.abc import Iterable, Mapping
@@ -194,5 +195,6 @@ def check_port_free(host: str, port: int, *, what: str) -> None:
         finally:
             probe.close()
     except OSError as e:
-        raise CliError(f"cannot {what} on {host}:{port}: {e.strerror or e} (another process "
-                       f"listens there? choose another --port)") from None
+        hint = (" (another process listens there: choose another --port)"
+                if e.errno == errno.EADDRINUSE else "")
+        raise CliError(f"cannot {what} on {host}:{port}: {e.strerror or e}{hint}") from None

@@ -81,8 +81,8 @@ def serve(
             certificates = [(tls_cert.read_bytes(), tls_key.read_bytes())]
         except OSError as e:
             raise CliError(f"cannot read TLS file: {e.strerror or e}: {e.filename}") from None
-    check_port_free(host, port, what="serve")
     opened = open_store(store)
+    check_port_free(host, port, what="serve")  # after the store: a wrong --store comes first
 
     from sediment.serve.server import SedimentFlightServer
 
