@@ -30,7 +30,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 
 from sediment.core.ranges import Range
-from sediment.errors import TableNotFoundError
+from sediment.errors import TableNotFoundError, install_hint
 from sediment.store import Store
 from sediment.workload import benchmark_schema, generate
 
@@ -161,7 +161,7 @@ def run_demo(store_uri: str, *, rows: int = 2_000_000, table_name: str = "demo",
             out["spark_start_seconds"], out["spark_warmup_seconds"] = start_s, warm_s
         else:
             why = ("Spark bulk import not asked for (--no-spark)" if use_spark is False
-                   else "PySpark not installed (pip install 'sediment-lsm[spark]')"
+                   else f"PySpark not installed ({install_hint('spark')})"
                    if not has_pyspark else java_problem() or "Java not usable")
             con.print(f"[yellow]{escape(why)}: using standard ingest instead of Spark "
                       "bulk import[/yellow]")

@@ -179,7 +179,15 @@ class JobError(SedimentError):
 
 class MissingDependencyError(SedimentError):
     """A feature needs an optional dependency that is not installed; the message says which
-    extra to install (``pip install 'sediment-lsm[spark]'``)."""
+    extra to install (:func:`install_hint`)."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install the optional ``extra`` (``spark``, ``polars``, ``dashboard``...), for a
+    message: from a checkout first, since the distribution is not on the package index yet
+    (README "Install"), and the index's name for when it is."""
+    return (f"pip install '.[{extra}]' in a checkout of Sediment "
+            f"(pip install 'sediment-lsm[{extra}]' once it is released)")
 
 
 class ServiceError(SedimentError):

@@ -89,8 +89,8 @@ def test_compact_one_table(runner: CliRunner, store: tuple[str, dict[str, Refere
     root, refs = store
     (doc,) = json_docs(ok(runner, "compact", "--store", root, "--table", "a", "--json").stdout)
     (row,) = doc
-    assert row["table"] == "a" and row["jobs"] == 1 and row["committed"] == 1
-    assert row["failed"] == 0 and row["rows_in"] == row["rows_out"] == 900
+    assert row["table"] == "a" and row["jobs_created"] == 1 and row["jobs_committed"] == 1
+    assert row["jobs_failed"] == 0 and row["rows_in"] == row["rows_out"] == 900
     assert isinstance(row["seconds"], float)
     a = table(root, "a")
     assert [f.records for f in a.files()] == [900]
@@ -104,7 +104,7 @@ def test_compact_whole_store_skips_offline(runner: CliRunner,
     (doc,) = json_docs(ok(runner, "compact", "--store", root, "--json").stdout)
     rows_ = by_table(doc)
     assert set(rows_) == {"a", "b"}
-    assert rows_["a"]["committed"] == rows_["b"]["committed"] == 1
+    assert rows_["a"]["jobs_committed"] == rows_["b"]["jobs_committed"] == 1
     assert len(table(root, "off").files()) == 3
     (doc,) = json_docs(ok(runner, "compact", "--store", root, "--table", "off", "--json").stdout)
     assert doc == [{"table": "off", "skipped": "offline"}]
@@ -176,7 +176,7 @@ def test_loop_with_max_loops(runner: CliRunner, store: tuple[str, dict[str, Refe
     assert len(docs) == 2
     assert all(d["table"] == "a" for d in docs)
     if command == "compact":
-        assert docs[0]["committed"] == 1 and docs[1]["jobs"] == 0
+        assert docs[0]["jobs_committed"] == 1 and docs[1]["jobs_created"] == 0
     assert_matches(table(root, "a").query(), refs["a"])
 
 

@@ -81,7 +81,7 @@ def test_tag_tags_and_delete(runner: CliRunner, setup: tuple[str, sd.Table, Refe
     assert "tagged version 4 of events as latest" in out
     tags = js(runner, "tags", "events", "--store", store)
     assert [(t["tag"], t["version"]) for t in tags] == [("v2", 2), ("latest", 4)]
-    assert all(isinstance(t["created"], float) for t in tags)
+    assert all(t["created"].endswith("Z") for t in tags)  # ISO 8601 UTC
     human = ok(runner, "tags", "events", "--store", store).stdout
     assert "v2" in human and "latest" in human
     assert [(t.name, t.version) for t in table.tags()] == [("v2", 2), ("latest", 4)]

@@ -339,11 +339,11 @@ def test_cli_compact_full(tmp_path: Path) -> None:
     runner = CliRunner()
     args = ["compact", "--store", str(tmp_path), "--table", "events", "--json"]
     (doc,) = json.loads(runner.invoke(app, args).stdout)
-    assert doc["jobs"] == 0
+    assert doc["jobs_created"] == 0
     result = runner.invoke(app, [*args, "--full"])
     assert result.exit_code == 0, result.output
     (doc,) = json.loads(result.stdout)
-    assert doc["jobs"] == doc["committed"] == 1
+    assert doc["jobs_created"] == doc["jobs_committed"] == 1
     assert len(sd.Store.open(str(tmp_path)).table("events").files()) == 1
 
 

@@ -297,6 +297,45 @@ def test_snippet(block: Block, request: pytest.FixtureRequest,
         raise
 
 
+STORE_FOLDER = re.compile(r"""Store\.open\(\s*["']([^"']+)["']|--store[ =]+["']?([^\s"';)]+)"""
+                          r"""|SEDIMENT_STORE=["']?([^\s"';]+)""")
+RERUN = ["docs/howto/cosharding.md"]
+"""Pages run twice in one folder by ``test_a_page_runs_twice_in_one_folder`` (the page whose
+second run failed; every page starts afresh, which the others' guards show and this proves
+within the suite's time budget)."""
+
+
+def store_folders(page: str) -> set[str]:
+    """The stores (folders, ``s3://`` prefixes) a page's runnable blocks open, comments aside."""
+    code = "\n".join(re.sub(r"(^|\s)#.*$", "", ln) for b in parse_blocks(page)
+                     if b.no_run is None for ln in b.code.splitlines())
+    return {next(g for g in m.groups() if g).removeprefix("./").rstrip("/")
+            for m in STORE_FOLDER.finditer(code)}
+
+
+def test_pages_use_their_own_store_folders() -> None:
+    """Pages run one after the other in one folder (as a reader follows them) must not meet:
+    each opens stores no other page opens, so no page finds another's tables or schemes."""
+    owner: dict[str, str] = {}
+    for page in pages():
+        for folder in store_folders(page):
+            assert folder not in owner, f"{page} and {owner[folder]} both use {folder}"
+            owner[folder] = page
+    assert store_folders("docs/howto/cosharding.md") == {"cosharding-store"}
+
+
+@pytest.mark.parametrize("page", RERUN)
+def test_a_page_runs_twice_in_one_folder(page: str, request: pytest.FixtureRequest,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader runs a page again in the folder of the first run: it starts afresh."""
+    run = _start(page, request)
+    blocks = [b for b in parse_blocks(page) if b.no_run is None]
+    for _ in range(2):
+        run.namespace = {"__name__": f"snippets:{page}"}
+        for block in blocks:
+            _run_block(run, block, monkeypatch)
+
+
 def test_exemptions_are_listed() -> None:
     """Every no-run block is in EXEMPT with the reason the page gives, and nothing else is."""
     found = {b.id: b.no_run for page in pages() for b in parse_blocks(page)

@@ -9,6 +9,7 @@ path finder first that refuses ``pyspark`` and its submodules, as if it were not
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -82,6 +83,32 @@ def test_install_lines_use_the_distribution_name() -> None:
         for line in doc.read_text().splitlines():
             if "pip install" in line and "sediment" in line:
                 assert "sediment-lsm" in line, f"{doc.name}: {line.strip()}"
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+INDEX_INSTALL = re.compile(r"pip install (?!.*--find-links)[^#`]*\bsediment-lsm\b")
+"""An install of the distribution from the package index, where it is not published yet."""
+
+
+def test_install_lines_lead_with_what_works_today() -> None:
+    """The package is not on the package index yet: every page's first install line installs
+    from a checkout (``pip install .``/``'.[extra]'``) or a wheel built from one
+    (``--find-links dist``), and any line installing ``sediment-lsm`` from the index says, in
+    its paragraph, that it works "once released"."""
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = doc.read_text()
+        installs = [ln for ln in text.splitlines() if re.search(r"pip install \S", ln)
+                    and ("sediment" in ln or "'.[" in ln or "pip install ." in ln)]
+        if installs:
+            first = installs[0]
+            assert re.search(r"pip install (-e )?(\.|'\.\[)|--find-links", first), \
+                f"{doc.name}: {first.strip()}"
+        for para in _paragraphs(text):
+            if INDEX_INSTALL.search(para):
+                assert "once released" in para.lower(), f"{doc.name}: {para.strip()[:200]}"
 
 
 def test_import_sediment_does_not_import_pyspark(tmp_path: Path) -> None:

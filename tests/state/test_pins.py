@@ -7,6 +7,7 @@ Expected contents come from the independent reference in ``reference.py``.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from pathlib import Path
@@ -207,9 +208,11 @@ def test_cli_pin_tags_unpin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
     out = js("pin", "events", "reader", "--ttl", "600", "--version", "1")
     assert (out["pin"], out["version"]) == ("reader", 1)
-    assert 500 < out["expires"] - time.time() <= 600
+    # --json gives times in ISO 8601 UTC
+    assert 500 < dt.datetime.fromisoformat(out["expires"]).timestamp() - time.time() <= 600
     [row] = js("tags", "events")
-    assert (row["tag"], row["version"]) == ("reader", 1) and row["expires"] > time.time()
+    assert (row["tag"], row["version"]) == ("reader", 1)
+    assert dt.datetime.fromisoformat(row["expires"]).timestamp() > time.time()
     human = runner.invoke(app, ["tags", "events", "--store", store]).stdout
     assert "reader" in human
     assert [t["name"] for t in js("describe", "events")["tags"]] == ["reader"]

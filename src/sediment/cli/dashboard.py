@@ -2,7 +2,7 @@
 
 The command line is checked (the token, the bind address) before the store is opened and
 before the web stack is imported: a refused command has touched nothing and bound nothing.
-The web stack is the ``dashboard`` extra (``pip install 'sediment-lsm[dashboard]'``).
+The web stack is the ``dashboard`` extra (``pip install '.[dashboard]'`` in a checkout).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Annotated
 import typer
 
 from sediment.cli.errors import CliError
-from sediment.cli.options import StoreOption, open_store, read_token
+from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
 from sediment.dashboard.security import TOKEN_ENV, check_bind, host_allow_list
+from sediment.errors import install_hint
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -65,8 +66,9 @@ def dashboard(
     missing = missing_modules()
     if missing:
         raise CliError(f"the dashboard needs {', '.join(missing)}: "
-                       f"pip install 'sediment-lsm[dashboard]'")
+                       f"{install_hint('dashboard')}")
     opened = open_store(store)
+    check_port_free(host, port, what="serve the dashboard")
 
     from sediment.dashboard.app import serve
 

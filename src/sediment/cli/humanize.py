@@ -46,7 +46,7 @@ def human_value(key: str, value: Any) -> Any:
         return value
     if key == "seconds" or key.endswith("_seconds"):
         return human_seconds(float(value))
-    if key in ("bytes", "size") or key.endswith("_bytes"):
+    if key in ("bytes", "size") or key.endswith("_bytes") or key.startswith("bytes_"):
         return human_bytes(value)
     if key.endswith("per_second"):
         return f"{human_number(float(value))}/s"

@@ -15,7 +15,14 @@ from typing import Annotated, Any
 import typer
 
 from sediment.cli.options import JsonOption, StoreOption, open_store
-from sediment.cli.passes import Progress, each_table, emit_rows, run_passes, warn_errors
+from sediment.cli.passes import (
+    LoopLines,
+    Progress,
+    each_table,
+    emit_rows,
+    run_passes,
+    warn_errors,
+)
 from sediment.errors import SedimentError
 from sediment.table import Table
 
@@ -80,9 +87,10 @@ def compact(table: TableOption = None, loop: LoopOption = False, interval: Inter
     """One compaction pass (jobs run in parallel); offline tables are skipped."""
     def act(t: Table, progress: Progress) -> dict[str, Any]:
         r = t.compact(full=full, progress=progress)
-        return {"pushed_down": r.references_pushed_down, "jobs": r.jobs_created,
-                "committed": r.jobs_committed, "failed": r.jobs_failed, "rows_in": r.rows_in,
-                "rows_out": r.rows_out}
+        # CompactionResult's own names, so a script reads the JSON as it reads the result
+        return {"references_pushed_down": r.references_pushed_down,
+                "jobs_created": r.jobs_created, "jobs_committed": r.jobs_committed,
+                "jobs_failed": r.jobs_failed, "rows_in": r.rows_in, "rows_out": r.rows_out}
     run_passes(store, table, loop, interval, max_loops, json_out, act, online_only=True,
               verb="compact", unit="jobs")
 
@@ -158,8 +166,13 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
                 maintainer.note(row["table"], row["error"])
             return found
 
+        lines = LoopLines(interval)
+
         def on_report(rows: list[dict[str, Any]]) -> None:
-            emit_rows(rows, json_out, loop=True)
+            if json_out:
+                emit_rows(rows, json_out, loop=True)
+            else:
+                lines(rows)
             warn_errors(rows, "maintain", True)
 
         maintainer = Maintainer(tables, gc_every=interval, refresh_tables=interval,

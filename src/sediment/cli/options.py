@@ -14,7 +14,9 @@ Declared once so their names, help and fallbacks cannot drift between commands:
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
@@ -172,3 +174,27 @@ def read_token(token_file: Path | None, env: str, *, env_option: str | None = No
     if not value.strip():
         raise CliError(f"${name} is empty: set a token or unset it")
     return value.strip()
+
+
+def check_port_free(host: str, port: int, *, what: str) -> None:
+    """Refuse (one ``error:`` line) a ``host:port`` another process listens on, before a
+    server (``sediment serve``, ``sediment dashboard``) announces itself or starts: gRPC and
+    uvicorn would report it in their own words (a raw C++ log line, or after a "serving"
+    line), where a user needs one line naming the port. Port 0 (any free port) is always
+    free. A probe, not a reservation: a process that binds the port in between still makes
+    the server fail, in its own words."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        probe = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            # as servers bind: a port in TIME_WAIT is free, one with a listener is not
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+        finally:
+            probe.close()
+    except OSError as e:
+        hint = (" (another process listens there: choose another --port)"
+                if e.errno == errno.EADDRINUSE else "")
+        raise CliError(f"cannot {what} on {host}:{port}: {e.strerror or e}{hint}") from None

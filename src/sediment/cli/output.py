@@ -32,6 +32,24 @@ def iso_time(epoch_seconds: float) -> str:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
 
 
+TIME_KEYS = frozenset({"time", "created", "updated", "expires", "submitted", "started",
+                       "finished", "heartbeat", "dropped"})
+"""Fields that hold a moment as epoch seconds wherever they appear in a command's data (the
+library's values); ``--json`` prints them as :func:`iso_time` strings, as ``history`` does."""
+
+
+def iso_times(data: Any) -> Any:
+    """``data`` with every number under a :data:`TIME_KEYS` field, at any depth, given as an
+    ISO 8601 UTC string: one time format across every command's ``--json``, readable and
+    unambiguous across machines' time zones, where the library keeps epoch seconds."""
+    if isinstance(data, dict):
+        return {k: iso_time(v) if k in TIME_KEYS and isinstance(v, int | float)
+                and not isinstance(v, bool) else iso_times(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [iso_times(v) for v in data]
+    return data
+
+
 def json_default(obj: Any) -> Any:
     """JSON for the few non-JSON types commands may hand to :func:`emit`."""
     if isinstance(obj, bytes):
@@ -51,8 +69,9 @@ def json_default(obj: Any) -> Any:
 
 
 def to_json(data: Any) -> str:
-    """The exact text ``--json`` prints (indented, keys in insertion order)."""
-    return json.dumps(data, indent=2, default=json_default)
+    """The exact text ``--json`` prints (indented, keys in insertion order, times in ISO 8601
+    UTC)."""
+    return json.dumps(iso_times(data), indent=2, default=json_default)
 
 
 T = TypeVar("T")

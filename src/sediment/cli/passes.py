@@ -18,7 +18,7 @@ from rich.console import RenderableType
 
 from sediment.cli.humanize import human_value
 from sediment.cli.options import open_store
-from sediment.cli.output import emit, json_default, make_table
+from sediment.cli.output import emit, iso_time, iso_times, json_default, make_table
 from sediment.cli.terminal import progress_bar
 from sediment.errors import SedimentError
 from sediment.table import Table
@@ -61,7 +61,7 @@ def emit_rows(rows: list[dict[str, Any]], json_out: bool, *, loop: bool = False)
     takes each line as one record, and a report never spans lines."""
     if json_out and loop:
         for row in rows:
-            typer.echo(json.dumps(row, default=json_default))
+            typer.echo(json.dumps(iso_times(row), default=json_default))
         return
 
     def render(r: list[dict[str, Any]]) -> RenderableType:
@@ -74,6 +74,41 @@ def emit_rows(rows: list[dict[str, Any]], json_out: bool, *, loop: bool = False)
                            for row in r], numeric=[c.replace("_", " ") for c in numeric],
                           no_wrap=["table"], compact=True)
     emit(rows, json_out, render)
+
+
+LOOP_COLUMNS = ("tables", "ticks", "splits", "jobs", "failed", "deleted", "running", "errors")
+"""The columns of ``maintain --loop``'s line, each a total over the tables in the interval."""
+
+LOOP_LEGEND = ("  tables: tables maintained  ticks: looks at them  splits: leaves split\n"
+               "  jobs: compaction jobs committed  failed: jobs failed  deleted: files GC "
+               "deleted\n"
+               "  running: jobs running now  errors: tables in error (each named on stderr)")
+
+
+class LoopLines:
+    """``maintain --loop`` for people: one line per interval, its numbers summed over the
+    tables, under a legend printed once. A daemon's terminal or log then grows by one line per
+    interval whatever the number of tables (``--json`` has a line per table for scripts)."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.started = False
+
+    def __call__(self, rows: list[dict[str, Any]]) -> None:
+        widths = [max(len(c), 7) for c in LOOP_COLUMNS]
+        if not self.started:
+            self.started = True
+            every = human_value("seconds", self.interval)
+            typer.echo(f"maintain --loop: a line every {every}, totals over the tables "
+                       f"(--json: per table)\n{LOOP_LEGEND}")
+            typer.echo(f"{'time':<24}" + "".join(f" {c:>{w}}" for c, w in
+                                                  zip(LOOP_COLUMNS, widths, strict=True)))
+        totals = {"tables": len(rows), "errors": sum("error" in r for r in rows)}
+        for c in LOOP_COLUMNS[1:-1]:
+            totals[c] = sum(int(r.get(c, 0) or 0) for r in rows)
+        typer.echo(f"{iso_time(time.time()):<24}" + "".join(
+            f" {human_value(c, totals[c]):>{w}}" for c, w in zip(LOOP_COLUMNS, widths,
+                                                                 strict=True)))
 
 
 Progress = Callable[[int, int], None]

@@ -112,7 +112,25 @@ def report(
     elif what == "tasks":
         rows = [e.to_json() for e in t.events()]
         emit(rows, json_out, lambda rs: make_table(
-            ["time", "kind", "job_id", "status", "partition_id", "details"],
-            [[iso_time(r["time"]), r["kind"], r["job_id"], r["status"],
-              r["partition_id"] or "", r["details"]] for r in rs],
-            title=f"{len(rs)} events"))
+            ["time", "kind", "job", "status", "partition", "details"],
+            [[iso_time(r["time"]), r["kind"], short_id(r["job_id"]), r["status"],
+              short_id(r["partition_id"]), _details(r["details"])] for r in rs],
+            title=f"{len(rs)} events", no_wrap=["time", "job", "partition"]))
+
+
+SHORT_ID = 8
+"""Characters of a job or partition id a report table shows (``--json`` has the whole id)."""
+
+
+def short_id(value: Any) -> str:
+    """An id as a table shows it: its first :data:`SHORT_ID` characters, as ``git log``
+    shortens hashes (unique enough within one table to tell rows apart)."""
+    text = "" if value is None else str(value)
+    return text[:SHORT_ID]
+
+
+def _details(details: Any) -> str:
+    """An event's details as ``name=value`` pairs, numbers rounded for people."""
+    if not isinstance(details, dict):
+        return "" if details is None else str(details)
+    return "  ".join(f"{k}={human_value(k, v)}" for k, v in details.items())

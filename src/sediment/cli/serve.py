@@ -19,7 +19,7 @@ import typer
 
 from sediment.access import is_loopback
 from sediment.cli.errors import CliError
-from sediment.cli.options import StoreOption, open_store, read_token
+from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -82,6 +82,7 @@ def serve(
         except OSError as e:
             raise CliError(f"cannot read TLS file: {e.strerror or e}: {e.filename}") from None
     opened = open_store(store)
+    check_port_free(host, port, what="serve")  # after the store: a wrong --store comes first
 
     from sediment.serve.server import SedimentFlightServer
 
@@ -122,7 +123,8 @@ def serve(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     log.info("serving %s on %s://%s:%d%s%s", opened.uri, scheme, bind, server.port,
-             " (read-only)" if read_only else "", "" if token else " (no token)")
+             " (read-only)" if read_only else "",
+             " (token required)" if token else " (no token)")
     while not requested.wait(0.5):
         pass
     for t in stopping:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from sediment.cli.data import parse_range
+from sediment.cli.errors import CliError
 from sediment.cli.humanize import human_items
 from sediment.cli.options import (
     JsonOption,
@@ -130,20 +131,29 @@ def dump(name: TableArg, root: Annotated[str, typer.Argument(help="Destination f
          spark: Annotated[bool, typer.Option("--spark", help="Run tasks on Spark.")] = False,
          abandon: Annotated[bool, typer.Option("--abandon", help="Drop an interrupted dump "
                                                "job's lock instead of dumping.")] = False,
-         store: StoreOption = None, json_out: JsonOption = False) -> None:
+         store: StoreOption = None, json_out: JsonOption = False,
+         print_manifest: Annotated[bool, typer.Option(
+             "--print-manifest", help="Print only the job manifest's path, for a script: "
+             "sediment load \"$(sediment dump T ROOT --print-manifest)\" COPY.")] = False
+         ) -> None:
     """Dump a key range at a version (resumes an interrupted dump to the same root)."""
+    if print_manifest and json_out:
+        raise CliError("--print-manifest prints the manifest's path alone: leave out --json")
     t = open_table(store, name)
     if abandon:
         t.abandon_dump()
         emit({"table": name, "abandoned": True}, json_out, lambda d: "dump lock removed")
         return
     rng = parse_range(range_, t.schema) if range_ else None
-    with progress_bar(json_out, "tasks") as bar:
+    with progress_bar(json_out or print_manifest, "tasks") as bar:
         task = bar.add_task(f"dump {name}", total=None)
         job = t.dump(root, range=rng, version=resolve_version_option(t, version),
                      runner="spark" if spark else "local",
                      progress=lambda done, total: bar.update(task, completed=done,
                                                              total=total))
+    if print_manifest:
+        typer.echo(job.manifest_uri)
+        return
     emit({"job_id": job.job_id, "manifest": job.manifest_uri, "version": job.version,
           "tasks": job.tasks, "rows": job.rows, "bytes": job.bytes, "seconds": job.seconds,
           "resumed_tasks": job.resumed_tasks}, json_out,

@@ -36,13 +36,13 @@ import pyarrow.compute as pc
 
 from sediment.core.model import Region
 from sediment.core.ranges import Range
-from sediment.errors import MissingDependencyError, ObjectNotFoundError
+from sediment.errors import MissingDependencyError, ObjectNotFoundError, install_hint
 
 if TYPE_CHECKING:
     from sediment.query.inspect import TableInspector
     from sediment.query.prepare import PreparedQuery
 
-POLARS_INSTALL_HINT = "pip install 'sediment-lsm[polars]'"
+POLARS_INSTALL_HINT = install_hint("polars")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +172,7 @@ class EngineMethods:
         version pinned now (a Polars IO plugin: projection, row-key predicates and row limits
         reach Sediment; each ``collect`` reads afresh from that version).
 
-        Raises MissingDependencyError without polars (``pip install 'sediment-lsm[polars]'``);
+        Raises MissingDependencyError without polars (the ``polars`` extra);
         otherwise as :meth:`~sediment.table.Table.prepare`.
         """
         try:

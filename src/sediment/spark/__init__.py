@@ -8,9 +8,9 @@ Only this package imports pyspark; the rest of Sediment runs without it. pyspark
 to install.
 """
 
-from sediment.errors import MissingDependencyError
+from sediment.errors import MissingDependencyError, install_hint
 
-SPARK_INSTALL_HINT = "pip install 'sediment-lsm[spark]'"
+SPARK_INSTALL_HINT = install_hint("spark")
 
 try:
     import pyspark  # noqa: F401  (the check: every Spark entry point imports this package)
