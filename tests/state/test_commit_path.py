@@ -38,13 +38,16 @@ SCHEMA = benchmark_schema()
 
 class FaultyStore(ObjectStore):
     """Delegates to ``inner``; ``lose_answers`` puts of log entries land and then raise (the
-    answer is lost); ``dead`` makes every call raise; ``block`` holds log puts until set."""
+    answer is lost); ``retried_answers`` puts of log entries land and then answer "taken" (as
+    an S3 client's own retry of a put whose answer was lost meets 412); ``dead`` makes every
+    call raise; ``block`` holds log puts until set."""
 
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
         self.uri = inner.uri
         self.probe_limit = inner.probe_limit
         self.lose_answers = 0
+        self.retried_answers = 0
         self.dead = False
         self.block: threading.Event | None = None
         self.blocked = threading.Event()
@@ -74,6 +77,9 @@ class FaultyStore(ObjectStore):
         if "log/" in key and self.lose_answers:
             self.lose_answers -= 1
             raise StorageError(f"connection closed before the answer to PUT {key}")
+        if "log/" in key and self.retried_answers and created:
+            self.retried_answers -= 1
+            return False
         return created
 
     def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
@@ -148,6 +154,29 @@ def test_an_ingest_whose_answer_was_lost_keeps_its_files(tmp_path: Path) -> None
     result = table.ingest(data)
     assert result.rows == 500
     again = sd.Store.open(str(tmp_path / "s")).table("events")
+    ref_ = Reference(SCHEMA)
+    ref_.add(data)
+    assert_matches(again.query(), ref_)
+    for f in again.state().refcount:
+        assert again._handle.objects.exists(f)
+
+
+def test_a_landed_put_answered_taken_is_read_back_not_taken_for_a_lost_race(
+        tmp_path: Path) -> None:
+    """The same defect where the client's own retry answers: the commit's log entry landed,
+    the retried put met 412 ("taken"); only reading the entry back tells it is ours. Taken for
+    a lost race, the ingest would re-validate, commit again or fail, and drop its files."""
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    table = store.create_table("events", SCHEMA, split_points=["m"])
+    faulty = FaultyStore(table._handle.objects)
+    table._handle.objects = table._handle.states.objects = table._handle.states.log.objects = faulty
+    faulty.retried_answers = 1
+    before = table.version
+    data = pa.Table.from_batches(list(generate(300, seed=2, batch_rows=300)))
+    assert table.ingest(data).rows == 300
+    assert faulty.retried_answers == 0  # the fault fired
+    again = sd.Store.open(str(tmp_path / "s")).table("events")
+    assert again.version == before + 1  # one entry: the landed one, not a second commit
     ref_ = Reference(SCHEMA)
     ref_.add(data)
     assert_matches(again.query(), ref_)
