@@ -311,9 +311,15 @@ class Table(Conversions, EngineMethods):
         return list(self.state(version).all_references())
 
     def describe(self, version: int | None = None) -> dict[str, Any]:
-        """Schema, properties, version and counts, as plain data (the CLI's ``describe``)."""
+        """Schema, properties, version and counts, as plain data (the CLI's ``describe``).
+        ``unreferenced_bytes`` and ``orphan_bytes`` are the bytes GC has yet to free (the
+        files no version at the head references, and those no transaction added, sidecars
+        included), as of now whatever ``version``: ``table.gc().kept`` says what holds them."""
+        from sediment.maintenance.gc import survey
+
         st = self.state(version)
         refs = list(st.all_references())
+        plan = survey(self._handle)
         return {
             "name": self.name,
             "table_id": self.table_id,
@@ -330,6 +336,8 @@ class Table(Conversions, EngineMethods):
             "references": len(refs),
             "records": sum(r.records for r in refs),
             "unreferenced_files": len(st.unreferenced),
+            "unreferenced_bytes": plan.unreferenced_bytes,
+            "orphan_bytes": plan.orphan_bytes,
             "tags": [_tag_json(t) for t in scan_tags(self._handle.states).tags],
         }
 
@@ -380,7 +388,9 @@ class Table(Conversions, EngineMethods):
     def gc(self, *, orphan_timeout: float | None = None) -> GcResult:
         """Delete unreferenced files past the GC delay and orphans past the orphan timeout
         (``orphan_timeout`` overrides the property, which may not go below an hour: lower
-        only where no writer could be slower, as in tests).
+        only where no writer could be slower, as in tests). ``GcResult.kept`` says what the
+        pass kept, why (a tag, a pin, retention, the GC delay, the clock-skew margin; a
+        writer's lease, the orphan timeout), how many bytes and when each becomes due.
 
         Raises TransactionError: the DeleteFiles commit was refused or its outcome is unknown.
         """

@@ -17,6 +17,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from sediment.cli.errors import CliError
+from sediment.cli.humanize import human_bytes
 from sediment.cli.options import (
     JsonOption,
     StoreOption,
@@ -201,11 +202,13 @@ def _render_describe(d: dict[str, Any]) -> list[RenderableType]:
     ]
     out.append(make_table(["role", "name", "type", "nullable"], schema_rows, title="Schema"))
     out.append(make_table(
-        ["partitions", "leaves", "files", "references", "records", "unreferenced"],
+        ["partitions", "leaves", "files", "references", "records", "unreferenced",
+         "unreferenced bytes"],
         [[d["partitions"], d["leaf_partitions"], d["files"], d["references"], d["records"],
-          d["unreferenced_files"]]],
+          d["unreferenced_files"], human_bytes(d["unreferenced_bytes"])]],
         title="Contents",
-        numeric=["partitions", "leaves", "files", "references", "records", "unreferenced"]))
+        numeric=["partitions", "leaves", "files", "references", "records", "unreferenced",
+                 "unreferenced bytes"]))
     if d.get("tags"):
         out.append(make_table(["tag", "version", "expires"], [
             [t["name"], t["version"], iso_time(t["expires"]) if "expires" in t else ""]
