@@ -29,9 +29,11 @@ from sediment.errors import (
     ObjectNotFoundError,
     SchemaError,
     SchemeNotFoundError,
+    SedimentError,
     StoreNotFoundError,
     TableExistsError,
     TableNotFoundError,
+    did_you_mean,
 )
 from sediment.properties import check_combined, defaults, validate_properties
 from sediment.schema import Schema
@@ -292,7 +294,8 @@ class Store(SchemeMethods):
         try:
             data = self.objects.get(key)
         except ObjectNotFoundError:
-            raise TableNotFoundError(f"no table {name!r} in {self.uri}") from None
+            raise TableNotFoundError(f"no table {name!r} in {self.uri}"
+                                     f"{did_you_mean(name, self._names_or_none())}") from None
         where = f"catalog entry {key} of store {self.uri}"
         try:
             doc = json.loads(data)
@@ -310,6 +313,14 @@ class Store(SchemeMethods):
             StorageError: the object store failed (listing the catalog)."""
         return [o.key[len(CATALOG_PREFIX):-len(".json")]
                 for o in self.objects.list(CATALOG_PREFIX) if o.key.endswith(".json")]
+
+    def _names_or_none(self) -> list[str]:
+        """The table names, or none when the catalog cannot be listed (for a suggestion in
+        an error message, which must not hide the error it adds to)."""
+        try:
+            return self.tables()
+        except SedimentError:
+            return []
 
     def drop_table(self, name: str) -> None:
         """Drop a table: mark its folder dropped (every later commit to it is refused,

@@ -15,7 +15,7 @@ import pyarrow as pa
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import ClearTable, ReinitialiseTable, SetOnline, SetProperties
-from sediment.errors import PropertyError
+from sediment.errors import PropertyError, did_you_mean
 from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
 from sediment.query.conversions import Conversions
@@ -237,7 +237,8 @@ class Table(Conversions, EngineMethods):
         remove = list(remove)
         for name in remove:
             if name not in PROPERTIES:
-                raise PropertyError(f"table {self.name}: unknown property {name!r}")
+                raise PropertyError(f"table {self.name}: unknown property {name!r}"
+                                    f"{did_you_mean(name, PROPERTIES)}")
         # checked here so that errors name the table, not its id (the transaction validates
         # again against the head it follows)
         parsed = validate_properties(updates, context=f"table {self.name}", schema=self.schema)

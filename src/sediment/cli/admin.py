@@ -35,7 +35,7 @@ from sediment.cli.options import (
 from sediment.cli.output import emit, iso_time, key_value_table, make_table
 from sediment.cli.parsing import _parse_field, _schema_from_file, convert_split_point
 from sediment.cli.terminal import confirm_or_refuse
-from sediment.errors import PropertyError
+from sediment.errors import PropertyError, did_you_mean
 from sediment.properties import PROPERTIES, defaults, describe_properties, validate_properties
 from sediment.schema import Schema
 
@@ -322,8 +322,9 @@ def set_properties(
     parsed = validate_properties(updates, context=f"table {name}")
     for r in removed:
         if r not in PROPERTIES:
-            raise PropertyError(f"unknown property {r!r} for table {name}; "
-                                "see `sediment properties` for the list")
+            raise PropertyError(f"unknown property {r!r} for table {name}"
+                                f"{did_you_mean(r, PROPERTIES)}; see `sediment properties` "
+                                "for the list")
     table = open_table(store, name)
     version = table.set_properties(parsed, remove=removed)
     data = {"table": name, "version": version, "set": parsed, "removed": removed}
