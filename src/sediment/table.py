@@ -307,6 +307,11 @@ class Table(Conversions, EngineMethods):
         return sorted(st.partitions.values(),
                       key=lambda p: (len(st.ancestors(p.id)), p.region.min or ()))
 
+    def leaves(self, version: int | None = None) -> list[Partition]:
+        """The leaf partitions (those holding the data, tiling the key space), in key order:
+        what a count of a table's pieces means (``partitions()`` has their ancestors too)."""
+        return self.state(version).leaf_partitions()
+
     def files(self, version: int | None = None) -> list[FileReference]:
         """Every file reference, by partition then filename."""
         return list(self.state(version).all_references())
