@@ -150,13 +150,15 @@ def _plan(table: TableHandle, listed: list[ObjectInfo], leases: Mapping[str, flo
 
 def survey(table: TableHandle, *, now: float | None = None,
            orphan_timeout: float | None = None) -> GcPlan:
-    """What a GC pass would delete and keep now, changing nothing (dead leases protect
-    nothing, as in a pass): ``Table.describe`` and the dashboard report it."""
+    """What a GC pass would delete and keep now, writing nothing (dead leases protect
+    nothing, as in a pass): ``Table.describe`` and the dashboard report it. Reads never
+    write, so no probe asks the store for its time: ``now`` (default: this machine's clock)
+    judges the ages of orphans, pins and leases too, which may put a file within the
+    clock-skew margin of its due time in the neighbouring class; bytes do not depend on it."""
     listed = list(table.objects.list("data/"))
-    store_now = (object_store_time(table.objects) or time.time()) if now is None else now
-    leases = pending.scan_leases(table.objects, store_now, table.name).lapses
-    return _plan(table, listed, leases, time.time() if now is None else now, store_now,
-                 orphan_timeout)[0]
+    now = time.time() if now is None else now
+    leases = pending.scan_leases(table.objects, now, table.name).lapses
+    return _plan(table, listed, leases, now, now, orphan_timeout)[0]
 
 
 def gc(table: TableHandle, *, now: float | None = None,
