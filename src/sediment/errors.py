@@ -46,6 +46,9 @@ happen into one of these, with a message naming the table, field, file or row co
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class SedimentError(Exception):
     """Root of every error Sediment raises on purpose."""
@@ -221,3 +224,13 @@ class FilterError(QueryError):
 class BadRequestError(QueryError):
     """A malformed descriptor, ticket or action body sent to the service, or an argument that
     cannot travel to it."""
+
+
+def did_you_mean(name: object, choices: Iterable[str]) -> str:
+    """The end of an error message for a mistyped ``name``: ``" (did you mean 'x'?)"`` with the
+    closest of ``choices`` (as the CLI's commands and options suggest theirs), or ``""`` when
+    none is close."""
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sediment.errors import PropertyError
+from sediment.errors import PropertyError, did_you_mean
 
 if TYPE_CHECKING:
     from sediment.schema import Schema
@@ -389,8 +389,8 @@ def validate_properties(values: Mapping[str, Any], *, context: str = "",
         if spec is None:
             where = f" for {context}" if context else ""
             raise PropertyError(
-                f"unknown property {name!r}{where}; see `sediment properties` for the list"
-            )
+                f"unknown property {name!r}{where}{did_you_mean(name, PROPERTIES)}; see "
+                "`sediment properties` for the list")
         try:
             out[name] = spec.parse(value, context=context, schema=schema)
         except PropertyError as e:

@@ -391,6 +391,28 @@ class Schema:
 
 
 
+def schema_difference(existing: Schema, wanted: Schema) -> str | None:
+    """How ``wanted`` differs from ``existing``, naming the first field that does (None when
+    they are the same): what ``create_table(..., exist_ok=True)`` refuses."""
+    for role, a, b in (("row key", existing.row_keys, wanted.row_keys),
+                       ("sort key", existing.sort_keys, wanted.sort_keys),
+                       ("value", existing.values, wanted.values)):
+        for i in range(max(len(a), len(b))):
+            if i >= len(a):
+                return f"{role} field {b[i].name!r} is not in the existing schema"
+            if i >= len(b):
+                return f"{role} field {a[i].name!r} of the existing schema is missing"
+            if a[i].name != b[i].name:
+                return (f"{role} field {i + 1} is {a[i].name!r} in the existing schema, "
+                        f"{b[i].name!r} in the one given")
+            if not a[i].type.equals(b[i].type) or a[i].nullable != b[i].nullable:
+                def kind(f: pa.Field) -> str:
+                    return f"{f.type}{' (nullable)' if f.nullable else ''}"
+                return (f"{role} field {a[i].name!r} is {kind(a[i])} in the existing schema, "
+                        f"{kind(b[i])} in the one given")
+    return None
+
+
 def check_text(value: Any, what: str) -> None:
     """Refuse a ``str`` that is not Unicode text UTF-8 can hold: one with a lone surrogate
     (``"\\ud800"``, or the ``"\\udcff"`` a command line makes of an undecodable byte). Arrow

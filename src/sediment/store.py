@@ -29,12 +29,14 @@ from sediment.errors import (
     ObjectNotFoundError,
     SchemaError,
     SchemeNotFoundError,
+    SedimentError,
     StoreNotFoundError,
     TableExistsError,
     TableNotFoundError,
+    did_you_mean,
 )
 from sediment.properties import check_combined, defaults, validate_properties
-from sediment.schema import Schema
+from sediment.schema import Schema, schema_difference
 from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes, member_tree
 from sediment.schemes.methods import SchemeMethods, settle_members
 from sediment.state.documents import json_object
@@ -206,8 +208,14 @@ class Store(SchemeMethods):
     def create_table(self, name: str, schema: Schema, *, split_points: Sequence[Any] | None = None,
                      properties: Mapping[str, Any] | None = None,
                      initial_files: Callable[[TableHandle], tuple[list[FileReference], list[str]]]
-                     | None = None, scheme: str | None = None) -> Table:
+                     | None = None, scheme: str | None = None,
+                     exist_ok: bool = False) -> Table:
         """Create a table (one partition, or a tree cut at ``split_points``).
+
+        ``exist_ok``: when the store has a table of that name already, return it if its
+        schema is ``schema`` (its split points and properties are left as they are), and
+        raise TableExistsError naming the first differing field if not: a script that
+        creates its table on every run can run again.
 
         ``scheme``: the name of a partition scheme (:meth:`create_scheme`) the table joins
         for good: it follows the scheme's partition tree, which splits on the records of all
@@ -222,7 +230,8 @@ class Store(SchemeMethods):
 
         Raises:
             InvalidTableNameError: ``name`` cannot be a table name (nothing is written).
-            TableExistsError: the store has a table of that name.
+            TableExistsError: the store has a table of that name (with ``exist_ok``: one
+                of another schema, naming the first differing field).
             SchemaError: ``schema`` is not a :class:`~sediment.Schema`, or ``split_points``
                 do not fit its first row key (unsorted, duplicated, wrong type).
             PropertyError: an unknown property or an invalid value (names it).
@@ -240,7 +249,7 @@ class Store(SchemeMethods):
                                        schema=schema)}
         check_combined(props, context=f"table {name}")
         if self.objects.exists(key):
-            raise TableExistsError(f"table {name!r} already exists in {self.uri}")
+            return self._existing(name, schema, exist_ok)
         scheme_id = None
         if scheme is not None:
             scheme_id, partitions, scheme_props = member_tree(
@@ -267,7 +276,7 @@ class Store(SchemeMethods):
                  "created": time.time(), **({"scheme_id": scheme_id} if scheme_id else {})}
         if not create_once(self.objects, key, json.dumps(entry).encode()):
             self._delete_prefix(f"tables/{table_id}/")
-            raise TableExistsError(f"table {name!r} already exists in {self.uri}")
+            return self._existing(name, schema, exist_ok)
         if scheme_id is not None and scheme is not None:
             try:
                 check_scheme_alive(self, scheme_id, scheme, name)
@@ -275,6 +284,18 @@ class Store(SchemeMethods):
                 self.drop_table(name)
                 raise
         return Table(self, name, table_id, states)
+
+    def _existing(self, name: str, schema: Schema, exist_ok: bool) -> Table:
+        """The table ``name`` that ``create_table`` found, when ``exist_ok`` and its schema
+        is ``schema``; TableExistsError otherwise."""
+        if not exist_ok:
+            raise TableExistsError(f"table {name!r} already exists in {self.uri}")
+        table = self.table(name)
+        diff = schema_difference(table.schema, schema)
+        if diff is not None:
+            raise TableExistsError(f"table {name!r} already exists in {self.uri} with another "
+                                   f"schema: {diff}")
+        return table
 
     def table(self, name: str) -> Table:
         """Open an existing table (reads its catalog entry only).
@@ -292,7 +313,8 @@ class Store(SchemeMethods):
         try:
             data = self.objects.get(key)
         except ObjectNotFoundError:
-            raise TableNotFoundError(f"no table {name!r} in {self.uri}") from None
+            raise TableNotFoundError(f"no table {name!r} in {self.uri}"
+                                     f"{did_you_mean(name, self._names_or_none())}") from None
         where = f"catalog entry {key} of store {self.uri}"
         try:
             doc = json.loads(data)
@@ -310,6 +332,14 @@ class Store(SchemeMethods):
             StorageError: the object store failed (listing the catalog)."""
         return [o.key[len(CATALOG_PREFIX):-len(".json")]
                 for o in self.objects.list(CATALOG_PREFIX) if o.key.endswith(".json")]
+
+    def _names_or_none(self) -> list[str]:
+        """The table names, or none when the catalog cannot be listed (for a suggestion in
+        an error message, which must not hide the error it adds to)."""
+        try:
+            return self.tables()
+        except SedimentError:
+            return []
 
     def drop_table(self, name: str) -> None:
         """Drop a table: mark its folder dropped (every later commit to it is refused,

@@ -15,7 +15,7 @@ import pyarrow as pa
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import ClearTable, ReinitialiseTable, SetOnline, SetProperties
-from sediment.errors import PropertyError
+from sediment.errors import PropertyError, did_you_mean
 from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
 from sediment.query.conversions import Conversions
@@ -237,7 +237,8 @@ class Table(Conversions, EngineMethods):
         remove = list(remove)
         for name in remove:
             if name not in PROPERTIES:
-                raise PropertyError(f"table {self.name}: unknown property {name!r}")
+                raise PropertyError(f"table {self.name}: unknown property {name!r}"
+                                    f"{did_you_mean(name, PROPERTIES)}")
         # checked here so that errors name the table, not its id (the transaction validates
         # again against the head it follows)
         parsed = validate_properties(updates, context=f"table {self.name}", schema=self.schema)
@@ -306,14 +307,25 @@ class Table(Conversions, EngineMethods):
         return sorted(st.partitions.values(),
                       key=lambda p: (len(st.ancestors(p.id)), p.region.min or ()))
 
+    def leaves(self, version: int | None = None) -> list[Partition]:
+        """The leaf partitions (those holding the data, tiling the key space), in key order:
+        what a count of a table's pieces means (``partitions()`` has their ancestors too)."""
+        return self.state(version).leaf_partitions()
+
     def files(self, version: int | None = None) -> list[FileReference]:
         """Every file reference, by partition then filename."""
         return list(self.state(version).all_references())
 
     def describe(self, version: int | None = None) -> dict[str, Any]:
-        """Schema, properties, version and counts, as plain data (the CLI's ``describe``)."""
+        """Schema, properties, version and counts, as plain data (the CLI's ``describe``).
+        ``unreferenced_bytes`` and ``orphan_bytes`` are the bytes GC has yet to free (the
+        files no version at the head references, and those no transaction added, sidecars
+        included), as of now whatever ``version``: ``table.gc().kept`` says what holds them."""
+        from sediment.maintenance.gc import survey
+
         st = self.state(version)
         refs = list(st.all_references())
+        plan = survey(self._handle)
         return {
             "name": self.name,
             "table_id": self.table_id,
@@ -330,6 +342,8 @@ class Table(Conversions, EngineMethods):
             "references": len(refs),
             "records": sum(r.records for r in refs),
             "unreferenced_files": len(st.unreferenced),
+            "unreferenced_bytes": plan.unreferenced_bytes,
+            "orphan_bytes": plan.orphan_bytes,
             "tags": [_tag_json(t) for t in scan_tags(self._handle.states).tags],
         }
 
@@ -380,7 +394,9 @@ class Table(Conversions, EngineMethods):
     def gc(self, *, orphan_timeout: float | None = None) -> GcResult:
         """Delete unreferenced files past the GC delay and orphans past the orphan timeout
         (``orphan_timeout`` overrides the property, which may not go below an hour: lower
-        only where no writer could be slower, as in tests).
+        only where no writer could be slower, as in tests). ``GcResult.kept`` says what the
+        pass kept, why (a tag, a pin, retention, the GC delay, the clock-skew margin; a
+        writer's lease, the orphan timeout), how many bytes and when each becomes due.
 
         Raises TransactionError: the DeleteFiles commit was refused or its outcome is unknown.
         """

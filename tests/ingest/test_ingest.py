@@ -301,15 +301,16 @@ def test_ingest_past_memory_limit_spills_and_stays_exact(
 # ---- bad input fails before anything is committed ---------------------------------------------
 def _bad_inputs() -> dict[str, tuple[Any, str]]:
     good = sample_rows(10, seed=8)
-    bad_ts = pa.table({"key": ["a", "b", "c"], "ts": ["1", "2", "x"], "value": ["v"] * 3,
-                       "n": [1, 2, 3]})
+    # a value field: text in a key field is refused whole (one rule for key types)
+    bad_ts = pa.table({"key": ["a", "b", "c"], "ts": [1, 2, 3], "value": ["v"] * 3,
+                       "n": ["1", "2", "x"]})
     null_key = pa.table({"key": ["a", "b", None, "d"], "ts": [1, 2, 3, 4],
                          "value": ["v"] * 4, "n": [1, 2, 3, 4]})
     return {
         "missing_field": (good.drop_columns(["value"]), "'value'"),
         "extra_field": (good.append_column("bogus", pa.array([1] * 10)), "'bogus'"),
-        "uncastable": (bad_ts, r"'ts' at row 2"),
-        "uncastable_second_batch": ([good, bad_ts], r"'ts' at row 12"),
+        "uncastable": (bad_ts, r"'n' at row 2"),
+        "uncastable_second_batch": ([good, bad_ts], r"'n' at row 12"),
         "null_key": (null_key, r"'key' is null at row 2"),
         "null_key_later_batch": ([good, good, null_key], r"'key' is null at row 22"),
         "not_data": (42, "cannot ingest int"),

@@ -17,6 +17,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from sediment.cli.errors import CliError
+from sediment.cli.humanize import human_bytes
 from sediment.cli.options import (
     JsonOption,
     StoreOption,
@@ -34,7 +35,7 @@ from sediment.cli.options import (
 from sediment.cli.output import emit, iso_time, key_value_table, make_table
 from sediment.cli.parsing import _parse_field, _schema_from_file, convert_split_point
 from sediment.cli.terminal import confirm_or_refuse
-from sediment.errors import PropertyError
+from sediment.errors import PropertyError, did_you_mean
 from sediment.properties import PROPERTIES, defaults, describe_properties, validate_properties
 from sediment.schema import Schema
 
@@ -201,11 +202,13 @@ def _render_describe(d: dict[str, Any]) -> list[RenderableType]:
     ]
     out.append(make_table(["role", "name", "type", "nullable"], schema_rows, title="Schema"))
     out.append(make_table(
-        ["partitions", "leaves", "files", "references", "records", "unreferenced"],
+        ["partitions", "leaves", "files", "references", "records", "unreferenced",
+         "unreferenced bytes"],
         [[d["partitions"], d["leaf_partitions"], d["files"], d["references"], d["records"],
-          d["unreferenced_files"]]],
+          d["unreferenced_files"], human_bytes(d["unreferenced_bytes"])]],
         title="Contents",
-        numeric=["partitions", "leaves", "files", "references", "records", "unreferenced"]))
+        numeric=["partitions", "leaves", "files", "references", "records", "unreferenced",
+                 "unreferenced bytes"]))
     if d.get("tags"):
         out.append(make_table(["tag", "version", "expires"], [
             [t["name"], t["version"], iso_time(t["expires"]) if "expires" in t else ""]
@@ -319,8 +322,9 @@ def set_properties(
     parsed = validate_properties(updates, context=f"table {name}")
     for r in removed:
         if r not in PROPERTIES:
-            raise PropertyError(f"unknown property {r!r} for table {name}; "
-                                "see `sediment properties` for the list")
+            raise PropertyError(f"unknown property {r!r} for table {name}"
+                                f"{did_you_mean(r, PROPERTIES)}; see `sediment properties` "
+                                "for the list")
     table = open_table(store, name)
     version = table.set_properties(parsed, remove=removed)
     data = {"table": name, "version": version, "set": parsed, "removed": removed}

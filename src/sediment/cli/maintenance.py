@@ -14,7 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
+from sediment.cli.humanize import human_bytes
 from sediment.cli.options import JsonOption, StoreOption, open_store
+from sediment.cli.output import iso_time
 from sediment.cli.passes import (
     LoopLines,
     Progress,
@@ -23,7 +25,9 @@ from sediment.cli.passes import (
     run_passes,
     warn_errors,
 )
+from sediment.core.units import human_seconds
 from sediment.errors import SedimentError
+from sediment.maintenance.kept import GcKept, Kept
 from sediment.table import Table
 
 commands = typer.Typer()
@@ -111,13 +115,49 @@ def split(table: TableOption = None, loop: LoopOption = False, interval: Interva
 def gc(table: TableOption = None, loop: LoopOption = False, interval: IntervalOption = 60.0,
        max_loops: PassesOption = 0, store: StoreOption = None,
        json_out: JsonOption = False, orphan_timeout: OrphanTimeoutOption = None) -> None:
-    """Delete unreferenced files past the GC delay and orphans past the orphan timeout."""
+    """Delete unreferenced files past the GC delay and orphans past the orphan timeout; say
+    what is kept, why (tag, pin, retention, gc_delay, clock_skew; orphans: lease,
+    orphan_timeout), how many bytes and when it becomes due."""
     def act(t: Table, progress: Progress) -> dict[str, Any]:
         r = t.gc(orphan_timeout=orphan_timeout)
         return {"deleted": r.deleted, "orphans_deleted": r.orphans_deleted,
+                "kept_bytes": r.kept.bytes,
+                "kept": kept_json(r.kept) if json_out else kept_text(r.kept),
                 **_tag_errors(r.unreadable_tags)}
     run_passes(store, table, loop, interval, max_loops, json_out, act, online_only=False,
               verb="gc")
+
+
+_UNTIMED = {"tag": "until the tag is deleted", "lease": "while its writer lives"}
+
+
+def kept_json(kept: GcKept) -> dict[str, Any]:
+    """``GcResult.kept`` for ``--json``: files, bytes and due times (ISO 8601 UTC; null: not
+    by time) per reason, unreferenced files and orphans apart."""
+    def one(k: Kept) -> dict[str, Any]:
+        return {"files": k.files, "bytes": k.bytes,
+                "due": None if k.due is None else iso_time(k.due),
+                "last_due": None if k.last_due is None else iso_time(k.last_due)}
+    return {"unreferenced": {r: one(k) for r, k in kept.unreferenced.items()},
+            "orphans": {r: one(k) for r, k in kept.orphans.items()}}
+
+
+def kept_text(kept: GcKept, now: float | None = None) -> str:
+    """``GcResult.kept`` for people: one line per reason, e.g. ``retention: 3 files,
+    12.0 KiB, due in 1h 59m`` (empty when nothing is kept)."""
+    now = time.time() if now is None else now
+    lines = []
+    for what, groups in (("", kept.unreferenced), ("orphans ", kept.orphans)):
+        for reason, k in groups.items():
+            if k.due is None:
+                when = _UNTIMED.get(reason, "not by time")
+            else:
+                when = f"due in {human_seconds(max(0.0, k.due - now))}"
+                if k.last_due is not None and k.last_due - k.due >= 1:
+                    when += f" (all in {human_seconds(max(0.0, k.last_due - now))})"
+            lines.append(f"{what}{reason}: {k.files} file{'s' * (k.files != 1)}, "
+                         f"{human_bytes(k.bytes)}, {when}")
+    return "\n".join(lines)
 
 
 @commands.command()

@@ -17,12 +17,17 @@ from sediment.dashboard import aggregate
 from sediment.dashboard.aggregate import iso
 from sediment.dashboard.jobs import JobEvents
 from sediment.errors import TableNotFoundError
+from sediment.handle import handle_of
+from sediment.maintenance.gc import survey
 from sediment.properties import defaults, describe_properties
 from sediment.store import Store
 from sediment.table import Table
 
 HISTORY_LIMIT = 1000
 """Commits sent for the timeline: the latest ones (the table of recent commits shows 25)."""
+GC_SURVEY_SECONDS = 30.0
+"""How long a table's survey of what GC keeps is reused: it lists every data file, and a
+table page refreshes every few seconds."""
 
 
 class Views:
@@ -34,6 +39,7 @@ class Views:
         self._lock = threading.Lock()
         self._figures = aggregate.FiguresCache()
         self._history: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+        self._gc: dict[str, tuple[float, dict[str, Any]]] = {}
         self.jobs = JobEvents()
 
     # ---- tables ----------------------------------------------------------------------------
@@ -81,7 +87,8 @@ class Views:
         return {"store": self.store.uri, "generated": iso(time.time()), "tables": rows}
 
     def table_view(self, name: str) -> dict[str, Any]:
-        """A table's summary, files-per-leaf histogram, commits, jobs, tags and properties."""
+        """A table's summary, files-per-leaf histogram, commits, jobs, tags, what GC keeps
+        and properties."""
         t = self.table(name)
         state = t.state()
         fig = self._figures.get(t.table_id, state)
@@ -97,6 +104,7 @@ class Views:
             "jobs": self.jobs.view(t),
             "tags": [{"name": g.name, "version": g.version, "created": iso(g.created)}
                      for g in t.tags()],
+            "gc": self._gc_of(t),
             "properties": [
                 {"name": d["name"], "value": props.get(d["name"]), "default": d["default"],
                  "set": props.get(d["name"]) != d["default"], "type": d["type"],
@@ -111,6 +119,26 @@ class Views:
         state = t.state()
         fig = self._figures.get(t.table_id, state)
         return {"table": name, **aggregate.tree(fig, root or ROOT_PARTITION_ID)}
+
+    def _gc_of(self, t: Table) -> dict[str, Any]:
+        """What GC has yet to free and why (``sediment.maintenance.kept``): bytes by reason,
+        surveyed again at most every ``GC_SURVEY_SECONDS``."""
+        with self._lock:
+            hit = self._gc.get(t.table_id)
+        if hit is not None and time.monotonic() - hit[0] < GC_SURVEY_SECONDS:
+            return hit[1]
+        plan = survey(handle_of(t))
+        kept = [{"class": cls, "reason": k.reason, "files": k.files, "bytes": k.bytes,
+                 "due": None if k.due is None else iso(k.due),
+                 "last_due": None if k.last_due is None else iso(k.last_due)}
+                for cls, group in (("unreferenced", plan.kept.unreferenced),
+                                   ("orphan", plan.kept.orphans))
+                for k in group.values()]
+        data = {"unreferenced_bytes": plan.unreferenced_bytes,
+                "orphan_bytes": plan.orphan_bytes, "kept": kept}
+        with self._lock:
+            self._gc[t.table_id] = (time.monotonic(), data)
+        return data
 
     def _history_of(self, t: Table, version: int) -> list[dict[str, Any]]:
         """The latest commits, read again only when the table's version moved."""

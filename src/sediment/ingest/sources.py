@@ -135,6 +135,7 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
     if twice:
         raise DataError(f"ingest into table {table}: {source} has two fields named "
                         f"{twice[0]!r}; refusing to pick one")
+    keys = set(schema.key_names)
     extra = [n for n in names if n not in wanted.names]
     if extra:
         raise DataError(f"ingest into table {table}: {source} has field {extra[0]!r} which is "
@@ -158,6 +159,12 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
                 f"the table stores it as {f.type}: refusing to turn those values into text"
                 f"{_example_text(col)}; convert the column to strings first if that is what "
                 "you mean")
+        if f.name in keys and not _key_kind_fits(col.type, f.type):
+            raise DataError(
+                f"ingest into table {table}: key field {f.name!r} of {source} is {col.type} "
+                f"but the table's key is {f.type}: keys are compared as stored (7 is not "
+                "'7'), so a key of another kind is refused, as query(keys=...) refuses it; "
+                "convert the column to the key's type first")
         if not col.type.equals(f.type):
             try:
                 col = col.cast(f.type, safe=True)
@@ -174,6 +181,34 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
     return pa.RecordBatch.from_arrays(cols, schema=wanted)
 
 
+def _key_kind(t: pa.DataType) -> str:
+    """What a key value of type ``t`` is: integer, text, bytes or time (any width, unit,
+    encoding or time zone of one kind casts to another)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "text"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or \
+            pa.types.is_binary_view(t) or pa.types.is_fixed_size_binary(t):
+        return "bytes"
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return "time"
+    return str(t)
+
+
+def _key_kind_fits(given: pa.DataType, wanted: pa.DataType) -> bool:
+    """One rule for key types, that of ``query(keys=...)`` (``Schema.check_key_field``): a
+    key column must hold values of the key's kind; integers are times too (as in ``keys=``:
+    a count of the key's unit). CSV and JSON text is parsed to the schema before it gets here;
+    an all-null column goes on to the null check, which names its first row."""
+    if pa.types.is_null(given):
+        return True
+    kind = _key_kind(given)
+    return kind == _key_kind(wanted) or (kind == "integer" and _key_kind(wanted) == "time")
+
+
 def _temporal_into_number(given: pa.DataType, wanted: pa.DataType) -> bool:
     """A timestamp, date, time or duration column bound for a number field: Arrow casts it
     to its raw count of units (nanoseconds for a pandas datetime64[ns]), which is never what a
@@ -185,8 +220,9 @@ def _temporal_into_number(given: pa.DataType, wanted: pa.DataType) -> bool:
 def _quietly_stringified(given: pa.DataType, wanted: pa.DataType) -> bool:
     """A column bound for a string field that Arrow would cast by printing its values: floats
     (1.5 -> "1.5"), booleans ("true"), decimals, temporal values. Only text (string, binary
-    as UTF-8, dictionary-encoded text), integers (1 -> "1": the documented safe cast) and
-    all-null columns go to a string field."""
+    as UTF-8, dictionary-encoded text), integers (1 -> "1": the documented safe cast; not
+    into a key field, see :func:`_key_kind_fits`) and all-null columns go to a string
+    field."""
     if not (pa.types.is_string(wanted) or pa.types.is_large_string(wanted)):
         return False
     if pa.types.is_dictionary(given):

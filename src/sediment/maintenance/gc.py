@@ -26,25 +26,33 @@ which no version ever referenced and so no tag can protect.
 Live pins (``state.tags``) count as tags, and keep the files they name besides (a batcher job's
 staged files, neither referenced nor leased once its runner died), until they expire by the
 store's clock.
+
+What a pass deletes and what it keeps, and why, is decided by one pure classifier
+(``sediment.maintenance.kept``): ``GcResult.kept`` reports the rest by reason, with bytes and
+when each becomes due, and ``survey`` answers the same without changing anything.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sediment.core.transactions import DeleteFiles, ExpireLeases, Transaction
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sidecars import data_file_of, with_sidecars
+from sediment.maintenance.kept import GcKept, GcPlan, GcWindows, Hold, classify
 from sediment.state import pending
 from sediment.state.versions import TAG_PREFIX, scan_tags
 from sediment.storage.clock import object_store_time
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from sediment.core.state import TableState
     from sediment.handle import TableHandle
+    from sediment.storage.base import ObjectInfo
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +68,9 @@ class GcResult:
     unreadable_tags: tuple[str, ...] = ()
     """One message per tag GC could not read (naming the table and the tag's key): while any
     is left, no unreferenced file is deleted, since the tag might protect it."""
+    kept: GcKept = field(default_factory=GcKept)
+    """What the pass did not delete and why, with bytes and when each becomes due
+    (``sediment.maintenance.kept``)."""
 
     @property
     def did_work(self) -> bool:
@@ -82,27 +93,35 @@ def _files_at(table: TableHandle, version: int) -> frozenset[str]:
     return files
 
 
-def tag_protection(table: TableHandle, now: float | None = None) -> tuple[set[str], list[str]]:
-    """The files the table's tags and live pins keep (``now``: the store's time to judge pins
-    by), and a message for each tag that cannot be read or whose version cannot be loaded
-    (for which nothing can be said: see the module)."""
+def tag_holds(table: TableHandle, now: float | None = None) -> tuple[list[Hold], list[str]]:
+    """The table's tags and live pins (``now``: the store's time to judge pins by), each with
+    the files it keeps, and a message for each tag that cannot be read or whose version
+    cannot be loaded (for which nothing can be said: see the module)."""
     scan = scan_tags(table.states, now)
-    protected: set[str] = set()
+    holds: list[Hold] = []
     problems = list(scan.unreadable)
     for tag in scan.tags:
-        protected.update(tag.files)  # a pin's own files (staged, not yet committed)
         try:
-            protected.update(_files_at(table, tag.version))
+            files = _files_at(table, tag.version)
         except SedimentError as e:
             problems.append(f"tag {tag.name!r} of table {table.name} ({TAG_PREFIX}{tag.name}"
                             f".json) pins version {tag.version}, which cannot be read: {e}")
-    return protected, problems
+            files = frozenset()
+        # a pin's own files too (staged, not yet committed)
+        holds.append(Hold(tag.name, tag.expires, files | frozenset(tag.files)))
+    return holds, problems
 
 
-def _live_leases(table: TableHandle, store_now: float) -> frozenset[str]:
-    """The files live leases protect. Dead leases are recorded expired in the log first
-    (then deleted), so that no writer paused past its lease commits what this pass deletes
-    (see the module); a pass that finds none commits nothing."""
+def tag_protection(table: TableHandle, now: float | None = None) -> tuple[set[str], list[str]]:
+    """The files the table's tags and live pins keep, and the messages of :func:`tag_holds`."""
+    holds, problems = tag_holds(table, now)
+    return {f for h in holds for f in h.files}, problems
+
+
+def _live_leases(table: TableHandle, store_now: float) -> Mapping[str, float | None]:
+    """The files live leases protect, each with when its lease lapses. Dead leases are
+    recorded expired in the log first (then deleted), so that no writer paused past its lease
+    commits what this pass deletes (see the module); a pass that finds none commits nothing."""
     scan = pending.scan_leases(table.objects, store_now, table.name)
     if scan.dead:
         dead = scan.dead_ids
@@ -112,35 +131,53 @@ def _live_leases(table: TableHandle, store_now: float) -> frozenset[str]:
 
         table.states.commit(record)
         pending.delete_dead(table.objects, scan)
-    return scan.protected
+    return scan.lapses
+
+
+def _plan(table: TableHandle, listed: list[ObjectInfo], leases: Mapping[str, float | None],
+          now: float, store_now: float, orphan_timeout: float | None
+          ) -> tuple[GcPlan, list[str]]:
+    """Classify (``sediment.maintenance.kept``) against the head, loaded after the listing and
+    the leases (see the module)."""
+    state = table.states.head()
+    holds, unreadable = tag_holds(table, store_now)
+    for problem in unreadable:
+        log.warning("gc of table %s deletes no unreferenced file: %s", table.name, problem)
+    return classify(state, listed, holds=holds, unreadable_tags=bool(unreadable),
+                    leases=leases, windows=GcWindows.of(table.properties, orphan_timeout),
+                    now=now, store_now=store_now), unreadable
+
+
+def survey(table: TableHandle, *, now: float | None = None,
+           orphan_timeout: float | None = None) -> GcPlan:
+    """What a GC pass would delete and keep now, writing nothing (dead leases protect
+    nothing, as in a pass): ``Table.describe`` and the dashboard report it. Reads never
+    write, so no probe asks the store for its time: ``now`` (default: this machine's clock)
+    judges the ages of orphans, pins and leases too, which may put a file within the
+    clock-skew margin of its due time in the neighbouring class; bytes do not depend on it."""
+    listed = list(table.objects.list("data/"))
+    now = time.time() if now is None else now
+    leases = pending.scan_leases(table.objects, now, table.name).lapses
+    return _plan(table, listed, leases, now, now, orphan_timeout)[0]
 
 
 def gc(table: TableHandle, *, now: float | None = None,
        orphan_timeout: float | None = None) -> GcResult:
     """One garbage-collection pass over ``table``. ``now`` stands in for both this machine's
     and the store's clock (tests); ``orphan_timeout`` overrides the property, which may not go
-    below an hour: only tests that control every writer should go lower."""
+    below an hour: only tests that control every writer should go lower. What it deletes and
+    keeps comes from one classifier (``sediment.maintenance.kept``), so ``GcResult.kept``
+    says exactly why the rest stays."""
     started = time.perf_counter()
     listed = list(table.objects.list("data/"))
     store_now = (object_store_time(table.objects) or time.time()) if now is None else now
-    live = _live_leases(table, store_now)
+    leases = _live_leases(table, store_now)
     now = time.time() if now is None else now
-    state = table.states.head()
+    plan, unreadable = _plan(table, listed, leases, now, store_now, orphan_timeout)
     props = {**table.properties}
-    delay = max(float(props["gc.delay_seconds"]), float(props["retention.seconds"])) + \
-        float(props["gc.clock_skew_seconds"])
-    protected, unreadable = tag_protection(table, store_now)  # tags and pins keep files
-    if unreadable:
-        # Any unreferenced file may be one an unreadable tag keeps: none is deleted.
-        protected.update(state.unreferenced)
-        for problem in unreadable:
-            log.warning("gc of table %s deletes no unreferenced file: %s", table.name,
-                        problem)
     batch_size = int(props["gc.batch_size"])
-    # oldest unreferenced first (ties by name), at most gc.max_files_per_run in one pass
-    ready = [f for t, f in sorted((t, f) for f, t in state.unreferenced.items()
-                                  if now - t >= delay and f not in protected)]
-    ready = ready[: int(props["gc.max_files_per_run"])]
+    # oldest unreferenced first, at most gc.max_files_per_run in one pass
+    ready = list(plan.unreferenced_ready[: int(props["gc.max_files_per_run"])])
     deleted = 0
     for i in range(0, len(ready), batch_size):
         batch = ready[i : i + batch_size]
@@ -156,18 +193,10 @@ def gc(table: TableHandle, *, now: float | None = None,
         table.objects.delete_many(with_sidecars(batch, legacy=True))
         deleted += len(batch)
 
-    known = set(state.refcount) | set(state.unreferenced) | protected | live
-    timeout = float(props["gc.orphan_timeout_seconds"]) if orphan_timeout is None \
-        else float(orphan_timeout)
-    orphans = []
-    for o in listed:
-        if o.key.endswith("/"):
-            continue  # a folder marker (pyarrow's S3 create_dir writes them), not a file
-        data = data_file_of(o.key)
-        if data not in known and store_now - o.mtime >= timeout:
-            orphans.append(o.key)
+    orphans = list(plan.orphans_ready)
     if orphans:
         table.objects.delete_many(orphans)
+    timeout = GcWindows.of(props, orphan_timeout).orphan_timeout
     # partial writes of killed writers (local temp files), anywhere in the table's folder; a
     # put in flight writes one too, and no override goes below the hour no put ever takes
     stale = [o.key for o in table.objects.temporaries("")
@@ -175,7 +204,8 @@ def gc(table: TableHandle, *, now: float | None = None,
     if stale:
         table.objects.delete_many(stale)
     n_orphans = sum(1 for k in orphans if data_file_of(k) == k)
-    result = GcResult(deleted, n_orphans, time.perf_counter() - started, tuple(unreadable))
+    result = GcResult(deleted, n_orphans, time.perf_counter() - started, tuple(unreadable),
+                      plan.kept)
     if result.did_work:
         table.status.record("gc", f"gc-{int(now)}", "finished", deleted=deleted,
                             orphans_deleted=n_orphans, seconds=result.seconds)

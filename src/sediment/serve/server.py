@@ -45,7 +45,9 @@ from sediment.errors import (
     SedimentError,
     ServiceError,
 )
+from sediment.handle import handle_of
 from sediment.properties import defaults
+from sediment.query.estimate import estimate_records
 from sediment.query.planner import QueryPlan
 from sediment.serve.actions import ACTIONS, run_action
 from sediment.serve.middleware import LIGHT_ACTIONS, Admission, Call
@@ -180,7 +182,9 @@ class SedimentFlightServer(fl.FlightServerBase):
                 pinned = {**doc, "version": plan.version}
                 endpoints = [fl.FlightEndpoint(dumps({"query": pinned, "leaf": s.leaf_id}), [])
                              for s in plan.subqueries]
-                estimate = sum(r.records for s in plan.subqueries for r in s.references)
+                # narrowed by the query's ranges (samples), -1 when a sample is unreadable
+                estimate = estimate_records(plan, handle_of(table).samples.sample,
+                                            table.schema.row_key_names)
                 req.rows = estimate
                 schema = pa.schema([prepared.schema.field(c) for c in prepared.wanted])
                 return fl.FlightInfo(schema, descriptor, endpoints, estimate, -1)

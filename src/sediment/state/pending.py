@@ -329,6 +329,10 @@ class LeaseScan:
     dead: tuple[str, ...]
     """Keys of leases not renewed for longer than the timeout: their files are ordinary
     orphans once the expiry is recorded (``ExpireLeases``) and the lease deleted."""
+    lapses: Mapping[str, float | None] = field(default_factory=dict)
+    """Each protected file -> when (the store's clock) the last live lease naming it lapses
+    unless renewed; None for this process's own lease, renewed as long as it lives (what
+    GC's report of kept files says is due when)."""
 
     @property
     def dead_ids(self) -> list[str]:
@@ -346,7 +350,7 @@ def scan_leases(objects: ObjectStore, now: float, table: str | None = None) -> L
     timeout = lease_timeout()
     with _LOCK:  # this process's own lease: its in-memory files are newer than its object
         own = _leases().get(objects.uri)
-        protected: set[str] = set() if own is None else set(own.files)
+        lapses: dict[str, float | None] = {} if own is None else dict.fromkeys(own.files)
     dead: list[str] = []
     for o in objects.list(PENDING_PREFIX):
         if own is not None and o.key == own.key:
@@ -356,14 +360,17 @@ def scan_leases(objects: ObjectStore, now: float, table: str | None = None) -> L
             continue
         try:
             doc = json.loads(objects.get(o.key))
-            protected.update(str(f) for f in doc["files"])
+            lapse = o.mtime + timeout
+            for f in (str(f) for f in doc["files"]):
+                held = lapses.get(f, lapse)
+                lapses[f] = None if held is None else max(held, lapse)
         except ObjectNotFoundError:
             continue  # released and deleted since the listing
         except (ValueError, KeyError, TypeError) as e:
             owner = f"table {table}" if table else objects.uri
             raise CorruptMetadataError(f"pending-file lease {o.key} of {owner} is "
                                        f"unreadable: {e!r}") from e
-    return LeaseScan(frozenset(protected), tuple(dead))
+    return LeaseScan(frozenset(lapses), tuple(dead), lapses)
 
 
 def delete_dead(objects: ObjectStore, scan: LeaseScan) -> None:

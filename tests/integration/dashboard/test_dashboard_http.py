@@ -310,3 +310,22 @@ def test_html_in_keys_and_values_is_escaped(server: Server) -> None:
     assert sorted(r[0] for r in data["rows"]) == sorted(HTML_KEYS)
     assert "<b>bold</b>" in [r[2] for r in data["rows"]]
     assert b"<b>bold</b>" not in body and b"<iframe" not in body
+
+
+def test_table_page_says_what_gc_keeps(server: Server, store: sd.Store) -> None:
+    """The table view carries GC's survey (``sediment.maintenance.kept``): bytes by reason,
+    equal to what a GC pass would report, and the page has its table."""
+    from sediment.maintenance.gc import survey
+
+    code, _, body = fetch(server.url + "/tables/events")
+    assert code == 200 and b'id="gc-kept"' in body
+    view = get_json(server, "/api/tables/events")["gc"]
+    plan = survey(store.table("events")._handle)
+    assert view["unreferenced_bytes"] == plan.unreferenced_bytes > 0
+    assert view["orphan_bytes"] == plan.orphan_bytes
+    rows = {(k["class"], k["reason"]): (k["files"], k["bytes"]) for k in view["kept"]}
+    assert rows == {("unreferenced", r): (k.files, k.bytes)
+                    for r, k in plan.kept.unreferenced.items()}
+    # the tag taken before maintenance holds the files maintenance replaced
+    assert ("unreferenced", "tag") in rows and ("unreferenced", "retention") in rows
+    assert sum(b for _, b in rows.values()) == plan.unreferenced_bytes

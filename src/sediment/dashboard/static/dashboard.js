@@ -31,6 +31,13 @@
       n.toLocaleString("en", {maximumSignificantDigits: 3});
   }
 
+  function bytes(n) {
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let v = n, i = 0;
+    while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
+    return i === 0 ? v + " B" : v.toFixed(1) + " " + units[i];
+  }
+
   function el(tag, text, cls) {
     const e = document.createElement(tag);
     if (text !== undefined && text !== null) e.textContent = String(text);
@@ -212,6 +219,8 @@
       j.created, j.kind, j.job_id, j.partition_id, el("span", j.status, j.status === "failed" ? "bad" : ""),
       num(j.seconds), num(j.records), num(j.records_per_second), j.reason]);
     fillTable("tags", view.tags, g => [g.name, g.version, g.created]);
+    fillTable("gc-kept", view.gc.kept, k => [
+      k.class, k.reason, num(k.files), bytes(k.bytes), k.due === null ? "not by time" : k.due]);
     fillTable("history", view.history.slice(-25).reverse(), h => [h.version, h.time, h.kind, h.summary]);
     fillTable("properties", view.properties, p => [
       el("span", p.name, p.set ? "set" : ""), JSON.stringify(p.value), JSON.stringify(p.default), p.meaning]);
