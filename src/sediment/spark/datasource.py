@@ -12,7 +12,8 @@ of a one-leaf table uses every core. Each partition carries its leaf and ranges,
 reads that leaf restricted to them as ``table.query`` would. With ``.option("pushdown",
 "true")`` filters on the first row-key field (=, <, <=, >, >=, IN) are pushed down and become
 query ranges, so a one-key query reads one sub-range of one leaf. The version is pinned when the
-DataFrame is loaded (``load()``): every action on it, and every task, reads that one state.
+DataFrame is loaded (``load()``): every action on it, and every task, reads that one state (the
+``version`` or ``tag`` option's, checked there: :func:`pinned_version`).
 
 Pushdown is off by default because of Spark 4.3.0, not of this reader: ``PythonScanBuilder.
 pushFilters`` stores the pushdown worker's result (the pickled read function, holding the
