@@ -473,11 +473,13 @@ class Table(Conversions, EngineMethods):
         with ``read_subquery``): what :meth:`query` and :meth:`scan` run, and what engines
         (the Spark reader, dumps) use to read the same records.
 
-        ``filter``: a pyarrow compute expression (``pc.field("v") > 3``) on any columns,
-        applied to the merged records after the iterators; see :meth:`query`.
+        ``filter``: a pyarrow compute expression (``pc.field("v") > 3``) on any columns, or
+        the same condition as ``--where`` text (``"v > 3"``, parsed against the table's
+        schema), applied to the merged records after the iterators; see :meth:`query`.
 
         Raises QueryError: a bad key, range, column or filter (one naming an unknown column
-        names it); CorruptMetadataError,
+        names it; WhereError for filter text that does not parse, naming the table and the
+        position); CorruptMetadataError,
         ObjectNotFoundError: damaged or missing data files.
         """
         from sediment.query.expiry import check_files
@@ -515,7 +517,8 @@ class Table(Conversions, EngineMethods):
         values. Neither: the whole table. ``version``: read an older version (a number or a
         tag); VersionExpiredError when it is past ``retention.seconds`` and GC deleted its
         files or pruning its log (a file lost any other way stays ObjectNotFoundError).
-        ``filter``: a pyarrow compute expression on any columns (``pc.field("v") > 3``), kept
+        ``filter``: a pyarrow compute expression on any columns (``pc.field("v") > 3``) or
+        ``--where`` text (``"v > 3"``, the syntax of :mod:`sediment.query.where`), kept
         for the merged records after the iterators (the ``filter`` iterator property is the
         configured, compaction-time one). Its constraints on the first row-key field narrow
         the leaves, files and row groups read; with record-by-record iterators (none,

@@ -260,7 +260,7 @@ def test_filter_errors_name_table_and_field(tmp_path: Path) -> None:
     with pytest.raises(QueryError, match="events"):
         table.to_arrow(filter=pc.field("key") > 3)  # string compared with a number
     with pytest.raises(QueryError, match="Expression"):
-        table.query(filter="v > 3")
+        table.query(filter=3)  # text is --where text now (tests/query/test_filter_text.py)
 
 
 # ---- --where ------------------------------------------------------------------------------

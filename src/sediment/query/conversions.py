@@ -24,11 +24,13 @@ class Conversions:
 
     Each takes ``query``'s arguments: ``keys`` (exact row keys), ``ranges`` (Range values),
     ``columns`` (a subset, in that order), ``version`` (a number or a tag; None: the head) and
-    ``filter`` (a pyarrow compute expression on any columns, applied to the merged records
-    after the iterators). Each raises what ``Table.prepare`` raises: QueryError for a bad key,
-    range, column or filter (a filter naming an unknown column names it), VersionExpiredError
-    or a version/tag error for a version that cannot be read, CorruptMetadataError or
-    ObjectNotFoundError for damaged or missing data files, StorageError for the store.
+    ``filter`` (a pyarrow compute expression on any columns, or the same condition as
+    ``--where`` text, applied to the merged records after the iterators). Each raises what
+    ``Table.prepare`` raises: QueryError for a bad key, range, column or filter (a filter
+    naming an unknown column names it; filter text that does not parse is a WhereError naming
+    the table), VersionExpiredError or a version/tag error for a version that cannot be read,
+    CorruptMetadataError or ObjectNotFoundError for damaged or missing data files,
+    StorageError for the store.
     """
 
     if TYPE_CHECKING:

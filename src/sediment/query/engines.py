@@ -116,7 +116,7 @@ class EngineMethods:
 
     def _reader(self, keys: Sequence[Any] | None, ranges: Any,
                 columns: Sequence[str] | None, version: int | str | None,
-                filter: pc.Expression | None) -> pa.RecordBatchReader:  # noqa: A002
+                filter: pc.Expression | str | None) -> pa.RecordBatchReader:  # noqa: A002
         """The records as a stream (``prepare`` reads the filter's columns itself)."""
         return self.prepare(keys, ranges, columns=columns, version=version,
                             filter=filter).reader()
@@ -143,7 +143,7 @@ class EngineMethods:
     def register_datafusion(self, ctx: Any, name: str, version: int | str | None = None, *,
                             keys: Sequence[Any] | None = None, ranges: Any = None,
                             columns: Sequence[str] | None = None,
-                            filter: pc.Expression | None = None) -> Any:  # noqa: A002
+                            filter: pc.Expression | str | None = None) -> Any:  # noqa: A002
         """Register ``name`` in the DataFusion ``SessionContext`` ``ctx``: the table at
         ``version`` (None: the head now), equal to ``query()`` there. DataFusion calls no
         Python per scan, so the records are read once, here, narrowed by ``keys``,
@@ -167,7 +167,7 @@ class EngineMethods:
     def to_polars(self, lazy: bool = False, keys: Sequence[Any] | None = None,
                   ranges: Any = None, columns: Sequence[str] | None = None,
                   version: int | str | None = None,
-                  filter: pc.Expression | None = None) -> Any:  # noqa: A002
+                  filter: pc.Expression | str | None = None) -> Any:  # noqa: A002
         """``query()``'s answer as a Polars DataFrame; with ``lazy``, a LazyFrame over the
         version pinned now (a Polars IO plugin: projection, row-key predicates and row limits
         reach Sediment; each ``collect`` reads afresh from that version).
@@ -184,7 +184,12 @@ class EngineMethods:
         if not lazy:
             return pl.from_arrow(self._reader(keys, ranges, columns, version, filter).read_all())
         v = self._pin(version)
-        prepared = self.prepare(keys, ranges, columns=columns, version=v)  # fail early
+        prepared = self.prepare(keys, ranges, columns=columns, version=v,
+                                filter=filter)  # fail early
+        if filter is not None:  # --where text as an expression: the plugin conjoins it
+            from sediment.query.filters import filter_expression
+
+            filter = filter_expression(filter, prepared.schema, self.name)  # noqa: A001
         out = pa.schema([prepared.schema.field(c) for c in prepared.wanted])
         try:
             from polars.io.plugins import register_io_source
@@ -197,7 +202,8 @@ class EngineMethods:
     # ---- plans ---------------------------------------------------------------------------
     def plan_files(self, keys: Sequence[Any] | None = None, ranges: Any = None,
                    version: int | str | None = None,
-                   filter: pc.Expression | None = None) -> list[PlannedFile]:  # noqa: A002
+                   filter: pc.Expression | str | None = None  # noqa: A002
+                   ) -> list[PlannedFile]:
         """The data files a query of ``keys``/``ranges`` reads at ``version`` (None: the
         head), one :class:`PlannedFile` per (leaf, file), in key order: what an engine that
         reads Parquet itself needs to give ``query()``'s answer (see :class:`PlannedFile`

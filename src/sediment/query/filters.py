@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from sediment.core.model import Region
 from sediment.core.ranges import Range
-from sediment.errors import QueryError
+from sediment.errors import QueryError, WhereError
 from sediment.query.expressions import (
     MAX_FILTER_DEPTH,
     MAX_FILTER_NODES,
@@ -46,6 +46,7 @@ from sediment.query.expressions import (
     in_values,
     tree_shape,
 )
+from sediment.query.where import parse_where
 from sediment.schema import Schema
 
 # ---- row-key ranges ---------------------------------------------------------------------------
@@ -320,9 +321,29 @@ def check_size(tree: Node, what: str, error: type[QueryError]) -> None:
         raise error(f"{what} lists {values} is_in values (at most {MAX_FILTER_VALUES})")
 
 
+def filter_expression(expression: Any, schema: Schema, table: str) -> pc.Expression:
+    """What a ``filter=`` argument says, as a pyarrow expression: an expression as it is,
+    ``--where`` text (``"status >= 500"``) parsed against the table's schema, so that every
+    route that takes a filter (local, remote, the CLI) takes the same text. Raises
+    WhereError naming the table for text that does not parse (or is past the limits),
+    QueryError for anything else."""
+    if isinstance(expression, str):
+        try:
+            return parse_where(expression, schema.to_arrow())
+        except WhereError as e:
+            raise WhereError(f"filter on table {table}: {str(e).removeprefix('where: ')}"
+                             ) from None
+    if not isinstance(expression, pc.Expression):
+        raise QueryError(f"filter must be a pyarrow.compute.Expression such as "
+                         f"pc.field('v') > 3, or --where text such as \"v > 3\", "
+                         f"not {type(expression).__name__}")
+    return expression
+
+
 def compile_filter(expression: Any, schema: Schema, table: str, *,
                    record_by_record: bool) -> QueryFilter:
-    """Check ``expression`` against the table's schema and analyse it.
+    """Check ``expression`` (an expression or ``--where`` text: :func:`filter_expression`)
+    against the table's schema and analyse it.
 
     ``record_by_record``: whether every iterator keeps or drops each record on its own (then
     row groups may be pruned by statistics on any column). Raises QueryError: not an
@@ -330,9 +351,7 @@ def compile_filter(expression: Any, schema: Schema, table: str, *,
     MAX_FILTER_DEPTH), an unknown field (named), or an expression Arrow cannot evaluate to
     booleans on the table's columns (mismatched types, an unknown function, a number).
     """
-    if not isinstance(expression, pc.Expression):
-        raise QueryError(f"filter must be a pyarrow.compute.Expression such as "
-                         f"pc.field('v') > 3, not {type(expression).__name__}")
+    expression = filter_expression(expression, schema, table)
     tree = decompose(expression)
     check_size(tree, f"filter on table {table}", QueryError)
     names = field_names(tree)

@@ -20,8 +20,8 @@ except ImportError as exc:
 
 from sediment.spark.bulk_import import bulk_import  # noqa: E402  (after the check)
 from sediment.spark.cojoin import co_join  # noqa: E402
-from sediment.spark.frames import read_table  # noqa: E402
+from sediment.spark.frames import read_table, register_view  # noqa: E402
 from sediment.spark.session import register_data_source, session, ship_package  # noqa: E402
 
-__all__ = ["bulk_import", "co_join", "read_table", "register_data_source", "session",
-           "ship_package"]
+__all__ = ["bulk_import", "co_join", "read_table", "register_data_source", "register_view",
+           "session", "ship_package"]

@@ -12,7 +12,8 @@ of a one-leaf table uses every core. Each partition carries its leaf and ranges,
 reads that leaf restricted to them as ``table.query`` would. With ``.option("pushdown",
 "true")`` filters on the first row-key field (=, <, <=, >, >=, IN) are pushed down and become
 query ranges, so a one-key query reads one sub-range of one leaf. The version is pinned when the
-DataFrame is loaded (``load()``): every action on it, and every task, reads that one state.
+DataFrame is loaded (``load()``): every action on it, and every task, reads that one state (the
+``version`` or ``tag`` option's, checked there: :func:`pinned_version`).
 
 Pushdown is off by default because of Spark 4.3.0, not of this reader: ``PythonScanBuilder.
 pushFilters`` stores the pushdown worker's result (the pickled read function, holding the
@@ -92,6 +93,30 @@ def _columns(options: Mapping[str, str], names: list[str]) -> list[str]:
     return wanted
 
 
+def pinned_version(options: Mapping[str, str], table: Any) -> int:
+    """The version a read of ``table`` pins: option ``version`` (a version number), option
+    ``tag`` (a tag name), or the head now. QueryError (naming the table and the option) for
+    both options at once, a version that is no number, or one the table does not have;
+    TagNotFoundError for an unknown tag: never a raw ``ValueError``."""
+    from sediment.errors import QueryError
+
+    name = options.get("table", table.name)
+    if "version" in options and "tag" in options:
+        raise QueryError(f"the sediment data source reading table {name}: give option "
+                         f"version or option tag, not both")
+    if "tag" in options:
+        return int(table.tag_version(options["tag"]))
+    if "version" not in options:
+        return int(table.version)
+    text = options["version"].strip()
+    if not text.isdigit():
+        raise QueryError(f"the sediment data source reading table {name}: option "
+                         f"version={options['version']!r} is not a version number (a tag goes "
+                         f"in option tag)")
+    table.state(int(text))  # QueryError naming the table for a version it does not have
+    return int(text)
+
+
 class SedimentDataSource(DataSource):
     """The ``sediment`` format."""
 
@@ -101,10 +126,10 @@ class SedimentDataSource(DataSource):
 
     def schema(self) -> StructType:
         table = tasks.open_table(_spec(self.options), self.options["table"])
-        if "version" not in self.options and "tag" not in self.options:
-            # Spark keeps this instance (pickled after schema()) for the DataFrame's lifetime:
-            # every action on the DataFrame reads the version current at load().
-            self.pinned_version = table.version
+        # Spark keeps this instance (pickled after schema()) for the DataFrame's lifetime:
+        # every action on the DataFrame reads the version current at load() (or the one its
+        # options name, checked here so that load() refuses a bad one).
+        self.pinned_version = pinned_version(self.options, table)
         arrow = table.schema.to_arrow()
         if "columns" in self.options:
             arrow = pa.schema([arrow.field(c) for c in _columns(self.options, arrow.names)])
@@ -113,7 +138,8 @@ class SedimentDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         options = dict(self.options)
         pinned = getattr(self, "pinned_version", None)
-        if pinned is not None and "version" not in options and "tag" not in options:
+        if pinned is not None:
+            options.pop("tag", None)
             options["version"] = str(pinned)
         return SedimentReader(options, schema)
 
@@ -121,7 +147,9 @@ class SedimentDataSource(DataSource):
         if overwrite:
             from sediment.errors import QueryError
 
-            raise QueryError("the sediment data source appends; overwrite is not supported")
+            raise QueryError(f"the sediment data source appends to table "
+                             f"{self.options.get('table')}; overwrite is not supported: write "
+                             f'with .mode("append")')
         return SedimentWriter(dict(self.options))
 
 
@@ -178,11 +206,7 @@ class SedimentReader(DataSourceReader):
         self.ranges: list[Range] | None = None
 
     def _pin_version(self, table: Any) -> int:
-        if "version" in self.options:
-            return int(self.options["version"])
-        if "tag" in self.options and hasattr(table, "tag_version"):
-            return int(table.tag_version(self.options["tag"]))
-        return int(table.version)
+        return pinned_version(self.options, table)
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark API)
         """Take filters on the first row-key field; return the others to Spark."""

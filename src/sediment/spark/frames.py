@@ -14,6 +14,14 @@ Hadoop cannot reach; every leaf of a table with a nanosecond timestamp field, wh
 Parquet reader refuses) is read through the ``sediment`` data source restricted to those leaves
 (its ``leaves`` option). The two parts are one ``unionByName``, equal to ``table.query()`` at
 the version (row order aside, as with any Spark read).
+
+``sediment.spark.register_view`` registers that DataFrame as a temp view: the fastest correct
+view of a table for Spark SQL. Measured (``benchmarks/spark_views.py``, figures in
+docs/howto/spark.md): a view of ``spark.read.format("sediment")`` reads every column of every
+leaf through Python for every query, a key filter included (pushdown is unsafe on a view, see
+:mod:`sediment.spark.datasource`), while over ``read_table`` Spark prunes files, row groups and
+columns itself; for a table whose answer needs Sediment's merge (iterators, several files in a
+leaf) the two are the same reads, as ``read_table`` sends those leaves through the data source.
 """
 
 from __future__ import annotations
@@ -99,3 +107,18 @@ def read_table(spark: Any, table: Any, *, version: int | str | None = None,
 def _quoted(name: str) -> str:
     """A column name as Spark parses it (backticks, doubled inside): names with dots too."""
     return "`" + name.replace("`", "``") + "`"
+
+
+def register_view(spark: Any, table: Any, name: str, version: int | str | None = None) -> Any:
+    """Register ``name`` in ``spark`` as a temp view of ``table`` at ``version`` (a number or
+    a tag; None: the head now), pinned there: every query on the view answers as
+    ``table.query()`` at that version, however the table changes meanwhile (register it again
+    to see a newer version). The view is :func:`read_table`'s DataFrame, the fastest correct
+    route (see the module docstring); returns that DataFrame.
+
+    Raises as ``Table.prepare`` (a version or tag the table does not have, an expired version),
+    before anything is registered.
+    """
+    frame = read_table(spark, table, version=version)
+    frame.createOrReplaceTempView(name)
+    return frame
