@@ -189,8 +189,9 @@ def test_all_in_a_fresh_interpreter() -> None:
 
 TABLE_PUBLIC = {
     "abandon_dump", "clear", "compact", "delete_tag", "describe", "diff", "dump", "events",
-    "files", "gc", "history", "ingest", "ingest_files", "jobs", "maintain", "name", "online",
-    "partitions", "pin", "plan", "prepare", "properties", "prune", "query", "reinitialise",
+    "files", "gc", "history", "ingest", "ingest_files", "jobs", "leaves", "maintain", "name",
+    "online", "partitions", "pin", "plan", "prepare", "properties", "prune", "query",
+    "reinitialise",
     "resolve_version", "restore", "scan", "schema", "set_online", "set_properties", "split",
     "state", "store", "table_id", "tag", "tag_version", "tags", "unpin", "version",
     # conversions and engines
