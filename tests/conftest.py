@@ -141,17 +141,21 @@ _TESTS = Path(__file__).resolve().parent
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with the groups the quick lane leaves out, by what it uses: ``faults``
-    (the S3 fault proxy), ``browser`` (headless Chromium), ``spark``; and keep together on one
+    (the S3 fault proxy), ``browser`` (headless Chromium), ``spark``, and ``slow`` for the
+    proofs of ``tests/proof`` (processes killed and racing); and keep together on one
     xdist worker (``xdist_group``) what shares a process's state: every test of the shared
     Spark sessions (one session and one standalone cluster serve them all, instead of one per
     worker on a 2-core machine), and the blocks of one docs page (they run in order in one
     process per page; blocks spread over workers would each re-run the page's earlier
     blocks)."""
     spark_dir = _TESTS / "integration" / "spark"
+    proof_dir = _TESTS / "proof"
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "fault_proxy" in names or "proxied_s3" in names:
             item.add_marker(pytest.mark.faults)
+        if proof_dir in item.path.parents:  # kill -9, racing processes, models: the full lane
+            item.add_marker(pytest.mark.slow)
         if item.path.name == "test_dashboard_browser.py":
             item.add_marker(pytest.mark.browser)
         if spark_dir in item.path.parents or item.get_closest_marker("spark") is not None:

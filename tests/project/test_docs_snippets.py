@@ -324,6 +324,7 @@ def test_pages_use_their_own_store_folders() -> None:
     assert store_folders("docs/howto/cosharding.md") == {"cosharding-store"}
 
 
+@pytest.mark.slow  # a whole page twice, in subprocesses
 @pytest.mark.parametrize("page", RERUN)
 def test_a_page_runs_twice_in_one_folder(page: str, request: pytest.FixtureRequest,
                                          monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 import sediment as sd
 
@@ -52,6 +53,7 @@ def expected_keys() -> Counter[str]:
                    for j in range(ROWS))
 
 
+@pytest.mark.slow  # processes racing for a minute: a proof, not an edit-loop check
 def test_ingest_into_two_members_while_the_scheme_splits(
         store_uri: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
     uri, options = store_uri
