@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,15 +36,29 @@ class WrittenFile:
 
 
 _filter_pool: tuple[int, ThreadPoolExecutor] | None = None
+_filter_pool_lock = threading.Lock()
+
+
+def _reset_filter_pool_lock() -> None:
+    """A forked child starts with a free lock (a parent's thread may have held it at the fork)."""
+    global _filter_pool_lock
+    _filter_pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_filter_pool_lock)
 
 
 def _filter_builder() -> ThreadPoolExecutor:
     """Threads that build key-filter blocks while writers encode Parquet, one pool per process
-    (a pool inherited through fork has no threads: it would never run anything)."""
+    (a pool inherited through fork has no threads: it would never run anything). Made under a
+    lock: writers on several threads (compaction jobs) would otherwise each make a pool, and
+    all but one would be dropped while work was queued on them."""
     global _filter_pool
-    if _filter_pool is None or _filter_pool[0] != os.getpid():
-        _filter_pool = (os.getpid(), ThreadPoolExecutor(2, thread_name_prefix="sediment-keys"))
-    return _filter_pool[1]
+    with _filter_pool_lock:
+        if _filter_pool is None or _filter_pool[0] != os.getpid():
+            _filter_pool = (os.getpid(),
+                            ThreadPoolExecutor(2, thread_name_prefix="sediment-keys"))
+        return _filter_pool[1]
 
 def sample_name(filename: str) -> str:
     """The sidecar sample of a data file (its current name: see sediment.files.sidecars)."""
