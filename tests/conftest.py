@@ -137,32 +137,89 @@ def proxied_s3(fault_proxy: Any, s3_server: str, aws_test_env: None) -> Any:
 
 # ---- lanes (./dev test --quick leaves these groups out; CONTRIBUTING.md) ------------------------
 _TESTS = Path(__file__).resolve().parent
+QUICK_LANE = os.environ.get("SEDIMENT_TEST_LANE") == "quick"
+"""Set by ``./dev test --quick``: properties run with a quarter of their examples there."""
+QUICK_EXAMPLES_DIVISOR = 4
+_S3_FIXTURES = {"s3_server", "s3_store_uri", "s3_client_at"}
+_FEWER_EXAMPLES: set[int] = set()
+"""The tests (and stateful models) whose examples the quick lane has already cut: one function
+serves every parametrised item of a test, and is cut once."""
 
 
+def _quick_examples(item: pytest.Item) -> None:
+    """In the quick lane, a hypothesis property runs a quarter of its examples (at least 5): the
+    edit loop checks every property, the full lane with its whole power."""
+    from hypothesis import settings
+
+    def fewer(current: settings) -> settings:
+        fewest = max(5, current.max_examples // QUICK_EXAMPLES_DIVISOR)
+        return settings(current, max_examples=min(current.max_examples, fewest))
+
+    test = getattr(item, "obj", None)
+    if (getattr(test, "hypothesis", None) is not None and id(test) not in _FEWER_EXAMPLES
+            and hasattr(test, "_hypothesis_internal_use_settings")):
+        _FEWER_EXAMPLES.add(id(test))
+        test._hypothesis_internal_use_settings = fewer(test._hypothesis_internal_use_settings)
+    cls = getattr(item, "cls", None)
+    if (cls is not None and isinstance(getattr(cls, "settings", None), settings)
+            and id(cls) not in _FEWER_EXAMPLES):
+        _FEWER_EXAMPLES.add(id(cls))
+        cls.settings = fewer(cls.settings)  # a stateful model's TestCase
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's hook turns xdist_group marks into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with the groups the quick lane leaves out, by what it uses: ``faults``
     (the S3 fault proxy), ``browser`` (headless Chromium), ``spark``, and ``slow`` for the
-    proofs of ``tests/proof`` (processes killed and racing); and keep together on one
-    xdist worker (``xdist_group``) what shares a process's state: every test of the shared
-    Spark sessions (one session and one standalone cluster serve them all, instead of one per
-    worker on a 2-core machine), and the blocks of one docs page (they run in order in one
-    process per page; blocks spread over workers would each re-run the page's earlier
-    blocks)."""
+    proofs of ``tests/proof`` (processes killed and racing) and for logic tests run over S3
+    outside ``tests/storage`` (the storage conformance suite proves there, in the quick lane,
+    that S3 answers as local disk does; the same logic over moto repeats its local run at
+    moto's per-request cost); and keep together on one xdist worker (``xdist_group``) what
+    shares a process's state: every test of the shared Spark sessions (one session and one
+    standalone cluster serve them all, instead of one per worker on a 2-core machine), and
+    the blocks of one docs page (they run in order in one process per page; blocks spread
+    over workers would each re-run the page's earlier blocks), and the tests of one server or
+    dashboard module (they share the module's server process)."""
     spark_dir = _TESTS / "integration" / "spark"
     proof_dir = _TESTS / "proof"
+    storage_dir = _TESTS / "storage"
+    module_groups = (_TESTS / "integration" / "serve", _TESTS / "integration" / "dashboard")
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "fault_proxy" in names or "proxied_s3" in names:
             item.add_marker(pytest.mark.faults)
+        if _S3_FIXTURES.intersection(names) and item.get_closest_marker("s3") is None:
+            item.add_marker(pytest.mark.s3)
+        if item.get_closest_marker("s3") is not None and storage_dir not in item.path.parents:
+            item.add_marker(pytest.mark.slow)
         if proof_dir in item.path.parents:  # kill -9, racing processes, models: the full lane
             item.add_marker(pytest.mark.slow)
         if item.path.name == "test_dashboard_browser.py":
             item.add_marker(pytest.mark.browser)
         if spark_dir in item.path.parents or item.get_closest_marker("spark") is not None:
             item.add_marker(pytest.mark.spark)
+        if QUICK_LANE:
+            _quick_examples(item)
         callspec = getattr(item, "callspec", None)
         block = callspec.params.get("block") if callspec is not None else None
         if "spark_sessions" in names:
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif block is not None and hasattr(block, "page"):
             item.add_marker(pytest.mark.xdist_group(f"docs:{block.page}"))
+        elif any(d in item.path.parents for d in module_groups):
+            # a module's server process (a module-scoped fixture) starts once, on one worker
+            item.add_marker(pytest.mark.xdist_group(f"module:{item.path.name}"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker with ``--dist loadgroup``, every ``xdist_group`` mark must have reached
+    the node id (``<id>@<group>``): pytest 9.2 keeps node ids where pytest-xdist 3.8 cannot
+    change them, and the groups were then ignored without a word (pyproject pins pytest
+    below 9.2 for that reason)."""
+    if not session.config.getvalue("loadgroup"):
+        return
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(f"xdist_group marks were ignored (pytest-xdist cannot set the "
+                                f"node ids of this pytest): {lost[:3]}")

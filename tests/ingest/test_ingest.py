@@ -239,6 +239,7 @@ def test_ingest_files_on_store(store_uri: tuple[str, dict[str, Any]]) -> None:
 
 
 # ---- bounded memory: spilling ----------------------------------------------------------------
+@pytest.mark.slow  # ingests past the memory limit, many spill files: the full lane
 @pytest.mark.parametrize("strategy", ["per_partition", "shared_file"])
 def test_ingest_past_memory_limit_spills_and_stays_exact(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str) -> None:

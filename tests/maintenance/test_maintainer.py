@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from test_maintenance import check_settled
 
 import helpers
@@ -36,6 +37,7 @@ def run_in_thread(m: Maintainer, stop: threading.Event, reports: list[Any],
     return th
 
 
+@pytest.mark.slow  # a maintainer keeping up with a live ingest until it settles: the full lane
 def test_keeps_up_with_ingest_and_settles(tmp_path: Path, monkeypatch: Any) -> None:
     import sediment.maintenance.continuous as continuous
 
@@ -73,6 +75,7 @@ def test_keeps_up_with_ingest_and_settles(tmp_path: Path, monkeypatch: Any) -> N
     assert_matches(table.query(), ref)
 
 
+@pytest.mark.slow  # two maintainers racing: the full lane
 def test_two_maintainers_never_double_commit(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"compaction.strategy": "basic",
                                     "compaction.batch_size": 2,
@@ -376,6 +379,7 @@ def test_pool_keeps_a_thread_for_short_jobs_while_long_ones_run() -> None:
     one.shutdown()
 
 
+@pytest.mark.slow  # a maintainer process stopped by SIGTERM: the full lane
 def test_sigterm_stops_the_loop_after_running_jobs(tmp_path: Path) -> None:
     import os
     import signal

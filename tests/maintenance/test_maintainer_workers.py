@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import helpers
 import sediment as sd
 from helpers import rows
@@ -23,6 +25,7 @@ from sediment.maintenance.workers import WorkerProcesses
 SCHEMA = sd.workload.benchmark_schema()
 
 
+@pytest.mark.slow  # maintainer worker processes keeping up with ingest: the full lane
 def test_maintainer_with_worker_processes_keeps_up(tmp_path: Path) -> None:
     table = helpers.make_table(tmp_path, **{"partition.split.threshold": 3000,
                                             "compaction.batch_size": 4,
@@ -64,6 +67,7 @@ def test_maintainer_with_worker_processes_keeps_up(tmp_path: Path) -> None:
     assert sum(r.records for r in table.files()) == len(ref.rows)
 
 
+@pytest.mark.slow  # a worker process killed and its job run again: the full lane
 def test_killed_worker_job_runs_again(tmp_path: Path) -> None:
     table = helpers.make_table(tmp_path, **{"compaction.strategy": "basic",
                                             "compaction.batch_size": 4})

@@ -147,12 +147,18 @@ def _needs(blocks: list[Block]) -> tuple[bool, bool]:
 
 
 def _params() -> list[Any]:
+    """One param per block, marked by what its page needs: ``s3``, ``spark`` (and ``slow``),
+    and ``slow`` for a page with shell blocks (each command a new process that imports
+    Sediment: the page's time is its process starts; the full lane runs it, and
+    ``pytest tests/project/test_docs_snippets.py -k <page>`` runs one page)."""
     params = []
     for page in pages():
         blocks = parse_blocks(page)
         s3, spark = _needs(blocks)
+        shell = any(b.lang != "python" and b.no_run is None for b in blocks)
         marks = ([pytest.mark.s3] if s3 else []) + \
-            ([pytest.mark.spark, pytest.mark.slow] if spark else [])
+            ([pytest.mark.spark, pytest.mark.slow] if spark else []) + \
+            ([pytest.mark.slow] if shell and not spark else [])
         params += [pytest.param(b, id=b.id, marks=marks) for b in blocks]
     return params
 

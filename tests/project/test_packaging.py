@@ -120,6 +120,7 @@ def test_import_sediment_does_not_import_pyspark(tmp_path: Path) -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # builds a venv without PySpark: the full lane
 def test_without_pyspark_the_cli_works_and_spark_commands_say_what_to_install(
         tmp_path: Path, no_pyspark_env: dict[str, str]) -> None:
     env = {**no_pyspark_env, "SEDIMENT_STORE": str(tmp_path / "store")}
@@ -144,6 +145,7 @@ def test_without_pyspark_the_cli_works_and_spark_commands_say_what_to_install(
     assert spark.stderr.startswith("error:") and HINT in spark.stderr, spark.stderr
 
 
+@pytest.mark.slow  # builds a venv without PySpark: the full lane
 def test_without_pyspark_the_api_works_and_spark_raises_missing_dependency(
         tmp_path: Path, no_pyspark_env: dict[str, str]) -> None:
     code = f'''
@@ -173,6 +175,7 @@ print("ok")
     assert done.stdout.strip() == "ok"
 
 
+@pytest.mark.slow  # builds a wheel and installs it: the full lane
 def test_wheel_ships_license_and_py_typed(tmp_path: Path) -> None:
     """Builds the wheel from a copy of the sources (not the work tree: no stale build/)."""
     wheel = build_wheel(ROOT, tmp_path)

@@ -26,6 +26,9 @@ from hypothesis import strategies as st
 
 import sediment as sd
 
+# the hostile cases run once in a child process (a module fixture): on one worker, once
+pytestmark = pytest.mark.xdist_group("module:test_where_bounds.py")
+
 ROWS = 5_000
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("value", pa.int64())])

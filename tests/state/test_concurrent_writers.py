@@ -127,6 +127,7 @@ def replay(table: sd.Table, upto: int | None = None) -> TableState:
 
 
 # ---- many writers ---------------------------------------------------------------------------
+@pytest.mark.slow  # processes racing for the log: the full lane
 def test_concurrent_add_files_from_processes(store_uri: tuple[str, dict[str, Any]],
                                              tmp_path: Path) -> None:
     uri, options = store_uri
@@ -195,6 +196,7 @@ def test_concurrent_add_files_from_processes(store_uri: tuple[str, dict[str, Any
 
 
 # ---- a transaction that loses its race and no longer validates ------------------------------
+@pytest.mark.slow  # processes racing for the log: the full lane
 def test_split_partition_race_between_processes(store_uri: tuple[str, dict[str, Any]],
                                                 tmp_path: Path) -> None:
     uri, options = store_uri

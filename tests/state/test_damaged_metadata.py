@@ -145,6 +145,7 @@ def test_prune_with_a_bad_tag_deletes_nothing(tmp_path: Path) -> None:
 
 
 # ---- maintain --loop -------------------------------------------------------------------------
+@pytest.mark.slow  # a `sediment maintain --loop` process over several passes: the full lane
 def test_maintain_loop_goes_on_past_corrupt_tables(tmp_path: Path) -> None:
     """One table's log entry has a non-numeric time, another's catalog entry is not JSON:
     ``maintain --loop`` reports both every round (on stderr and in its rows), retries them,
@@ -180,6 +181,7 @@ def test_maintain_loop_goes_on_past_corrupt_tables(tmp_path: Path) -> None:
     assert len(sd.Store.open(root).table("healthy").files()) == 1  # it was compacted
 
 
+@pytest.mark.slow  # a `sediment maintain --loop` process over several passes: the full lane
 def test_maintain_loop_reports_a_bad_tag(tmp_path: Path) -> None:
     """GC's report of an unreadable tag reaches the loop's rows; the table is still
     maintained and its unreferenced files kept."""

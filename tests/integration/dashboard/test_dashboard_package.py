@@ -33,6 +33,7 @@ sys.meta_path.insert(0, _NoWebStack())
 '''
 
 
+@pytest.mark.slow  # builds a venv without the extra: the full lane
 def test_without_the_extra_the_command_says_what_to_install(tmp_path: Path,
                                                              dash_store: str) -> None:
     site = tmp_path / "site"

@@ -396,6 +396,7 @@ def _token_args(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return ["--token-file", str(token_file)]
 
 
+@pytest.mark.slow  # a thousand requests to a server process: the full lane
 def test_a_thousand_hostile_requests(store: sd.Store, start_server: Any,
                                      tmp_path_factory: pytest.TempPathFactory) -> None:
     server: Server = start_server(store.uri, *_token_args(tmp_path_factory), token=TOKEN)
@@ -423,6 +424,7 @@ def test_a_thousand_hostile_requests(store: sd.Store, start_server: Any,
     assert "FORGED-LINE" in text and not re.search(r"^\S*FORGED-LINE", text, re.MULTILINE)
 
 
+@pytest.mark.slow  # a server process fed chains that crashed Arrow: the full lane
 def test_where_chains_that_crash_arrow(store: sd.Store, start_server: Any,
                                        tmp_path_factory: pytest.TempPathFactory) -> None:
     """A ``--where`` of 15,000 ``OR`` terms (a tree Arrow recursed on until the process died):
