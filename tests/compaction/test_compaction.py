@@ -516,6 +516,7 @@ def test_two_thread_runners_never_double_commit(tmp_path: Path) -> None:
     assert_matches(table.query(), ref)
 
 
+@pytest.mark.slow  # two runner processes racing: the full lane
 def test_two_process_runners_never_double_commit(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 2})
     ref = Reference(SCHEMA)
@@ -631,6 +632,7 @@ def test_killed_compaction_loses_nothing_and_is_rerun(tmp_path: Path) -> None:
     assert_matches(table.query(), ref)
 
 
+@pytest.mark.slow  # a compaction process killed mid-job: the full lane
 def test_killed_compaction_process(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 3})
     ref = Reference(SCHEMA)
