@@ -23,7 +23,7 @@ CHARTS = {
     # page -> {chart element id: CSS selector of the marks Plotly draws in it}
     "store": {"chart-keeping-up": ".barlayer .point path"},
     "table": {"chart-tree": "g.slice", "chart-files": ".barlayer .point path",
-              "chart-history": ".scatterlayer .point", "chart-jobs": ".scatterlayer .point"},
+              "chart-history": ".barlayer .point path", "chart-jobs": ".scatterlayer .point"},
     "query": {"chart-plan": ".barlayer .point path"},
 }
 
