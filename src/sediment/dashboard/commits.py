@@ -42,6 +42,11 @@ class Window:
     bucket_seconds: int
     buckets: int
 
+    def first_bucket(self, now: float) -> int:
+        """The number of the window's first bucket (its start over ``bucket_seconds``) when
+        the last one holds ``now``."""
+        return math.floor(now / self.bucket_seconds) - self.buckets + 1
+
 
 WINDOWS = (Window("hour", "last hour", "minute", 60, 60),
            Window("day", "last day", "hour", 3600, 24),
@@ -145,34 +150,42 @@ class CommitTimeline:
     def _counts(self, held: _Held, now: float) -> dict[str, Any]:
         names = [*held.kinds, UNREAD]  # code -1 is the last name
         codes = np.where(held.codes < 0, len(names) - 1, held.codes)
-        windows = []
+        windows = window_counts(held.times, codes, names, now)
         latest = float(held.times.max()) if len(held.times) else None
-        default = None
-        for w in WINDOWS:
-            last = math.floor(now / w.bucket_seconds)
-            first = last - w.buckets + 1
-            slot = np.floor(held.times / w.bucket_seconds).astype(np.int64) - first
-            slot = np.minimum(slot, w.buckets - 1)  # a writer's clock a little ahead of ours
-            inside = slot >= 0
-            grid = np.bincount(slot[inside] * len(names) + codes[inside],
-                               minlength=w.buckets * len(names)).reshape(w.buckets, len(names))
-            totals = grid.sum(axis=0)
-            windows.append({
-                "name": w.name, "label": w.label, "bucket": w.bucket,
-                "bucket_seconds": w.bucket_seconds,
-                "start": iso(first * w.bucket_seconds),
-                "end": iso((last + 1) * w.bucket_seconds),
-                "buckets": [iso((first + i) * w.bucket_seconds) for i in range(w.buckets)],
-                "counts": {names[k]: grid[:, k].tolist() for k in np.flatnonzero(totals)},
-                "commits": int(totals.sum()),
-            })
-            if default is None and latest is not None and \
-                    latest >= first * w.bucket_seconds:
-                default = w.name
+        default = next((w.name for w in WINDOWS if latest is not None
+                        and latest >= w.first_bucket(now) * w.bucket_seconds),
+                       WINDOWS[-1].name)
         return {
-            "windows": windows, "default": default or WINDOWS[-1].name,
+            "windows": windows, "default": default,
             "held": len(held.versions), "unread": int((held.codes < 0).sum()),
             "oldest": iso(float(held.times.min())) if len(held.times) else None,
             "recent": [{"version": e.version, "time": iso(e.time), "kind": e.kind,
                         "summary": e.summary} for e in reversed(held.recent)],
         }
+
+
+def window_counts(times: np.ndarray, codes: np.ndarray, names: list[str],
+                  now: float) -> list[dict[str, Any]]:
+    """Commits per bucket and kind in each of :data:`WINDOWS` ending at ``now``: ``times``
+    (epoch seconds) and ``codes`` (indexes into ``names``) are the commits. A window's
+    buckets are aligned on UTC (whole minutes, hours, days), the last one holding ``now``;
+    a time ahead of ``now`` (a writer's clock ahead of this one) counts in the last."""
+    out = []
+    for w in WINDOWS:
+        first = w.first_bucket(now)
+        slot = np.floor(times / w.bucket_seconds).astype(np.int64) - first
+        slot = np.minimum(slot, w.buckets - 1)
+        inside = slot >= 0
+        grid = np.bincount(slot[inside] * len(names) + codes[inside],
+                           minlength=w.buckets * len(names)).reshape(w.buckets, len(names))
+        totals = grid.sum(axis=0)
+        out.append({
+            "name": w.name, "label": w.label, "bucket": w.bucket,
+            "bucket_seconds": w.bucket_seconds,
+            "start": iso(first * w.bucket_seconds),
+            "end": iso((first + w.buckets) * w.bucket_seconds),
+            "buckets": [iso((first + i) * w.bucket_seconds) for i in range(w.buckets)],
+            "counts": {names[k]: grid[:, k].tolist() for k in np.flatnonzero(totals)},
+            "commits": int(totals.sum()),
+        })
+    return out
