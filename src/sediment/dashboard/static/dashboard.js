@@ -21,9 +21,10 @@
     {dtickrange: [86400000, null], value: "%Y-%m-%d"},
   ];
   const DATE_AXIS = {type: "date", tickformatstops: ISO_TICKS, hoverformat: "%Y-%m-%dT%H:%M:%S.%LZ"};
-  // Charts over time: the legend above them, room below for two-line tick labels.
-  const TIME_LAYOUT = {legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"},
-                       margin: {l: 50, r: 20, t: 40, b: 50}};
+  // Charts over time: the legend below their two-line tick labels (Plotly's top-right
+  // buttons stay clear).
+  const TIME_LAYOUT = {legend: {orientation: "h", x: 0, y: -0.2, yanchor: "top"},
+                       margin: {l: 50, r: 20, t: 10, b: 40}};
   const kindColours = new Map();  // one colour per kind of commit or job, on every chart
   let treeRoot = null;  // the partition the tree view is rooted at (null: the table's root)
   let lastView = null;  // the table view drawn last (the commit window selector redraws it)
