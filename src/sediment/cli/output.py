@@ -24,13 +24,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from sediment.cli.terminal import stdout_console
-
-
-def iso_time(epoch_seconds: float) -> str:
-    """A commit time as an ISO 8601 UTC timestamp (unambiguous across machines' time zones)."""
-    stamp = dt.datetime.fromtimestamp(epoch_seconds, tz=dt.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
-
+from sediment.core.units import iso_time  # one time format: the dashboard's too
 
 TIME_KEYS = frozenset({"time", "created", "updated", "expires", "submitted", "started",
                        "finished", "heartbeat", "dropped"})

@@ -1,8 +1,19 @@
-"""Durations for people: one formatter for messages (errors) and the CLI's tables."""
+"""Durations and moments for people: one formatter each, for messages (errors), the CLI and
+the dashboard (which must not import the CLI)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+
+
+def iso_time(epoch_seconds: float) -> str:
+    """A moment as ISO 8601 UTC with milliseconds (``2026-11-27T04:55:09.123Z``): the one time
+    format of ``--json`` and of every dashboard page, unambiguous across machines' time zones,
+    exact enough to tell commits a few milliseconds apart, and what JavaScript's
+    ``Date.toISOString()`` and Plotly's date axes read and write."""
+    stamp = dt.datetime.fromtimestamp(epoch_seconds, tz=dt.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
 
 
 def human_seconds(seconds: float) -> str:

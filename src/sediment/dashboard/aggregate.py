@@ -9,7 +9,6 @@ never changes, so the figures are kept per (table id, version) in a small LRU ca
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 from sediment.core.model import Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID, TableState
+from sediment.core.units import iso_time
 
 TREE_BUDGET = 600
 """At most this many partition nodes go to the browser per tree view (whole levels only):
@@ -111,11 +111,11 @@ class FiguresCache:
 
 
 def iso(epoch: float | None) -> str | None:
-    """A time as ISO 8601 UTC with milliseconds (what Plotly's date axes read)."""
-    if not epoch:
-        return None
-    stamp = dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    """A time for the pages: :func:`sediment.core.units.iso_time` (ISO 8601 UTC with
+    milliseconds, the CLI's ``--json`` format and what Plotly's date axes read); None for
+    none. Every time a page shows passes through here (the script's own clock through its
+    ``isoTime``, which writes the same format)."""
+    return None if not epoch else iso_time(epoch)
 
 
 def key_text(key: tuple[Any, ...] | None) -> str | None:

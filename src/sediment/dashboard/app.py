@@ -28,7 +28,7 @@ from starlette.templating import Jinja2Templates
 
 from sediment.access import HostCheck, same_token
 from sediment.dashboard.auth import Guard, read_form, safe_next, with_cookie
-from sediment.dashboard.query import query_view
+from sediment.dashboard.query import FORM_FIELDS, query_view
 from sediment.dashboard.security import check_bind, host_allow_list
 from sediment.dashboard.views import Views
 from sediment.errors import (
@@ -44,7 +44,6 @@ STATIC = HERE / "static"
 REFRESH_SECONDS = 5.0
 WARM_TABLES = 20
 """Tables whose views are prepared when the server starts (the store page lists them all)."""
-QUERY_FIELDS = ("keys", "start", "end", "end_inclusive", "version", "limit")
 
 
 def plotly_js() -> Path:
@@ -106,7 +105,7 @@ def create_app(store: Store, *, token: str | None = None,
 
     def query_page(request: Request) -> Response:
         name = request.path_params["name"]
-        form = {k: request.query_params.get(k, "") for k in QUERY_FIELDS}
+        form = {k: request.query_params.get(k, "") for k in FORM_FIELDS}
         try:
             table = views.table(name)
         except (TableNotFoundError, InvalidTableNameError):
@@ -136,7 +135,7 @@ def create_app(store: Store, *, token: str | None = None,
 
     def api_query(request: Request) -> Response:
         name = request.path_params["name"]
-        form = {k: request.query_params.get(k, "") for k in QUERY_FIELDS}
+        form = {k: request.query_params.get(k, "") for k in FORM_FIELDS}
         try:
             table = views.table(name)
         except (TableNotFoundError, InvalidTableNameError):

@@ -1,9 +1,11 @@
-"""The query view: exact keys or a key range typed in a form, at a version or tag, the first N
-records and the query plan (leaves and files read).
+"""The query view: exact keys or a key range typed in a form, at a version or tag, with a
+``where`` filter, the first N records and the query plan (leaves and files read).
 
 Form values are text: each is checked here (lengths, the limit) and converted to the row key's
 types; the table then validates the keys themselves (``QueryError`` naming the key), so the
-page shows the library's own message for a bad one.
+page shows the library's own message for a bad one. The ``where`` text goes to the table as
+it is (``filter=``, the syntax of ``--where`` and ``table.query(filter="status >= 500")``):
+text that does not parse comes back as the library's ``WhereError``, naming the position.
 """
 
 from __future__ import annotations
@@ -67,10 +69,15 @@ def _text(form: Mapping[str, str], name: str) -> str:
     return value
 
 
+FORM_FIELDS = ("keys", "start", "end", "end_inclusive", "version", "where", "limit")
+"""The query form's fields, as the page and the JSON API take them."""
+
+
 def parse_form(form: Mapping[str, str], schema: Schema
                ) -> tuple[list[tuple[Any, ...]] | None, Range | None, str | None, int]:
     """Keys (one per line), a range (start inclusive, end exclusive unless ``end_inclusive``),
-    a version or tag, and the limit, from the form's fields."""
+    a version or tag, and the limit, from the form's fields (``where`` is the table's to
+    check)."""
     lines = [ln for ln in _text(form, "keys").splitlines() if ln.strip()]
     if len(lines) > MAX_KEYS:
         raise FormError(f"at most {MAX_KEYS} keys, one per line")
@@ -139,10 +146,13 @@ def first_rows(reader: pa.RecordBatchReader, limit: int
 
 
 def query_view(table: Table, form: Mapping[str, str]) -> dict[str, Any]:
-    """The query's echo (the form as typed), plan and first records. Raises QueryError (the
-    form's own FormError, or the library's for a key, range or version it refuses)."""
+    """The query's echo (the form as typed), plan and first records (those the ``where``
+    filter keeps). Raises QueryError (the form's own FormError, or the library's for a key,
+    range, version or filter it refuses: WhereError for filter text that does not parse)."""
     keys, rng, version, limit = parse_form(form, table.schema)
-    prepared = table.prepare(keys, rng, version=version)  # planned once: plan and records
+    where = _text(form, "where").strip() or None
+    # planned once: plan and records
+    prepared = table.prepare(keys, rng, version=version, filter=where)
     plan = prepared.plan
     columns, rows, more = first_rows(prepared.reader(), limit)
     leaves = [{"leaf_id": s.leaf_id, "region": region_text(s.region),
@@ -151,8 +161,7 @@ def query_view(table: Table, form: Mapping[str, str]) -> dict[str, Any]:
               for s in plan.subqueries]
     return {
         "table": table.name,
-        "form": {k: form.get(k, "") for k in ("keys", "start", "end", "end_inclusive",
-                                               "version", "limit")},
+        "form": {k: form.get(k, "") for k in FORM_FIELDS},
         "plan": {"version": plan.version, "leaves": len(leaves), "files": len(plan.files),
                  "references": sum(x["files"] for x in leaves),
                  "subqueries": leaves[:PLAN_LEAVES]},

@@ -15,7 +15,9 @@ from typing import Any
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.dashboard import aggregate
 from sediment.dashboard.aggregate import iso
+from sediment.dashboard.commits import CommitTimeline
 from sediment.dashboard.jobs import JobEvents
+from sediment.dashboard.leaves import FileSizes, leaf_list
 from sediment.errors import TableNotFoundError
 from sediment.handle import handle_of
 from sediment.maintenance.gc import survey
@@ -23,11 +25,20 @@ from sediment.properties import defaults, describe_properties
 from sediment.store import Store
 from sediment.table import Table
 
-HISTORY_LIMIT = 1000
-"""Commits sent for the timeline: the latest ones (the table of recent commits shows 25)."""
 GC_SURVEY_SECONDS = 30.0
 """How long a table's survey of what GC keeps is reused: it lists every data file, and a
 table page refreshes every few seconds."""
+
+
+def property_rows(values: dict[str, Any], set_here: set[str]) -> list[dict[str, Any]]:
+    """Every property, grouped by its first name segment (``compaction``, ``gc``, ...) and
+    sorted by name: its value, its default, whether the table sets it (even to the default)
+    and what it means."""
+    rows = [{"name": d["name"], "group": d["name"].split(".", 1)[0],
+             "value": values.get(d["name"]), "default": d["default"],
+             "set": d["name"] in set_here, "type": d["type"], "meaning": d["doc"]}
+            for d in describe_properties()]
+    return sorted(rows, key=lambda r: (r["group"], r["name"]))
 
 
 class Views:
@@ -38,7 +49,8 @@ class Views:
         self._tables: dict[str, Table] = {}
         self._lock = threading.Lock()
         self._figures = aggregate.FiguresCache()
-        self._history: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+        self.commits = CommitTimeline()
+        self._sizes: dict[str, FileSizes] = {}
         self._gc: dict[str, tuple[float, dict[str, Any]]] = {}
         self.jobs = JobEvents()
 
@@ -87,8 +99,8 @@ class Views:
         return {"store": self.store.uri, "generated": iso(time.time()), "tables": rows}
 
     def table_view(self, name: str) -> dict[str, Any]:
-        """A table's summary, files-per-leaf histogram, commits, jobs, tags, what GC keeps
-        and properties."""
+        """A table's summary, files-per-leaf histogram, commit timeline and latest commits,
+        jobs, tags, what GC keeps and properties."""
         t = self.table(name)
         state = t.state()
         fig = self._figures.get(t.table_id, state)
@@ -96,29 +108,33 @@ class Views:
         props = {**defaults(), **state.properties}
         schema = state.schema
         assert schema is not None  # a created table has one
+        timeline = self.commits.view(t)
+        recent = timeline.pop("recent")
         return {
             "table": summary,
             "schema": {k: v for k, v in schema.to_json().items() if k != "arrow"},
             "histogram": aggregate.histogram(fig),
-            "history": self._history_of(t, state.version),
+            "timeline": timeline,
+            "history": recent,
             "jobs": self.jobs.view(t),
             "tags": [{"name": g.name, "version": g.version, "created": iso(g.created)}
                      for g in t.tags()],
             "gc": self._gc_of(t),
-            "properties": [
-                {"name": d["name"], "value": props.get(d["name"]), "default": d["default"],
-                 "set": props.get(d["name"]) != d["default"], "type": d["type"],
-                 "meaning": d["doc"]}
-                for d in describe_properties()],
+            "properties": property_rows(props, set(state.properties)),
             "generated": iso(time.time()),
         }
 
     def tree_view(self, name: str, root: str | None = None) -> dict[str, Any]:
-        """The partition subtree under ``root`` (default: the table's root partition)."""
+        """The partition subtree under ``root`` (default: the table's root partition) and the
+        list of its first leaves (``sediment.dashboard.leaves``)."""
         t = self.table(name)
         state = t.state()
         fig = self._figures.get(t.table_id, state)
-        return {"table": name, **aggregate.tree(fig, root or ROOT_PARTITION_ID)}
+        root = root or ROOT_PARTITION_ID
+        view = aggregate.tree(fig, root)  # KeyError for a partition not in this version
+        with self._lock:
+            sizes = self._sizes.setdefault(t.table_id, FileSizes(handle_of(t).objects))
+        return {"table": name, **view, "leaf_list": leaf_list(fig, state, sizes, root)}
 
     def _gc_of(self, t: Table) -> dict[str, Any]:
         """What GC has yet to free and why (``sediment.maintenance.kept``): bytes by reason,
@@ -139,16 +155,3 @@ class Views:
         with self._lock:
             self._gc[t.table_id] = (time.monotonic(), data)
         return data
-
-    def _history_of(self, t: Table, version: int) -> list[dict[str, Any]]:
-        """The latest commits, read again only when the table's version moved."""
-        with self._lock:
-            hit = self._history.get(t.table_id)
-        if hit is not None and hit[0] == version:
-            return hit[1]
-        entries = t.history()[-HISTORY_LIMIT:]
-        rows = [{"version": e.version, "time": iso(e.time), "kind": e.kind,
-                 "summary": e.summary} for e in entries]
-        with self._lock:
-            self._history[t.table_id] = (version, rows)
-        return rows

@@ -9,6 +9,7 @@ Without Chromium the test is skipped, saying so; with ``CI=true`` it fails inste
 from __future__ import annotations
 
 import os
+import re
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +19,13 @@ from dashboard_cdp import Browser, find_chromium
 from dashboard_helpers import HTML_KEYS, Server
 
 pytestmark = pytest.mark.slow
+ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 
 CHARTS = {
     # page -> {chart element id: CSS selector of the marks Plotly draws in it}
     "store": {"chart-keeping-up": ".barlayer .point path"},
     "table": {"chart-tree": "g.slice", "chart-files": ".barlayer .point path",
-              "chart-history": ".scatterlayer .point", "chart-jobs": ".scatterlayer .point"},
+              "chart-history": ".barlayer .point path", "chart-jobs": ".scatterlayer .point"},
     "query": {"chart-plan": ".barlayer .point path"},
 }
 
@@ -132,3 +134,75 @@ def test_html_from_the_store_stays_text(browser: Browser, server: Server,
         "document.querySelectorAll('img[src=x], iframe, main script, #rows b').length")
     assert injected == 0
     assert browser.problems() == []  # no alert() dialog, no error
+
+
+def test_the_table_page_at_a_glance(browser: Browser, server: Server, tmp_path: Path) -> None:
+    """Commits per window with the selector (kept across a refresh), numbered leaves in the
+    icicle and the list beside it, count axes in whole numbers, the properties grouped,
+    every time in ISO 8601 UTC, and the query form's where filter with its error."""
+    check_page(browser, server, "/tables/events", "table", tmp_path / "glance.png")
+    history = "document.getElementById('chart-history')"
+    assert browser.evaluate("[...document.querySelectorAll('#commit-window option')]"
+                            ".map(o => o.value)") == ["hour", "day", "week"]
+    assert browser.evaluate("document.getElementById('commit-window').value") == "hour"
+    assert browser.evaluate(f"{history}.data.map(t => t.x.length)") == [60] * 6
+    assert set(browser.evaluate(f"{history}.data.map(t => t.name)")) == {
+        "initialise", "add_files", "split_partition", "split_file_references",
+        "assign_job_ids", "replace_file_references"}
+    assert browser.evaluate(f"{history}.data.reduce((a, t) => a + t.y.reduce((b, y) => b + y,"
+                            " 0), 0)") == 23
+    assert browser.evaluate("document.getElementById('commit-note').textContent").startswith(
+        "23 commits in the last hour, per minute")
+    for window, buckets in (("day", 24), ("week", 7)):
+        select = "document.getElementById('commit-window')"
+        browser.evaluate(f"{select}.value = {window!r}; "
+                         f"{select}.dispatchEvent(new Event('change'))")
+        browser.wait_for(f"{history}.data[0].x.length === {buckets}")
+    first = browser.evaluate("document.body.dataset.rendered")
+    browser.wait_for(f"document.body.dataset.rendered !== {first!r}", timeout=15)
+    assert browser.evaluate(f"{history}.data[0].x.length") == 7  # the choice outlives a refresh
+    status = browser.evaluate("document.getElementById('status').textContent")
+    assert re.fullmatch(r"updated \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", status), status
+    # leaves: numbered in the list and in the icicle
+    cells = browser.evaluate("[...document.querySelectorAll('#leaves tbody tr')]"
+                             ".map(r => [...r.cells].map(c => c.textContent))")
+    assert [c[0] for c in cells] == ["#1", "#2", "#3", "#4"]
+    assert all(c[2].startswith("[") and c[6].endswith("KiB") for c in cells)
+    tiles = browser.evaluate("[...document.querySelectorAll('#chart-tree g.slice text')]"
+                             ".map(t => t.textContent).join(' ')")
+    assert all(f"#{n} [" in tiles for n in range(1, 5))
+    # count axes: whole numbers only
+    for chart in ("chart-files", "chart-history"):
+        assert browser.evaluate(f"document.getElementById('{chart}').layout.yaxis.tickformat") \
+            == "d"
+        ticks = browser.evaluate(f"[...document.querySelectorAll('#{chart} .ytick text')]"
+                                 ".map(t => t.textContent)")
+        assert ticks and all(re.fullmatch(r"[\d,]+", t) for t in ticks), (chart, ticks)
+    ticks = browser.evaluate("[...document.querySelectorAll('#chart-files .xtick text')]"
+                             ".map(t => t.textContent)")
+    assert ticks == ["0", "1", "2", "3", "4"]
+    # properties: grouped, the set ones marked; the check box keeps only those
+    groups = browser.evaluate("[...document.querySelectorAll('#properties tr.group')]"
+                              ".map(r => r.textContent)")
+    assert groups == sorted(groups) and {"compaction", "gc", "state"} <= set(groups)
+    assert browser.evaluate("document.querySelectorAll('#properties .badge.set').length") == 4
+    browser.evaluate("document.getElementById('only-set').click()")
+    assert browser.evaluate("document.querySelectorAll('#properties tr:not(.group) code')"
+                            ".length") == 12  # 4 rows: name, value, default
+    times = browser.evaluate("[...document.querySelectorAll('.time')].map(t => t.textContent)")
+    assert len(times) > 20 and all(re.fullmatch(ISO, t) for t in times)
+    assert browser.problems() == []
+    # the query form's where filter, and a bad one shown on the page
+    q = urllib.parse.urlencode({"where": "key >= 'm'", "limit": 1000})
+    check_page(browser, server, f"/tables/events/query?{q}", "query", tmp_path / "where.png")
+    keys = browser.evaluate("[...document.querySelectorAll('#rows tbody tr')]"
+                            ".map(r => r.cells[0].textContent)")
+    assert keys and all(k >= "m" for k in keys)
+    assert browser.evaluate("document.querySelector('input[name=where]').value") == "key >= 'm'"
+    before = len(browser.events)
+    load(browser, server.url + "/tables/events/query?" + urllib.parse.urlencode(
+        {"where": "value > 3"}))
+    error = browser.evaluate("document.getElementById('query-error').textContent")
+    assert "literal 3 does not fit field 'value' (string)" in error
+    problems = browser.problems(since=before)
+    assert all("status of 400" in p for p in problems), problems  # the page's own answer

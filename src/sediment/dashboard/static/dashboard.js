@@ -11,7 +11,37 @@
   const KIND_COLOURS = ["#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6",
                         "#dd4477", "#66aa00", "#b82e2e", "#316395"];
   const PLOT_CONFIG = {displaylogo: false, responsive: true};
+  // Times: the server sends ISO 8601 UTC with milliseconds (sediment.core.units.iso_time);
+  // the script's own clock and Plotly's date axes write the same format.
+  // Tick labels: the time above its date, in ISO 8601's order (hover texts give it whole).
+  const ISO_TICKS = [
+    {dtickrange: [null, 1000], value: "%H:%M:%S.%L\n%Y-%m-%d"},
+    {dtickrange: [1000, 60000], value: "%H:%M:%S\n%Y-%m-%d"},
+    {dtickrange: [60000, 86400000], value: "%H:%M\n%Y-%m-%d"},
+    {dtickrange: [86400000, null], value: "%Y-%m-%d"},
+  ];
+  const DATE_AXIS = {type: "date", tickformatstops: ISO_TICKS, hoverformat: "%Y-%m-%dT%H:%M:%S.%LZ"};
+  // Charts over time: the legend below their two-line tick labels (Plotly's top-right
+  // buttons stay clear).
+  const TIME_LAYOUT = {legend: {orientation: "h", x: 0, y: -0.2, yanchor: "top"},
+                       margin: {l: 50, r: 20, t: 10, b: 40}};
+  const kindColours = new Map();  // one colour per kind of commit or job, on every chart
   let treeRoot = null;  // the partition the tree view is rooted at (null: the table's root)
+  let lastView = null;  // the table view drawn last (the commit window selector redraws it)
+
+  function isoTime(date) { return date.toISOString(); }
+
+  function kindColour(kind) {
+    if (!kindColours.has(kind)) kindColours.set(kind, KIND_COLOURS[kindColours.size % KIND_COLOURS.length]);
+    return kindColours.get(kind);
+  }
+
+  // An axis of counts: whole numbers only (no 2.5 files), one tick per unit when few.
+  function countAxis(title, max) {
+    const axis = {title: {text: title}, rangemode: "tozero", tickformat: "d"};
+    if (max <= 10) Object.assign(axis, {tick0: 0, dtick: 1});
+    return axis;
+  }
 
   function readData() {
     return JSON.parse(document.getElementById("view-data").textContent);
@@ -105,7 +135,7 @@
     ]);
     fillTable("tables", tables, t => [
       link(tableHref(t.name), t.name), num(t.records), num(t.leaves), num(t.files),
-      t.version, t.last_commit, t.online ? "online" : "offline", num(t.max_files_per_leaf),
+      t.version, el("span", t.last_commit, "time"), t.online ? "online" : "offline", num(t.max_files_per_leaf),
       num(t.batch_size), el("span", t.keeping_up ? "keeping up" : "behind",
                             t.keeping_up ? "good" : "bad")]);
     const names = tables.map(t => esc(t.name));
@@ -115,12 +145,30 @@
       {type: "scatter", mode: "markers", name: "compaction batch size", x: names,
        y: tables.map(t => t.batch_size), marker: {symbol: "line-ew-open", size: 30,
                                                   color: "#333", line: {width: 3}}},
-    ], {yaxis: {title: {text: "files"}, rangemode: "tozero"}});
+    ], {yaxis: countAxis("files", Math.max(0, ...tables.map(t => Math.max(t.max_files_per_leaf, t.batch_size))))});
   }
 
   // ---- table page -------------------------------------------------------------------------
+  function renderLeaves(list) {
+    const rows = list.rows;
+    document.getElementById("leaf-note").textContent = list.total > rows.length ?
+      "(the first " + num(rows.length) + " of " + num(list.total) + ", in key order)" :
+      "(" + num(list.total) + ", in key order)";
+    fillTable("leaves", rows, r => [
+      "#" + r.n, el("code", r.id), el("code", r.region), num(r.files),
+      el("span", num(r.files_read), r.files_read > lastBatch ? "bad" : ""), num(r.records),
+      bytes(r.bytes)]);
+  }
+
+  let lastBatch = Infinity;
   function renderTree(tree, batch) {
+    lastBatch = batch;
+    renderLeaves(tree.leaf_list);
     const nodes = tree.nodes;
+    // Leaves carry their number in the list beside the chart; when many share the width, the
+    // number is all their tile shows (the list and the hover text give the rest).
+    const number = new Map(tree.leaf_list.rows.map(r => [r.id, r.n]));
+    const crowded = nodes.filter(n => n.leaf).length > 16;
     const total = nodes.reduce((a, n) => a + (n.parent === null ? n.records : 0), 0);
     const byLeaves = total === 0;  // an empty table: widths by leaves instead of records
     const path = document.getElementById("tree-path");
@@ -136,7 +184,9 @@
       type: "icicle", branchvalues: "total", sort: false,
       ids: nodes.map(n => n.id),
       parents: nodes.map(n => n.parent === null ? "" : n.parent),
-      labels: nodes.map(n => esc(n.region) + (n.more ? " ⊕" : "")),
+      labels: nodes.map(n => (number.has(n.id) ? "#" + number.get(n.id) + " " : "") +
+                             esc(n.region) + (n.more ? " ⊕" : "")),
+      text: nodes.map(n => number.has(n.id) && crowded ? "#" + number.get(n.id) : esc(n.region)),
       values: nodes.map(n => byLeaves ? n.leaves : n.records),
       customdata: nodes.map(n => [esc(n.id), num(n.records), num(n.files),
                                   n.leaf ? num(n.files_read) : "-", num(n.leaves),
@@ -147,7 +197,8 @@
       marker: {colors: nodes.map(n => !n.leaf ? "#dfe6ee" :
                                   n.files_read > batch ? "#f4a6a6" : "#b7d7f7"),
                line: {color: "#fff", width: 1}},
-      texttemplate: "%{label}<br>%{customdata[1]} records · %{customdata[2]} files held",
+      texttemplate: nodes.map(n => number.has(n.id) && crowded ? "%{text}" :
+        "%{label}<br>%{customdata[1]} records · %{customdata[2]} files held"),
       tiling: {orientation: "v"}, root: {color: "#eee"},
     };
     const more = new Map(nodes.map(n => [n.id, n.more]));
@@ -164,8 +215,69 @@
       });
   }
 
+  // The commits of the chosen window (hour, day, week), stacked by kind per bucket.
+  function renderCommits(timeline) {
+    const select = document.getElementById("commit-window");
+    if (!select.dataset.chosen) select.value = timeline.default;
+    const w = timeline.windows.find(x => x.name === select.value) || timeline.windows[0];
+    const kinds = Object.keys(w.counts);
+    const spans = w.buckets.map((b, i) => b + " to " + (w.buckets[i + 1] || w.end));
+    const traces = kinds.map(k => ({
+      type: "bar", name: esc(k), x: w.buckets, y: w.counts[k], customdata: spans,
+      xperiod: w.bucket_seconds * 1000, xperiodalignment: "middle",
+      hovertemplate: "%{customdata}<br>" + esc(k) + ": %{y}<extra></extra>",
+      marker: {color: kindColour(k)}}));
+    const top = Math.max(0, ...w.buckets.map((_, i) => kinds.reduce((a, k) => a + w.counts[k][i], 0)));
+    const note = [num(w.commits) + " commits in the " + w.label + ", per " + w.bucket];
+    if (timeline.unread) note.push(num(timeline.unread) + " not read yet (counted as such; their kinds " +
+                                   "come in over the next refreshes)");
+    if (timeline.oldest) note.push("commits held since " + timeline.oldest);
+    document.getElementById("commit-note").textContent = note.join(" · ");
+    return draw("chart-history", traces, Object.assign({}, TIME_LAYOUT, {
+      barmode: "stack", bargap: 0.1, uirevision: "chart-history:" + w.name,
+      xaxis: Object.assign({}, DATE_AXIS, {range: [w.start, w.end]}),
+      yaxis: countAxis("commits per " + w.bucket, top)}));
+  }
+
+  // Every property by group, then name: monospace names and values, the default, and
+  // whether the table sets it; the meaning wraps beside them.
+  function renderProperties(props) {
+    const only = document.getElementById("only-set").checked;
+    const tbody = document.querySelector("#properties tbody");
+    const out = document.createDocumentFragment();
+    let group = null;
+    for (const p of props) {
+      if (only && !p.set) continue;
+      if (p.group !== group) {
+        group = p.group;
+        const head = el("tr", null, "group");
+        const th = el("th", group);
+        th.colSpan = 5;
+        head.appendChild(th);
+        out.appendChild(head);
+      }
+      const tr = el("tr", null, p.set ? "is-set" : "");
+      const value = el("code", JSON.stringify(p.value));
+      if (/_bytes$/.test(p.name) && typeof p.value === "number" && p.value >= 1024) {
+        value.title = bytes(p.value);
+        value.textContent += " (" + bytes(p.value) + ")";
+      }
+      for (const c of [el("code", p.name), value,
+                       el("code", JSON.stringify(p.default)),
+                       el("span", p.set ? "set" : "default", p.set ? "badge set" : "badge"),
+                       el("span", p.meaning, "meaning")]) {
+        const td = document.createElement("td");
+        td.appendChild(c);
+        tr.appendChild(td);
+      }
+      out.appendChild(tr);
+    }
+    tbody.replaceChildren(out);
+  }
+
   function renderTable(data) {
     const view = data.view;
+    lastView = data;
     const t = view.table;
     cards("table-cards", [
       ["records", num(t.records)], ["leaves", num(t.leaves)],
@@ -182,20 +294,13 @@
       {type: "bar", name: "leaves", x: hist.map(h => h.files), y: hist.map(h => h.leaves),
        marker: {color: hist.map(h => h.files > t.batch_size ? "#dc3912" : "#3366cc")}},
     ], {showlegend: false, margin: {l: 50, r: 20, t: 30, b: 40},
-        xaxis: {title: {text: "files per leaf"}, rangemode: "tozero"},
-        yaxis: {title: {text: "leaves"}},
+        xaxis: countAxis("files per leaf", Math.max(t.batch_size, ...hist.map(h => h.files))),
+        yaxis: countAxis("leaves", top),
         shapes: [{type: "line", x0: t.batch_size, x1: t.batch_size, y0: 0, y1: top,
                   line: {color: "#dc3912", dash: "dash", width: 2}}],
         annotations: [{x: t.batch_size, y: top, text: "batch size " + t.batch_size,
                        showarrow: false, yanchor: "bottom", font: {color: "#dc3912"}}]});
-    const kinds = [...new Set(view.history.map(h => h.kind))];
-    const history = draw("chart-history", kinds.map((k, i) => {
-      const hs = view.history.filter(h => h.kind === k);
-      return {type: "scatter", mode: "markers", name: esc(k), x: hs.map(h => h.time),
-              y: hs.map(() => esc(k)), text: hs.map(h => "v" + h.version + " " + esc(h.summary)),
-              hovertemplate: "%{x}<br>%{text}<extra></extra>",
-              marker: {color: KIND_COLOURS[i % KIND_COLOURS.length], size: 9}};
-    }), {showlegend: false, margin: {l: 170, r: 20, t: 10, b: 40}, xaxis: {type: "date"}});
+    const history = renderCommits(view.timeline);
     const jobs = view.jobs.jobs;
     const jobKinds = [...new Set(jobs.map(j => j.kind))];
     const traces = jobKinds.map((k, i) => {
@@ -205,7 +310,7 @@
               text: js.map(j => esc(j.status) + " · " + num(j.records) + " records · " +
                             num(j.records_per_second) + " records/s"),
               hovertemplate: "%{x}<br>%{y:.3f} s<br>%{text}<extra></extra>",
-              marker: {color: KIND_COLOURS[i % KIND_COLOURS.length], size: 8}};
+              marker: {color: kindColour(k), size: 8}};
     });
     const failed = jobs.filter(j => j.status === "failed");
     traces.push({type: "scatter", mode: "markers", name: "failed", x: failed.map(j => j.created),
@@ -213,17 +318,17 @@
                  text: failed.map(j => esc(j.kind) + ": " + esc(j.reason)),
                  hovertemplate: "%{x}<br>%{text}<extra></extra>",
                  marker: {color: "#dc3912", symbol: "x", size: 12}});
-    const jobsChart = draw("chart-jobs", traces, {xaxis: {type: "date"},
-                                                  yaxis: {title: {text: "seconds"}, rangemode: "tozero"}});
+    const jobsChart = draw("chart-jobs", traces, Object.assign({}, TIME_LAYOUT, {
+      xaxis: DATE_AXIS, yaxis: {title: {text: "seconds"}, rangemode: "tozero"}}));
     fillTable("jobs", jobs.slice(-50).reverse(), j => [
-      j.created, j.kind, j.job_id, j.partition_id, el("span", j.status, j.status === "failed" ? "bad" : ""),
+      el("span", j.created, "time"), j.kind, j.job_id, j.partition_id, el("span", j.status, j.status === "failed" ? "bad" : ""),
       num(j.seconds), num(j.records), num(j.records_per_second), j.reason]);
-    fillTable("tags", view.tags, g => [g.name, g.version, g.created]);
+    fillTable("tags", view.tags, g => [g.name, g.version, el("span", g.created, "time")]);
     fillTable("gc-kept", view.gc.kept, k => [
-      k.class, k.reason, num(k.files), bytes(k.bytes), k.due === null ? "not by time" : k.due]);
-    fillTable("history", view.history.slice(-25).reverse(), h => [h.version, h.time, h.kind, h.summary]);
-    fillTable("properties", view.properties, p => [
-      el("span", p.name, p.set ? "set" : ""), JSON.stringify(p.value), JSON.stringify(p.default), p.meaning]);
+      k.class, k.reason, num(k.files), bytes(k.bytes),
+      k.due === null ? "not by time" : el("span", k.due, "time")]);
+    fillTable("history", view.history, h => [h.version, el("span", h.time, "time"), h.kind, h.summary]);
+    renderProperties(view.properties);
     return Promise.all([renderTree(data.tree, t.batch_size), files, history, jobsChart]);
   }
 
@@ -246,7 +351,7 @@
     return draw("chart-plan", [{type: "bar", name: "files", x: subs.map(s => esc(s.region)),
                                 y: subs.map(s => s.files), marker: {color: "#3366cc"}}],
                 {showlegend: false, xaxis: {type: "category", automargin: true},
-                 yaxis: {title: {text: "files read"}, rangemode: "tozero"}});
+                 yaxis: countAxis("files read", Math.max(0, ...subs.map(s => s.files)))});
   }
 
   // ---- refresh loop -----------------------------------------------------------------------
@@ -281,13 +386,21 @@
   function refresh() {
     clearTimeout(timer);
     return load().then(render)
-      .then(() => status("updated " + new Date().toLocaleTimeString()))
+      .then(() => status("updated " + isoTime(new Date())))
       .catch(e => status("refresh failed: " + e.message, true))
       .finally(() => { timer = setTimeout(refresh, REFRESH); });
   }
 
   if (VIEW in RENDER) {
     if (VIEW === "table") {
+      const select = document.getElementById("commit-window");
+      select.addEventListener("change", () => {
+        select.dataset.chosen = "1";
+        if (lastView) renderCommits(lastView.view.timeline);
+      });
+      document.getElementById("only-set").addEventListener("change", () => {
+        if (lastView) renderProperties(lastView.view.properties);
+      });
       document.getElementById("tree-path").addEventListener("click", ev => {
         const a = ev.target.closest("a");
         if (!a) return;
