@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 import sediment as sd
 from sediment.workload import benchmark_schema, generate
+from support.s3 import stop
 
 SCHEMA = benchmark_schema()
 
@@ -91,11 +92,5 @@ def build_wheel(root: Path, tmp_path: Path) -> Path:
     return wheel
 
 
-def stop_process(proc: subprocess.Popen[Any]) -> None:
-    """Terminate a server the test started, killing it if it does not exit in 10 s."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
+stop_process = stop
+"""Terminate a server the test started, killing it if it does not exit in 10 s."""

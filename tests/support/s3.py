@@ -154,7 +154,8 @@ def wait_until_up(proc: subprocess.Popen[bytes], endpoint: str, log: Path,
 
 
 def stop(proc: subprocess.Popen[Any]) -> None:
-    """Terminate the server, killing it if it does not exit in 10 s."""
+    """Terminate a process the tests or benchmarks started (a server), killing it if it does
+    not exit in 10 s: the one way both stop their processes (``helpers.stop_process``)."""
     proc.terminate()
     try:
         proc.wait(timeout=10)
