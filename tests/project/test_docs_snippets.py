@@ -42,7 +42,10 @@ RUN_LANGS = ("python", "bash", "sh", "console")
 NO_RUN = re.compile(r"<!--\s*no-run:\s*(?P<reason>.*?)\s*-->")
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<ticks>`{3,})(?P<lang>[\w+-]*)")
 MOTO_PLACEHOLDER = "http://127.0.0.1:9000"
-SHELL_TIMEOUT = 300
+SHELL_TIMEOUT = 900
+"""A hung shell block's bound: the README's reference card runs some 40 commands, each a new
+process that imports Sediment, a second each on a quiet machine and up to 7 s on 2 cores under
+a load of 15 (a 300 s bound failed there)."""
 
 EXEMPT: dict[str, str] = {
     "README.md:1": "installs packages",
@@ -276,6 +279,7 @@ def _run_block(run: PageRun, block: Block, monkeypatch: pytest.MonkeyPatch) -> N
                     pytrace=False)
 
 
+@pytest.mark.timeout(SHELL_TIMEOUT + 60)
 @pytest.mark.parametrize("block", _params())
 def test_snippet(block: Block, request: pytest.FixtureRequest,
                  monkeypatch: pytest.MonkeyPatch) -> None:

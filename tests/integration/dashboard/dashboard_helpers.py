@@ -9,7 +9,9 @@ holding keys made of HTML (``web``: the injection payloads), one whose compactio
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -144,3 +146,19 @@ def fetch(url: str, *, headers: dict[str, str] | None = None, data: bytes | None
             return resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
     except urllib.error.HTTPError as e:
         return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+
+def get_json(server: Server, path: str, status: int = 200) -> Any:
+    """A dashboard API answer, checked for its status and its JSON content type."""
+    code, headers, body = fetch(server.url + path)
+    assert code == status, body[:500]
+    assert headers["content-type"].startswith("application/json")
+    return json.loads(body)
+
+
+def page_data(body: bytes) -> Any:
+    """The view data a page embeds (the JSON its script draws)."""
+    m = re.search(rb'<script type="application/json" id="view-data">(.*?)</script>', body,
+                  re.S)
+    assert m is not None
+    return json.loads(m.group(1))

@@ -7,7 +7,6 @@ dashboard`` process and against references computed here (pandas, ``table.inspec
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import urllib.parse
 from pathlib import Path
@@ -17,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 import pytest
-from dashboard_helpers import Server, fetch
+from dashboard_helpers import Server, fetch, get_json, page_data
 from markupsafe import escape
 
 import sediment as sd
@@ -28,19 +27,6 @@ from sediment.properties import describe_properties
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 TIME_FIELDS = {"time", "created", "updated", "last_commit", "generated", "due", "last_due",
                "start", "end", "oldest"}
-
-
-def get_json(server: Server, path: str, status: int = 200) -> Any:
-    code, _, body = fetch(server.url + path)
-    assert code == status, body[:500]
-    return json.loads(body)
-
-
-def page_data(body: bytes) -> Any:
-    m = re.search(rb'<script type="application/json" id="view-data">(.*?)</script>', body,
-                  re.S)
-    assert m is not None
-    return json.loads(m.group(1))
 
 
 def times_in(data: Any) -> list[str]:

@@ -4,36 +4,19 @@ process, checked against the library and against figures computed here with pand
 
 from __future__ import annotations
 
-import json
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
-from dashboard_helpers import HTML_KEYS, Server, fetch
+from dashboard_helpers import HTML_KEYS, Server, fetch, get_json, page_data
 from markupsafe import escape
 
 import sediment as sd
 from helpers import SCHEMA
-
-
-def get_json(server: Server, path: str, status: int = 200) -> Any:
-    code, headers, body = fetch(server.url + path)
-    assert code == status, body[:500]
-    assert headers["content-type"].startswith("application/json")
-    return json.loads(body)
-
-
-def page_data(body: bytes) -> Any:
-    """The view data a page embeds (the JSON its script draws)."""
-    m = re.search(rb'<script type="application/json" id="view-data">(.*?)</script>', body,
-                  re.S)
-    assert m is not None
-    return json.loads(m.group(1))
 
 
 def leaf_figures(table: sd.Table) -> pd.DataFrame:
