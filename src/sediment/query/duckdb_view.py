@@ -25,16 +25,14 @@ DuckDB cost more than DuckDB's reader).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from sediment.core.model import Region
-
-if TYPE_CHECKING:
-    from sediment.query.scan import Scan
+from sediment.query.engines import Scan
 
 
 def quote_identifier(name: str) -> str:

@@ -30,7 +30,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,7 +40,13 @@ from sediment.core.ranges import Range
 from sediment.errors import MissingDependencyError, install_hint
 
 if TYPE_CHECKING:
-    from sediment.query.scan import Scan
+    from sediment.iterators.base import RecordIterator
+    from sediment.query.executor import Executor
+    from sediment.query.filters import QueryFilter
+    from sediment.query.planner import QueryPlan
+    from sediment.query.request import ReadRequest
+    from sediment.schema import Schema
+    from sediment.storage.base import ObjectStore
 
 POLARS_INSTALL_HINT = install_hint("polars")
 
@@ -82,6 +88,58 @@ class PlannedFile:
     """The file's row groups that may hold wanted rows (by the statistics of the first key
     field, the key filters of exact keys, and the filter's statistics where iterators
     allow): reading only these gives the same answer."""
+
+
+class Source(Protocol):
+    """What engine glue reads of a scan's table (``sediment.query.scan.ScanSource``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def objects(self) -> ObjectStore: ...
+
+
+class Scan(Protocol):
+    """What engine glue reads of a :class:`sediment.query.scan.Scan` (a protocol, so that
+    the scan's module may import this one and not the other way round)."""
+
+    @property
+    def executor(self) -> Executor: ...
+
+    @property
+    def plan(self) -> QueryPlan: ...
+
+    @property
+    def schema(self) -> Schema: ...
+
+    @property
+    def wanted(self) -> list[str]: ...
+
+    @property
+    def iterators(self) -> list[RecordIterator]: ...
+
+    @property
+    def query_filter(self) -> QueryFilter | None: ...
+
+    @property
+    def request(self) -> ReadRequest: ...
+
+    @property
+    def source(self) -> Source | None: ...
+
+    @property
+    def arrow_schema(self) -> pa.Schema: ...
+
+    def pinned(self) -> ReadRequest: ...
+
+    def again(self, request: ReadRequest) -> Scan: ...
+
+    def only_leaves(self, leaves: set[str] | frozenset[str]) -> Scan: ...
+
+    def to_arrow(self) -> pa.Table: ...
+
+    def to_batches(self) -> pa.RecordBatchReader: ...
 
 
 def _conjoin(a: pc.Expression | None, b: pc.Expression | None) -> pc.Expression | None:

@@ -136,8 +136,19 @@ def _frozen(value: Any) -> Any:
 
 
 def _same(a: Any, b: Any) -> bool:
+    """Whether two fields' values ask for the same: filters by ``Expression.equals``, or by
+    their wire form when one is an expression and the other its tree (a request equals
+    itself carried through JSON)."""
+    if isinstance(a, pc.Expression) and isinstance(b, pc.Expression):
+        return a.equals(b)
     if isinstance(a, pc.Expression) or isinstance(b, pc.Expression):
-        return isinstance(a, pc.Expression) and isinstance(b, pc.Expression) and a.equals(b)
+        expr, other = (a, b) if isinstance(a, pc.Expression) else (b, a)
+        if not isinstance(other, Mapping):
+            return False
+        try:
+            return to_wire(expr) == dict(other)
+        except FilterError:  # no wire form: no tree is that expression
+            return False
     return bool(a == b)
 
 
@@ -225,8 +236,10 @@ class ReadRequest:
             out["keys"] = encode_value(self.keys if isinstance(self.keys, str | bytes)
                                        else list(self.keys), "keys")
         if self.ranges is not None:
-            out["ranges"] = encode_value(self.ranges if isinstance(self.ranges, str | bytes)
-                                         else list(self.ranges), "ranges")
+            ranges = self.ranges
+            out["ranges"] = encode_value(
+                ranges if isinstance(ranges, str | bytes)
+                else [ranges] if isinstance(ranges, Range) else list(ranges), "ranges")
         if self.columns is not None:
             out["columns"] = [c if isinstance(c, str) else encode_value(c, "columns")
                               for c in self.columns]
