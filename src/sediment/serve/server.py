@@ -212,9 +212,9 @@ class SedimentFlightServer(fl.FlightServerBase):
             if prepared.request.keys is not None and prepared.request.ranges is None:
                 # exact keys only: the answer is the records of those keys, read at once
                 # and sent from Arrow's side (a lookup's latency is mostly per-call cost)
-                answer: pa.Table = prepared.run()
+                answer: pa.Table = prepared.to_arrow()
                 return answer
-            reader: pa.RecordBatchReader = prepared.reader()
+            reader: pa.RecordBatchReader = prepared.to_batches()
             return reader
 
         try:
