@@ -189,8 +189,8 @@ class SedimentFlightServer(fl.FlightServerBase):
                 estimate = estimate_records(plan, handle_of(table).samples.sample,
                                             table.schema.row_key_names)
                 req.rows = estimate
-                schema = pa.schema([prepared.schema.field(c) for c in prepared.wanted])
-                return fl.FlightInfo(schema, descriptor, endpoints, estimate, -1)
+                return fl.FlightInfo(prepared.arrow_schema, descriptor, endpoints, estimate,
+                                     -1)
             return self.guard(req, body)
 
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
