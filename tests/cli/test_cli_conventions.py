@@ -441,10 +441,10 @@ def test_read_only_directory(runner: CliRunner, store: str, tmp_path: Path) -> N
 
 
 def _raise_on_query(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
-    def scan(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise exc
 
-    monkeypatch.setattr(sd.Table, "scan", scan)
+    monkeypatch.setattr(sd.Table, "prepare", prepare)  # every read goes through it
 
 
 def _boto_errors() -> list[BaseException]:
