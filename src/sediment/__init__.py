@@ -13,6 +13,8 @@ from typing import Any
 from sediment.core.model import FileReference, Partition, Region
 from sediment.core.ranges import Range
 from sediment.errors import SedimentError
+from sediment.query.request import ReadRequest
+from sediment.query.scan import Scan
 from sediment.schema import Schema
 from sediment.schemes.join import join, join_reader
 from sediment.state.log import HistoryEntry
@@ -42,7 +44,9 @@ __all__ = [
     "HistoryEntry",
     "Partition",
     "Range",
+    "ReadRequest",
     "Region",
+    "Scan",
     "Schema",
     "SedimentError",
     "Store",

@@ -18,8 +18,6 @@ from sediment.core.transactions import ClearTable, ReinitialiseTable, SetOnline,
 from sediment.errors import PropertyError, did_you_mean
 from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
-from sediment.query.conversions import Conversions
-from sediment.query.engines import EngineMethods
 from sediment.schema import Schema
 from sediment.state.log import HistoryEntry
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold, with_scheme_threshold
@@ -27,6 +25,8 @@ from sediment.state.store import StateStore
 from sediment.state.tags import Tag, scan_tags
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sediment.compaction.runner import CompactionResult
     from sediment.core.ranges import Range
     from sediment.dump import DumpJob
@@ -34,14 +34,17 @@ if TYPE_CHECKING:
     from sediment.maintenance.gc import GcResult
     from sediment.maintenance.passes import MaintenanceResult
     from sediment.maintenance.splitting import SplitResult
+    from sediment.query.engines import PlannedFile
+    from sediment.query.inspect import TableInspector
     from sediment.query.planner import QueryPlan
-    from sediment.query.prepare import PreparedQuery
+    from sediment.query.request import ReadRequest
+    from sediment.query.scan import Scan
     from sediment.state.versions import Diff, PruneResult
     from sediment.status import Event
     from sediment.store import Store
 
 
-class Table(Conversions, EngineMethods):
+class Table:
     """A table of a :class:`Store`. Obtain one with ``store.table(name)``.
 
     Errors (all :class:`~sediment.errors.SedimentError`): every method raises StorageError when
@@ -465,31 +468,41 @@ class Table(Conversions, EngineMethods):
             return self.state(version)
         return self._handle.states.cached_head()
 
-    def prepare(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+    def prepare(self, keys: Sequence[Any] | ReadRequest | None = None, ranges: Any = None, *,
                 columns: Sequence[str] | None = None, version: int | str | None = None,
                 iterators: Sequence[Any] | None = None,
-                filter: Any = None) -> PreparedQuery:  # noqa: A002 (the public name)
-        """A query planned and ready to run (``run()``, ``reader()``, one leaf at a time
-        with ``read_subquery``): what :meth:`query` and :meth:`scan` run, and what engines
-        (the Spark reader, dumps) use to read the same records.
+                filter: Any = None) -> Scan:  # noqa: A002 (the public name)
+        """A read planned and ready to run: a :class:`~sediment.query.scan.Scan` whose
+        outputs (``to_arrow``, ``to_batches``, ``to_pandas``, ``to_polars``, ``to_duckdb``,
+        ``register_datafusion``, ``plan_files``, the plan, the Arrow PyCapsule stream) all
+        give the same records. Every read of a table goes through here: :meth:`query`,
+        :meth:`scan` and the conversions, the Spark reader, the Flight service, dumps.
 
-        ``filter``: a pyarrow compute expression (``pc.field("v") > 3``) on any columns, or
-        the same condition as ``--where`` text (``"v > 3"``, parsed against the table's
-        schema), applied to the merged records after the iterators; see :meth:`query`.
+        Takes a :class:`~sediment.query.request.ReadRequest` (``table.prepare(request)``) or
+        the read's arguments, as :meth:`query` takes them (not both: QueryError).
+        ``filter``: a pyarrow compute expression (``pc.field("v") > 3``) on any columns, the
+        same condition as ``--where`` text (``"v > 3"``, parsed against the table's schema),
+        or a request's JSON filter tree, applied to the merged records after the iterators;
+        see :meth:`query`.
 
         Raises QueryError: a bad key, range, column or filter (one naming an unknown column
         names it; WhereError for filter text that does not parse, naming the table and the
-        position); CorruptMetadataError,
+        position; FilterError for a malformed filter tree); VersionExpiredError or a
+        version/tag error for a version that cannot be read; CorruptMetadataError,
         ObjectNotFoundError: damaged or missing data files.
         """
         from sediment.query.expiry import check_files
         from sediment.query.prepare import prepare_query
+        from sediment.query.request import request_of
+        from sediment.query.scan import ScanSource
 
-        state = self._query_state(version)
-        if version is None:
-            return prepare_query(state, self._handle.executors.get(state), self.name, keys=keys,
-                                 ranges=ranges, columns=columns, iterators=iterators,
-                                 filter=filter)
+        request = request_of(keys, ranges, columns=columns, version=version,
+                             iterators=iterators, filter=filter)
+        source = ScanSource(self.name, self._handle.objects, self.prepare)
+        state = self._query_state(request.version)
+        if request.version is None:
+            return prepare_query(state, self._handle.executors.get(state), self.name, request,
+                                 source=source)
         # An old version: the files the plan reads must not have been collected by GC (one
         # set lookup per file against the head). A file found missing on read is judged
         # again, against the head then (GC may run meanwhile): VersionExpiredError, or the
@@ -500,13 +513,20 @@ class Table(Conversions, EngineMethods):
         def on_missing() -> None:
             check_files(states, self.name, state, files)
 
-        prepared = prepare_query(state, self._handle.executors.get(state), self.name,
-                                 keys=keys, ranges=ranges, columns=columns,
-                                 iterators=iterators, on_missing=on_missing, filter=filter)
-        files.update(prepared.plan.files)
+        scan = prepare_query(state, self._handle.executors.get(state), self.name, request,
+                             on_missing=on_missing, source=source)
+        files.update(scan.plan.files)
         check_files(states, self.name, state, files)
-        return prepared
+        return scan
 
+    def _pin(self, version: int | str | None) -> int:
+        """The version an engine route pins: ``version`` resolved, or the head now."""
+        v = self.resolve_version(version)
+        return self.version if v is None else v
+
+    # Every read below is ``prepare(...)`` and one output of the scan: the arguments are
+    # :meth:`query`'s (keys, ranges, columns, version: a number or a tag, filter), and each
+    # raises what :meth:`prepare` raises, then what reading raises (see ``Scan``).
     def query(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
               columns: Sequence[str] | None = None, version: int | str | None = None,
               iterators: Sequence[Any] | None = None,
@@ -528,28 +548,91 @@ class Table(Conversions, EngineMethods):
         Raises as :meth:`prepare`.
         """
         return self.prepare(keys, ranges, columns=columns, version=version,
-                            iterators=iterators, filter=filter).run()
+                            iterators=iterators, filter=filter).to_arrow()
 
     def scan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
              columns: Sequence[str] | None = None, version: int | str | None = None,
              iterators: Sequence[Any] | None = None,
              filter: Any = None) -> pa.RecordBatchReader:  # noqa: A002 (the public name)
-        """Like :meth:`query`, streamed as a RecordBatchReader in bounded memory.
-
-        Raises as :meth:`prepare`.
-        """
+        """Like :meth:`query`, streamed as a RecordBatchReader in bounded memory
+        (``prepare(...).to_batches()``). Raises as :meth:`prepare`."""
         return self.prepare(keys, ranges, columns=columns, version=version,
-                            iterators=iterators, filter=filter).reader()
+                            iterators=iterators, filter=filter).to_batches()
 
     def plan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
              version: int | str | None = None,
              filter: Any = None) -> QueryPlan:  # noqa: A002 (the public name)
         """The query plan (leaves and files a query would read), for inspection; a
-        ``filter`` narrows it by its row-key constraints.
-
-        Raises as :meth:`prepare`.
-        """
+        ``filter`` narrows it by its row-key constraints. Raises as :meth:`prepare`."""
         return self.prepare(keys, ranges, version=version, filter=filter).plan
+
+    def to_arrow(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+                 columns: Sequence[str] | None = None, version: int | str | None = None,
+                 filter: Any = None) -> pa.Table:  # noqa: A002 (the public name)
+        """The records as one ``pyarrow.Table``: :meth:`query`'s answer, under the name
+        Arrow users look for (``Scan.to_arrow``)."""
+        return self.prepare(keys, ranges, columns=columns, version=version,
+                            filter=filter).to_arrow()
+
+    def to_pandas(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+                  columns: Sequence[str] | None = None, version: int | str | None = None,
+                  filter: Any = None) -> pd.DataFrame:  # noqa: A002 (the public name)
+        """The records as a pandas DataFrame, rows in key order (``Scan.to_pandas``): a
+        DataFrame user never goes around the merge (reading the data files directly
+        double-counts records). Needs pandas."""
+        return self.prepare(keys, ranges, columns=columns, version=version,
+                            filter=filter).to_pandas()
+
+    def to_batches(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+                   columns: Sequence[str] | None = None, version: int | str | None = None,
+                   filter: Any = None) -> pa.RecordBatchReader:  # noqa: A002
+        """The records as a ``pyarrow.RecordBatchReader`` streamed leaf by leaf in key order
+        in bounded memory (``Scan.to_batches``), for answers larger than memory or engines
+        that read Arrow streams."""
+        return self.prepare(keys, ranges, columns=columns, version=version,
+                            filter=filter).to_batches()
+
+    def to_polars(self, lazy: bool = False, keys: Sequence[Any] | None = None,
+                  ranges: Any = None, columns: Sequence[str] | None = None,
+                  version: int | str | None = None,
+                  filter: Any = None) -> Any:  # noqa: A002 (the public name)
+        """:meth:`query`'s answer as a Polars DataFrame; with ``lazy``, a LazyFrame over the
+        version pinned now (``Scan.to_polars``). MissingDependencyError without polars."""
+        return self.prepare(keys, ranges, columns=columns, version=self._pin(version),
+                            filter=filter).to_polars(lazy)
+
+    def to_duckdb(self, con: Any, name: str, version: int | str | None = None) -> Any:
+        """Register ``name`` in the DuckDB connection ``con``: a view of the table at
+        ``version`` (None: the head now, pinned), equal to :meth:`query` there, reading
+        nothing until queried (``Scan.to_duckdb``). Returns ``con``."""
+        return self.prepare(version=self._pin(version)).to_duckdb(con, name)
+
+    def register_datafusion(self, ctx: Any, name: str, version: int | str | None = None, *,
+                            keys: Sequence[Any] | None = None, ranges: Any = None,
+                            columns: Sequence[str] | None = None,
+                            filter: Any = None) -> Any:  # noqa: A002 (the public name)
+        """Register ``name`` in the DataFusion ``SessionContext`` ``ctx``: :meth:`query`'s
+        answer at ``version`` (None: the head now), read once, here
+        (``Scan.register_datafusion``). Returns ``ctx``."""
+        return self.prepare(keys, ranges, columns=columns, version=self._pin(version),
+                            filter=filter).register_datafusion(ctx, name)
+
+    def plan_files(self, keys: Sequence[Any] | None = None, ranges: Any = None,
+                   version: int | str | None = None,
+                   filter: Any = None) -> list[PlannedFile]:  # noqa: A002
+        """The data files a query reads at ``version`` (None: the head), one
+        :class:`~sediment.query.engines.PlannedFile` per (leaf, file), in key order: what an
+        engine that reads Parquet itself needs (``Scan.plan_files``)."""
+        return self.prepare(keys, ranges, version=self._pin(version),
+                            filter=filter).plan_files()
+
+    @property
+    def inspect(self) -> TableInspector:
+        """Metadata as Arrow tables: ``files()``, ``partitions()``, ``history()``,
+        ``jobs()`` (see :class:`~sediment.query.inspect.TableInspector`)."""
+        from sediment.query.inspect import TableInspector
+
+        return TableInspector(self)
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, store={self.store.uri!r})"

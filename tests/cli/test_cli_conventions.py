@@ -328,8 +328,8 @@ def test_limit_streams(runner: CliRunner, store: str, monkeypatch: pytest.Monkey
     def query(self: Any, *args: Any, **kwargs: Any) -> pa.Table:
         raise AssertionError("query must stream, not load the whole result")
 
-    monkeypatch.setattr(sd.Table, "scan", scan)
-    monkeypatch.setattr(sd.Table, "query", query)
+    monkeypatch.setattr(sd.Scan, "to_batches", scan)  # what sediment query reads through
+    monkeypatch.setattr(sd.Scan, "to_arrow", query)
     for fmt in ("json", "csv", "parquet"):
         pulled.clear()
         out = ok(runner, "query", "events", "--store", store, "-f", fmt, "--limit", "5")
@@ -441,10 +441,10 @@ def test_read_only_directory(runner: CliRunner, store: str, tmp_path: Path) -> N
 
 
 def _raise_on_query(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
-    def scan(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
         raise exc
 
-    monkeypatch.setattr(sd.Table, "scan", scan)
+    monkeypatch.setattr(sd.Table, "prepare", prepare)  # every read goes through it
 
 
 def _boto_errors() -> list[BaseException]:

@@ -30,6 +30,7 @@ from sediment.cli.parsing import convert_split_point
 from sediment.cli.terminal import progress_bar, stdout_console
 from sediment.core.boxes import Box
 from sediment.core.ranges import Range
+from sediment.query.request import ReadRequest
 from sediment.query.where import parse_where
 from sediment.schema import Schema, key_from_text
 
@@ -179,6 +180,13 @@ def query(
         "--limit", "-n", min=0,
         help=f"Stop after N rows (streamed: the rest is never read). Default: every row, "
              f"or the first {TABLE_ROWS} for --format table.")] = None,
+    request: Annotated[str | None, typer.Option(
+        "--request",
+        help="The read as a read request's JSON (sediment.ReadRequest.to_json: keys, ranges, "
+             "columns, version, filter, iterators; what the Flight service and the Spark data "
+             "source take), or @FILE to read it from a file; instead of --key, --range, "
+             "--region, --columns, --where and --version. Example: --request "
+             "'{\"format\": 1, \"keys\": [\"a\"], \"columns\": [\"key\"]}'.")] = None,
     store: StoreOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
 ) -> None:
@@ -202,16 +210,15 @@ def query(
     if fmt is Format.parquet and output is None and _stdout_is_terminal():
         raise CliError("--format parquet writes binary: give --output FILE or redirect "
                        "stdout to a file or pipe")
+    given = [flag for flag, value in (("--key", key), ("--range", range_), ("--region", region),
+                                      ("--columns", columns), ("--where", where),
+                                      ("--version", version)) if value]
+    if request is not None and given:
+        raise CliError(f"--request holds the whole read: give it or {given[0]}, not both")
     table = open_table(store, name)
-    schema = table.schema
-    keys = [_key_values(k, schema, "key") for k in key] if key else None
-    ranges = [parse_range(r, schema) for r in range_] if range_ else None
-    if region:
-        ranges = [*(ranges or []), *(parse_region(r, schema) for r in region)]
-    cols = [c.strip() for c in columns.split(",")] if columns else None
-    v = resolve_version_option(table, version)
-    flt = parse_where(where, schema.to_arrow()) if where is not None else None
-    reader = table.scan(keys=keys, ranges=ranges, columns=cols, version=v, filter=flt)
+    read = read_request_option(request) if request is not None else \
+        _request_of_options(table, key, range_, region, columns, where, version)
+    reader = table.prepare(read).to_batches()
     try:
         if fmt is Format.table:
             _print_table(reader, TABLE_ROWS if limit is None else limit, limit is not None)
@@ -221,6 +228,33 @@ def query(
         close = getattr(reader, "close", None)
         if close is not None:
             close()
+
+
+def _request_of_options(table: Any, key: list[str] | None, range_: list[str] | None,
+                        region: list[str] | None, columns: str | None, where: str | None,
+                        version: str | None) -> ReadRequest:
+    """The read ``query``'s options ask for, as a request."""
+    schema = table.schema
+    keys = [_key_values(k, schema, "key") for k in key] if key else None
+    ranges = [parse_range(r, schema) for r in range_] if range_ else None
+    if region:
+        ranges = [*(ranges or []), *(parse_region(r, schema) for r in region)]
+    cols = [c.strip() for c in columns.split(",")] if columns else None
+    v = resolve_version_option(table, version)
+    flt = parse_where(where, schema.to_arrow()) if where is not None else None
+    return ReadRequest(keys=keys, ranges=ranges, columns=cols, version=v, filter=flt)
+
+
+def read_request_option(text: str) -> ReadRequest:
+    """``--request``: a read request's JSON, or ``@FILE`` holding it (CliError for a file
+    that cannot be read; the request's own errors name the field)."""
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise CliError(f"--request {text[:80]!r}: cannot read {str(path)!r}: {e}") from None
+    return ReadRequest.from_json(text)
 
 
 def _stdout_is_terminal() -> bool:

@@ -1,4 +1,4 @@
-"""``Table.to_duckdb``: a DuckDB view of a pinned version, equal to ``query()`` there.
+"""``Scan.to_duckdb``: a DuckDB view of a scan at its pinned version, equal to its records.
 
 The view is a ``UNION ALL`` of two kinds of branch:
 
@@ -24,7 +24,6 @@ DuckDB cost more than DuckDB's reader).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from sediment.core.model import Region
-from sediment.query.planner import QueryPlan
+from sediment.query.engines import Scan
 
 
 def quote_identifier(name: str) -> str:
@@ -70,20 +69,23 @@ def _region_predicate(column: str, type_: pa.DataType, region: Region) -> str | 
     return " AND ".join(parts) or "TRUE"
 
 
-def register_view(table: Any, con: Any, name: str, version: int) -> None:
-    """Register ``name`` in ``con``: the view described in the module docstring."""
-    prepared = table.prepare(version=version)
-    schema = table._handle.schema
-    objects = table._handle.objects
-    columns = ", ".join(quote_identifier(c) for c in prepared.wanted)
+def register_view(scan: Scan, con: Any, name: str) -> None:
+    """Register ``name`` in ``con``: the view described in the module docstring. A scan that
+    narrows its rows (keys, ranges, a filter, extra iterators) is read through the source
+    only: a native branch knows the leaf's region, not the request."""
+    assert scan.source is not None, "a view reads its table again on every query"
+    schema = scan.schema
+    objects = scan.source.objects
+    columns = ", ".join(quote_identifier(c) for c in scan.wanted)
     branches: list[str] = []
     through_source: list[str] = []
     key = schema.row_keys[0] if len(schema.row_keys) == 1 else None
-    for sub in prepared.plan.subqueries:
+    native = key is not None and not scan.iterators and not scan.request.narrows
+    for sub in scan.plan.subqueries:
         path = objects.local_path(sub.references[0].filename) \
-            if len(sub.references) == 1 else None
+            if native and len(sub.references) == 1 else None
         where = _region_predicate(key.name, key.type, sub.region) \
-            if key is not None and path is not None and not prepared.iterators else None
+            if key is not None and path is not None else None
         if path is None or where is None:
             through_source.append(sub.leaf_id)
             continue
@@ -92,7 +94,7 @@ def register_view(table: Any, con: Any, name: str, version: int) -> None:
     helper = f"__sediment_source_{name}"
     for old in (name, helper):  # a view or source registered under these names before
         con.execute(f"DROP VIEW IF EXISTS {quote_identifier(old)}")
-    source = SedimentSource(table, version, frozenset(through_source))
+    source = SedimentSource(scan, frozenset(through_source))
     if not branches:
         con.register(name, source)
         return
@@ -105,19 +107,21 @@ def register_view(table: Any, con: Any, name: str, version: int) -> None:
 
 
 class SedimentSource(ds.Dataset):
-    """The leaves of a pinned version that DuckDB reads through Sediment: DuckDB scans a
+    """The leaves of a scan that DuckDB reads through Sediment: DuckDB scans a
     ``pyarrow.dataset.Dataset`` by calling ``scanner(columns=, filter=)`` and reading the
-    scanner's batches, so this makes a fresh read of the pinned version (only the ``leaves``
-    given; None: all), with those columns and that filter, on every scan. Only ``schema``
-    and ``scanner`` are meant to be called (DuckDB calls nothing else)."""
+    scanner's batches, so this makes a fresh scan of the scan's request at its version (only
+    the ``leaves`` given; None: all), with those columns and that filter conjoined with the
+    request's, on every scan. Only ``schema`` and ``scanner`` are meant to be called (DuckDB
+    calls nothing else)."""
 
-    def __init__(self, table: Any, version: int,
+    def __init__(self, scan: Scan,
                  leaves: frozenset[str] | None = None) -> None:  # no Dataset.__init__
-        self._table = table
-        self._version = version
+        self._scan = scan
+        self._base = scan.pinned()
+        name = scan.source.name if scan.source is not None else "?"
+        self._filter = self._base.filter_expression(scan.schema, name)
         self._leaves = leaves
-        prepared = table.prepare(version=version)
-        self._schema = pa.schema([prepared.schema.field(c) for c in prepared.wanted])
+        self._schema = scan.arrow_schema
 
     @property
     def schema(self) -> pa.Schema:
@@ -126,12 +130,12 @@ class SedimentSource(ds.Dataset):
     def scanner(self, columns: Sequence[str] | None = None,
                 filter: pc.Expression | None = None, **kw: Any) -> ds.Scanner:  # noqa: A002
         wanted = list(columns) if columns is not None else self._schema.names
-        prepared = self._table.prepare(columns=wanted, version=self._version, filter=filter)
+        both = filter if self._filter is None else \
+            self._filter if filter is None else self._filter & filter
+        scan = self._scan.again(self._base.replace(columns=wanted, filter=both))
         if self._leaves is not None:
-            plan = prepared.plan
-            prepared = dataclasses.replace(prepared, plan=QueryPlan(
-                plan.version, tuple(s for s in plan.subqueries if s.leaf_id in self._leaves)))
-        return ds.Scanner.from_batches(prepared.reader(),
+            scan = scan.only_leaves(self._leaves)
+        return ds.Scanner.from_batches(scan.to_batches(),
                                        **{k: v for k, v in kw.items() if k == "batch_size"})
 
     def count_rows(self, **kw: Any) -> int:

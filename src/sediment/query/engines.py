@@ -1,11 +1,12 @@
-"""External engines over a pinned version of a table: DuckDB views, DataFusion tables, Polars
-frames, and a file plan for engines that read Parquet themselves (``to_duckdb``,
-``register_datafusion``, ``to_polars``, ``plan_files``), plus metadata as Arrow tables
-(``inspect``).
+"""External engines over a scan (a pinned version of a table): DataFusion tables, Polars
+frames, and a file plan for engines that read Parquet themselves; DuckDB views are in
+:mod:`sediment.query.duckdb_view`.
 
-A mixin of :class:`~sediment.table.Table`: every route gives exactly ``query()``'s answer at
-the version it pins, regions and iterators included, because every route reads through
-``Table.prepare`` (the one path every reader takes). What each engine pushes down:
+Functions of a :class:`~sediment.query.scan.Scan`, behind its ``register_datafusion``,
+``to_polars``, ``plan_files`` and ``to_duckdb``: every route gives exactly the scan's answer
+at the version it pins, regions and iterators included, because every route reads through
+the scan or a fresh one of the same table (``Table.prepare``, the one path every reader
+takes). What each engine pushes down:
 
 * DuckDB (``to_duckdb``): a view in which DuckDB reads the leaves that need no merge with its
   own Parquet reader, each restricted to its region, and every other leaf through a source
@@ -29,18 +30,23 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sediment.core.model import Region
 from sediment.core.ranges import Range
-from sediment.errors import MissingDependencyError, ObjectNotFoundError, install_hint
+from sediment.errors import MissingDependencyError, install_hint
 
 if TYPE_CHECKING:
-    from sediment.query.inspect import TableInspector
-    from sediment.query.prepare import PreparedQuery
+    from sediment.iterators.base import RecordIterator
+    from sediment.query.executor import Executor
+    from sediment.query.filters import QueryFilter
+    from sediment.query.planner import QueryPlan
+    from sediment.query.request import ReadRequest
+    from sediment.schema import Schema
+    from sediment.storage.base import ObjectStore
 
 POLARS_INSTALL_HINT = install_hint("polars")
 
@@ -84,170 +90,118 @@ class PlannedFile:
     allow): reading only these gives the same answer."""
 
 
+class Source(Protocol):
+    """What engine glue reads of a scan's table (``sediment.query.scan.ScanSource``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def objects(self) -> ObjectStore: ...
+
+
+class Scan(Protocol):
+    """What engine glue reads of a :class:`sediment.query.scan.Scan` (a protocol, so that
+    the scan's module may import this one and not the other way round)."""
+
+    @property
+    def executor(self) -> Executor: ...
+
+    @property
+    def plan(self) -> QueryPlan: ...
+
+    @property
+    def schema(self) -> Schema: ...
+
+    @property
+    def wanted(self) -> list[str]: ...
+
+    @property
+    def iterators(self) -> list[RecordIterator]: ...
+
+    @property
+    def query_filter(self) -> QueryFilter | None: ...
+
+    @property
+    def request(self) -> ReadRequest: ...
+
+    @property
+    def source(self) -> Source | None: ...
+
+    @property
+    def arrow_schema(self) -> pa.Schema: ...
+
+    def pinned(self) -> ReadRequest: ...
+
+    def again(self, request: ReadRequest) -> Scan: ...
+
+    def only_leaves(self, leaves: set[str] | frozenset[str]) -> Scan: ...
+
+    def to_arrow(self) -> pa.Table: ...
+
+    def to_batches(self) -> pa.RecordBatchReader: ...
+
+
 def _conjoin(a: pc.Expression | None, b: pc.Expression | None) -> pc.Expression | None:
     if a is None:
         return b
     return a if b is None else a & b
 
 
-class EngineMethods:
-    """``Table``'s engine methods (see the module docstring)."""
+def register_datafusion(scan: Scan, ctx: Any, name: str) -> None:
+    """``Scan.register_datafusion``: the scan's records, read once, as record batches in
+    groups (one DataFusion partition per group, as many as cores)."""
+    data = scan.to_arrow()
+    batches = data.to_batches()
+    if not batches:
+        batches = [pa.RecordBatch.from_pylist([], schema=data.schema)]
+    parts = max(1, min(len(batches), os.cpu_count() or 2))
+    size = -(-len(batches) // parts)
+    ctx.register_record_batches(name, [batches[i:i + size]
+                                       for i in range(0, len(batches), size)])
 
-    # the Table attributes these methods use (Table defines them)
-    if TYPE_CHECKING:
-        _handle: Any
-        name: str
 
-        def prepare(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
-                    columns: Sequence[str] | None = None, version: int | str | None = None,
-                    iterators: Sequence[Any] | None = None,
-                    filter: Any = None) -> PreparedQuery: ...  # noqa: A002
+def polars_frame(scan: Scan, lazy: bool) -> Any:
+    """``Scan.to_polars``: the records as a DataFrame, or a LazyFrame over the scan's version
+    (see the module docstring)."""
+    try:
+        import polars as pl
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"Polars is not installed and to_polars needs it: {POLARS_INSTALL_HINT}"
+        ) from exc
+    if not lazy:
+        return pl.from_arrow(scan.to_arrow())
+    try:
+        from polars.io.plugins import register_io_source
+    except ImportError:
+        frame = pl.from_arrow(scan.to_arrow())
+        assert isinstance(frame, pl.DataFrame)
+        return frame.lazy()
+    return _polars_lazy(scan, register_io_source)
 
-        def resolve_version(self, version: int | str | None) -> int | None: ...
 
-        @property
-        def version(self) -> int: ...
-
-    # ---- shared --------------------------------------------------------------------------
-    def _pin(self, version: int | str | None) -> int:
-        """The version number a route pins: ``version`` resolved, or the head now."""
-        v = self.resolve_version(version)
-        return self.version if v is None else v
-
-    def _reader(self, keys: Sequence[Any] | None, ranges: Any,
-                columns: Sequence[str] | None, version: int | str | None,
-                filter: pc.Expression | str | None) -> pa.RecordBatchReader:  # noqa: A002
-        """The records as a stream (``prepare`` reads the filter's columns itself)."""
-        return self.prepare(keys, ranges, columns=columns, version=version,
-                            filter=filter).reader()
-
-    # ---- DuckDB --------------------------------------------------------------------------
-    def to_duckdb(self, con: Any, name: str, version: int | str | None = None) -> Any:
-        """Register ``name`` in the DuckDB connection ``con``: a view of the table at
-        ``version`` (a number or a tag; None: the head now, pinned), equal to ``query()``
-        there, re-queryable, reading nothing until queried. Each DuckDB query reads only the
-        columns it needs, and its key filters narrow the leaves, files and row groups read:
-        leaves that need no merge are read by DuckDB's own Parquet reader (and the
-        connection's ``parquet_metadata_cache`` is turned on), the others through Sediment
-        (see :mod:`sediment.query.duckdb_view`). Returns ``con``.
-
-        Raises as :meth:`~sediment.table.Table.prepare` (an unknown or expired version).
-        """
-        from sediment.query.duckdb_view import register_view
-
-        # an unknown or expired version fails here (prepare), not in DuckDB
-        register_view(self, con, name, self._pin(version))
-        return con
-
-    # ---- DataFusion ----------------------------------------------------------------------
-    def register_datafusion(self, ctx: Any, name: str, version: int | str | None = None, *,
-                            keys: Sequence[Any] | None = None, ranges: Any = None,
-                            columns: Sequence[str] | None = None,
-                            filter: pc.Expression | str | None = None) -> Any:  # noqa: A002
-        """Register ``name`` in the DataFusion ``SessionContext`` ``ctx``: the table at
-        ``version`` (None: the head now), equal to ``query()`` there. DataFusion calls no
-        Python per scan, so the records are read once, here, narrowed by ``keys``,
-        ``ranges``, ``columns`` and ``filter`` as :meth:`query` is; one DataFusion partition
-        per group of leaves. Returns ``ctx``.
-
-        Raises as :meth:`~sediment.table.Table.prepare`.
-        """
-        data = self.prepare(keys, ranges, columns=columns, version=self._pin(version),
-                            filter=filter).run()
-        batches = data.to_batches()
-        if not batches:
-            batches = [pa.RecordBatch.from_pylist([], schema=data.schema)]
-        parts = max(1, min(len(batches), os.cpu_count() or 2))
-        size = -(-len(batches) // parts)
-        ctx.register_record_batches(name, [batches[i:i + size]
-                                           for i in range(0, len(batches), size)])
-        return ctx
-
-    # ---- Polars --------------------------------------------------------------------------
-    def to_polars(self, lazy: bool = False, keys: Sequence[Any] | None = None,
-                  ranges: Any = None, columns: Sequence[str] | None = None,
-                  version: int | str | None = None,
-                  filter: pc.Expression | str | None = None) -> Any:  # noqa: A002
-        """``query()``'s answer as a Polars DataFrame; with ``lazy``, a LazyFrame over the
-        version pinned now (a Polars IO plugin: projection, row-key predicates and row limits
-        reach Sediment; each ``collect`` reads afresh from that version).
-
-        Raises MissingDependencyError without polars (the ``polars`` extra);
-        otherwise as :meth:`~sediment.table.Table.prepare`.
-        """
-        try:
-            import polars as pl
-        except ImportError as exc:
-            raise MissingDependencyError(
-                f"Polars is not installed and to_polars needs it: {POLARS_INSTALL_HINT}"
-            ) from exc
-        if not lazy:
-            return pl.from_arrow(self._reader(keys, ranges, columns, version, filter).read_all())
-        v = self._pin(version)
-        prepared = self.prepare(keys, ranges, columns=columns, version=v,
-                                filter=filter)  # fail early
-        if filter is not None:  # --where text as an expression: the plugin conjoins it
-            from sediment.query.filters import filter_expression
-
-            filter = filter_expression(filter, prepared.schema, self.name)  # noqa: A001
-        out = pa.schema([prepared.schema.field(c) for c in prepared.wanted])
-        try:
-            from polars.io.plugins import register_io_source
-        except ImportError:
-            frame = pl.from_arrow(self._reader(keys, ranges, columns, v, filter).read_all())
-            assert isinstance(frame, pl.DataFrame)
-            return frame.lazy()
-        return _polars_lazy(self, register_io_source, out, v, keys, ranges, filter)
-
-    # ---- plans ---------------------------------------------------------------------------
-    def plan_files(self, keys: Sequence[Any] | None = None, ranges: Any = None,
-                   version: int | str | None = None,
-                   filter: pc.Expression | str | None = None  # noqa: A002
-                   ) -> list[PlannedFile]:
-        """The data files a query of ``keys``/``ranges`` reads at ``version`` (None: the
-        head), one :class:`PlannedFile` per (leaf, file), in key order: what an engine that
-        reads Parquet itself needs to give ``query()``'s answer (see :class:`PlannedFile`
-        for the rules: restrict to the region and ranges, merge the flagged leaves, apply the
-        iterators, then ``filter``).
-
-        Raises as :meth:`~sediment.table.Table.prepare`.
-        """
-        prepared = self.prepare(keys, ranges, version=self._pin(version), filter=filter)
-        try:
-            return self._planned_files(prepared)
-        except ObjectNotFoundError:
-            prepared.explain_missing()  # an expired version's files: say so
-            raise
-
-    def _planned_files(self, prepared: PreparedQuery) -> list[PlannedFile]:
-        objects = self._handle.objects
-        executor = prepared.executor
-        iterators = bool(prepared.iterators)
-        base = objects.uri.rstrip("/")
-        out: list[PlannedFile] = []
-        for sub in prepared.plan.subqueries:
-            hashes = executor.point_hashes(sub)
-            # a file none of whose row groups can hold a wanted row is left out of the plan
-            kept = [(ref, tuple(wanted)) for ref in sub.references
-                    if (wanted := executor.row_groups(ref, sub, hashes,
-                                                      prepared.query_filter)[2])]
-            merge = iterators or len(kept) > 1
-            for ref, groups in kept:
-                out.append(PlannedFile(
-                    sub.leaf_id, ref.partition_id, ref.filename, f"{base}/{ref.filename}",
-                    objects.local_path(ref.filename) or objects.path(ref.filename),
-                    sub.region, sub.ranges, ref.records, ref.approximate, ref.sequence,
-                    ref.sequenced, merge, len(kept), groups))
-        return out
-
-    # ---- metadata ------------------------------------------------------------------------
-    @property
-    def inspect(self) -> TableInspector:
-        """Metadata as Arrow tables: ``files()``, ``partitions()``, ``history()``,
-        ``jobs()`` (see :class:`~sediment.query.inspect.TableInspector`)."""
-        from sediment.query.inspect import TableInspector
-
-        return TableInspector(self)
+def plan_files(scan: Scan) -> list[PlannedFile]:
+    """``Scan.plan_files``: one :class:`PlannedFile` per (leaf, file) the scan reads."""
+    assert scan.source is not None, "a file plan names files in the table's store"
+    objects = scan.source.objects
+    executor = scan.executor
+    iterators = bool(scan.iterators)
+    base = objects.uri.rstrip("/")
+    out: list[PlannedFile] = []
+    for sub in scan.plan.subqueries:
+        hashes = executor.point_hashes(sub)
+        # a file none of whose row groups can hold a wanted row is left out of the plan
+        kept = [(ref, tuple(wanted)) for ref in sub.references
+                if (wanted := executor.row_groups(ref, sub, hashes, scan.query_filter)[2])]
+        merge = iterators or len(kept) > 1
+        for ref, groups in kept:
+            out.append(PlannedFile(
+                sub.leaf_id, ref.partition_id, ref.filename, f"{base}/{ref.filename}",
+                objects.local_path(ref.filename) or objects.path(ref.filename),
+                sub.region, sub.ranges, ref.records, ref.approximate, ref.sequence,
+                ref.sequenced, merge, len(kept), groups))
+    return out
 
 
 def _key_only_predicate(predicate: Any, keys: Sequence[str], schema: Any
@@ -298,13 +252,18 @@ def _key_only_predicate(predicate: Any, keys: Sequence[str], schema: Any
     return out, whole and out is not None
 
 
-def _polars_lazy(table: EngineMethods, register_io_source: Any, out: pa.Schema, version: int,
-                 keys: Sequence[Any] | None, ranges: Any,
-                 filter: pc.Expression | None) -> Any:  # noqa: A002
+def _polars_lazy(scan: Scan, register_io_source: Any) -> Any:
     import polars as pl
 
+    out = scan.arrow_schema
+    version = scan.plan.version
+    base = scan.pinned()
+    name = scan.source.name if scan.source is not None else "?"
+    # the request's own filter (text or a tree too) as an expression the plugin conjoins
+    own = base.filter_expression(scan.schema, name)
     pl_schema = pl.from_arrow(out.empty_table()).schema  # type: ignore[union-attr]
-    key_names = [n for n in table._handle.schema.row_key_names if n in out.names]
+    key_names = [n for n in scan.schema.row_key_names if n in out.names]
+    narrowed = base.keys is not None or base.ranges is not None
 
     def source(with_columns: list[str] | None, predicate: Any, n_rows: int | None,
                batch_size: int | None) -> Iterator[Any]:
@@ -317,15 +276,13 @@ def _polars_lazy(table: EngineMethods, register_io_source: Any, out: pa.Schema, 
             read = [c for c in out.names if c in wanted or c in named]
             if key_names:
                 narrowing, whole = _key_only_predicate(predicate, key_names, pl_schema)
-        prepared = table.prepare(keys, ranges, columns=read, version=version,
-                                 filter=_conjoin(filter, narrowing))
-        if whole and prepared.query_filter is None and keys is None and ranges is None:
+        again = scan.again(base.replace(columns=read, filter=_conjoin(own, narrowing)))
+        if whole and again.query_filter is None and not narrowed:
             # Sediment reads exactly the rows the predicate passes (its key constraints
             # became the read's ranges): filtering again in Polars would change nothing
             predicate = None
-        reader = prepared.reader()
         left = n_rows
-        for batch in reader:
+        for batch in again.to_batches():
             if left is not None and left <= 0:
                 break
             frame = pl.from_arrow(batch)
@@ -340,4 +297,4 @@ def _polars_lazy(table: EngineMethods, register_io_source: Any, out: pa.Schema, 
                 yield frame
 
     return register_io_source(source, schema=pl_schema, explain_name="sediment",
-                              explain_detail=f"{table.name} at version {version}")
+                              explain_detail=f"{name} at version {version}")

@@ -157,7 +157,8 @@ class RemoteTable:
               columns: Sequence[str] | None = None, version: int | str | None = None,
               iterators: Sequence[Any] | None = None,
               filter: Any = None) -> pa.Table:  # noqa: A002 (the public name)
-        """As ``Table.query`` (``filter``: a pyarrow expression, sent as the JSON tree of
+        """As ``Table.query`` (``keys`` may be a :class:`~sediment.ReadRequest`, sent as its
+        JSON; ``filter``: a pyarrow expression, sent as the JSON tree of
         :mod:`sediment.query.wire`, which refuses here with a FilterError naming any function
         it cannot carry; or ``--where`` text): the leaves' endpoints are fetched in parallel
         and joined in key order. A query of one exact key is one ``do_get`` of the whole

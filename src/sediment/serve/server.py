@@ -49,13 +49,14 @@ from sediment.handle import handle_of
 from sediment.properties import defaults
 from sediment.query.estimate import estimate_records
 from sediment.query.planner import QueryPlan
+from sediment.query.scan import Scan
 from sediment.serve.actions import ACTIONS, run_action
 from sediment.serve.middleware import LIGHT_ACTIONS, Admission, Call
 from sediment.serve.protocol import (
     END_OF_STREAM,
     dumps,
     parse_json,
-    query_arguments,
+    read_request,
     table_name,
     to_flight_error,
 )
@@ -151,10 +152,11 @@ class SedimentFlightServer(fl.FlightServerBase):
             return {"table": path[0]}
         return parse_json(descriptor.command or b"", what)
 
-    def prepare(self, doc: dict[str, Any], what: str) -> tuple[Table, Any]:
+    def prepare(self, doc: dict[str, Any], what: str) -> tuple[Table, Scan]:
+        """The table a descriptor (or a ticket's query) names and its read planned: the
+        descriptor's fields but ``table`` are a read request's JSON (see protocol)."""
         table = self.table(table_name(doc, what))
-        args = query_arguments(doc, table.schema.to_arrow())
-        return table, table.prepare(**args)
+        return table, table.prepare(read_request(doc))
 
     # ---- Flight methods -----------------------------------------------------------------
     def list_flights(self, context: Any, criteria: bytes) -> Iterator[fl.FlightInfo]:
@@ -179,15 +181,16 @@ class SedimentFlightServer(fl.FlightServerBase):
                 req.table = str(doc.get("table", ""))
                 table, prepared = self.prepare(doc, "query descriptor")
                 plan: QueryPlan = prepared.plan
-                pinned = {**doc, "version": plan.version}
+                # the tickets carry the request as planned, its version pinned
+                pinned = {"table": table.name, **prepared.pinned().to_json()}
                 endpoints = [fl.FlightEndpoint(dumps({"query": pinned, "leaf": s.leaf_id}), [])
                              for s in plan.subqueries]
                 # narrowed by the query's ranges (samples), -1 when a sample is unreadable
                 estimate = estimate_records(plan, handle_of(table).samples.sample,
                                             table.schema.row_key_names)
                 req.rows = estimate
-                schema = pa.schema([prepared.schema.field(c) for c in prepared.wanted])
-                return fl.FlightInfo(schema, descriptor, endpoints, estimate, -1)
+                return fl.FlightInfo(prepared.arrow_schema, descriptor, endpoints, estimate,
+                                     -1)
             return self.guard(req, body)
 
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
@@ -205,15 +208,13 @@ class SedimentFlightServer(fl.FlightServerBase):
             req.table = call.table = str(query.get("table", ""))
             table, prepared = self._pinned(query)
             if leaf is not None:
-                subs = tuple(s for s in prepared.plan.subqueries if s.leaf_id == leaf)
-                prepared = dataclasses.replace(
-                    prepared, plan=QueryPlan(prepared.plan.version, subs))
-            if query.get("keys") is not None and query.get("ranges") is None:
+                prepared = prepared.only_leaves({leaf})
+            if prepared.request.keys is not None and prepared.request.ranges is None:
                 # exact keys only: the answer is the records of those keys, read at once
                 # and sent from Arrow's side (a lookup's latency is mostly per-call cost)
-                answer: pa.Table = prepared.run()
+                answer: pa.Table = prepared.to_arrow()
                 return answer
-            reader: pa.RecordBatchReader = prepared.reader()
+            reader: pa.RecordBatchReader = prepared.to_batches()
             return reader
 
         try:
@@ -251,7 +252,7 @@ class SedimentFlightServer(fl.FlightServerBase):
 
         return fl.GeneratorStream(reader.schema, batches())
 
-    def _pinned(self, query: dict[str, Any]) -> tuple[Table, Any]:
+    def _pinned(self, query: dict[str, Any]) -> tuple[Table, Scan]:
         """Prepare a ticket's query at its pinned version: through the head this process
         shares when that is still the version (no state to rebuild), else at the version."""
         version = query.get("version")

@@ -58,6 +58,7 @@ from sediment.core.boxes import Box
 from sediment.core.ranges import Range
 from sediment.files.sample import cut_keys
 from sediment.properties import defaults
+from sediment.query.request import ReadRequest
 from sediment.spark import tasks
 from sediment.spark.pushdown import other_field, with_other_fields
 from sediment.spark.sparktypes import batch_schema, cast_for_spark, spark_struct
@@ -93,14 +94,39 @@ def _columns(options: Mapping[str, str], names: list[str]) -> list[str]:
     return wanted
 
 
+def base_request(options: Mapping[str, str]) -> ReadRequest:
+    """The read the options ask for, its version not yet pinned: option ``request`` (a
+    :class:`~sediment.query.request.ReadRequest`'s JSON: keys, ranges, columns, version or
+    tag, filter, iterators), or options ``columns``, ``version`` and ``tag`` (a request of
+    those). QueryError naming the table for both kinds at once; BadRequestError (a
+    QueryError) for a request that is not one, naming the field."""
+    from sediment.errors import QueryError
+
+    if "request" not in options:
+        return ReadRequest()
+    clash = [k for k in ("version", "tag", "columns") if k in options]
+    if clash:
+        raise QueryError(f"the sediment data source reading table {options.get('table')}: "
+                         f"give option request or option {clash[0]}, not both (the request "
+                         f"holds its version and columns)")
+    return ReadRequest.from_json(options["request"])
+
+
 def pinned_version(options: Mapping[str, str], table: Any) -> int:
     """The version a read of ``table`` pins: option ``version`` (a version number), option
-    ``tag`` (a tag name), or the head now. QueryError (naming the table and the option) for
-    both options at once, a version that is no number, or one the table does not have;
-    TagNotFoundError for an unknown tag: never a raw ``ValueError``."""
+    ``tag`` (a tag name), the version or tag of option ``request``, or the head now.
+    QueryError (naming the table and the option) for both options at once, a version that is
+    no number, or one the table does not have; TagNotFoundError for an unknown tag: never a
+    raw ``ValueError``."""
     from sediment.errors import QueryError
 
     name = options.get("table", table.name)
+    asked = base_request(options).version
+    if isinstance(asked, str):
+        return int(table.tag_version(asked))
+    if asked is not None:
+        table.state(asked)  # QueryError naming the table for a version it does not have
+        return int(asked)
     if "version" in options and "tag" in options:
         raise QueryError(f"the sediment data source reading table {name}: give option "
                          f"version or option tag, not both")
@@ -131,14 +157,22 @@ class SedimentDataSource(DataSource):
         # options name, checked here so that load() refuses a bad one).
         self.pinned_version = pinned_version(self.options, table)
         arrow = table.schema.to_arrow()
+        asked = base_request(self.options).columns
         if "columns" in self.options:
             arrow = pa.schema([arrow.field(c) for c in _columns(self.options, arrow.names)])
+        if "request" in self.options:  # checked as a query checks it, at load()
+            table.prepare(base_request(self.options).replace(version=self.pinned_version))
+        if asked is not None:
+            arrow = pa.schema([arrow.field(c) for c in asked])
         return spark_struct(arrow)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = dict(self.options)
         pinned = getattr(self, "pinned_version", None)
-        if pinned is not None:
+        if pinned is not None and "request" in options:
+            options["request"] = base_request(options).replace(
+                version=pinned).to_json_text()
+        elif pinned is not None:
             options.pop("tag", None)
             options["version"] = str(pinned)
         return SedimentReader(options, schema)
@@ -155,12 +189,14 @@ class SedimentDataSource(DataSource):
 
 @dataclass
 class LeafPartition(InputPartition):
-    """One leaf's records in ``ranges`` (None: the whole leaf; empty ``leaf_id``: nothing).
+    """One leaf's records of the read ``request`` (a ReadRequest's JSON: the reader's read,
+    its keys and ranges replaced by the ranges of this piece of the leaf; empty ``leaf_id``:
+    nothing).
 
-    The ranges travel with the partition so that ``read`` depends on nothing but it."""
+    The request travels with the partition so that ``read`` depends on nothing but it."""
 
     leaf_id: str
-    ranges: tuple[Range, ...] | None = None
+    request: str = ""
 
 
 def _tighter(a: Range, b: Range, lower: bool) -> tuple[Any, bool]:
@@ -200,18 +236,20 @@ class SedimentReader(DataSourceReader):
         self.arrow_schema = batch_schema(schema)
         table = tasks.open_table(self.spec, self.name)
         self.table_id = table.table_id
-        self.version = self._pin_version(table)
+        self.version = pinned_version(self.options, table)
+        self.request = base_request(options).replace(columns=self.columns,
+                                                     version=self.version)
+        """The read of every partition (before pushed filters narrow it)."""
         self.first_key = table.schema.row_key_names[0]
         self.key_names = list(table.schema.row_key_names)
         self.ranges: list[Range] | None = None
 
-    def _pin_version(self, table: Any) -> int:
-        return pinned_version(self.options, table)
-
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark API)
         """Take filters on the first row-key field; return the others to Spark."""
         self.ranges = None  # a reader may be asked again for another scan
-        if self.options.get("pushdown", "false").strip().lower() not in ("true", "1", "yes"):
+        if self.options.get("pushdown", "false").strip().lower() not in ("true", "1", "yes") \
+                or self.request.keys is not None or self.request.ranges is not None:
+            # (a request's own keys or ranges: Spark applies its filters to what they read)
             yield from filters
             return
         lo: tuple[Any, bool] | None = None
@@ -259,8 +297,8 @@ class SedimentReader(DataSourceReader):
 
         table = tasks.open_table(self.spec, self.name, self.table_id)
         handle = handle_of(table)
-        plan = table.plan(ranges=self.ranges, version=self.version) if self.ranges is not None \
-            else table.plan(version=self.version)
+        read = self.request if self.ranges is None else self.request.replace(ranges=self.ranges)
+        plan = table.prepare(read).plan
         if "leaves" in self.options:  # read_table reads the other leaves natively
             keep = {x for x in self.options["leaves"].split(",") if x}
             plan = dataclasses.replace(plan, subqueries=tuple(
@@ -286,19 +324,26 @@ class SedimentReader(DataSourceReader):
                 cuts = cut_keys([samples[r.filename] for r in sub.references], names,
                                 sub.region, target)
             if not cuts:
-                parts.append(LeafPartition(sub.leaf_id, sub.ranges))
+                parts.append(self._part(read, sub.leaf_id, sub.ranges))
                 continue
             bounds = [None, *cuts, None]
             for lo, hi in zip(bounds, bounds[1:], strict=False):
                 piece = Range(lo, hi, start_inclusive=True, end_inclusive=False)
                 if sub.ranges is None:
-                    parts.append(LeafPartition(sub.leaf_id, (piece,)))
+                    parts.append(self._part(read, sub.leaf_id, (piece,)))
                     continue
                 hit = tuple(r for r in (intersect(piece, q) for q in sub.ranges)
                             if r is not None)
                 if hit:
-                    parts.append(LeafPartition(sub.leaf_id, hit))
+                    parts.append(self._part(read, sub.leaf_id, hit))
         return parts or [LeafPartition("")]
+
+    @staticmethod
+    def _part(read: ReadRequest, leaf_id: str,
+              ranges: tuple[Range, ...] | None) -> LeafPartition:
+        """The partition reading ``ranges`` of one leaf (the plan's ranges hold the read's
+        keys and ranges already; None: the whole leaf)."""
+        return LeafPartition(leaf_id, read.replace(keys=None, ranges=ranges).to_json_text())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LeafPartition)
@@ -306,8 +351,7 @@ class SedimentReader(DataSourceReader):
             return
         table = tasks.open_table(self.spec, self.name, self.table_id)
         # as table.query prepares it, restricted to this partition's ranges
-        prepared = table.prepare(ranges=partition.ranges, columns=self.columns,
-                                 version=self.version)
+        prepared = table.prepare(ReadRequest.from_json(partition.request))
         for sub in prepared.plan.subqueries:
             if sub.leaf_id == partition.leaf_id:
                 data = prepared.read_subquery(sub)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sediment.handle import handle_of
+from sediment.query.request import ReadRequest
 from sediment.spark.sparktypes import parquet_readable, spark_struct
 
 _HADOOP_SPECIAL = set("*?[]{}\\:%,")
@@ -90,9 +91,10 @@ def read_table(spark: Any, table: Any, *, version: int | str | None = None,
     if through_source or not frames:
         register_data_source(spark)
         spec = table.store.spec()
-        options = {"store": str(spec["uri"]), "table": table.name, "version": str(v)}
-        if not any("," in c for c in wanted):  # the option is comma-separated
-            options["columns"] = ",".join(wanted)
+        # the read as a request's JSON: its version pinned, its columns whatever their names
+        read = ReadRequest(columns=wanted, version=v)
+        options = {"store": str(spec["uri"]), "table": table.name,
+                   "request": read.to_json_text()}
         options.update({k: str(x) for k, x in spec.items() if k != "uri" and x is not None})
         if native:
             options["leaves"] = ",".join(through_source)
