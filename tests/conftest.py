@@ -216,7 +216,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     the node id (``<id>@<group>``): pytest 9.2 keeps node ids where pytest-xdist 3.8 cannot
     change them, and the groups were then ignored without a word (pyproject pins pytest
     below 9.2 for that reason)."""
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):  # an xdist worker under loadgroup
         return
     lost = [item.nodeid for item in session.items
             if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid]

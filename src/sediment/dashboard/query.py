@@ -23,6 +23,7 @@ import pyarrow as pa
 from sediment.core.ranges import Range
 from sediment.dashboard.aggregate import region_text
 from sediment.errors import QueryError
+from sediment.query.request import ReadRequest
 from sediment.schema import Schema, key_from_text
 from sediment.table import Table
 
@@ -151,10 +152,12 @@ def query_view(table: Table, form: Mapping[str, str]) -> dict[str, Any]:
     range, version or filter it refuses: WhereError for filter text that does not parse)."""
     keys, rng, version, limit = parse_form(form, table.schema)
     where = _text(form, "where").strip() or None
-    # planned once: plan and records
-    prepared = table.prepare(keys, rng, version=version, filter=where)
-    plan = prepared.plan
-    columns, rows, more = first_rows(prepared.reader(), limit)
+    # the form is one read request (the JSON `sediment query --request`, Flight and Spark
+    # take), planned once into a scan: its plan and its records
+    request = ReadRequest(keys=keys, ranges=rng, version=version, filter=where)
+    scan = table.prepare(request)
+    plan = scan.plan
+    columns, rows, more = first_rows(scan.to_batches(), limit)
     leaves = [{"leaf_id": s.leaf_id, "region": region_text(s.region),
                "files": len(s.references),
                "records": sum(r.records for r in s.references)}
@@ -166,4 +169,5 @@ def query_view(table: Table, form: Mapping[str, str]) -> dict[str, Any]:
                  "references": sum(x["files"] for x in leaves),
                  "subqueries": leaves[:PLAN_LEAVES]},
         "columns": columns, "rows": rows, "limit": limit, "more": more,
+        "request": request.to_json_text(),
     }

@@ -18,6 +18,8 @@ import pytest
 from dashboard_cdp import Browser, find_chromium
 from dashboard_helpers import HTML_KEYS, Server
 
+import sediment as sd
+
 pytestmark = pytest.mark.slow
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 
@@ -90,6 +92,8 @@ def test_pages_render_in_chromium(browser: Browser, server: Server, tmp_path: Pa
     q = urllib.parse.urlencode({"start": "c", "end": "p", "limit": 20})
     check_page(browser, server, f"/tables/events/query?{q}", "query", tmp_path / "query.png")
     assert browser.evaluate("document.querySelectorAll('#rows tbody tr').length") == 20
+    shown = browser.evaluate("document.getElementById('request').textContent")
+    assert sd.ReadRequest.from_json(shown) == sd.ReadRequest(ranges=sd.Range("c", "p"))
 
 
 def test_refresh_and_drill_down(browser: Browser, server: Server) -> None:

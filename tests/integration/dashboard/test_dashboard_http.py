@@ -177,6 +177,10 @@ def test_query_api_matches_table_query(server: Server, store: sd.Store) -> None:
     pd.testing.assert_frame_equal(got, ref.head(50).reset_index(drop=True),
                                   check_dtype=False)
     assert data["more"] is (len(ref) > 50) and data["limit"] == 50
+    # the form is one read request: its JSON reads the same records through the library
+    request = sd.ReadRequest.from_json(data["request"])
+    assert request == sd.ReadRequest(ranges=sd.Range(lo, hi))
+    pd.testing.assert_frame_equal(table.prepare(request).to_pandas(), ref)
     plan = table.plan(ranges=sd.Range(lo, hi))
     assert data["plan"]["leaves"] == len(plan.subqueries)
     assert data["plan"]["files"] == len(plan.files)

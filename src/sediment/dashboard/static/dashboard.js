@@ -340,6 +340,7 @@
     cards("plan-cards", [["version", plan.version], ["leaves read", num(plan.leaves)],
                          ["files read", num(plan.files)], ["records shown", num(data.rows.length)]]);
     fillTable("plan", plan.subqueries, s => [s.leaf_id, s.region, num(s.files), num(s.records)]);
+    document.getElementById("request").textContent = data.request || "";
     const head = document.querySelector("#rows thead");
     const tr = document.createElement("tr");
     for (const c of data.columns) tr.appendChild(el("th", c));
