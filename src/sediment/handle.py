@@ -16,6 +16,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+from sediment.core.head import Head
 from sediment.core.state import TableState
 from sediment.errors import QueryError
 from sediment.files.samples_io import SampleReader
@@ -68,6 +69,12 @@ class TableHandle:
     def properties(self) -> dict[str, Any]:
         """Every property with its effective value (defaults included)."""
         return {**defaults(), **self.states.head().properties}
+
+    def read_head(self, *, refresh: bool = True) -> Head:
+        """Read the head once for an operation (``refresh``: from the log, else this
+        process's cached head): the state with its schema, settings and compaction
+        iterators, which the operation passes down instead of reading the head again."""
+        return Head.of(self.states.head(refresh=refresh), self.name)
 
     def state(self, version: int | str | None = None) -> TableState:
         """The state at ``version`` (a number or a tag; latest when None)."""
