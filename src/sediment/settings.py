@@ -18,13 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sediment.errors import PropertyError
 from sediment.properties import PROPERTIES, PropertySpec
 
-if TYPE_CHECKING:
-    from sediment.core.state import TableState
+
+class TableState(Protocol):
+    """What settings read of a ``sediment.core.state.TableState`` (core sits above this
+    module, so it is named by its shape)."""
+
+    table_id: str
+    properties: dict[str, Any]
 
 
 def field_name(property_name: str) -> str:
@@ -133,6 +138,14 @@ def settings_of(state: TableState, name: str | None = None) -> TableSettings:
     """``TableSettings.from_state(state, name)``: what an operation reads its properties
     from."""
     return TableSettings.from_state(state, name)
+
+
+def as_settings(properties: Mapping[str, Any]) -> TableSettings:
+    """``properties`` as settings: themselves when they are, else built from them (the planners
+    that take a property mapping: callers and tests may give a plain dict)."""
+    if isinstance(properties, TableSettings):
+        return properties
+    return TableSettings.from_properties(properties)
 
 
 def settings_fields() -> dict[str, str]:

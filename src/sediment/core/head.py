@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sediment.core.state import TableState
-from sediment.errors import CorruptMetadataError
+from sediment.errors import CorruptMetadataError, PropertyError
 from sediment.iterators.base import RecordIterator, iterators_from_property
 from sediment.schema import Schema
 from sediment.settings import TableSettings, settings_of
@@ -25,30 +25,43 @@ class Head:
     state: TableState
     schema: Schema
     settings: TableSettings
-    iterators: tuple[RecordIterator, ...]
-    """The compaction iterators (``compaction.iterators``), checked against the schema."""
+    compaction_iterators: tuple[RecordIterator, ...] | PropertyError
+    """The compaction iterators (``compaction.iterators``) checked against the schema, or
+    why a stored setting cannot run (raised by :attr:`iterators`, where they are used: the
+    steps that use none go on)."""
     name: str
     """The table's name (for errors and events)."""
+
+    @property
+    def iterators(self) -> tuple[RecordIterator, ...]:
+        """The compaction iterators (PropertyError for a stored setting that cannot run)."""
+        if isinstance(self.compaction_iterators, PropertyError):
+            raise self.compaction_iterators
+        return self.compaction_iterators
 
     @classmethod
     def of(cls, state: TableState, name: str) -> Head:
         """The head of table ``name`` at ``state`` (pure: no I/O).
 
         Raises CorruptMetadataError when the state has no schema (its log lacks the entry
-        that initialised the table); PropertyError for a stored iterator setting the schema
-        refuses, as every compaction would."""
+        that initialised the table)."""
         schema = schema_of(state, name)
         settings = settings_of(state, name)
-        iterators = iterators_from_property(
-            settings.compaction_iterators, schema,
-            where=f"table {name} property compaction.iterators")
-        return cls(state, schema, settings, tuple(iterators), name)
+        iterators: tuple[RecordIterator, ...] | PropertyError
+        try:
+            iterators = tuple(iterators_from_property(
+                settings.compaction_iterators, schema,
+                where=f"table {name} property compaction.iterators"))
+        except PropertyError as e:
+            iterators = e
+        return cls(state, schema, settings, iterators, name)
 
     def moved_to(self, state: TableState) -> Head:
         """This head after a commit of this operation (``state``, the committed state):
         settings and iterators are kept unless the commit changed the properties."""
         if state.properties == self.state.properties and state.schema is self.schema:
-            return Head(state, self.schema, self.settings, self.iterators, self.name)
+            return Head(state, self.schema, self.settings, self.compaction_iterators,
+                        self.name)
         return Head.of(state, self.name)
 
 
