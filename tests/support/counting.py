@@ -36,6 +36,11 @@ class StateReads:
     log_checks: int = 0
     """Existence checks and listings of log entries."""
 
+    @property
+    def log_reads(self) -> int:
+        """GETs of log slots: entries read and empty slots probed (each a round trip)."""
+        return self.log_entries_read + self.log_misses
+
     def reset(self) -> None:
         self.head_calls = self.log_entries_read = self.log_misses = self.log_checks = 0
 
