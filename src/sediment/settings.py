@@ -169,4 +169,4 @@ def _typed(spec: PropertySpec, value: Any, context: str) -> Any:
     except (TypeError, ValueError):
         where = f" of {context}" if context else ""
         raise PropertyError(f"property {spec.name!r}{where}: the stored value {value!r} is "
-                            f"not a {spec.type.__name__}; set a valid one") from None
+                            f"not of type {spec.type.__name__}; set a valid one") from None
