@@ -20,7 +20,7 @@ from sediment.core.head import Head
 from sediment.core.state import TableState
 from sediment.errors import QueryError
 from sediment.files.samples_io import SampleReader
-from sediment.iterators.base import RecordIterator, iterators_from_property
+from sediment.iterators.base import RecordIterator
 from sediment.properties import defaults
 from sediment.query.prepare import ExecutorCache
 from sediment.schema import Schema
@@ -104,9 +104,7 @@ class TableHandle:
 
     def compaction_iterators(self) -> list[RecordIterator]:
         """The iterators compaction applies, from the ``compaction.iterators`` property."""
-        return iterators_from_property(str(self.properties["compaction.iterators"]),
-                                       self.schema,
-                                       where=f"table {self.name} property compaction.iterators")
+        return list(self.read_head().iterators)
 
     # ---- storage ---------------------------------------------------------------------------
     def object_store_at(self, root: str) -> ObjectStore:

@@ -39,6 +39,7 @@ from sediment.properties import check_combined, defaults, validate_properties
 from sediment.schema import Schema, schema_difference
 from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes, member_tree
 from sediment.schemes.methods import SchemeMethods
+from sediment.settings import as_settings
 from sediment.state.documents import json_object
 from sediment.state.log import FORMAT_VERSION, check_format
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold
@@ -396,7 +397,7 @@ class Store(SchemeMethods):
         """
         if timeout is None:
             timeout = max(UNNAMED_TABLE_TIMEOUT_SECONDS,
-                          float(self.properties.get("gc.orphan_timeout_seconds", 0.0)))
+                          as_settings(self.properties).gc_orphan_timeout_seconds)
         folders = self.objects.list_folders(TABLES_PREFIX)
         if not folders:
             return UnnamedTablesResult()

@@ -21,6 +21,7 @@ from sediment.properties import PROPERTIES, check_combined, defaults, validate_p
 from sediment.query.conversions import Conversions
 from sediment.query.engines import EngineMethods
 from sediment.schema import Schema
+from sediment.settings import settings_of
 from sediment.state.log import HistoryEntry
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold, with_scheme_threshold
 from sediment.state.store import StateStore
@@ -204,7 +205,8 @@ class Table(Conversions, EngineMethods):
         """Delete log entries and snapshots no tag or retained version needs."""
         from sediment.state.versions import prune
 
-        return prune(self._handle.states, float(self.properties["retention.seconds"]))
+        states = self._handle.states
+        return prune(states, settings_of(states.head(), self.name).retention_seconds)
 
     @property
     def version(self) -> int:
