@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from sediment.core.model import FileReference
 from sediment.core.state import TableState
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, QueryError, SedimentError
-from sediment.settings import settings_of
 from sediment.state.log import LOG_PREFIX, log_key, version_of_key
 from sediment.state.snapshot import (
     OBJECT_PREFIX,
@@ -36,7 +35,7 @@ from sediment.state.tags import forget_expired_pins
 from sediment.state.tags import get_tag as get_tag
 from sediment.state.tags import list_tags as list_tags
 from sediment.state.tags import scan_tags as scan_tags
-from sediment.storage.clock import deletion_clock
+from sediment.storage.clock import CLOCK_SKEW_SECONDS, deletion_clock
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +181,7 @@ def prune(states: StateStore, retention_seconds: float, *, now: float | None = N
     # oldest of them (the state at the window's start); the head's own entry always stays.
     # The base is strictly below every recent entry: an entry inside the window is never
     # deleted (a writer synced within PRUNE_GRACE_SECONDS relies on it; see StateStore.commit).
-    skew = settings_of(head, states.name).gc_clock_skew_seconds
+    skew = float(head.properties.get("gc.clock_skew_seconds", CLOCK_SKEW_SECONDS))
     window = max(retention_seconds, PRUNE_GRACE_SECONDS) + skew
     recent = [v for v, o in logs.items() if clock - o.mtime < window]
     limit = min([head.version, *recent]) - 1
