@@ -26,6 +26,7 @@ from sediment.cli.passes import (
     warn_errors,
 )
 from sediment.core.units import human_seconds
+from sediment.errors import SedimentError
 from sediment.maintenance.kept import GcKept, Kept
 from sediment.maintenance.orchestrator import StoreMaintenance
 from sediment.maintenance.passes import MaintenanceResult
@@ -180,10 +181,12 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
     process; one report row per table every --interval seconds (GC runs at that period too)."""
     if workers not in ("process", "thread"):
         raise typer.BadParameter(f"--workers is process or thread, not {workers!r}")
-    # the one maintenance of a store (Store.maintain's): the same table steps, the same
-    # settling of partition-scheme members, the same store steps
-    maintenance = store_maintenance(open_store(store), runner="spark" if spark else "local",
-                                    orphan_timeout=orphan_timeout)
+    def maintenance_of_store() -> StoreMaintenance:
+        """The one maintenance of a store (``Store.maintain``'s): the same table steps, the
+        same settling of partition-scheme members, the same store steps."""
+        return store_maintenance(open_store(store), runner="spark" if spark else "local",
+                                 orphan_timeout=orphan_timeout)
+
     if spark:
         from sediment.spark import session
 
@@ -192,6 +195,12 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         from sediment.maintenance.continuous import Maintainer
 
         stop = _stop_on_signals()
+        try:
+            whole: StoreMaintenance | None = None if table else maintenance_of_store()
+        except SedimentError as e:  # a daemon: the tables' rows report it, round after round
+            whole = None
+            typer.echo(f"maintain: not collecting unnamed folders: {type(e).__name__}: {e}",
+                       err=True)
 
         def tables() -> list[Table]:
             found, unopened = each_table(store, table, online_only=False, loop=True)
@@ -211,10 +220,11 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         maintainer = Maintainer(tables, gc_every=interval, refresh_tables=interval,
                                 orphan_timeout=orphan_timeout, threads=threads,
                                 workers="process" if workers == "process" else "thread",
-                                store=None if table else maintenance)
+                                store=whole)
         maintainer.run(report_every=interval, max_reports=max_loops, stop=stop,
                        on_report=on_report)
         return
+    maintenance = maintenance_of_store()
     results: dict[str, MaintenanceResult] = {}
 
     def act(t: Table, progress: Progress) -> dict[str, Any]:
