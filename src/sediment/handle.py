@@ -16,10 +16,11 @@ import numbers
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+from sediment.core.head import Head
 from sediment.core.state import TableState
 from sediment.errors import QueryError
 from sediment.files.samples_io import SampleReader
-from sediment.iterators.base import RecordIterator, iterators_from_property
+from sediment.iterators.base import RecordIterator
 from sediment.properties import defaults
 from sediment.query.prepare import ExecutorCache
 from sediment.schema import Schema
@@ -69,6 +70,12 @@ class TableHandle:
         """Every property with its effective value (defaults included)."""
         return {**defaults(), **self.states.head().properties}
 
+    def read_head(self, *, refresh: bool = True) -> Head:
+        """Read the head once for an operation (``refresh``: from the log, else this
+        process's cached head): the state with its schema, settings and compaction
+        iterators, which the operation passes down instead of reading the head again."""
+        return Head.of(self.states.head(refresh=refresh), self.name)
+
     def state(self, version: int | str | None = None) -> TableState:
         """The state at ``version`` (a number or a tag; latest when None)."""
         return self.states.load(self.resolve_version(version))
@@ -97,9 +104,7 @@ class TableHandle:
 
     def compaction_iterators(self) -> list[RecordIterator]:
         """The iterators compaction applies, from the ``compaction.iterators`` property."""
-        return iterators_from_property(str(self.properties["compaction.iterators"]),
-                                       self.schema,
-                                       where=f"table {self.name} property compaction.iterators")
+        return list(self.read_head().iterators)
 
     # ---- storage ---------------------------------------------------------------------------
     def object_store_at(self, root: str) -> ObjectStore:

@@ -38,7 +38,8 @@ from sediment.errors import (
 from sediment.properties import check_combined, defaults, validate_properties
 from sediment.schema import Schema, schema_difference
 from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes, member_tree
-from sediment.schemes.methods import SchemeMethods, settle_members
+from sediment.schemes.methods import SchemeMethods
+from sediment.settings import as_settings
 from sediment.state.documents import json_object
 from sediment.state.log import FORMAT_VERSION, check_format
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold
@@ -54,6 +55,7 @@ from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
+    from sediment.maintenance.orchestrator import StoreMaintenance
     from sediment.maintenance.passes import MaintenanceResult
     from sediment.table import Table
 
@@ -395,7 +397,7 @@ class Store(SchemeMethods):
         """
         if timeout is None:
             timeout = max(UNNAMED_TABLE_TIMEOUT_SECONDS,
-                          float(self.properties.get("gc.orphan_timeout_seconds", 0.0)))
+                          as_settings(self.properties).gc_orphan_timeout_seconds)
         folders = self.objects.list_folders(TABLES_PREFIX)
         if not folders:
             return UnnamedTablesResult()
@@ -443,17 +445,8 @@ class Store(SchemeMethods):
             JobError: a maintenance job failed.
             TransactionError, CorruptMetadataError, StorageError: as ``Table.maintain``.
         """
-        names = [table] if table else self.tables()
-        out = {n: self.table(n).maintain(runner=runner, orphan_timeout=orphan_timeout)
-               for n in names}
-        if not table and any(r.splits for r in out.values()):
-            out = settle_members(self, out, runner=runner, orphan_timeout=orphan_timeout)
-        if not table:
-            result = self.collect_unnamed_tables(timeout=orphan_timeout)
-            if not result.note:  # the same timeout for the folders of dropped schemes
-                collect_unnamed_schemes(self, UNNAMED_TABLE_TIMEOUT_SECONDS
-                                        if orphan_timeout is None else orphan_timeout)
-        return out
+        return store_maintenance(self, runner=runner, orphan_timeout=orphan_timeout).maintain(
+            [table] if table else None)
 
     def load(self, job_manifest_uri: str, table_name: str, *,
              progress: Callable[[int, int], None] | None = None) -> Table:
@@ -491,3 +484,23 @@ class Store(SchemeMethods):
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
+
+
+def store_maintenance(store: Store, *, runner: Literal["local", "spark"] = "local",
+                      orphan_timeout: float | None = None) -> StoreMaintenance:
+    """The maintenance of ``store`` (:mod:`sediment.maintenance.orchestrator`), with its store
+    steps: the folders of tables, then of partition schemes, that no catalog entry names.
+    ``Store.maintain``, ``sediment maintain`` and ``maintain --loop`` all run it."""
+    from sediment.maintenance.orchestrator import StoreMaintenance, StoreStepResult
+
+    def unnamed_tables(timeout: float | None) -> StoreStepResult:
+        r = store.collect_unnamed_tables(timeout=timeout)
+        return StoreStepResult("unnamed tables", len(r.removed), r.objects_deleted, r.note)
+
+    def unnamed_schemes(timeout: float | None) -> StoreStepResult:
+        removed = collect_unnamed_schemes(
+            store, UNNAMED_TABLE_TIMEOUT_SECONDS if timeout is None else timeout)
+        return StoreStepResult("unnamed schemes", len(removed))
+
+    return StoreMaintenance(store, runner=runner, orphan_timeout=orphan_timeout,
+                            store_steps=(unnamed_tables, unnamed_schemes))

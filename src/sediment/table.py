@@ -19,6 +19,7 @@ from sediment.errors import PropertyError, did_you_mean
 from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
 from sediment.schema import Schema
+from sediment.settings import settings_of
 from sediment.state.log import HistoryEntry
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold, with_scheme_threshold
 from sediment.state.store import StateStore
@@ -207,7 +208,8 @@ class Table:
         """Delete log entries and snapshots no tag or retained version needs."""
         from sediment.state.versions import prune
 
-        return prune(self._handle.states, float(self.properties["retention.seconds"]))
+        states = self._handle.states
+        return prune(states, settings_of(states.head(), self.name).retention_seconds)
 
     @property
     def version(self) -> int:

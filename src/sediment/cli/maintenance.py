@@ -28,6 +28,9 @@ from sediment.cli.passes import (
 from sediment.core.units import human_seconds
 from sediment.errors import SedimentError
 from sediment.maintenance.kept import GcKept, Kept
+from sediment.maintenance.orchestrator import StoreMaintenance
+from sediment.maintenance.passes import MaintenanceResult
+from sediment.store import store_maintenance
 from sediment.table import Table
 
 commands = typer.Typer()
@@ -70,14 +73,10 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-def _collect_unnamed(store: str | None, orphan_timeout: float | None) -> dict[str, Any] | None:
-    """Remove the folders of tables no catalog entry names (dropped tables, killed loads);
-    a report row when it did something or could not."""
-    r = open_store(store).collect_unnamed_tables(timeout=orphan_timeout)
-    if not (r.removed or r.note):
-        return None
-    return {"table": "(unnamed tables)", "removed": len(r.removed),
-            "deleted": r.objects_deleted, **({"error": r.note} if r.note else {})}
+def _store_rows(maintenance: StoreMaintenance) -> list[dict[str, Any]]:
+    """The store steps (the folders of tables and partition schemes no catalog entry names:
+    dropped ones, killed loads); a report row for each that did something or could not."""
+    return [row for r in maintenance.run_store_steps() if (row := r.row()) is not None]
 
 
 @commands.command()
@@ -182,6 +181,12 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
     process; one report row per table every --interval seconds (GC runs at that period too)."""
     if workers not in ("process", "thread"):
         raise typer.BadParameter(f"--workers is process or thread, not {workers!r}")
+    def maintenance_of_store() -> StoreMaintenance:
+        """The one maintenance of a store (``Store.maintain``'s): the same table steps, the
+        same settling of partition-scheme members, the same store steps."""
+        return store_maintenance(open_store(store), runner="spark" if spark else "local",
+                                 orphan_timeout=orphan_timeout)
+
     if spark:
         from sediment.spark import session
 
@@ -190,17 +195,14 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         from sediment.maintenance.continuous import Maintainer
 
         stop = _stop_on_signals()
-        collected = [float("-inf")]
+        try:
+            whole: StoreMaintenance | None = None if table else maintenance_of_store()
+        except SedimentError as e:  # a daemon: the tables' rows report it, round after round
+            whole = None
+            typer.echo(f"maintain: not collecting unnamed folders: {type(e).__name__}: {e}",
+                       err=True)
 
         def tables() -> list[Table]:
-            # once per GC period, the store's unnamed table folders (whole-store runs only)
-            if table is None and time.monotonic() - collected[0] >= interval:
-                collected[0] = time.monotonic()
-                try:
-                    _collect_unnamed(store, orphan_timeout)
-                except SedimentError as e:
-                    typer.echo(f"collecting unnamed table folders: {type(e).__name__}: {e}",
-                               err=True)
             found, unopened = each_table(store, table, online_only=False, loop=True)
             for row in unopened:  # reported in the next rows, looked at again next refresh
                 maintainer.note(row["table"], row["error"])
@@ -217,33 +219,46 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
 
         maintainer = Maintainer(tables, gc_every=interval, refresh_tables=interval,
                                 orphan_timeout=orphan_timeout, threads=threads,
-                                workers="process" if workers == "process" else "thread")
+                                workers="process" if workers == "process" else "thread",
+                                store=whole)
         maintainer.run(report_every=interval, max_reports=max_loops, stop=stop,
                        on_report=on_report)
         return
+    maintenance = maintenance_of_store()
+    results: dict[str, MaintenanceResult] = {}
+
     def act(t: Table, progress: Progress) -> dict[str, Any]:
-        if not t.online:
-            r = t.gc(orphan_timeout=orphan_timeout)
-            progress(0, 0)
-            return {"passes": 1, "splits": 0, "jobs": 0, "failed": 0,
-                    "deleted": r.deleted + r.orphans_deleted,
-                    **_tag_errors(r.unreadable_tags)}
         from sediment.handle import handle_of
         from sediment.maintenance.gc import tag_protection
 
-        m = t.maintain(runner="spark" if spark else "local", orphan_timeout=orphan_timeout,
-                       progress=progress)
-        row = {**_scheme_of(t), "passes": m.passes, "splits": m.splits,
-               "jobs": m.jobs_committed, "failed": m.jobs_failed, "deleted": m.files_deleted,
-               **_tag_errors(tag_protection(handle_of(t))[1])}
+        # an offline table: its steps split and compact nothing, GC runs
+        m = results[t.name] = maintenance.maintain_table(t, progress=progress)
+        row = {**_scheme_of(t), **_counts(m), **_tag_errors(tag_protection(handle_of(t))[1])}
         if m.errors:  # a damaged member of its scheme: named, the others maintained
             problems = [row["error"]] if "error" in row else []
             row["error"] = "; ".join([*problems, "scheme members left as they are: "
                                       + "; ".join(m.errors)])
         return row
+
+    def settle(rows: list[dict[str, Any]]) -> None:
+        """After the tables, as ``Store.maintain``: the members of partition schemes
+        maintained again while a round splits anything, their rows summed."""
+        settled = maintenance.settle(dict(results))
+        for row in rows:
+            name = row.get("table")
+            if name in results and settled[name] is not results[name]:
+                row.update(_counts(settled[name]))
+        results.clear()
+
     run_passes(store, table, loop, interval, max_loops, json_out, act, online_only=False,
-              store_pass=None if table else lambda: _collect_unnamed(store, orphan_timeout),
-              verb="maintain", unit="jobs")
+              store_pass=None if table else lambda: _store_rows(maintenance),
+              after_tables=None if table else settle, verb="maintain", unit="jobs")
+
+
+def _counts(m: MaintenanceResult) -> dict[str, Any]:
+    """A ``maintain`` report row's numbers."""
+    return {"passes": m.passes, "splits": m.splits, "jobs": m.jobs_committed,
+            "failed": m.jobs_failed, "deleted": m.files_deleted}
 
 
 def _scheme_of(t: Table) -> dict[str, Any]:

@@ -117,25 +117,26 @@ Progress = Callable[[int, int], None]
 def run_passes(store: str | None, table: str | None, loop: bool, interval: float,
                max_loops: int, json_out: bool,
                action: Callable[[Table, Progress], dict[str, Any]], *, online_only: bool,
-               store_pass: Callable[[], dict[str, Any] | None] | None = None,
+               store_pass: Callable[[], list[dict[str, Any]]] | None = None,
+               after_tables: Callable[[list[dict[str, Any]]], None] | None = None,
                verb: str = "", unit: str = "tables") -> None:
     """Run ``action`` on each table (once, or every ``interval`` with ``loop``), a progress
     bar on a terminal, then one report row per table. With ``unit`` "tables" the bar counts
     the tables; otherwise each table gets a bar of its own that ``action`` drives through the
-    ``progress(done, total)`` it is given (compaction jobs: their real total, per pass)."""
+    ``progress(done, total)`` it is given (compaction jobs: their real total, per pass).
+    ``store_pass`` runs first in each round (its rows head the report); ``after_tables``
+    once the tables are done, given the round's rows to complete."""
     passes = 0
     while True:
         passes += 1
         rows: list[dict[str, Any]] = []
         if store_pass is not None:
             try:
-                row = store_pass()
+                rows.extend(store_pass())
             except SedimentError as e:
                 if not loop:
                     raise
-                row = {"table": "(unnamed tables)", "error": f"{type(e).__name__}: {e}"}
-            if row is not None:
-                rows.append(row)
+                rows.append({"table": "(unnamed folders)", "error": f"{type(e).__name__}: {e}"})
         try:
             tables, unopened = each_table(store, table, online_only=online_only, loop=loop)
             rows.extend(unopened)
@@ -171,6 +172,13 @@ def run_passes(store: str | None, table: str | None, loop: bool, interval: float
                 finally:
                     if task is not None:
                         bar.advance(task)
+        if after_tables is not None:
+            try:
+                after_tables(rows)
+            except SedimentError as e:
+                if not loop:
+                    raise
+                rows.append({"table": "*", "error": f"{type(e).__name__}: {e}"})
         emit_rows(rows, json_out, loop=loop)
         warn_errors(rows, verb, loop)
         if not loop or (max_loops and passes >= max_loops):

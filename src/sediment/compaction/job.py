@@ -47,6 +47,7 @@ from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names
 from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.schema import Schema, quote_identifier
+from sediment.settings import as_settings
 from sediment.state import pending
 from sediment.storage.base import ObjectStore
 
@@ -182,8 +183,9 @@ def _merged(objects: ObjectStore, inputs: Sequence[InputFile], schema: Schema,
             properties: Mapping[str, Any], region: Region) -> Iterator[pa.RecordBatch]:
     """The merged records of ``inputs``: DataFusion's merge of local files, or Sediment's own
     k-way merge of inputs read in place (both by (keys, sequence), stable in input order)."""
-    memory = int(properties["compaction.memory_limit_bytes"])
-    batch_rows = int(properties["compaction.batch_rows"])
+    settings = as_settings(properties)
+    memory = settings.compaction_memory_limit_bytes
+    batch_rows = settings.compaction_batch_rows
     if not any(f.key for f in inputs):
         return _merged_batches(inputs, schema, batch_rows, memory,
                                None if _inside(inputs, region) else region)
@@ -206,7 +208,7 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
     where its inputs are: local disk for local or copied inputs, the store itself for inputs
     read in place (so local disk stays bounded whatever the leaf's size); the names of files
     written to the store are added to ``intermediates`` (the caller deletes them)."""
-    max_inputs = int(properties["compaction.max_merge_inputs"])
+    max_inputs = as_settings(properties).compaction_max_merge_inputs
     arrow = schema.to_arrow().append(SEQ_FIELD)
     sorting = [pq.SortingColumn(k) for k in [*range(len(schema.key_names)), len(arrow) - 1]]
     files, rounds = list(inputs.files), 0
@@ -249,12 +251,13 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                        iterators: Sequence[RecordIterator] = ()) -> JobOutput:
     """Merge the job's inputs into one new file (not committed: see the runner)."""
     started = time.perf_counter()
+    properties = as_settings(properties)  # once: the helpers below take it as it is
     tmp = tempfile.mkdtemp(prefix="sediment-compact-")
     writer: SortedFileWriter | None = None
     intermediates: list[str] = []
     try:
         sources = resolve_inputs(objects, job.inputs, tmp, job_id=job.job_id,
-                                 local_disk_bytes=int(properties["compaction.local_disk_bytes"]),
+                                 local_disk_bytes=as_settings(properties).compaction_local_disk_bytes,
                                  first_key=schema.row_key_names[0])
         inputs = _merge_rounds(objects, schema, properties, job, region, sources, tmp,
                                intermediates)

@@ -23,6 +23,7 @@ from sediment.compaction.strategy import (
     plan_compaction_jobs,
     plan_reference_splits,
 )
+from sediment.core.head import Head
 from sediment.core.model import FileReference, Region
 from sediment.core.state import TableState
 from sediment.core.transactions import (
@@ -71,9 +72,16 @@ class CompactionResult:
         return bool(self.references_pushed_down or self.jobs_created)
 
 
-def push_down_references(table: TableHandle) -> int:
-    """Move references in non-leaf partitions one level down; returns how many moved."""
-    schema = table.schema
+def push_down_references(table: TableHandle, *, head: Head | None = None) -> int:
+    """Move references in non-leaf partitions one level down; returns how many moved
+    (planned on ``head``, else on the table's head read now)."""
+    return _push_down(table, table.read_head() if head is None else head)[0]
+
+
+def _push_down(table: TableHandle, head: Head) -> tuple[int, Head]:
+    """``push_down_references`` on ``head``: how many moved, and the head after (the state
+    this commit made; ``head`` itself when nothing moved)."""
+    schema = head.schema
     samples = table.samples
 
     def estimate(ref: FileReference, region: Region) -> int:
@@ -87,11 +95,10 @@ def push_down_references(table: TableHandle) -> int:
         moved = len(splits)
         return SplitFileReferences(splits)
 
-    head = table.states.head()
-    if not plan_reference_splits(head, lambda r, g: 0):
-        return 0
-    table.states.commit(build)
-    return moved
+    if not plan_reference_splits(head.state, lambda r, g: 0):
+        return 0, head
+    state = table.states.commit(build)
+    return moved, head.moved_to(state)
 
 
 JobSelection = Callable[[TableState, list[CompactionJob]], list[CompactionJob]]
@@ -100,14 +107,23 @@ plans); a selected job may take only part of a planned job's inputs."""
 
 
 def create_jobs(table: TableHandle, *, full: bool = False,
-                select: JobSelection | None = None) -> list[CompactionJob]:
+                select: JobSelection | None = None, head: Head | None = None
+                ) -> list[CompactionJob]:
     """Pick jobs with the table's strategy (``full``: every leaf into one file), keep those
-    ``select`` keeps (all by default), and assign them in one transaction."""
-    props = table.properties
+    ``select`` keeps (all by default), and assign them in one transaction (planned on
+    ``head``, else on the table's head read now)."""
+    head = table.read_head() if head is None else head
+    return _create_jobs(table, head, full=full, select=select)[0]
 
-    def plan(head: TableState) -> list[CompactionJob]:
-        planned = plan_compaction_jobs(head, props, full=full)
-        return planned if select is None else select(head, planned)
+
+def _create_jobs(table: TableHandle, head: Head, *, full: bool,
+                 select: JobSelection | None) -> tuple[list[CompactionJob], Head]:
+    """``create_jobs`` on ``head``: the jobs and the head after their assignment."""
+    settings = head.settings
+
+    def plan(state: TableState) -> list[CompactionJob]:
+        planned = plan_compaction_jobs(state, settings, full=full)
+        return planned if select is None else select(state, planned)
 
     jobs: list[CompactionJob] = []
 
@@ -116,10 +132,10 @@ def create_jobs(table: TableHandle, *, full: bool = False,
         jobs = plan(head)
         return AssignJobIds(assignments(jobs))
 
-    if not plan(table.states.head()):
-        return []
-    table.states.commit(build)
-    return jobs
+    if not plan(head.state):
+        return [], head
+    state = table.states.commit(build)
+    return jobs, head.moved_to(state)
 
 
 def stale_jobs(state: TableState, timeout: float, *, exclude: set[str],
@@ -178,37 +194,54 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def execute_job(table: TableHandle, job: CompactionJob, region: Region) -> JobOutput | str:
-    """Run one job (of the partition with ``region``) in this process: its output, or why it
-    failed (a storage or data error: one bad job fails alone)."""
+def execute_job(table: TableHandle, job: CompactionJob, region: Region, *,
+                head: Head | None = None) -> JobOutput | str:
+    """Run one job (of the partition with ``region``) in this process with the schema,
+    settings and iterators of ``head`` (else of the table's head read now: a Spark
+    executor's): its output, or why it failed (a storage or data error: one bad job fails
+    alone)."""
     try:
-        return run_compaction_job(table.objects, table.schema, table.properties, job, region,
-                                  table.compaction_iterators())
+        head = table.read_head() if head is None else head
+        return run_compaction_job(table.objects, head.schema, head.settings, job, region,
+                                  head.iterators)
     except (SedimentError, OSError) as e:
         return _reason(e)
 
 
-def run_job(table: TableHandle, state: TableState, job: CompactionJob) -> JobResult:
-    """Run one job and commit it; records status events; never raises for a job failure."""
+def run_job(table: TableHandle, state: TableState, job: CompactionJob, *,
+            head: Head | None = None) -> JobResult:
+    """Run one job planned on ``state`` (``head``: its head, when the caller has it) and
+    commit it; records status events; never raises for a job failure."""
     record_job_started(table, job)
     region = state.partitions[job.partition_id].region
-    return commit_job(table, job, execute_job(table, job, region))
+    try:
+        head = Head.of(state, table.name) if head is None else head
+    except SedimentError as e:
+        return commit_job(table, job, _reason(e))
+    return commit_job(table, job, execute_job(table, job, region, head=head))
 
 
 def run_jobs_locally(table: TableHandle, state: TableState, jobs: Sequence[CompactionJob], *,
-                     on_done: Callable[[JobResult], None] | None = None) -> list[JobResult]:
-    """Run ``jobs`` in threads (``compaction.threads``); results in the jobs' order.
-    ``on_done`` is called on this thread as each job ends (committed or failed)."""
-    threads = int(table.properties["compaction.threads"]) or (os.cpu_count() or 2)
+                     on_done: Callable[[JobResult], None] | None = None,
+                     head: Head | None = None) -> list[JobResult]:
+    """Run ``jobs`` (planned on ``state``; ``head``: its head, when the caller has it) in
+    threads (``compaction.threads``); results in the jobs' order. ``on_done`` is called on
+    this thread as each job ends (committed or failed)."""
+    try:
+        head = Head.of(state, table.name) if head is None else head
+    except SedimentError as e:
+        return [commit_job(table, j, _reason(e)) for j in jobs]
+    threads = head.settings.compaction_threads or (os.cpu_count() or 2)
     if len(jobs) <= 1 or threads == 1:
         results = []
         for j in jobs:
-            results.append(run_job(table, state, j))
+            results.append(run_job(table, state, j, head=head))
             if on_done is not None:
                 on_done(results[-1])
         return results
     with ThreadPoolExecutor(min(threads, len(jobs))) as pool:
-        futures = {pool.submit(run_job, table, state, j): i for i, j in enumerate(jobs)}
+        futures = {pool.submit(run_job, table, state, j, head=head): i
+                   for i, j in enumerate(jobs)}
         out: dict[int, JobResult] = {}
         for f in as_completed(futures):
             out[futures[f]] = f.result()
@@ -225,26 +258,31 @@ class DueJobs:
     """The head the jobs were planned on (what their regions are read from)."""
     jobs: list[CompactionJob]
     references_pushed_down: int = 0
+    head: Head | None = None
+    """``state``'s head (settings and iterators): what the jobs run with."""
 
 
 def due_jobs(table: TableHandle, *, exclude: Set[str] = frozenset(),
              refresh: bool = True, full: bool = False,
-             select: JobSelection | None = None) -> DueJobs:
+             select: JobSelection | None = None, head: Head | None = None) -> DueJobs:
     """The start of every pass (``compact``, the continuous maintainer): push references down,
     assign new jobs (each recorded ``created``; ``full``: a forced full compaction; ``select``:
-    see ``create_jobs``), and add the stale jobs not in ``exclude``."""
+    see ``create_jobs``), and add the stale jobs not in ``exclude``. All of it is planned on
+    ``head`` (else on the table's head read now; ``refresh``: re-read from the log, else
+    this process's cached head) and on the states its own commits make: the log is read
+    again only when another writer commits meanwhile."""
+    head = table.read_head(refresh=refresh) if head is None else head
     try:
-        moved = push_down_references(table)
+        moved, head = _push_down(table, head)
     except TransactionInvalidError:
         moved = 0  # raced with another runner: next pass
-    jobs = create_jobs(table, full=full, select=select)
+    jobs, head = _create_jobs(table, head, full=full, select=select)
     for j in jobs:
         table.status.record("compaction", j.job_id, "created", partition_id=j.partition_id,
                             inputs=len(j.inputs), records_in=j.records)
-    state = table.states.head(refresh=refresh)
-    timeout = float(table.properties["compaction.job_timeout_seconds"])
-    stale = stale_jobs(state, timeout, exclude=set(exclude) | {j.job_id for j in jobs})
-    return DueJobs(state, jobs + stale, moved)
+    timeout = head.settings.compaction_job_timeout_seconds
+    stale = stale_jobs(head.state, timeout, exclude=set(exclude) | {j.job_id for j in jobs})
+    return DueJobs(head.state, jobs + stale, moved, head)
 
 
 Progress = Callable[[int, int], None]
@@ -260,20 +298,30 @@ def compact(table: TableHandle, *, runner: JobRunner | None = None,
     (new and stale: every job this pass runs) with ``(0, total)``, then as each job ends
     (local threads; a custom runner such as Spark's reports once, when all have ended)."""
     started = time.perf_counter()
-    if not table.states.head().online:
+    return compact_on(table, table.read_head(), runner=runner, full=full, progress=progress,
+                      started=started)
+
+
+def compact_on(table: TableHandle, head: Head, *, runner: JobRunner | None = None,
+               full: bool = False, progress: Progress | None = None,
+               started: float | None = None) -> CompactionResult:
+    """``compact`` on ``head``, read by the caller (a maintenance pass reads it once for
+    all its steps)."""
+    started = time.perf_counter() if started is None else started
+    if not head.state.online:
         if progress is not None:
             progress(0, 0)
         return CompactionResult()
     moved = 0
     while full:  # every level at once: a full compaction leaves nothing above the leaves
         try:
-            n = push_down_references(table)
+            n, head = _push_down(table, head)
         except TransactionInvalidError:
             break  # raced with another runner's push-down: the next pass goes on
         if not n:
             break
         moved += n
-    due = due_jobs(table, full=full)
+    due = due_jobs(table, full=full, head=head)
     jobs = due.jobs
     if progress is not None:
         progress(0, len(jobs))
@@ -288,7 +336,7 @@ def compact(table: TableHandle, *, runner: JobRunner | None = None,
     if not jobs:
         results: list[JobResult] = []
     elif runner is None:
-        results = run_jobs_locally(table, due.state, jobs, on_done=tick)
+        results = run_jobs_locally(table, due.state, jobs, on_done=tick, head=due.head)
     else:
         results = runner(table, due.state, jobs)
         if progress is not None:

@@ -45,6 +45,7 @@ from sediment.core.model import FileReference, Region
 from sediment.core.state import TableState
 from sediment.core.transactions import JobAssignment, SplitReference
 from sediment.iterators.base import iterators_from_property
+from sediment.settings import as_settings
 
 Estimate = Callable[[FileReference, Region], int]
 """Estimated records of a referenced file inside a region (from its sample)."""
@@ -90,7 +91,7 @@ def short_part(job: CompactionJob, records: float, properties: Mapping[str, Any]
 def _whole_leaf(properties: Mapping[str, Any]) -> bool:
     """Whether a compaction iterator needs consecutive inputs (see plan_compaction_jobs)."""
     return any(it.needs_consecutive_inputs() for it in iterators_from_property(
-        str(properties["compaction.iterators"]), where="property compaction.iterators"))
+        as_settings(properties).compaction_iterators, where="property compaction.iterators"))
 
 
 def plan_reference_splits(state: TableState, estimate: Estimate) -> list[SplitReference]:
@@ -182,11 +183,12 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
     references first (ties in key order), so no leaf starves behind the others."""
     if not state.online:
         return []
-    strategy = str(properties["compaction.strategy"])
-    batch = int(properties["compaction.batch_size"])
-    ratio = float(properties["compaction.ratio"])
-    cap = int(properties["compaction.max_concurrent_jobs_per_partition"])
-    whole_leaf = _whole_leaf(properties)
+    settings = as_settings(properties)
+    strategy = settings.compaction_strategy
+    batch = settings.compaction_batch_size
+    ratio = settings.compaction_ratio
+    cap = settings.compaction_max_concurrent_jobs_per_partition
+    whole_leaf = _whole_leaf(settings)
     per_leaf: list[tuple[int, int, list[CompactionJob]]] = []
     for position, leaf in enumerate(state.leaf_partitions()):
         refs = state.references(leaf.id)
@@ -219,7 +221,7 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
     per_leaf.sort(key=lambda t: (-t[0], t[1]))
     jobs = [leaf_jobs[i] for i in range(max((len(j) for _, _, j in per_leaf), default=0))
             for _, _, leaf_jobs in per_leaf if i < len(leaf_jobs)]
-    most = int(properties["compaction.max_jobs_per_pass"])
+    most = settings.compaction_max_jobs_per_pass
     return jobs[:most] if most else jobs
 
 

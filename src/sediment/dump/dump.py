@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from sediment.core.boxes import Box
 from sediment.core.cells import is_box_tree
+from sediment.core.head import Head
 from sediment.core.ranges import Range
 from sediment.core.state import TableState
 from sediment.core.transactions.table import SCHEME_PROPERTIES
@@ -48,6 +49,7 @@ from sediment.dump.manifest import (
     range_to_json,
     sha256,
 )
+from sediment.dump.pinned import PINNED as _PINNED
 from sediment.dump.whole import copy_file, whole_file
 from sediment.errors import JobError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
@@ -153,7 +155,8 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
     folder = f"{job_id}/{task.task_id}"
     guard()  # a job resumed by another dump is that dump's to write
     dest.delete_many([o.key for o in dest.list(folder + "/")])
-    state = table.state(version)
+    head = _PINNED.get(table, version)
+    state = head.state
     subs = []
     boxes = is_box_tree(state.partitions)
     for leaf_id in task.leaves if boxes else (task.leaf_id,):
@@ -162,17 +165,16 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
         for anc in state.ancestors(leaf.id):
             refs.extend(state.references(anc.id).values())
         subs.append(SubQuery(leaf.id, leaf.region, tuple(refs), (task.query or task.range,)))
-    schema = table.schema
+    schema, settings = head.schema, head.settings
     executor = table.executors.get(state)  # the table's own, with its caches
     # a per-field region or a box leaf leaves out rows inside the tile: never a whole file
     whole = None if isinstance(task.query, Box) or boxes else \
-        whole_file(table, executor, list(subs[0].references), task.range)
+        whole_file(executor, list(subs[0].references), task.range, head.iterators)
     if whole is not None:
         return [copy_file(table, dest, f"{folder}/batch-00000", version, task.range,
                           whole)]
-    props = table.properties
     batches = executor.stream(QueryPlan(state.version, tuple(subs)), schema.field_names,
-                              table.compaction_iterators())
+                              head.iterators)
     paths: list[str] = []
     pending: list[pa.RecordBatch] = []
     held = 0
@@ -183,7 +185,7 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
         prefix = f"{folder}/batch-{len(paths):05d}"
         guard()
         _write_batch(dest, prefix, version, data, schema.row_key_names, task.range, final,
-                     int(props["sample.size"]), int(props["parquet.row_group_rows"]))
+                     settings.sample_size, settings.parquet_row_group_rows)
         paths.append(f"{prefix}/{version}-manifest.json")
         pending, held = [], 0
 
@@ -289,10 +291,11 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
     the limit and another dump resumed the job) and that dump has finished, the result is that
     dump's job: the same job manifest."""
     started = time.perf_counter()
+    head = table.read_head()  # the dump's one read of the head
     # checked as a query's range is (a per-field region bound: tiles cut its lexicographic
     # bounds); ends in the model's form
     try:
-        rng = Range() if range is None else check_range(table.schema, range, table.name)
+        rng = Range() if range is None else check_range(head.schema, range, table.name)
     except QueryError as e:
         raise QueryError(f"table {table.name}: dump range {range} is empty or invalid: "
                          f"{e}") from None
@@ -300,7 +303,7 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
         raise QueryError(f"table {table.name}: dump range {rng} is empty")
     root = dump_root_of(table, root)
     dest = table.object_store_at(root)  # a bad URI fails here, before any lock is taken
-    v = table.resolve_version(version) or table.version
+    v = table.resolve_version(version) or head.state.version
     lock = DumpLock(table.objects, table.name, {
         "job_id": uuid.uuid4().hex[:16], "root": root, "range": range_to_json(rng),
         "version": v}, LOCK_TIMEOUT_SECONDS if lock_timeout is None else lock_timeout)
@@ -309,9 +312,11 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
     v = int(lock.doc["version"] or v)
     tag = f"dump-{job_id}"
     try:
+        # the version's head (QueryError for an unknown or pruned version), which the dump's
+        # tasks share (a past version is loaded once, not once per task)
+        at = head if v == head.state.version else Head.of(table.states.load(v), table.name)
         # a resumed job may lack its tag (a crash before it was created)
         if new or all(x.name != tag for x in list_tags(table.states)):
-            table.states.load(v)  # QueryError for an unknown or pruned version
             create_tag(table.states, tag, v)
     except BaseException:
         if new:  # nothing written yet (e.g. an unknown version): free the table at once
@@ -321,8 +326,8 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
         raise
     resumed = 0
     try:
-        with lock.heartbeat():
-            resumed, rows, size, n_tasks = _run_job(table, dest, lock, new, v, rng, threads,
+        with lock.heartbeat(), _PINNED.pinned(table, at):
+            resumed, rows, size, n_tasks = _run_job(table, dest, lock, new, at, rng, threads,
                                                     progress, runner)
             lock.check()  # the tag and lock are another dump's once it resumed this job
             _forget_tag(table, tag)
@@ -354,13 +359,14 @@ def dumped_properties(state: TableState) -> dict[str, Any]:
             and not (member and k == "partition.split.threshold")}
 
 
-def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, v: int,
+def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, at: Head,
              rng: Range, threads: int, progress: Callable[[int, int], None] | None,
              runner: str) -> tuple[int, int, int, int]:
-    """Run the job's unfinished tasks and write its job manifest (after checking the lock is
-    still ours); ``(resumed tasks, rows, bytes, tasks)``."""
+    """Run the job's unfinished tasks on ``at``, the head of the dumped version, and write its
+    job manifest (after checking the lock is still ours); ``(resumed tasks, rows, bytes,
+    tasks)``."""
     job_id = lock.job_id
-    state = table.state(v)
+    state, v = at.state, at.state.version
     tasks = plan_dump_tasks(state, rng)
     done: dict[str, list[str]] = {}
     for t in tasks:
@@ -402,7 +408,7 @@ def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, v
         entries.append({"task_id": t.task_id, "leaf_id": t.leaf_id,
                         "range": range_to_json(t.range), "manifests": manifests})
     job = {"format": FORMAT, "job_id": job_id, "table": table.name, "version": v,
-           "schema": table.schema.to_json(), "range": range_to_json(rng), "tasks": entries,
+           "schema": at.schema.to_json(), "range": range_to_json(rng), "tasks": entries,
            "rows": rows, "bytes": size, "created": time.time(),
            "properties": dumped_properties(state)}
     if is_box_tree(state.partitions):  # a load makes a box table cut where the tiles are

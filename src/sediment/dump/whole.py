@@ -20,12 +20,12 @@ if TYPE_CHECKING:
     from sediment.handle import TableHandle
 
 
-def whole_file(table: TableHandle, executor: Any, refs: Sequence[FileReference],
-               tile: Range) -> FileReference | None:
+def whole_file(executor: Any, refs: Sequence[FileReference], tile: Range,
+               iterators: Sequence[object]) -> FileReference | None:
     """The task's only file when it can be copied byte for byte: one exact reference, no
-    compaction iterators, and every row strictly inside the task's ``tile`` (judged on the
-    first row-key field from the cached footer statistics)."""
-    if len(refs) != 1 or refs[0].approximate or table.compaction_iterators():
+    compaction ``iterators``, and every row strictly inside the task's ``tile`` (judged on
+    the first row-key field from the cached footer statistics)."""
+    if len(refs) != 1 or refs[0].approximate or iterators:
         return None
     ref = refs[0]
     _, footer = executor.footers.open(ref.filename)

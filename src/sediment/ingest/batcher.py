@@ -96,7 +96,7 @@ from sediment.ingest.batcher_store import requeue as _requeue
 from sediment.ingest.batcher_store import save_job as _save_job
 from sediment.ingest.sources import expand_paths, file_format
 from sediment.ingest.standard import StagedFiles, ingest_files
-from sediment.properties import defaults
+from sediment.settings import as_settings, settings_of
 from sediment.state.store import definitely_not_committed
 from sediment.storage.conditional import create_once
 
@@ -134,9 +134,9 @@ class Batch:
 
 
 def _settings(properties: Mapping[str, Any]) -> tuple[int, int, float]:
-    props = {**defaults(), **properties}
-    return (int(props["batcher.max_files"]), int(props["batcher.max_bytes"]),
-            float(props["batcher.max_age_seconds"]))
+    settings = as_settings(properties)
+    return settings.batcher_max_files, settings.batcher_max_bytes, \
+        settings.batcher_max_age_seconds
 
 
 def plan_batches(requests: Sequence[Request], properties: Mapping[str, Any],
@@ -170,7 +170,7 @@ def plan_batches(requests: Sequence[Request], properties: Mapping[str, Any],
 
 def route_for(batch: Batch, properties: Mapping[str, Any], spark_available: bool) -> str:
     """``bulk_import`` for a big enough job when Spark is available, else ``ingest``."""
-    threshold = int({**defaults(), **properties}["batcher.bulk_import_min_bytes"])
+    threshold = as_settings(properties).batcher_bulk_import_min_bytes
     return "bulk_import" if spark_available and batch.bytes >= threshold else "ingest"
 
 
@@ -357,7 +357,7 @@ def run(table: TableLike, spark: SparkSession | None = None, *, now: float | Non
     table = handle_of(table)
     now = time.time() if now is None else now
     recovered = recover(table, now=now)
-    props = table.properties
+    props = settings_of(table.states.head(), table.name)
     requests = pending(table)
     batches = plan_batches(requests, props, now, flush=flush)
     outcomes = [_run_job(table, b, route_for(b, props, spark is not None), spark, spill_dir)
@@ -373,7 +373,7 @@ def status(table: TableLike, *, now: float | None = None) -> dict[str, Any]:
     """Pending requests, the jobs a run would make now, unfinished and recent jobs, failures."""
     table = handle_of(table)
     now = time.time() if now is None else now
-    props = table.properties
+    props = settings_of(table.states.head(), table.name)
     requests = pending(table)
     batches = plan_batches(requests, props, now)
     all_jobs = jobs(table)

@@ -55,6 +55,7 @@ from sediment.ingest.batcher_store import (
     unpin_job,
 )
 from sediment.ingest.standard import delete_staged
+from sediment.settings import settings_of
 from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
@@ -232,7 +233,7 @@ def recover(table: TableLike, *, now: float | None = None) -> list[JobOutcome]:
     cannot be settled now is an outcome of state ``unsettled`` naming why."""
     table = handle_of(table)
     now = time.time() if now is None else now
-    timeout = float(table.properties["batcher.job_timeout_seconds"])
+    timeout = settings_of(table.states.head(), table.name).batcher_job_timeout_seconds
     claimed_by = {doc.get("job") for doc in list_docs(table, CLAIMED)}
     out = []
     all_jobs = jobs(table)

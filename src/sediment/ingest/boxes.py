@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from sediment.core.head import schema_of
 from sediment.core.model import FileReference
 from sediment.core.state import TableState
 from sediment.files.cells import assign_leaves
@@ -20,17 +21,18 @@ from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filena
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
+    from sediment.settings import TableSettings
 
 
-def write_boxes(table: TableHandle, state: TableState, stream: Iterator[pa.RecordBatch],
-                strategy: str, open_writers: list[SortedFileWriter],
+def write_boxes(table: TableHandle, state: TableState, settings: TableSettings,
+                stream: Iterator[pa.RecordBatch], strategy: str,
+                open_writers: list[SortedFileWriter],
                 written: list[WrittenFile]) -> list[FileReference]:
-    """Write the stream into the leaves' files; returns their references. ``open_writers``
-    and ``written`` hold the writers still open and the files closed, so that the caller
-    aborts and deletes them on failure."""
-    schema = state.schema
-    assert schema is not None
-    props = {**table.properties}
+    """Write the stream into the leaves' files (with the ``settings`` of ``state``); returns
+    their references. ``open_writers`` and ``written`` hold the writers still open and the
+    files closed, so that the caller aborts and deletes them on failure."""
+    schema = schema_of(state, table.name)
+    props = settings
     names = schema.row_key_names
     writers: dict[str, SortedFileWriter] = {}
     counts: dict[str, int] = {}

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sediment.core.cells import is_box_tree
+from sediment.core.head import schema_of
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles
@@ -31,7 +32,7 @@ from sediment.ingest.boxes import write_boxes
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 from sediment.ingest.spill import SortedRuns, SpillDir, resolve_spill_dir
 from sediment.ingest.stall import wait_for_room
-from sediment.properties import defaults
+from sediment.settings import TableSettings, settings_of
 from sediment.state import pending
 
 if TYPE_CHECKING:
@@ -87,13 +88,13 @@ class _LeafCutter:
                 start = end
 
 
-def _write_partitioned(table: TableHandle, state: TableState, stream: Iterator[pa.RecordBatch],
-                       strategy: str) -> tuple[list[FileReference], list[WrittenFile]]:
-    schema = state.schema
-    assert schema is not None
+def _write_partitioned(table: TableHandle, state: TableState, settings: TableSettings,
+                       stream: Iterator[pa.RecordBatch], strategy: str
+                       ) -> tuple[list[FileReference], list[WrittenFile]]:
+    schema = schema_of(state, table.name)
     if is_box_tree(state.partitions):
-        return _write_boxes(table, state, stream, strategy)
-    props = {**table.properties}
+        return _write_boxes(table, state, settings, stream, strategy)
+    props = settings
     cutter = _LeafCutter(state, schema.row_key_names)
     refs: list[FileReference] = []
     written: list[WrittenFile] = []
@@ -141,13 +142,15 @@ def _write_partitioned(table: TableHandle, state: TableState, stream: Iterator[p
     return refs, written
 
 
-def _write_boxes(table: TableHandle, state: TableState, stream: Iterator[pa.RecordBatch],
-                 strategy: str) -> tuple[list[FileReference], list[WrittenFile]]:
+def _write_boxes(table: TableHandle, state: TableState, settings: TableSettings,
+                 stream: Iterator[pa.RecordBatch], strategy: str
+                 ) -> tuple[list[FileReference], list[WrittenFile]]:
     """Box partitions (ingest/boxes.py), failing as :func:`_write_partitioned` does."""
     open_writers: list[SortedFileWriter] = []
     written: list[WrittenFile] = []
     try:
-        return write_boxes(table, state, stream, strategy, open_writers, written), written
+        return write_boxes(table, state, settings, stream, strategy, open_writers,
+                           written), written
     except BaseException as e:
         for w in open_writers:
             w.abort()
@@ -177,9 +180,12 @@ def discard_staged(table: TableHandle, filenames: Sequence[str], error: BaseExce
 def ingest(table: TableHandle, data: IngestInput, *, progress: Progress | None = None,
            source: str = "input", spill_dir: SpillDir = None) -> IngestResult:
     """Ingest records into ``table`` as one transaction (see module docs; ``spill_dir``: see
-    :func:`sediment.ingest.spill.resolve_spill_dir`)."""
+    :func:`sediment.ingest.spill.resolve_spill_dir`). The head is read once, here: the
+    records are cut at its leaves with its settings, and committed on it (the log is read
+    again only if another writer commits first)."""
     folder = resolve_spill_dir(spill_dir, table.name)  # before reading any input
-    return _ingest_batches(table, ((source, b) for b in iter_input(data, table.name, source)),
+    return _ingest_batches(table, table.states.head(),
+                           ((source, b) for b in iter_input(data, table.name, source)),
                            progress, spill_dir=folder)
 
 
@@ -195,14 +201,15 @@ def ingest_files(table: TableHandle, paths: Sequence[str] | str, *,
     files = expand_paths(paths, table.objects)
     if not files:
         raise DataError(f"ingest into table {table.name}: no input files given")
-    schema = table.schema
+    state = table.states.head()
+    schema = schema_of(state, table.name)
 
     def batches() -> Iterator[tuple[str, pa.RecordBatch]]:
         for fs, path in files:
             for b in read_file(fs, path, schema):
                 yield path, b
 
-    return _ingest_batches(table, batches(), progress, before_commit, spill_dir=folder)
+    return _ingest_batches(table, state, batches(), progress, before_commit, spill_dir=folder)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,13 +233,11 @@ def stage_batches(table: TableHandle, state: TableState,
     :func:`~sediment.ingest.spill.resolve_spill_dir` finds) and write files cut at the leaves
     of ``state``; nothing is committed. Used by standard ingest and by Spark tasks (which
     spill where their executor's environment says)."""
-    schema = state.schema
-    assert schema is not None
-    props = {**table.properties}
-    runs = SortedRuns(schema.to_arrow(), schema.key_names,
-                      int(props["ingest.memory_limit_bytes"]),
+    schema = schema_of(state, table.name)
+    settings = settings_of(state, table.name)
+    runs = SortedRuns(schema.to_arrow(), schema.key_names, settings.ingest_memory_limit_bytes,
                       resolve_spill_dir(spill_dir, table.name),
-                      int(props["parquet.row_group_rows"]), table.name)
+                      settings.parquet_row_group_rows, table.name)
     rows = 0
     offsets: dict[str, int] = {}
     try:
@@ -245,18 +250,19 @@ def stage_batches(table: TableHandle, state: TableState,
                 progress(batch.num_rows)
         if rows == 0:
             return StagedFiles(0, [], [])
-        refs, written = _write_partitioned(table, state, runs.sorted_stream(),
-                                           str(props["ingest.write_strategy"]))
+        refs, written = _write_partitioned(table, state, settings, runs.sorted_stream(),
+                                           settings.ingest_write_strategy)
         return StagedFiles(rows, refs, written)
     finally:
         runs.cleanup()
 
 
 def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
-                  kind: str = "ingest", before_commit: BeforeCommit | None = None
-                  ) -> IngestResult:
+                  kind: str = "ingest", before_commit: BeforeCommit | None = None,
+                  state: TableState | None = None) -> IngestResult:
     """Commit staged files in one AddFiles transaction (deleting them when it surely did not
-    land: see ``discard_staged``).
+    land: see ``discard_staged``). ``state``: the head the files were staged on, when the
+    caller read it (its version answers an ingest of nothing; its settings give the stall).
 
     ``before_commit`` is called with the staged files just before the commit (the ingest
     batcher records them there); if it raises, the files are deleted and nothing is
@@ -267,7 +273,7 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
         # Files written by other processes (Spark tasks) are this process's to protect now.
         pending.register(table.objects, [w.filename for w in staged.written])
         try:
-            stalled, crowded = _stall(table, staged, kind)
+            stalled, crowded = _stall(table, staged, kind, state)
         except BaseException:
             _delete_files(table, staged.written)
             raise
@@ -278,7 +284,8 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
             _delete_files(table, staged.written)
             raise
     if staged.rows == 0:
-        return IngestResult(0, 0, 0, table.version, time.perf_counter() - started)
+        version = table.version if state is None else state.version
+        return IngestResult(0, 0, 0, version, time.perf_counter() - started)
     try:
         new_state = table.states.commit(AddFiles(staged.references))
     except BaseException as e:
@@ -297,19 +304,20 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
     return result
 
 
-def _stall(table: TableHandle, staged: StagedFiles, kind: str
+def _stall(table: TableHandle, staged: StagedFiles, kind: str, state: TableState | None
            ) -> tuple[float, tuple[str, int] | None]:
     """Wait for room in the leaves ``staged`` adds to, as ``ingest.stall_files`` asks (see
     :mod:`sediment.ingest.stall`): the seconds waited, and the fullest leaf (id, files)
     still crowded when the wait timed out."""
-    # the cached head's properties: no read of the log on every ingest to find the stall off
-    props = {**defaults(), **table.states.cached_head().properties}
-    limit = int(props["ingest.stall_files"])
+    # the staged-on (else the cached) head's settings: no read of the log to find the stall
+    # off
+    settings = settings_of(table.states.cached_head() if state is None else state, table.name)
+    limit = settings.ingest_stall_files
     if limit <= 0:
         return 0.0, None
     pids = [r.partition_id for r in staged.references]
     waited, crowded = wait_for_room(table.states.head, pids, limit,
-                                    float(props["ingest.stall_max_seconds"]))
+                                    settings.ingest_stall_max_seconds)
     if not crowded:
         return waited, None
     leaf, files = max(crowded.items(), key=lambda kv: kv[1])
@@ -319,11 +327,11 @@ def _stall(table: TableHandle, staged: StagedFiles, kind: str
     return waited, (leaf, files)
 
 
-def _ingest_batches(table: TableHandle, batches: Iterator[tuple[str, pa.RecordBatch]],
+def _ingest_batches(table: TableHandle, state: TableState,
+                    batches: Iterator[tuple[str, pa.RecordBatch]],
                     progress: Progress | None,
                     before_commit: BeforeCommit | None = None, *,
                     spill_dir: SpillDir = None) -> IngestResult:
     started = time.perf_counter()
-    staged = stage_batches(table, table.states.head(), batches, progress,
-                           spill_dir=spill_dir)
-    return commit_staged(table, staged, started, before_commit=before_commit)
+    staged = stage_batches(table, state, batches, progress, spill_dir=spill_dir)
+    return commit_staged(table, staged, started, before_commit=before_commit, state=state)

@@ -46,12 +46,15 @@ from sediment.compaction.strategy import (
 )
 from sediment.handle import handle_of
 from sediment.maintenance.gc import gc
+from sediment.maintenance.orchestrator import StoreMaintenance
 from sediment.maintenance.pool import SmallestFirstPool
 from sediment.maintenance.schemes import split_table
 from sediment.maintenance.splitting import leaf_records
 from sediment.maintenance.workers import WorkerProcesses
+from sediment.settings import settings_of
 
 if TYPE_CHECKING:
+    from sediment.core.head import Head
     from sediment.core.model import Partition
     from sediment.core.state import TableState
     from sediment.handle import TableHandle
@@ -102,6 +105,8 @@ class Maintainer:
     """Keeps tables maintained until stopped: see the module docstring.
 
     ``tables`` is called every ``refresh_tables`` seconds (tables come and go in a store).
+    ``store``: the maintenance of their store (``sediment.store.store_maintenance``), whose
+    store steps (the folders no catalog entry names) run every ``gc_every`` seconds.
     ``threads`` (default: the CPUs) run jobs, and a tick assigns only as many as are idle (see
     the module docstring). With ``workers="process"`` each of those
     threads hands its job's merge to one of as many worker processes
@@ -112,8 +117,11 @@ class Maintainer:
                  tick_seconds: float = 0.25, gc_every: float = 10.0,
                  refresh_tables: float = 10.0,
                  orphan_timeout: float | None = None,
-                 workers: Literal["thread", "process"] = "thread") -> None:
+                 workers: Literal["thread", "process"] = "thread",
+                 store: StoreMaintenance | None = None) -> None:
         self._tables_fn = tables
+        self._store = store
+        self._store_at = float("-inf")
         self.orphan_timeout = orphan_timeout
         """Overrides each table's ``gc.orphan_timeout_seconds`` (see
         ``sediment.maintenance.gc.gc``)."""
@@ -155,6 +163,9 @@ class Maintainer:
             except Exception as e:  # noqa: BLE001 - listing tables again next refresh
                 self._note("*", f"{type(e).__name__}: {e}")
             self._tables_at = now
+        if self._store is not None and now - self._store_at >= self.gc_every:
+            self._store_at = now
+            self._gc_pool.submit(self._store_steps, self._store)
         self._reap()
         started = 0
         # each tick starts at the table after the last one that started work: the first ones
@@ -186,22 +197,26 @@ class Maintainer:
         act = self._activity.setdefault(t.name, TableActivity())
         act.ticks += 1
         before = act.splits + act.jobs_started
-        head = t.states.head()
-        if head.online:
+        head = t.read_head()  # the tick's one read of the table's head
+        if head.state.online:
             # one split a tick, and only while jobs keep up (a thread's worth of them queued
             # at most): a split leaves both children with every file of the parent to
             # rewrite, and leaves that cross the threshold together (uniform keys) would
             # otherwise hand the workers all of that at once
-            if self._pool.waiting < self.threads and self._split_due(t):
-                r = split_table(t, limit=1, ready=functools.partial(self._split_ready, t))
+            if self._pool.waiting < self.threads and self._split_due(t, head):
+                r = split_table(t, limit=1, ready=functools.partial(self._split_ready, t),
+                                head=head)
                 act.splits += r.splits
-                head = t.states.head()
+                # a scheme's split commits through other state stores than this table's
+                scheme = bool(head.settings.partition_scheme)
+                if r.splits or scheme:
+                    head = t.read_head(refresh=scheme)
                 for leaf in r.unsplittable:
-                    p = head.partitions.get(leaf)
+                    p = head.state.partitions.get(leaf)
                     if p is not None:
-                        self._stuck[(t.name, leaf)] = leaf_records(head, p)
+                        self._stuck[(t.name, leaf)] = leaf_records(head.state, p)
             if self._pool.idle:
-                self._compact(t, act)
+                self._compact(t, head, act)
         collecting = self._collecting.get(t.name)
         if now - self._gc_at.get(t.name, float("-inf")) >= self.gc_every and \
                 (collecting is None or collecting.done()):
@@ -225,6 +240,19 @@ class Maintainer:
             act.errors.extend(f"gc kept every unreferenced file: {m}"
                               for m in g.unreadable_tags)
 
+    def _store_steps(self, store: StoreMaintenance) -> None:
+        """The store steps, on the GC thread; what they could not do is reported."""
+        try:
+            results = store.run_store_steps()
+        except Exception as e:  # noqa: BLE001 - reported; the next GC period tries again
+            with self._lock:
+                self._note("(unnamed folders)", f"{type(e).__name__}: {e}")
+            return
+        with self._lock:
+            for r in results:
+                if r.note:
+                    self._note(f"({r.what})", r.note)
+
     def _split_ready(self, t: TableHandle, state: TableState, leaf: Partition) -> bool:
         """A leaf over the threshold splits at once when no merge of its files is under way
         (nothing to wait for); else once it holds few files (a third of a batch, at least 2,
@@ -240,7 +268,7 @@ class Maintainer:
         refs = state.references(leaf.id).values()
         files = files_after_jobs(refs)
         since, before = self._over_since.get(key, (now, files))
-        calm = max(2, int(t.properties["compaction.batch_size"]) // 3)
+        calm = max(2, settings_of(state, t.name).compaction_batch_size // 3)
         idle = all(r.job_id is None for r in refs)  # no merge under way: nothing to wait for
         if idle or files <= calm or files < before or now - since >= SPLIT_WAIT_SECONDS:
             self._over_since.pop(key, None)
@@ -248,37 +276,38 @@ class Maintainer:
         self._over_since[key] = (since, files)
         return False
 
-    def _split_due(self, t: TableHandle) -> bool:
+    def _split_due(self, t: TableHandle, head: Head) -> bool:
         """A leaf is over the threshold and not known to be unsplittable at its size (an
         unsplittable leaf is reported once, not every tick)."""
-        scheme = str(t.properties.get("partition.scheme") or "")
+        scheme = head.settings.partition_scheme
         if scheme:  # its scheme splits, on every member's records: looked at now and then
             now = time.monotonic()
             if now - self._scheme_at.get(scheme, float("-inf")) < SCHEME_CHECK_SECONDS:
                 return False
             self._scheme_at[scheme] = now
             return True
-        state = t.states.head(refresh=False)
-        threshold = int(t.properties["partition.split.threshold"])
+        state = head.state
+        threshold = head.settings.partition_split_threshold
         for leaf in state.leaf_partitions():
             n = leaf_records(state, leaf)
             if n > threshold and self._stuck.get((t.name, leaf.id)) != n:
                 return True
         return False
 
-    def _compact(self, t: TableHandle, act: TableActivity) -> None:
-        timeout = float(t.properties["compaction.job_timeout_seconds"])
+    def _compact(self, t: TableHandle, head: Head, act: TableActivity) -> None:
+        settings = head.settings
+        timeout = settings.compaction_job_timeout_seconds
         now = time.monotonic()
         with self._lock:
             # ours in flight, and ours that ended within the timeout (a job whose commit
             # failed stays assigned: rerun it as any stale job, not on every tick)
             recent = set(self._running) | {j for j, (_, at) in self._ran_at.items()
                                            if now - at < timeout}
-        long_records = int(t.properties["partition.split.threshold"]) * LONG_JOB_FRACTION
-        crowded = crowded_files(int(t.properties["compaction.batch_size"]))
+        long_records = settings.partition_split_threshold * LONG_JOB_FRACTION
+        crowded = crowded_files(settings.compaction_batch_size)
         idle, slots = self._pool.idle, self._pool.long_slots
 
-        def select(head: TableState, planned: list[CompactionJob]) -> list[CompactionJob]:
+        def select(state: TableState, planned: list[CompactionJob]) -> list[CompactionJob]:
             # Only the jobs idle threads start now, in the plan's order (the leaves with the
             # most files first), a long one only when its lane is free: a job assigned and
             # queued holds its inputs while files keep arriving, and the next plan, made
@@ -293,8 +322,8 @@ class Maintainer:
                 if is_long(j, long_records):
                     if free_long:
                         free_long -= 1
-                    elif files_after_jobs(head.references(j.partition_id).values()) > crowded:
-                        short = short_part(j, long_records, t.properties)
+                    elif files_after_jobs(state.references(j.partition_id).values()) > crowded:
+                        short = short_part(j, long_records, settings)
                         if short is None:
                             continue
                         j = short
@@ -303,13 +332,14 @@ class Maintainer:
                 out.append(j)
             return out
 
-        due = due_jobs(t, exclude=recent, refresh=False, select=select)
+        due = due_jobs(t, exclude=recent, select=select, head=head)
         state = due.state
         live = set(state.jobs)  # forget this table's jobs that are no longer assigned
         self._ran_at = {j: v for j, v in self._ran_at.items() if v[0] != t.name or j in live}
         for j in due.jobs:
             self._ran_at[j.job_id] = (t.name, now)
             runner = run_job if self._processes is None else self._processes.run_job
+            # each job derives its settings from ``state`` (no read of the head)
             fut = self._pool.submit(j.records, functools.partial(runner, t, state, j),
                                     long=is_long(j, long_records))
             fut.add_done_callback(lambda _: self._wake.set())

@@ -43,6 +43,7 @@ from sediment.core.transactions import DeleteFiles, ExpireLeases, Transaction
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sidecars import data_file_of, with_sidecars
 from sediment.maintenance.kept import GcKept, GcPlan, GcWindows, Hold, classify
+from sediment.settings import TableSettings, settings_of
 from sediment.state import pending
 from sediment.state.versions import TAG_PREFIX, scan_tags
 from sediment.storage.clock import object_store_time
@@ -136,16 +137,19 @@ def _live_leases(table: TableHandle, store_now: float) -> Mapping[str, float | N
 
 def _plan(table: TableHandle, listed: list[ObjectInfo], leases: Mapping[str, float | None],
           now: float, store_now: float, orphan_timeout: float | None
-          ) -> tuple[GcPlan, list[str]]:
+          ) -> tuple[GcPlan, list[str], TableSettings]:
     """Classify (``sediment.maintenance.kept``) against the head, loaded after the listing and
-    the leases (see the module)."""
+    the leases (see the module): GC's one read of the head, which it cannot take from the
+    start of a maintenance pass (the order above is what makes it safe). Its settings come
+    back too, for the rest of the pass."""
     state = table.states.head()
+    settings = settings_of(state, table.name)
     holds, unreadable = tag_holds(table, store_now)
     for problem in unreadable:
         log.warning("gc of table %s deletes no unreferenced file: %s", table.name, problem)
     return classify(state, listed, holds=holds, unreadable_tags=bool(unreadable),
-                    leases=leases, windows=GcWindows.of(table.properties, orphan_timeout),
-                    now=now, store_now=store_now), unreadable
+                    leases=leases, windows=GcWindows.of(settings, orphan_timeout),
+                    now=now, store_now=store_now), unreadable, settings
 
 
 def survey(table: TableHandle, *, now: float | None = None,
@@ -173,11 +177,10 @@ def gc(table: TableHandle, *, now: float | None = None,
     store_now = (object_store_time(table.objects) or time.time()) if now is None else now
     leases = _live_leases(table, store_now)
     now = time.time() if now is None else now
-    plan, unreadable = _plan(table, listed, leases, now, store_now, orphan_timeout)
-    props = {**table.properties}
-    batch_size = int(props["gc.batch_size"])
+    plan, unreadable, settings = _plan(table, listed, leases, now, store_now, orphan_timeout)
+    batch_size = settings.gc_batch_size
     # oldest unreferenced first, at most gc.max_files_per_run in one pass
-    ready = list(plan.unreferenced_ready[: int(props["gc.max_files_per_run"])])
+    ready = list(plan.unreferenced_ready[: settings.gc_max_files_per_run])
     deleted = 0
     for i in range(0, len(ready), batch_size):
         batch = ready[i : i + batch_size]
@@ -196,7 +199,7 @@ def gc(table: TableHandle, *, now: float | None = None,
     orphans = list(plan.orphans_ready)
     if orphans:
         table.objects.delete_many(orphans)
-    timeout = GcWindows.of(props, orphan_timeout).orphan_timeout
+    timeout = GcWindows.of(settings, orphan_timeout).orphan_timeout
     # partial writes of killed writers (local temp files), anywhere in the table's folder; a
     # put in flight writes one too, and no override goes below the hour no put ever takes
     stale = [o.key for o in table.objects.temporaries("")

@@ -44,6 +44,7 @@ from typing import Any
 
 from sediment.core.state import TableState
 from sediment.files.sidecars import data_file_of
+from sediment.settings import TableSettings
 from sediment.storage.base import ObjectInfo
 
 UNREFERENCED_REASONS = ("tag", "pin", "retention", "gc_delay", "clock_skew")
@@ -110,11 +111,11 @@ class GcWindows:
     orphan_timeout: float
 
     @classmethod
-    def of(cls, props: Mapping[str, Any], orphan_timeout: float | None = None) -> GcWindows:
-        timeout = props["gc.orphan_timeout_seconds"] if orphan_timeout is None \
+    def of(cls, settings: TableSettings, orphan_timeout: float | None = None) -> GcWindows:
+        timeout = settings.gc_orphan_timeout_seconds if orphan_timeout is None \
             else orphan_timeout
-        return cls(float(props["gc.delay_seconds"]), float(props["retention.seconds"]),
-                   float(props["gc.clock_skew_seconds"]), float(timeout))
+        return cls(settings.gc_delay_seconds, settings.retention_seconds,
+                   settings.gc_clock_skew_seconds, float(timeout))
 
 
 @dataclass(frozen=True, slots=True)

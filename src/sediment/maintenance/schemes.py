@@ -36,11 +36,13 @@ from sediment.maintenance.splitting import (
     leaf_records,
     split,
 )
+from sediment.settings import settings_of
 from sediment.state.schemes import scheme_members, scheme_states
 from sediment.state.store import StateStore
 from sediment.storage import open_object_store, spec_options
 
 if TYPE_CHECKING:
+    from sediment.core.head import Head
     from sediment.handle import TableHandle
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,7 @@ def plan_scheme_splits(scheme: TableState, members: Sequence[MemberView]) -> lis
     a coarser leaf: those count once it follows, which ``split_scheme`` makes it do first."""
     assert scheme.schema is not None
     names = scheme.schema.row_key_names
-    threshold = int(scheme.properties["partition.split.threshold"])
+    threshold = settings_of(scheme).partition_split_threshold
     out = []
     for leaf in scheme.leaf_partitions():
         in_members = [m for m in members if (p := m.state.partitions.get(leaf.id)) is not None
@@ -170,12 +172,14 @@ def _went_past(member: TableHandle, error: SedimentError, errors: dict[str, str]
                 member.name, type(error).__name__, error)
 
 
-def split_table(table: TableHandle, *, limit: int = 0, ready: SplitReady | None = None
-                ) -> SplitResult:
+def split_table(table: TableHandle, *, limit: int = 0, ready: SplitReady | None = None,
+                head: Head | None = None) -> SplitResult:
     """Split a table's leaves over the threshold (``splitting.split``; ``ready``: see there);
     for a member of a partition scheme, split its scheme instead, on the records of all
-    members (every leaf over the threshold: the members' files are not looked at)."""
-    scheme_id = str(table.properties.get("partition.scheme") or "")
+    members (every leaf over the threshold: the members' files are not looked at). Planned
+    on ``head`` (else on the table's head read now); a scheme's split reads every member's."""
+    head = table.read_head() if head is None else head
+    scheme_id = head.settings.partition_scheme
     if not scheme_id:
-        return split(table, limit=limit, ready=ready)
+        return split(table, limit=limit, ready=ready, head=head)
     return split_scheme_at(table.store_spec(), scheme_id, limit=limit)

@@ -24,8 +24,10 @@ from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.cells import choose_cut
 from sediment.files.keys import bisect_key, region_mask, row_key
 from sediment.files.sample import COUNT, merge_samples, quantile
+from sediment.settings import as_settings
 
 if TYPE_CHECKING:
+    from sediment.core.head import Head
     from sediment.handle import TableHandle
 
 SampleLookup = Callable[[str], pa.Table]
@@ -122,7 +124,8 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
         return []
     assert state.schema is not None
     names = state.schema.row_key_names
-    threshold = int(properties["partition.split.threshold"])
+    settings = as_settings(properties)
+    threshold = settings.partition_split_threshold
     out = []
     for leaf in state.leaf_partitions():
         n = leaf_records(state, leaf)
@@ -134,7 +137,7 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
             out.append(SplitDecision(leaf.id, n, None, f"cannot read a sample: {e}"))
             continue
         if isinstance(leaf.region, Cell):
-            first = first_field(str(properties["partition.split.dimension"]),
+            first = first_field(settings.partition_split_dimension,
                                 len(state.ancestors(leaf.id)), len(names))
             out.append(_box_decision(leaf, n, samples, names, first))
             continue
@@ -161,13 +164,14 @@ def _box_decision(leaf: Partition, n: int, samples: Sequence[pa.Table],
     return SplitDecision(leaf.id, n, (cut[1],), "", cut[0])
 
 
-def split(table: TableHandle, *, limit: int = 0, ready: SplitReady | None = None
-          ) -> SplitResult:
+def split(table: TableHandle, *, limit: int = 0, ready: SplitReady | None = None,
+          head: Head | None = None) -> SplitResult:
     """Split every leaf over the threshold once (one transaction per split); with ``limit``,
-    at most that many, the fullest leaves first; with ``ready``, only the leaves it accepts."""
+    at most that many, the fullest leaves first; with ``ready``, only the leaves it accepts.
+    Planned on ``head`` (else on the table's head read now)."""
     started = time.perf_counter()
-    state = table.states.head()
-    decisions = plan_splits(state, table.properties, table.samples.sample, ready)
+    head = table.read_head() if head is None else head
+    decisions = plan_splits(head.state, head.settings, table.samples.sample, ready)
     if limit:
         decisions = sorted(decisions, key=lambda d: -d.records)[:limit]
     done, stuck = 0, []

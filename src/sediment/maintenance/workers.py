@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sediment.compaction.job import JobOutput, run_compaction_job
 from sediment.compaction.runner import JobResult, commit_job, record_job_started
 from sediment.compaction.strategy import CompactionJob
+from sediment.core.head import Head
 from sediment.core.model import Region
 from sediment.core.state import TableState
 from sediment.errors import SedimentError
@@ -112,12 +113,14 @@ class WorkerProcesses:
             procs = getattr(self._pool, "_processes", None) or {}
             return list(procs)
 
-    def execute(self, table: TableHandle, job: CompactionJob, region: Region
-                ) -> JobOutput | str:
-        """Run ``job`` in a worker: its output, or why it failed."""
+    def execute(self, table: TableHandle, job: CompactionJob, region: Region,
+                head: Head | None = None) -> JobOutput | str:
+        """Run ``job`` in a worker with the schema and settings of ``head`` (else of the
+        table's head read now): its output, or why it failed."""
         objects = table.objects
-        args = (objects.uri, objects.reopen_options(), table.name, table.schema,
-                dict(table.properties), job, region)
+        head = table.read_head() if head is None else head
+        args = (objects.uri, objects.reopen_options(), table.name, head.schema,
+                dict(head.settings), job, region)
         for _ in range(RETRIES):
             with self._lock:
                 pool = self._pool
@@ -132,11 +135,15 @@ class WorkerProcesses:
         return (f"compaction job {job.job_id}: the worker process running it died "
                 f"{RETRIES} times")
 
-    def run_job(self, table: TableHandle, state: TableState, job: CompactionJob) -> JobResult:
-        """``run_job`` with the work in a worker: started event and commit here."""
+    def run_job(self, table: TableHandle, state: TableState, job: CompactionJob, *,
+                head: Head | None = None) -> JobResult:
+        """``run_job`` with the work in a worker: started event and commit here (``head``:
+        the head of ``state``, when the caller has it)."""
         record_job_started(table, job)
         try:
-            out = self.execute(table, job, state.partitions[job.partition_id].region)
+            if head is None:
+                head = Head.of(state, table.name)
+            out = self.execute(table, job, state.partitions[job.partition_id].region, head)
         except Exception as e:  # noqa: BLE001 - a worker's bug fails its job, not the daemon
             out = f"{type(e).__name__}: {e}"
         return commit_job(table, job, out, adopt=True)

@@ -16,39 +16,7 @@ from sediment.schemes.catalog import (
 )
 
 if TYPE_CHECKING:
-    from sediment.maintenance.passes import MaintenanceResult
     from sediment.maintenance.splitting import SplitResult
-
-SETTLE_ROUNDS = 10
-"""At most this many extra rounds over member tables in ``Store.maintain``."""
-
-
-def settle_members(store: CatalogStore, results: dict[str, MaintenanceResult], **kw: Any
-                   ) -> dict[str, MaintenanceResult]:
-    """Maintain the members of partition schemes again while a round splits anything: a
-    scheme split made by a later member's pass leaves the members maintained before it with
-    references to push down into the new leaves. Results are summed per table."""
-    from dataclasses import replace
-
-    from sediment.state.schemes import catalog_entries
-
-    members = [n for n, d in catalog_entries(store.objects).items()
-               if d.get("scheme_id") and n in results]
-    out = dict(results)
-    for _ in range(SETTLE_ROUNDS):
-        again = {n: store.table(n).maintain(**kw) for n in members}
-        for n, r in again.items():
-            o = out[n]
-            out[n] = replace(o, passes=o.passes + r.passes, splits=o.splits + r.splits,
-                             jobs_committed=o.jobs_committed + r.jobs_committed,
-                             jobs_failed=o.jobs_failed + r.jobs_failed,
-                             files_deleted=o.files_deleted + r.files_deleted,
-                             seconds=o.seconds + r.seconds,
-                             errors=tuple(dict.fromkeys(o.errors + r.errors)))
-        if not any(r.splits or r.jobs_committed for r in again.values()):
-            break
-    return out
-
 
 class SchemeMethods:
     """Mixed into ``Store``: every method works on the store's own catalog."""

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from sediment.core.head import schema_of
 from sediment.core.model import FileReference
 from sediment.core.transactions import AddFilesWithSplits, SplitPartition
 from sediment.errors import DataError, JobError, SedimentError
@@ -41,6 +42,7 @@ from sediment.ingest.standard import (
     delete_staged,
     discard_staged,
 )
+from sediment.settings import settings_of
 from sediment.spark import tasks
 from sediment.spark.planning import plan_splits, planned_state, sample_input, spark_columns
 from sediment.spark.sparktypes import for_spark, spark_struct
@@ -251,16 +253,17 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
         files = expand_paths([source] if isinstance(source, str) else list(source),
                              table.objects)
         inputs, rows = plan_pieces(files, spark.sparkContext.defaultParallelism)
-    target = int(table.properties["bulk_import.target_leaf_rows"])
     try:
-        head = table.states.head()
+        head = table.states.head()  # the import's one read of the head
+        settings = settings_of(head, table.name)
+        target = settings.bulk_import_target_leaf_rows
         if isinstance(inputs, DataFrame):
             _source_frame(spark, table, inputs)  # the fields are checked before any job
         # A member of a partition scheme takes the scheme's leaves as they are: only the
         # scheme splits (on all its members' records), so nothing is pre-split here.
-        member = bool(head.properties.get("partition.scheme"))
+        member = bool(settings.partition_scheme)
         merged = None if member else sample_input(spark, table, inputs, rows, target)
-        splits = plan_splits(merged, table.schema.row_key_names, head, target)
+        splits = plan_splits(merged, schema_of(head, table.name).row_key_names, head, target)
         state = planned_state(head, splits)
         leaves = state.leaf_partitions()
         boundaries = tasks.boundary_table(state)

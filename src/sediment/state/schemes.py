@@ -11,6 +11,7 @@ from typing import Any
 
 from sediment.core.transactions import SetProperties
 from sediment.errors import ObjectNotFoundError
+from sediment.settings import settings_of
 from sediment.state.documents import json_object
 from sediment.state.store import StateStore
 from sediment.storage.base import ObjectStore
@@ -57,7 +58,7 @@ THRESHOLD = "partition.split.threshold"
 def scheme_threshold(root: ObjectStore, scheme_id: str) -> int:
     """The split threshold of a scheme: one value for all its members, kept in the scheme's
     log (a member's own property of that name, which older versions stored, is not read)."""
-    return int(scheme_states(root, scheme_id).head().properties[THRESHOLD])
+    return settings_of(scheme_states(root, scheme_id).head()).partition_split_threshold
 
 
 def set_scheme_threshold(root: ObjectStore, scheme_id: str, value: int,

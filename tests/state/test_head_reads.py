@@ -1,0 +1,101 @@
+"""An operation reads a table's head once and passes it down: counted reads of the log (each a
+round trip on S3) and calls of ``StateStore.head`` stay a small constant, and the commit loop
+reads the log again only when another writer took the version it tried.
+
+Measured on the table below before the head was passed down (calls of the head, GETs of log
+slots): a 4-job compaction pass 24 and 15, an ingest 3 and 3, ``Table.maintain`` 43 and 33, GC
+3 and 3, a dump 24 and 15; after: 1 and 1 each, ``Table.maintain`` 5 and 4
+(tests/support/counting.py counts them).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import sediment as sd
+from helpers import SCHEMA, rows
+from sediment.ingest.standard import ingest_files
+from support.counting import CountingMemoryStore, StateReads, count_head_calls
+
+
+@pytest.fixture
+def counted() -> Iterator[tuple[sd.Table, StateReads]]:
+    """A table of four leaves, each holding two files (four jobs of two files are due), in a
+    store whose log reads are counted."""
+    reads = StateReads()
+    store = sd.Store(CountingMemoryStore(f"heads-{uuid.uuid4().hex}", reads), {})
+    data = rows(800, 1)
+    keys = sorted(data.column("key").to_pylist())
+    table = store.create_table("t", SCHEMA, split_points=[keys[200], keys[400], keys[600]],
+                               properties={"compaction.strategy": "basic",
+                                           "compaction.batch_size": 2,
+                                           "compaction.threads": 4})
+    table.ingest(data)
+    table.ingest(rows(800, 2))
+    reads.reset()
+    with count_head_calls(reads):
+        yield table, reads
+
+
+def test_an_uncontended_four_job_compaction_pass_reads_the_head_once(
+        counted: tuple[sd.Table, StateReads]) -> None:
+    table, reads = counted
+    result = table.compact()
+    assert result.jobs_committed == 4
+    assert reads.log_reads <= 3, reads  # 15 before
+    assert reads.head_calls <= 1, reads  # 24 before
+
+
+def test_an_ingest_reads_one_log_slot(counted: tuple[sd.Table, StateReads]) -> None:
+    table, reads = counted
+    table.ingest(rows(100, 3))
+    assert reads.log_reads <= 1, reads  # 3 before
+    assert reads.head_calls <= 1, reads  # 3 before
+
+
+def test_a_maintenance_pass_reads_the_head_once_per_step_that_needs_it(
+        counted: tuple[sd.Table, StateReads]) -> None:
+    """A pass reads the head at its start and GC its own (after listing the files: its
+    order); a pass's own commits are in this process's cached head."""
+    table, reads = counted
+    result = table.maintain(orphan_timeout=0)
+    assert result.jobs_committed == 4 and result.passes == 2
+    assert reads.log_reads <= 3 * result.passes, reads  # 33 before
+    assert reads.head_calls <= 3 * result.passes, reads  # 43 before
+
+
+@pytest.mark.parametrize("operation", ["gc", "dump"])
+def test_gc_and_a_dump_read_the_head_once(counted: tuple[sd.Table, StateReads],
+                                          operation: str) -> None:
+    table, reads = counted
+    if operation == "gc":
+        table.gc()
+    else:
+        table.dump(f"memory://dump-{uuid.uuid4().hex}")
+    assert reads.log_reads <= 1, reads  # 3 (GC), 15 (dump) before
+    assert reads.head_calls <= 1, reads  # 3, 24 before
+
+
+def test_the_commit_loop_reads_the_log_again_on_a_conflict(
+        counted: tuple[sd.Table, StateReads], tmp_path: Path) -> None:
+    """Another writer commits between an ingest's read of the head and its commit: the commit
+    loses the version, reads the entry that took it, and commits after it."""
+    table, reads = counted
+    other = table.store.table("t")  # a state store of its own, as another process has
+    before = other.version
+    path = str(tmp_path / "in.parquet")
+    pq.write_table(rows(50, 4), path)
+
+    def meanwhile(_: object) -> None:
+        other.set_properties({"compaction.batch_size": 3})
+        reads.reset()
+
+    result = ingest_files(table._handle, [path], before_commit=meanwhile)
+    assert result.version == before + 2  # after the other writer's
+    assert reads.log_entries_read >= 1, reads  # the entry that took the version
+    assert table.query().num_rows == 1650
