@@ -118,8 +118,11 @@ def test_format_is_a_fixed_choice(runner: CliRunner, store: str) -> None:
     for command in get_command(app).commands.values():  # type: ignore[attr-defined]
         for param in command.params:
             if "--format" in getattr(param, "opts", []):
-                choices = param.type_descriptor.annotation  # an Enum: a fixed choice
-                assert {c.value for c in choices} == {"table", "csv", "json", "parquet"}
+                # an Enum: a fixed choice (typer >= 0.29 keeps it; before, a click Choice)
+                descriptor = getattr(param, "type_descriptor", None)
+                values = ({c.value for c in descriptor.annotation} if descriptor is not None
+                          else set(param.type.choices))
+                assert values == {"table", "csv", "json", "parquet"}
 
 
 def test_query_formats(runner: CliRunner, store: str, tmp_path: Path) -> None:

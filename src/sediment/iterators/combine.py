@@ -344,6 +344,21 @@ class Aggregate(_RunCombiner):
         return pa.Table.from_arrays(arrays, schema=table.schema)
 
 
+def latest_last_options() -> pc.SortOptions:
+    """Sort options for columns ``g`` then ``b``, ascending, ``b``'s nulls first (``g`` has
+    none), as keep-latest sorts. pyarrow 25 took the null placement into each sort key and
+    deprecated the global option; before 25 only the global option exists (a three-item key
+    fails to unpack, a ``ValueError``). Built once, so the choice costs nothing per batch."""
+    try:
+        return pc.SortOptions([("g", "ascending"), ("b", "ascending", "at_start")])
+    except ValueError:
+        return pc.SortOptions([("g", "ascending"), ("b", "ascending")],
+                              null_placement="at_start")
+
+
+_LATEST_LAST = latest_last_options()
+
+
 class KeepLatest(_RunCombiner):
     """One row per row key: the one with the greatest ``by`` (ties: last in stream order)."""
 
@@ -374,8 +389,7 @@ class KeepLatest(_RunCombiner):
             return table
         # stable sort by (group, by) with nulls first: a group's last row is its latest
         order = pc.sort_indices(pa.table({"g": group, "b": table.column(self.by)}),
-                                sort_keys=[("g", "ascending"), ("b", "ascending", "at_start")]
-                                ).to_numpy()
+                                options=_LATEST_LAST).to_numpy()
         g = group[order]
         last = np.append(g[1:] != g[:-1], True)
         return table.take(order[last])

@@ -301,9 +301,11 @@ class QueryFilter:
 
     def apply_batches(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            out = b.filter(self.expression)
+            # what RecordBatch.filter(expression) does, less its empty answer, which pyarrow
+            # before 26 fails to build (IndexError): the same work on every version
+            out = pa.Table.from_batches([b]).filter(self.expression)
             if out.num_rows:
-                yield out
+                yield out.combine_chunks().to_batches()[0]
 
 
 def check_size(tree: Node, what: str, error: type[QueryError]) -> None:

@@ -117,6 +117,10 @@ _DECIMALS: dict[str, Callable[[int, int], pa.DataType]] = {
     "32": pa.decimal32, "64": pa.decimal64, "128": pa.decimal128, "256": pa.decimal256}
 
 
+_OFFSET = re.compile(r"[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]")
+"""A fixed UTC offset as a time zone (``+05:30``), as Arrow takes one."""
+
+
 def parse_type(text: Any) -> pa.DataType:
     """The Arrow type a wire-form type name stands for (ValueError for any other)."""
     if not isinstance(text, str) or len(text) > 100:
@@ -125,7 +129,9 @@ def parse_type(text: Any) -> pa.DataType:
         return _SIMPLE[text]
     if m := _TIMESTAMP.fullmatch(text):
         typ = pa.timestamp(m.group(1), tz=m.group(2))
-        if m.group(2) is not None:  # a zone Arrow cannot find would fail later, mid-query
+        if m.group(2) is not None and not _OFFSET.fullmatch(m.group(2)):
+            # a zone Arrow cannot find would fail later, mid-query (a fixed offset is always
+            # found; pyarrow before 26 cannot format one as text, so it is not probed)
             try:
                 pa.array([0], pa.int64()).view(typ).cast(pa.string())
             except pa.ArrowException:

@@ -84,6 +84,10 @@ def boundary_table(state: TableState) -> Any:
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
+# pyarrow's binary search over a sorted array (added in pyarrow 26); None before it
+_SEARCH_SORTED = getattr(pc, "search_sorted", None)
+
+
 def leaf_indices(data: pa.Table | pa.RecordBatch, names: Sequence[str],
                  boundaries: pa.Table | BoxLeaves) -> np.ndarray:
     """Index (in key order) of each row's leaf partition, vectorised.
@@ -98,14 +102,16 @@ def leaf_indices(data: pa.Table | pa.RecordBatch, names: Sequence[str],
         return boundaries.indices(data, names)
     if boundaries.num_rows == 0:
         return np.zeros(n, dtype=np.int32)
+    if _SEARCH_SORTED is None:  # pyarrow before 26: the joint sort gives the same answer
+        return _leaf_indices_by_sort(data, names, boundaries)
     first = data.column(names[0])
     bounds = boundaries.column(0).combine_chunks()
     if not bounds.type.equals(first.type):
         bounds = bounds.cast(first.type)
-    hi = pc.search_sorted(bounds, first, side="right").to_numpy().astype(np.int32)
+    hi = _SEARCH_SORTED(bounds, first, side="right").to_numpy().astype(np.int32)
     if len(names) == 1:
         return hi
-    lo = pc.search_sorted(bounds, first, side="left").to_numpy()
+    lo = _SEARCH_SORTED(bounds, first, side="left").to_numpy()
     tied = np.flatnonzero(lo != hi)
     if len(tied):
         hi[tied] = _leaf_indices_by_sort(data.take(pa.array(tied)), names, boundaries)
