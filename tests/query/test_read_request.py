@@ -250,7 +250,7 @@ def test_every_output_of_a_scan_equals_the_table_verb_and_pandas(
     con = duckdb.connect()
     scan.to_duckdb(con, "view")
     order = [(c, "ascending") for c in answer.column_names]
-    got = con.sql("SELECT * FROM view").arrow().read_all().sort_by(order)
+    got = pa.table(con.sql("SELECT * FROM view").arrow()).sort_by(order)  # a reader or a table
     assert got.to_pylist() == answer.sort_by(order).to_pylist()  # (DuckDB drops NOT NULL)
 
 
@@ -265,7 +265,6 @@ def test_pycapsule_consumers_read_a_scan_without_glue(
     assert pa.table(scan).equals(want)
     assert pa.RecordBatchReader.from_stream(scan).read_all().equals(want)
     assert pl.DataFrame(scan).equals(pl.from_arrow(want))
-    assert pl.from_arrow(scan).struct.unnest().equals(pl.from_arrow(want))  # (a Series)
     con = duckdb.connect()
     assert con.sql("SELECT count(*), sum(v) FROM scan").fetchall() == \
         [(want.num_rows, pc.sum(want["v"]).as_py())]

@@ -26,6 +26,7 @@ takes). What each engine pushes down:
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -261,7 +262,9 @@ def _polars_lazy(scan: Scan, register_io_source: Any) -> Any:
     name = scan.source.name if scan.source is not None else "?"
     # the request's own filter (text or a tree too) as an expression the plugin conjoins
     own = base.filter_expression(scan.schema, name)
-    pl_schema = pl.from_arrow(out.empty_table()).schema  # type: ignore[union-attr]
+    empty = pl.from_arrow(out.empty_table())
+    assert isinstance(empty, pl.DataFrame)
+    pl_schema = empty.schema
     key_names = [n for n in scan.schema.row_key_names if n in out.names]
     narrowed = base.keys is not None or base.ranges is not None
 
@@ -282,6 +285,7 @@ def _polars_lazy(scan: Scan, register_io_source: Any) -> Any:
             # became the read's ranges): filtering again in Polars would change nothing
             predicate = None
         left = n_rows
+        sent = False
         for batch in again.to_batches():
             if left is not None and left <= 0:
                 break
@@ -294,7 +298,13 @@ def _polars_lazy(scan: Scan, register_io_source: Any) -> Any:
                 frame = frame.head(left)
                 left -= frame.height
             if frame.height:
+                sent = True
                 yield frame
+        if not sent:  # an empty answer is one empty frame (Polars 1.1x-1.2x panic on none)
+            yield empty.select(wanted)
 
-    return register_io_source(source, schema=pl_schema, explain_name="sediment",
-                              explain_detail=f"{name} at version {version}")
+    # what Polars' EXPLAIN names the source (Polars before 1.2x takes no such arguments)
+    named = {"explain_name": "sediment", "explain_detail": f"{name} at version {version}"}
+    accepted = inspect.signature(register_io_source).parameters
+    return register_io_source(source, schema=pl_schema,
+                              **{k: v for k, v in named.items() if k in accepted})
