@@ -190,7 +190,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.faults)
         if _S3_FIXTURES.intersection(names) and item.get_closest_marker("s3") is None:
             item.add_marker(pytest.mark.s3)
-        if item.get_closest_marker("s3") is not None and storage_dir not in item.path.parents:
+        if item.get_closest_marker("s3") is not None and (
+                storage_dir not in item.path.parents
+                or item.get_closest_marker("slow_on_s3") is not None):
             item.add_marker(pytest.mark.slow)
         if proof_dir in item.path.parents:  # kill -9, racing processes, models: the full lane
             item.add_marker(pytest.mark.slow)

@@ -163,6 +163,7 @@ def test_list_start_after(object_store: ObjectStore) -> None:
     assert keys(object_store, "", start_after=names[5]) == names[6:] + ["other"]
 
 
+@pytest.mark.slow_on_s3  # 1,005 puts: seconds on moto, the full lane
 def test_list_many_keys_paginates(object_store: ObjectStore) -> None:
     names = [f"p/{i:05d}" for i in range(1005)]  # S3 lists 1000 keys per page
     with ThreadPoolExecutor(16) as pool:
@@ -182,6 +183,7 @@ def test_delete_many(object_store: ObjectStore) -> None:
     assert keys(object_store) == ["c/e"]
 
 
+@pytest.mark.slow_on_s3  # 1,100 puts: seconds on moto, the full lane
 def test_delete_many_more_than_one_batch(object_store: ObjectStore) -> None:
     names = [f"gc/{i:05d}" for i in range(1100)]  # more than S3's 1000 keys per DeleteObjects
     with ThreadPoolExecutor(16) as pool:
