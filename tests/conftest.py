@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from sediment.storage import LocalObjectStore, MemoryObjectStore, ObjectStore, open_object_store
+from support.lanes import quick_examples as _quick_examples
 from support.s3 import DUMMY_AWS_ENV as _DUMMY_AWS_ENV
 from support.s3 import S3_CREDENTIALS, S3_REGION, moto_s3_server, plain_moto_binary, s3_client
 from support.s3 import UNSET_AWS_ENV as _UNSET_AWS_ENV
@@ -139,32 +140,7 @@ def proxied_s3(fault_proxy: Any, s3_server: str, aws_test_env: None) -> Any:
 _TESTS = Path(__file__).resolve().parent
 QUICK_LANE = os.environ.get("SEDIMENT_TEST_LANE") == "quick"
 """Set by ``./dev test --quick``: properties run with a quarter of their examples there."""
-QUICK_EXAMPLES_DIVISOR = 4
 _S3_FIXTURES = {"s3_server", "s3_store_uri", "s3_client_at"}
-_FEWER_EXAMPLES: set[int] = set()
-"""The tests (and stateful models) whose examples the quick lane has already cut: one function
-serves every parametrised item of a test, and is cut once."""
-
-
-def _quick_examples(item: pytest.Item) -> None:
-    """In the quick lane, a hypothesis property runs a quarter of its examples (at least 5): the
-    edit loop checks every property, the full lane with its whole power."""
-    from hypothesis import settings
-
-    def fewer(current: settings) -> settings:
-        fewest = max(5, current.max_examples // QUICK_EXAMPLES_DIVISOR)
-        return settings(current, max_examples=min(current.max_examples, fewest))
-
-    test = getattr(item, "obj", None)
-    if (getattr(test, "hypothesis", None) is not None and id(test) not in _FEWER_EXAMPLES
-            and hasattr(test, "_hypothesis_internal_use_settings")):
-        _FEWER_EXAMPLES.add(id(test))
-        test._hypothesis_internal_use_settings = fewer(test._hypothesis_internal_use_settings)
-    cls = getattr(item, "cls", None)
-    if (cls is not None and isinstance(getattr(cls, "settings", None), settings)
-            and id(cls) not in _FEWER_EXAMPLES):
-        _FEWER_EXAMPLES.add(id(cls))
-        cls.settings = fewer(cls.settings)  # a stateful model's TestCase
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's hook turns xdist_group marks into node ids
