@@ -18,6 +18,7 @@ from sediment.core.transactions import ClearTable, ReinitialiseTable, SetOnline,
 from sediment.errors import PropertyError, did_you_mean
 from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
+from sediment.runners import load_runner
 from sediment.schema import Schema
 from sediment.settings import settings_of
 from sediment.state.log import HistoryEntry
@@ -185,7 +186,9 @@ class Table:
              progress: Callable[[int, int], None] | None = None) -> DumpJob:
         """Dump ``range`` at ``version`` under ``root`` (local path or s3://): data, sample and
         manifest files per task plus a job manifest; resumes an interrupted dump to ``root``.
-        Raises VersionExpiredError for a ``version`` past ``retention.seconds``."""
+        ``runner``: the tasks run in local threads, or as Spark tasks with ``"spark"``.
+        Raises VersionExpiredError for a ``version`` past ``retention.seconds``; JobError for
+        an unknown ``runner``; MissingDependencyError: ``runner="spark"`` without pyspark."""
         from sediment.dump import dump_table
 
         if version is not None:
@@ -370,21 +373,17 @@ class Table:
         (threads here, or Spark tasks with ``runner="spark"``). ``full``: a forced full
         compaction, every leaf with more than one file (or a file spanning other leaves too)
         compacted into one file whatever the strategy. ``progress(done, total)``: called with
-        ``(0, jobs)`` once the pass has planned its jobs, then as each ends (with Spark, once
-        when all have).
+        ``(0, jobs)`` once the pass has planned its jobs, then as each ends (with Spark, as
+        the driver commits each once all tasks have run).
 
-        Raises JobError: a job failed (the others still commit); TransactionError: a commit was
-        refused or its outcome is unknown; MissingDependencyError: ``runner="spark"`` without
-        pyspark.
+        Raises JobError: a job failed (the others still commit), or an unknown ``runner``
+        (named, with the known ones); TransactionError: a commit was refused or its outcome
+        is unknown; MissingDependencyError: ``runner="spark"`` without pyspark.
         """
         from sediment.compaction.runner import compact
 
-        if runner == "spark":
-            from sediment.spark.runner import run_jobs_on_spark
-
-            return compact(self._handle, runner=run_jobs_on_spark, full=full,
-                           progress=progress)
-        return compact(self._handle, full=full, progress=progress)
+        return compact(self._handle, runner=load_runner("compaction", runner, table=self.name),
+                       full=full, progress=progress)
 
     def split(self) -> SplitResult:
         """Split every leaf partition over ``partition.split.threshold`` at its median (a
@@ -422,12 +421,8 @@ class Table:
         """
         from sediment.maintenance.passes import maintain
 
-        if runner == "spark":
-            from sediment.spark.runner import run_jobs_on_spark
-
-            return maintain(self._handle, runner=run_jobs_on_spark,
-                            orphan_timeout=orphan_timeout, progress=progress)
-        return maintain(self._handle, orphan_timeout=orphan_timeout, progress=progress)
+        return maintain(self._handle, runner=load_runner("compaction", runner, table=self.name),
+                        orphan_timeout=orphan_timeout, progress=progress)
 
     # ---- ingest ----------------------------------------------------------------------------
     def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None,

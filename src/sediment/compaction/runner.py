@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sediment.compaction.job import JobOutput, run_compaction_job
 from sediment.compaction.strategy import (
@@ -40,7 +40,15 @@ from sediment.state import pending
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
 
-JobRunner = Callable[["TableHandle", TableState, Sequence[CompactionJob]], list["JobResult"]]
+
+class JobRunner(Protocol):
+    """Runs a pass's jobs (planned on ``state``; ``head``: its head, when the caller has it)
+    and commits each, calling ``on_done`` as each ends: :func:`run_jobs_locally`, or another
+    runner found by name in :mod:`sediment.runners` (Spark's)."""
+
+    def __call__(self, table: TableHandle, state: TableState, jobs: Sequence[CompactionJob], *,
+                 on_done: Callable[[JobResult], None] | None = None,
+                 head: Head | None = None) -> list[JobResult]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +304,7 @@ def compact(table: TableHandle, *, runner: JobRunner | None = None,
     into one file whatever the strategy (references in non-leaf partitions are first pushed
     all the way down to the leaves). ``progress(done, total)``: once the jobs are planned
     (new and stale: every job this pass runs) with ``(0, total)``, then as each job ends
-    (local threads; a custom runner such as Spark's reports once, when all have ended)."""
+    (Spark's runner: as the driver commits each, once all tasks have run)."""
     started = time.perf_counter()
     return compact_on(table, table.read_head(), runner=runner, full=full, progress=progress,
                       started=started)
@@ -333,14 +341,8 @@ def compact_on(table: TableHandle, head: Head, *, runner: JobRunner | None = Non
         if progress is not None:
             progress(done, len(jobs))
 
-    if not jobs:
-        results: list[JobResult] = []
-    elif runner is None:
-        results = run_jobs_locally(table, due.state, jobs, on_done=tick, head=due.head)
-    else:
-        results = runner(table, due.state, jobs)
-        if progress is not None:
-            progress(len(results), len(jobs))
+    run = run_jobs_locally if runner is None else runner
+    results = run(table, due.state, jobs, on_done=tick, head=due.head) if jobs else []
     ok = [r for r in results if r.committed]
     return CompactionResult(
         moved + due.references_pushed_down, len(jobs), len(ok), len(results) - len(ok),

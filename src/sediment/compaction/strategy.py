@@ -44,7 +44,7 @@ from typing import Any
 from sediment.core.model import FileReference, Region
 from sediment.core.state import TableState
 from sediment.core.transactions import JobAssignment, SplitReference
-from sediment.iterators.base import iterators_from_property
+from sediment.iterators.registry import iterators_from_property
 from sediment.settings import as_settings
 
 Estimate = Callable[[FileReference, Region], int]

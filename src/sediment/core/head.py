@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from sediment.core.state import TableState
 from sediment.errors import CorruptMetadataError, PropertyError
-from sediment.iterators.base import RecordIterator, iterators_from_property
+from sediment.iterators.base import RecordIterator
+from sediment.iterators.registry import iterators_from_property
 from sediment.schema import Schema
 from sediment.settings import TableSettings, settings_of
 

@@ -20,11 +20,9 @@ table's schema and properties at the version (a table loaded from the dump answe
 from __future__ import annotations
 
 import io
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -54,6 +52,7 @@ from sediment.dump.whole import copy_file, whole_file
 from sediment.errors import JobError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
 from sediment.query.planner import QueryPlan, SubQuery, check_range
+from sediment.runners import load_runner
 from sediment.state.versions import create_tag, delete_tag, list_tags
 from sediment.storage.base import ObjectStore
 
@@ -289,8 +288,11 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
     go without a heartbeat before another dump to the same root resumes the job; the heartbeat
     runs every quarter of it while tasks run. When this dump loses the lock (it stalled past
     the limit and another dump resumed the job) and that dump has finished, the result is that
-    dump's job: the same job manifest."""
+    dump's job: the same job manifest. ``runner`` names a dump runner of
+    :mod:`sediment.runners` (``"local"`` threads, ``"spark"``): JobError for an unknown one,
+    MissingDependencyError for ``"spark"`` without pyspark, before anything is written."""
     started = time.perf_counter()
+    run_tasks = load_runner("dump", runner, table=table.name)
     head = table.read_head()  # the dump's one read of the head
     # checked as a query's range is (a per-field region bound: tiles cut its lexicographic
     # bounds); ends in the model's form
@@ -328,7 +330,7 @@ def dump_table(table: TableHandle, root: str, *, range: Range | None = None,  # 
     try:
         with lock.heartbeat(), _PINNED.pinned(table, at):
             resumed, rows, size, n_tasks = _run_job(table, dest, lock, new, at, rng, threads,
-                                                    progress, runner)
+                                                    progress, run_tasks)
             lock.check()  # the tag and lock are another dump's once it resumed this job
             _forget_tag(table, tag)
             lock.release()
@@ -361,10 +363,10 @@ def dumped_properties(state: TableState) -> dict[str, Any]:
 
 def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, at: Head,
              rng: Range, threads: int, progress: Callable[[int, int], None] | None,
-             runner: str) -> tuple[int, int, int, int]:
-    """Run the job's unfinished tasks on ``at``, the head of the dumped version, and write its
-    job manifest (after checking the lock is still ours); ``(resumed tasks, rows, bytes,
-    tasks)``."""
+             run_tasks: Callable[..., None]) -> tuple[int, int, int, int]:
+    """Run the job's unfinished tasks on ``at``, the head of the dumped version, with
+    ``run_tasks`` (a dump runner of :mod:`sediment.runners`), and write its job manifest
+    (after checking the lock is still ours); ``(resumed tasks, rows, bytes, tasks)``."""
     job_id = lock.job_id
     state, v = at.state, at.state.version
     tasks = plan_dump_tasks(state, rng)
@@ -378,24 +380,13 @@ def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, a
     if progress is not None:  # the total at once (a progress bar's "0/N")
         progress(len(done), len(tasks))
 
-    if runner == "spark" and todo:
-        from sediment.spark.dump_runner import run_tasks_on_spark
-
-        # executors resolve a relative path against their own working directory: give
-        # them the destination's normalised URI (file:///abs/path or s3://...)
-        for tid, paths in run_tasks_on_spark(table, dest.uri, job_id, v, todo, lock.owner):
-            done[tid] = paths
-        if progress is not None:  # Spark's own console bar shows its tasks meanwhile
+    def finished(tid: str, paths: list[str]) -> None:
+        done[tid] = paths
+        if progress is not None:
             progress(len(done), len(tasks))
-    else:
-        n = threads or os.cpu_count() or 2
-        with ThreadPoolExecutor(max(1, min(n, len(todo) or 1))) as pool:
-            for tid, paths in pool.map(
-                    lambda t: run_dump_task_retried(table, dest, job_id, v, t, lock.owner),
-                    todo):
-                done[tid] = paths
-                if progress is not None:
-                    progress(len(done), len(tasks))
+
+    if todo:
+        run_tasks(table, dest, job_id, v, todo, lock.owner, threads=threads, on_done=finished)
     entries, rows, size = [], 0, 0
     for t in tasks:
         manifests = []

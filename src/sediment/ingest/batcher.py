@@ -64,7 +64,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -96,12 +96,14 @@ from sediment.ingest.batcher_store import requeue as _requeue
 from sediment.ingest.batcher_store import save_job as _save_job
 from sediment.ingest.sources import expand_paths, file_format
 from sediment.ingest.standard import StagedFiles, ingest_files
+from sediment.runners import load_runner
 from sediment.settings import as_settings, settings_of
 from sediment.state.store import definitely_not_committed
 from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle, TableLike
+    from sediment.ingest.standard import IngestResult
 
 SparkSession = Any
 """A ``pyspark.sql.SparkSession`` (only sediment.spark imports pyspark)."""
@@ -172,6 +174,20 @@ def route_for(batch: Batch, properties: Mapping[str, Any], spark_available: bool
     """``bulk_import`` for a big enough job when Spark is available, else ``ingest``."""
     threshold = as_settings(properties).batcher_bulk_import_min_bytes
     return "bulk_import" if spark_available and batch.bytes >= threshold else "ingest"
+
+
+RUNNER_OF_ROUTE = {"ingest": "local", "bulk_import": "spark"}
+"""The batcher runner of :mod:`sediment.runners` that runs a job of each route (the route is
+what a job's record keeps)."""
+
+
+def ingest_batch(table: TableHandle, paths: Sequence[str], *,
+                 before_commit: Callable[[StagedFiles], None] | None = None,
+                 spill_dir: str | None = None, spark: SparkSession | None = None
+                 ) -> IngestResult:
+    """The local batcher runner: standard ingest of one job's files in one transaction
+    (``spark`` is the Spark runner's, unused here)."""
+    return ingest_files(table, paths, before_commit=before_commit, spill_dir=spill_dir)
 
 
 # ---- submitting and listing ------------------------------------------------------------------
@@ -290,14 +306,9 @@ def _run_job(table: TableHandle, batch: Batch, route: str, spark: SparkSession |
 
     paths = [r.path for r in claimed]
     try:
-        if route == "bulk_import":
-            from sediment.spark import bulk_import
-
-            assert spark is not None
-            result = bulk_import(spark, table, paths, before_commit=before_commit)
-        else:
-            result = ingest_files(table, paths, before_commit=before_commit,
-                                  spill_dir=spill_dir)
+        import_batch = load_runner("batcher", RUNNER_OF_ROUTE[route], table=table.name)
+        result = import_batch(table, paths, before_commit=before_commit, spill_dir=spill_dir,
+                              spark=spark)
     except _Aborted:
         _save_job(table, job, state="aborted", error="given up by a recovering run")
         unpin_job(table, job_id)

@@ -27,19 +27,15 @@ JSON object with a ``type``:
 Every number in a configuration must be finite: ``NaN``, ``Infinity`` and ``1e999``, which
 Python's JSON parser reads, are refused naming the field.
 
-More types are added with ``sediment.iterators.registry.register_iterator(kind, factory)``; the
-factory gets the config and the table schema (None when a property is checked on its own).
+Every type, the four above included, is one entry of the registry
+(``sediment.iterators.registry``); more are added with ``register_iterator(kind, factory)``,
+whose factory gets the config and the table schema (None when a property is checked on its
+own). An unknown type is refused listing the registered ones.
 """
 
-from sediment.iterators.base import (
-    AgeOff,
-    RecordIterator,
-    RowFilter,
-    apply_iterators,
-    iterator_from_config,
-    iterators_from_property,
-)
+from sediment.iterators.base import AgeOff, RecordIterator, RowFilter, apply_iterators
 from sediment.iterators.combine import Aggregate, KeepLatest
+from sediment.iterators.registry import iterator_from_config, iterators_from_property
 
 __all__ = ["AgeOff", "Aggregate", "KeepLatest", "RecordIterator", "RowFilter", "apply_iterators",
            "iterator_from_config", "iterators_from_property"]

@@ -1,8 +1,8 @@
-"""The iterator interface and the row-local built-ins (age-off, row filters)."""
+"""The iterator interface and the row-local built-ins (age-off, row filters); configurations
+become iterators in :mod:`sediment.iterators.registry`."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from abc import ABC, abstractmethod
@@ -111,22 +111,23 @@ def max_ttl_seconds(unit: str) -> int:
     return _INT64_MAX // _UNITS[unit]
 
 
-def check_ttl(value: Any, unit: str, where: str) -> float:
+def check_ttl(value: Any, unit: str, where: str | None = None) -> float:
     """``ttl_seconds`` of an age-off as a float, refused (PropertyError naming the field and
-    the allowed range) when it is not a number, not finite, negative or too large for
-    ``unit``: such a value would be accepted and then fail every query."""
+    the allowed range, after ``where`` when given) when it is not a number, not finite,
+    negative or too large for ``unit``: such a value would be accepted and then fail every
+    query."""
+    field = f"{where}: " if where else ""
+    field += "age_off iterator field 'ttl_seconds'"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise PropertyError(f"{where}: age_off iterator field 'ttl_seconds': {value!r} is not "
-                            "a number")
+        raise PropertyError(f"{field}: {value!r} is not a number")
     try:
         ttl = float(value)
     except ValueError:
-        raise PropertyError(f"{where}: age_off iterator field 'ttl_seconds': {value!r} is not a "
-                            "number") from None
+        raise PropertyError(f"{field}: {value!r} is not a number") from None
     top = max_ttl_seconds(unit)
     if not (math.isfinite(ttl) and 0 <= ttl <= float(top)):  # as the float the ttl is
-        raise PropertyError(f"{where}: age_off iterator field 'ttl_seconds': {value!r} is out "
-                            f"of range; give 0 to {top} seconds (unit {unit!r})")
+        raise PropertyError(f"{field}: {value!r} is out of range; give 0 to {top} seconds "
+                            f"(unit {unit!r})")
     return ttl
 
 
@@ -167,6 +168,20 @@ class RowFilter(_RowLocal):
         return pc.fill_null(_OPS[self.op](col, pa.scalar(self.value, type=col.type)), False)
 
 
+# ---- configs (registered in sediment.iterators.registry) -----------------------------------
+def age_off_from_config(cfg: Mapping[str, Any], schema: Schema | None = None) -> AgeOff:
+    """``{"type": "age_off", "field": ..., "ttl_seconds": ..., "unit": "ms"}``."""
+    unit = str(cfg.get("unit", "ms"))
+    if unit not in _UNITS:
+        raise PropertyError(f"unknown unit {cfg.get('unit')!r} (units: {', '.join(_UNITS)})")
+    return AgeOff(str(cfg["field"]), check_ttl(cfg["ttl_seconds"], unit), unit)
+
+
+def row_filter_from_config(cfg: Mapping[str, Any], schema: Schema | None = None) -> RowFilter:
+    """``{"type": "filter", "field": ..., "op": ..., "value": ...}``."""
+    return RowFilter(str(cfg["field"]), str(cfg["op"]), cfg.get("value"))
+
+
 class JsonObject(dict[str, Any]):
     """A parsed JSON object that remembers the keys it held more than once (``duplicates``):
     ``json.loads`` alone keeps the last, so a configuration naming a field twice would be
@@ -196,89 +211,6 @@ def repeated_names(obj: Any) -> tuple[str, ...]:
         return tuple(getattr(obj, "duplicates", ()))
     names = [k for k, _ in obj]
     return tuple(dict.fromkeys(k for i, k in enumerate(names) if k in names[:i]))
-
-
-def iterator_from_config(cfg: Mapping[str, Any], schema: Schema | None = None,
-                         *, where: str = "iterator") -> RecordIterator:
-    """Build an iterator from its JSON config (see the package docs)."""
-    kind = cfg.get("type")
-    twice = repeated_names(cfg)
-    if twice:
-        raise PropertyError(f"{where}: {kind} iterator gives {twice[0]!r} more than once")
-    for name, value in cfg.items():
-        _check_finite(value, f"{where}: {kind} iterator field {name!r}")
-    try:
-        if kind == "age_off":
-            unit = str(cfg.get("unit", "ms"))
-            if unit not in _UNITS:
-                raise PropertyError(f"{where}: unknown unit {cfg.get('unit')!r} (units: "
-                                    f"{', '.join(_UNITS)})")
-            ttl = check_ttl(cfg["ttl_seconds"], unit, where)
-            it: RecordIterator = AgeOff(str(cfg["field"]), ttl, unit)
-        elif kind == "filter":
-            it = RowFilter(str(cfg["field"]), str(cfg["op"]), cfg.get("value"))
-        else:
-            from sediment.iterators.registry import build_registered
-
-            it = build_registered(cfg, schema, where=where)
-    except KeyError as e:
-        raise PropertyError(f"{where}: {kind} iterator needs {e}") from None
-    except (TypeError, ValueError) as e:
-        raise PropertyError(f"{where}: invalid {kind} iterator {dict(cfg)!r}: {e}") from None
-    if schema is not None:
-        for f in it.fields():
-            if f not in schema.field_names:
-                raise PropertyError(f"{where}: iterator {kind} names unknown field {f!r}")
-        _check_types(it, schema, where)
-    return it
-
-
-def _check_finite(value: Any, where: str) -> None:
-    """Refuse NaN and infinities anywhere in a configuration value (Python's JSON parser
-    reads ``NaN``, ``Infinity`` and ``1e999`` although JSON has no such numbers): no
-    comparison or cutoff means anything with them."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise PropertyError(f"{where}: {value!r} is not a finite number")
-    if isinstance(value, Mapping):
-        for v in value.values():
-            _check_finite(v, where)
-    elif isinstance(value, list | tuple | set | frozenset):
-        for v in value:
-            _check_finite(v, where)
-
-
-def _check_types(it: RecordIterator, schema: Schema, where: str) -> None:
-    """Fail at configuration time, not mid-query, when an iterator cannot fit its field."""
-    if isinstance(it, AgeOff):
-        t = schema.field(it.field).type
-        if not (pa.types.is_integer(t) or pa.types.is_timestamp(t)):
-            raise PropertyError(f"{where}: age_off field {it.field!r} has type {t}; it needs "
-                                "an integer or timestamp field")
-    elif isinstance(it, RowFilter) and it.op not in ("is_null", "not_null"):
-        t = schema.field(it.field).type
-        values = list(it.value) if it.op in ("in", "not_in") else [it.value]
-        try:
-            pa.array(values, type=t)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            raise PropertyError(f"{where}: filter on {it.field!r}: {it.value!r} is not a "
-                                f"valid {t}") from None
-
-
-def iterators_from_property(text: str, schema: Schema | None = None, *,
-                            where: str = "iterators") -> list[RecordIterator]:
-    """Parse a ``*.iterators`` property: a JSON list of configs ('' or '[]' for none)."""
-    if not text.strip():
-        return []
-    try:
-        doc = json.loads(text, object_pairs_hook=json_object)
-        if not isinstance(doc, list) or not all(isinstance(d, dict) for d in doc):
-            raise PropertyError(f"{where}: must be a JSON list of iterator objects")
-        return [iterator_from_config(d, schema, where=where) for d in doc]
-    except json.JSONDecodeError as e:
-        raise PropertyError(f"{where}: not valid JSON: {e}") from None
-    except RecursionError:  # json and the configs' checks recurse once per level
-        raise PropertyError(f"{where}: JSON nested too deeply (no iterator configuration "
-                            f"nests more than a few levels)") from None
 
 
 def apply_iterators(batches: Iterator[pa.RecordBatch],

@@ -43,7 +43,6 @@ import pyarrow.compute as pc
 
 from sediment.errors import PropertyError
 from sediment.iterators.base import RecordIterator, repeated_names
-from sediment.iterators.registry import register_iterator
 from sediment.schema import Schema
 
 _FUNCTIONS = ("sum", "min", "max", "last", "concat", "map_sum", "map_min", "map_max")
@@ -424,6 +423,3 @@ def keep_latest_from_config(cfg: Mapping[str, Any], schema: Schema | None) -> Ke
                             "wins")
     return KeepLatest(by, schema)
 
-
-register_iterator("aggregate", aggregate_from_config)
-register_iterator("keep_latest", keep_latest_from_config)

@@ -37,7 +37,7 @@ from sediment.core.head import Head
 from sediment.core.model import Region
 from sediment.core.state import TableState
 from sediment.errors import SedimentError
-from sediment.iterators.base import iterators_from_property
+from sediment.iterators.registry import iterators_from_property
 from sediment.schema import Schema
 from sediment.state import pending
 from sediment.storage.base import ObjectStore

@@ -1,6 +1,7 @@
 """The Spark runner for compaction: jobs run as Spark tasks, commits go from the driver.
 
-``table.compact(runner="spark")`` and ``sediment maintain --spark`` use it. Each task runs
+``table.compact(runner="spark")`` and ``sediment maintain --spark`` use it (the ``"spark"``
+compaction runner of :mod:`sediment.runners`, imported only when chosen). Each task runs
 :func:`~sediment.compaction.runner.execute_job` on an executor and returns the output file;
 the driver then ends each job with :func:`~sediment.compaction.runner.commit_job`, as the local
 runner does (the state store's compare-and-swap makes a duplicate or late commit fail cleanly,
@@ -9,7 +10,7 @@ leaving an orphan for GC).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sediment.compaction.job import JobOutput
@@ -19,6 +20,7 @@ from sediment.core.state import TableState
 from sediment.files.writer import WrittenFile
 
 if TYPE_CHECKING:
+    from sediment.core.head import Head
     from sediment.handle import TableHandle
 
 
@@ -44,8 +46,13 @@ def _output(o: dict[str, Any]) -> JobOutput | str:
     return JobOutput(written, o["rows_in"], o["seconds"])
 
 
-def run_jobs_on_spark(table: TableHandle, state: TableState,
-                      jobs: Sequence[CompactionJob]) -> list[JobResult]:
+def run_jobs_on_spark(table: TableHandle, state: TableState, jobs: Sequence[CompactionJob], *,
+                      on_done: Callable[[JobResult], None] | None = None,
+                      head: Head | None = None) -> list[JobResult]:
+    """Run ``jobs`` as Spark tasks, then commit each from the driver (``on_done`` as each
+    commit ends); a :class:`~sediment.compaction.runner.JobRunner`, the ``"spark"``
+    compaction runner of :mod:`sediment.runners`. ``head`` is unused: executors reopen the
+    table, and the commits read nothing of it."""
     from pyspark.sql import SparkSession
 
     from sediment.spark.session import session
@@ -58,5 +65,9 @@ def run_jobs_on_spark(table: TableHandle, state: TableState,
     outputs = spark.sparkContext.parallelize(work, max(1, len(work))).map(
         lambda jr: _run_on_executor(spec, name, jr[0], jr[1], table_id)).collect()
     by_id = {o["job_id"]: o for o in outputs}
-    # written by executors: the driver's to protect now (adopt)
-    return [commit_job(table, j, _output(by_id[j.job_id]), adopt=True) for j in jobs]
+    results = []
+    for j in jobs:  # written by executors: the driver's to protect now (adopt)
+        results.append(commit_job(table, j, _output(by_id[j.job_id]), adopt=True))
+        if on_done is not None:
+            on_done(results[-1])
+    return results
