@@ -30,11 +30,13 @@ Actions (``FaultProxy.add_rule``):
                    stays true); a chunked body is flipped in a chunk's data, never in its
                    framing. Unless ``keep_checksums``, the ``x-amz-checksum-*`` headers are
                    stripped from the answer: botocore validates a whole-object GET against
-                   them and would raise ``FlexibleChecksumError`` (then retry) before the
-                   reader under test saw the bytes; with ``keep_checksums=True`` that SDK
-                   layer is what is tested. ``ranged``: True matches only GETs with a
-                   ``Range`` header, False only GETs without, None both. The method defaults
-                   to GET. ``fired`` counts only answers that had a byte flipped.
+                   them and would raise ``FlexibleChecksumError`` while reading the body
+                   (after its retry layer: not retried) before the reader under test saw the
+                   bytes; with ``keep_checksums=True`` that SDK layer is what is tested
+                   (moto sends ``x-amz-checksum-crc32`` on whole GETs only). ``ranged``:
+                   True matches only GETs with a ``Range`` header, False only GETs without,
+                   None both. The method defaults to GET. ``fired`` counts only answers that
+                   had a byte flipped.
 
 A rule matches on ``method`` (exact, None: any), ``path`` (regex searched in the unquoted
 request path, without the query), ``query`` (regex searched in the raw query string),
