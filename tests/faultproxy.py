@@ -20,11 +20,28 @@ Actions (``FaultProxy.add_rule``):
 ``delay``          sleep ``delay`` seconds, then forward normally.
 ``status``         answer ``status`` (default 503) with an S3-style XML error without
                    forwarding (nothing happened; botocore and the AWS C++ SDK retry 500/503).
+``corrupt``        forward the request, then flip one byte of a 200/206 response body (``xor``,
+                   default 0x01) before answering: the object is intact upstream, this one
+                   read of it is not (bit rot on the wire, a bad cache, a broken proxy).
+                   ``offset`` is a byte of the *object* (negative: from its end), found in a
+                   ranged answer through its ``Content-Range``; a read that does not cover it
+                   is passed through untouched. ``offset=None`` flips a byte of the body drawn
+                   from the seeded generator. The body keeps its length (``Content-Length``
+                   stays true); a chunked body is flipped in a chunk's data, never in its
+                   framing. Unless ``keep_checksums``, the ``x-amz-checksum-*`` headers are
+                   stripped from the answer: botocore validates a whole-object GET against
+                   them and would raise ``FlexibleChecksumError`` while reading the body
+                   (after its retry layer: not retried) before the reader under test saw the
+                   bytes; with ``keep_checksums=True`` that SDK layer is what is tested
+                   (moto sends ``x-amz-checksum-crc32`` on whole GETs only). ``ranged``:
+                   True matches only GETs with a ``Range`` header, False only GETs without,
+                   None both. The method defaults to GET. ``fired`` counts only answers that
+                   had a byte flipped.
 
 A rule matches on ``method`` (exact, None: any), ``path`` (regex searched in the unquoted
 request path, without the query), ``query`` (regex searched in the raw query string),
 ``body`` (regex searched in the request body as received, e.g. ``'"kind":"add_files"'`` to
-pick one kind of log entry), and
+pick one kind of log entry), ``ranged`` (the ``Range`` header present or not), and
 fires after letting ``skip`` matches through, at most ``count`` times (None: unlimited), each
 time with ``probability`` (drawn from the proxy's seeded random generator). The first rule
 that fires decides; a ``delay`` rule that fires lets later rules be considered too.
@@ -37,7 +54,10 @@ Every loop is bounded (header sizes, socket timeouts, a stop flag); :meth:`stop`
 listener and every connection and joins the threads.
 
 Run as a script it serves until interrupted: ``python tests/faultproxy.py UPSTREAM [--port N]
-[--rules JSON] [--seed N]`` (prints its URL, and its counts as JSON on exit).
+[--rules JSON] [--seed N]`` (prints its URL, and its counts as JSON on exit). ``--rules`` is a
+JSON list of :meth:`FaultProxy.add_rule` arguments, e.g. ``[r.spec() for r in rules]`` (or
+``to_json()``, whose counters :meth:`FaultProxy.add_rules` ignores): the way to drive a proxy
+in another process.
 """
 
 from __future__ import annotations
@@ -56,7 +76,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-ACTIONS = ("drop_response", "reset", "delay", "status")
+ACTIONS = ("drop_response", "reset", "delay", "status", "corrupt")
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 200
 IO_TIMEOUT = 60.0
@@ -68,6 +88,10 @@ _REASONS = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unav
             504: "Gateway Timeout", 429: "Too Many Requests"}
 _S3_CODES = {500: "InternalError", 503: "SlowDown", 502: "BadGateway", 504: "GatewayTimeout",
              429: "SlowDown"}
+_COUNTERS = ("matched", "fired")
+"""Keys of :meth:`Rule.to_json` that are results, not :meth:`FaultProxy.add_rule` arguments."""
+_CHECKSUM_HEADER = b"x-amz-checksum-"
+_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 
 class _Closed(Exception):
@@ -89,6 +113,10 @@ class Rule:
     delay: float = 0.0
     status: int = 503
     name: str = ""
+    offset: int | None = None
+    xor: int = 0x01
+    ranged: bool | None = None
+    keep_checksums: bool = False
     matched: int = 0
     fired: int = 0
     _path_re: re.Pattern[str] | None = field(default=None, repr=False)
@@ -100,30 +128,41 @@ class Rule:
             raise ValueError(f"unknown fault action {self.action!r} (one of {ACTIONS})")
         if not 0.0 <= self.probability <= 1.0:
             raise ValueError(f"probability {self.probability} is not in [0, 1]")
+        if not 1 <= self.xor <= 0xFF:
+            raise ValueError(f"xor {self.xor} flips no bit of a byte (1..255)")
+        if self.action == "corrupt" and self.method is None:
+            self.method = "GET"  # only a response body can be corrupted
         self._path_re = re.compile(self.path) if self.path else None
         self._query_re = re.compile(self.query) if self.query else None
         self._body_re = re.compile(self.body.encode()) if self.body else None
         self.name = self.name or f"{self.action}:{self.method or '*'}:{self.path or '*'}"
 
-    def matches(self, method: str, path: str, query: str, body: bytes) -> bool:
-        if self.method is not None and self.method.upper() != method:
+    def matches(self, req: Request) -> bool:
+        if self.method is not None and self.method.upper() != req.method:
             return False
-        if self._path_re is not None and not self._path_re.search(path):
+        if self.ranged is not None and self.ranged != (req.header("range") is not None):
             return False
-        if self._query_re is not None and not self._query_re.search(query):
+        if self._path_re is not None and not self._path_re.search(req.path):
             return False
-        return self._body_re is None or bool(self._body_re.search(body))
+        if self._query_re is not None and not self._query_re.search(req.query):
+            return False
+        return self._body_re is None or bool(self._body_re.search(req.body))
 
     @property
     def exhausted(self) -> bool:
         return self.count is not None and self.fired >= self.count
 
-    def to_json(self) -> dict[str, Any]:
+    def spec(self) -> dict[str, Any]:
+        """The :meth:`FaultProxy.add_rule` arguments that make this rule (JSON-ready)."""
         return {"action": self.action, "method": self.method, "path": self.path,
                 "query": self.query, "body": self.body, "count": self.count,
                 "probability": self.probability,
                 "skip": self.skip, "delay": self.delay, "status": self.status,
-                "name": self.name, "matched": self.matched, "fired": self.fired}
+                "name": self.name, "offset": self.offset, "xor": self.xor,
+                "ranged": self.ranged, "keep_checksums": self.keep_checksums}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.spec(), "matched": self.matched, "fired": self.fired}
 
 
 @dataclass
@@ -165,6 +204,15 @@ class Response:
     status: int
     raw: bytes  # status line, headers and body, as the upstream sent them
     close: bool  # the upstream connection cannot be reused
+    head_len: int = 0  # raw[:head_len] is the head (up to the blank line), the rest the body
+    chunked: bool = False  # the body has chunked framing
+
+    @property
+    def head_lines(self) -> list[bytes]:
+        return self.raw[: self.head_len].split(b"\r\n")[:-2]
+
+    def header(self, name: str) -> str | None:
+        return _get(_headers(self.head_lines[1:]), name.lower())
 
 
 class _Reader:
@@ -337,16 +385,19 @@ class FaultProxy:
     def add_rule(self, action: str, *, method: str | None = None, path: str | None = None,
                  query: str | None = None, body: str | None = None, count: int | None = None,
                  probability: float = 1.0, skip: int = 0, delay: float = 0.0, status: int = 503,
-                 name: str = "") -> Rule:
+                 name: str = "", offset: int | None = None, xor: int = 0x01,
+                 ranged: bool | None = None, keep_checksums: bool = False) -> Rule:
         rule = Rule(action, method, path, query, body, count, probability, skip, delay, status,
-                    name)
+                    name, offset, xor, ranged, keep_checksums)
         with self._lock:
             self._rules.append(rule)
         return rule
 
     def add_rules(self, specs: list[dict[str, Any]]) -> list[Rule]:
-        """Rules from dicts of :meth:`add_rule`'s arguments (e.g. parsed from JSON)."""
-        return [self.add_rule(**spec) for spec in specs]
+        """Rules from dicts of :meth:`add_rule`'s arguments (e.g. parsed from JSON; the
+        counters of :meth:`Rule.to_json` are ignored, so a rule's JSON makes a fresh copy)."""
+        return [self.add_rule(**{k: v for k, v in spec.items() if k not in _COUNTERS})
+                for spec in specs]
 
     def remove_rule(self, rule: Rule) -> None:
         with self._lock:
@@ -373,13 +424,16 @@ class FaultProxy:
             return {"counts": dict(self.counts), "rules": [r.to_json() for r in self._rules]}
 
     def _decide(self, req: Request) -> list[Rule]:
-        """The rules that fire for this request: delays, then at most one other action."""
+        """The rules that fire for this request: delays, then at most one other action.
+
+        A ``corrupt`` rule is only reserved here (``fired`` counts it, so a concurrent request
+        sees a ``count`` used up); :meth:`_corrupt` gives the reservation back when the answer
+        had no byte to flip, and counts and logs the fault when it flips one."""
         fired: list[Rule] = []
-        method, path, query = req.method, req.path, req.query
         with self._lock:
             self.counts["requests"] += 1
             for rule in self._rules:
-                if rule.exhausted or not rule.matches(method, path, query, req.body):
+                if rule.exhausted or not rule.matches(req):
                     continue
                 rule.matched += 1
                 if rule.matched <= rule.skip:
@@ -387,13 +441,48 @@ class FaultProxy:
                 if rule.probability < 1.0 and self._rng.random() >= rule.probability:
                     continue
                 rule.fired += 1
-                self.counts[rule.action] += 1
-                if len(self.events) < LOG_LIMIT:
-                    self.events.append((time.time(), rule.action, method, path))
+                if rule.action != "corrupt":
+                    self._record(rule, req)
                 fired.append(rule)
                 if rule.action != "delay":
                     break
         return fired
+
+    def _record(self, rule: Rule, req: Request) -> None:
+        """Count and log a fault that acted (the lock held)."""
+        self.counts[rule.action] += 1
+        if len(self.events) < LOG_LIMIT:
+            self.events.append((time.time(), rule.action, req.method, req.path))
+
+    def _corrupt(self, rule: Rule, req: Request, resp: Response) -> Response:
+        """``resp`` with one body byte flipped by ``rule`` (see the module docs), or unchanged
+        (and the reservation of :meth:`_decide` given back) when it has none to flip."""
+        body = memoryview(resp.raw)[resp.head_len:]
+        spans = _chunk_spans(body) if resp.chunked else [(0, len(body))]
+        size = sum(n for _, n in spans)
+        pos = None
+        with self._lock:
+            if resp.status in (200, 206) and size > 0:
+                if rule.offset is None:
+                    pos = self._rng.randrange(size)
+                else:
+                    pos = _body_position(rule.offset, resp, size)
+            if pos is None:
+                rule.fired -= 1
+                return resp
+            self._record(rule, req)
+        for start, n in spans:  # the body position to a raw position past the chunk framing
+            if pos < n:
+                at = start + pos
+                break
+            pos -= n
+        head = resp.raw[: resp.head_len]
+        if not rule.keep_checksums:
+            lines = head.split(b"\r\n")
+            head = b"\r\n".join(x for x in lines if not x.lower().startswith(_CHECKSUM_HEADER))
+        out = bytearray(body)
+        out[at] ^= rule.xor
+        return Response(resp.status, head + bytes(out), resp.close, len(head), resp.chunked)
 
     # ---- serving -----------------------------------------------------------------------------
     def _track(self, sock: socket.socket) -> None:
@@ -471,6 +560,8 @@ class FaultProxy:
                 if action is not None and action.action == "drop_response":
                     _reset(client)
                     return
+                if action is not None and action.action == "corrupt":
+                    resp = self._corrupt(action, req, resp)
                 client.sendall(resp.raw)
                 if resp.close or req.wants_close:
                     return
@@ -519,15 +610,16 @@ class FaultProxy:
         close = "close" in conn or status_line.startswith("HTTP/1.0") and "keep-alive" not in conn
         te = (_get(headers, "transfer-encoding") or "").lower()
         length = _get(headers, "content-length")
+        chunked = False
         if method == "HEAD" or status in (204, 304):
             body = b""
         elif "chunked" in te:
-            body = reader.chunked()
+            body, chunked = reader.chunked(), True
         elif length is not None:
             body = reader.exactly(int(length))
         else:
             body, close = reader.until_close(), True
-        return Response(status, head + body, close)
+        return Response(status, head + body, close, len(head), chunked)
 
     @staticmethod
     def _error_response(status: int, req: Request) -> bytes:
@@ -542,6 +634,40 @@ class FaultProxy:
                 f"x-amz-request-id: faultproxy\r\n"
                 f"Connection: {'close' if req.wants_close else 'keep-alive'}\r\n\r\n")
         return head.encode() + body
+
+
+def _chunk_spans(body: memoryview | bytes) -> list[tuple[int, int]]:
+    """(start, length) of each chunk's data in a chunked body (framing as received)."""
+    spans: list[tuple[int, int]] = []
+    i = 0
+    while True:
+        eol = bytes(body[i : i + MAX_HEAD_BYTES]).find(b"\r\n")
+        if eol < 0:
+            return spans
+        size = int(bytes(body[i : i + eol]).split(b";", 1)[0].strip() or b"0", 16)
+        if size == 0:
+            return spans
+        spans.append((i + eol + 2, size))
+        i += eol + 2 + size + 2
+
+
+def _body_position(offset: int, resp: Response, size: int) -> int | None:
+    """Where byte ``offset`` of the object (negative: from its end) is in this answer's body
+    of ``size`` bytes, or None when the answer does not hold it. A 206 answer holds the bytes
+    its ``Content-Range`` names; a 200 answer holds the whole object."""
+    first, total = 0, size
+    if resp.status == 206:
+        m = _CONTENT_RANGE.fullmatch((resp.header("content-range") or "").strip())
+        if m is None:
+            return None
+        first = int(m.group(1))
+        if m.group(3) == "*":
+            if offset < 0:
+                return None
+        else:
+            total = int(m.group(3))
+    at = (offset + total if offset < 0 else offset) - first
+    return at if 0 <= at < size else None
 
 
 def random_fault_specs(scale: float = 1.0, *, log_path: str = r"/log/\d{20}\.json$"
@@ -575,6 +701,21 @@ def transient_fault_specs(probability: float = 0.02) -> list[dict[str, Any]]:
         {"action": "status", "status": 503, "probability": probability, "name": "503"},
         {"action": "drop_response", "method": "GET", "probability": probability,
          "name": "lost read answer"},
+    ]
+
+
+def corruption_fault_specs(p: float = 0.005, *, path: str | None = None
+                           ) -> list[dict[str, Any]]:
+    """Corrupted read answers for the proofs (``add_rules`` arguments): each GET answer,
+    whole or ranged, has one random byte flipped with probability ``p`` (default 0.5%, the
+    share FoundationDB's bulk load and dump tests inject), ``x-amz-checksum-*`` headers
+    stripped so the flip reaches Sediment's own checks. ``path`` (a regex) narrows them to some
+    objects. Two rules, so a run can report whole and ranged flips apart."""
+    return [
+        {"action": "corrupt", "path": path, "ranged": False, "probability": p,
+         "name": "corrupt whole read"},
+        {"action": "corrupt", "path": path, "ranged": True, "probability": p,
+         "name": "corrupt ranged read"},
     ]
 
 
