@@ -77,7 +77,8 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
     counts: dict[str, int] = {}
 
     def close(key: str) -> None:
-        w = writers.pop(key).close()
+        w = writers[key].close()  # (one that fails to close stays open: it is aborted)
+        del writers[key]
         written.append(w)
         if key == "shared":
             refs.extend(FileReference(w.filename, pid, n) for pid, n in counts.items())
