@@ -10,8 +10,8 @@
 
 from typing import Any
 
-from sediment.core.model import FileReference, Partition, Region
-from sediment.core.ranges import Range
+from sediment.core.model import FileReference, Partition
+from sediment.core.regions import Range, Region
 from sediment.errors import SedimentError
 from sediment.query.request import ReadRequest
 from sediment.query.scan import Scan

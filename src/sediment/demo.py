@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
-from sediment.core.ranges import Range
+from sediment.core.regions import Range
 from sediment.errors import TableNotFoundError, install_hint
 from sediment.store import Store
 from sediment.workload import benchmark_schema, generate

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from sediment.compaction.runner import CompactionResult
-    from sediment.core.ranges import Range
+    from sediment.core.regions import Range
     from sediment.dump import DumpJob
     from sediment.ingest import IngestResult
     from sediment.maintenance.gc import GcResult

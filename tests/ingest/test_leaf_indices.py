@@ -1,6 +1,7 @@
-"""Leaf assignment for bulk import (``sediment.spark.tasks.leaf_indices``, no Spark needed): the
-binary search on the first row-key field agrees with a row-by-row reference, for single and
-composite keys, ints, strings and binaries, with keys equal to boundaries."""
+"""Leaf assignment for bulk import (``sediment.partitioning.lexicographic.leaf_indices``, no
+Spark needed): the binary search on the first row-key field agrees with a row-by-row
+reference, for single and composite keys, ints, strings and binaries, with keys equal to
+boundaries."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sediment.spark import tasks
+from sediment.partitioning import lexicographic
 
 TYPES = {"int": pa.int64(), "str": pa.string(), "bin": pa.binary()}
 
@@ -36,16 +37,16 @@ def test_leaf_indices_match_reference(kinds: list[str]) -> None:
         boundaries = pa.table({nm: pa.array([b[i] for b in bounds], TYPES[k])
                                for i, (nm, k) in enumerate(zip(names, kinds, strict=True))})
         want = [sum(1 for b in bounds if b <= r) for r in rows]
-        got = tasks.leaf_indices(data, names, boundaries)
+        got = lexicographic.leaf_indices(data, names, boundaries)
         assert got.dtype == np.int32
         assert got.tolist() == want
         if n:
             batch = data.combine_chunks().to_batches()[0]
-            assert tasks.leaf_indices(batch, names, boundaries).tolist() == want
+            assert lexicographic.leaf_indices(batch, names, boundaries).tolist() == want
 
 
 def test_leaf_indices_without_search_sorted(monkeypatch: pytest.MonkeyPatch) -> None:
     """pyarrow before 26 has no ``pc.search_sorted``: the joint sort gives the same answers."""
-    monkeypatch.setattr(tasks, "_SEARCH_SORTED", None)
+    monkeypatch.setattr(lexicographic, "_SEARCH_SORTED", None)
     for kinds in (["int"], ["str"], ["bin"], ["str", "int"]):
         test_leaf_indices_match_reference(kinds)

@@ -27,7 +27,8 @@ from sediment.compaction.runner import push_down_references
 from sediment.compaction.strategy import plan_compaction_jobs
 from sediment.core.model import FileReference, Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID, TableState
-from sediment.maintenance.splitting import choose_split_key, plan_splits
+from sediment.maintenance.splitting import plan_splits
+from sediment.partitioning.lexicographic import choose_split_key
 from sediment.properties import defaults
 from support.internals import build_sample
 

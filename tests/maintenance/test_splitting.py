@@ -18,7 +18,8 @@ from sediment.core.model import Partition, Region
 from sediment.core.state import ROOT_PARTITION_ID
 from sediment.core.transactions import SplitPartition
 from sediment.errors import TransactionInvalidError
-from sediment.maintenance.splitting import SplitResult, choose_split_key, plan_splits
+from sediment.maintenance.splitting import SplitResult, plan_splits
+from sediment.partitioning.lexicographic import choose_split_key
 from sediment.workload import benchmark_schema
 from support.internals import build_sample
 

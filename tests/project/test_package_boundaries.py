@@ -127,7 +127,7 @@ pkg = types.ModuleType("sediment")
 pkg.__path__ = [{str(SRC)!r}]
 sys.modules["sediment"] = pkg
 for m in ("sediment.core", "sediment.core.transactions", "sediment.core.state",
-          "sediment.core.ranges", "sediment.core.keys", "sediment.core.model"):
+          "sediment.core.regions", "sediment.core.keys", "sediment.core.model"):
     importlib.import_module(m)
 print(json.dumps(sorted(sys.modules)))
 """

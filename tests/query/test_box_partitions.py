@@ -19,10 +19,10 @@ from test_regions import TYPES, ref_regions
 import sediment as sd
 from helpers import make_table
 from reference import Reference, RefRange, RefRegion, assert_matches
-from sediment.core.cells import Cell, first_field, median_dimension
+from sediment.core.regions import Cell
 from sediment.core.transactions import SplitPartition
 from sediment.errors import PropertyError, SchemaError, TransactionInvalidError
-from sediment.files.cells import split_of
+from sediment.partitioning.dimensions import first_field, median_dimension, split_of
 
 
 def _schema(kinds: list[str]) -> sd.Schema:

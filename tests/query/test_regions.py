@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import sediment as sd
 from helpers import make_table
 from reference import Reference, RefRange, RefRegion, assert_matches
-from sediment.core.boxes import Box, FieldRange, bounding, meets_interval
+from sediment.core.regions import Box, FieldRange, bounding, meets_interval
 from sediment.errors import QueryError
 
 # ---- the model: bounds and leaf overlap ---------------------------------------------------------

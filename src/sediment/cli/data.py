@@ -28,8 +28,7 @@ from sediment.cli.options import (
 from sediment.cli.output import emit, key_value_table, to_json
 from sediment.cli.parsing import convert_split_point
 from sediment.cli.terminal import progress_bar, stdout_console
-from sediment.core.boxes import Box
-from sediment.core.ranges import Range
+from sediment.core.regions import Box, Range
 from sediment.query.request import ReadRequest
 from sediment.query.where import parse_where
 from sediment.schema import Schema, key_from_text

@@ -38,8 +38,8 @@ from sediment.compaction.sources import (
     resolve_inputs,
 )
 from sediment.compaction.strategy import CompactionJob
-from sediment.core.model import Region
 from sediment.core.prefetch import prefetched
+from sediment.core.regions import Region
 from sediment.errors import JobError, SedimentError
 from sediment.files.keys import bounds_inside, region_mask
 from sediment.files.merge import merge_sorted

@@ -22,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sediment.core.model import Region
 from sediment.core.prefetch import prefetched
+from sediment.core.regions import Region
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.schema import Schema

@@ -24,7 +24,8 @@ from sediment.compaction.strategy import (
     plan_reference_splits,
 )
 from sediment.core.head import Head
-from sediment.core.model import FileReference, Region
+from sediment.core.model import FileReference
+from sediment.core.regions import Region
 from sediment.core.state import TableState
 from sediment.core.transactions import (
     AssignJobIds,

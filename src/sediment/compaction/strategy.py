@@ -41,7 +41,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sediment.core.model import FileReference, Region
+from sediment.core.model import FileReference
+from sediment.core.regions import Region
 from sediment.core.state import TableState
 from sediment.core.transactions import JobAssignment, SplitReference
 from sediment.iterators.registry import iterators_from_property

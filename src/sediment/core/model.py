@@ -1,60 +1,12 @@
-"""Values of the model: regions of the row-key space, partitions and file references."""
+"""Values of the model: partitions and file references (their regions: sediment.core.regions)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 from sediment.core.keys import Key, decode_key, encode_key
-
-
-@dataclass(frozen=True, slots=True)
-class Region:
-    """Half-open interval ``[min, max)`` of row-key tuples; ``None`` ends are unbounded.
-
-    ``Region({"key1": Range("c", "p"), ...})`` (a mapping of field to range) is the other
-    form, a range per row-key field: it makes a :class:`sediment.core.boxes.Box`."""
-
-    min: Key | None = None
-    max: Key | None = None
-
-    per_field: ClassVar[Callable[[Mapping[str, Any]], Any] | None] = None
-    """What makes the per-field form: ``Box``, registered by sediment.core.boxes (which
-    builds on this module, so it cannot be imported here)."""
-
-    def __new__(cls, min: Any = None, max: Any = None) -> Any:  # noqa: A002 (field names)
-        if isinstance(min, Mapping) and max is None and Region.per_field is not None:
-            return Region.per_field(min)
-        return object.__new__(cls)
-
-    def contains(self, key: Key) -> bool:
-        if self.min is not None and key < self.min:
-            return False
-        return self.max is None or key < self.max
-
-    def is_strictly_inside(self, key: Key) -> bool:
-        """True when ``key`` can split this region into two non-empty halves."""
-        if self.min is not None and key <= self.min:
-            return False
-        return self.max is None or key < self.max
-
-    def to_json(self) -> dict[str, Any]:
-        return {"min": encode_key(self.min), "max": encode_key(self.max)}
-
-    cell_from_json: ClassVar[Callable[[dict[str, Any]], Region] | None] = None
-    """Reads a box partition's region (``{"cell": ...}``): registered by sediment.core.cells."""
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Region:
-        if "cell" in doc and Region.cell_from_json is not None:
-            return Region.cell_from_json(doc)
-        return cls(decode_key(doc.get("min")), decode_key(doc.get("max")))
-
-    def __str__(self) -> str:
-        lo = "-inf" if self.min is None else repr(self.min if len(self.min) > 1 else self.min[0])
-        hi = "+inf" if self.max is None else repr(self.max if len(self.max) > 1 else self.max[0])
-        return f"[{lo}, {hi})"
+from sediment.core.regions import Region
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,15 +16,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sediment.core import references as references_module
-from sediment.core.cells import box_tree
 from sediment.core.keys import Key
-from sediment.core.model import FileReference, Partition, Region
+from sediment.core.model import FileReference, Partition
 from sediment.core.references import (
     CowDict,
     LazyReferences,
     SnapshotReferences,
     cow,
 )
+from sediment.core.regions import Cell, Region
 from sediment.errors import SchemaError
 from sediment.schema import Schema
 
@@ -178,6 +178,16 @@ class TableState:
             self.refcount[name] = self.refcount.get(name, 0) + count
 
     # ---- partitions --------------------------------------------------------------------
+    @property
+    def partitioning(self) -> str:
+        """The partitioning of the tree (``lexicographic`` or ``dimensions``), read off its
+        root's region, never off a property: a tree and its kind cannot disagree. The
+        strategy that works on it is ``sediment.partitioning.partitioning_of(state)``."""
+        for p in self.partitions.values():
+            if p.parent_id is None:
+                return p.region.partitioning
+        return Region.partitioning
+
     def leaf_partitions(self) -> list[Partition]:
         """Leaves in key order."""
         leaves = [p for p in self.partitions.values() if p.is_leaf]
@@ -249,10 +259,10 @@ def partition_runs(table: pa.Table) -> list[tuple[str, int, int]]:
 
 def build_partition_tree(schema: Schema, split_points: Sequence[Any] | None,
                          partitioning: str = "lexicographic") -> list[Partition]:
-    """A balanced partition tree whose leaves are cut at the given split points (box
-    partitions: see sediment.core.cells.box_tree)."""
-    if partitioning == "dimensions":
-        return box_tree(schema, split_points, ROOT_PARTITION_ID)
+    """A balanced partition tree of ``partitioning`` (the property's value: see
+    sediment.partitioning) whose leaves are cut at the given split points."""
+    if partitioning == Cell.partitioning:
+        return _box_tree(schema, split_points)
     keys = [schema.check_row_key(k, what="split point") for k in (split_points or [])]
     for a, b in zip(keys, keys[1:], strict=False):
         if not a < b:
@@ -271,4 +281,35 @@ def build_partition_tree(schema: Schema, split_points: Sequence[Any] | None,
         build(right, pid, Region(key, region.max), cuts[mid + 1 :])
 
     build(ROOT_PARTITION_ID, None, Region(), keys)
+    return out
+
+
+def _box_tree(schema: Schema, split_points: Sequence[Any] | None) -> list[Partition]:
+    """A balanced tree of box partitions cut on the first row-key field at ``split_points``
+    (values of that field, or keys whose first value is taken)."""
+    name = schema.row_key_names[0]
+    values = []
+    for k in split_points or ():
+        v = k[0] if isinstance(k, tuple | list) else k
+        if isinstance(k, tuple | list) and len(k) != 1:
+            raise SchemaError(f"split point {k!r}: a table with partitioning=dimensions is "
+                              f"split on its first row-key field {name!r}: give its values")
+        values.append(schema.check_key_field(name, v, what="split point"))
+    for a, b in zip(values, values[1:], strict=False):
+        if not a < b:
+            raise SchemaError(f"split points must be strictly increasing: {a!r} >= {b!r}")
+    out: list[Partition] = []
+
+    def build(pid: str, parent: str | None, cell: Cell, cuts: list[Any]) -> None:
+        if not cuts:
+            out.append(Partition(pid, parent, cell))
+            return
+        mid = len(cuts) // 2
+        left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
+        out.append(Partition(pid, parent, cell, (left, right), (cuts[mid],)))
+        low, high = cell.cut(0, cuts[mid])
+        build(left, pid, low, cuts[:mid])
+        build(right, pid, high, cuts[mid + 1 :])
+
+    build(ROOT_PARTITION_ID, None, Cell.whole(len(schema.row_keys)), values)
     return out

@@ -14,7 +14,8 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sediment.core.model import Partition, Region
+from sediment.core.model import Partition
+from sediment.core.regions import Region
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.core.units import iso_time
 

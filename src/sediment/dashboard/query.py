@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sediment.core.ranges import Range
+from sediment.core.regions import Range
 from sediment.dashboard.aggregate import region_text
 from sediment.errors import QueryError
 from sediment.query.request import ReadRequest

@@ -30,13 +30,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sediment.core.boxes import Box
-from sediment.core.cells import is_box_tree
 from sediment.core.head import Head
-from sediment.core.ranges import Range
+from sediment.core.regions import Range
 from sediment.core.state import TableState
 from sediment.core.transactions.table import SCHEME_PROPERTIES
-from sediment.dump.boxes import box_tiles
 from sediment.dump.lock import GUARD, LOCK_KEY, DumpLock, DumpLockLostError, check_owner, guard
 from sediment.dump.lock import abandon as abandon_lock
 from sediment.dump.manifest import (
@@ -51,6 +48,7 @@ from sediment.dump.pinned import PINNED as _PINNED
 from sediment.dump.whole import copy_file, whole_file
 from sediment.errors import JobError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
+from sediment.partitioning import partitioning_of
 from sediment.query.planner import QueryPlan, SubQuery, check_range
 from sediment.runners import load_runner
 from sediment.state.versions import create_tag, delete_tag, list_tags
@@ -76,7 +74,7 @@ class DumpTask:
     query: Range | None = None
     """The dump range: the task reads ``query`` within its leaf's region (None: ``range``)."""
     leaves: tuple[str, ...] = ()
-    """Box partitions (dump/boxes.py): every leaf the task reads, merged in key order."""
+    """Every leaf the task reads, merged in key order (one, unless leaves are boxes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,26 +93,12 @@ class DumpJob:
 
 
 def plan_dump_tasks(state: TableState, rng: Range) -> list[DumpTask]:
-    """Tasks: the range cut at leaf boundaries, in key order (pure).
-
-    Each task reads ``rng`` within its leaf's region. Its tile (the range its manifests
-    record) is the leaf's region, with the first tile starting where ``rng`` starts and the
-    last ending where ``rng`` ends, so the tiles cover ``rng`` exactly by construction, also
-    when a bound of ``rng`` is a prefix of a multi-field split key.
-    """
-    if is_box_tree(state.partitions):
-        return [DumpTask(f"task-{i:05d}", hit[0] if hit else "", tile, query, hit)
-                for i, (tile, query, hit) in enumerate(box_tiles(state, rng))]
-    leaves = [leaf for leaf in state.leaf_partitions() if rng.overlaps(leaf.region)]
-    out = []
-    for i, leaf in enumerate(leaves):
-        start, s_inc = (rng.start, rng.start_inclusive) if i == 0 else \
-            (leaves[i - 1].region.max, True)
-        end, e_inc = (rng.end, rng.end_inclusive) if i == len(leaves) - 1 else \
-            (leaf.region.max, False)
-        out.append(DumpTask(f"task-{i:05d}", leaf.id,
-                            Range(start, end, start_inclusive=s_inc, end_inclusive=e_inc), rng))
-    return out
+    """Tasks: the range tiled by the table's partitioning, in key order (pure): the tiles
+    cover ``rng`` exactly, each reading ``rng`` within its leaves (see
+    :meth:`sediment.partitioning.Partitioning.tiles`)."""
+    return [DumpTask(f"task-{i:05d}", t.leaves[0] if t.leaves else "", t.range, t.query,
+                     t.leaves)
+            for i, t in enumerate(partitioning_of(state).tiles(state, rng))]
 
 
 def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
@@ -157,8 +141,7 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
     head = _PINNED.get(table, version)
     state = head.state
     subs = []
-    boxes = is_box_tree(state.partitions)
-    for leaf_id in task.leaves if boxes else (task.leaf_id,):
+    for leaf_id in task.leaves:
         leaf = state.partitions[leaf_id]
         refs = list(state.references(leaf.id).values())
         for anc in state.ancestors(leaf.id):
@@ -167,8 +150,10 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
     schema, settings = head.schema, head.settings
     executor = table.executors.get(state)  # the table's own, with its caches
     # a per-field region or a box leaf leaves out rows inside the tile: never a whole file
-    whole = None if isinstance(task.query, Box) or boxes else \
-        whole_file(executor, list(subs[0].references), task.range, head.iterators)
+    runs = len(subs) == 1 and subs[0].region.cell is None and \
+        (task.query or task.range).per_field is None
+    whole = whole_file(executor, list(subs[0].references), task.range, head.iterators) \
+        if runs else None
     if whole is not None:
         return [copy_file(table, dest, f"{folder}/batch-00000", version, task.range,
                           whole)]
@@ -402,8 +387,7 @@ def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, a
            "schema": at.schema.to_json(), "range": range_to_json(rng), "tasks": entries,
            "rows": rows, "bytes": size, "created": time.time(),
            "properties": dumped_properties(state)}
-    if is_box_tree(state.partitions):  # a load makes a box table cut where the tiles are
-        job["partitioning"] = "dimensions"
+    job.update(partitioning_of(state).dump_fields())  # so that a load makes its kind
     lock.check()  # a dump that resumed this job after a stall writes the manifest, not us
     dest.put(f"{job_id}/{JOB_MANIFEST}", dumps(job))
     return resumed, rows, size, len(tasks)

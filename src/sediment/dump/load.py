@@ -25,9 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sediment.core.cells import PARTITIONINGS
 from sediment.core.model import FileReference
-from sediment.core.ranges import Range
+from sediment.core.regions import Range
 from sediment.core.transactions.table import SCHEME_PROPERTIES
 from sediment.dump.manifest import loads, range_from_json, safe_path, sha256, tiles
 from sediment.errors import (
@@ -40,6 +39,7 @@ from sediment.files.keys import range_mask, row_key, sort_indices
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.staged import delete_staged, discard_staged
 from sediment.files.writer import sample_name, write_key_filters
+from sediment.partitioning import PARTITIONINGS
 from sediment.properties import validate_properties
 from sediment.schema import Schema
 from sediment.state import pending

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from sediment.core.keys import decode_key, encode_key
-from sediment.core.ranges import Range
+from sediment.core.regions import Range
 from sediment.errors import CorruptMetadataError
 from sediment.state.documents import json_object
 

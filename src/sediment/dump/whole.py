@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sediment.core.model import FileReference
-from sediment.core.ranges import Range
+from sediment.core.regions import Range
 from sediment.dump.lock import guard
 from sediment.dump.manifest import FORMAT, dumps, range_to_json, sha256
 from sediment.files.sidecars import SAMPLE, read_sidecar

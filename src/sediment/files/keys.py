@@ -13,11 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sediment.core.boxes import Box
-from sediment.core.cells import Cell
 from sediment.core.keys import Key
-from sediment.core.model import Region
-from sediment.core.ranges import Range
+from sediment.core.regions import Box, Cell, Range, Region
 
 Columnar: TypeAlias = pa.Table | pa.RecordBatch
 
@@ -92,8 +89,9 @@ def cell_mask(data: Columnar, names: Sequence[str], cell: Cell) -> pa.Array | No
 
 def region_mask(data: Columnar, names: Sequence[str], region: Region) -> pa.Array | None:
     """Rows inside a partition region, or None when the region is unbounded."""
-    if isinstance(region, Cell):
-        return cell_mask(data, names, region)
+    cell = region.cell
+    if cell is not None:
+        return cell_mask(data, names, cell)
     mask = None
     if region.min is not None:
         mask = _lex_compare(data, names, region.min, ">=")
@@ -121,8 +119,9 @@ def box_mask(data: Columnar, box: Box) -> pa.Array | None:
 
 
 def range_mask(data: Columnar, names: Sequence[str], rng: Range) -> pa.Array | None:
-    if isinstance(rng, Box):
-        return box_mask(data, rng)
+    box = rng.per_field
+    if box is not None:
+        return box_mask(data, box)
     mask = None
     if rng.start is not None:
         mask = _lex_compare(data, names, rng.start, ">=" if rng.start_inclusive else ">")
@@ -183,8 +182,8 @@ def bounds_inside(lo: Any, hi: Any, region: Region) -> bool:
     """Whether rows whose first key field lies in [lo, hi] (a sorted file's or row groups'
     statistics) all lie inside ``region``, strictly, so that a multi-field key equal on the
     first field is still filtered: then reading them needs no row filter."""
-    if lo is None or hi is None or (isinstance(region, Cell) and region.limited() not in ([],
-                                                                                       [0])):
+    cell = region.cell
+    if lo is None or hi is None or (cell is not None and cell.limited() not in ([], [0])):
         return False  # a box partition bounds other fields: only a row filter can tell
     return (region.min is None or lo > region.min[0]) and \
         (region.max is None or hi < region.max[0])

@@ -15,9 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sediment.core.cells import Cell
 from sediment.core.keys import Key
-from sediment.core.model import Region
+from sediment.core.regions import Region
 from sediment.files.keys import bisect_key, cell_mask, region_mask, row_key, sort_indices
 
 COUNT = "__count"
@@ -78,8 +77,9 @@ def merge_samples(samples: Sequence[pa.Table], names: Sequence[str]) -> pa.Table
 
 def estimate_count(sample: pa.Table, names: Sequence[str], region: Region) -> int:
     """Estimated records of the sampled data inside ``region``."""
-    if isinstance(region, Cell):  # a box partition: its rows are not one run of the order
-        mask = cell_mask(sample, names, region)
+    cell = region.cell
+    if cell is not None:  # a box partition: its rows are not one run of the order
+        mask = cell_mask(sample, names, cell)
         counts = sample.column(COUNT) if mask is None else sample.column(COUNT).filter(mask)
         return int(pc.sum(counts).as_py() or 0)
     lo = 0 if region.min is None else bisect_key(sample, region.min, names)

@@ -19,19 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sediment.core.cells import is_box_tree
 from sediment.core.head import schema_of
-from sediment.core.model import FileReference, Partition
+from sediment.core.model import FileReference
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles
 from sediment.errors import DataError, SedimentError, StorageError
 from sediment.files import staged as uncommitted
-from sediment.files.keys import bisect_key
 from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
-from sediment.ingest.boxes import write_boxes
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 from sediment.ingest.spill import SortedRuns, SpillDir, resolve_spill_dir
 from sediment.ingest.stall import wait_for_room
+from sediment.partitioning import partitioning_of
 from sediment.settings import TableSettings, settings_of
 from sediment.state import pending
 
@@ -64,73 +62,56 @@ class IngestResult:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
 
-class _LeafCutter:
-    """Cuts a sorted stream at leaf boundaries: yields (leaf, slice) in key order."""
-
-    def __init__(self, state: TableState, row_keys: Sequence[str]) -> None:
-        self.leaves = state.leaf_partitions()
-        self.row_keys = list(row_keys)
-
-    def cut(self, stream: Iterator[pa.RecordBatch]) -> Iterator[tuple[Partition, pa.RecordBatch]]:
-        li = 0
-        for batch in stream:
-            start = 0
-            while start < batch.num_rows:
-                leaf = self.leaves[li]
-                if leaf.region.max is None:
-                    end = batch.num_rows
-                else:
-                    end = bisect_key(batch, leaf.region.max, self.row_keys, lo=start)
-                if end > start:
-                    yield leaf, batch.slice(start, end - start)
-                if end < batch.num_rows:
-                    li += 1
-                start = end
-
-
 def _write_partitioned(table: TableHandle, state: TableState, settings: TableSettings,
                        stream: Iterator[pa.RecordBatch], strategy: str
                        ) -> tuple[list[FileReference], list[WrittenFile]]:
+    """Write the sorted stream cut at ``state``'s leaves (by its partitioning): a file per
+    touched leaf, or (``shared_file``) one file referenced from every leaf it touches with
+    that leaf's exact count. When the cut gives each leaf's rows together, in key order, one
+    file is open at a time; otherwise one per touched leaf."""
     schema = schema_of(state, table.name)
-    if is_box_tree(state.partitions):
-        return _write_boxes(table, state, settings, stream, strategy)
-    props = settings
-    cutter = _LeafCutter(state, schema.row_key_names)
+    partitioning = partitioning_of(state)
     refs: list[FileReference] = []
     written: list[WrittenFile] = []
-    writer: SortedFileWriter | None = None
-    current: Partition | None = None
+    writers: dict[str, SortedFileWriter] = {}  # open, by leaf id ("shared": the one file)
     counts: dict[str, int] = {}
+
+    def close(key: str) -> None:
+        w = writers[key].close()  # (one that fails to close stays open: it is aborted)
+        del writers[key]
+        written.append(w)
+        if key == "shared":
+            refs.extend(FileReference(w.filename, pid, n) for pid, n in counts.items())
+        else:
+            refs.append(FileReference(w.filename, key, w.rows))
+
     try:
-        for leaf, piece in cutter.cut(stream):
-            if strategy == "shared_file":
-                if writer is None:
-                    writer = SortedFileWriter(table.objects, new_data_filename("shared"),
-                                              schema, props)
-                writer.write(piece)
-                counts[leaf.id] = counts.get(leaf.id, 0) + piece.num_rows
+        for batch, pieces in partitioning.cut(state, stream, schema.row_key_names):
+            if strategy == "shared_file":  # the pieces cover the (sorted) batch: it goes whole
+                for piece in pieces:
+                    counts[piece.leaf.id] = counts.get(piece.leaf.id, 0) + piece.rows
+                if pieces:
+                    if "shared" not in writers:
+                        writers["shared"] = SortedFileWriter(
+                            table.objects, new_data_filename("shared"), schema, settings)
+                    writers["shared"].write(batch)
                 continue
-            if writer is None or current is None or leaf.id != current.id:
-                if writer is not None and current is not None:
-                    w = writer.close()
-                    written.append(w)
-                    refs.append(FileReference(w.filename, current.id, w.rows))
-                writer = SortedFileWriter(table.objects, new_data_filename(leaf.id), schema,
-                                          props)
-                current = leaf
-            writer.write(piece)
-        if writer is not None:
-            w = writer.close()
-            written.append(w)
-            writer = None
-            if strategy == "shared_file":
-                refs.extend(FileReference(w.filename, pid, n) for pid, n in counts.items())
-            else:
-                assert current is not None
-                refs.append(FileReference(w.filename, current.id, w.rows))
+            for piece in pieces:
+                writer = writers.get(piece.leaf.id)
+                if writer is None:
+                    if partitioning.cuts_in_order:  # the leaves before it are done
+                        for key in list(writers):
+                            close(key)
+                    writer = SortedFileWriter(table.objects, new_data_filename(piece.leaf.id),
+                                              schema, settings)
+                    writers[piece.leaf.id] = writer
+                writer.write(piece.of(batch))
+        for key in list(writers):
+            close(key)
     except BaseException as e:
-        failed = writer.filename if writer is not None else None
-        if writer is not None:
+        failed = next(iter(writers.values())).filename \
+            if partitioning.cuts_in_order and writers else None
+        for writer in writers.values():
             writer.abort()
         _delete_files(table, written)
         if isinstance(e, OSError) and not isinstance(e, SedimentError):
@@ -140,25 +121,6 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
                                f"{table.objects.uri}: {e}") from e
         raise
     return refs, written
-
-
-def _write_boxes(table: TableHandle, state: TableState, settings: TableSettings,
-                 stream: Iterator[pa.RecordBatch], strategy: str
-                 ) -> tuple[list[FileReference], list[WrittenFile]]:
-    """Box partitions (ingest/boxes.py), failing as :func:`_write_partitioned` does."""
-    open_writers: list[SortedFileWriter] = []
-    written: list[WrittenFile] = []
-    try:
-        return write_boxes(table, state, settings, stream, strategy, open_writers,
-                           written), written
-    except BaseException as e:
-        for w in open_writers:
-            w.abort()
-        _delete_files(table, written)
-        if isinstance(e, OSError) and not isinstance(e, SedimentError):
-            raise StorageError(f"ingest into table {table.name}: cannot write data files to "
-                               f"{table.objects.uri}: {e}") from e
-        raise
 
 
 def _delete_files(table: TableHandle, written: Sequence[WrittenFile]) -> None:

@@ -32,10 +32,10 @@ from sediment.maintenance.splitting import (
     SplitDecision,
     SplitReady,
     SplitResult,
-    choose_split_key,
     leaf_records,
     split,
 )
+from sediment.partitioning import partitioning_of
 from sediment.settings import settings_of
 from sediment.state.schemes import scheme_members, scheme_states
 from sediment.state.store import StateStore
@@ -64,7 +64,9 @@ def plan_scheme_splits(scheme: TableState, members: Sequence[MemberView]) -> lis
     a coarser leaf: those count once it follows, which ``split_scheme`` makes it do first."""
     assert scheme.schema is not None
     names = scheme.schema.row_key_names
-    threshold = settings_of(scheme).partition_split_threshold
+    settings = settings_of(scheme)
+    threshold = settings.partition_split_threshold
+    partitioning = partitioning_of(scheme)
     out = []
     for leaf in scheme.leaf_partitions():
         in_members = [m for m in members if (p := m.state.partitions.get(leaf.id)) is not None
@@ -83,9 +85,8 @@ def plan_scheme_splits(scheme: TableState, members: Sequence[MemberView]) -> lis
         except SedimentError as e:
             out.append(SplitDecision(leaf.id, n, None, f"cannot read a sample: {e}"))
             continue
-        key = choose_split_key(leaf, samples, names)
-        out.append(SplitDecision(leaf.id, n, key,
-                                 "" if key is not None else "every record has one row key"))
+        choice = partitioning.choose_split(scheme, leaf, samples, names, settings)
+        out.append(SplitDecision(leaf.id, n, choice.key, choice.reason, choice.dimension))
     return out
 
 

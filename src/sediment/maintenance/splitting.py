@@ -1,4 +1,5 @@
-"""Partition splitting: leaves over the threshold split at the median of their samples.
+"""Partition splitting: leaves over the threshold split where the table's partitioning
+chooses from their samples (``sediment.partitioning``: the median key, or a field's median).
 
 Planning is pure (``plan_splits`` over a TableState and a sample lookup); the split is committed
 as a SplitPartition transaction that only validates while the partition is still a leaf. A leaf
@@ -9,21 +10,18 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sediment.core.cells import Cell, first_field
 from sediment.core.keys import Key
 from sediment.core.model import Partition
 from sediment.core.state import TableState
 from sediment.core.transactions import SplitPartition
 from sediment.errors import SedimentError, TransactionInvalidError
-from sediment.files.cells import choose_cut
-from sediment.files.keys import bisect_key, region_mask, row_key
-from sediment.files.sample import COUNT, merge_samples, quantile
+from sediment.partitioning import partitioning_of
 from sediment.settings import as_settings
 
 if TYPE_CHECKING:
@@ -71,41 +69,6 @@ def leaf_records(state: TableState, leaf: Partition) -> int:
     return sum(r.records for r in state.references(leaf.id).values() if not r.approximate)
 
 
-def choose_split_key(leaf: Partition, samples: Sequence[pa.Table],
-                     names: Sequence[str]) -> Key | None:
-    """The median row key of the leaf's samples, strictly inside its region, or None.
-
-    The median is the key at sorted position ``floor(n/2)`` of the leaf's ``n`` sampled records
-    (``quantile``), the first key of the right child, as in Sleeper: for distinct keys 0..999
-    it is 500 and each child gets 500 records; for 1..100 it is 51. A sample that keeps every
-    k-th key gives the key of a record less than one sample step (k) below that position, so
-    for distinct keys the left child holds within k records of half; with repeated keys it
-    holds the records below that key's run. When the key is the leaf's smallest (most records
-    share it), the next sampled key up is taken.
-    """
-    if not samples:
-        return None
-    merged = merge_samples(samples, names)
-    mask = region_mask(merged, names, leaf.region)
-    if mask is not None:
-        merged = merged.filter(mask)
-    if merged.num_rows == 0:
-        return None
-    # Both halves must get records: the key must be above the smallest sampled key (an actual
-    # key of the leaf), not merely inside the region (whose min may be -inf or below the data).
-    first = row_key(merged, 0, names)
-    key = quantile(merged, names, 0.5)
-    if key is not None and key > first and leaf.region.is_strictly_inside(key):
-        return key
-    # Many rows share the smallest key: take the first sampled key above it.
-    i = bisect_key(merged, first, names, right=True)
-    if i < merged.num_rows:
-        k = row_key(merged, i, names)
-        if leaf.region.is_strictly_inside(k):
-            return k
-    return None
-
-
 SplitReady = Callable[[TableState, Partition], bool]
 """Whether a leaf over the threshold is to split now (the continuous maintainer waits for a
 leaf to hold few files: see sediment.maintenance.continuous)."""
@@ -126,6 +89,7 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
     names = state.schema.row_key_names
     settings = as_settings(properties)
     threshold = settings.partition_split_threshold
+    partitioning = partitioning_of(state)
     out = []
     for leaf in state.leaf_partitions():
         n = leaf_records(state, leaf)
@@ -136,32 +100,9 @@ def plan_splits(state: TableState, properties: Mapping[str, Any],
         except SedimentError as e:  # a damaged sample holds back this leaf, not the others
             out.append(SplitDecision(leaf.id, n, None, f"cannot read a sample: {e}"))
             continue
-        if isinstance(leaf.region, Cell):
-            first = first_field(settings.partition_split_dimension,
-                                len(state.ancestors(leaf.id)), len(names))
-            out.append(_box_decision(leaf, n, samples, names, first))
-            continue
-        key = choose_split_key(leaf, [s.select([*names, COUNT]) for s in samples], names)
-        out.append(SplitDecision(leaf.id, n, key,
-                                 "" if key is not None else "every record has one row key"))
+        choice = partitioning.choose_split(state, leaf, samples, names, settings)
+        out.append(SplitDecision(leaf.id, n, choice.key, choice.reason, choice.dimension))
     return out
-
-
-def _box_decision(leaf: Partition, n: int, samples: Sequence[pa.Table],
-                  names: Sequence[str], first: int) -> SplitDecision:
-    """A box leaf's split: a field (tried from ``first`` on) and its median
-    (files/cells.py choose_cut)."""
-    assert isinstance(leaf.region, Cell)
-    cut = None
-    if samples:
-        merged = merge_samples([s.select([*names, COUNT]) for s in samples], names)
-        mask = region_mask(merged, names, leaf.region)
-        cut = choose_cut(leaf.region, merged if mask is None else merged.filter(mask), names,
-                         COUNT, first=first)
-    if cut is None:
-        return SplitDecision(leaf.id, n, None, "no row-key field has a median strictly "
-                                               "between its minimum and maximum in the leaf")
-    return SplitDecision(leaf.id, n, (cut[1],), "", cut[0])
 
 
 def split(table: TableHandle, *, limit: int = 0, ready: SplitReady | None = None,

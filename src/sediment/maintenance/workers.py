@@ -34,7 +34,7 @@ from sediment.compaction.job import JobOutput, run_compaction_job
 from sediment.compaction.runner import JobResult, commit_job, record_job_started
 from sediment.compaction.strategy import CompactionJob
 from sediment.core.head import Head
-from sediment.core.model import Region
+from sediment.core.regions import Region
 from sediment.core.state import TableState
 from sediment.errors import SedimentError
 from sediment.iterators.registry import iterators_from_property

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from sediment.core.model import Region
+from sediment.core.regions import Region
 from sediment.query.engines import Scan
 
 

@@ -36,8 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sediment.core.model import Region
-from sediment.core.ranges import Range
+from sediment.core.regions import Range, Region
 from sediment.errors import MissingDependencyError, install_hint
 
 if TYPE_CHECKING:

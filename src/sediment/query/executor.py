@@ -20,10 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sediment.core.cells import Cell
-from sediment.core.model import FileReference, Region
+from sediment.core.model import FileReference
 from sediment.core.prefetch import read_ahead
-from sediment.core.ranges import Range
+from sediment.core.regions import Range, Region
 from sediment.errors import CorruptMetadataError
 from sediment.files.keyfilter import hash_keys
 from sediment.files.keys import bounds_inside, rows_in, sort_indices
@@ -119,8 +118,9 @@ def _exact_single_keys(ranges: tuple[Range, ...] | None) -> list[Any] | None:
 
 
 def _boxes(subs: Sequence[SubQuery]) -> bool:
-    """Whether several sub-queries read box partitions (see sediment.core.cells)."""
-    return len(subs) > 1 and any(isinstance(s.region, Cell) for s in subs)
+    """Whether several sub-queries read box partitions (cells: sediment.core.regions), whose
+    rows are not runs of the key order."""
+    return len(subs) > 1 and any(s.region.cell is not None for s in subs)
 
 
 class Executor:

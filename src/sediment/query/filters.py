@@ -30,8 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sediment.core.model import Region
-from sediment.core.ranges import Range
+from sediment.core.regions import Range, Region
 from sediment.errors import QueryError, WhereError
 from sediment.query.expressions import (
     MAX_FILTER_DEPTH,

@@ -11,13 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sediment.core.boxes import Box
-from sediment.core.cells import is_box_tree
-from sediment.core.model import FileReference, Region
-from sediment.core.ranges import Range
+from sediment.core.model import FileReference
+from sediment.core.regions import Range, Region
 from sediment.core.state import TableState
 from sediment.errors import DataError, QueryError
-from sediment.query.regions import as_region, bind_region
+from sediment.partitioning import partitioning_of
+from sediment.query.regions import bind_region
 from sediment.schema import Schema
 
 
@@ -69,8 +68,7 @@ def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
         ranges = [ranges]
     for r in ranges or ():
         out.append(check_range(schema, r, table or "?"))
-    if is_box_tree(state.partitions):  # box leaves prune by every field a range pins
-        out = [as_region(r, schema.row_key_names) for r in out]
+    out = partitioning_of(state).read_ranges(out, schema.row_key_names)
     return tuple(r for r in out if not r.is_empty())
 
 
@@ -79,8 +77,9 @@ def check_range(schema: Schema, r: Any, table: str) -> Range:
     (temporal values as ints): QueryError for a value of the wrong type or a start after its
     end, DataError for a string end with a lone surrogate (as ingest refuses it). A per-field
     region is checked and bound by :func:`bind_region`."""
-    if isinstance(r, Box):
-        return bind_region(schema, table, r)
+    box = r.per_field if isinstance(r, Range) else None
+    if box is not None:
+        return bind_region(schema, table, box)
     if not isinstance(r, Range):
         raise QueryError(f"ranges must be sediment.Range or sediment.Region values, "
                          f"got {r!r}")
@@ -108,13 +107,7 @@ def plan_query(state: TableState, ranges: tuple[Range, ...] | None) -> QueryPlan
     if ranges is None:
         state.decode_all_references()
     above = _InheritedReferences(state)
-    for leaf in state.leaf_partitions():
-        if ranges is not None:
-            hit = tuple(r for r in ranges if r.overlaps(leaf.region))
-            if not hit:
-                continue
-        else:
-            hit = None
+    for leaf, hit in partitioning_of(state).prune(state, ranges):
         refs = above.own(leaf.id)
         if leaf.parent_id is not None:
             refs = refs + above.inherited(leaf.parent_id)

@@ -1,7 +1,8 @@
 """Per-field query regions (``sd.Region({field: sd.Range(...)})``): checking them against a
 table, and what the reader needs from them besides their lexicographic bounds (which the
 planner and the first-field pruning use as for any range): the row-group test on every
-field's statistics.
+field's statistics. (A box partitioning reads a plain range as the box it is: see
+sediment.partitioning.dimensions.)
 
 Checking is strict: a region is a user's statement about named fields, so an unknown field,
 a value of the wrong type, a multi-value end or an empty range is a mistake to report (with
@@ -10,14 +11,12 @@ the table and the field), never a query for nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sediment.core.boxes import Box, FieldRange
-from sediment.core.ranges import Range
+from sediment.core.regions import Box, FieldRange, Range
 from sediment.errors import DataError, QueryError
 from sediment.schema import Schema
 
@@ -50,7 +49,7 @@ def bind_region(schema: Schema, table: str, box: Box) -> Box:
             what = "a row key field" if name in schema.field_names else "a field"
             raise QueryError(f"region on table {table} names {name!r}, which is not {what} "
                              f"of the table (row key fields: {', '.join(names)})")
-        if not isinstance(rng, Range) or isinstance(rng, Box):
+        if not isinstance(rng, Range) or rng.per_field is not None:
             raise QueryError(f"region on table {table}: field {name!r} needs a "
                              f"sediment.Range, not {rng!r}")
         f = FieldRange(_end(schema, table, name, rng.start), rng.start_inclusive,
@@ -64,24 +63,6 @@ def bind_region(schema: Schema, table: str, box: Box) -> Box:
     return box.bind(names, [by_name.get(n, FieldRange()) for n in names])
 
 
-def as_region(r: Range, names: Sequence[str]) -> Range:
-    """A checked range as the per-field region it exactly is, when it is one: ends of equal
-    length ``n`` sharing their first ``n - 1`` values select those values and a range of the
-    ``n``-th field (``Range(("s", 5), ("s", 9))``, ``Range.exact(("s",))``). On box partitions
-    that prunes leaves and row groups by every field it pins; anything else is kept as it is."""
-    if isinstance(r, Box) or r.start is None or r.end is None or len(r.start) != len(r.end) \
-            or r.start[:-1] != r.end[:-1]:
-        return r
-    n = len(r.start)
-    given = {names[i]: Range.exact(v) for i, v in enumerate(r.start[:-1])}
-    given[names[n - 1]] = Range(r.start[-1], r.end[-1], start_inclusive=r.start_inclusive,
-                                end_inclusive=r.end_inclusive)
-    fields = [FieldRange(v, True, v, True) for v in r.start[:-1]]
-    fields.append(FieldRange(r.start[-1], r.start_inclusive, r.end[-1], r.end_inclusive))
-    fields += [FieldRange()] * (len(names) - n)
-    return Box(given).bind(names, fields)
-
-
 _PRUNABLE = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string,
              pa.types.is_binary, pa.types.is_large_binary)
 
@@ -92,7 +73,7 @@ def box_row_groups(schema: Schema, metadata: pq.FileMetaData, groups: list[int],
     statistics for boxes (a plain range keeps every group: the first-field pruning already
     judged it). Fields without usable statistics (temporal ones, whose statistics are not
     in the model's integers) never rule a group out."""
-    boxes = [r for r in ranges if isinstance(r, Box)]
+    boxes = [b for b in (r.per_field for r in ranges) if b is not None]
     if not groups or len(boxes) < len(ranges) or not boxes:
         return groups
     types = {f.name: f.type for f in schema.row_keys}

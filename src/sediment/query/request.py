@@ -45,8 +45,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from sediment.core.boxes import Box
-from sediment.core.ranges import Range
+from sediment.core.regions import Box, Range
 from sediment.errors import BadRequestError, FilterError, QueryError
 from sediment.query.filters import filter_expression
 from sediment.query.wire import from_wire, to_wire
@@ -73,8 +72,10 @@ def encode_value(value: Any, what: str) -> Any:
         return {"base64": base64.b64encode(bytes(value)).decode()}
     if isinstance(value, tuple | list):
         return [encode_value(v, what) for v in value]
-    if isinstance(value, Box):  # a per-field region: its fields' ranges as given
-        return {"region": {str(name): encode_value(r, what) for name, r in value.given}}
+    if isinstance(value, Range) and value.per_field is not None:
+        # a per-field region: its fields' ranges as given
+        return {"region": {str(name): encode_value(r, what)
+                           for name, r in value.per_field.given}}
     if isinstance(value, Range):
         return {"range": {"start": encode_value(value.start, what),
                           "end": encode_value(value.end, what),

@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow as pa
 
 from sediment.core.keys import Key
-from sediment.core.model import FileReference, Region
+from sediment.core.model import FileReference
 from sediment.core.prefetch import read_ahead
-from sediment.core.ranges import Range
+from sediment.core.regions import Range, Region
 from sediment.core.state import TableState
 from sediment.errors import NotCoShardedError, QueryError
 from sediment.files.sample import COUNT, cut_keys

@@ -42,7 +42,7 @@ from typing import Any
 import pyarrow.flight as fl
 
 import sediment.errors as errors_module
-from sediment.core.ranges import Range
+from sediment.core.regions import Range
 from sediment.errors import (
     AuthenticationError,
     BadRequestError,

@@ -165,7 +165,8 @@ def _jvm_leaf_frame(table: TableHandle, source: DataFrame, boundaries: Any,
     from pyspark.sql import functions as F  # noqa: N812 - Spark's own convention
     from pyspark.sql.pandas.types import from_arrow_type
 
-    if not isinstance(boundaries, pa.Table):  # box partitions: found in Python
+    boundaries = boundaries.boundaries  # the leaves' minimums; None: found in Python
+    if boundaries is None:
         return None
     names = table.schema.row_key_names
     arrow = table.schema.to_arrow()

@@ -54,8 +54,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sediment.core.boxes import Box
-from sediment.core.ranges import Range
+from sediment.core.regions import Range
 from sediment.files.sample import cut_keys
 from sediment.properties import defaults
 from sediment.query.request import ReadRequest
@@ -319,7 +318,7 @@ class SedimentReader(DataSourceReader):
         parts: list[InputPartition] = []
         for sub in plan.subqueries:
             cuts: list[Any] = []
-            if sub.leaf_id in big and not any(isinstance(r, Box) for r in sub.ranges or ()):
+            if sub.leaf_id in big and all(r.per_field is None for r in sub.ranges or ()):
                 # (a per-field region is not cut: a lexicographic piece of it is no region)
                 cuts = cut_keys([samples[r.filename] for r in sub.references], names,
                                 sub.region, target)

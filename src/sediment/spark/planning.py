@@ -9,23 +9,17 @@ Nothing here commits: the splits commit with the import's files, in one transact
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from sediment.core.cells import Cell, first_field, is_box_tree
-from sediment.core.keys import Key
 from sediment.core.state import TableState
 from sediment.core.transactions import SplitPartition
-from sediment.files.cells import choose_cut
-from sediment.files.keys import cell_mask
 from sediment.files.sample import COUNT
 from sediment.handle import TableHandle
-from sediment.properties import defaults
+from sediment.partitioning import partitioning_of
 from sediment.spark import tasks
 from sediment.spark.sparktypes import for_spark, spark_struct
 
@@ -126,81 +120,12 @@ def plan_splits(merged: pa.Table | None, names: Sequence[str], state: TableState
                 target_rows: int) -> list[SplitPartition]:
     """The splits that give each leaf about ``target_rows`` of the input's rows, from the
     ``merged`` key sample (:func:`sample_input`; not committed: they commit with the files, in
-    one transaction).
-
-    The sample counts the rows each key stands for, so it tells how many rows each leaf of
-    ``state`` gets: a leaf getting ``r`` rows is cut into ``ceil(r / target_rows)`` parts at
-    the sample's quantiles within it, halving recursively, so the new subtree stays balanced.
-    """
-    from sediment.files.keys import bisect_key
-    from sediment.files.sample import quantile
-
+    one transaction), as the table's partitioning cuts a leaf
+    (:meth:`sediment.partitioning.Partitioning.import_splits`). The sample counts the rows
+    each key stands for, so it tells how many rows each leaf of ``state`` gets."""
     if merged is None:
         return []
-    if is_box_tree(state.partitions):
-        return _box_splits(merged, names, state, target_rows)
-    splits: list[SplitPartition] = []
-    for leaf in state.leaf_partitions():
-        region = leaf.region
-        lo = 0 if region.min is None else bisect_key(merged, region.min, names)
-        hi = merged.num_rows if region.max is None else bisect_key(merged, region.max, names)
-        part = merged.slice(lo, max(0, hi - lo))
-        rows = int(pc.sum(part.column(COUNT)).as_py() or 0)
-        parts = math.ceil(rows / target_rows)
-        if parts < 2:
-            continue
-        points: list[Key] = []
-        for i in range(1, parts):
-            k = quantile(part, names, i / parts)
-            if k is not None and region.is_strictly_inside(k) and (not points or k > points[-1]):
-                points.append(k)
-        _split_balanced(leaf.id, points, splits)
-    return splits
-
-
-def _split_balanced(pid: str, points: Sequence[Key], out: list[SplitPartition]) -> None:
-    """Split ``pid`` at the middle point, then each side at the middle of its points."""
-    if not points:
-        return
-    mid = len(points) // 2
-    left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
-    out.append(SplitPartition(pid, tuple(points[mid]), left, right))
-    _split_balanced(left, points[:mid], out)
-    _split_balanced(right, points[mid + 1:], out)
-
-
-def _box_splits(merged: pa.Table, names: Sequence[str], state: TableState,
-                target_rows: int) -> list[SplitPartition]:
-    """Box partitions: a leaf getting more than ``target_rows`` of the input's rows is cut as
-    a split would cut it (the field ``partition.split.dimension`` picks at its median,
-    files/cells.choose_cut, over the input's sample within the leaf), and each side again
-    while it gets more."""
-    rule = str({**defaults(), **state.properties}["partition.split.dimension"])
-    splits: list[SplitPartition] = []
-    for leaf in state.leaf_partitions():
-        assert isinstance(leaf.region, Cell)
-        mask = cell_mask(merged, names, leaf.region)
-        _cut_box(leaf.id, leaf.region, merged if mask is None else merged.filter(mask),
-                 names, target_rows, splits, rule, len(state.ancestors(leaf.id)))
-    return splits
-
-
-def _cut_box(pid: str, cell: Cell, sample: pa.Table, names: Sequence[str], target: int,
-             out: list[SplitPartition], rule: str, depth: int) -> None:
-    rows = int(pc.sum(sample.column(COUNT)).as_py() or 0) if sample.num_rows else 0
-    cut = choose_cut(cell, sample, names, COUNT, first=first_field(rule, depth, len(names))) \
-        if rows > target else None
-    if cut is None:
-        return
-    dim, value = cut
-    left, right = uuid.uuid4().hex[:16], uuid.uuid4().hex[:16]
-    out.append(SplitPartition(pid, (value,), left, right, dim))
-    low_cell, high_cell = cell.cut(dim, value)
-    column = sample.column(names[dim])
-    low = pc.less(column, pa.scalar(value, type=column.type))
-    _cut_box(left, low_cell, sample.filter(low), names, target, out, rule, depth + 1)
-    _cut_box(right, high_cell, sample.filter(pc.invert(low)), names, target, out, rule,
-             depth + 1)
+    return partitioning_of(state).import_splits(merged, names, state, target_rows)
 
 
 def planned_state(state: TableState, splits: Sequence[SplitPartition]) -> TableState:

@@ -2,7 +2,7 @@
 
 The reader pushes comparisons on the first row-key field down as ranges; comparisons on the
 other row-key fields (``key2 > 'h'``) cannot narrow a lexicographic range, but a per-field
-region (:class:`sediment.core.boxes.Box`) holds them exactly: the leaves whose regions
+region (:class:`sediment.core.regions.Box`) holds them exactly: the leaves whose regions
 cannot meet it are not read (all leaves, on a box-partitioned table, by every field), and row
 groups are pruned by every field's statistics.
 """
@@ -20,8 +20,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from sediment.core.boxes import Box, FieldRange
-from sediment.core.ranges import Range
+from sediment.core.regions import Box, FieldRange, Range
 
 PUSHABLE = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
 

@@ -12,12 +12,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from sediment.core.cells import is_box_tree
 from sediment.core.state import TableState
-from sediment.files.cells import BoxLeaves
 from sediment.handle import TableHandle, handle_of
+from sediment.partitioning import LeafFinder, partitioning_of
 from sediment.schema import Schema
 
 _STORES: dict[str, Any] = {}
@@ -59,80 +57,17 @@ def open_handle(spec: dict[str, Any], name: str, table_id: str | None = None) ->
     return handle_of(open_table(spec, name, table_id))
 
 
-def _type_minimum(t: pa.DataType) -> Any:
-    if pa.types.is_integer(t):
-        return -(2 ** (t.bit_width - 1))
-    if pa.types.is_string(t):
-        return ""
-    if pa.types.is_binary(t):
-        return b""
-    return 0
-
-
-def boundary_table(state: TableState) -> Any:
-    """Row-key mins of every leaf but the first, in key order (prefixes padded with minima);
-    for box partitions, the tree (:class:`BoxLeaves`: leaves are found by descending it)."""
-    assert state.schema is not None
-    if is_box_tree(state.partitions):
-        return BoxLeaves(state.partitions, state.leaf_partitions())
-    fields = list(state.schema.row_keys)
-    mins = [leaf.region.min for leaf in state.leaf_partitions()[1:]]
-    cols = []
-    for i, f in enumerate(fields):
-        vals = [m[i] if m is not None and i < len(m) else _type_minimum(f.type) for m in mins]
-        cols.append(pa.array(vals, type=f.type))
-    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
-
-
-# pyarrow's binary search over a sorted array (added in pyarrow 26); None before it
-_SEARCH_SORTED = getattr(pc, "search_sorted", None)
+def boundary_table(state: TableState) -> LeafFinder:
+    """What finds each row's leaf among ``state``'s leaves, by its partitioning
+    (:meth:`sediment.partitioning.Partitioning.leaf_finder`): its ``boundaries``, when
+    set, are the leaves' row-key minimums a JVM can count."""
+    return partitioning_of(state).leaf_finder(state)
 
 
 def leaf_indices(data: pa.Table | pa.RecordBatch, names: Sequence[str],
-                 boundaries: pa.Table | BoxLeaves) -> np.ndarray:
-    """Index (in key order) of each row's leaf partition, vectorised.
-
-    A row's leaf is the number of boundaries at or below its key: a binary search of the
-    (sorted) boundaries on the first row-key field (``pc.search_sorted``, O(n log b)). Rows whose
-    first field equals a boundary's, when there are more row-key fields, are resolved on the
-    whole key by :func:`_leaf_indices_by_sort`.
-    """
-    n = data.num_rows
-    if isinstance(boundaries, BoxLeaves):
-        return boundaries.indices(data, names)
-    if boundaries.num_rows == 0:
-        return np.zeros(n, dtype=np.int32)
-    if _SEARCH_SORTED is None:  # pyarrow before 26: the joint sort gives the same answer
-        return _leaf_indices_by_sort(data, names, boundaries)
-    first = data.column(names[0])
-    bounds = boundaries.column(0).combine_chunks()
-    if not bounds.type.equals(first.type):
-        bounds = bounds.cast(first.type)
-    hi = _SEARCH_SORTED(bounds, first, side="right").to_numpy().astype(np.int32)
-    if len(names) == 1:
-        return hi
-    lo = _SEARCH_SORTED(bounds, first, side="left").to_numpy()
-    tied = np.flatnonzero(lo != hi)
-    if len(tied):
-        hi[tied] = _leaf_indices_by_sort(data.take(pa.array(tied)), names, boundaries)
-    return hi
-
-
-def _leaf_indices_by_sort(data: pa.Table | pa.RecordBatch, names: Sequence[str],
-                          boundaries: pa.Table) -> np.ndarray:
-    """:func:`leaf_indices` on the whole key: boundaries and keys are sorted together (a
-    stable sort, boundaries first); a row's leaf is the number of boundaries sorted before it.
-    """
-    n = data.num_rows
-    nb = boundaries.num_rows
-    keys = pa.Table.from_arrays([data.column(c) for c in names], names=list(names))
-    combined = pa.concat_tables([boundaries.cast(keys.schema), keys])
-    order = pc.sort_indices(combined, sort_keys=[(c, "ascending") for c in names]).to_numpy()
-    is_boundary = order < nb
-    cum = np.cumsum(is_boundary)
-    out = np.empty(n, dtype=np.int32)
-    out[order[~is_boundary] - nb] = cum[~is_boundary]
-    return out
+                 boundaries: LeafFinder) -> np.ndarray:
+    """Index (in key order) of each row's leaf partition, vectorised."""
+    return boundaries.indices(data, names)
 
 
 def conform_batches(batches: Iterator[pa.RecordBatch], schema: Schema, table_name: str,
@@ -147,7 +82,7 @@ def conform_batches(batches: Iterator[pa.RecordBatch], schema: Schema, table_nam
 
 
 def assign_leaves(batches: Iterator[pa.RecordBatch], schema: Schema, table_name: str,
-                  boundaries: pa.Table | BoxLeaves, buckets: Sequence[int]
+                  boundaries: LeafFinder, buckets: Sequence[int]
                   ) -> Iterator[pa.RecordBatch]:
     """Validate each batch and add the shuffle column (a bucket value per leaf)."""
     from sediment.ingest.sources import conform
@@ -161,7 +96,7 @@ def assign_leaves(batches: Iterator[pa.RecordBatch], schema: Schema, table_name:
 
 
 def with_leaf_column(batch: pa.RecordBatch, names: Sequence[str],
-                     boundaries: pa.Table | BoxLeaves,
+                     boundaries: LeafFinder,
                      bucket_arr: np.ndarray) -> pa.RecordBatch:
     """``batch`` (already conformed) with the shuffle column: its leaf's bucket value."""
     idx = leaf_indices(batch, names, boundaries)

@@ -112,7 +112,7 @@ def test_spark_bulk_import_and_read_of_a_box_table(spark_local: Any, tmp_path: P
 def test_bulk_import_presplits_box_leaves_as_a_split_would(tmp_path: Path) -> None:
     """The splits planned for an import into a box table: Sleeper's field at the median of the
     input's sample, until each leaf gets at most the target."""
-    from sediment.core.cells import Cell
+    from sediment.core.regions import Cell
     from sediment.files.sample import COUNT
     from sediment.spark.planning import plan_splits, planned_state
 
@@ -140,8 +140,8 @@ def test_bulk_import_presplits_box_leaves_as_a_split_would(tmp_path: Path) -> No
 def test_bulk_import_presplits_box_leaves_by_the_cycle_rule(tmp_path: Path) -> None:
     """Under ``partition.split.dimension=cycle`` the planned tree alternates its fields by
     depth (a k-d tree), where Sleeper's rule would cut only the many-valued first field."""
-    from sediment.files.cells import split_of
     from sediment.files.sample import COUNT
+    from sediment.partitioning.dimensions import split_of
     from sediment.spark.planning import plan_splits, planned_state
 
     store = sd.Store.open(str(tmp_path / "store"), create=True)

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sediment.core.cells import Cell
 from sediment.core.keys import Key, decode_key, encode_key
-from sediment.core.model import FileReference, Partition, Region
+from sediment.core.model import FileReference, Partition
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.core.transactions.base import (
     Transaction,
@@ -97,7 +96,7 @@ class SplitFileReferences(Transaction):
 class SplitPartition(Transaction):
     """Turn a leaf into a parent of two leaves at ``split_key``, if it is still a leaf.
 
-    ``dimension`` (box partitions, core/cells.py): the row-key field cut, ``split_key`` a
+    ``dimension`` (box partitions, core/regions.py Cell): the row-key field cut, ``split_key`` a
     one-value tuple on it; None: ``split_key`` is a whole key cutting the key order."""
 
     kind: ClassVar[str] = "split_partition"
@@ -121,7 +120,7 @@ class SplitPartition(Transaction):
         if not p.is_leaf:
             raise fail(state, f"partition {self.partition_id} is no longer a leaf")
         assert state.schema is not None
-        if self.dimension is not None or isinstance(p.region, Cell):
+        if self.dimension is not None or p.region.cell is not None:
             self._validate_cut(state, p)
             for cid in (self.left_id, self.right_id):
                 if cid in state.partitions:
@@ -149,7 +148,8 @@ class SplitPartition(Transaction):
         """A cut of a box partition: a cell, a field of the key, a checked value inside."""
         assert state.schema is not None
         names = state.schema.row_key_names
-        if not isinstance(p.region, Cell):
+        cell = p.region.cell
+        if cell is None:
             raise fail(state, f"partition {p.id} is not a box partition: split it at a key, "
                               f"not on a field")
         if self.dimension is None:
@@ -164,7 +164,7 @@ class SplitPartition(Transaction):
             v = state.schema.check_key_field(name, self.split_key[0], what="split value")
         except SchemaError as e:
             raise fail(state, str(e)) from None
-        if v != self.split_key[0] or not p.region.can_cut(self.dimension, v):
+        if v != self.split_key[0] or not cell.can_cut(self.dimension, v):
             raise fail(state, f"split value {self.split_key[0]!r} on {name!r} is not inside "
                               f"{p.region}")
 
@@ -172,13 +172,7 @@ class SplitPartition(Transaction):
         p = state.partitions[self.partition_id]
         state.partitions[self.partition_id] = Partition(
             p.id, p.parent_id, p.region, (self.left_id, self.right_id), self.split_key)
-        left: Region
-        right: Region
-        if isinstance(p.region, Cell) and self.dimension is not None:
-            left, right = p.region.cut(self.dimension, self.split_key[0])
-        else:
-            left, right = Region(p.region.min, self.split_key), \
-                Region(self.split_key, p.region.max)
+        left, right = p.region.split(self.split_key, self.dimension)
         state.partitions[self.left_id] = Partition(self.left_id, p.id, left)
         state.partitions[self.right_id] = Partition(self.right_id, p.id, right)
 

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from sediment.core.cells import is_box_tree
 from sediment.core.model import Partition
 from sediment.core.state import ROOT_PARTITION_ID, TableState, build_partition_tree
 from sediment.core.transactions.base import Transaction, counted, fail, require_initialised
@@ -98,8 +97,7 @@ class SetProperties(Transaction):
             new = str(_default_of("partitioning"))
         else:
             return None
-        has = "dimensions" if is_box_tree(state.partitions) else "lexicographic"
-        return None if new == has else new
+        return None if new == state.partitioning else new
 
     def apply(self, state: TableState, time: float) -> None:
         switch = self._new_partitioning(state)
