@@ -42,7 +42,12 @@ _T = TypeVar("_T")
 class ChecksumMismatch(CorruptionError):  # noqa: N818 - a condition, caught and turned into the caller's error
     """Bytes that fail their checksum. :func:`get_verified` catches it to read again (it may be
     a transient fault of the transport) before raising the caller's error; a reader without a
-    store to read again from turns it into its own error at once."""
+    store to read again from turns it into its own error at once. ``detail`` says what failed
+    without naming the object (the final error names it)."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 def crc32(buf: bytes | bytearray | memoryview, prev: int = 0) -> int:
@@ -107,7 +112,8 @@ def get_verified(objects: ObjectStore, key: str, check: Callable[[bytes], _T], *
         except ChecksumMismatch as e:
             last = e
     place = where if key in where else f"{where} ({key})"
-    message = f"{place}: checksum mismatch after {max(1, attempts)} reads: {last}"
+    detail = last.detail if last is not None else "?"
+    message = f"{place}: checksum mismatch after {max(1, attempts)} reads: {detail}"
     if error_cls is CorruptDataError:
         raise CorruptDataError(message, table=table, key=key) from last
     raise error_cls(message) from last
