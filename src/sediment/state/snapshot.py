@@ -293,7 +293,8 @@ def _get_object(objects: ObjectStore, key: str, where: str) -> bytes:
     def check(data: bytes) -> bytes:
         got = hashlib.sha256(data).hexdigest()
         if got != digest:
-            raise ChecksumMismatch(f"SHA-256 {got} of object {key}", f"SHA-256 {got}")
+            raise ChecksumMismatch(f"SHA-256 {got} of object {key}",
+                                   f"its SHA-256 is {got}, not the digest that names it")
         return data
 
     try:
