@@ -12,7 +12,12 @@ from typing import Any
 
 from sediment.core.model import FileReference, Partition
 from sediment.core.regions import Range, Region
-from sediment.errors import SedimentError
+from sediment.errors import (
+    CorruptDataError,
+    CorruptionError,
+    CorruptMetadataError,
+    SedimentError,
+)
 from sediment.query.request import ReadRequest
 from sediment.query.scan import Scan
 from sediment.schema import Schema
@@ -40,6 +45,9 @@ def connect(uri: str, token: str | None = None, tls_root_certs: Any = None) -> A
 
 
 __all__ = [
+    "CorruptDataError",
+    "CorruptMetadataError",
+    "CorruptionError",
     "FileReference",
     "HistoryEntry",
     "Partition",

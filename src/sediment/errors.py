@@ -23,8 +23,10 @@ happen into one of these, with a message naming the table, field, file or row co
     │   ├── CommitConflictError      retries exhausted while racing other writers
     │   └── CommitOutcomeUnknownError  the store never said whether the entry landed
     │                                (also a WriteOutcomeUnknownError)
-    ├── CorruptMetadataError         unreadable / corrupt log entry, snapshot or catalog entry
-    │   └── UnsupportedFormatError   written by a newer format version
+    ├── CorruptionError              stored bytes that fail their checksum or cannot be decoded
+    │   ├── CorruptMetadataError     a log entry, snapshot, tag, catalog entry or manifest
+    │   │   └── UnsupportedFormatError  written by a newer format version
+    │   └── CorruptDataError         a data file or sidecar (the table and the object named)
     ├── DataError                    input records that do not fit the schema (field, row named)
     ├── QueryError                   an invalid query (bad range, unknown column, bad version)
     │   ├── TagError                 a tag operation that cannot be done
@@ -131,12 +133,36 @@ class CommitOutcomeUnknownError(TransactionError, WriteOutcomeUnknownError):
     transaction may have committed. Staged files are kept; reading the table tells."""
 
 
-class CorruptMetadataError(SedimentError):
-    """A log entry, snapshot, catalog entry or manifest could not be read or parsed."""
+class CorruptionError(SedimentError):
+    """Stored bytes that fail their checksum (after a re-read, so not a transient fault of the
+    network) or cannot be decoded: damage to what Sediment wrote, never bad input (so not a
+    DataError). The subclasses say whether metadata or data was damaged."""
+
+
+class CorruptMetadataError(CorruptionError):
+    """A log entry, snapshot, tag, catalog entry or manifest could not be read or parsed, or
+    failed its checksum."""
 
 
 class UnsupportedFormatError(CorruptMetadataError):
     """Metadata written by a newer, unknown format version."""
+
+
+class CorruptDataError(CorruptionError):
+    """A data file or one of its sidecars (sample, key filter) whose bytes fail their checksum
+    even when read again. The message names the table and the object; ``table`` and ``key``
+    hold them too when the raiser knows them (the Flight client rebuilds the error from its
+    message alone, so they may be None there)."""
+
+    def __init__(self, message: str, *, table: str | None = None,
+                 key: str | None = None) -> None:
+        super().__init__(message)
+        self.table = table
+        self.key = key
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keyword attributes survive pickling (Spark executors send errors to the driver)
+        return _corrupt_data_error, (str(self), self.table, self.key)
 
 
 class DataError(SedimentError):
@@ -224,6 +250,10 @@ class FilterError(QueryError):
 class BadRequestError(QueryError):
     """A malformed descriptor, ticket or action body sent to the service, or an argument that
     cannot travel to it."""
+
+
+def _corrupt_data_error(message: str, table: str | None, key: str | None) -> CorruptDataError:
+    return CorruptDataError(message, table=table, key=key)
 
 
 def did_you_mean(name: object, choices: Iterable[str]) -> str:

@@ -11,7 +11,6 @@ newest object is older than a timeout by the object store's own clock.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -40,7 +39,7 @@ from sediment.schema import Schema, schema_difference
 from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes, member_tree
 from sediment.schemes.methods import SchemeMethods
 from sediment.settings import as_settings
-from sediment.state.documents import json_object
+from sediment.state.documents import read_sealed, sealed
 from sediment.state.log import FORMAT_VERSION, check_format
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold
 from sediment.state.store import DROPPED_MARKER, StateStore
@@ -175,7 +174,7 @@ class Store(SchemeMethods):
                     "with create=True to make one") from None
             doc = {"format": FORMAT_VERSION, "created": time.time(), "properties": props,
                    "id": uuid.uuid4().hex}  # the id makes the bytes ours (create_once)
-            if not create_once(objects, STORE_FILE, json.dumps(doc).encode()):
+            if not create_once(objects, STORE_FILE, sealed(doc)):
                 doc = cls._read_store_file(objects)  # created meanwhile by another process
             else:
                 props = {}
@@ -185,7 +184,7 @@ class Store(SchemeMethods):
             check_combined(merged, context=f"store {objects.uri}")
             if merged != stored:
                 doc["properties"] = merged
-                objects.put(STORE_FILE, json.dumps(doc).encode())
+                objects.put(STORE_FILE, sealed(doc))
         return cls(objects, validate_properties(doc.get("properties", {}),
                                                 context=f"store {objects.uri}", stored=True),
                    storage_options)
@@ -193,7 +192,7 @@ class Store(SchemeMethods):
     @staticmethod
     def _read_store_file(objects: ObjectStore) -> dict[str, Any]:
         where = f"{STORE_FILE} of store {objects.uri}"
-        doc = json_object(objects.get(STORE_FILE), where)
+        doc = read_sealed(objects, STORE_FILE, where)
         check_format(doc, where)
         return doc
 
@@ -276,7 +275,7 @@ class Store(SchemeMethods):
                 raise
         entry = {"format": FORMAT_VERSION, "name": name, "table_id": table_id,
                  "created": time.time(), **({"scheme_id": scheme_id} if scheme_id else {})}
-        if not create_once(self.objects, key, json.dumps(entry).encode()):
+        if not create_once(self.objects, key, sealed(entry)):
             self._delete_prefix(f"tables/{table_id}/")
             return self._existing(name, schema, exist_ok)
         if scheme_id is not None and scheme is not None:
@@ -312,17 +311,16 @@ class Store(SchemeMethods):
         from sediment.table import Table
 
         key = self._catalog_key(name)
+        where = f"catalog entry {key} (table {name}) of store {self.uri}"
         try:
-            data = self.objects.get(key)
+            doc = read_sealed(self.objects, key, where)
         except ObjectNotFoundError:
             raise TableNotFoundError(f"no table {name!r} in {self.uri}"
                                      f"{did_you_mean(name, self._names_or_none())}") from None
-        where = f"catalog entry {key} of store {self.uri}"
+        check_format(doc, where)
         try:
-            doc = json.loads(data)
-            check_format(doc, where)
             table_id = str(doc["table_id"])
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        except KeyError as e:
             raise CorruptMetadataError(f"{where} is corrupt: {e!r}") from e
         return Table(self, name, table_id,
                      StateStore(self.table_objects(table_id), table_id, name))
@@ -361,7 +359,7 @@ class Store(SchemeMethods):
         objects = self.table_objects(table.table_id)
         marker = {"format": FORMAT_VERSION, "name": name, "table_id": table.table_id,
                   "dropped": time.time()}
-        objects.put(DROPPED_MARKER, json.dumps(marker).encode())
+        objects.put(DROPPED_MARKER, sealed(marker))
         self.objects.delete_many([self._catalog_key(name)])
         objects.delete_many(o.key for o in objects.list("") if o.key != DROPPED_MARKER)
 
@@ -372,14 +370,15 @@ class Store(SchemeMethods):
         for o in self.objects.list(CATALOG_PREFIX):
             if not o.key.endswith(".json"):
                 continue
+            where = f"catalog entry {o.key} of store {self.uri}"
             try:
-                doc = json.loads(self.objects.get(o.key))
-                ids.add(str(doc["table_id"]))
+                doc = read_sealed(self.objects, o.key, where)
             except ObjectNotFoundError:
                 continue  # dropped since the listing
-            except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-                raise CorruptMetadataError(f"catalog entry {o.key} of store {self.uri} is "
-                                           f"corrupt: {e!r}") from e
+            try:
+                ids.add(str(doc["table_id"]))
+            except KeyError as e:
+                raise CorruptMetadataError(f"{where} is corrupt: {e!r}") from e
         return ids
 
     def collect_unnamed_tables(self, *, timeout: float | None = None) -> UnnamedTablesResult:

@@ -45,7 +45,9 @@ def _dump(table: sd.Table, root: Path) -> str:
 def _job(manifest_uri: str) -> tuple[Any, str, dict[str, Any]]:
     root, job = manifest_uri.rsplit("/", 2)[0], "/".join(manifest_uri.rsplit("/", 2)[1:])
     objects = open_object_store(root)
-    return objects, job, json.loads(objects.get(job))
+    doc = json.loads(objects.get(job))
+    doc.pop("crc32")  # edited and re-encoded, it reads as a manifest written before seals
+    return objects, job, doc
 
 
 def test_an_aggregating_table_answers_alike_after_dump_and_load(tmp_path: Path) -> None:

@@ -40,8 +40,8 @@ from sediment.dump.manifest import (
     FORMAT,
     JOB_MANIFEST,
     dumps,
-    loads,
     range_to_json,
+    read_manifest,
     sha256,
 )
 from sediment.dump.pinned import PINNED as _PINNED
@@ -189,7 +189,7 @@ def _task_done(dest: ObjectStore, job_id: str, task: DumpTask, version: int) -> 
     if not manifests:
         return None
     try:
-        last = loads(dest.get(manifests[-1]), manifests[-1])
+        _, last = read_manifest(dest, manifests[-1], manifests[-1])
     except SedimentError:
         return None
     return manifests if last.get("final") else None
@@ -251,7 +251,7 @@ def _finished_by_peer(dest: ObjectStore, root: str, job_id: str, started: float,
     """The job as a peer finished it (its job manifest is written), else None."""
     key = f"{job_id}/{JOB_MANIFEST}"
     try:
-        doc = loads(dest.get(key), key)
+        _, doc = read_manifest(dest, key, key)
         return DumpJob(job_id, root, _join(root, key), int(doc["version"]), len(doc["tasks"]),
                        int(doc["rows"]), int(doc["bytes"]), time.perf_counter() - started,
                        resumed)
@@ -376,8 +376,7 @@ def _run_job(table: TableHandle, dest: ObjectStore, lock: DumpLock, new: bool, a
     for t in tasks:
         manifests = []
         for p in done[t.task_id]:
-            raw = dest.get(p)
-            doc = loads(raw, p)
+            raw, doc = read_manifest(dest, p, p)
             rows += int(doc["rows"])
             size += int(doc["bytes"])
             manifests.append({"path": p, "sha256": sha256(raw), "rows": doc["rows"]})

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileReference
 from sediment.core.regions import Range
 from sediment.core.transactions.table import SCHEME_PROPERTIES
-from sediment.dump.manifest import loads, range_from_json, safe_path, sha256, tiles
+from sediment.dump.manifest import range_from_json, read_manifest, safe_path, sha256, tiles
 from sediment.errors import (
     CorruptMetadataError,
     ObjectNotFoundError,
@@ -44,6 +44,7 @@ from sediment.properties import validate_properties
 from sediment.schema import Schema
 from sediment.state import pending
 from sediment.storage.base import ObjectStore
+from sediment.storage.checksums import ChecksumMismatch, get_verified
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -70,11 +71,31 @@ def _split_uri(uri: str) -> tuple[str, str]:
     return parts[0], f"{parts[1]}/{parts[2]}"
 
 
-def _get(src: ObjectStore, key: str, where: str) -> bytes:
+def _read_manifest(src: ObjectStore, key: str, named_in: str, where: str, *,
+                   sha: str | None = None) -> dict[str, Any]:
+    """A manifest of the dump, checked (``read_manifest``); CorruptMetadataError naming
+    ``named_in`` when it is missing."""
     try:
-        return src.get(key)
+        return read_manifest(src, key, where, sha=sha)[1]
     except ObjectNotFoundError:
-        raise CorruptMetadataError(f"{where}: file {key} is missing from {src.uri}") from None
+        raise CorruptMetadataError(f"{named_in}: file {key} is missing from {src.uri}") from None
+
+
+def _read_dump_file(src: ObjectStore, path: str, mpath: str, sha: str, size: int) -> bytes:
+    """A dump file's bytes, checked against the SHA-256 and size its manifest lists, read
+    again while they differ (a byte changed on the way), then CorruptMetadataError."""
+    def check(data: bytes) -> bytes:
+        if sha256(data) != sha or len(data) != size:
+            detail = f"it fails its checksum (named in {mpath})"
+            raise ChecksumMismatch(f"dump file {path}: {detail}", detail)
+        return data
+
+    try:
+        return get_verified(src, path, check, error_cls=CorruptMetadataError,
+                            where=f"dump file {path}")
+    except ObjectNotFoundError:
+        raise CorruptMetadataError(f"task manifest {mpath}: file {path} is missing from "
+                                   f"{src.uri}") from None
 
 
 def _check_parquet(data: bytes, path: str, mpath: str, rows: int,
@@ -121,7 +142,7 @@ def _check_keys(data: bytes, path: str, mpath: str, schema: Schema, rng: Range) 
 def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[DumpedFile]]:
     """Check every manifest, checksum, path and the tiling; returns the job and its files."""
     where = f"dump job manifest {src.uri}/{job_key}"
-    job = loads(_get(src, job_key, where), where)
+    job = _read_manifest(src, job_key, where, where)
     try:
         dumped = Schema.from_json(job["schema"])
         fields = [(f.name, f.type) for f in dumped.to_arrow()]
@@ -138,10 +159,8 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
         for t, trange in zip(tasks, ranges, strict=True):
             for m in t["manifests"]:
                 mpath = safe_path(m["path"], where)
-                raw = _get(src, mpath, where)
-                if sha256(raw) != m["sha256"]:
-                    raise CorruptMetadataError(f"{where}: manifest {mpath} fails its checksum")
-                doc = loads(raw, f"task manifest {mpath}")
+                doc = _read_manifest(src, mpath, where, f"task manifest {mpath}",
+                                     sha=str(m["sha256"]))
                 if int(doc["version"]) != version:
                     raise CorruptMetadataError(f"task manifest {mpath}: version "
                                                f"{doc['version']} is not the job's {version}")
@@ -151,10 +170,8 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
                     if not fpath.startswith(mpath.rsplit("/", 1)[0] + "/"):
                         raise CorruptMetadataError(f"task manifest {mpath}: {fpath} is outside "
                                                    "its task's folder")
-                    data = _get(src, fpath, f"task manifest {mpath}")
-                    if sha256(data) != f["sha256"] or len(data) != int(f["bytes"]):
-                        raise CorruptMetadataError(f"dump file {fpath} fails its checksum "
-                                                   f"(named in {mpath})")
+                    data = _read_dump_file(src, fpath, mpath, str(f["sha256"]),
+                                           int(f["bytes"]))
                     _check_parquet(data, fpath, mpath, int(f["rows"]),
                                    fields if f["kind"] == "data" else None)
                     if f["kind"] == "data":

@@ -26,7 +26,6 @@ named after the stale lock's bytes: one wins, the other is refused as if the loc
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import threading
@@ -37,8 +36,10 @@ from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from typing import Any
 
-from sediment.errors import JobError, ObjectNotFoundError, SedimentError
+from sediment.errors import CorruptMetadataError, JobError, ObjectNotFoundError, SedimentError
+from sediment.state.documents import MetadataChecksumMismatch, open_sealed, sealed
 from sediment.storage.base import ObjectStore
+from sediment.storage.checksums import get_verified
 from sediment.storage.clock import object_store_time
 from sediment.storage.conditional import create_once
 
@@ -66,18 +67,30 @@ class DumpLockLostError(JobError):
     one's heartbeat went stale, or the job finished or was abandoned meanwhile."""
 
 
-def read_lock(objects: ObjectStore) -> tuple[bytes, dict[str, Any]] | None:
-    """The lock's bytes and document, None when there is no lock (an unreadable document
-    counts as a lock of nobody: it can only be abandoned or resumed)."""
+def _lock_document(raw: bytes) -> tuple[bytes, dict[str, Any]]:
     try:
-        raw = objects.get(LOCK_KEY)
+        return raw, open_sealed(raw, f"dump lock {LOCK_KEY}")
+    except MetadataChecksumMismatch:
+        raise  # read again (get_verified)
+    except CorruptMetadataError:
+        return raw, {}
+
+
+def read_lock(objects: ObjectStore) -> tuple[bytes, dict[str, Any]] | None:
+    """The lock's bytes and document, None when there is no lock. The document's checksum is
+    checked and a mismatch read again; an unreadable document, and one that stays damaged,
+    counts as a lock of nobody: it can only be abandoned or resumed."""
+    try:
+        return get_verified(objects, LOCK_KEY, _lock_document, error_cls=CorruptMetadataError,
+                            where=f"dump lock {LOCK_KEY} in {objects.uri}")
     except ObjectNotFoundError:
         return None
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        doc = None
-    return raw, doc if isinstance(doc, dict) else {}
+    except CorruptMetadataError as e:
+        log.warning("%s: taken for a lock of nobody (abandon or resume the dump)", e)
+        try:
+            return objects.get(LOCK_KEY), {}
+        except ObjectNotFoundError:
+            return None
 
 
 def check_owner(objects: ObjectStore, owner: str, table: str, job_id: str) -> None:
@@ -173,7 +186,7 @@ class DumpLock:
 
     # ---- holding it --------------------------------------------------------------------------
     def _bytes(self) -> bytes:
-        return json.dumps(self.doc).encode()
+        return sealed(self.doc)
 
     def _ours(self) -> bool:
         held = read_lock(self.objects)

@@ -8,13 +8,14 @@ or copy files from elsewhere).
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from sediment.core.keys import decode_key, encode_key
 from sediment.core.regions import Range
 from sediment.errors import CorruptMetadataError
-from sediment.state.documents import json_object
+from sediment.state.documents import open_sealed, sealed
+from sediment.storage.base import ObjectStore
+from sediment.storage.checksums import ChecksumMismatch, get_verified
 
 JOB_MANIFEST = "job-manifest.json"
 FORMAT = 1
@@ -44,15 +45,33 @@ def safe_path(path: Any, where: str) -> str:
 
 
 def dumps(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, indent=1, sort_keys=True).encode()
+    """A manifest's bytes: indented, sorted, sealed with its CRC-32 (``state.documents``)."""
+    return sealed(doc, indent=1, sort_keys=True)
 
 
 def loads(data: bytes, where: str) -> dict[str, Any]:
-    doc = json_object(data, where)
+    """The manifest in ``data``, its seal checked (a manifest written before seals reads
+    unchecked); CorruptMetadataError naming ``where`` otherwise."""
+    doc = open_sealed(data, where)
     fmt = doc.get("format")
     if fmt != FORMAT:
         raise CorruptMetadataError(f"{where}: unsupported dump format {fmt!r}")
     return doc
+
+
+def read_manifest(objects: ObjectStore, key: str, where: str, *,
+                  sha: str | None = None) -> tuple[bytes, dict[str, Any]]:
+    """The bytes and document of the manifest at ``key``: its seal checked, and its SHA-256
+    against ``sha`` (what the job manifest lists for a task manifest) when given, read again
+    while either fails, then CorruptMetadataError naming ``where`` and the key.
+    ObjectNotFoundError when it is missing."""
+    def check(raw: bytes) -> tuple[bytes, dict[str, Any]]:
+        if sha is not None and sha256(raw) != sha:
+            detail = f"it fails its checksum (SHA-256 {sha256(raw)}, listed {sha})"
+            raise ChecksumMismatch(f"{where}: {detail}", detail)
+        return raw, loads(raw, where)
+
+    return get_verified(objects, key, check, error_cls=CorruptMetadataError, where=where)
 
 
 def tiles(ranges: list[Range], whole: Range) -> bool:

@@ -61,7 +61,6 @@ only given up by an explicit, recorded failure:
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -81,12 +80,14 @@ from sediment.ingest.batcher_store import (
     REQUESTS,
     TERMINAL,
     Request,
+    check_decision,
     pin_job,
     unpin_job,
 )
 from sediment.ingest.batcher_store import PREFIX as PREFIX
 from sediment.ingest.batcher_store import committed_version as committed_version
 from sediment.ingest.batcher_store import decision as _decision
+from sediment.ingest.batcher_store import encode_json as _encode_json
 from sediment.ingest.batcher_store import fail_requests as _fail_requests
 from sediment.ingest.batcher_store import jobs as _jobs
 from sediment.ingest.batcher_store import list_docs as _list_docs
@@ -269,8 +270,7 @@ def _claim(table: TableHandle, job_id: str, requests: Sequence[Request]) -> list
     got = []
     for r in requests:
         claim = f"{CLAIMED}{r.id}.json"
-        if not create_once(table.objects, claim,
-                           json.dumps({**r.to_json(), "job": job_id}).encode()):
+        if not create_once(table.objects, claim, _encode_json({**r.to_json(), "job": job_id})):
             continue  # another job has it
         if not table.objects.exists(f"{REQUESTS}{r.id}.json"):
             table.objects.delete_many([claim])  # already finished by another job
@@ -300,7 +300,8 @@ def _run_job(table: TableHandle, batch: Batch, route: str, spark: SparkSession |
     def before_commit(staged: StagedFiles) -> None:
         _save_job(table, job, state="staged", files=sorted(w.filename for w in staged.written))
         pin_job(table, job)  # and GC the staged files, whatever becomes of the lease
-        if not create_once(table.objects, f"{JOBS}{job_id}.decision", b"commit") and \
+        if not create_once(table.objects, f"{JOBS}{job_id}.decision", b"commit",
+                           verify=check_decision) and \
                 _decision(table, job_id) != "commit":
             raise _Aborted(job_id)
 

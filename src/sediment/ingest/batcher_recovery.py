@@ -23,7 +23,6 @@ is settled by one run at a time, and by any later run if that one fails or dies:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import time
@@ -38,9 +37,11 @@ from sediment.ingest.batcher_store import (
     CLAIMED,
     JOBS,
     TERMINAL,
+    check_decision,
     committed_version,
     decision,
     decision_key,
+    encode_json,
     fail_requests,
     job_key,
     job_pins,
@@ -122,7 +123,7 @@ def _take(table: TableHandle, job_id: str, now: float, hold: float) -> _Marker |
     doc = {"owner": uuid.uuid4().hex, "host": f"{socket.gethostname()}:{os.getpid()}",
            "time": now, "expires": now + hold}
     key = _marker_key(job_id, generation)
-    if not create_once(table.objects, key, json.dumps(doc).encode()):
+    if not create_once(table.objects, key, encode_json(doc)):
         return None  # another run took this generation first
     return _Marker(key, doc)
 
@@ -161,7 +162,8 @@ def _settle(table: TableHandle, job: dict[str, Any], marker: _Marker) -> JobOutc
     decided = decision(table, job_id)
     if decided is None:
         # the job has not decided: deciding "abort" now means it can never commit
-        decided = "abort" if create_once(table.objects, decision_key(job_id), b"abort") \
+        decided = "abort" if create_once(table.objects, decision_key(job_id), b"abort",
+                                         verify=check_decision) \
             else decision(table, job_id)
     if decided == "commit":
         version = committed_version(table, base, files)

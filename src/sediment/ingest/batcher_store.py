@@ -13,15 +13,16 @@ pin, a pruned log and a collected file could not tell "committed, compacted and 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sediment.core.transactions import AddFiles
-from sediment.errors import ObjectNotFoundError, SedimentError
+from sediment.errors import CorruptMetadataError, ObjectNotFoundError, SedimentError
+from sediment.state.documents import read_sealed, sealed
 from sediment.state.tags import TAG_PREFIX, create_pin, delete_pin
+from sediment.storage.checksums import ChecksumMismatch, get_verified
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -57,16 +58,22 @@ class Request:
 
 
 def read_json(table: TableHandle, key: str) -> dict[str, Any] | None:
-    """The JSON object at ``key``; None when there is none (or it holds no object)."""
+    """The JSON object at ``key``, its checksum checked (read again while it fails); None
+    when there is none. CorruptMetadataError naming the table and the key when it is damaged
+    or not a JSON object."""
     try:
-        doc = json.loads(table.objects.get(key))
+        return read_sealed(table.objects, key, f"batcher object {key} of table {table.name}")
     except ObjectNotFoundError:
         return None
-    return doc if isinstance(doc, dict) else None
+
+
+def encode_json(doc: Mapping[str, Any]) -> bytes:
+    """The sealed bytes of a batcher document (``put_json``, and ``create_once`` sites)."""
+    return sealed(doc, separators=(",", ":"))
 
 
 def put_json(table: TableHandle, key: str, doc: Mapping[str, Any]) -> None:
-    table.objects.put(key, json.dumps(doc, separators=(",", ":")).encode())
+    table.objects.put(key, encode_json(doc))
 
 
 def list_docs(table: TableHandle, prefix: str) -> Iterator[dict[str, Any]]:
@@ -91,11 +98,27 @@ def decision_key(job_id: str) -> str:
     return f"{JOBS}{job_id}.decision"
 
 
+DECISIONS = (b"commit", b"abort")
+"""What a decision object holds: a closed set, so anything else is damage (and no single
+flipped byte turns one word into the other)."""
+
+
+def check_decision(data: bytes) -> str:
+    """The decision in ``data``; ChecksumMismatch for anything but ``commit`` or ``abort``."""
+    if data not in DECISIONS:
+        raise ChecksumMismatch(f"decision {data[:16]!r} is neither commit nor abort",
+                               f"{data[:16]!r} is neither commit nor abort")
+    return data.decode()
+
+
 def decision(table: TableHandle, job_id: str) -> str | None:
     """``commit``, ``abort``, or None when the job has not decided (StorageError when the store
-    cannot say)."""
+    cannot say; CorruptMetadataError naming the table and the key when the object holds
+    anything else, even when read again)."""
+    key = decision_key(job_id)
     try:
-        return table.objects.get(decision_key(job_id)).decode()
+        return get_verified(table.objects, key, check_decision, error_cls=CorruptMetadataError,
+                            where=f"batcher decision {key} of table {table.name}")
     except ObjectNotFoundError:
         return None
 

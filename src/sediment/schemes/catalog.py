@@ -14,7 +14,6 @@ never dropped under a member: the drop is undone (SchemeInUseError) or the table
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Sequence
@@ -37,7 +36,7 @@ from sediment.errors import (
 )
 from sediment.properties import validate_properties
 from sediment.schema import Schema
-from sediment.state.documents import json_object
+from sediment.state.documents import read_sealed, sealed
 from sediment.state.log import FORMAT_VERSION, check_format
 from sediment.state.schemes import (
     SCHEMES_PREFIX,
@@ -131,7 +130,7 @@ def create_scheme(store: CatalogStore, name: str, row_keys: Sequence[Any],
     states.commit(InitialiseTable(schema, props, partitions))
     entry = {"format": FORMAT_VERSION, "name": name, "scheme_id": scheme_id,
              "created": time.time()}
-    if not create_once(store.objects, key, json.dumps(entry).encode()):
+    if not create_once(store.objects, key, sealed(entry)):
         _delete_folder(store, scheme_id)
         raise SchemeExistsError(f"partition scheme {name!r} already exists in {store.uri}")
     return describe_scheme(store, name)
@@ -160,7 +159,7 @@ def scheme_id_of(store: CatalogStore, name: str) -> str:
     """The id of the scheme called ``name`` (SchemeNotFoundError when there is none)."""
     key = _entry_key(name)
     try:
-        doc = json_object(store.objects.get(key), f"scheme catalog entry {key}")
+        doc = read_sealed(store.objects, key, f"scheme catalog entry {key} (scheme {name})")
     except ObjectNotFoundError:
         raise SchemeNotFoundError(f"no partition scheme {name!r} in {store.uri} "
                                   f"(create it with store.create_scheme)") from None
@@ -210,7 +209,7 @@ def drop_scheme(store: CatalogStore, name: str) -> None:
     objects = store.objects.child(f"{SCHEMES_PREFIX}{sid}")
     marker = {"format": FORMAT_VERSION, "name": name, "scheme_id": sid,
               "dropped": time.time()}
-    objects.put(DROPPED_MARKER, json.dumps(marker).encode())
+    objects.put(DROPPED_MARKER, sealed(marker))
     members = members_of(store, sid)
     if members:
         objects.delete_many([DROPPED_MARKER])

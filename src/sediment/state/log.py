@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -13,8 +12,9 @@ from typing import Any, TypeVar
 
 from sediment.core.transactions import TRANSACTION_KINDS, Transaction, transaction_from_json
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, UnsupportedFormatError
-from sediment.state.documents import json_object
+from sediment.state.documents import open_sealed, sealed
 from sediment.storage.base import ObjectStore
+from sediment.storage.checksums import get_verified
 from sediment.storage.conditional import create_once
 
 FORMAT_VERSION = 1
@@ -103,7 +103,7 @@ class TransactionLog:
         if scheme_version is not None:
             doc["scheme_version"] = scheme_version
         doc["transaction"] = txn.to_json()
-        return json.dumps(doc, separators=(",", ":")).encode()
+        return sealed(doc, separators=(",", ":"))
 
     def try_append(self, version: int, time: float, txn: Transaction, commit_id: str,
                    scheme_version: int | None = None) -> bool:
@@ -113,20 +113,34 @@ class TransactionLog:
         return create_once(self.objects, log_key(version),
                            self.encode(version, time, txn, commit_id, scheme_version))
 
+    def _where(self, version: int) -> str:
+        return f"log entry {version} of table {self.name} ({log_key(version)})"
+
     def _document(self, version: int, data: bytes) -> dict[str, Any]:
-        where = f"log entry {version} of table {self.name} ({log_key(version)})"
-        doc = json_object(data, where)
+        where = self._where(version)
+        doc = open_sealed(data, where)
         check_format(doc, where)
         if doc.get("version") != version:
             raise CorruptMetadataError(f"{where} claims version {doc.get('version')}")
         return doc
 
+    def _fetch(self, version: int) -> dict[str, Any]:
+        """The checked document of the entry at ``version``, read again while its checksum
+        fails (then CorruptMetadataError naming the table and the key); ObjectNotFoundError
+        when there is none."""
+        return get_verified(self.objects, log_key(version),
+                            lambda data: self._document(version, data),
+                            error_cls=CorruptMetadataError, where=self._where(version))
+
     def decode(self, version: int, data: bytes) -> LogEntry:
         """The entry in ``data``; CorruptMetadataError naming the table and the key for any
-        damage, so every reader (queries, history, GC, the maintainer) fails the same, clear
-        way instead of with a raw ValueError from deep in a replay."""
-        where = f"log entry {version} of table {self.name} ({log_key(version)})"
-        doc = self._document(version, data)
+        damage (a checksum mismatch too), so every reader (queries, history, GC, the
+        maintainer) fails the same, clear way instead of with a raw ValueError from deep in a
+        replay."""
+        return self._entry(version, self._document(version, data))
+
+    def _entry(self, version: int, doc: dict[str, Any]) -> LogEntry:
+        where = self._where(version)
         try:
             txn = transaction_from_json(str(doc["kind"]), doc["transaction"], where=where)
             when = _commit_time(doc["time"], where)
@@ -143,35 +157,33 @@ class TransactionLog:
         an entry written before summaries were logged is decoded whole. The kind, time and
         version are checked as ``decode`` checks them."""
         try:
-            data = self.objects.get(log_key(version))
+            doc = self._fetch(version)
         except ObjectNotFoundError:
-            raise CorruptMetadataError(f"log entry {version} of table {self.name} "
-                                       f"({log_key(version)}) is missing") from None
-        doc = self._document(version, data)
+            raise CorruptMetadataError(f"{self._where(version)} is missing") from None
         summary, kind = doc.get("summary"), doc.get("kind")
         if not isinstance(summary, str) or not isinstance(kind, str) \
                 or kind not in TRANSACTION_KINDS:
-            e = self.decode(version, data)
+            e = self._entry(version, doc)
             return HistoryEntry(version, e.time, e.transaction.kind, e.transaction.summary())
-        where = f"log entry {version} of table {self.name} ({log_key(version)})"
+        where = self._where(version)
         if "time" not in doc:
             raise CorruptMetadataError(f"{where} lacks field 'time'")
         return HistoryEntry(version, _commit_time(doc["time"], where), kind, summary)
 
     def read(self, version: int) -> LogEntry:
         try:
-            return self.decode(version, self.objects.get(log_key(version)))
+            doc = self._fetch(version)
         except ObjectNotFoundError:
-            raise CorruptMetadataError(f"log entry {version} of table {self.name} "
-                                       f"({log_key(version)}) is missing") from None
+            raise CorruptMetadataError(f"{self._where(version)} is missing") from None
+        return self._entry(version, doc)
 
     def read_if_present(self, version: int) -> LogEntry | None:
         """The entry at ``version``, or None when there is none (not yet written, or pruned)."""
         try:
-            data = self.objects.get(log_key(version))
+            doc = self._fetch(version)
         except ObjectNotFoundError:
             return None
-        return self.decode(version, data)
+        return self._entry(version, doc)
 
     def versions_after(self, version: int) -> list[int]:
         """Committed versions greater than ``version``, in order (one listing)."""

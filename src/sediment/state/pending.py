@@ -32,7 +32,6 @@ slow writer's lease, and the writer's commit is refused cleanly.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -49,6 +48,7 @@ from sediment.errors import (
     PropertyError,
     SedimentError,
 )
+from sediment.state.documents import read_sealed, sealed
 from sediment.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -106,8 +106,8 @@ class _Lease:
         return lease_id_of(self.key)
 
     def document(self) -> bytes:
-        return json.dumps({"writer": f"{socket.gethostname()}:{os.getpid()}",
-                           "files": sorted(self.files)}).encode()
+        return sealed({"writer": f"{socket.gethostname()}:{os.getpid()}",
+                       "files": sorted(self.files)})
 
     def write(self) -> None:
         """Rewrite (or, when empty, delete) the lease object; serialised so that an older
@@ -358,8 +358,9 @@ def scan_leases(objects: ObjectStore, now: float, table: str | None = None) -> L
         if now - o.mtime >= timeout:
             dead.append(o.key)
             continue
+        owner = f"table {table}" if table else objects.uri
         try:
-            doc = json.loads(objects.get(o.key))
+            doc = read_sealed(objects, o.key, f"pending-file lease {o.key} of {owner}")
             lapse = o.mtime + timeout
             for f in (str(f) for f in doc["files"]):
                 held = lapses.get(f, lapse)
@@ -367,7 +368,6 @@ def scan_leases(objects: ObjectStore, now: float, table: str | None = None) -> L
         except ObjectNotFoundError:
             continue  # released and deleted since the listing
         except (ValueError, KeyError, TypeError) as e:
-            owner = f"table {table}" if table else objects.uri
             raise CorruptMetadataError(f"pending-file lease {o.key} of {owner} is "
                                        f"unreadable: {e!r}") from e
     return LeaseScan(frozenset(lapses), tuple(dead), lapses)

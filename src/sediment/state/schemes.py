@@ -12,7 +12,7 @@ from typing import Any
 from sediment.core.transactions import SetProperties
 from sediment.errors import ObjectNotFoundError
 from sediment.settings import settings_of
-from sediment.state.documents import json_object
+from sediment.state.documents import read_sealed
 from sediment.state.store import StateStore
 from sediment.storage.base import ObjectStore
 
@@ -35,7 +35,7 @@ def catalog_entries(root: ObjectStore) -> dict[str, dict[str, Any]]:
     def read(key: str) -> tuple[str, dict[str, Any] | None]:
         name = key[len(TABLE_CATALOG_PREFIX):-len(".json")]
         try:
-            return name, json_object(root.get(key), f"catalog entry {key}")
+            return name, read_sealed(root, key, f"catalog entry {key} (table {name})")
         except ObjectNotFoundError:
             return name, None
 

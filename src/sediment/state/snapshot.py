@@ -30,9 +30,10 @@ from sediment.core.references import REFERENCE_COLUMNS, CowDict
 from sediment.core.state import TableState, partition_runs
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError
 from sediment.schema import Schema
-from sediment.state.documents import json_object, json_value
+from sediment.state.documents import json_value, open_sealed, sealed
 from sediment.state.log import FORMAT_VERSION, check_format, version_of_key
 from sediment.storage.base import ObjectStore
+from sediment.storage.checksums import ChecksumMismatch, get_verified
 
 SNAPSHOT_PREFIX = "snapshots/"
 OBJECT_PREFIX = "objects/"
@@ -259,7 +260,7 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: KnownDigests
         "jobs": {j: list(v) for j, v in sorted(state.jobs.items())},
         "expired_leases": dict(sorted(state.expired_leases.items())),
     }
-    objects.put(snapshot_key(state.version), json.dumps(pointer).encode())
+    objects.put(snapshot_key(state.version), sealed(pointer))
     return pointer
 
 
@@ -277,31 +278,47 @@ def read_metarange(objects: ObjectStore, digest: str, where: str) -> list[RangeI
 
 def _read_parquet(objects: ObjectStore, key: str, where: str) -> pa.Table:
     try:
-        return pq.read_table(io.BytesIO(objects.get(key)))
-    except ObjectNotFoundError:
-        raise CorruptMetadataError(f"{where}: object {key} is missing") from None
+        return pq.read_table(io.BytesIO(_get_object(objects, key, where)))
     except (pa.ArrowException, OSError) as e:
         raise CorruptMetadataError(f"{where}: object {key} is corrupt: {e}") from e
 
 
-def _get(objects: ObjectStore, key: str, where: str) -> bytes:
+def _get_object(objects: ObjectStore, key: str, where: str) -> bytes:
+    """The bytes of a content-addressed object (``objects/<sha256>.<ext>``), checked against
+    the digest that names it and read again while they differ (a byte changed on the way),
+    then CorruptMetadataError naming ``where`` and the key. Objects are named by their digest
+    since they were first written, so every one is checked, the oldest too."""
+    digest = key[len(OBJECT_PREFIX):].split(".", 1)[0]
+
+    def check(data: bytes) -> bytes:
+        got = hashlib.sha256(data).hexdigest()
+        if got != digest:
+            raise ChecksumMismatch(f"SHA-256 {got} of object {key}",
+                                   f"its SHA-256 is {got}, not the digest that names it")
+        return data
+
     try:
-        return objects.get(key)
+        return get_verified(objects, key, check, error_cls=CorruptMetadataError,
+                            where=f"{where}: object {key}")
     except ObjectNotFoundError:
-        raise CorruptMetadataError(f"{where}: {key} is missing") from None
+        raise CorruptMetadataError(f"{where}: object {key} is missing") from None
 
 
 def _read_json(objects: ObjectStore, key: str, where: str) -> Any:
-    return json_value(_get(objects, key, where), f"{where}: {key}")
+    return json_value(_get_object(objects, key, where), f"{where}: {key}")
 
 
 def read_pointer(objects: ObjectStore, version: int, table_id: str, *,
                  name: str | None = None) -> dict[str, Any]:
     """The pointer document of the snapshot at ``version`` (``name``: the table's name for
-    errors, default its id)."""
+    errors, default its id), its checksum checked (read again while it fails)."""
     where = f"snapshot {version} of table {name or table_id}"
     key = snapshot_key(version)
-    doc = json_object(_get(objects, key, where), f"{where}: {key}")
+    try:
+        doc = get_verified(objects, key, lambda data: open_sealed(data, f"{where}: {key}"),
+                           error_cls=CorruptMetadataError, where=f"{where}: {key}")
+    except ObjectNotFoundError:
+        raise CorruptMetadataError(f"{where}: {key} is missing") from None
     check_format(doc, where)
     return doc
 

@@ -16,7 +16,6 @@ listed nowhere and hold nothing; ``prune`` deletes their objects a day after the
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -34,7 +33,10 @@ from sediment.errors import (
     TagExistsError,
     TagNotFoundError,
 )
+from sediment.state.documents import MetadataChecksumMismatch, open_sealed, sealed
 from sediment.state.store import StateStore
+from sediment.storage.base import ObjectStore
+from sediment.storage.checksums import ChecksumMismatch, get_verified
 from sediment.storage.clock import object_store_time
 from sediment.storage.conditional import create_once
 
@@ -82,7 +84,7 @@ def create_tag(states: StateStore, name: str, version: int) -> Tag:
     # the random id makes the bytes ours alone, so a lost answer is resolved by reading
     created = time.time()
     doc = {"name": name, "version": version, "created": created, "id": uuid.uuid4().hex}
-    if not create_once(states.objects, key, json.dumps(doc).encode()):
+    if not create_once(states.objects, key, sealed(doc)):
         raise TagExistsError(f"table {states.name}: tag {name!r} already exists")
     return Tag(name, version, created)
 
@@ -109,13 +111,13 @@ def create_pin(states: StateStore, name: str, version: int, ttl_seconds: float,
     doc = {"name": name, "version": int(version), "created": created, "id": uuid.uuid4().hex,
            "pin": True, "ttl_seconds": ttl, "expires": created + ttl, "owner": owner,
            "files": list(kept)}
-    data = json.dumps(doc).encode()
+    data = sealed(doc)
     pin = Tag(name, int(version), created, created + ttl, owner, kept)
     for _ in range(8):  # a pin deleted between our reads: look again
         if create_once(states.objects, key, data):
             return pin
         try:
-            held = _parse_tag(states.objects.get(key), key, states.name)
+            held = _read_tag(states.objects, key, states.name)
         except ObjectNotFoundError:
             continue
         if not held.is_pin:
@@ -133,7 +135,7 @@ def delete_pin(states: StateStore, name: str) -> bool:
     ``delete_tag``); CorruptMetadataError when its object is damaged."""
     key = _tag_key(name, states.name)
     try:
-        held = _parse_tag(states.objects.get(key), key, states.name)
+        held = _read_tag(states.objects, key, states.name)
     except ObjectNotFoundError:
         return False
     if not held.is_pin:
@@ -163,11 +165,9 @@ def scan_tags(states: StateStore, now: float | None = None) -> TagScan:
     unreadable: list[str] = []
     for o in states.objects.list(TAG_PREFIX):
         try:
-            raw = states.objects.get(o.key)
+            found.append(_read_tag(states.objects, o.key, states.name, o.mtime))
         except ObjectNotFoundError:
             continue  # deleted since the listing (e.g. a dump job's tag as the job ends)
-        try:
-            found.append(_parse_tag(raw, o.key, states.name, o.mtime))
         except CorruptMetadataError as e:
             unreadable.append(str(e))
     if now is None and any(t.is_pin for t in found):
@@ -205,11 +205,42 @@ def _tag_name_of(key: str) -> str:
     return name[: -len(".json")] if name.endswith(".json") else name
 
 
+def _damaged(key: str, table: str, problem: str) -> str:
+    return (f"tag object {key} of table {table} is corrupt: {problem}; delete it with "
+            f"`sediment tag {table} {_tag_name_of(key)} --delete` (Table.delete_tag)")
+
+
+def _read_tag(objects: ObjectStore, key: str, table: str, mtime: float | None = None) -> Tag:
+    """The tag at ``key`` (see ``_parse_tag``), read again while its checksum fails; then
+    CorruptMetadataError naming the table and the key. ObjectNotFoundError when it is gone."""
+    return _read_raw_tag(objects, key, table, mtime)[1]
+
+
+def _read_raw_tag(objects: ObjectStore, key: str, table: str,
+                  mtime: float | None = None) -> tuple[bytes, Tag]:
+    try:
+        return get_verified(objects, key, lambda raw: (raw, _parse_tag(raw, key, table, mtime)),
+                            error_cls=CorruptMetadataError,
+                            where=f"tag object {key} of table {table}")
+    except CorruptMetadataError as e:
+        if isinstance(e.__cause__, ChecksumMismatch):  # damaged for good: say how to be rid of it
+            raise CorruptMetadataError(_damaged(key, table, "checksum mismatch after "
+                                                f"reading it again ({e.__cause__.detail})")
+                                       ) from e
+        raise
+
+
 def _parse_tag(raw: bytes, key: str, table: str, mtime: float | None = None) -> Tag:
     """The tag in ``raw``; a pin's ``expires`` is ``mtime`` (its object's modification time,
-    the store's clock) plus its time to live, or its writer's own expiry without ``mtime``."""
+    the store's clock) plus its time to live, or its writer's own expiry without ``mtime``.
+    A checksum mismatch raises MetadataChecksumMismatch (read again by ``_read_tag``)."""
     try:
-        doc = json.loads(raw)
+        doc = open_sealed(raw, f"tag object {key} of table {table}")
+    except MetadataChecksumMismatch:
+        raise
+    except CorruptMetadataError as e:
+        raise CorruptMetadataError(_damaged(key, table, str(e))) from e
+    try:
         name, version, created = str(doc["name"]), int(doc["version"]), float(doc["created"])
         if not doc.get("pin"):
             return Tag(name, version, created)
@@ -221,9 +252,7 @@ def _parse_tag(raw: bytes, key: str, table: str, mtime: float | None = None) -> 
             raise ValueError(f"malformed pin: files {files!r}, expiry {expires!r}")
         return Tag(name, version, created, expires, str(doc.get("owner") or ""), tuple(files))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise CorruptMetadataError(
-            f"tag object {key} of table {table} is corrupt: {e!r}; delete it with `sediment "
-            f"tag {table} {_tag_name_of(key)} --delete` (Table.delete_tag)") from e
+        raise CorruptMetadataError(_damaged(key, table, repr(e))) from e
 
 
 def get_tag(states: StateStore, name: str) -> Tag:
@@ -231,10 +260,9 @@ def get_tag(states: StateStore, name: str) -> Tag:
     expired pin too), CorruptMetadataError."""
     key = _tag_key(name, states.name)
     try:
-        raw = states.objects.get(key)
+        raw, tag = _read_raw_tag(states.objects, key, states.name)
     except ObjectNotFoundError:
         raise TagNotFoundError(f"table {states.name} has no tag {name!r}") from None
-    tag = _parse_tag(raw, key, states.name)
     if tag.is_pin:
         info = states.objects.head(key)
         if info is None:

@@ -7,15 +7,19 @@ the reason), each carrying what is known then (rows and bytes in/out, seconds, r
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sediment.errors import SedimentError
+from sediment.errors import CorruptMetadataError, SedimentError
+from sediment.state.documents import read_sealed, sealed
 from sediment.storage.base import ObjectStore
+from sediment.storage.checksums import ChecksumMismatch
+
+log = logging.getLogger(__name__)
 
 STATUS_PREFIX = "status/"
 KINDS = ("compaction", "split", "gc", "ingest", "bulk_import", "dump")
@@ -48,25 +52,32 @@ class StatusStore:
         ev = Event(kind, job_id, status, time.time(), partition_id, details)
         key = f"{STATUS_PREFIX}{kind}/{ev.time:017.6f}-{uuid.uuid4().hex[:8]}.json"
         try:
-            self.objects.put(key, json.dumps(ev.to_json(), default=str).encode())
+            self.objects.put(key, sealed(ev.to_json(), default=str))
         except SedimentError:
             pass
         return ev
 
     def events(self, kind: str | None = None, *, since: float | None = None) -> Iterator[Event]:
-        """Events in time order (of one kind, or all)."""
+        """Events in time order (of one kind, or all). An event that cannot be read is left
+        out (a report is never refused for one); one that fails its checksum even when read
+        again is left out with a warning naming it."""
         kinds = [kind] if kind else list(KINDS)
         out: list[Event] = []
         for k in kinds:
             start = None if since is None else f"{STATUS_PREFIX}{k}/{since:017.6f}"
             for o in self.objects.list(f"{STATUS_PREFIX}{k}/", start_after=start):
                 try:
-                    doc = json.loads(self.objects.get(o.key))
+                    doc = read_sealed(self.objects, o.key,
+                                      f"status event {o.key} in {self.objects.uri}")
                     out.append(Event(doc["kind"], doc["job_id"], doc["status"],
                                      float(doc["time"]), doc.get("partition_id"),
                                      doc.get("details") or {}))
-                except (SedimentError, ValueError, KeyError, TypeError):
+                except CorruptMetadataError as e:
+                    if isinstance(e.__cause__, ChecksumMismatch):
+                        log.warning("%s: the event is left out", e)
                     continue  # an unreadable event is skipped, not fatal to a report
+                except (SedimentError, ValueError, KeyError, TypeError):
+                    continue
         out.sort(key=lambda e: e.time)
         return iter(out)
 
