@@ -311,14 +311,12 @@ def _right_or_refused(call: Any, want: list[tuple[str, int, str]], error: str) -
 ABC = pa.table({"key": ["a", "b", "c"], "ts": [1, 2, 3], "value": ["x", "y", "z"]})
 
 
-@pytest.mark.xfail(strict=True, reason="issue 38: a log entry has no checksum; a flipped byte "
-                   "that leaves valid JSON is replayed as truth")
 @pytest.mark.parametrize("target", ["partition", "file"])
 def test_flipped_log_entry_is_never_an_answer(proxied_s3: ProxiedS3, target: str) -> None:
-    """One GET of the add_files entry has a byte flipped (once: a re-read is whole). Today:
-    ``partition`` ("root" read as "soot") silently drops the file: the query returns 0 rows
-    of 3; ``file`` (a digit of the data file's name) fails with ObjectNotFoundError, "data
-    file ... is missing", for a file that was never written (the data is intact)."""
+    """One GET of the add_files entry has a byte flipped (once: a re-read is whole). Without
+    the entry's seal ``partition`` ("root" read as "soot") silently dropped the file (0 rows of
+    3) and ``file`` (a digit of the data file's name) failed as a missing file; the seal's
+    mismatch is read again and the answer is whole."""
     store = proxied_s3.open()
     table = store.create_table("t", SCHEMA, properties={"state.cache.refresh_seconds": 0})
     table.ingest(ABC)
@@ -333,12 +331,11 @@ def test_flipped_log_entry_is_never_an_answer(proxied_s3: ProxiedS3, target: str
     assert rule.fired == 1
 
 
-@pytest.mark.xfail(strict=True, reason="issue 38: a corrupted log read is kept in the handle's "
-                   "state and written into the next snapshot: a transient flip loses data")
 def test_flipped_log_read_is_not_persisted_by_a_snapshot(proxied_s3: ProxiedS3) -> None:
-    """Today: the handle that read the flipped entry (once) sees 0 rows, its next commit
-    builds on that state, and the snapshot it writes at version 3 persists it: a fresh direct
-    handle then reads 1 row of 4, for good (the log is intact)."""
+    """Without the entry's seal the handle that read the flipped entry (once) saw 0 rows, its
+    next commit built on that state, and the snapshot it wrote at version 3 persisted it (a
+    fresh handle read 1 row of 4, for good). Sealed, the flip is read again and the snapshot
+    holds every row."""
     props = {"state.cache.refresh_seconds": 0, "state.snapshot.interval": 3}
     table = proxied_s3.open().create_table("t", SCHEMA, properties=props)
     table.ingest(ABC)
