@@ -158,7 +158,7 @@ def test_job_larger_than_local_disk_bound_reads_in_place(
         written_to_store.extend(names)
         real_register(objects, names)
 
-    monkeypatch.setattr(job_module.pending, "register", spy)
+    monkeypatch.setattr(pending, "register", spy)
     before = {o.key for o in table._handle.objects.list("data/")}
     result = table.compact()
     assert (result.jobs_committed, result.jobs_failed) == (1, 0)

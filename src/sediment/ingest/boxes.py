@@ -17,9 +17,10 @@ from sediment.core.head import schema_of
 from sediment.core.model import FileReference
 from sediment.core.state import TableState
 from sediment.files.cells import assign_leaves
-from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
+from sediment.files.writer import SortedFileWriter, WrittenFile
 
 if TYPE_CHECKING:
+    from sediment.files.staging import Staging
     from sediment.handle import TableHandle
     from sediment.settings import TableSettings
 
@@ -27,10 +28,11 @@ if TYPE_CHECKING:
 def write_boxes(table: TableHandle, state: TableState, settings: TableSettings,
                 stream: Iterator[pa.RecordBatch], strategy: str,
                 open_writers: list[SortedFileWriter],
-                written: list[WrittenFile]) -> list[FileReference]:
-    """Write the stream into the leaves' files (with the ``settings`` of ``state``); returns
-    their references. ``open_writers`` and ``written`` hold the writers still open and the
-    files closed, so that the caller aborts and deletes them on failure."""
+                written: list[WrittenFile], staging: Staging) -> list[FileReference]:
+    """Write the stream into the leaves' files (with the ``settings`` of ``state``; each
+    staged in ``staging`` before it is created); returns their references. ``open_writers``
+    and ``written`` hold the writers still open and the files closed, so that the caller
+    aborts and deletes them on failure."""
     schema = schema_of(state, table.name)
     props = settings
     names = schema.row_key_names
@@ -42,7 +44,7 @@ def write_boxes(table: TableHandle, state: TableState, settings: TableSettings,
             key = "shared" if strategy == "shared_file" else leaf.id
             writer = writers.get(key)
             if writer is None:
-                writer = SortedFileWriter(table.objects, new_data_filename(key), schema, props)
+                writer = SortedFileWriter(table.objects, staging.new_file(key), schema, props)
                 writers[key] = writer
                 open_writers.append(writer)
             # one shared file takes the batch whole (it is sorted); per leaf, its rows
