@@ -20,7 +20,6 @@ import pytest
 
 import sediment as sd
 from helpers import make_table, rows
-from sediment.compaction import job as job_module
 from sediment.compaction import ranged, sources
 from sediment.compaction.job import run_compaction_job
 from sediment.compaction.strategy import CompactionJob
