@@ -214,3 +214,25 @@ def test_a_delete_that_fails_still_lets_the_lease_go(tmp_path: Path,
     monkeypatch.undo()
     assert objects.exists(name) and staging.files == []
     assert pending.held(objects, [name]) == []
+
+
+def test_a_compaction_job_that_cannot_create_its_output_keeps_no_lease(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job stages its output's name before the file exists; when the file cannot be
+    created, the name leaves the lease with the failure (a maintainer lives long)."""
+    from sediment.compaction import job as job_module
+    from sediment.compaction.runner import create_jobs, execute_job
+
+    table = make_table(tmp_path)
+    for seed in range(2):
+        table.ingest(rows(300, seed=seed))
+    handle = table._handle
+    (job,) = create_jobs(handle, full=True)
+
+    def cannot_create(objects: object, filename: str, *args: object, **kwargs: object) -> None:
+        raise StorageError(f"cannot create data file {filename}")
+
+    monkeypatch.setattr(job_module, "SortedFileWriter", cannot_create)
+    out = execute_job(handle, job, handle.states.head().partitions[job.partition_id].region)
+    assert isinstance(out, str) and "cannot create data file" in out
+    assert _leased(table) == set()

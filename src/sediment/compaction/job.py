@@ -268,6 +268,7 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
     tmp = tempfile.mkdtemp(prefix="sediment-compact-")
     writer: SortedFileWriter | None = None
     intermediates: list[str] = []
+    wrote = False
     try:
         sources = resolve_inputs(objects, job.inputs, tmp, job_id=job.job_id,
                                  local_disk_bytes=as_settings(properties).compaction_local_disk_bytes,
@@ -290,9 +291,11 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
             writer.abort()
             staging.delete([writer.filename])
             writer = None
+            wrote = True
             return JobOutput(None, rows_in[0], time.perf_counter() - started, staging)
         written = writer.close()
         writer = None
+        wrote = True
         return JobOutput(written, rows_in[0], time.perf_counter() - started, staging)
     except SedimentError:
         raise
@@ -300,8 +303,9 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
         raise JobError(f"compaction job {job.job_id} in partition {job.partition_id} "
                        f"failed: {e}") from e
     finally:
-        if writer is not None:  # failed: what the job wrote goes (nothing committed it)
+        if writer is not None:
             writer.abort()
-            staging.delete()
-        staging.delete(intermediates)  # left for GC's orphan pass when that fails
+        # the rounds' files go (a failed delete leaves them to GC's orphan pass), and after a
+        # failure everything the job staged: nothing committed it
+        staging.delete(intermediates if wrote else None)
         shutil.rmtree(tmp, ignore_errors=True)
