@@ -55,6 +55,12 @@ from collections.abc import Iterable
 class SedimentError(Exception):
     """Root of every error Sediment raises on purpose."""
 
+    committed: bool | None = None
+    """What this error says of the commit it stopped: False when that commit surely wrote
+    nothing (the writer may delete the files it staged for it at once), None when it cannot
+    tell (the files are kept: GC's orphan pass judges them once a read tells). Set by the
+    classes whose meaning is "nothing was committed" (see :func:`definitely_not_committed`)."""
+
 
 class StorageError(SedimentError):
     """An object store operation failed."""
@@ -87,7 +93,10 @@ class TableExistsError(CatalogError):
 
 
 class TableNotFoundError(CatalogError):
-    """No table of that name in the store."""
+    """No table of that name in the store (or no longer: a commit to a dropped table is
+    refused before it writes anything)."""
+
+    committed = False
 
 
 class SchemeExistsError(CatalogError):
@@ -121,16 +130,24 @@ class TransactionError(SedimentError):
 
 
 class TransactionInvalidError(TransactionError):
-    """The transaction does not validate against the state it would follow."""
+    """The transaction does not validate against the state it would follow (nothing was
+    written: a transaction is validated before its entry is)."""
+
+    committed = False
 
 
 class CommitConflictError(TransactionError):
-    """Too many other writers won the race for the next version."""
+    """Too many other writers won the race for the next version (every attempt lost, so
+    nothing was written)."""
+
+    committed = False
 
 
 class CommitOutcomeUnknownError(TransactionError, WriteOutcomeUnknownError):
     """The store did not answer whether a log entry was written, even when asked again: the
     transaction may have committed. Staged files are kept; reading the table tells."""
+
+    committed = None
 
 
 class CorruptionError(SedimentError):
@@ -264,3 +281,11 @@ def did_you_mean(name: object, choices: Iterable[str]) -> str:
         return ""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def definitely_not_committed(error: BaseException) -> bool:
+    """True when ``error``, raised by a commit, says that commit surely wrote nothing
+    (``SedimentError.committed is False``: refused as invalid, lost every race, the table
+    dropped), so the files staged for it may go at once. Anything else (a storage error, an
+    interrupt, an unknown outcome, an exception Sediment did not raise) may have committed."""
+    return isinstance(error, SedimentError) and error.committed is False

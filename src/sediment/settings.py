@@ -28,7 +28,7 @@ class TableState(Protocol):
     """What settings read of a ``sediment.core.state.TableState`` (core sits above this
     module, so it is named by its shape)."""
 
-    table_id: str
+    name: str
     properties: dict[str, Any]
 
 
@@ -118,8 +118,8 @@ class TableSettings(Mapping[str, Any]):
     @classmethod
     def from_state(cls, state: TableState, name: str | None = None) -> TableSettings:
         """The settings of ``state`` (no I/O: the state holds its properties); ``name``: the
-        table's, for errors (else its id)."""
-        return cls.from_properties(state.properties, context=f"table {name or state.table_id}")
+        table's, for errors (else the one the state carries)."""
+        return cls.from_properties(state.properties, context=f"table {name or state.name}")
 
     # ---- a read-only mapping by property name ---------------------------------------------
     def __getitem__(self, name: str) -> Any:

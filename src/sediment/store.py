@@ -53,6 +53,7 @@ from sediment.storage.clock import object_store_time
 from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
+    from sediment.files.staging import Staging
     from sediment.handle import TableHandle
     from sediment.maintenance.orchestrator import StoreMaintenance
     from sediment.maintenance.passes import MaintenanceResult
@@ -208,7 +209,7 @@ class Store(SchemeMethods):
 
     def create_table(self, name: str, schema: Schema, *, split_points: Sequence[Any] | None = None,
                      properties: Mapping[str, Any] | None = None,
-                     initial_files: Callable[[TableHandle], tuple[list[FileReference], list[str]]]
+                     initial_files: Callable[[TableHandle], tuple[list[FileReference], Staging]]
                      | None = None, scheme: str | None = None,
                      exist_ok: bool = False) -> Table:
         """Create a table (one partition, or a tree cut at ``split_points``).
@@ -226,8 +227,8 @@ class Store(SchemeMethods):
         scheme's (for every member), before the table is made.
 
         ``initial_files`` (used by bulk load) writes files into the new table and returns their
-        references; they are committed before the catalog entry, so the table appears with its
-        data or not at all.
+        references and the staging holding them; they are committed before the catalog entry,
+        so the table appears with its data or not at all.
 
         Raises:
             InvalidTableNameError: ``name`` cannot be a table name (nothing is written).
@@ -268,8 +269,8 @@ class Store(SchemeMethods):
         states.commit(InitialiseTable(schema, props, partitions))
         if initial_files is not None:
             try:
-                refs, _ = initial_files(Table(self, name, table_id, states)._handle)
-                states.commit(AddFiles(refs))
+                refs, staging = initial_files(Table(self, name, table_id, states)._handle)
+                staging.commit(states, AddFiles(refs))
             except BaseException:
                 self._delete_prefix(f"tables/{table_id}/")
                 raise

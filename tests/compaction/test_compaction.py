@@ -559,6 +559,7 @@ def test_job_with_replaced_inputs_fails_and_leaves_an_orphan(tmp_path: Path) -> 
     # a runner that lost track of the job: writes its output, commits too late
     late = run_compaction_job(table._handle.objects, table.schema, table.properties, job, region)
     assert late.written is not None
+    late.handed_over()  # the runner lost it: nothing protects it but its age now
     first = run_job(reopen(table)._handle, state, job)
     assert first.committed and first.rows_out == 300
     with pytest.raises(TransactionInvalidError, match="no longer assigned"):

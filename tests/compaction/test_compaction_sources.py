@@ -20,7 +20,6 @@ import pytest
 
 import sediment as sd
 from helpers import make_table, rows
-from sediment.compaction import job as job_module
 from sediment.compaction import ranged, sources
 from sediment.compaction.job import run_compaction_job
 from sediment.compaction.strategy import CompactionJob
@@ -158,7 +157,7 @@ def test_job_larger_than_local_disk_bound_reads_in_place(
         written_to_store.extend(names)
         real_register(objects, names)
 
-    monkeypatch.setattr(job_module.pending, "register", spy)
+    monkeypatch.setattr(pending, "register", spy)
     before = {o.key for o in table._handle.objects.list("data/")}
     result = table.compact()
     assert (result.jobs_committed, result.jobs_failed) == (1, 0)

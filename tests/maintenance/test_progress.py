@@ -119,8 +119,8 @@ def test_load_reports_bytes_copied(tmp_path: Path) -> None:
     assert calls2[0] == (0, total) and calls2[-1] == (total, total)
     # the keyword is optional: callers that pass nothing report nothing
     target3 = table.store.create_table("copy3", table.schema)
-    refs, names = copy_and_reference(dump, target3._handle)
-    assert len(names) == len(dump.files) and refs
+    refs, staging = copy_and_reference(dump, target3._handle)
+    assert len(staging.files) == len(dump.files) and refs
 
 
 # ---- the CLI ----------------------------------------------------------------------------------

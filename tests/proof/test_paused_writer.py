@@ -2,7 +2,7 @@
 commit files GC collected meanwhile.
 
 A real writer process ingests; a test-only hook (installed by this file's worker entry point,
-never by the library) stops it at the exact point between ``StateStore._check_new_files`` and
+never by the library) stops it at the exact point between ``CommitLoop._check_new_files`` and
 its conditional append: the hook touches ``ready`` and waits for ``go``. The test then sends
 SIGSTOP (freezing the lease heartbeat too), waits until the store's clock finds the lease dead
 (a 2 s timeout, ``$SEDIMENT_LEASE_TIMEOUT_SECONDS``, in both processes), runs GC with no orphan
@@ -41,19 +41,19 @@ HERE = Path(__file__).resolve()
 
 def _worker(args: dict[str, Any]) -> None:
     """Ingest seed 1 paused before its append (the hook), then seed 2; one JSON line each."""
-    from sediment.state.store import StateStore
+    from sediment.state.commit import CommitLoop
 
     folder = Path(args["folder"])
-    real_append = StateStore._append
+    real_append = CommitLoop._append
 
-    def paused(self: StateStore, version: int, *rest: Any) -> bool:
+    def paused(self: CommitLoop, version: int, *rest: Any) -> bool:
         if not (folder / "ready").exists():
             (folder / "ready").touch()
             while not (folder / "go").exists():  # the test SIGSTOPs the process here
                 time.sleep(0.01)
         return real_append(self, version, *rest)
 
-    StateStore._append = paused  # type: ignore[method-assign]
+    CommitLoop._append = paused  # type: ignore[method-assign]
     table = sd.Store.open(args["uri"], **args["options"]).table(args["table"])
     with (folder / "out.jsonl").open("w") as out:
         for seed in (1, 2):

@@ -99,7 +99,7 @@ def test_the_record_reaches_a_writer_whose_append_lost_to_it(tmp_path: Path) -> 
                            (("input", b) for b in rows(300, seed=1).to_batches()))
     lease = _lease_of(table)
     collector = sd.Store.open(uri).table(table.name)._handle.states  # another process's view
-    real_append = handle.states._append
+    real_append = handle.states.commits._append
     appends: list[int] = []
 
     def gc_first(version: int, *args: object) -> bool:
@@ -108,7 +108,7 @@ def test_the_record_reaches_a_writer_whose_append_lost_to_it(tmp_path: Path) -> 
         appends.append(version)
         return real_append(version, *args)  # type: ignore[arg-type]
 
-    handle.states._append = gc_first  # type: ignore[method-assign]
+    handle.states.commits._append = gc_first  # type: ignore[method-assign]
     with pytest.raises(TransactionInvalidError, match=f"lease {lease} .*expired"):
         commit_staged(handle, staged, time.perf_counter())
     assert appends == [2], "one append, lost to the record; the re-validation refused"
@@ -133,14 +133,14 @@ def test_a_compaction_job_under_a_recorded_lease_is_refused(tmp_path: Path) -> N
         k for k in (o.key for o in handle.objects.list("pending/"))
         if out.written.filename in json.loads(handle.objects.get(k))["files"]))
     collector = sd.Store.open(uri).table(table.name)._handle.states
-    real_append = handle.states._append
+    real_append = handle.states.commits._append
 
     def gc_first(version: int, *args: object) -> bool:
         collector.commit(ExpireLeases([lease]))
-        handle.states._append = real_append  # type: ignore[method-assign]
+        handle.states.commits._append = real_append  # type: ignore[method-assign]
         return real_append(version, *args)  # type: ignore[arg-type]
 
-    handle.states._append = gc_first  # type: ignore[method-assign]
+    handle.states.commits._append = gc_first  # type: ignore[method-assign]
     result = commit_job(handle, job, out)
     assert not result.committed and f"lease {lease}" in (result.error or "")
     assert not handle.objects.exists(out.written.filename)

@@ -144,7 +144,7 @@ def _history_up_to_the_reused_digest(objects: ObjectStore, memo: DigestMemo
     """Commits whose unreferenced-files list goes from [] to [f0] and (by the caller's next
     DeleteFiles) back to []: the snapshot object of [] comes back after prune deleted it."""
     w = StateStore(objects, TABLE_ID)
-    w._known_digests = memo  # type: ignore[assignment]
+    w.heads.known_digests = memo  # type: ignore[assignment]
     txns: list[Transaction] = [
         InitialiseTable(SCHEMA, {"state.snapshot.interval": 1}, ROOT),
         AddFiles([ref("f0")]),
@@ -318,7 +318,7 @@ def test_long_lived_writer_against_a_pruning_process(tmp_path: Path, memo_ttl: f
     if "gc.clock_skew_seconds" in PROPERTIES:
         props["gc.clock_skew_seconds"] = 0
     table = sd.Store.open(path, create=True).create_table("events", SCHEMA, properties=props)
-    table._handle.states._known_digests = DigestMemo(memo_ttl)  # type: ignore[assignment]
+    table._handle.states.heads.known_digests = DigestMemo(memo_ttl)  # type: ignore[assignment]
     stop = tmp_path / "stop"
     errors = tmp_path / "pruner.err"  # a file, not a pipe: its warnings must never block it
     with open(errors, "w") as err:

@@ -750,7 +750,7 @@ def test_refresh_when_the_heads_own_entry_was_pruned(probe_objects: ObjectStore,
     for i in range(4):
         _add(w, i)  # head 5, snapshot at 3
     r = StateStore(probe_objects, TABLE_ID)
-    r._head = r._load_from_storage(3)  # a reader pinned at 3
+    r.heads.publish(r.heads.load_from_storage(3), 0.0)  # a reader pinned at 3
     versions.prune(w, 0.0)  # base 3: log 1..3 go
     assert not probe_objects.exists(log_key(3)) and probe_objects.exists(log_key(4))
     assert r.head() == _fresh(probe_objects)
@@ -814,7 +814,7 @@ def test_a_head_read_past_half_its_age_limit_is_refreshed_in_the_background() ->
     time.sleep(0.35)
     assert reader.cached_head().version == 1  # past half the limit: answered at once...
     deadline = time.monotonic() + 10
-    while reader._cached()[0].version != 2:  # ...and re-read meanwhile, with no other read
+    while reader.heads.cached()[0].version != 2:  # ...and re-read meanwhile, with no other read
         assert time.monotonic() < deadline, "the background refresh did not happen"
         time.sleep(0.01)
     writer.commit(AddFiles([ref("b", "p0001-0002")]))

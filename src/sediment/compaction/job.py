@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -44,11 +44,11 @@ from sediment.errors import JobError, SedimentError
 from sediment.files.keys import bounds_inside, region_mask
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names
-from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
+from sediment.files.staging import Staging
+from sediment.files.writer import SortedFileWriter, WrittenFile
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.schema import Schema, quote_identifier
 from sediment.settings import as_settings
-from sediment.state import pending
 from sediment.storage.base import ObjectStore
 
 
@@ -64,6 +64,16 @@ class JobOutput:
     written: WrittenFile | None
     rows_in: int
     seconds: float
+    staging: Staging | None = field(default=None, compare=False, repr=False)
+    """The staging holding ``written`` in this process until its commit settles (None for an
+    output rebuilt from another process's answer: its committer adopts the file)."""
+
+    def handed_over(self) -> JobOutput:
+        """This output for another process to adopt and commit (a pool worker's, for the
+        maintainer): its file is no longer this process's to protect."""
+        if self.staging is not None:
+            self.staging.hand_over()
+        return JobOutput(self.written, self.rows_in, self.seconds)
 
 
 def _coarse_region_filter(schema: Schema, region: Region | None) -> Any:
@@ -202,12 +212,13 @@ def _merged(objects: ObjectStore, inputs: Sequence[InputFile], schema: Schema,
 
 def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str, Any],
                   job: CompactionJob, region: Region, inputs: JobInputs, tmp: str,
-                  intermediates: list[str]) -> list[InputFile]:
+                  staging: Staging, intermediates: list[str]) -> list[InputFile]:
     """Merge groups of ``compaction.max_merge_inputs`` inputs into one file each until no
     more are left than that (the merge's memory grows with its inputs). A round's files go
     where its inputs are: local disk for local or copied inputs, the store itself for inputs
-    read in place (so local disk stays bounded whatever the leaf's size); the names of files
-    written to the store are added to ``intermediates`` (the caller deletes them)."""
+    read in place (so local disk stays bounded whatever the leaf's size); files written to the
+    store are staged in ``staging`` (GC leaves them alone while the job runs) and their names
+    added to ``intermediates`` (the caller deletes them)."""
     max_inputs = as_settings(properties).compaction_max_merge_inputs
     arrow = schema.to_arrow().append(SEQ_FIELD)
     sorting = [pq.SortingColumn(k) for k in [*range(len(schema.key_names)), len(arrow) - 1]]
@@ -222,8 +233,7 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
                 continue
             batches = _merged(objects, group, schema, properties, region)
             if inputs.in_place:
-                name = new_data_filename(job.partition_id)
-                pending.register(objects, [name])  # GC leaves it alone while the job runs
+                name = staging.new_file(job.partition_id)
                 intermediates.append(name)
                 fs, _ = objects.arrow_filesystem()
                 with fs.open_output_stream(objects.path(name)) as sink, \
@@ -248,19 +258,23 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
 
 def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping[str, Any],
                        job: CompactionJob, region: Region,
-                       iterators: Sequence[RecordIterator] = ()) -> JobOutput:
-    """Merge the job's inputs into one new file (not committed: see the runner)."""
+                       iterators: Sequence[RecordIterator] = (), *,
+                       staging: Staging | None = None) -> JobOutput:
+    """Merge the job's inputs into one new file (not committed: see the runner), staged in
+    ``staging`` (a new one when None), which the output carries to its commit."""
     started = time.perf_counter()
     properties = as_settings(properties)  # once: the helpers below take it as it is
+    staging = Staging(objects) if staging is None else staging
     tmp = tempfile.mkdtemp(prefix="sediment-compact-")
     writer: SortedFileWriter | None = None
     intermediates: list[str] = []
+    wrote = False
     try:
         sources = resolve_inputs(objects, job.inputs, tmp, job_id=job.job_id,
                                  local_disk_bytes=as_settings(properties).compaction_local_disk_bytes,
                                  first_key=schema.row_key_names[0])
         inputs = _merge_rounds(objects, schema, properties, job, region, sources, tmp,
-                               intermediates)
+                               staging, intermediates)
         rows_in = [0]  # records read inside the region, before the iterators
         # DataFusion's stream runs only while next() is called: on a producer thread the
         # merge overlaps with the Parquet encoding below (both release the GIL)
@@ -269,17 +283,20 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
         stream = _counted(merged, rows_in) if _inside(inputs, region) else \
             _in_region(merged, schema.row_key_names, region, rows_in)
         stream = apply_iterators(stream, iterators)
-        writer = SortedFileWriter(objects, new_data_filename(job.partition_id), schema,
+        writer = SortedFileWriter(objects, staging.new_file(job.partition_id), schema,
                                   properties, sequence=True)
         for b in stream:
             writer.write(b)
         if writer.rows == 0:
             writer.abort()
+            staging.delete([writer.filename])
             writer = None
-            return JobOutput(None, rows_in[0], time.perf_counter() - started)
+            wrote = True
+            return JobOutput(None, rows_in[0], time.perf_counter() - started, staging)
         written = writer.close()
         writer = None
-        return JobOutput(written, rows_in[0], time.perf_counter() - started)
+        wrote = True
+        return JobOutput(written, rows_in[0], time.perf_counter() - started, staging)
     except SedimentError:
         raise
     except Exception as e:
@@ -288,11 +305,7 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
     finally:
         if writer is not None:
             writer.abort()
-        if intermediates:
-            try:
-                objects.delete_many(intermediates)
-            except SedimentError:  # left for GC's orphan pass once the lease lapses
-                pass
-            finally:
-                pending.release(objects, intermediates)
+        # the rounds' files go (a failed delete leaves them to GC's orphan pass), and after a
+        # failure everything the job staged: nothing committed it
+        staging.delete(intermediates if wrote else None)
         shutil.rmtree(tmp, ignore_errors=True)

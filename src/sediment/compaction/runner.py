@@ -35,8 +35,7 @@ from sediment.core.transactions import (
 )
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sample import estimate_count
-from sediment.files.staged import discard_staged
-from sediment.state import pending
+from sediment.files.staging import Staging
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -166,7 +165,8 @@ def commit_job(table: TableHandle, job: CompactionJob, out: JobOutput | str, *,
                adopt: bool = False) -> JobResult:
     """End a job that ran: record ``finished`` and commit its output (``committed``), or
     record ``failed`` when it did not run (``out`` is then the reason) or its commit no longer
-    validates. ``adopt``: the output was written by another process (a Spark executor), so
+    validates. The output's staging settles its file (see ``sediment.files.staging``);
+    ``adopt``: the output was written by another process (a Spark executor, a worker), so
     this one protects it from GC until the commit settles. Never raises for a job failure.
 
     Every runner (local, Spark, the continuous maintainer) ends its jobs here."""
@@ -186,14 +186,14 @@ def commit_job(table: TableHandle, job: CompactionJob, out: JobOutput | str, *,
                   seconds=out.seconds,
                   rows_per_second=out.rows_in / out.seconds if out.seconds else 0.0)
     output = None if w is None else FileReference(w.filename, job.partition_id, w.rows)
+    staging = out.staging if out.staging is not None else Staging(table.objects, table.name)
     try:
         if output is not None and adopt:
-            pending.register(table.objects, [output.filename])
-        table.states.commit(ReplaceFileReferences(
+            staging.adopt([output.filename])
+        # refused for certain (inputs reassigned, table dropped): the output goes at once
+        staging.commit(table.states, ReplaceFileReferences(
             job.job_id, job.partition_id, tuple(r.filename for r in job.inputs), output))
     except (SedimentError, OSError) as e:
-        if output is not None:  # refused for certain (inputs reassigned, table dropped): gone now
-            discard_staged(table.objects, [output.filename], e)
         return failed(_reason(e))
     status.record("compaction", job.job_id, "committed", partition_id=job.partition_id)
     return JobResult(job, True, out.rows_in, rows_out, bytes_out, out.seconds)
@@ -212,7 +212,7 @@ def execute_job(table: TableHandle, job: CompactionJob, region: Region, *,
     try:
         head = table.read_head() if head is None else head
         return run_compaction_job(table.objects, head.schema, head.settings, job, region,
-                                  head.iterators)
+                                  head.iterators, staging=Staging(table.objects, table.name))
     except (SedimentError, OSError) as e:
         return _reason(e)
 

@@ -34,8 +34,11 @@ ROOT_PARTITION_ID = "root"
 class TableState:
     """Schema, properties, partition tree, file references, reference counts and jobs."""
 
-    def __init__(self, table_id: str = "") -> None:
+    def __init__(self, table_id: str = "", name: str | None = None) -> None:
         self.table_id = table_id
+        self.name = name or table_id
+        """The table's name, for errors (its id when not given). Never stored: it comes from
+        the catalog each time the table is opened, so it follows a rename."""
         self.version = 0
         self.schema: Schema | None = None
         self.properties: dict[str, Any] = {}
@@ -61,6 +64,7 @@ class TableState:
         """An independent state sharing unchanged per-partition maps (copy-on-write)."""
         c = TableState.__new__(TableState)
         c.table_id = self.table_id
+        c.name = self.name
         c.version = self.version
         c.schema = self.schema
         c.properties = dict(self.properties)

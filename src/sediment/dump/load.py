@@ -37,12 +37,11 @@ from sediment.errors import (
 )
 from sediment.files.keys import range_mask, row_key, sort_indices
 from sediment.files.sequence import SEQ, SEQ_FIELD
-from sediment.files.staged import delete_staged, discard_staged
+from sediment.files.staging import Staging
 from sediment.files.writer import sample_name, write_key_filters
 from sediment.partitioning import PARTITIONINGS
 from sediment.properties import validate_properties
 from sediment.schema import Schema
-from sediment.state import pending
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import ChecksumMismatch, get_verified
 
@@ -243,22 +242,19 @@ def load_into(table: TableHandle, dump: VerifiedDump, *,
     :func:`copy_and_reference`."""
     if table.schema.to_arrow() != dump.schema.to_arrow():
         raise SchemaError(f"table {table.name}: schema differs from the dump's")
-    refs, names = copy_and_reference(dump, table, progress=progress)
+    refs, staging = copy_and_reference(dump, table, progress=progress)
     from sediment.core.transactions import AddFiles
 
-    try:
-        table.states.commit(AddFiles(refs))
-    except BaseException as e:  # refused for certain: deleted now; unknown: left to GC
-        discard_staged(table.objects, names, e)
-        raise
-    pending.release(table.objects, names)  # committed: referenced now
+    # refused for certain: the copies go now; an unknown outcome: left to GC
+    staging.commit(table.states, AddFiles(refs))
 
 
 def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
                        progress: Progress | None = None
-                       ) -> tuple[list[FileReference], list[str]]:
+                       ) -> tuple[list[FileReference], Staging]:
     """Copy a dump's files byte for byte into the table and build their references;
-    returns them and the names of the copies (registered as pending until committed).
+    returns them and the staging holding the copies (protected from GC until committed:
+    ``Staging.commit`` settles them).
     ``progress(done, total)``: bytes copied (data and sample files) of the dump's total,
     ``(0, total)`` first, then as each file is copied, on the calling thread."""
     src, files = dump.source, dump.files
@@ -284,9 +280,10 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
         table.objects.put(sample_name(name), src.get(f.sample))
         write_key_filters(table.objects, name, raw, schema, props)
 
-    staged = [name for _, name in copies]
-    pending.register(table.objects, staged)  # uncommitted until loaded
-    try:
+    staging = Staging(table.objects, table.name)
+    # uncommitted until loaded; a failure before the commit deletes the copies at once
+    with staging:
+        staging.stage(name for _, name in copies)
         total = sum(f.bytes for f in files)
         if progress is not None:
             progress(0, total)
@@ -307,7 +304,4 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
             for leaf in hit:
                 n = estimate_count(sample, names, leaf.region)
                 refs.append(FileReference(name, leaf.id, min(n, f.rows), True))
-    except BaseException:  # nothing was committed: the copies go now, not an hour later
-        delete_staged(table.objects, staged)
-        raise
-    return refs, [n for _, n in copies]
+    return refs, staging

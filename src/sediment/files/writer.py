@@ -21,7 +21,6 @@ from sediment.files.sample import KeySampler
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name, with_sidecars
 from sediment.schema import Schema
-from sediment.state import pending
 from sediment.storage.base import ObjectStore
 
 
@@ -107,6 +106,9 @@ class SortedFileWriter:
     sample size are held, so the sample stays exact and equi-depth whatever the file size.
     The key filters (one per row group, ``parquet.key_filter_bits`` per key; 0: none) are
     streamed to their sidecar as row groups are written.
+
+    The writer writes Parquet only: whoever writes a file into a table stages it first
+    (``sediment.files.staging``), which protects it from GC until its commit settles.
     """
 
     def __init__(self, objects: ObjectStore, filename: str, schema: Schema,
@@ -122,14 +124,12 @@ class SortedFileWriter:
             self.arrow_schema = self.arrow_schema.append(SEQ_FIELD)
         self.row_group_rows = int(properties["parquet.row_group_rows"])
         self.sample_size = int(properties["sample.size"])
-        pending.register(objects, [filename])  # before the file exists: see sediment.state.pending
         fs, _ = objects.arrow_filesystem()
         self._path = objects.path(filename)
         try:
             fs.create_dir(self._path.rsplit("/", 1)[0], recursive=True)
             self._sink = fs.open_output_stream(self._path)
         except (OSError, pa.ArrowException) as e:
-            pending.release(objects, [filename])  # nobody holds this writer to abort it
             raise StorageError(f"cannot create data file {self._path}: {e}") from e
         opts = writer_options(schema, properties)
         if sequence:  # sorted by (keys, sequence): the column is the last one
@@ -217,8 +217,6 @@ class SortedFileWriter:
             self.objects.delete_many(with_sidecars([self.filename]))
         except SedimentError:  # what is left is an orphan for GC's orphan pass
             pass
-        finally:
-            pending.release(self.objects, [self.filename])
 
 
 def with_sequence_nulls(t: pa.Table) -> pa.Table:

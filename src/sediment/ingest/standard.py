@@ -6,7 +6,7 @@ and spilled as a sorted run to a local folder chosen by the client (``spill_dir`
 memory) are merged into one sorted stream, cut at leaf-partition boundaries, and written as one
 file per touched leaf (``per_partition``) or as one file referenced from every leaf it covers
 (``shared_file``). All files commit in one AddFiles transaction; on any failure the written
-files are deleted and nothing is committed.
+files are deleted and nothing is committed (``sediment.files.staging``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -24,14 +24,13 @@ from sediment.core.model import FileReference
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles
 from sediment.errors import DataError, SedimentError, StorageError
-from sediment.files import staged as uncommitted
-from sediment.files.writer import SortedFileWriter, WrittenFile, new_data_filename
+from sediment.files.staging import Staging
+from sediment.files.writer import SortedFileWriter, WrittenFile
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 from sediment.ingest.spill import SortedRuns, SpillDir, resolve_spill_dir
 from sediment.ingest.stall import wait_for_room
 from sediment.partitioning import partitioning_of
 from sediment.settings import TableSettings, settings_of
-from sediment.state import pending
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -63,12 +62,14 @@ class IngestResult:
 
 
 def _write_partitioned(table: TableHandle, state: TableState, settings: TableSettings,
-                       stream: Iterator[pa.RecordBatch], strategy: str
+                       stream: Iterator[pa.RecordBatch], strategy: str, staging: Staging
                        ) -> tuple[list[FileReference], list[WrittenFile]]:
     """Write the sorted stream cut at ``state``'s leaves (by its partitioning): a file per
     touched leaf, or (``shared_file``) one file referenced from every leaf it touches with
-    that leaf's exact count. When the cut gives each leaf's rows together, in key order, one
-    file is open at a time; otherwise one per touched leaf."""
+    that leaf's exact count, each staged in ``staging`` before it is created. When the cut
+    gives each leaf's rows together, in key order, one file is open at a time; otherwise one
+    per touched leaf. On failure the open writers are aborted and the error raised: the
+    caller's staging deletes what was written."""
     schema = schema_of(state, table.name)
     partitioning = partitioning_of(state)
     refs: list[FileReference] = []
@@ -93,7 +94,7 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
                 if pieces:
                     if "shared" not in writers:
                         writers["shared"] = SortedFileWriter(
-                            table.objects, new_data_filename("shared"), schema, settings)
+                            table.objects, staging.new_file("shared"), schema, settings)
                     writers["shared"].write(batch)
                 continue
             for piece in pieces:
@@ -102,7 +103,7 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
                     if partitioning.cuts_in_order:  # the leaves before it are done
                         for key in list(writers):
                             close(key)
-                    writer = SortedFileWriter(table.objects, new_data_filename(piece.leaf.id),
+                    writer = SortedFileWriter(table.objects, staging.new_file(piece.leaf.id),
                                               schema, settings)
                     writers[piece.leaf.id] = writer
                 writer.write(piece.of(batch))
@@ -113,7 +114,6 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
             if partitioning.cuts_in_order and writers else None
         for writer in writers.values():
             writer.abort()
-        _delete_files(table, written)
         if isinstance(e, OSError) and not isinstance(e, SedimentError):
             # a full disk or a lost mount under a local store: Arrow's IOError is an OSError
             what = f"data file {failed}" if failed else "data files"
@@ -123,20 +123,13 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
     return refs, written
 
 
-def _delete_files(table: TableHandle, written: Sequence[WrittenFile]) -> None:
-    delete_staged(table, [w.filename for w in written])
 
 
 def delete_staged(table: TableHandle, filenames: Sequence[str]) -> None:
     """Delete staged (never committed) files, their sidecars and their lease entry at once
-    (:func:`sediment.files.staged.delete_staged`)."""
-    uncommitted.delete_staged(table.objects, filenames)
-
-
-def discard_staged(table: TableHandle, filenames: Sequence[str], error: BaseException) -> None:
-    """After a failed commit of ``filenames``: delete them at once when the commit is known
-    not to have landed, else keep them for GC (:func:`sediment.files.staged.discard_staged`)."""
-    uncommitted.discard_staged(table.objects, filenames, error)
+    (:meth:`sediment.files.staging.Staging.delete`): for files whose writer is gone (the
+    batcher's recovery of a dead runner's job)."""
+    Staging(table.objects, table.name).delete(filenames)
 
 
 def ingest(table: TableHandle, data: IngestInput, *, progress: Progress | None = None,
@@ -181,6 +174,9 @@ class StagedFiles:
     rows: int
     references: list[FileReference]
     written: list[WrittenFile]
+    staging: Staging | None = field(default=None, compare=False, repr=False)
+    """The staging that holds them in this process (None for files written by another
+    process, such as Spark tasks: :func:`commit_staged` adopts them)."""
 
     @property
     def bytes(self) -> int:
@@ -193,8 +189,9 @@ def stage_batches(table: TableHandle, state: TableState,
                   ) -> StagedFiles:
     """Validate, sort (spilling past the memory limit to ``spill_dir``, else as
     :func:`~sediment.ingest.spill.resolve_spill_dir` finds) and write files cut at the leaves
-    of ``state``; nothing is committed. Used by standard ingest and by Spark tasks (which
-    spill where their executor's environment says)."""
+    of ``state``; nothing is committed (the files stay staged, protected from GC, until
+    :func:`commit_staged`; on failure they are deleted). Used by standard ingest and by Spark
+    tasks (which spill where their executor's environment says)."""
     schema = schema_of(state, table.name)
     settings = settings_of(state, table.name)
     runs = SortedRuns(schema.to_arrow(), schema.key_names, settings.ingest_memory_limit_bytes,
@@ -212,9 +209,10 @@ def stage_batches(table: TableHandle, state: TableState,
                 progress(batch.num_rows)
         if rows == 0:
             return StagedFiles(0, [], [])
-        refs, written = _write_partitioned(table, state, settings, runs.sorted_stream(),
-                                           settings.ingest_write_strategy)
-        return StagedFiles(rows, refs, written)
+        with Staging(table.objects, table.name) as staging:  # an error deletes the files
+            refs, written = _write_partitioned(table, state, settings, runs.sorted_stream(),
+                                               settings.ingest_write_strategy, staging)
+        return StagedFiles(rows, refs, written, staging)
     finally:
         runs.cleanup()
 
@@ -223,36 +221,28 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
                   kind: str = "ingest", before_commit: BeforeCommit | None = None,
                   state: TableState | None = None) -> IngestResult:
     """Commit staged files in one AddFiles transaction (deleting them when it surely did not
-    land: see ``discard_staged``). ``state``: the head the files were staged on, when the
-    caller read it (its version answers an ingest of nothing; its settings give the stall).
+    land: see :class:`~sediment.files.staging.Staging`). ``state``: the head the files were
+    staged on, when the caller read it (its version answers an ingest of nothing; its
+    settings give the stall).
 
     ``before_commit`` is called with the staged files just before the commit (the ingest
     batcher records them there); if it raises, the files are deleted and nothing is
     committed. A write stall (``ingest.stall_files``) waits before it, so that what
     ``before_commit`` decides is followed by the commit at once."""
     stalled, crowded = 0.0, None
-    if staged.rows:
-        # Files written by other processes (Spark tasks) are this process's to protect now.
-        pending.register(table.objects, [w.filename for w in staged.written])
-        try:
+    staging = staged.staging
+    if staging is None:  # written by other processes (Spark tasks): this one's to protect now
+        staging = Staging(table.objects, table.name)
+        staging.adopt(w.filename for w in staged.written)
+    with staging:  # an error before the commit deletes the files; one of it, as it says
+        if staged.rows:
             stalled, crowded = _stall(table, staged, kind, state)
-        except BaseException:
-            _delete_files(table, staged.written)
-            raise
-    if before_commit is not None:
-        try:
+        if before_commit is not None:
             before_commit(staged)
-        except BaseException:
-            _delete_files(table, staged.written)
-            raise
-    if staged.rows == 0:
-        version = table.version if state is None else state.version
-        return IngestResult(0, 0, 0, version, time.perf_counter() - started)
-    try:
-        new_state = table.states.commit(AddFiles(staged.references))
-    except BaseException as e:
-        discard_staged(table, [w.filename for w in staged.written], e)
-        raise
+        if staged.rows == 0:
+            version = table.version if state is None else state.version
+            return IngestResult(0, 0, 0, version, time.perf_counter() - started)
+        new_state = staging.commit(table.states, AddFiles(staged.references))
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
                           time.perf_counter() - started, stalled)
     # a stall's time, and the leaf it gave up on, in the ingest's event (``sediment report

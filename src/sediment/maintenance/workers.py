@@ -37,9 +37,9 @@ from sediment.core.head import Head
 from sediment.core.regions import Region
 from sediment.core.state import TableState
 from sediment.errors import SedimentError
+from sediment.files.staging import Staging
 from sediment.iterators.registry import iterators_from_property
 from sediment.schema import Schema
-from sediment.state import pending
 from sediment.storage.base import ObjectStore
 from sediment.storage.registry import open_object_store
 
@@ -64,14 +64,13 @@ def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
         iterators = iterators_from_property(
             str(properties["compaction.iterators"]), schema,
             where=f"table {table} property compaction.iterators")
-        out = run_compaction_job(objects, schema, properties, job, region, iterators)
+        out = run_compaction_job(objects, schema, properties, job, region, iterators,
+                                 staging=Staging(objects, table))
     except (SedimentError, OSError) as e:
         return f"{type(e).__name__}: {e}"
-    if out.written is not None:
-        # the maintainer adopts the file before committing it (a new file is no orphan for
-        # GC's orphan pass for gc.orphan_timeout_seconds, so handing it over is safe)
-        pending.release(objects, [out.written.filename])
-    return out
+    # the maintainer adopts the file before committing it (a new file is no orphan for GC's
+    # orphan pass for gc.orphan_timeout_seconds, so handing it over is safe)
+    return out.handed_over()
 
 
 def _ignore_stop_signals() -> None:

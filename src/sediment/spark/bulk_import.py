@@ -33,20 +33,14 @@ from sediment.core.head import schema_of
 from sediment.core.model import FileReference
 from sediment.core.transactions import AddFilesWithSplits, SplitPartition
 from sediment.errors import DataError, JobError, SedimentError
+from sediment.files.staging import Staging
 from sediment.files.writer import WrittenFile
 from sediment.handle import TableHandle, handle_of
-from sediment.ingest.standard import (
-    IngestResult,
-    StagedFiles,
-    commit_staged,
-    delete_staged,
-    discard_staged,
-)
+from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged
 from sediment.settings import settings_of
 from sediment.spark import tasks
 from sediment.spark.planning import plan_splits, planned_state, sample_input, spark_columns
 from sediment.spark.sparktypes import for_spark, spark_struct
-from sediment.state import pending
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -308,21 +302,16 @@ def _commit(table: TableHandle, staged: StagedFiles, splits: Sequence[SplitParti
     if not splits:
         return commit_staged(table, staged, started, kind="bulk_import",
                              before_commit=before_commit)
-    filenames = [w.filename for w in staged.written]
-    if before_commit is not None:
-        try:
+    with Staging(table.objects, table.name) as staging:
+        # written by Spark tasks: ours to protect now; an error before the commit deletes
+        # them, one of the commit as it says (see sediment.files.staging)
+        staging.adopt(w.filename for w in staged.written)
+        if before_commit is not None:
             before_commit(staged)
-        except BaseException:
-            delete_staged(table, filenames)
-            raise
-    if staged.rows == 0:
-        return IngestResult(0, 0, 0, table.version, time.perf_counter() - started)
-    pending.register(table.objects, filenames)  # written by Spark tasks: ours to protect now
-    try:
-        new_state = table.states.commit(AddFilesWithSplits(staged.references, splits))
-    except BaseException as e:
-        discard_staged(table, filenames, e)
-        raise
+        if staged.rows == 0:
+            return IngestResult(0, 0, 0, table.version, time.perf_counter() - started)
+        new_state = staging.commit(table.states,
+                                   AddFilesWithSplits(staged.references, splits))
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
                           time.perf_counter() - started)
     table.status.record("bulk_import", f"v{result.version}", "committed", rows=result.rows,

@@ -336,7 +336,7 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
         with ThreadPoolExecutor(8) as pool:
             tables = list(pool.map(
                 lambda r: _read_parquet(objects, object_key(r.digest), where), ranges))
-        state = TableState(table_id)
+        state = TableState(table_id, name)
         state.version = int(doc["version"])
         state.schema = Schema.from_json(doc["schema"])
         state.properties = dict(doc["properties"])

@@ -2,16 +2,16 @@
 
 One module per family of kinds: ``table`` (create, properties, online, clear, reinitialise),
 ``files`` (files in and out), ``partitions`` (the tree and pushing references down), ``jobs``
-(compaction) and ``restore``. Each class registers its ``kind`` itself when defined, so
-importing the families here is what completes ``TRANSACTION_KINDS``; every import path into
-this package runs this module first, so no caller can see a partial registry.
+(compaction) and ``restore``. Every kind is listed here, in ``TRANSACTION_KINDS``: the log
+decodes those and refuses any other (``transaction_from_json``), and a kind a family defines but
+this list lacks fails the project's tests.
 """
 
-from sediment.core.transactions.base import (
-    TRANSACTION_KINDS,
-    Transaction,
-    transaction_from_json,
-)
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from sediment.core.transactions.base import Transaction
 from sediment.core.transactions.files import (
     AddFiles,
     AddFilesWithSplits,
@@ -34,6 +34,42 @@ from sediment.core.transactions.table import (
     SetOnline,
     SetProperties,
 )
+from sediment.errors import CorruptMetadataError
+
+
+def _by_kind(classes: Sequence[type[Transaction]]) -> Mapping[str, type[Transaction]]:
+    kinds: dict[str, type[Transaction]] = {}
+    for cls in classes:
+        if not cls.kind or kinds.setdefault(cls.kind, cls) is not cls:
+            raise TypeError(f"transaction kind {cls.kind!r} of {cls.__qualname__} is empty "
+                            f"or taken")
+    return MappingProxyType(kinds)
+
+
+TRANSACTION_KINDS: Mapping[str, type[Transaction]] = _by_kind((
+    InitialiseTable, SetProperties, SetOnline, ClearTable, ReinitialiseTable,
+    AddFiles, AddFilesWithSplits, DeleteFiles, ExpireLeases,
+    SplitPartition, SplitFileReferences, FollowScheme,
+    AssignJobIds, ReplaceFileReferences,
+    RestoreVersion,
+))
+"""Every kind of transaction and its class (read-only). A kind is the log's name for its
+class, part of the on-storage format: a kind is added here, never renamed or removed."""
+
+
+def transaction_from_json(kind: str, doc: dict[str, Any], *, where: str) -> Transaction:
+    """Decode one logged transaction; ``where`` names the log entry (its table and version)
+    in errors: CorruptMetadataError for a kind not listed in ``TRANSACTION_KINDS`` or a body
+    its class cannot read."""
+    cls = TRANSACTION_KINDS.get(kind)
+    if cls is None:
+        raise CorruptMetadataError(f"{where}: unknown transaction kind {kind!r} (written by "
+                                   f"a newer Sediment, or damaged)")
+    try:
+        return cls.from_json(doc)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptMetadataError(f"{where}: malformed {kind} transaction: {e!r}") from e
+
 
 __all__ = ["AddFiles", "AddFilesWithSplits", "AssignJobIds", "ClearTable", "DeleteFiles",
            "ExpireLeases", "FollowScheme", "InitialiseTable",

@@ -22,8 +22,8 @@ from sediment.core.transactions.base import (
     fail,
     require_initialised,
     require_partition,
-    transaction_from_json,
 )
+from sediment.core.transactions.partitions import SplitPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +169,7 @@ class AddFilesWithSplits(AddFiles):
     nothing is committed. A subclass of AddFiles: whatever looks for the files a job added
     (the ingest batcher's recovery) finds them here too.
 
-    ``splits`` are SplitPartition transactions, logged by their bodies and decoded through the
-    registry (this family imports no other).
+    ``splits`` are SplitPartition transactions, logged by their bodies.
     """
 
     kind: ClassVar[str] = "add_files_with_splits"
@@ -198,8 +197,7 @@ class AddFilesWithSplits(AddFiles):
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AddFilesWithSplits:
         return cls([FileReference.from_json(r) for r in doc["references"]],
-                   [transaction_from_json("split_partition", s, where="add_files_with_splits")
-                    for s in doc["splits"]])
+                   [SplitPartition.from_json(s) for s in doc["splits"]])
 
     def is_empty(self) -> bool:
         return not self.references and not self.splits

@@ -225,7 +225,7 @@ class FollowScheme(Transaction):
             raise fail(state, f"scheme version {self.scheme_version} is older than the "
                               f"{state.properties.get('partition.scheme.version')} the "
                               "table follows")
-        probe = TableState(state.table_id)
+        probe = TableState(state.table_id, state.name)
         probe.schema, probe.version = state.schema, state.version
         probe.partitions = dict(state.partitions)
         for s in self.splits:

@@ -32,9 +32,9 @@ class InitialiseTable(Transaction):
         ids = {p.id for p in self.partitions}
         if ROOT_PARTITION_ID not in ids or len(ids) != len(self.partitions):
             raise fail(state, "partition tree needs one root and unique ids")
-        check_combined(validate_properties(self.properties, context=f"table {state.table_id}",
+        check_combined(validate_properties(self.properties, context=f"table {state.name}",
                                            schema=self.schema),
-                       context=f"table {state.table_id}")
+                       context=f"table {state.name}")
 
     def apply(self, state: TableState, time: float) -> None:
         state.schema = self.schema
@@ -72,15 +72,15 @@ class SetProperties(Transaction):
                               "scheme when it is created and never leaves or changes it (its "
                               "files are cut at the scheme's leaves); create a new table in "
                               "the other scheme and copy the records")
-        validate_properties(self.updates, context=f"table {state.table_id}",
+        validate_properties(self.updates, context=f"table {state.name}",
                             schema=state.schema)
         # Removing a property sets it back to its default, which must itself be valid
         # (an unknown name has none, and is refused like setting it would be).
         validate_properties({k: _default_of(k) for k in self.removed},
-                            context=f"table {state.table_id}")
+                            context=f"table {state.name}")
         after = {**state.properties, **validate_properties(self.updates)}
         check_combined({k: v for k, v in after.items() if k not in self.removed},
-                       context=f"table {state.table_id}")
+                       context=f"table {state.name}")
         switch = self._new_partitioning(state)
         if switch is not None and state.properties.get("partition.scheme"):
             raise fail(state, "a member of a partition scheme follows the scheme's "
