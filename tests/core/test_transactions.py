@@ -670,14 +670,16 @@ def test_a_kind_outside_the_list_is_not_decoded() -> None:
 
 
 def test_a_log_entry_of_an_unknown_kind_is_refused_naming_table_and_version() -> None:
+    from sediment.state.documents import sealed
     from sediment.state.log import TransactionLog, log_key
     from sediment.storage.memory import MemoryObjectStore
 
     objects = MemoryObjectStore()
     log = TransactionLog(objects, "t-1", "events")
     entry = json.loads(log.encode(3, 1.0, SetOnline(False), "c"))
-    entry["kind"] = "merge"
-    objects.put(log_key(3), json.dumps(entry).encode())
+    entry["kind"] = "merge"  # a well-sealed entry of a kind this Sediment does not list
+    del entry["crc32"]
+    objects.put(log_key(3), sealed(entry, separators=(",", ":")))
     with pytest.raises(CorruptMetadataError,
                        match=r"log entry 3 of table events .*unknown transaction kind 'merge'"):
         log.read(3)
