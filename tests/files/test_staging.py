@@ -236,3 +236,31 @@ def test_a_compaction_job_that_cannot_create_its_output_keeps_no_lease(
     out = execute_job(handle, job, handle.states.head().partitions[job.partition_id].region)
     assert isinstance(out, str) and "cannot create data file" in out
     assert _leased(table) == set()
+
+
+def test_spark_tasks_hand_their_files_over_to_the_driver(tmp_path: Path) -> None:
+    """A Spark task's Python worker outlives the task: the compaction task and the bulk
+    import's staging task hand their files over (the driver adopts them), so no worker keeps
+    a lease that would protect an orphan for as long as it lives. Run in-process: these are
+    the functions Spark calls on an executor."""
+    from sediment.compaction.runner import create_jobs
+    from sediment.spark.runner import _run_on_executor
+    from sediment.spark.tasks import stage_partition
+
+    table = make_table(tmp_path)
+    for seed in range(2):
+        table.ingest(rows(300, seed=seed))
+    handle = table._handle
+    spec = handle.store_spec()
+    (job,) = create_jobs(handle, full=True)
+    region = handle.states.head().partitions[job.partition_id].region
+    out = _run_on_executor(spec, table.name, job, region, handle.table_id)
+    assert out["filename"] and handle.objects.exists(out["filename"])
+    assert _leased(table) == set()
+
+    data = rows(200, seed=9)
+    staged = list(stage_partition(iter(data.to_batches()), spec, table.name, table.version,
+                                  handle.table_id))
+    names = [n for b in staged for n in b.column("filename").to_pylist()]
+    assert names and all(handle.objects.exists(n) for n in names)
+    assert _leased(table) == set()

@@ -32,7 +32,11 @@ def _run_on_executor(spec: dict[str, Any], name: str, job: CompactionJob, region
     out = execute_job(open_handle(spec, name, table_id), job, region)
     if isinstance(out, str):
         return {"job_id": job.job_id, "error": out}
-    w = out.written
+    # the driver adopts the file before committing it; the executor's Python worker outlives
+    # the task, so its lease would protect the file (an orphan, if the commit fails) for as
+    # long as the worker lives. A new file is no orphan for gc.orphan_timeout_seconds, so
+    # handing it over here is safe.
+    w = out.handed_over().written
     return {"job_id": job.job_id, "filename": w.filename if w else None,
             "rows": w.rows if w else 0, "bytes": w.bytes if w else 0,
             "rows_in": out.rows_in, "seconds": out.seconds}

@@ -125,6 +125,11 @@ def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], nam
             yield "Spark input", b
 
     staged = stage_batches(table, state, rows())
+    if staged.staging is not None:
+        # the driver adopts the files before committing them; this Python worker outlives the
+        # task, so its lease would protect them (orphans, if the import fails) for as long as
+        # it lives. A new file is no orphan for gc.orphan_timeout_seconds: handing over is safe.
+        staged.staging.hand_over()
     if not staged.references:
         return
     sizes = {w.filename: w.bytes for w in staged.written}
