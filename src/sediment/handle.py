@@ -16,6 +16,8 @@ import numbers
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+import pyarrow as pa
+
 from sediment.core.head import Head
 from sediment.core.state import TableState
 from sediment.errors import QueryError
@@ -45,8 +47,12 @@ class TableHandle:
 
     @functools.cached_property
     def samples(self) -> SampleReader:
-        """Reader (with cache) of the sidecar samples of this table's data files."""
-        return SampleReader(self.objects)
+        """Reader (with cache) of the sidecar samples of this table's data files; a damaged
+        sample is rebuilt from its data file with the table's row keys and ``sample.size``."""
+        return SampleReader(
+            self.objects, table=self.name,
+            key_schema=lambda: pa.schema(list(self.schema.row_keys)),
+            sample_size=lambda: int(self.properties["sample.size"]))
 
     @functools.cached_property
     def status(self) -> StatusStore:

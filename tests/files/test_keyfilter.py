@@ -71,7 +71,7 @@ def test_no_false_negatives(keys: list[Any], group_rows: int, bits: int) -> None
     layout = FilterLayout.for_rows(group_rows, bits)
     blocks = layout.build(hash_keys(arr))
     groups = -(-len(keys) // group_rows)
-    assert len(blocks) == groups * layout.block_bytes
+    assert len(blocks) == groups * layout.stride
     for g in range(groups):
         start, end = layout.block_range(g)
         block = blocks[start - HEADER_BYTES : end - HEADER_BYTES]
@@ -110,7 +110,7 @@ def test_writer_streams_one_block_per_row_group(tmp_path: Path) -> None:
     raw = objects.get(keys_name("data/p/f.parquet"))
     layout = FilterLayout.parse(raw, "sidecar")
     assert layout.group_rows == 128
-    assert len(raw) == HEADER_BYTES + md.num_row_groups * layout.block_bytes
+    assert len(raw) == HEADER_BYTES + md.num_row_groups * layout.stride
     for g in range(md.num_row_groups):
         start, end = layout.block_range(g)
         got = pq.ParquetFile(objects.path("data/p/f.parquet")).read_row_group(g)

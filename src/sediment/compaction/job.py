@@ -45,6 +45,7 @@ from sediment.files.keys import bounds_inside, region_mask
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names
 from sediment.files.staging import Staging
+from sediment.files.verified import Sums
 from sediment.files.writer import SortedFileWriter, WrittenFile
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.schema import Schema, quote_identifier
@@ -190,7 +191,8 @@ def _inside(inputs: Sequence[InputFile], region: Region) -> bool:
 
 
 def _merged(objects: ObjectStore, inputs: Sequence[InputFile], schema: Schema,
-            properties: Mapping[str, Any], region: Region) -> Iterator[pa.RecordBatch]:
+            properties: Mapping[str, Any], region: Region, table: str = ""
+            ) -> Iterator[pa.RecordBatch]:
     """The merged records of ``inputs``: DataFusion's merge of local files, or Sediment's own
     k-way merge of inputs read in place (both by (keys, sequence), stable in input order)."""
     settings = as_settings(properties)
@@ -203,7 +205,8 @@ def _merged(objects: ObjectStore, inputs: Sequence[InputFile], schema: Schema,
     # each input decoded on a thread of its own, a batch or two ahead of the merge (Arrow's
     # decoding releases the GIL, so inputs decode in parallel as DataFusion's scans would)
     streams = [prefetched(read_in_place(objects, f.key, f.metadata, f.size, schema, region,
-                                        f.sequence, f.has_sequence, limit, batch_rows),
+                                        f.sequence, f.has_sequence, limit, batch_rows,
+                                        table),
                           depth=2, name="compaction-input")
                for f in inputs if f.metadata is not None]
     return merge_sorted(streams, merge_names(schema.key_names),
@@ -231,7 +234,7 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
             if len(group) == 1:
                 merged.append(group[0])
                 continue
-            batches = _merged(objects, group, schema, properties, region)
+            batches = _merged(objects, group, schema, properties, region, staging.table)
             if inputs.in_place:
                 name = staging.new_file(job.partition_id)
                 intermediates.append(name)
@@ -259,9 +262,12 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
 def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping[str, Any],
                        job: CompactionJob, region: Region,
                        iterators: Sequence[RecordIterator] = (), *,
-                       staging: Staging | None = None) -> JobOutput:
+                       staging: Staging | None = None,
+                       sums: Mapping[str, Sums] | None = None) -> JobOutput:
     """Merge the job's inputs into one new file (not committed: see the runner), staged in
-    ``staging`` (a new one when None), which the output carries to its commit."""
+    ``staging`` (a new one when None), which the output carries to its commit. Inputs are
+    verified before or as they are merged (against ``sums``, the inputs' sums by filename,
+    where known): a damaged input fails the job with CorruptDataError."""
     started = time.perf_counter()
     properties = as_settings(properties)  # once: the helpers below take it as it is
     staging = Staging(objects) if staging is None else staging
@@ -272,13 +278,15 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
     try:
         sources = resolve_inputs(objects, job.inputs, tmp, job_id=job.job_id,
                                  local_disk_bytes=as_settings(properties).compaction_local_disk_bytes,
-                                 first_key=schema.row_key_names[0])
+                                 first_key=schema.row_key_names[0], table=staging.table,
+                                 sums=sums)
         inputs = _merge_rounds(objects, schema, properties, job, region, sources, tmp,
                                staging, intermediates)
         rows_in = [0]  # records read inside the region, before the iterators
         # DataFusion's stream runs only while next() is called: on a producer thread the
         # merge overlaps with the Parquet encoding below (both release the GIL)
-        merged = prefetched(_merged(objects, inputs, schema, properties, region),
+        merged = prefetched(_merged(objects, inputs, schema, properties, region,
+                                    staging.table),
                             name="compaction-merge")
         stream = _counted(merged, rows_in) if _inside(inputs, region) else \
             _in_region(merged, schema.row_key_names, region, rows_in)

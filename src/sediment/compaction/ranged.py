@@ -9,10 +9,15 @@ fetched with one ranged GET (the coalescing AutoMQ's compaction does for the seg
 iteration) on a background thread while the previous block is decoded. Row groups whose key
 statistics rule out the job's region are never fetched (a reference pushed down after a split
 reads only its part of the file). Memory per input: two blocks plus one decoded row group.
+
+Pages are verified (their CRCs) as they are decoded; a run of row groups that fails is decoded
+again from its block fetched afresh (a ranged GET may have been handed bad bytes once), then
+raises CorruptDataError naming the table and the file: the job fails and commits nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import time
 from collections.abc import Iterator
@@ -26,6 +31,7 @@ from sediment.core.prefetch import prefetched
 from sediment.core.regions import Region
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
 from sediment.files.sequence import SEQ, SEQ_FIELD
+from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem, reading
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
 
@@ -53,9 +59,26 @@ def fetch_range(objects: ObjectStore, key: str, start: int, end: int) -> bytes:
     raise AssertionError("unreachable")
 
 
-def read_footer(objects: ObjectStore, key: str, size: int) -> pq.FileMetaData:
+def read_footer(objects: ObjectStore, key: str, size: int, sums: Sums | None = None,
+                table: str = "") -> pq.FileMetaData:
     """The Parquet footer of object ``key`` (``size`` bytes) from one or two ranged reads of
-    its end; CorruptMetadataError when it is no Parquet file."""
+    its end; CorruptMetadataError when it is no Parquet file. With the file's ``sums`` the
+    size and the footer's CRC-32 are checked, read again once, then CorruptDataError."""
+    for attempt in range(READS if sums is not None else 1):
+        tail = _tail(objects, key, size)
+        problem = footer_problem(tail, size, sums)
+        if problem is None:
+            break
+        if attempt == READS - 1:
+            raise damaged(table, key, objects.uri, OSError(problem))
+    try:
+        return pq.read_metadata(pa.BufferReader(tail))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CorruptMetadataError(f"{key} in {objects.uri} is not valid Parquet: {e}") from e
+
+
+def _tail(objects: ObjectStore, key: str, size: int) -> bytes:
+    """The last bytes of object ``key`` holding its whole footer (when it is Parquet)."""
     tail = fetch_range(objects, key, max(0, size - FOOTER_GUESS), size)
     if len(tail) < 12 or tail[-4:] != b"PAR1":
         raise CorruptMetadataError(f"{key} in {objects.uri} is not valid Parquet: no footer")
@@ -65,10 +88,7 @@ def read_footer(objects: ObjectStore, key: str, size: int) -> pq.FileMetaData:
                                    f"{length} bytes in a file of {size}")
     if length + 8 > len(tail):
         tail = fetch_range(objects, key, size - length - 8, size)
-    try:
-        return pq.read_metadata(pa.BufferReader(tail))
-    except (pa.ArrowInvalid, OSError) as e:
-        raise CorruptMetadataError(f"{key} in {objects.uri} is not valid Parquet: {e}") from e
+    return tail
 
 
 def block_bytes(memory_limit: int, inputs: int) -> int:
@@ -176,9 +196,11 @@ class _Window(io.RawIOBase):
 
 def read_in_place(objects: ObjectStore, filename: str, md: pq.FileMetaData, size: int,
                   schema: Schema, region: Region | None, sequence: int, has_sequence: bool,
-                  limit: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+                  limit: int, batch_rows: int, table: str = "") -> Iterator[pa.RecordBatch]:
     """The records of one input (the job's columns and the resolved sequence column), in file
-    order, fetched block by block one block ahead."""
+    order, fetched block by block one block ahead; a run of row groups failing its page CRCs
+    is decoded again from its block fetched afresh, then CorruptDataError (``table``: the
+    table's name, for it)."""
     groups = wanted_groups(md, schema.row_key_names[0], region)
     plan = _plan_blocks(md, groups, limit)
 
@@ -190,7 +212,16 @@ def read_in_place(objects: ObjectStore, filename: str, md: pq.FileMetaData, size
     user = schema.to_arrow()
     names = arrow.names if has_sequence else user.names
     for block in prefetched(fetch(), depth=1, name="compaction-fetch"):
-        pf = pq.ParquetFile(_Window(size, block), metadata=md)
+        opened = [pq.ParquetFile(_Window(size, block), metadata=md, **VERIFY)]
+
+        def decode(run: list[int], attempt: int, block: _Block = block,
+                   opened: list[pq.ParquetFile] = opened) -> pa.Table:
+            if attempt:  # the block fetched afresh: nothing of the first read is reused
+                start, end = block.start, block.start + len(block.data)
+                again = _Block(start, block.groups, fetch_range(objects, filename, start, end))
+                opened[0] = pq.ParquetFile(_Window(size, again), metadata=md, **VERIFY)
+            return opened[0].read_row_groups(run, columns=names, use_threads=False)
+
         # decoded a run of row groups at a time, about ``batch_rows`` rows: one call and one
         # merge batch for many small row groups, memory bounded by the run
         run: list[int] = []
@@ -200,7 +231,8 @@ def read_in_place(objects: ObjectStore, filename: str, md: pq.FileMetaData, size
                 run.append(g)
                 rows += md.row_group(g).num_rows
             if run and (g is None or rows >= batch_rows):
-                t = pf.read_row_groups(run, columns=names, use_threads=False).combine_chunks()
+                t = reading(table, filename, objects.uri,
+                            functools.partial(decode, run)).combine_chunks()
                 for b in t.to_batches(max_chunksize=max(batch_rows, rows)):
                     yield _with_sequence(b, arrow, sequence, has_sequence)
                 run, rows = [], 0

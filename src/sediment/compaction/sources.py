@@ -13,12 +13,19 @@ may use:
 
 Both merges order records by (keys, sequence), stable in input order, so both ways write the
 same output.
+
+DataFusion verifies no page CRC, so a local or copied input is checked before the merge: its
+whole-file CRC-32 against the file's sums when they are known (a copy is checked as it is
+fetched, and fetched again once on a mismatch), else every page decoded once by pyarrow with
+page verification (:func:`sediment.files.verified.decode_all`). Inputs read in place verify
+their pages as they are decoded (sediment.compaction.ranged). An input that fails is
+CorruptDataError naming the table and the file: the job fails and commits nothing.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +39,17 @@ from sediment.core.model import FileReference
 from sediment.errors import CorruptMetadataError, JobError, ObjectNotFoundError
 from sediment.files.keys import first_field_bounds
 from sediment.files.sequence import SEQ
+from sediment.files.verified import (
+    READS,
+    Sums,
+    damaged,
+    decode_all,
+    file_crc,
+    reading,
+    whole_problem,
+)
 from sediment.storage.base import ObjectStore
+from sediment.storage.checksums import crc32
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,13 +138,18 @@ def _footers(objects: ObjectStore, refs: Sequence[FileReference], open_input: Ca
 
 
 def resolve_inputs(objects: ObjectStore, refs: Sequence[FileReference], tmp: str, *,
-                   local_disk_bytes: int, job_id: str, first_key: str = "") -> JobInputs:
+                   local_disk_bytes: int, job_id: str, first_key: str = "", table: str = "",
+                   sums: Mapping[str, Sums] | None = None) -> JobInputs:
     """The inputs of a job as DataFusion will read them (see the module's docstring), with
-    the bounds of the row-key field ``first_key`` where given."""
+    the bounds of the row-key field ``first_key`` where given, each verified (against its
+    ``sums`` by filename where known); ``table`` names the table in errors."""
+    sums = sums or {}
     direct = [objects.local_path(r.filename) for r in refs]
     if all(p is not None for p in direct):
         paths = [p for p in direct if p is not None]
         mds = _footers(objects, refs, paths.__getitem__, job_id)
+        _parallel(lambda i: verify_local(paths[i], refs[i].filename, sums.get(refs[i].filename),
+                                         table, objects.uri), len(refs))
         return JobInputs([_input(local_url(p), r, md, first_key)
                           for p, r, md in zip(paths, refs, mds, strict=True)])
     sizes = [objects.head(r.filename) for r in refs]
@@ -137,7 +159,7 @@ def resolve_inputs(objects: ObjectStore, refs: Sequence[FileReference], tmp: str
                 raise ObjectNotFoundError(f"compaction job {job_id}: input {r.filename} is "
                                           f"missing from {objects.uri}")
         mds = _in_place_footers(objects, refs, [s.size for s in sizes if s is not None],
-                                job_id)
+                                job_id, table, sums)
         files = [in_place_input(r.filename, r.sequence, r.sequenced, md,
                                 0 if s is None else s.size, first_key)
                  for r, md, s in zip(refs, mds, sizes, strict=True)]
@@ -145,15 +167,38 @@ def resolve_inputs(objects: ObjectStore, refs: Sequence[FileReference], tmp: str
         # sort, which only the copying path's DataFusion plan does
         if all(f.complete or not f.has_sequence for f in files):
             return JobInputs(files, in_place=True)
-    return _copied(objects, refs, tmp, job_id, first_key)
+    return _copied(objects, refs, tmp, job_id, first_key, table, sums)
+
+
+def _parallel(fn: Callable[[int], None], n: int) -> None:
+    """``fn(i)`` for every input ``i``, eight at a time; the first error raised."""
+    with ThreadPoolExecutor(min(8, max(1, n))) as pool:
+        list(pool.map(fn, range(n)))
+
+
+def verify_local(path: str, filename: str, sums: Sums | None, table: str, where: str) -> None:
+    """Check a local input before DataFusion (which verifies nothing) reads it: its whole
+    CRC-32 against ``sums``, or without sums every page decoded with verification; read
+    again once, then CorruptDataError naming ``filename`` (the input's name in the table)."""
+    if sums is not None:
+        problem = None
+        for _ in range(READS):
+            problem = whole_problem(*file_crc(path), sums)
+            if problem is None:
+                return
+        raise damaged(table, filename, where, OSError(problem))
+    reading(table, filename, where, lambda _: decode_all(path))
 
 
 def _in_place_footers(objects: ObjectStore, refs: Sequence[FileReference], sizes: list[int],
-                      job_id: str) -> list[pq.FileMetaData]:
-    """Every input's footer by ranged reads (read again on a failure), in parallel."""
+                      job_id: str, table: str = "",
+                      sums: Mapping[str, Sums] | None = None) -> list[pq.FileMetaData]:
+    """Every input's footer by ranged reads (read again on a failure), in parallel, checked
+    against the inputs' sums where known."""
     def footer(i: int) -> pq.FileMetaData:
         try:
-            return read_footer(objects, refs[i].filename, sizes[i])
+            return read_footer(objects, refs[i].filename, sizes[i],
+                               (sums or {}).get(refs[i].filename), table)
         except CorruptMetadataError as e:
             raise CorruptMetadataError(f"compaction job {job_id}: input {e}") from e
 
@@ -170,13 +215,28 @@ def in_place_input(key: str, sequence: int, sequenced: bool, md: pq.FileMetaData
 
 
 def _copied(objects: ObjectStore, refs: Sequence[FileReference], tmp: str,
-            job_id: str, first_key: str) -> JobInputs:
-    """Whole copies of the inputs in ``tmp`` (one GET each, eight at a time)."""
+            job_id: str, first_key: str, table: str = "",
+            sums: Mapping[str, Sums] | None = None) -> JobInputs:
+    """Whole copies of the inputs in ``tmp`` (one GET each, eight at a time), each verified:
+    against its sums as fetched, else by decoding it; a copy that fails is fetched again
+    once (the store, or the way to it, may have handed over bad bytes once)."""
     def fetch(item: tuple[int, FileReference]) -> str:
         i, ref = item
         path = os.path.join(tmp, f"in-{i:04d}.parquet")
-        with open(path, "wb") as f:
-            f.write(objects.get(ref.filename))
+        want = (sums or {}).get(ref.filename)
+
+        def copy(attempt: int) -> None:
+            data = objects.get(ref.filename)
+            if want is not None:
+                problem = whole_problem(len(data), crc32(data), want)
+                if problem is not None:
+                    raise OSError(problem)  # read again, then CorruptDataError
+            with open(path, "wb") as f:
+                f.write(data)
+            if want is None:
+                decode_all(path)
+
+        reading(table, ref.filename, objects.uri, copy)
         return path
 
     with ThreadPoolExecutor(min(8, max(1, len(refs)))) as pool:

@@ -46,7 +46,7 @@ from sediment.dump.manifest import (
 )
 from sediment.dump.pinned import PINNED as _PINNED
 from sediment.dump.whole import copy_file, whole_file
-from sediment.errors import JobError, QueryError, SedimentError
+from sediment.errors import CorruptDataError, JobError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
 from sediment.partitioning import partitioning_of
 from sediment.query.planner import QueryPlan, SubQuery, check_range
@@ -198,7 +198,8 @@ def _task_done(dest: ObjectStore, job_id: str, task: DumpTask, version: int) -> 
 def run_dump_task_retried(table: TableHandle, dest: ObjectStore, job_id: str, version: int,
                           task: DumpTask, owner: str | None = None) -> tuple[str, list[str]]:
     """``(task id, manifest paths)`` of :func:`run_dump_task`, tried up to ``RETRIES`` times
-    (each try clears the task's folder first); JobError when every try fails. Used by the
+    (each try clears the task's folder first); JobError when every try fails, but
+    CorruptDataError at once (the damaged file was read again already). Used by the
     local threads and by Spark tasks. With ``owner`` (the job's lock owner), the task checks
     that the job still holds the table's dump lock before it clears or writes anything, and
     stops with DumpLockLostError (never retried) when it does not."""
@@ -209,8 +210,8 @@ def run_dump_task_retried(table: TableHandle, dest: ObjectStore, job_id: str, ve
         for _ in range(RETRIES):
             try:
                 return task.task_id, run_dump_task(table, dest, job_id, version, task)
-            except DumpLockLostError:
-                raise
+            except (DumpLockLostError, CorruptDataError):
+                raise  # a damaged file was read again already: the same bytes every try
             except SedimentError as e:
                 last = e
     finally:

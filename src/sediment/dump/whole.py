@@ -3,6 +3,7 @@ the file's bytes and its sample's (no decoding, no re-encoding): the cheapest du
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +14,12 @@ from sediment.core.model import FileReference
 from sediment.core.regions import Range
 from sediment.dump.lock import guard
 from sediment.dump.manifest import FORMAT, dumps, range_to_json, sha256
+from sediment.errors import CorruptionError
+from sediment.files.samples_io import decode_sample
 from sediment.files.sidecars import SAMPLE, read_sidecar
+from sediment.files.verified import Sums, decode_all, reading, whole_problem
 from sediment.storage.base import ObjectStore
+from sediment.storage.checksums import crc32
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -44,15 +49,44 @@ def whole_file(executor: Any, refs: Sequence[FileReference], tile: Range,
     return ref
 
 
+def _data_bytes(table: TableHandle, ref: FileReference, sums: Sums | None) -> bytes:
+    """The data file's bytes, verified before they are hashed for the manifest (else a
+    damaged read would become a valid-looking dump): its whole CRC-32 against ``sums``, or
+    without sums every page decoded with verification; read again once, then
+    CorruptDataError."""
+    def read(_: int) -> bytes:
+        raw = table.objects.get(ref.filename)
+        if sums is None:
+            decode_all(pa.BufferReader(raw))
+        elif (problem := whole_problem(len(raw), crc32(raw), sums)) is not None:
+            raise OSError(problem)
+        return raw
+
+    return reading(table.name, ref.filename, table.objects.uri, read)
+
+
+def _sample_bytes(table: TableHandle, ref: FileReference, sums: Sums | None) -> bytes:
+    """The sample's bytes as stored (current or legacy name) when they are whole, else the
+    sample rebuilt from the data file (sediment.files.samples_io), encoded again."""
+    raw = read_sidecar(table.objects, ref.filename, SAMPLE)[1]
+    try:
+        decode_sample(raw, sums)
+        return raw
+    except (pa.ArrowException, OSError, CorruptionError):
+        buf = io.BytesIO()  # the reader re-reads, warns and rebuilds
+        pq.write_table(table.samples.sample(ref.filename, sums), buf, compression="zstd")
+        return buf.getvalue()
+
+
 def copy_file(table: TableHandle, dest: ObjectStore, prefix: str, version: int, tile: Range,
-              ref: FileReference) -> str:
-    """Dump a whole data file and its sample by copying their bytes (no re-encoding)."""
+              ref: FileReference, sums: Sums | None = None) -> str:
+    """Dump a whole data file and its sample by copying their bytes (no re-encoding), both
+    verified first (against the file's ``sums`` when known)."""
     files: list[dict[str, Any]] = []
     guard()
     for kind in ("data", "sample"):
-        # the sample under its current name, or its legacy one (sediment.files.sidecars)
-        raw = table.objects.get(ref.filename) if kind == "data" else \
-            read_sidecar(table.objects, ref.filename, SAMPLE)[1]
+        raw = _data_bytes(table, ref, sums) if kind == "data" else \
+            _sample_bytes(table, ref, sums)
         path = f"{prefix}/{version}-{kind}.parquet"
         dest.put(path, raw)
         rows = ref.records if kind == "data" else pq.ParquetFile(pa.BufferReader(raw)

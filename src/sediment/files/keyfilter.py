@@ -11,10 +11,17 @@ per key), as LSM stores (RocksDB, Paimon's file index) do.
 The filters live in a sidecar ``_<stem>.keys`` (named by sediment.files.sidecars) written
 next to the data file while it is written (streamed: bounded memory whatever the file size),
 so readers that do not know about them (DataFusion, Spark, pyarrow) read the Parquet file
-unchanged. Format, little-endian::
+unchanged. Format 2, little-endian::
 
-    b"SDKF" | u16 format (1) | u16 probes k | u32 block bytes B | u32 rows per group R
-    then one block of B bytes per row group, in row-group order
+    b"SDKF" | u16 format (2) | u16 probes k | u32 block bytes B | u32 rows per group R
+    | u32 CRC-32 of the 16 bytes before it
+    then per row group, in row-group order: its block of B bytes | u32 CRC-32 of the block
+
+A reader checks the CRC of what it reads (the header, one block), so a flipped bit, which
+would clear a bit of a block and so hide a row (a false negative, i.e. missing rows), is
+found: the filter is then bypassed (sediment.query.footers). Format 1 (no CRCs: the header's
+first 16 bytes, then blocks of B bytes) is still read, unchecked; older Sediment finds format
+2 an unknown header and bypasses it the same way: slower, never wrong.
 
 Hashes are 64-bit and stable across processes and versions (they are persisted): integer and
 temporal keys are their int64 value through splitmix64; strings and binaries a polynomial over
@@ -33,10 +40,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sediment.errors import CorruptDataError, CorruptMetadataError
+from sediment.storage.checksums import crc32
+
 MAGIC = b"SDKF"
-FORMAT = 1
-HEADER = struct.Struct("<4sHHII")
+FORMAT = 2
+FORMATS = (1, 2)
+HEADER_V1 = struct.Struct("<4sHHII")
+HEADER = struct.Struct("<4sHHIII")
 HEADER_BYTES = HEADER.size
+"""Bytes a reader reads for the header: format 2's (a format 1 file is longer than that)."""
+CRC_BYTES = 4
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -142,6 +156,8 @@ class FilterLayout:
     probes: int
     block_bytes: int
     group_rows: int
+    format: int = FORMAT
+    """2: the header and each block carry a CRC-32; 1 (written before checksums): none."""
 
     @classmethod
     def for_rows(cls, group_rows: int, bits_per_key: int) -> FilterLayout:
@@ -154,25 +170,58 @@ class FilterLayout:
     def bits(self) -> int:
         return self.block_bytes * 8
 
+    @property
+    def header_bytes(self) -> int:
+        return HEADER_BYTES if self.format >= 2 else HEADER_V1.size
+
+    @property
+    def stride(self) -> int:
+        """Bytes per row group in the sidecar: its block, and in format 2 the block's CRC."""
+        return self.block_bytes + (CRC_BYTES if self.format >= 2 else 0)
+
     def header(self) -> bytes:
-        return HEADER.pack(MAGIC, FORMAT, self.probes, self.block_bytes, self.group_rows)
+        head = HEADER_V1.pack(MAGIC, self.format, self.probes, self.block_bytes,
+                              self.group_rows)
+        return head if self.format < 2 else head + crc32(head).to_bytes(CRC_BYTES, "little")
 
     @classmethod
     def parse(cls, raw: bytes, where: str) -> FilterLayout:
-        from sediment.errors import CorruptMetadataError
-
-        if len(raw) < HEADER_BYTES:
+        """The layout a sidecar's first bytes (:data:`HEADER_BYTES` of them, or fewer for a
+        format 1 file) say: CorruptMetadataError for a header it does not know,
+        CorruptDataError for a format 2 header that fails its CRC."""
+        if len(raw) < HEADER_V1.size:
             raise CorruptMetadataError(f"key filter {where} is truncated ({len(raw)} bytes)")
-        magic, fmt, probes, block, rows = HEADER.unpack(raw[:HEADER_BYTES])
-        if magic != MAGIC or fmt != FORMAT or not probes or not block:
+        magic, fmt, probes, block, rows = HEADER_V1.unpack(raw[:HEADER_V1.size])
+        if magic != MAGIC or fmt not in FORMATS or not probes or not block:
             raise CorruptMetadataError(f"key filter {where} has an unknown header "
                                        f"({magic!r}, format {fmt})")
-        return cls(probes, block, rows)
+        if fmt >= 2:
+            if len(raw) < HEADER_BYTES:
+                raise CorruptMetadataError(f"key filter {where} is truncated "
+                                           f"({len(raw)} bytes)")
+            want = int.from_bytes(raw[HEADER_V1.size:HEADER_BYTES], "little")
+            if crc32(raw[:HEADER_V1.size]) != want:
+                raise CorruptDataError(f"key filter {where}: its header fails its CRC-32",
+                                       key=where)
+        return cls(probes, block, rows, fmt)
 
     def block_range(self, group: int) -> tuple[int, int]:
-        """Byte range ``[start, end)`` of a row group's block in the sidecar."""
-        start = HEADER_BYTES + group * self.block_bytes
-        return start, start + self.block_bytes
+        """Byte range ``[start, end)`` of a row group's block (and its CRC) in the sidecar."""
+        start = self.header_bytes + group * self.stride
+        return start, start + self.stride
+
+    def block(self, raw: bytes, where: str) -> bytes:
+        """The block of a row group from the bytes of its :meth:`block_range`, its CRC
+        checked (format 2): CorruptDataError when it is short or fails it."""
+        if len(raw) != self.stride:
+            raise CorruptDataError(f"key filter {where} has {len(raw)} bytes for a block of "
+                                   f"{self.stride}", key=where)
+        if self.format < 2:
+            return raw
+        body = raw[:self.block_bytes]
+        if crc32(body) != int.from_bytes(raw[self.block_bytes:], "little"):
+            raise CorruptDataError(f"key filter {where}: a block fails its CRC-32", key=where)
+        return body
 
     def _positions(self, hashes: np.ndarray) -> np.ndarray:
         """Bit positions in a block, shape (probes, keys): double hashing h1 + i * h2 in
@@ -189,14 +238,22 @@ class FilterLayout:
 
     def build(self, hashes: np.ndarray) -> bytes:
         """The blocks of consecutive row groups of ``group_rows`` keys (the last may be
-        shorter), concatenated."""
+        shorter), concatenated, each followed by its CRC-32 in format 2."""
         n = len(hashes)
         groups = max(1, -(-n // self.group_rows))
         pos = self._positions(hashes)
         pos += (np.arange(n, dtype=np.int64) // self.group_rows) * self.bits
         bits = np.zeros(groups * self.bits, dtype=np.bool_)
         bits[pos.ravel()] = True
-        return np.packbits(bits, bitorder="little").tobytes()
+        packed = np.packbits(bits, bitorder="little").tobytes()
+        if self.format < 2:
+            return packed
+        size = self.block_bytes
+        view = memoryview(packed)
+        return b"".join(  # one step per row group: a CRC over the block's bytes
+            part for g in range(groups) for part in (
+                view[g * size:(g + 1) * size],
+                crc32(view[g * size:(g + 1) * size]).to_bytes(CRC_BYTES, "little")))
 
     def _probe_one(self, block: bytes, h: int) -> bool:
         """``may_contain`` for one key in plain Python (the same positions)."""

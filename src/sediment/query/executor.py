@@ -23,11 +23,11 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileReference
 from sediment.core.prefetch import read_ahead
 from sediment.core.regions import Range, Region
-from sediment.errors import CorruptMetadataError
 from sediment.files.keyfilter import hash_keys
 from sediment.files.keys import bounds_inside, rows_in, sort_indices
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
+from sediment.files.verified import reading
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.filters import QueryFilter
 from sediment.query.footers import FileFooter, FooterCache
@@ -181,7 +181,12 @@ class Executor:
         """The file's wanted rows, one (filtered) run of row groups at a time; with
         ``sequence``, each row's resolved sequence in a last column (files/sequence.py).
         ``query_filter`` prunes row groups by their statistics (when it may: see
-        sediment.query.filters); it is applied to rows later, after the iterators."""
+        sediment.query.filters); it is applied to rows later, after the iterators.
+
+        Pages are verified (their CRCs) as they are read; a run that fails is read again
+        from a freshly opened file before it is yielded (a run is read whole first, so no
+        row is yielded twice), then raises CorruptDataError naming the table and the file:
+        a damaged file ends the read with that error, never a shorter answer."""
         pf, footer, groups = self.row_groups(ref, sub, hashes, query_filter)
         if sequence and footer.sequenced and ref.sequenced:
             columns = [*columns, SEQ]
@@ -189,21 +194,24 @@ class Executor:
             return  # a file the key filters rule out is not even opened
         if pf is None:
             pf, _ = self.footers.open(ref.filename)
-        try:
-            for run in _runs(groups, RUN_GROUPS):
-                if len(run) == 1:
-                    # use_threads=False: a small row group decodes faster on this thread than
-                    # it is dispatched to Arrow's pool (sub-queries already run in parallel)
-                    t = pf.read_row_group(run[0], columns=columns, use_threads=False)
-                else:
-                    t = pf.read_row_groups(run, columns=columns, use_threads=True)
-                if sub.ranges is not None or not _inside(footer, run[0], run[-1], sub.region):
-                    t = self._filter(t, sub)
-                if t.num_rows:
-                    yield with_sequence(t, ref.sequence) if sequence else t
-        except (pa.ArrowInvalid, OSError) as e:
-            raise CorruptMetadataError(f"data file {ref.filename} in {self.objects.uri} "
-                                       f"cannot be read: {e}") from e
+        opened = [pf]
+
+        def read(run: list[int], attempt: int) -> pa.Table:
+            if attempt:  # a fresh file: nothing of the first read is reused
+                opened[0], _ = self.footers.open(ref.filename)
+            if len(run) == 1:
+                # use_threads=False: a small row group decodes faster on this thread than
+                # it is dispatched to Arrow's pool (sub-queries already run in parallel)
+                return opened[0].read_row_group(run[0], columns=columns, use_threads=False)
+            return opened[0].read_row_groups(run, columns=columns, use_threads=True)
+
+        for run in _runs(groups, RUN_GROUPS):
+            t = reading(self.footers.table, ref.filename, self.objects.uri,
+                        functools.partial(read, run))
+            if sub.ranges is not None or not _inside(footer, run[0], run[-1], sub.region):
+                t = self._filter(t, sub)
+            if t.num_rows:
+                yield with_sequence(t, ref.sequence) if sequence else t
 
     def read_subquery(self, sub: SubQuery, columns: list[str],
                       iterators: Sequence[RecordIterator],

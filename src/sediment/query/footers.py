@@ -1,6 +1,10 @@
 """Parquet footers of a table's data files, cached with the min/max of the first row-key field
 of every row group and the files' key-filter blocks (data files and sidecars are immutable,
-so an entry is never stale)."""
+so an entry is never stale).
+
+Only verified bytes are cached: a file opened here verifies its pages' CRCs on every read
+(sediment.files.verified), a footer is checked against the file's sums when they are known,
+and a key-filter block against its own CRC (format 2), read again once, then bypassed."""
 
 from __future__ import annotations
 
@@ -14,15 +18,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
+from sediment.errors import (
+    CorruptionError,
+    CorruptMetadataError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from sediment.files.keyfilter import HEADER_BYTES, FilterLayout
 from sediment.files.keys import first_field_bounds
 from sediment.files.sequence import SEQ
 from sediment.files.sidecars import KEYS, read_sidecar_range
+from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem
 from sediment.files.writer import keys_name
 from sediment.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
+
+FOOTER_GUESS = 64 * 1024
+"""Bytes read from a file's end to check its footer: a Sediment file's footer fits (else a
+second read fetches the rest)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +55,10 @@ class FooterCache:
     the latter bounded in bytes (data files and sidecars are immutable, so never stale)."""
 
     def __init__(self, objects: ObjectStore, first_key: str, capacity: int,
-                 filter_bytes: int = 0) -> None:
+                 filter_bytes: int = 0, table: str = "") -> None:
         self.objects = objects
+        self.table = table
+        """The table's name, for errors."""
         self.first_key = first_key
         self.capacity = capacity
         self.filter_bytes = filter_bytes
@@ -65,7 +81,11 @@ class FooterCache:
                 self._items.move_to_end(filename)
         return footer
 
-    def open(self, filename: str) -> tuple[pq.ParquetFile, FileFooter]:
+    def open(self, filename: str, sums: Sums | None = None
+             ) -> tuple[pq.ParquetFile, FileFooter]:
+        """The file opened for reading (its pages' CRCs verified on every read) and its
+        footer, checked against ``sums`` (size and footer CRC-32, read again once, then
+        CorruptDataError) when they are known."""
         path = self.objects.path(filename)
         with self._lock:
             footer = self._items.get(filename)
@@ -74,24 +94,51 @@ class FooterCache:
         try:
             source = self.fs.open_input_file(path)
             if footer is None:
-                pf = pq.ParquetFile(source)
-                footer = self._bounds(pf.metadata)
+                if sums is None:
+                    pf = pq.ParquetFile(source, **VERIFY)
+                    md = pf.metadata
+                else:
+                    md = self._checked_footer(filename, path, source, sums)
+                    pf = pq.ParquetFile(source, metadata=md, **VERIFY)
+                footer = self._bounds(md)
                 if self.capacity:
                     with self._lock:
                         self._items[filename] = footer
                         while len(self._items) > self.capacity:
                             self._items.popitem(last=False)
             else:
-                pf = pq.ParquetFile(source, metadata=footer.metadata)
+                pf = pq.ParquetFile(source, metadata=footer.metadata, **VERIFY)
             return pf, footer
         except FileNotFoundError:
             raise ObjectNotFoundError(f"data file {filename} is missing from "
                                       f"{self.objects.uri}") from None
         except pa.ArrowInvalid as e:
-            raise CorruptMetadataError(f"data file {filename} in {self.objects.uri} is not "
-                                       f"valid Parquet: {e}") from e
+            raise CorruptMetadataError(f"data file {filename} of table {self.table or '?'} "
+                                       f"in {self.objects.uri} is not valid Parquet: {e}"
+                                       ) from e
         except OSError as e:
             raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
+
+    def _checked_footer(self, filename: str, path: str, source: pa.NativeFile,
+                        sums: Sums) -> pq.FileMetaData:
+        """The footer of a file whose sums are known, from its last bytes, checked against
+        them: read again (from a freshly opened file) once before it counts as damaged."""
+        problem = ""
+        for attempt in range(READS):
+            if attempt:
+                source = self.fs.open_input_file(path)
+            size = source.size()
+            source.seek(max(0, size - FOOTER_GUESS))
+            tail = source.read()
+            if len(tail) >= 8 and int.from_bytes(tail[-8:-4], "little") + 8 > len(tail) and \
+                    int.from_bytes(tail[-8:-4], "little") + 8 <= size:
+                source.seek(size - int.from_bytes(tail[-8:-4], "little") - 8)
+                tail = source.read()
+            found = footer_problem(tail, size, sums)
+            if found is None:
+                return pq.read_metadata(pa.BufferReader(tail))
+            problem = found
+        raise damaged(self.table, filename, self.objects.uri, OSError(problem))
 
     def layout(self, filename: str) -> FilterLayout | None:
         """The layout of the file's key filters, read when a lookup first needs it (scans
@@ -110,7 +157,7 @@ class FooterCache:
                     self._legacy_filters[filename] = name
         except ObjectNotFoundError:
             layout = None
-        except CorruptMetadataError as e:
+        except CorruptionError as e:  # a header it does not know, or one failing its CRC
             self._damaged(filename, e)
             return None
         except StorageError as e:  # perhaps passing: this read goes without, the next asks
@@ -147,15 +194,14 @@ class FooterCache:
             with self._lock:
                 name = self._legacy_filters.get(filename) or keys_name(filename)
             try:
-                block = self.objects.get_range(name, start, end)
+                block = self._checked_block(name, layout, start, end)
             except ObjectNotFoundError as e:
                 self._damaged(filename, e)
                 return True
             except StorageError:  # perhaps passing: keep the row group, ask again next time
                 return True
-            if len(block) != layout.block_bytes:
-                self._damaged(filename, CorruptMetadataError(
-                    f"key filter {name} has no block for row group {group}"))
+            except CorruptionError as e:  # the block fails its CRC twice: bypass the filter
+                self._damaged(filename, e)
                 return True
             if self.filter_bytes:
                 with self._lock:
@@ -166,6 +212,17 @@ class FooterCache:
                         _, old = self._blocks.popitem(last=False)
                         self._blocks_size -= len(old)
         return bool(layout.may_contain(block, hashes).any())
+
+    def _checked_block(self, name: str, layout: FilterLayout, start: int, end: int) -> bytes:
+        """A key-filter block, its CRC checked (format 2), read again once when it fails."""
+        for attempt in range(READS):
+            raw = self.objects.get_range(name, start, end)
+            try:
+                return layout.block(raw, f"{name} in {self.objects.uri}")
+            except CorruptionError:
+                if attempt == READS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _bounds(self, md: pq.FileMetaData) -> FileFooter:
         mins, maxs = first_field_bounds(md, self.first_key)

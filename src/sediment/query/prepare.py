@@ -106,11 +106,11 @@ class ExecutorCache:
         props = {**defaults(), **state.properties}
         key = (state.schema.row_key_names[0], state.schema.to_arrow(),
                int(props["query.footer_cache_files"]), int(props["query.key_filter_cache_bytes"]),
-               int(props["query.threads"]))
+               int(props["query.threads"]), state.name)
         with self._lock:
             if self._current is not None and self._current[0] == key:
                 return self._current[1]
-        footers = FooterCache(self.objects, key[0], key[2], key[3])
+        footers = FooterCache(self.objects, key[0], key[2], key[3], state.name)
         executor = Executor(self.objects, state.schema, footers, key[4])
         with self._lock:
             if self._current is None or self._current[0] != key:
