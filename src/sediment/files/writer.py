@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.core.model import FileSums
 from sediment.errors import SedimentError, StorageError
 from sediment.files.keyfilter import FilterLayout, hash_keys
 from sediment.files.sample import KeySampler
@@ -32,6 +33,8 @@ class WrittenFile:
     filename: str
     rows: int
     bytes: int
+    sums: FileSums | None = None
+    """The checksums of the bytes written (None from writers that take none)."""
 
 
 _filter_pool: tuple[int, ThreadPoolExecutor] | None = None
