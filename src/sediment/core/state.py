@@ -134,6 +134,11 @@ class TableState:
         if n:
             self.refcount[filename] = n
         else:
+            # an unreferenced file keeps its sums: found now through the partition it leaves
+            # (a snapshot's rows), later with no partition to look in
+            sums = self.file_sums(filename, partition_id)
+            if sums is not None and filename not in self.sums:
+                self.sums[filename] = sums
             del self.refcount[filename]
             self.unreferenced[filename] = time
 
