@@ -189,7 +189,7 @@ class SnapshotSums:
     def __init__(self, table: pa.Table, runs: Iterable[tuple[str, int, int]]) -> None:
         self._table = table
         self._runs = {pid: (start, end) for pid, start, end in runs}
-        self._parts: dict[str, dict[str, FileSums]] = {}
+        self._parts: dict[str, dict[str, FileSums | None]] = {}
         self._index: dict[str, int] | None = None
         self._cols: list[list[Any]] | None = None
 
@@ -208,9 +208,8 @@ class SnapshotSums:
                 start, end = self._runs[partition_id]
                 part = self._decode(self._table.slice(start, end - start))
                 self._parts[partition_id] = part
-            found = part.get(filename)
-            if found is not None:
-                return found
+            if filename in part:  # (a moved file is found below, in its old partition's rows)
+                return part[filename]
         if self._index is None:
             names = self._table.column("filename").to_pylist()
             self._cols = [self._table.column(c).to_pylist() for c in SUM_COLUMNS]
@@ -222,9 +221,8 @@ class SnapshotSums:
         return None if size is None else FileSums(size, footer, crc, sample)
 
     @staticmethod
-    def _decode(table: pa.Table) -> dict[str, FileSums]:
+    def _decode(table: pa.Table) -> dict[str, FileSums | None]:
         names = table.column("filename").to_pylist()
         cols = [table.column(c).to_pylist() for c in SUM_COLUMNS]
-        return {n: FileSums(size, footer, crc, sample)
-                for n, size, footer, crc, sample in zip(names, *cols, strict=True)
-                if size is not None}
+        return {n: None if size is None else FileSums(size, footer, crc, sample)
+                for n, size, footer, crc, sample in zip(names, *cols, strict=True)}

@@ -154,6 +154,15 @@ class TableState:
             s = self._snapshot_sums.lookup(filename, partition_id)
         return s
 
+    def partition_sums(self, partition_id: str, filenames: Sequence[str]
+                       ) -> list[FileSums | None]:
+        """The sums of files referenced in one partition (``file_sums`` of each, without its
+        liveness check: a referenced file is live), for writing a snapshot."""
+        get, snap = self.sums.get, self._snapshot_sums
+        if snap is None:
+            return [get(n) for n in filenames]
+        return [get(n) or snap.lookup(n, partition_id) for n in filenames]
+
     def put_sums(self, checksums: Mapping[str, FileSums]) -> None:
         """Record files' checksums (a transaction adding or moving them)."""
         for name, s in checksums.items():

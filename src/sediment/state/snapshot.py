@@ -176,14 +176,16 @@ def _state_references_table(state: TableState) -> pa.Table:
         refs = state.references(pid)
         names = sorted(refs)
         rows = [refs[n] for n in names]
-        sums = [state.file_sums(n, pid) for n in names]
+        sums = state.partition_sums(pid, names)
+        none = (None, None, None, None)
+        columns = (list(zip(*(none if s is None else s for s in sums), strict=True))
+                   if sums else [(), (), (), ()])
         parts.append(pa.table({
             "partition_id": [pid] * len(rows), "filename": names,
             "records": [r.records for r in rows], "approximate": [r.approximate for r in rows],
             "job_id": [r.job_id for r in rows], "sequence": [r.sequence for r in rows],
             "sequenced": [r.sequenced for r in rows],
-            **{c: [None if f is None else f[i] for f in sums]
-               for i, c in enumerate(SUM_COLUMNS)},
+            **dict(zip(SUM_COLUMNS, (list(c) for c in columns), strict=True)),
         }, schema=REFERENCE_SCHEMA))
     if not parts:
         return REFERENCE_SCHEMA.empty_table()
