@@ -26,6 +26,7 @@ from sediment.core.model import FileSums
 from sediment.files.sidecars import SAMPLE, sidecar_name
 from sediment.files.writer import WrittenFile
 from sediment.state.log import log_key
+from sediment.storage import LocalObjectStore
 from sediment.storage.base import ObjectStore
 
 
@@ -92,11 +93,25 @@ def test_written_files_and_samples_carry_page_checksums(tmp_path: Path) -> None:
     assert_page_checksums(objects.get(sidecar_name(name, SAMPLE)))
 
 
-def test_a_footer_larger_than_the_kept_tail_is_read_back(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sums_module, "TAIL_BYTES", 64)  # every footer is larger
+@pytest.mark.parametrize("marked", [True, False], ids=["kept-since-close", "read-back"])
+def test_a_footer_larger_than_the_kept_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            marked: bool) -> None:
+    """Every footer is larger than the tail kept (64 bytes here): it is whole in what the
+    writer's close wrote (kept since the mark), else read back from storage."""
+    monkeypatch.setattr(sums_module, "TAIL_BYTES", 64)
+    if not marked:
+        monkeypatch.setattr(sums_module.SummingSink, "mark", lambda self: None)
+    reads: list[tuple[int, int]] = []
+    real = LocalObjectStore.get_range
+
+    def get_range(self: LocalObjectStore, key: str, start: int, end: int) -> bytes:
+        reads.append((start, end))
+        return real(self, key, start, end)
+
+    monkeypatch.setattr(LocalObjectStore, "get_range", get_range)
     table = make_table(tmp_path)
     table.ingest(rows(1000, 3))
+    assert bool(reads) is not marked
     assert_every_file_summed(table)
 
 

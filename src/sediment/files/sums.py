@@ -11,7 +11,7 @@ from sediment.core.model import FileSums
 
 TAIL_BYTES = 1 << 20
 """How many of the last bytes written a :class:`SummingSink` keeps for the footer CRC; a
-larger footer is read back (one ranged GET)."""
+larger footer is whole in what it keeps after :meth:`SummingSink.mark` (else read back)."""
 
 
 def footer_length(tail: bytes | bytearray | memoryview) -> int:
@@ -48,13 +48,22 @@ class SummingSink:
         self.crc = 0
         self.size = 0
         self._tail = bytearray()
+        self._since: bytearray | None = None
         self.closed = False
+
+    def mark(self) -> None:
+        """Keep every byte written from now on (call it before the Parquet writer's close,
+        which writes the page indexes and the footer: the footer is then whole in ``tail``
+        however large)."""
+        self._since = bytearray()
 
     def write(self, data: Any) -> int:
         mv = memoryview(data).cast("B")
         self._sink.write(mv)
         self.crc = zlib.crc32(mv, self.crc)
         self.size += len(mv)
+        if self._since is not None:
+            self._since += mv
         tail = self._tail
         if len(mv) >= TAIL_BYTES:
             self._tail = bytearray(mv[-TAIL_BYTES:])
@@ -66,6 +75,9 @@ class SummingSink:
 
     @property
     def tail(self) -> bytes:
+        """The last bytes written: all since :meth:`mark` when more than TAIL_BYTES."""
+        if self._since is not None and len(self._since) > TAIL_BYTES:
+            return bytes(self._since)
         return bytes(self._tail[-TAIL_BYTES:])
 
     def tell(self) -> int:

@@ -201,6 +201,7 @@ class SortedFileWriter:
 
     def close(self) -> WrittenFile:
         self._flush(final=True)
+        self._sink.mark()  # what close writes (page indexes, footer) is kept whole
         self._writer.close()
         self._sink.close()
         if self._keys_sink is not None:
@@ -217,7 +218,7 @@ class SortedFileWriter:
                                f"{'none' if info is None else info.size} stored")
         tail = self._sink.tail
         footer = footer_crc(tail)
-        if footer is None:  # a footer larger than the kept tail: read it back
+        if footer is None:  # (not seen: the footer is all in the tail since the mark)
             n = footer_length(tail) + 8
             footer = crc32(self.objects.get_range(self.filename, size - n, size))
         sums = FileSums(size, footer, self._sink.crc, crc32(sample_bytes))
