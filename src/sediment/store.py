@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
-from sediment.core.model import FileReference
 from sediment.core.names import validate_name
 from sediment.core.state import build_partition_tree
 from sediment.core.transactions import AddFiles, InitialiseTable
@@ -209,7 +208,7 @@ class Store(SchemeMethods):
 
     def create_table(self, name: str, schema: Schema, *, split_points: Sequence[Any] | None = None,
                      properties: Mapping[str, Any] | None = None,
-                     initial_files: Callable[[TableHandle], tuple[list[FileReference], Staging]]
+                     initial_files: Callable[[TableHandle], tuple[AddFiles, Staging]]
                      | None = None, scheme: str | None = None,
                      exist_ok: bool = False) -> Table:
         """Create a table (one partition, or a tree cut at ``split_points``).
@@ -226,9 +225,9 @@ class Store(SchemeMethods):
         ``partition.split.threshold`` is the scheme's: given in ``properties``, it sets the
         scheme's (for every member), before the table is made.
 
-        ``initial_files`` (used by bulk load) writes files into the new table and returns their
-        references and the staging holding them; they are committed before the catalog entry,
-        so the table appears with its data or not at all.
+        ``initial_files`` (used by bulk load) writes files into the new table and returns the
+        AddFiles of them (with their checksums) and the staging holding them; they are
+        committed before the catalog entry, so the table appears with its data or not at all.
 
         Raises:
             InvalidTableNameError: ``name`` cannot be a table name (nothing is written).
@@ -269,8 +268,8 @@ class Store(SchemeMethods):
         states.commit(InitialiseTable(schema, props, partitions))
         if initial_files is not None:
             try:
-                refs, staging = initial_files(Table(self, name, table_id, states)._handle)
-                staging.commit(states, AddFiles(refs))
+                add, staging = initial_files(Table(self, name, table_id, states)._handle)
+                staging.commit(states, add)
             except BaseException:
                 self._delete_prefix(f"tables/{table_id}/")
                 raise

@@ -240,7 +240,7 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
                 intermediates.append(name)
                 fs, _ = objects.arrow_filesystem()
                 with fs.open_output_stream(objects.path(name)) as sink, \
-                        pq.ParquetWriter(sink, arrow, compression="lz4",
+                        pq.ParquetWriter(sink, arrow, compression="lz4", write_page_checksum=True,
                                          sorting_columns=sorting) as w:
                     for b in batches:
                         w.write_batch(b)
@@ -250,7 +250,7 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
                                              size))
             else:
                 out = os.path.join(tmp, f"round-{rounds}-{i:05d}.parquet")
-                with pq.ParquetWriter(out, arrow, compression="lz4",
+                with pq.ParquetWriter(out, arrow, compression="lz4", write_page_checksum=True,
                                       sorting_columns=sorting) as w:
                     for b in batches:
                         w.write_batch(b)

@@ -192,7 +192,8 @@ def commit_job(table: TableHandle, job: CompactionJob, out: JobOutput | str, *,
             staging.adopt([output.filename])
         # refused for certain (inputs reassigned, table dropped): the output goes at once
         staging.commit(table.states, ReplaceFileReferences(
-            job.job_id, job.partition_id, tuple(r.filename for r in job.inputs), output))
+            job.job_id, job.partition_id, tuple(r.filename for r in job.inputs), output,
+            checksums={} if w is None or w.sums is None else {w.filename: w.sums}))
     except (SedimentError, OSError) as e:
         return failed(_reason(e))
     status.record("compaction", job.job_id, "committed", partition_id=job.partition_id)

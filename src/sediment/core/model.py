@@ -43,6 +43,31 @@ class Partition:
         )
 
 
+class FileSums(NamedTuple):
+    """Checksums of one data file, taken by its writer from the bytes it wrote and kept in
+    the state (never in the file), so a reader can tell damaged bytes from good ones.
+
+    ``size``: the file's length in bytes. ``footer``: CRC-32 (``zlib.crc32``) of the file's
+    last ``footer_len + 8`` bytes (the Parquet footer, its length and the magic), checked
+    whenever a footer is read. ``crc``: CRC-32 of the whole file, for readers that take it
+    whole (copies, local merges, verify). ``sample``: CRC-32 of the sample sidecar's bytes,
+    or None when the file has none.
+    """
+
+    size: int
+    footer: int
+    crc: int
+    sample: int | None = None
+
+    def to_json(self) -> list[Any]:
+        return [self.size, self.footer, self.crc, self.sample]
+
+    @classmethod
+    def from_json(cls, doc: list[Any]) -> FileSums:
+        size, footer, crc, sample = doc
+        return cls(int(size), int(footer), int(crc), None if sample is None else int(sample))
+
+
 RANK_BITS = 24
 """Bits of a file sequence below the version: the rank of the file within its transaction."""
 

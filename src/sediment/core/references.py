@@ -10,12 +10,15 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from sediment.core.model import FileReference
+from sediment.core.model import FileReference, FileSums
 
 REFERENCE_COLUMNS = ("filename", "partition_id", "records", "approximate", "job_id", "sequence",
                      "sequenced")
 """The columns of a snapshot's reference table, in FileReference field order."""
 _DEFAULTS: dict[str, Any] = {"sequence": 0, "sequenced": False}
+SUM_COLUMNS = ("size", "footer_crc", "file_crc", "sample_crc")
+"""A snapshot reference table's nullable checksum columns (FileSums field order): the sums of
+the row's file, null where the table has none (it is then null in all four but sample_crc)."""
 WHOLE_DECODE_MIN_PARTITIONS = 64
 """Below this many undecoded partitions, slices decode one by one as fast as a whole table."""
 
@@ -172,3 +175,54 @@ class LazyReferences:
                 rows = _decode_rows(self.table)
             self.refs = {r.filename: r for r in rows}
         return self.refs
+
+
+class SnapshotSums:
+    """The file checksums of a snapshot's reference table, decoded on demand: a dict of a
+    million FileSums takes over a second to build, and a read needs a few. A partition's
+    rows are decoded when a file is looked up in it; a lookup without a partition builds a
+    filename index of the whole table once (names only, no FileSums). Immutable once built
+    and shared by every copy of the state (two threads may both decode a part, equally)."""
+
+    __slots__ = ("_cols", "_index", "_parts", "_runs", "_table")
+
+    def __init__(self, table: pa.Table, runs: Iterable[tuple[str, int, int]]) -> None:
+        self._table = table
+        self._runs = {pid: (start, end) for pid, start, end in runs}
+        self._parts: dict[str, dict[str, FileSums | None]] = {}
+        self._index: dict[str, int] | None = None
+        self._cols: list[list[Any]] | None = None
+
+    @staticmethod
+    def of(table: pa.Table, runs: Iterable[tuple[str, int, int]]) -> SnapshotSums | None:
+        """The sums of a reference table, or None when it has no sum columns (an older
+        snapshot) or no row has a sum."""
+        if "size" not in table.schema.names or table.column("size").null_count == len(table):
+            return None
+        return SnapshotSums(table, runs)
+
+    def lookup(self, filename: str, partition_id: str | None = None) -> FileSums | None:
+        if partition_id is not None and partition_id in self._runs:
+            part = self._parts.get(partition_id)
+            if part is None:
+                start, end = self._runs[partition_id]
+                part = self._decode(self._table.slice(start, end - start))
+                self._parts[partition_id] = part
+            if filename in part:  # (a moved file is found below, in its old partition's rows)
+                return part[filename]
+        if self._index is None:
+            names = self._table.column("filename").to_pylist()
+            self._cols = [self._table.column(c).to_pylist() for c in SUM_COLUMNS]
+            self._index = dict(zip(names, range(len(names)), strict=True))
+        row = self._index.get(filename)
+        if row is None or self._cols is None:
+            return None
+        size, footer, crc, sample = (c[row] for c in self._cols)
+        return None if size is None else FileSums(size, footer, crc, sample)
+
+    @staticmethod
+    def _decode(table: pa.Table) -> dict[str, FileSums | None]:
+        names = table.column("filename").to_pylist()
+        cols = [table.column(c).to_pylist() for c in SUM_COLUMNS]
+        return {n: None if size is None else FileSums(size, footer, crc, sample)
+                for n, size, footer, crc, sample in zip(names, *cols, strict=True)}

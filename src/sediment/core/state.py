@@ -17,11 +17,12 @@ import pyarrow.compute as pc
 
 from sediment.core import references as references_module
 from sediment.core.keys import Key
-from sediment.core.model import FileReference, Partition
+from sediment.core.model import FileReference, FileSums, Partition
 from sediment.core.references import (
     CowDict,
     LazyReferences,
     SnapshotReferences,
+    SnapshotSums,
     cow,
 )
 from sediment.core.regions import Cell, Region
@@ -54,6 +55,12 @@ class TableState:
         """Pending-file lease id -> time garbage collection recorded it expired (ExpireLeases):
         a writer whose files such a lease protected refuses to commit them. Replaced, never
         changed in place, so copies share it."""
+        self.sums: CowDict[FileSums] = CowDict()
+        """Filename -> its checksums, as the transactions that added it recorded them (and
+        a snapshot's unreferenced files'); a referenced file's sums loaded from a snapshot
+        stay in its Arrow reference table until asked for (see ``file_sums``). Entries of
+        files no longer in the table may linger: ``file_sums`` answers for live files only."""
+        self._snapshot_sums: SnapshotSums | None = None
         self._refs: dict[str, dict[str, FileReference]] = {}
         self._lazy: dict[str, LazyReferences] = {}
         self._owned: set[str] = set()
@@ -72,6 +79,8 @@ class TableState:
         c.partitions = dict(self.partitions)
         c.refcount = cow(self.refcount)
         c.unreferenced = cow(self.unreferenced)
+        c.sums = cow(self.sums)
+        c._snapshot_sums = self._snapshot_sums
         c.jobs = dict(self.jobs)
         c.expired_leases = self.expired_leases
         # _lazy before _refs: a reader materialising a partition meanwhile (see _materialise)
@@ -125,8 +134,53 @@ class TableState:
         if n:
             self.refcount[filename] = n
         else:
+            # an unreferenced file keeps its sums: found now through the partition it leaves
+            # (a snapshot's rows), later with no partition to look in
+            sums = self.file_sums(filename, partition_id)
+            if sums is not None and filename not in self.sums:
+                self.sums[filename] = sums
             del self.refcount[filename]
             self.unreferenced[filename] = time
+
+    def file_sums(self, filename: str, partition_id: str | None = None) -> FileSums | None:
+        """The checksums of a file of this table (referenced, or unreferenced and not yet
+        deleted), or None when the table has none for it (written before checksums, or not
+        in the table). ``partition_id``, a partition referencing the file, lets a sum loaded
+        from a snapshot be found by decoding that partition's rows only."""
+        if filename not in self.refcount and filename not in self.unreferenced:
+            return None
+        s = self.sums.get(filename)
+        if s is None and self._snapshot_sums is not None:
+            s = self._snapshot_sums.lookup(filename, partition_id)
+        return s
+
+    def partition_sums(self, partition_id: str, filenames: Sequence[str]
+                       ) -> list[FileSums | None]:
+        """The sums of files referenced in one partition (``file_sums`` of each, without its
+        liveness check: a referenced file is live), for writing a snapshot."""
+        get, snap = self.sums.get, self._snapshot_sums
+        if snap is None:
+            return [get(n) for n in filenames]
+        return [get(n) or snap.lookup(n, partition_id) for n in filenames]
+
+    def put_sums(self, checksums: Mapping[str, FileSums]) -> None:
+        """Record files' checksums (a transaction adding or moving them)."""
+        for name, s in checksums.items():
+            self.sums[name] = s
+
+    def drop_sums(self, filename: str) -> None:
+        """Forget a deleted file's checksums."""
+        self.sums.pop(filename, None)
+
+    def all_file_sums(self) -> dict[str, FileSums]:
+        """Every live file's checksums, by filename (decodes a snapshot's: for comparisons
+        and for writing a snapshot, not for reads)."""
+        out = {}
+        for name in sorted({*self.refcount, *self.unreferenced}):
+            s = self.file_sums(name)
+            if s is not None:
+                out[name] = s
+        return out
 
     def partitions_with_references(self) -> list[str]:
         return sorted(set(self._refs) | set(self._lazy))
@@ -172,8 +226,10 @@ class TableState:
         if table.num_rows == 0:
             return
         source = SnapshotReferences(table)
-        for pid, start, end in partition_runs(table):
+        runs = partition_runs(table)
+        for pid, start, end in runs:
             self._lazy[pid] = LazyReferences(table.slice(start, end - start), source, start)
+        self._snapshot_sums = SnapshotSums.of(table, runs)
         names, counts = _value_counts(table.column("filename"))
         if not self.refcount:
             self.refcount = CowDict(zip(names, counts, strict=True))
@@ -232,6 +288,7 @@ class TableState:
             "refcount": dict(sorted(self.refcount.items())),
             "unreferenced": dict(sorted(self.unreferenced.items())),
             "jobs": dict(sorted(self.jobs.items())),
+            "sums": {k: tuple(v) for k, v in self.all_file_sums().items()},
         }
 
     def __eq__(self, other: object) -> bool:

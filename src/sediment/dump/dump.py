@@ -108,6 +108,7 @@ def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
     if data.num_rows:
         buf = io.BytesIO()
         pq.write_table(data, buf, compression="zstd", row_group_size=row_group_rows,
+                       write_page_checksum=True,
                        sorting_columns=[pq.SortingColumn(i) for i in range(len(names))])
         raw = buf.getvalue()
         path = f"{prefix}/{version}-data.parquet"
@@ -119,7 +120,7 @@ def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
         sampler.add(data)
     sample = sampler.sample(pa.schema([data.schema.field(n) for n in names]))
     buf = io.BytesIO()
-    pq.write_table(sample, buf, compression="zstd")
+    pq.write_table(sample, buf, compression="zstd", write_page_checksum=True)
     raw = buf.getvalue()
     path = f"{prefix}/{version}-sample.parquet"
     dest.put(path, raw)

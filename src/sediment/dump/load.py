@@ -25,8 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sediment.core.model import FileReference
+from sediment.core.model import FileReference, FileSums
 from sediment.core.regions import Range
+from sediment.core.transactions import AddFiles
 from sediment.core.transactions.table import SCHEME_PROPERTIES
 from sediment.dump.manifest import range_from_json, read_manifest, safe_path, sha256, tiles
 from sediment.errors import (
@@ -38,6 +39,7 @@ from sediment.errors import (
 from sediment.files.keys import range_mask, row_key, sort_indices
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.staging import Staging
+from sediment.files.sums import sums_of
 from sediment.files.writer import sample_name, write_key_filters
 from sediment.partitioning import PARTITIONINGS
 from sediment.properties import validate_properties
@@ -57,6 +59,11 @@ class DumpedFile:
     range: Range
     bytes: int = 0
     """Bytes of the data and sample files (as their manifest states and verification checked)."""
+    checked: tuple[tuple[str, int], tuple[str, int]] | None = None
+    """(SHA-256, bytes) of the data and the sample file as their task manifest lists them:
+    a load checks the bytes it copies against them (they are read again after verification)."""
+    manifest: str = ""
+    """The task manifest listing the files (for errors)."""
 
 
 Progress = Callable[[int, int], None]
@@ -176,10 +183,11 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
                     if f["kind"] == "data":
                         _check_keys(data, fpath, mpath, dumped, trange)
                 if "data" in files:
-                    out.append(DumpedFile(files["data"]["path"], files["sample"]["path"],
-                                          int(files["data"]["rows"]), trange,
-                                          int(files["data"]["bytes"])
-                                          + int(files["sample"]["bytes"])))
+                    d, s = files["data"], files["sample"]
+                    out.append(DumpedFile(d["path"], s["path"], int(d["rows"]), trange,
+                                          int(d["bytes"]) + int(s["bytes"]),
+                                          ((str(d["sha256"]), int(d["bytes"])),
+                                           (str(s["sha256"]), int(s["bytes"]))), mpath))
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptMetadataError(f"{where} is malformed: {e!r}") from e
     return job, out
@@ -242,19 +250,17 @@ def load_into(table: TableHandle, dump: VerifiedDump, *,
     :func:`copy_and_reference`."""
     if table.schema.to_arrow() != dump.schema.to_arrow():
         raise SchemaError(f"table {table.name}: schema differs from the dump's")
-    refs, staging = copy_and_reference(dump, table, progress=progress)
-    from sediment.core.transactions import AddFiles
-
+    add, staging = copy_and_reference(dump, table, progress=progress)
     # refused for certain: the copies go now; an unknown outcome: left to GC
-    staging.commit(table.states, AddFiles(refs))
+    staging.commit(table.states, add)
 
 
 def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
                        progress: Progress | None = None
-                       ) -> tuple[list[FileReference], Staging]:
+                       ) -> tuple[AddFiles, Staging]:
     """Copy a dump's files byte for byte into the table and build their references;
-    returns them and the staging holding the copies (protected from GC until committed:
-    ``Staging.commit`` settles them).
+    returns the AddFiles of them (with the checksums of the bytes copied) and the staging
+    holding the copies (protected from GC until committed: ``Staging.commit`` settles them).
     ``progress(done, total)``: bytes copied (data and sample files) of the dump's total,
     ``(0, total)`` first, then as each file is copied, on the calling thread."""
     src, files = dump.source, dump.files
@@ -273,12 +279,20 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
         target = hit[0].id if len(hit) == 1 else "loaded"
         copies.append((f, f"data/{target}/{uuid.uuid4().hex}.parquet"))
 
+    sums: dict[str, FileSums] = {}
+
     def copy(item: tuple[DumpedFile, str]) -> None:
         f, name = item
-        raw = src.get(f.data)
+        if f.checked is None:
+            raw, sample = src.get(f.data), src.get(f.sample)
+        else:  # read again since verify_dump: checked again, so what is copied is what it checked
+            (dsha, dsize), (ssha, ssize) = f.checked
+            raw = _read_dump_file(src, f.data, f.manifest, dsha, dsize)
+            sample = _read_dump_file(src, f.sample, f.manifest, ssha, ssize)
         table.objects.put(name, raw)
-        table.objects.put(sample_name(name), src.get(f.sample))
+        table.objects.put(sample_name(name), sample)
         write_key_filters(table.objects, name, raw, schema, props)
+        sums[name] = sums_of(raw, sample)  # of the bytes copied, for the commit
 
     staging = Staging(table.objects, table.name)
     # uncommitted until loaded; a failure before the commit deletes the copies at once
@@ -304,4 +318,4 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
             for leaf in hit:
                 n = estimate_count(sample, names, leaf.region)
                 refs.append(FileReference(name, leaf.id, min(n, f.rows), True))
-    return refs, staging
+    return AddFiles(refs, checksums=sums), staging

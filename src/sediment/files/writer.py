@@ -15,13 +15,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.core.model import FileSums
 from sediment.errors import SedimentError, StorageError
 from sediment.files.keyfilter import FilterLayout, hash_keys
 from sediment.files.sample import KeySampler
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name, with_sidecars
+from sediment.files.sums import SummingSink, footer_crc, footer_length
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
+from sediment.storage.checksums import crc32
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,8 @@ class WrittenFile:
     filename: str
     rows: int
     bytes: int
+    sums: FileSums | None = None
+    """The checksums of the bytes written (None from writers that take none)."""
 
 
 _filter_pool: tuple[int, ThreadPoolExecutor] | None = None
@@ -82,6 +87,8 @@ def writer_options(schema: Schema, properties: Mapping[str, Any]) -> dict[str, A
         "compression": None if codec == "none" else codec,
         "data_page_size": int(properties["parquet.page_size_bytes"]),
         "write_statistics": True,
+        # a CRC-32 per page, which readers opening files with page_checksum_verification check
+        "write_page_checksum": True,
         "sorting_columns": [pq.SortingColumn(i) for i in range(len(schema.key_names))],
         # Dictionary pages only for the value columns named by the property: for keys and
         # other high-cardinality columns they make files bigger and exact-key reads slower
@@ -128,7 +135,8 @@ class SortedFileWriter:
         self._path = objects.path(filename)
         try:
             fs.create_dir(self._path.rsplit("/", 1)[0], recursive=True)
-            self._sink = fs.open_output_stream(self._path)
+            # the whole-file CRC is taken from the bytes as they stream out (FileSums.crc)
+            self._sink = SummingSink(fs.open_output_stream(self._path))
         except (OSError, pa.ArrowException) as e:
             raise StorageError(f"cannot create data file {self._path}: {e}") from e
         opts = writer_options(schema, properties)
@@ -193,16 +201,28 @@ class SortedFileWriter:
 
     def close(self) -> WrittenFile:
         self._flush(final=True)
+        self._sink.mark()  # what close writes (page indexes, footer) is kept whole
         self._writer.close()
         self._sink.close()
         if self._keys_sink is not None:
             self._keys_sink.close()
         sample = self._sampler.sample(pa.schema(list(self.schema.row_keys)))
         buf = io.BytesIO()
-        pq.write_table(sample, buf, compression="zstd")
-        self.objects.put(sample_name(self.filename), buf.getvalue())
+        pq.write_table(sample, buf, compression="zstd", write_page_checksum=True)
+        sample_bytes = buf.getvalue()
+        self.objects.put(sample_name(self.filename), sample_bytes)
         info = self.objects.head(self.filename)
-        return WrittenFile(self.filename, self.rows, 0 if info is None else info.size)
+        size = self._sink.size
+        if info is None or info.size != size:
+            raise StorageError(f"data file {self._path}: {size} bytes written, "
+                               f"{'none' if info is None else info.size} stored")
+        tail = self._sink.tail
+        footer = footer_crc(tail)
+        if footer is None:  # (not seen: the footer is all in the tail since the mark)
+            n = footer_length(tail) + 8
+            footer = crc32(self.objects.get_range(self.filename, size - n, size))
+        sums = FileSums(size, footer, self._sink.crc, crc32(sample_bytes))
+        return WrittenFile(self.filename, self.rows, size, sums)
 
     def abort(self) -> None:
         """Close and delete what was written (best effort)."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from sediment.core.head import schema_of
-from sediment.core.model import FileReference
+from sediment.core.model import FileReference, FileSums
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles
 from sediment.errors import DataError, SedimentError, StorageError
@@ -182,6 +182,11 @@ class StagedFiles:
     def bytes(self) -> int:
         return sum(w.bytes for w in self.written)
 
+    @property
+    def checksums(self) -> dict[str, FileSums]:
+        """The written files' checksums, for their commit (files without have none)."""
+        return {w.filename: w.sums for w in self.written if w.sums is not None}
+
 
 def stage_batches(table: TableHandle, state: TableState,
                   batches: Iterator[tuple[str, pa.RecordBatch]],
@@ -242,7 +247,8 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
         if staged.rows == 0:
             version = table.version if state is None else state.version
             return IngestResult(0, 0, 0, version, time.perf_counter() - started)
-        new_state = staging.commit(table.states, AddFiles(staged.references))
+        new_state = staging.commit(table.states, AddFiles(staged.references,
+                                                                  checksums=staged.checksums))
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
                           time.perf_counter() - started, stalled)
     # a stall's time, and the leaf it gave up on, in the ingest's event (``sediment report

@@ -34,7 +34,6 @@ from sediment.core.model import FileReference
 from sediment.core.transactions import AddFilesWithSplits, SplitPartition
 from sediment.errors import DataError, JobError, SedimentError
 from sediment.files.staging import Staging
-from sediment.files.writer import WrittenFile
 from sediment.handle import TableHandle, handle_of
 from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged
 from sediment.settings import settings_of
@@ -287,9 +286,7 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
         raise _translate(e, table.name) from e
     refs = [FileReference(r["filename"], r["partition_id"], int(r["records"]))
             for r in staged_rows]
-    written = {r["filename"]: WrittenFile(r["filename"], 0, int(r["bytes"]))
-               for r in staged_rows}
-    staged = StagedFiles(sum(r.records for r in refs), refs, list(written.values()))
+    staged = StagedFiles(sum(r.records for r in refs), refs, tasks.staged_written(staged_rows))
     return _commit(table, staged, splits, started, before_commit)
 
 
@@ -311,7 +308,8 @@ def _commit(table: TableHandle, staged: StagedFiles, splits: Sequence[SplitParti
         if staged.rows == 0:
             return IngestResult(0, 0, 0, table.version, time.perf_counter() - started)
         new_state = staging.commit(table.states,
-                                   AddFilesWithSplits(staged.references, splits))
+                                   AddFilesWithSplits(staged.references, splits,
+                                                      checksums=staged.checksums))
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
                           time.perf_counter() - started)
     table.status.record("bulk_import", f"v{result.version}", "committed", rows=result.rows,

@@ -360,9 +360,9 @@ class SedimentReader(DataSourceReader):
 
 @dataclass
 class StagedMessage(WriterCommitMessage):
-    """Files one write task staged: (filename, partition id, records, bytes) rows."""
+    """Files one write task staged: rows of ``tasks.STAGED_SCHEMA`` as dicts."""
 
-    rows: list[tuple[str, str, int, int]]
+    rows: list[dict[str, Any]]
 
 
 class SedimentWriter(DataSourceArrowWriter):
@@ -374,23 +374,23 @@ class SedimentWriter(DataSourceArrowWriter):
         self.version = table.version
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
-        rows: list[tuple[str, str, int, int]] = []
+        rows: list[dict[str, Any]] = []
         for b in tasks.stage_partition(iterator, self.spec, self.name, self.version,
                                         self.table_id):
-            rows.extend(zip(*(b.column(i).to_pylist() for i in range(4)), strict=True))
+            rows.extend(b.to_pylist())
         return StagedMessage(rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         import time
 
         from sediment.core.model import FileReference
-        from sediment.files.writer import WrittenFile
         from sediment.ingest.standard import StagedFiles, commit_staged
 
         rows = [r for m in messages if isinstance(m, StagedMessage) for r in m.rows]
         table = tasks.open_handle(self.spec, self.name, self.table_id)
-        refs = [FileReference(f, p, int(n)) for f, p, n, _ in rows]
-        written = list({f: WrittenFile(f, 0, int(b)) for f, _, _, b in rows}.values())
+        refs = [FileReference(r["filename"], r["partition_id"], int(r["records"]))
+                for r in rows]
+        written = tasks.staged_written(rows)
         try:
             commit_staged(table, StagedFiles(sum(r.records for r in refs), refs, written),
                           time.perf_counter(), kind="bulk_import")
@@ -409,7 +409,7 @@ class SedimentWriter(DataSourceArrowWriter):
         if isinstance(error, TableNotFoundError):
             return  # dropped: the commit deleted the files at once (its state is gone too)
         table = tasks.open_handle(self.spec, self.name, self.table_id)
-        names = {r[0] for m in messages if isinstance(m, StagedMessage) for r in m.rows}
+        names = {r["filename"] for m in messages if isinstance(m, StagedMessage) for r in m.rows}
         state = table.states.head()  # never delete a file some version references
         names -= set(state.refcount) | set(state.unreferenced)
         table.objects.delete_many(with_sidecars(names))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sediment.compaction.job import JobOutput
 from sediment.compaction.runner import JobResult, commit_job, record_job_started
 from sediment.compaction.strategy import CompactionJob
+from sediment.core.model import FileSums
 from sediment.core.state import TableState
 from sediment.files.writer import WrittenFile
 
@@ -39,14 +40,16 @@ def _run_on_executor(spec: dict[str, Any], name: str, job: CompactionJob, region
     w = out.handed_over().written
     return {"job_id": job.job_id, "filename": w.filename if w else None,
             "rows": w.rows if w else 0, "bytes": w.bytes if w else 0,
+            "sums": list(w.sums) if w and w.sums else None,
             "rows_in": out.rows_in, "seconds": out.seconds}
 
 
 def _output(o: dict[str, Any]) -> JobOutput | str:
     if "error" in o:
         return str(o["error"])
-    written = None if o["filename"] is None else WrittenFile(o["filename"], o["rows"],
-                                                             o["bytes"])
+    sums = o.get("sums")
+    written = None if o["filename"] is None else WrittenFile(
+        o["filename"], o["rows"], o["bytes"], None if sums is None else FileSums(*sums))
     return JobOutput(written, o["rows_in"], o["seconds"])
 
 

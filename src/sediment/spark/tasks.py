@@ -7,13 +7,15 @@ version), so the same functions serve bulk import, the data source and the compa
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from sediment.core.model import FileSums
 from sediment.core.state import TableState
+from sediment.files.writer import WrittenFile
 from sediment.handle import TableHandle, handle_of
 from sediment.partitioning import LeafFinder, partitioning_of
 from sediment.schema import Schema
@@ -23,7 +25,13 @@ _TABLES: dict[tuple[str, str], Any] = {}
 _LOCK = threading.Lock()
 
 STAGED_SCHEMA = pa.schema([("filename", pa.string()), ("partition_id", pa.string()),
-                           ("records", pa.int64()), ("bytes", pa.int64())])
+                           ("records", pa.int64()), ("bytes", pa.int64()),
+                           # the file's FileSums, as its writer took them (null: none)
+                           ("size", pa.int64()), ("footer_crc", pa.int64()),
+                           ("file_crc", pa.int64()), ("sample_crc", pa.int64())])
+"""One row per reference a task staged: what the driver commits (rows of one file repeat
+its size and sums)."""
+_SUM_FIELDS = ("size", "footer_crc", "file_crc", "sample_crc")
 PID = "__sediment_leaf"
 
 
@@ -132,8 +140,34 @@ def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], nam
         staged.staging.hand_over()
     if not staged.references:
         return
-    sizes = {w.filename: w.bytes for w in staged.written}
+    files = {w.filename: w for w in staged.written}
     yield pa.RecordBatch.from_pylist(
         [{"filename": r.filename, "partition_id": r.partition_id, "records": r.records,
-          "bytes": sizes.get(r.filename, 0)} for r in staged.references],
+          **_staged_file(files.get(r.filename))} for r in staged.references],
         schema=STAGED_SCHEMA)
+
+
+def _staged_file(w: WrittenFile | None) -> dict[str, Any]:
+    sums = None if w is None else w.sums
+    return {"bytes": 0 if w is None else w.bytes,
+            **dict(zip(_SUM_FIELDS, sums or (None,) * 4, strict=True))}
+
+
+def staged_written(rows: Iterable[Any]) -> list[WrittenFile]:
+    """The files of STAGED_SCHEMA rows (Spark Rows or dicts), each once, with their sums
+    (rows from a task of an older Sediment have none)."""
+    out: dict[str, WrittenFile] = {}
+    for r in rows:
+        size = _field(r, "size")
+        sums = None if size is None else FileSums(
+            int(size), int(r["footer_crc"]), int(r["file_crc"]),
+            None if r["sample_crc"] is None else int(r["sample_crc"]))
+        out[r["filename"]] = WrittenFile(r["filename"], 0, int(r["bytes"]), sums)
+    return list(out.values())
+
+
+def _field(row: Any, name: str) -> Any:
+    try:
+        return row[name]
+    except (KeyError, ValueError):  # a Spark Row without the field raises ValueError
+        return None

@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sediment.core.model import Partition
-from sediment.core.references import REFERENCE_COLUMNS, CowDict
+from sediment.core.model import FileSums, Partition
+from sediment.core.references import REFERENCE_COLUMNS, SUM_COLUMNS, CowDict
 from sediment.core.state import TableState, partition_runs
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError
 from sediment.schema import Schema
@@ -47,6 +47,10 @@ REFERENCE_SCHEMA = pa.schema([
     ("partition_id", pa.string()), ("filename", pa.string()), ("records", pa.int64()),
     ("approximate", pa.bool_()), ("job_id", pa.string()), ("sequence", pa.int64()),
     ("sequenced", pa.bool_()),
+    # the referenced file's checksums (FileSums; null: none recorded): one per reference
+    # row, so a state loads them with its ranges and decodes them only when asked
+    ("size", pa.int64()), ("footer_crc", pa.int64()), ("file_crc", pa.int64()),
+    ("sample_crc", pa.int64()),
 ])
 _STATE_COLUMNS = list(REFERENCE_COLUMNS)
 METARANGE_SCHEMA = pa.schema([
@@ -165,16 +169,23 @@ def _state_references_table(state: TableState) -> pa.Table:
     for pid in state.partitions_with_references():
         lazy = state._lazy.get(pid)
         if lazy is not None:
-            parts.append(lazy.table.select(REFERENCE_SCHEMA.names).cast(REFERENCE_SCHEMA))
+            # an untouched partition: its rows (and their sums) as the snapshot had them
+            parts.append(_with_sum_columns(lazy.table).select(REFERENCE_SCHEMA.names)
+                         .cast(REFERENCE_SCHEMA))
             continue
         refs = state.references(pid)
         names = sorted(refs)
         rows = [refs[n] for n in names]
+        sums = state.partition_sums(pid, names)
+        none = (None, None, None, None)
+        columns = (list(zip(*(none if s is None else s for s in sums), strict=True))
+                   if sums else [(), (), (), ()])
         parts.append(pa.table({
             "partition_id": [pid] * len(rows), "filename": names,
             "records": [r.records for r in rows], "approximate": [r.approximate for r in rows],
             "job_id": [r.job_id for r in rows], "sequence": [r.sequence for r in rows],
             "sequenced": [r.sequenced for r in rows],
+            **dict(zip(SUM_COLUMNS, (list(c) for c in columns), strict=True)),
         }, schema=REFERENCE_SCHEMA))
     if not parts:
         return REFERENCE_SCHEMA.empty_table()
@@ -260,6 +271,10 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: KnownDigests
         "jobs": {j: list(v) for j, v in sorted(state.jobs.items())},
         "expired_leases": dict(sorted(state.expired_leases.items())),
     }
+    unreferenced_sums = [[f, s.to_json()] for f in sorted(state.unreferenced)
+                         if (s := state.file_sums(f)) is not None]
+    if unreferenced_sums:  # omitted when none: older readers ignore the key anyway
+        pointer["unreferenced_sums"] = _json_object(objects, unreferenced_sums, known)
     objects.put(snapshot_key(state.version), sealed(pointer))
     return pointer
 
@@ -346,12 +361,17 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
         state.partitions = {p["id"]: Partition.from_json(p) for p in parts}
         unref = _read_json(objects, f"{OBJECT_PREFIX}{doc['unreferenced']}.json", where)
         state.unreferenced = CowDict((f, float(t)) for f, t in unref)
+        if "unreferenced_sums" in doc:
+            sums = _read_json(objects, f"{OBJECT_PREFIX}{doc['unreferenced_sums']}.json", where)
+            state.sums = CowDict((str(f), FileSums.from_json(v)) for f, v in sums)
         state.jobs = {j: (str(p), float(t)) for j, (p, t) in doc.get("jobs", {}).items()}
         state.expired_leases = {str(k): float(t)
                                 for k, t in doc.get("expired_leases", {}).items()}
         if tables:
-            refs = pa.concat_tables([_with_sequence_column(t) for t in tables]
-                                    ).select(_STATE_COLUMNS)
+            refs = pa.concat_tables([_with_sequence_column(t) for t in tables],
+                                    promote_options="default")
+            refs = refs.select([*_STATE_COLUMNS, *(c for c in SUM_COLUMNS
+                                                   if c in refs.schema.names)])
             state.load_references(refs)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError,
             pa.ArrowException) as e:
@@ -359,8 +379,17 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
                                    f"{e!r}") from e
     if known is not None:
         _noted(known, [*(r.digest for r in ranges), doc["metarange"], doc["partitions"],
-                       doc["unreferenced"]], started)
+                       doc["unreferenced"], *([doc["unreferenced_sums"]]
+                                              if "unreferenced_sums" in doc else [])], started)
     return state
+
+
+def _with_sum_columns(table: pa.Table) -> pa.Table:
+    """A snapshot's references from before checksums: null sums (the files read unchecked)."""
+    for c in SUM_COLUMNS:
+        if c not in table.schema.names:
+            table = table.append_column(c, pa.nulls(table.num_rows, pa.int64()))
+    return table
 
 
 def _with_sequence_column(table: pa.Table) -> pa.Table:

@@ -13,9 +13,11 @@ The log names each transaction by its ``kind``; the package lists every kind
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
-from sediment.core.model import Partition
+from sediment.core.model import FileSums, Partition
 from sediment.core.state import TableState
 from sediment.errors import TransactionInvalidError
 
@@ -91,3 +93,31 @@ def require_partition(state: TableState, pid: str) -> Partition:
     if p is None:
         raise fail(state, f"no partition {pid!r}")
     return p
+
+
+NO_SUMS: Mapping[str, FileSums] = MappingProxyType({})
+"""The checksums of a transaction that records none (immutable: a shared default)."""
+
+
+def check_sums(state: TableState, checksums: Mapping[str, FileSums], files: set[str]) -> None:
+    """Checksums are of the transaction's own new files, one FileSums each."""
+    for name, sums in checksums.items():
+        if name not in files:
+            raise fail(state, f"checksums of {name}, which is not a new file of this commit")
+        if not isinstance(sums, FileSums) or sums.size < 0:
+            raise fail(state, f"file {name}: checksums {sums!r} are not a FileSums")
+
+
+def with_sums(doc: dict[str, Any], checksums: Mapping[str, FileSums]) -> dict[str, Any]:
+    """``doc`` with a ``checksums`` key (filename -> [size, footer, crc, sample], by name)
+    when there are any: omitted when empty, so entries without stay as they always were."""
+    if checksums:
+        doc["checksums"] = {k: checksums[k].to_json() for k in sorted(checksums)}
+    return doc
+
+
+def sums_from_json(doc: dict[str, Any]) -> Mapping[str, FileSums]:
+    sums = doc.get("checksums")
+    if not sums:
+        return NO_SUMS
+    return MappingProxyType({k: FileSums.from_json(v) for k, v in sums.items()})

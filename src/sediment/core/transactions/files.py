@@ -10,18 +10,22 @@ deletes what they protected, so a writer that was paused past its lease cannot c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from sediment.core.model import FileReference, file_sequence
+from sediment.core.model import FileReference, FileSums, file_sequence
 from sediment.core.state import TableState
 from sediment.core.transactions.base import (
+    NO_SUMS,
     Transaction,
+    check_sums,
     counted,
     fail,
     require_initialised,
     require_partition,
+    sums_from_json,
+    with_sums,
 )
 from sediment.core.transactions.partitions import SplitPartition
 
@@ -32,6 +36,9 @@ class AddFiles(Transaction):
 
     kind: ClassVar[str] = "add_files"
     references: Sequence[FileReference]
+    checksums: Mapping[str, FileSums] = field(default_factory=lambda: NO_SUMS, kw_only=True)
+    """The new files' checksums (FileSums), by filename, as their writers took them; a file
+    without (a writer from before checksums) reads unchecked."""
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
@@ -47,6 +54,7 @@ class AddFiles(Transaction):
             if r.job_id is not None:
                 raise fail(state, f"file {r.filename}: new references carry no job id")
             seen.add((r.filename, r.partition_id))
+        check_sums(state, self.checksums, {r.filename for r in self.references})
 
     def apply(self, state: TableState, time: float) -> None:
         # Each new file's sequence: this commit's version, then the file's rank in the order
@@ -57,13 +65,16 @@ class AddFiles(Transaction):
             rank = ranks.setdefault(r.filename, len(ranks))
             state.put_reference(r._replace(sequence=file_sequence(version, rank),
                                            sequenced=False))
+        state.put_sums(self.checksums)
 
     def to_json(self) -> dict[str, Any]:
-        return {"references": [r.to_json() for r in self.references]}
+        return with_sums({"references": [r.to_json() for r in self.references]},
+                         self.checksums)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AddFiles:
-        return cls([FileReference.from_json(r) for r in doc["references"]])
+        return cls([FileReference.from_json(r) for r in doc["references"]],
+                   checksums=sums_from_json(doc))
 
     def is_empty(self) -> bool:
         return not self.references
@@ -97,6 +108,7 @@ class DeleteFiles(Transaction):
     def apply(self, state: TableState, time: float) -> None:
         for f in self.filenames:
             del state.unreferenced[f]
+            state.drop_sums(f)
 
     def to_json(self) -> dict[str, Any]:
         return {"files": list(self.filenames)}
@@ -191,13 +203,15 @@ class AddFilesWithSplits(AddFiles):
         AddFiles.apply(self, state, time)
 
     def to_json(self) -> dict[str, Any]:
-        return {"splits": [s.to_json() for s in self.splits],
-                "references": [r.to_json() for r in self.references]}
+        return with_sums({"splits": [s.to_json() for s in self.splits],
+                          "references": [r.to_json() for r in self.references]},
+                         self.checksums)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AddFilesWithSplits:
         return cls([FileReference.from_json(r) for r in doc["references"]],
-                   [SplitPartition.from_json(s) for s in doc["splits"]])
+                   [SplitPartition.from_json(s) for s in doc["splits"]],
+                   checksums=sums_from_json(doc))
 
     def is_empty(self) -> bool:
         return not self.references and not self.splits

@@ -8,18 +8,22 @@ commit invalid instead of silently losing or duplicating records.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from sediment.core.model import FileReference, file_sequence
+from sediment.core.model import FileReference, FileSums, file_sequence
 from sediment.core.state import TableState
 from sediment.core.transactions.base import (
+    NO_SUMS,
     Transaction,
+    check_sums,
     counted,
     fail,
     require_initialised,
     require_partition,
+    sums_from_json,
+    with_sums,
 )
 
 
@@ -95,6 +99,8 @@ class ReplaceFileReferences(Transaction):
     partition_id: str
     inputs: Sequence[str]
     output: FileReference | None
+    checksums: Mapping[str, FileSums] = field(default_factory=lambda: NO_SUMS, kw_only=True)
+    """The output's checksums (FileSums), by filename, as the job's writer took them."""
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
@@ -115,6 +121,8 @@ class ReplaceFileReferences(Transaction):
                 raise fail(state, f"job {self.job_id}: output {name} is already in the table")
             if self.output.records < 0:
                 raise fail(state, f"job {self.job_id}: negative record count")
+        check_sums(state, self.checksums,
+                   set() if self.output is None else {self.output.filename})
 
     def apply(self, state: TableState, time: float) -> None:
         for f in self.inputs:
@@ -125,17 +133,20 @@ class ReplaceFileReferences(Transaction):
             # the reference's own is this commit's, for any record written without one.
             state.put_reference(self.output._replace(
                 job_id=None, sequence=file_sequence(state.version + 1, 0), sequenced=True))
+            state.put_sums(self.checksums)
 
     def to_json(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "partition": self.partition_id,
-                "inputs": list(self.inputs),
-                "output": None if self.output is None else self.output.to_json()}
+        return with_sums({"job_id": self.job_id, "partition": self.partition_id,
+                          "inputs": list(self.inputs),
+                          "output": None if self.output is None else self.output.to_json()},
+                         self.checksums)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ReplaceFileReferences:
         out = doc.get("output")
         return cls(doc["job_id"], doc["partition"], doc["inputs"],
-                   None if out is None else FileReference.from_json(out))
+                   None if out is None else FileReference.from_json(out),
+                   checksums=sums_from_json(doc))
 
     def new_files(self) -> list[str]:
         return [] if self.output is None else [self.output.filename]

@@ -71,6 +71,11 @@ class SplitFileReferences(Transaction):
         for s in self.splits:
             # The pushed-down references keep the file's sequence: the data did not change.
             src = state.references(s.from_partition)[s.filename]
+            # the file's sums (by filename) follow it; copied from a snapshot's rows of the
+            # old partition so a lookup from a new one needs no index of the whole snapshot
+            sums = state.file_sums(s.filename, s.from_partition)
+            if sums is not None:
+                state.put_sums({s.filename: sums})
             for t in s.to:
                 state.put_reference(t._replace(sequence=src.sequence, sequenced=src.sequenced))
             state.remove_reference(s.from_partition, s.filename, time)
