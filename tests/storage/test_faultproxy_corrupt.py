@@ -355,13 +355,12 @@ def test_flipped_log_read_is_not_persisted_by_a_snapshot(proxied_s3: ProxiedS3) 
     assert _rows(fresh.query()) == _reference(ABC, more)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 38: data pages carry no checksum and none is "
-                   "verified: a flipped byte of a ranged data-file read is an answer")
 def test_flipped_data_file_range_is_never_an_answer(proxied_s3: ProxiedS3) -> None:
     """Every ranged GET of the data file that holds one byte of a value (``v-001000``, plain
-    and uncompressed, so the flip is known) has it flipped. Today the query returns 2000
-    rows with ``v-001001`` twice and no ``v-001000``: pyarrow's S3 filesystem and Parquet
-    reader check nothing."""
+    and uncompressed, so the flip is known) has it flipped. Without page CRCs the query
+    returned 2000 rows with ``v-001001`` twice and no ``v-001000`` (pyarrow's S3 filesystem
+    and Parquet reader check nothing else); with them the page is refused, read again, and
+    the damage that stays raises CorruptDataError."""
     n = 2000
     rows = pa.table({"key": [f"k{i:05d}" for i in range(n)], "ts": list(range(n)),
                      "value": [f"v-{i:06d}" for i in range(n)]})
