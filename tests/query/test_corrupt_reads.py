@@ -239,6 +239,33 @@ def test_footer_sums_are_checked(tmp_path: Path) -> None:
         footers.open(ref.filename, Sums())
 
 
+def test_a_flipped_footer_statistic_is_refused_by_queries_compaction_and_dump(
+        tmp_path: Path) -> None:
+    """The table's own sums reach every reader: a footer whose first minimum reads
+    ``k00001`` for ``k00000`` decodes fine and, unchecked, prunes the row group that holds
+    ``k00000`` (an empty answer for a key that is there); checked against the sums the log
+    recorded, it is CorruptDataError naming the table and the file, on every route."""
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    table = store.create_table("t", SCHEMA, properties=PROPS)
+    table.ingest(_rows())
+    table.ingest(_rows(10, N))  # a second file, so compaction has a job
+    first = next(r for r in table.files() if r.records == N)
+    assert table._handle.read_head().state.file_sums(first.filename) is not None
+    _flip(Path(table._handle.objects.local_path(first.filename) or ""), b"k00000", 5,
+          last=True)
+    fresh = sd.Store.open(str(tmp_path / "s")).table("t")
+    for read in (lambda: fresh.query(keys=["k00000"]), fresh.query,
+                 lambda: fresh.prepare().to_batches().read_all()):
+        with pytest.raises(CorruptDataError, match="footer") as err:
+            read()
+        _refused(err.value, first.filename)
+    result = fresh.compact(full=True)
+    assert result.jobs_failed == 1 and result.jobs_committed == 0
+    assert "CorruptDataError" in str(result.errors) and first.filename in str(result.errors)
+    with pytest.raises(CorruptDataError):
+        fresh.dump(str(tmp_path / "dump"))
+
+
 def _ingested(s3: ProxiedS3, **props: Any) -> tuple[sd.Table, bytes, str]:
     table = s3.open().create_table("t", SCHEMA, properties={**PROPS, **props})
     table.ingest(_rows())

@@ -36,6 +36,7 @@ from sediment.core.transactions import (
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sample import estimate_count
 from sediment.files.staging import Staging
+from sediment.query.planner import sums_of
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -213,7 +214,8 @@ def execute_job(table: TableHandle, job: CompactionJob, region: Region, *,
     try:
         head = table.read_head() if head is None else head
         return run_compaction_job(table.objects, head.schema, head.settings, job, region,
-                                  head.iterators, staging=Staging(table.objects, table.name))
+                                  head.iterators, staging=Staging(table.objects, table.name),
+                                  sums=sums_of(head.state, job.inputs))
     except (SedimentError, OSError) as e:
         return _reason(e)
 

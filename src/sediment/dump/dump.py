@@ -49,7 +49,7 @@ from sediment.dump.whole import copy_file, whole_file
 from sediment.errors import CorruptDataError, JobError, QueryError, SedimentError
 from sediment.files.sample import KeySampler
 from sediment.partitioning import partitioning_of
-from sediment.query.planner import QueryPlan, SubQuery, check_range
+from sediment.query.planner import QueryPlan, SubQuery, check_range, sums_of
 from sediment.runners import load_runner
 from sediment.state.versions import create_tag, delete_tag, list_tags
 from sediment.storage.base import ObjectStore
@@ -147,17 +147,18 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
         refs = list(state.references(leaf.id).values())
         for anc in state.ancestors(leaf.id):
             refs.extend(state.references(anc.id).values())
-        subs.append(SubQuery(leaf.id, leaf.region, tuple(refs), (task.query or task.range,)))
+        subs.append(SubQuery(leaf.id, leaf.region, tuple(refs), (task.query or task.range,),
+                             sums_of(state, refs)))
     schema, settings = head.schema, head.settings
     executor = table.executors.get(state)  # the table's own, with its caches
     # a per-field region or a box leaf leaves out rows inside the tile: never a whole file
     runs = len(subs) == 1 and subs[0].region.cell is None and \
         (task.query or task.range).per_field is None
-    whole = whole_file(executor, list(subs[0].references), task.range, head.iterators) \
-        if runs else None
+    whole = whole_file(executor, list(subs[0].references), task.range, head.iterators,
+                       subs[0].sums) if runs else None
     if whole is not None:
         return [copy_file(table, dest, f"{folder}/batch-00000", version, task.range,
-                          whole)]
+                          whole, subs[0].sums.get(whole.filename))]
     batches = executor.stream(QueryPlan(state.version, tuple(subs)), schema.field_names,
                               head.iterators)
     paths: list[str] = []

@@ -4,7 +4,7 @@ the file's bytes and its sample's (no decoding, no re-encoding): the cheapest du
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -26,14 +26,15 @@ if TYPE_CHECKING:
 
 
 def whole_file(executor: Any, refs: Sequence[FileReference], tile: Range,
-               iterators: Sequence[object]) -> FileReference | None:
+               iterators: Sequence[object], sums: Mapping[str, Sums] | None = None
+               ) -> FileReference | None:
     """The task's only file when it can be copied byte for byte: one exact reference, no
     compaction ``iterators``, and every row strictly inside the task's ``tile`` (judged on
     the first row-key field from the cached footer statistics)."""
     if len(refs) != 1 or refs[0].approximate or iterators:
         return None
     ref = refs[0]
-    _, footer = executor.footers.open(ref.filename)
+    _, footer = executor.footers.open(ref.filename, (sums or {}).get(ref.filename))
     if footer.metadata.num_rows != ref.records or not footer.mins or \
             any(m is None for m in footer.mins + footer.maxs):
         return None

@@ -34,11 +34,13 @@ from sediment.compaction.job import JobOutput, run_compaction_job
 from sediment.compaction.runner import JobResult, commit_job, record_job_started
 from sediment.compaction.strategy import CompactionJob
 from sediment.core.head import Head
+from sediment.core.model import FileSums
 from sediment.core.regions import Region
 from sediment.core.state import TableState
 from sediment.errors import SedimentError
 from sediment.files.staging import Staging
 from sediment.iterators.registry import iterators_from_property
+from sediment.query.planner import sums_of
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
 from sediment.storage.registry import open_object_store
@@ -54,7 +56,7 @@ _STORES: dict[tuple[str, str], ObjectStore] = {}
 
 def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
              properties: Mapping[str, Any], job: CompactionJob,
-             region: Region) -> JobOutput | str:
+             region: Region, sums: Mapping[str, FileSums] | None = None) -> JobOutput | str:
     """In a worker: run one job (its output, or why it failed, as ``execute_job``)."""
     key = (uri, repr(sorted(options.items())))
     objects = _STORES.get(key)
@@ -65,7 +67,7 @@ def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
             str(properties["compaction.iterators"]), schema,
             where=f"table {table} property compaction.iterators")
         out = run_compaction_job(objects, schema, properties, job, region, iterators,
-                                 staging=Staging(objects, table))
+                                 staging=Staging(objects, table), sums=sums)
     except (SedimentError, OSError) as e:
         return f"{type(e).__name__}: {e}"
     # the maintainer adopts the file before committing it (a new file is no orphan for GC's
@@ -119,7 +121,7 @@ class WorkerProcesses:
         objects = table.objects
         head = table.read_head() if head is None else head
         args = (objects.uri, objects.reopen_options(), table.name, head.schema,
-                dict(head.settings), job, region)
+                dict(head.settings), job, region, sums_of(head.state, job.inputs))
         for _ in range(RETRIES):
             with self._lock:
                 pool = self._pool

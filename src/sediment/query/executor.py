@@ -163,7 +163,7 @@ class Executor:
         footer = self.footers.cached(ref.filename)
         pf = None
         if footer is None:
-            pf, footer = self.footers.open(ref.filename)
+            pf, footer = self.footers.open(ref.filename, sub.sums.get(ref.filename))
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
         if sub.ranges:  # per-field regions: every limited field's statistics
             groups = box_row_groups(self.schema, footer.metadata, groups, sub.ranges)
@@ -192,13 +192,14 @@ class Executor:
             columns = [*columns, SEQ]
         if not groups:
             return  # a file the key filters rule out is not even opened
+        sums = sub.sums.get(ref.filename)
         if pf is None:
-            pf, _ = self.footers.open(ref.filename)
+            pf, _ = self.footers.open(ref.filename, sums)
         opened = [pf]
 
         def read(run: list[int], attempt: int) -> pa.Table:
             if attempt:  # a fresh file: nothing of the first read is reused
-                opened[0], _ = self.footers.open(ref.filename)
+                opened[0], _ = self.footers.open(ref.filename, sums)
             if len(run) == 1:
                 # use_threads=False: a small row group decodes faster on this thread than
                 # it is dispatched to Arrow's pool (sub-queries already run in parallel)

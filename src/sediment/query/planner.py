@@ -7,11 +7,11 @@ rows inside the leaf's region (leaves do not overlap, so no row is read twice) a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from sediment.core.model import FileReference
+from sediment.core.model import FileReference, FileSums
 from sediment.core.regions import Range, Region
 from sediment.core.state import TableState
 from sediment.errors import DataError, QueryError
@@ -22,12 +22,15 @@ from sediment.schema import Schema
 
 @dataclass(frozen=True, slots=True)
 class SubQuery:
-    """Read ``references`` restricted to ``region`` and ``ranges`` (None: everything)."""
+    """Read ``references`` restricted to ``region`` and ``ranges`` (None: everything);
+    ``sums``: the checksums the table has for those files (by filename; files written before
+    checksums are absent), against which a footer is checked when it is first read."""
 
     leaf_id: str
     region: Region
     references: tuple[FileReference, ...]
     ranges: tuple[Range, ...] | None
+    sums: Mapping[str, FileSums] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +115,21 @@ def plan_query(state: TableState, ranges: tuple[Range, ...] | None) -> QueryPlan
         if leaf.parent_id is not None:
             refs = refs + above.inherited(leaf.parent_id)
         if refs:
-            subs.append(SubQuery(leaf.id, leaf.region, tuple(refs), hit))
+            subs.append(SubQuery(leaf.id, leaf.region, tuple(refs), hit,
+                                 sums_of(state, refs)))
     return QueryPlan(state.version, tuple(subs))
+
+
+def sums_of(state: TableState, refs: Sequence[FileReference]) -> dict[str, FileSums]:
+    """The checksums ``state`` has for the files of ``refs`` (those it has: files written
+    before checksums have none), looked up through each reference's partition so a state
+    loaded from a snapshot decodes only those partitions' sums."""
+    out: dict[str, FileSums] = {}
+    for r in refs:
+        found = state.file_sums(r.filename, r.partition_id)
+        if found is not None:
+            out[r.filename] = found
+    return out
 
 
 class _InheritedReferences:

@@ -32,7 +32,7 @@ from sediment.core.state import TableState
 from sediment.errors import NotCoShardedError, QueryError
 from sediment.files.sample import COUNT, cut_keys
 from sediment.handle import handle_of
-from sediment.query.planner import SubQuery
+from sediment.query.planner import SubQuery, sums_of
 
 if TYPE_CHECKING:
     from sediment.query.prepare import PreparedQuery
@@ -118,7 +118,7 @@ def subquery(state: TableState, region: Region, ranges: tuple[Range, ...] | None
     for p in state.partitions.values():
         if _overlaps(p.region, region):
             refs.extend(state.references(p.id).values())
-    return SubQuery(f"piece-{index}", region, tuple(refs), ranges)
+    return SubQuery(f"piece-{index}", region, tuple(refs), ranges, sums_of(state, refs))
 
 
 def check_co_sharded(left: TableState, right: TableState, lname: str, rname: str) -> None:
