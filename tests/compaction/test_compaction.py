@@ -643,7 +643,7 @@ def test_killed_compaction_process(tmp_path: Path) -> None:
         from sediment.compaction.job import run_compaction_job
         from sediment.compaction.runner import compact
         t = sd.Store.open({str(tmp_path)!r}).table({table.name!r})
-        def runner(table, state, jobs):
+        def runner(table, state, jobs, *, on_done=None, head=None):  # a JobRunner
             for j in jobs:
                 run_compaction_job(table.objects, table.schema, table.properties, j,
                                    state.partitions[j.partition_id].region)
