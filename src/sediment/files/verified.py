@@ -10,7 +10,7 @@ then raised as :class:`~sediment.errors.CorruptDataError` naming the table and t
 (:func:`damaged`). DataFusion, DuckDB and Polars verify nothing, so the readers that hand them
 files (compaction's local merge) check a whole-file CRC instead, when the file's sums are known.
 
-A file's *sums* (:class:`Sums`, ``core.model.FileSums`` once recorded in the state) are its
+A file's *sums* (``core.model.FileSums``, recorded in the state) are its
 size, the CRC-32 of its footer (the last ``length + 8`` bytes), of the whole file and of its
 sample; a reader given sums checks what it reads against them, and one given None (a file
 written before sums) reads as before, with page CRCs only.
@@ -19,11 +19,12 @@ written before sums) reads as before, with page CRCs only.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.core.model import FileSums
 from sediment.errors import CorruptDataError, StorageError
 from sediment.storage.checksums import crc32
 
@@ -41,20 +42,9 @@ READS = 2
 _T = TypeVar("_T")
 
 
-class Sums(Protocol):
-    """What a reader checks a data file against: ``core.model.FileSums`` has these fields."""
-
-    @property
-    def size(self) -> int: ...
-
-    @property
-    def footer(self) -> int: ...
-
-    @property
-    def crc(self) -> int: ...
-
-    @property
-    def sample(self) -> int | None: ...
+Sums = FileSums
+"""What a reader checks a data file against: the sums its commit recorded (one name for the
+readers' signatures; tests may pass any object with these fields)."""
 
 
 def page_damage(e: BaseException) -> bool:
