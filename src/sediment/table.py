@@ -275,6 +275,25 @@ class Table:
         """
         return self._handle.states.commit(SetOnline(online)).version
 
+    def delete(self, keys: Sequence[Any] | None = None,
+               ranges: Sequence[Range] | Range | None = None, *,
+               filter: Any = None) -> int:  # noqa: A002 (the public name)
+        """Delete, in one transaction, every record committed before it of ``keys`` (row
+        keys: all their records), in ``ranges``, and/or matching ``filter`` (a
+        ``pc.Expression`` or ``--where`` text; with keys or ranges, the records of those
+        that match it); returns the new version. A metadata commit: no data is read or
+        written, whatever it covers; reads drop the records from this version on, earlier
+        versions still hold them, and compaction removes them for good. Records written
+        after it (an insert of a deleted key) are kept.
+
+        Raises QueryError naming the table: nothing named (``clear()`` deletes every
+        record), a key, range or filter that does not fit the table; TransactionError: the
+        commit was refused or its outcome is unknown.
+        """
+        from sediment.ingest.records import delete
+
+        return delete(self._handle, keys, ranges, filter=filter)
+
     def clear(self) -> int:
         """Remove every record in one transaction; returns the new version. Schema, properties
         and partitions are kept. The files become unreferenced: older versions (time travel,

@@ -38,6 +38,7 @@ from sediment.compaction.sources import (
     resolve_inputs,
 )
 from sediment.compaction.strategy import CompactionJob
+from sediment.core.deletions import Deletion
 from sediment.core.prefetch import prefetched
 from sediment.core.regions import Region
 from sediment.errors import JobError, SedimentError
@@ -48,6 +49,7 @@ from sediment.files.staging import Staging
 from sediment.files.verified import Sums
 from sediment.files.writer import SortedFileWriter, WrittenFile
 from sediment.iterators.base import RecordIterator, apply_iterators
+from sediment.query.deletes import Deletes
 from sediment.schema import Schema, quote_identifier
 from sediment.settings import as_settings
 from sediment.storage.base import ObjectStore
@@ -68,13 +70,16 @@ class JobOutput:
     staging: Staging | None = field(default=None, compare=False, repr=False)
     """The staging holding ``written`` in this process until its commit settles (None for an
     output rebuilt from another process's answer: its committer adopts the file)."""
+    settles: int = field(default=0, kw_only=True)
+    """The version of the head whose deletions pending in the partition the job applied
+    (0: none): its commit may settle them (``ReplaceFileReferences.settles``)."""
 
     def handed_over(self) -> JobOutput:
         """This output for another process to adopt and commit (a pool worker's, for the
         maintainer): its file is no longer this process's to protect."""
         if self.staging is not None:
             self.staging.hand_over()
-        return JobOutput(self.written, self.rows_in, self.seconds)
+        return JobOutput(self.written, self.rows_in, self.seconds, settles=self.settles)
 
 
 def _coarse_region_filter(schema: Schema, region: Region | None) -> Any:
@@ -263,11 +268,14 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                        job: CompactionJob, region: Region,
                        iterators: Sequence[RecordIterator] = (), *,
                        staging: Staging | None = None,
-                       sums: Mapping[str, Sums] | None = None) -> JobOutput:
+                       sums: Mapping[str, Sums] | None = None,
+                       deletions: Sequence[Deletion] = (), settles: int = 0) -> JobOutput:
     """Merge the job's inputs into one new file (not committed: see the runner), staged in
     ``staging`` (a new one when None), which the output carries to its commit. Inputs are
     verified before or as they are merged (against ``sums``, the inputs' sums by filename,
-    where known): a damaged input fails the job with CorruptDataError."""
+    where known): a damaged input fails the job with CorruptDataError. The records
+    ``deletions`` remove (those pending in the partition at the head of version
+    ``settles``) are dropped before the iterators run, and the output says ``settles``."""
     started = time.perf_counter()
     properties = as_settings(properties)  # once: the helpers below take it as it is
     staging = Staging(objects) if staging is None else staging
@@ -290,7 +298,7 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                             name="compaction-merge")
         stream = _counted(merged, rows_in) if _inside(inputs, region) else \
             _in_region(merged, schema.row_key_names, region, rows_in)
-        stream = apply_iterators(stream, iterators)
+        stream = apply_iterators(Deletes(schema).apply_batches(stream, deletions), iterators)
         writer = SortedFileWriter(objects, staging.new_file(job.partition_id), schema,
                                   properties, sequence=True)
         for b in stream:
@@ -300,11 +308,13 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
             staging.delete([writer.filename])
             writer = None
             wrote = True
-            return JobOutput(None, rows_in[0], time.perf_counter() - started, staging)
+            return JobOutput(None, rows_in[0], time.perf_counter() - started, staging,
+                             settles=settles)
         written = writer.close()
         writer = None
         wrote = True
-        return JobOutput(written, rows_in[0], time.perf_counter() - started, staging)
+        return JobOutput(written, rows_in[0], time.perf_counter() - started, staging,
+                         settles=settles)
     except SedimentError:
         raise
     except Exception as e:

@@ -23,6 +23,7 @@ from sediment.compaction.strategy import (
     plan_compaction_jobs,
     plan_reference_splits,
 )
+from sediment.core.deletions import applicable
 from sediment.core.head import Head
 from sediment.core.model import FileReference
 from sediment.core.regions import Region
@@ -194,7 +195,8 @@ def commit_job(table: TableHandle, job: CompactionJob, out: JobOutput | str, *,
         # refused for certain (inputs reassigned, table dropped): the output goes at once
         staging.commit(table.states, ReplaceFileReferences(
             job.job_id, job.partition_id, tuple(r.filename for r in job.inputs), output,
-            checksums={} if w is None or w.sums is None else {w.filename: w.sums}))
+            checksums={} if w is None or w.sums is None else {w.filename: w.sums},
+            settles=out.settles))
     except (SedimentError, OSError) as e:
         return failed(_reason(e))
     status.record("compaction", job.job_id, "committed", partition_id=job.partition_id)
@@ -215,7 +217,10 @@ def execute_job(table: TableHandle, job: CompactionJob, region: Region, *,
         head = table.read_head() if head is None else head
         return run_compaction_job(table.objects, head.schema, head.settings, job, region,
                                   head.iterators, staging=Staging(table.objects, table.name),
-                                  sums=sums_of(head.state, job.inputs))
+                                  sums=sums_of(head.state, job.inputs),
+                                  deletions=applicable(head.state.deletions, job.partition_id,
+                                                       region),
+                                  settles=head.state.version)
     except (SedimentError, OSError) as e:
         return _reason(e)
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sediment.core import references as references_module
+from sediment.core.deletions import Deletion
 from sediment.core.keys import Key
 from sediment.core.model import FileReference, FileSums, Partition
 from sediment.core.references import (
@@ -61,6 +62,9 @@ class TableState:
         stay in its Arrow reference table until asked for (see ``file_sums``). Entries of
         files no longer in the table may linger: ``file_sums`` answers for live files only."""
         self._snapshot_sums: SnapshotSums | None = None
+        self.deletions: tuple[Deletion, ...] = ()
+        """Records deleted by key, range or predicate and not yet settled everywhere
+        (sediment.core.deletions), oldest first. Replaced, never changed in place."""
         self._refs: dict[str, dict[str, FileReference]] = {}
         self._lazy: dict[str, LazyReferences] = {}
         self._owned: set[str] = set()
@@ -83,6 +87,7 @@ class TableState:
         c._snapshot_sums = self._snapshot_sums
         c.jobs = dict(self.jobs)
         c.expired_leases = self.expired_leases
+        c.deletions = self.deletions
         # _lazy before _refs: a reader materialising a partition meanwhile (see _materialise)
         # leaves it in one of the two copies, never in neither
         c._lazy = dict(self._lazy)
@@ -289,6 +294,7 @@ class TableState:
             "unreferenced": dict(sorted(self.unreferenced.items())),
             "jobs": dict(sorted(self.jobs.items())),
             "sums": {k: tuple(v) for k, v in self.all_file_sums().items()},
+            "deletions": [d.to_json() for d in self.deletions],
         }
 
     def __eq__(self, other: object) -> bool:

@@ -29,6 +29,7 @@ from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
 from sediment.files.verified import reading
 from sediment.iterators.base import RecordIterator, apply_iterators
+from sediment.query.deletes import Deletes
 from sediment.query.filters import QueryFilter
 from sediment.query.footers import FileFooter, FooterCache
 from sediment.query.planner import QueryPlan, SubQuery
@@ -133,6 +134,7 @@ class Executor:
         self.footers = footers
         self.threads = threads or (os.cpu_count() or 2)
         self.single_field_key = len(schema.row_keys) == 1
+        self.deletes = Deletes(schema)
         first = schema.row_keys[0].type
         # query values are the model's: temporal keys as integers, hashed as int64 like the
         # files' (see keyfilter.hash_keys)
@@ -222,8 +224,8 @@ class Executor:
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self.point_hashes(sub)
         # several files: merged by (keys, sequence) so equal keys come out in commit order
-        # (one file's rows are in that order already)
-        sequence = len(sub.references) > 1
+        # (one file's rows are in that order already); deletions judge records by sequence
+        sequence = len(sub.references) > 1 or bool(sub.deletions)
         per_file = [p for ref in sub.references
                     if (p := list(self._file_row_groups(ref, sub, columns, hashes,
                                                         sequence=sequence,
@@ -232,12 +234,13 @@ class Executor:
             return schema.empty_table()
         if len(per_file) == 1:
             # one file's row groups are already in key order: no sort
-            data = without_sequence(pa.concat_tables(per_file[0]))
+            data = pa.concat_tables(per_file[0])
         else:
             streams = [(b for t in p for b in t.to_batches()) for p in per_file]
-            merged = merge_sorted(streams, merge_names(self.schema.key_names),
-                                  schema.append(SEQ_FIELD))
-            data = pa.Table.from_batches([without_sequence(b) for b in merged], schema=schema)
+            data = pa.Table.from_batches(
+                list(merge_sorted(streams, merge_names(self.schema.key_names),
+                                  schema.append(SEQ_FIELD))), schema=schema.append(SEQ_FIELD))
+        data = without_sequence(self.deletes.apply(data, sub.deletions))
         if iterators:
             batches = apply_iterators(iter(data.to_batches()), iterators)
             data = pa.Table.from_batches(list(batches), schema=schema)
@@ -292,7 +295,7 @@ class Executor:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self.point_hashes(sub)
-        sequence = len(sub.references) > 1
+        sequence = len(sub.references) > 1 or bool(sub.deletions)
         streams = [
             (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence,
                                               query_filter=query_filter)
@@ -301,8 +304,9 @@ class Executor:
         ]
         merged: Iterator[pa.RecordBatch]
         if sequence:
-            merged = (without_sequence(b) for b in merge_sorted(
-                streams, merge_names(self.schema.key_names), schema.append(SEQ_FIELD)))
+            merged = (without_sequence(b) for b in self.deletes.apply_batches(merge_sorted(
+                streams, merge_names(self.schema.key_names), schema.append(SEQ_FIELD)),
+                sub.deletions))
         else:
             merged = merge_sorted(streams, self.schema.key_names, schema)
         out = apply_iterators(merged, iterators)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sediment.core.deletions import Deletion, applicable
 from sediment.core.model import FileReference, FileSums
 from sediment.core.regions import Range, Region
 from sediment.core.state import TableState
@@ -31,6 +32,9 @@ class SubQuery:
     references: tuple[FileReference, ...]
     ranges: tuple[Range, ...] | None
     sums: Mapping[str, FileSums] = field(default_factory=dict)
+    deletions: tuple[Deletion, ...] = ()
+    """The table's deletions pending in this leaf (sediment.core.deletions): the read drops
+    the records they remove."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +120,8 @@ def plan_query(state: TableState, ranges: tuple[Range, ...] | None) -> QueryPlan
             refs = refs + above.inherited(leaf.parent_id)
         if refs:
             subs.append(SubQuery(leaf.id, leaf.region, tuple(refs), hit,
-                                 sums_of(state, refs)))
+                                 sums_of(state, refs),
+                                 applicable(state.deletions, leaf.id, leaf.region)))
     return QueryPlan(state.version, tuple(subs))
 
 

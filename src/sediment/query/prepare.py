@@ -76,7 +76,6 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
             filter, schema, table,
             record_by_record=all(isinstance(it, AgeOff | RowFilter) for it in its))
         extra |= set(query_filter.fields)
-    read = [c for c in schema.field_names if c in wanted or c in schema.key_names or c in extra]
     asked = normalise_ranges(state, request.keys, request.ranges, table)
     narrow = query_filter.key_ranges if query_filter is not None else None
     plan = plan_query(state, narrow if asked is None and narrow is not None else asked)
@@ -88,6 +87,10 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
         # the plan reads exactly the rows the filter passes (row keys are never null, and
         # iterators keep every record's row key): applying it again would change nothing
         query_filter = None
+    deletions = {d.version: d for s in plan.subqueries for d in s.deletions}
+    if deletions:  # what they delete is judged on the keys and their filters' fields
+        extra |= executor.deletes.fields(list(deletions.values()))
+    read = [c for c in schema.field_names if c in wanted or c in schema.key_names or c in extra]
     return Scan(executor, plan, schema, read, wanted, its, on_missing, query_filter, request,
                 source)
 

@@ -41,7 +41,7 @@ def _run_on_executor(spec: dict[str, Any], name: str, job: CompactionJob, region
     return {"job_id": job.job_id, "filename": w.filename if w else None,
             "rows": w.rows if w else 0, "bytes": w.bytes if w else 0,
             "sums": list(w.sums) if w and w.sums else None,
-            "rows_in": out.rows_in, "seconds": out.seconds}
+            "rows_in": out.rows_in, "seconds": out.seconds, "settles": out.settles}
 
 
 def _output(o: dict[str, Any]) -> JobOutput | str:
@@ -50,7 +50,7 @@ def _output(o: dict[str, Any]) -> JobOutput | str:
     sums = o.get("sums")
     written = None if o["filename"] is None else WrittenFile(
         o["filename"], o["rows"], o["bytes"], None if sums is None else FileSums(*sums))
-    return JobOutput(written, o["rows_in"], o["seconds"])
+    return JobOutput(written, o["rows_in"], o["seconds"], settles=int(o.get("settles", 0)))
 
 
 def run_jobs_on_spark(table: TableHandle, state: TableState, jobs: Sequence[CompactionJob], *,

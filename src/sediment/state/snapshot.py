@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.core.deletions import Deletion
 from sediment.core.model import FileSums, Partition
 from sediment.core.references import REFERENCE_COLUMNS, SUM_COLUMNS, CowDict
 from sediment.core.state import TableState, partition_runs
@@ -275,6 +276,9 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: KnownDigests
                          if (s := state.file_sums(f)) is not None]
     if unreferenced_sums:  # omitted when none: older readers ignore the key anyway
         pointer["unreferenced_sums"] = _json_object(objects, unreferenced_sums, known)
+    if state.deletions:  # likewise (a delete by many keys makes a large list: an object)
+        pointer["deletions"] = _json_object(objects, [d.to_json() for d in state.deletions],
+                                            known)
     objects.put(snapshot_key(state.version), sealed(pointer))
     return pointer
 
@@ -364,6 +368,9 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
         if "unreferenced_sums" in doc:
             sums = _read_json(objects, f"{OBJECT_PREFIX}{doc['unreferenced_sums']}.json", where)
             state.sums = CowDict((str(f), FileSums.from_json(v)) for f, v in sums)
+        if "deletions" in doc:
+            state.deletions = tuple(Deletion.from_json(d) for d in _read_json(
+                objects, f"{OBJECT_PREFIX}{doc['deletions']}.json", where))
         state.jobs = {j: (str(p), float(t)) for j, (p, t) in doc.get("jobs", {}).items()}
         state.expired_leases = {str(k): float(t)
                                 for k, t in doc.get("expired_leases", {}).items()}
@@ -379,8 +386,9 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
                                    f"{e!r}") from e
     if known is not None:
         _noted(known, [*(r.digest for r in ranges), doc["metarange"], doc["partitions"],
-                       doc["unreferenced"], *([doc["unreferenced_sums"]]
-                                              if "unreferenced_sums" in doc else [])], started)
+                       doc["unreferenced"],
+                       *(doc[k] for k in ("unreferenced_sums", "deletions") if k in doc)],
+                started)
     return state
 
 

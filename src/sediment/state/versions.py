@@ -258,8 +258,8 @@ def _snapshot_digests(states: StateStore, version: int, out: set[str]) -> bool:
     try:
         doc = read_pointer(states.objects, version, states.table_id, name=states.name)
         out.update((doc["metarange"], doc["partitions"], doc["unreferenced"]))
-        if "unreferenced_sums" in doc:  # written only when unreferenced files have sums
-            out.add(doc["unreferenced_sums"])
+        # written only when unreferenced files have sums, and when deletions are pending
+        out.update(doc[k] for k in ("unreferenced_sums", "deletions") if k in doc)
     except ObjectNotFoundError:
         return True  # deleted since the listing (a concurrent prune): names nothing
     except (SedimentError, KeyError, TypeError) as e:

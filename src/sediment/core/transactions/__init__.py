@@ -2,9 +2,9 @@
 
 One module per family of kinds: ``table`` (create, properties, online, clear, reinitialise),
 ``files`` (files in and out), ``partitions`` (the tree and pushing references down), ``jobs``
-(compaction) and ``restore``. Every kind is listed here, in ``TRANSACTION_KINDS``: the log
-decodes those and refuses any other (``transaction_from_json``), and a kind a family defines but
-this list lacks fails the project's tests.
+(compaction), ``restore`` and ``records`` (deletes). Every kind is listed here, in
+``TRANSACTION_KINDS``: the log decodes those and refuses any other (``transaction_from_json``),
+and a kind a family defines but this list lacks fails the project's tests.
 """
 
 from collections.abc import Mapping, Sequence
@@ -26,6 +26,7 @@ from sediment.core.transactions.partitions import (
     SplitReference,
     follow_scheme,
 )
+from sediment.core.transactions.records import DeleteRecords
 from sediment.core.transactions.restore import RestoreVersion
 from sediment.core.transactions.table import (
     ClearTable,
@@ -51,7 +52,7 @@ TRANSACTION_KINDS: Mapping[str, type[Transaction]] = _by_kind((
     AddFiles, AddFilesWithSplits, DeleteFiles, ExpireLeases,
     SplitPartition, SplitFileReferences, FollowScheme,
     AssignJobIds, ReplaceFileReferences,
-    RestoreVersion,
+    RestoreVersion, DeleteRecords,
 ))
 """Every kind of transaction and its class (read-only). A kind is the log's name for its
 class, part of the on-storage format: a kind is added here, never renamed or removed."""
@@ -72,6 +73,7 @@ def transaction_from_json(kind: str, doc: dict[str, Any], *, where: str) -> Tran
 
 
 __all__ = ["AddFiles", "AddFilesWithSplits", "AssignJobIds", "ClearTable", "DeleteFiles",
+           "DeleteRecords",
            "ExpireLeases", "FollowScheme", "InitialiseTable",
            "JobAssignment", "ReinitialiseTable", "ReplaceFileReferences", "RestoreVersion",
            "SetOnline", "SetProperties",

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from sediment.core.deletions import settle_leaf
 from sediment.core.model import FileReference, FileSums, file_sequence
 from sediment.core.state import TableState
 from sediment.core.transactions.base import (
@@ -101,6 +102,10 @@ class ReplaceFileReferences(Transaction):
     output: FileReference | None
     checksums: Mapping[str, FileSums] = field(default_factory=lambda: NO_SUMS, kw_only=True)
     """The output's checksums (FileSums), by filename, as the job's writer took them."""
+    settles: int = field(default=0, kw_only=True)
+    """The version of the head whose deletions the job applied to its records (0: none): the
+    deletions up to it are settled in the partition when nothing older is left there
+    (sediment.core.deletions.settle_leaf)."""
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
@@ -134,19 +139,25 @@ class ReplaceFileReferences(Transaction):
             state.put_reference(self.output._replace(
                 job_id=None, sequence=file_sequence(state.version + 1, 0), sequenced=True))
             state.put_sums(self.checksums)
+        if self.settles:
+            state.deletions = settle_leaf(state, self.partition_id, self.settles,
+                                          None if self.output is None else self.output.filename)
 
     def to_json(self) -> dict[str, Any]:
-        return with_sums({"job_id": self.job_id, "partition": self.partition_id,
-                          "inputs": list(self.inputs),
-                          "output": None if self.output is None else self.output.to_json()},
-                         self.checksums)
+        doc = with_sums({"job_id": self.job_id, "partition": self.partition_id,
+                         "inputs": list(self.inputs),
+                         "output": None if self.output is None else self.output.to_json()},
+                        self.checksums)
+        if self.settles:  # omitted when 0: entries of jobs that settle nothing stay as they were
+            doc["settles"] = self.settles
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ReplaceFileReferences:
         out = doc.get("output")
         return cls(doc["job_id"], doc["partition"], doc["inputs"],
                    None if out is None else FileReference.from_json(out),
-                   checksums=sums_from_json(doc))
+                   checksums=sums_from_json(doc), settles=int(doc.get("settles", 0)))
 
     def new_files(self) -> list[str]:
         return [] if self.output is None else [self.output.filename]

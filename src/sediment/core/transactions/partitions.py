@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from sediment.core.deletions import split_leaf
 from sediment.core.keys import Key, decode_key, encode_key
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import ROOT_PARTITION_ID, TableState
@@ -180,6 +181,7 @@ class SplitPartition(Transaction):
         left, right = p.region.split(self.split_key, self.dimension)
         state.partitions[self.left_id] = Partition(self.left_id, p.id, left)
         state.partitions[self.right_id] = Partition(self.right_id, p.id, right)
+        state.deletions = split_leaf(state.deletions, p.id, (self.left_id, self.right_id))
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"partition": self.partition_id,

@@ -9,9 +9,10 @@ file it brings back still exists (not yet garbage-collected).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from sediment.core.deletions import Deletion
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
 from sediment.core.transactions.base import (
@@ -32,6 +33,9 @@ class RestoreVersion(Transaction):
     """(partition id, filename) references of the head that the old version did not have."""
     add: Sequence[FileReference]
     """References of the old version that the head does not have."""
+    deletions: Sequence[Deletion] | None = field(default=None, kw_only=True)
+    """The old version's deletions (None in entries written before deletions existed, whose
+    tables had none)."""
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
@@ -57,16 +61,22 @@ class RestoreVersion(Transaction):
         live = {r.job_id for pid in state.partitions_with_references()
                 for r in state.references(pid).values() if r.job_id is not None}
         state.jobs = {j: v for j, v in state.jobs.items() if j in live}
+        state.deletions = tuple(self.deletions or ())
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "partitions": [p.to_json() for p in self.partitions],
-                "drop": [list(d) for d in self.drop], "add": [r.to_json() for r in self.add]}
+        doc = {"version": self.version, "partitions": [p.to_json() for p in self.partitions],
+               "drop": [list(d) for d in self.drop], "add": [r.to_json() for r in self.add]}
+        if self.deletions is not None:
+            doc["deletions"] = [d.to_json() for d in self.deletions]
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RestoreVersion:
         return cls(int(doc["version"]), [Partition.from_json(p) for p in doc["partitions"]],
                    [(str(p), str(f)) for p, f in doc["drop"]],
-                   [FileReference.from_json(r) for r in doc["add"]])
+                   [FileReference.from_json(r) for r in doc["add"]],
+                   deletions=None if "deletions" not in doc else
+                   tuple(Deletion.from_json(d) for d in doc["deletions"]))
 
     def summary(self) -> str:
         return f"restored version {self.version} (-{len(self.drop)} +{len(self.add)} references)"
@@ -90,4 +100,4 @@ def plan_restore(head: TableState, old: TableState) -> RestoreVersion:
             if n is None or n.records != r.records:
                 add.append(r._replace(job_id=None))
     return RestoreVersion(old.version, sorted(old.partitions.values(), key=lambda p: p.id),
-                          drop, add)
+                          drop, add, deletions=old.deletions)

@@ -174,6 +174,7 @@ class ClearTable(Transaction):
             for f in list(state.references(pid)):
                 state.remove_reference(pid, f, time)
         state.jobs = {}
+        state.deletions = ()  # nothing is left for them to delete
 
     def to_json(self) -> dict[str, Any]:
         return {}

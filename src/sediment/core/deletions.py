@@ -1,0 +1,139 @@
+"""Deletions: records removed by key, range or predicate, as metadata in the state.
+
+A delete commits no data and reads none: ``DeleteRecords`` adds a :class:`Deletion` to the
+state, and every reader (queries, scans, compaction) drops the records it covers. What it
+covers is fixed by sequence, as every other order between writes in an LSM tree is
+(``sediment.files.sequence``): a deletion made by the commit at version ``v`` removes the
+records of its ranges (and, with a filter, those matching it) whose sequence is below
+``v << RANK_BITS``, i.e. every record committed before it, and never one committed after it,
+whatever order compactions, splits and concurrent writers commit in. So a compaction that
+merged records before a delete and commits after it cannot bring them back, and an insert
+of a deleted key after the delete is kept.
+
+A deletion stays in the state while a leaf may still hold a record it covers: ``pending``
+names those leaves. A compaction of a leaf applies every deletion pending there and, when its
+output leaves nothing older in the leaf or its ancestors (``settle_leaf``), settles them in
+that leaf; a split hands a leaf's pending deletions to its children; a deletion pending
+nowhere is gone. Pure: functions of a state, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sediment.core.keys import decode_key, encode_key
+from sediment.core.model import RANK_BITS
+from sediment.core.regions import Range, Region
+
+if TYPE_CHECKING:
+    from sediment.core.state import TableState
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """Records removed by the commit at ``version``: those in ``ranges`` (None: every row key)
+    matching ``filter`` (a filter's wire tree, sediment.query.wire; None: every record),
+    committed before it. ``pending``: the leaves that may still hold such records."""
+
+    version: int
+    ranges: tuple[Range, ...] | None
+    filter: Mapping[str, Any] | None
+    pending: frozenset[str]
+
+    @property
+    def bound(self) -> int:
+        """Records with a sequence below this are covered (every commit before ``version``
+        has smaller sequences; the deleting commit's own files, such as an overwrite's new
+        records, have sequences from this up)."""
+        return self.version << RANK_BITS
+
+    def overlaps(self, region: Region) -> bool:
+        """Whether a record of ``region`` may be covered (its ranges meet the region)."""
+        return self.ranges is None or any(r.overlaps(region) for r in self.ranges)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"version": self.version, "pending": sorted(self.pending)}
+        if self.ranges is not None:
+            doc["ranges"] = [range_to_json(r) for r in self.ranges]
+        if self.filter is not None:
+            doc["filter"] = dict(self.filter)
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Deletion:
+        ranges = doc.get("ranges")
+        return cls(int(doc["version"]),
+                   None if ranges is None else tuple(range_from_json(r) for r in ranges),
+                   doc.get("filter"), frozenset(str(p) for p in doc.get("pending", ())))
+
+
+def range_to_json(r: Range) -> dict[str, Any]:
+    """A key range's JSON form (prefix ends kept as given)."""
+    return {"start": encode_key(r.start), "end": encode_key(r.end),
+            "start_inclusive": r.start_inclusive, "end_inclusive": r.end_inclusive}
+
+
+def range_from_json(doc: Mapping[str, Any]) -> Range:
+    return Range(decode_key(doc.get("start")), decode_key(doc.get("end")),
+                 start_inclusive=bool(doc.get("start_inclusive", True)),
+                 end_inclusive=bool(doc.get("end_inclusive", False)))
+
+
+def pending_leaves(state: TableState, ranges: tuple[Range, ...] | None) -> frozenset[str]:
+    """The leaves that may hold records of ``ranges``: those meeting them that hold, or
+    whose ancestors hold, any reference (an empty leaf has nothing to delete)."""
+    out = set()
+    for leaf in state.leaf_partitions():
+        if ranges is not None and not any(r.overlaps(leaf.region) for r in ranges):
+            continue
+        if state.references(leaf.id) or any(state.references(a.id)
+                                            for a in state.ancestors(leaf.id)):
+            out.add(leaf.id)
+    return frozenset(out)
+
+
+def applicable(deletions: Iterable[Deletion], leaf_id: str, region: Region
+               ) -> tuple[Deletion, ...]:
+    """The deletions a read of ``region`` in leaf ``leaf_id`` applies."""
+    return tuple(d for d in deletions if leaf_id in d.pending and d.overlaps(region))
+
+
+def settle_leaf(state: TableState, leaf_id: str, through: int, output: str | None
+                ) -> tuple[Deletion, ...]:
+    """``state``'s deletions once a compaction of ``leaf_id`` that applied every deletion up
+    to version ``through`` committed its ``output`` file (``state``: after its references
+    were replaced).
+
+    They are settled in the leaf when nothing there can hold an older record they cover:
+    no ancestor holds references, and every reference left in the leaf is the job's output
+    or a file ingested after the deletion (all its records newer). A file holding records of
+    several commits (``sequenced``: another compaction's output) may hold older ones, and a
+    deletion after ``through`` was not applied: those stay pending."""
+    if not state.deletions or through <= 0:
+        return state.deletions
+    if any(state.references(a.id) for a in state.ancestors(leaf_id)):
+        return state.deletions
+    refs = state.references(leaf_id).values()
+    out = []
+    for d in state.deletions:
+        if leaf_id in d.pending and d.version <= through and all(
+                r.filename == output or (not r.sequenced and r.sequence >= d.bound)
+                for r in refs):
+            d = replace(d, pending=d.pending - {leaf_id})
+        if d.pending:
+            out.append(d)
+    return tuple(out)
+
+
+def split_leaf(deletions: Sequence[Deletion], leaf_id: str, children: Sequence[str]
+               ) -> tuple[Deletion, ...]:
+    """``deletions`` after leaf ``leaf_id`` split into ``children``: what was pending in the
+    leaf is pending in each child."""
+    out = []
+    for d in deletions:
+        if leaf_id in d.pending:
+            d = replace(d, pending=(d.pending - {leaf_id}) | frozenset(children))
+        out.append(d)
+    return tuple(out)

@@ -1,0 +1,74 @@
+"""DeleteRecords: records removed by key, range or predicate, committed as metadata.
+
+The transaction names what to delete (key ranges, a filter's wire tree, or both); applying
+it adds a :class:`~sediment.core.deletions.Deletion` covering every record committed before
+it there, pending in the leaves that may hold one. No data file is read or written, so a
+delete commits in one log write whatever it covers; readers drop the records from then on
+and compaction removes them for good (sediment.core.deletions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sediment.core.deletions import Deletion, pending_leaves, range_from_json, range_to_json
+from sediment.core.regions import Range
+from sediment.core.state import TableState
+from sediment.core.transactions.base import Transaction, counted, fail, require_initialised
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecords(Transaction):
+    """Delete the records in ``ranges`` (None: every row key) that match ``filter`` (a
+    filter's wire tree; None: every record), committed before this."""
+
+    kind: ClassVar[str] = "delete_records"
+    ranges: tuple[Range, ...] | None
+    filter: Mapping[str, Any] | None = None
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        if self.ranges is None and self.filter is None:
+            raise fail(state, "a delete names key ranges, a filter or both "
+                              "(every record: clear the table)")
+        if self.ranges is not None and not self.ranges:
+            raise fail(state, "a delete of no ranges deletes nothing")
+        if state.schema is not None:
+            n = len(state.schema.row_key_names)
+            for r in self.ranges or ():
+                if r.per_field is not None:
+                    raise fail(state, "a delete takes key ranges, not per-field regions")
+                for end in (r.start, r.end):
+                    if end is not None and len(end) > n:
+                        raise fail(state, f"range end {end!r} has more values than the "
+                                          f"row key's {n} fields")
+
+    def apply(self, state: TableState, time: float) -> None:
+        pending = pending_leaves(state, self.ranges)
+        if pending:  # nothing holds a record it could cover: nothing to keep
+            state.deletions = (*state.deletions,
+                               Deletion(state.version + 1, self.ranges,
+                                        None if self.filter is None else dict(self.filter),
+                                        pending))
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        if self.ranges is not None:
+            doc["ranges"] = [range_to_json(r) for r in self.ranges]
+        if self.filter is not None:
+            doc["filter"] = dict(self.filter)
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> DeleteRecords:
+        ranges = doc.get("ranges")
+        return cls(None if ranges is None else tuple(range_from_json(r) for r in ranges),
+                   doc.get("filter"))
+
+    def summary(self) -> str:
+        what = [] if self.ranges is None else [counted(len(self.ranges), "range")]
+        if self.filter is not None:
+            what.append("a filter")
+        return "deleted records by " + " and ".join(what)

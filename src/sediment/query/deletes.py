@@ -1,0 +1,156 @@
+"""Applying deletions to records read: which of a leaf's merged records a delete removed.
+
+A :class:`~sediment.core.deletions.Deletion` removes the records committed before it (a
+sequence below its bound) in its key ranges that match its filter. Readers and compaction
+call :meth:`Deletes.apply` on records that still carry their sequence column
+(sediment.files.sequence), before the merge rule and the iterators, so a deleted record never
+reaches them. Vectorised: exact keys are one ``is_in`` (one-field keys) or one semi-join
+(composite keys) however many a delete names, other ranges one comparison each, the filter
+one Arrow evaluation.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sediment.core.deletions import Deletion
+from sediment.core.regions import Range
+from sediment.files.keys import range_mask
+from sediment.files.sequence import SEQ
+from sediment.query.expressions import decompose, field_names
+from sediment.query.wire import from_wire
+from sediment.schema import Schema
+
+_ROW = "__sediment_row"
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """One deletion ready to apply: its bound, exact keys as a table, other ranges, filter."""
+
+    bound: int
+    points: pa.Table | None
+    """Exact whole row keys it deletes (one column per row-key field)."""
+    ranges: tuple[Range, ...]
+    everything: bool
+    """No ranges: every row key."""
+    expression: pc.Expression | None
+    fields: frozenset[str]
+
+
+class Deletes:
+    """Compiles a table's deletions once each (by version) and applies them to records."""
+
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+        self.names = schema.row_key_names
+        self._arrow = schema.to_arrow()
+        self._compiled: dict[int, _Compiled] = {}
+        self._lock = threading.Lock()
+
+    def fields(self, deletions: Sequence[Deletion]) -> set[str]:
+        """Columns a read must fetch to apply ``deletions``: the row keys, and the fields
+        their filters read."""
+        out = set(self.names)
+        for d in deletions:
+            out |= self._compile(d).fields
+        return out
+
+    def _compile(self, d: Deletion) -> _Compiled:
+        with self._lock:
+            found = self._compiled.get(d.version)
+        if found is not None:
+            return found
+        points: list[tuple[object, ...]] = []
+        others: list[Range] = []
+        n = len(self.names)
+        for r in d.ranges or ():
+            if r.start is not None and r.start == r.end and len(r.start) == n \
+                    and r.start_inclusive and r.end_inclusive:
+                points.append(r.start)
+            else:
+                others.append(r)
+        table = None
+        if points:
+            table = pa.table({name: pa.array([p[i] for p in points],
+                                             type=self._arrow.field(name).type)
+                              for i, name in enumerate(self.names)})
+        expression: pc.Expression | None = None
+        fields: frozenset[str] = frozenset()
+        if d.filter is not None:
+            expression = from_wire(dict(d.filter), self._arrow)
+            named = field_names(decompose(expression))
+            fields = frozenset(self.schema.field_names if named is None else named)
+        compiled = _Compiled(d.bound, table, tuple(others), d.ranges is None, expression,
+                             fields)
+        with self._lock:
+            self._compiled[d.version] = compiled
+        return compiled
+
+    def apply(self, data: pa.Table, deletions: Sequence[Deletion]) -> pa.Table:
+        """``data`` (with its :data:`~sediment.files.sequence.SEQ` column) without the
+        records ``deletions`` remove."""
+        if not deletions or not data.num_rows:
+            return data
+        dead = np.zeros(data.num_rows, dtype=bool)
+        seq = data.column(SEQ).to_numpy()
+        for d in deletions:
+            c = self._compile(d)
+            older = seq < c.bound
+            if not older.any():
+                continue
+            hit = self._in_ranges(data, c)
+            if c.expression is not None:
+                hit &= self._matching(data, c.expression)
+            dead |= older & hit
+        return data.filter(pa.array(~dead)) if dead.any() else data
+
+    def apply_batches(self, batches: Iterator[pa.RecordBatch], deletions: Sequence[Deletion]
+                      ) -> Iterator[pa.RecordBatch]:
+        """:meth:`apply` batch by batch (each record is judged on its own)."""
+        if not deletions:
+            yield from batches
+            return
+        for b in batches:
+            out = self.apply(pa.Table.from_batches([b]), deletions)
+            if out.num_rows:
+                yield from out.combine_chunks().to_batches()
+
+    def _in_ranges(self, data: pa.Table, c: _Compiled) -> np.ndarray:
+        n = data.num_rows
+        if c.everything:
+            return np.ones(n, dtype=bool)
+        hit = np.zeros(n, dtype=bool)
+        if c.points is not None:
+            if len(self.names) == 1:
+                col = data.column(self.names[0])
+                found = pc.is_in(col, value_set=c.points.column(0).cast(col.type))
+                hit |= np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
+            else:
+                keys = data.select(self.names).append_column(
+                    _ROW, pa.array(np.arange(n, dtype=np.int64)))
+                rows = keys.join(c.points, self.names, join_type="left semi").column(_ROW)
+                hit[rows.to_numpy()] = True
+        for r in c.ranges:
+            m = range_mask(data, self.names, r)
+            if m is None:
+                return np.ones(n, dtype=bool)
+            hit |= np.asarray(pc.fill_null(m, False).to_numpy(zero_copy_only=False),
+                              dtype=bool)
+        return hit
+
+    @staticmethod
+    def _matching(data: pa.Table, expression: pc.Expression) -> np.ndarray:
+        """Rows the filter passes (a null result passes none, as a query's filter)."""
+        n = data.num_rows
+        rows = data.append_column(_ROW, pa.array(np.arange(n, dtype=np.int64))) \
+            .filter(expression).column(_ROW)
+        out = np.zeros(n, dtype=bool)
+        out[rows.to_numpy()] = True
+        return out
