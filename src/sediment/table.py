@@ -462,6 +462,30 @@ class Table:
 
         return ingest(self._handle, data, progress=progress, spill_dir=spill_dir)
 
+    def upsert(self, data: Any, *, progress: Callable[[int], None] | None = None,
+               spill_dir: str | None = None) -> IngestResult:
+        """Upsert records, in one transaction: each replaces every record of its record key
+        (row keys + sort keys) committed before it, whatever the table's merge rule, until
+        a later write of that key; of equal keys in ``data``, the last in input order wins.
+        Takes what :meth:`ingest` takes; costs what an ingest costs (the records replaced
+        are dropped by readers and, for good, by compaction).
+
+        Raises: as :meth:`ingest`. Nothing partial is ever committed.
+        """
+        from sediment.ingest import ingest
+
+        return ingest(self._handle, data, progress=progress, spill_dir=spill_dir, upsert=True)
+
+    def upsert_files(self, paths: Sequence[str] | str, *,
+                     progress: Callable[[int], None] | None = None,
+                     spill_dir: str | None = None) -> IngestResult:
+        """:meth:`upsert` the records of Parquet, CSV or JSON-lines files (as
+        :meth:`ingest_files` reads them; the last of equal keys in file order wins)."""
+        from sediment.ingest import ingest_files
+
+        return ingest_files(self._handle, paths, progress=progress, spill_dir=spill_dir,
+                            upsert=True)
+
     def ingest_files(self, paths: Sequence[str] | str, *,
                      progress: Callable[[int], None] | None = None,
                      spill_dir: str | None = None) -> IngestResult:

@@ -39,6 +39,7 @@ from sediment.compaction.sources import (
 )
 from sediment.compaction.strategy import CompactionJob
 from sediment.core.deletions import Deletion
+from sediment.core.model import is_upsert
 from sediment.core.prefetch import prefetched
 from sediment.core.regions import Region
 from sediment.errors import JobError, SedimentError
@@ -46,6 +47,7 @@ from sediment.files.keys import bounds_inside, region_mask
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names
 from sediment.files.staging import Staging
+from sediment.files.upserts import settle_batches, without_upsert_marks
 from sediment.files.verified import Sums
 from sediment.files.writer import SortedFileWriter, WrittenFile
 from sediment.iterators.base import RecordIterator, apply_iterators
@@ -73,13 +75,17 @@ class JobOutput:
     settles: int = field(default=0, kw_only=True)
     """The version of the head whose deletions pending in the partition the job applied
     (0: none): its commit may settle them (``ReplaceFileReferences.settles``)."""
+    upserts: bool = field(default=False, kw_only=True)
+    """The output holds upserted records that may replace records outside it
+    (``ReplaceFileReferences.upserts``)."""
 
     def handed_over(self) -> JobOutput:
         """This output for another process to adopt and commit (a pool worker's, for the
         maintainer): its file is no longer this process's to protect."""
         if self.staging is not None:
             self.staging.hand_over()
-        return JobOutput(self.written, self.rows_in, self.seconds, settles=self.settles)
+        return JobOutput(self.written, self.rows_in, self.seconds, settles=self.settles,
+                         upserts=self.upserts)
 
 
 def _coarse_region_filter(schema: Schema, region: Region | None) -> Any:
@@ -269,13 +275,17 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                        iterators: Sequence[RecordIterator] = (), *,
                        staging: Staging | None = None,
                        sums: Mapping[str, Sums] | None = None,
-                       deletions: Sequence[Deletion] = (), settles: int = 0) -> JobOutput:
+                       deletions: Sequence[Deletion] = (), settles: int = 0,
+                       complete: bool = False) -> JobOutput:
     """Merge the job's inputs into one new file (not committed: see the runner), staged in
     ``staging`` (a new one when None), which the output carries to its commit. Inputs are
     verified before or as they are merged (against ``sums``, the inputs' sums by filename,
     where known): a damaged input fails the job with CorruptDataError. The records
     ``deletions`` remove (those pending in the partition at the head of version
-    ``settles``) are dropped before the iterators run, and the output says ``settles``."""
+    ``settles``) are dropped before the iterators run, and the output says ``settles``.
+    Records an upsert replaced are dropped first (sediment.files.upserts); ``complete``: the
+    inputs are every record of the partition, so the output's upserted records have nothing
+    left to replace and lose their mark."""
     started = time.perf_counter()
     properties = as_settings(properties)  # once: the helpers below take it as it is
     staging = Staging(objects) if staging is None else staging
@@ -298,7 +308,13 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                             name="compaction-merge")
         stream = _counted(merged, rows_in) if _inside(inputs, region) else \
             _in_region(merged, schema.row_key_names, region, rows_in)
+        upserts = any(is_upsert(r.sequence) for r in job.inputs)
+        if upserts:
+            stream = settle_batches(stream, schema.key_names)
         stream = apply_iterators(Deletes(schema).apply_batches(stream, deletions), iterators)
+        if upserts and complete:
+            stream = without_upsert_marks(stream)
+        upserts = upserts and not complete
         writer = SortedFileWriter(objects, staging.new_file(job.partition_id), schema,
                                   properties, sequence=True)
         for b in stream:
@@ -309,12 +325,12 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
             writer = None
             wrote = True
             return JobOutput(None, rows_in[0], time.perf_counter() - started, staging,
-                             settles=settles)
+                             settles=settles, upserts=upserts)
         written = writer.close()
         writer = None
         wrote = True
         return JobOutput(written, rows_in[0], time.perf_counter() - started, staging,
-                         settles=settles)
+                         settles=settles, upserts=upserts)
     except SedimentError:
         raise
     except Exception as e:

@@ -196,11 +196,19 @@ def commit_job(table: TableHandle, job: CompactionJob, out: JobOutput | str, *,
         staging.commit(table.states, ReplaceFileReferences(
             job.job_id, job.partition_id, tuple(r.filename for r in job.inputs), output,
             checksums={} if w is None or w.sums is None else {w.filename: w.sums},
-            settles=out.settles))
+            settles=out.settles, upserts=out.upserts))
     except (SedimentError, OSError) as e:
         return failed(_reason(e))
     status.record("compaction", job.job_id, "committed", partition_id=job.partition_id)
     return JobResult(job, True, out.rows_in, rows_out, bytes_out, out.seconds)
+
+
+def merges_everything(state: TableState, job: CompactionJob) -> bool:
+    """Whether ``job``'s inputs are every record of its partition at ``state``: all its
+    references, and none above it (its output then has nothing older beside it)."""
+    refs = state.references(job.partition_id)
+    return {r.filename for r in job.inputs} == set(refs) and \
+        not any(state.references(a.id) for a in state.ancestors(job.partition_id))
 
 
 def _reason(e: BaseException) -> str:
@@ -220,7 +228,8 @@ def execute_job(table: TableHandle, job: CompactionJob, region: Region, *,
                                   sums=sums_of(head.state, job.inputs),
                                   deletions=applicable(head.state.deletions, job.partition_id,
                                                        region),
-                                  settles=head.state.version)
+                                  settles=head.state.version,
+                                  complete=merges_everything(head.state, job))
     except (SedimentError, OSError) as e:
         return _reason(e)
 

@@ -72,10 +72,24 @@ RANK_BITS = 24
 """Bits of a file sequence below the version: the rank of the file within its transaction."""
 
 
-def file_sequence(version: int, rank: int) -> int:
+UPSERT_BIT = 1 << (RANK_BITS - 1)
+"""The bit of a sequence that marks a record written by an upsert: it replaces every record
+of its record key (row keys + sort keys) with a smaller sequence (sediment.files.upserts).
+Above any rank a transaction reaches, so it only orders an upsert's files after the plain
+files of the same commit."""
+
+
+def file_sequence(version: int, rank: int, *, upsert: bool = False) -> int:
     """The sequence of the ``rank``-th distinct file (0-based, in the order the transaction
-    lists them) added by the commit at ``version``: later commits have greater sequences."""
-    return (version << RANK_BITS) | min(rank, (1 << RANK_BITS) - 1)
+    lists them) added by the commit at ``version``: later commits have greater sequences.
+    ``upsert``: the file's records replace older records of their record keys."""
+    seq = (version << RANK_BITS) | min(rank, UPSERT_BIT - 1)
+    return seq | UPSERT_BIT if upsert else seq
+
+
+def is_upsert(sequence: int) -> bool:
+    """Whether records of this sequence replace older records of their record keys."""
+    return bool(sequence & UPSERT_BIT)
 
 
 class FileReference(NamedTuple):

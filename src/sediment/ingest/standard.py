@@ -133,23 +133,26 @@ def delete_staged(table: TableHandle, filenames: Sequence[str]) -> None:
 
 
 def ingest(table: TableHandle, data: IngestInput, *, progress: Progress | None = None,
-           source: str = "input", spill_dir: SpillDir = None) -> IngestResult:
+           source: str = "input", spill_dir: SpillDir = None,
+           upsert: bool = False) -> IngestResult:
     """Ingest records into ``table`` as one transaction (see module docs; ``spill_dir``: see
     :func:`sediment.ingest.spill.resolve_spill_dir`). The head is read once, here: the
     records are cut at its leaves with its settings, and committed on it (the log is read
-    again only if another writer commits first)."""
+    again only if another writer commits first). ``upsert``: each record replaces every
+    older record of its record key (the last of equal keys in the input wins)."""
     folder = resolve_spill_dir(spill_dir, table.name)  # before reading any input
     return _ingest_batches(table, table.states.head(),
                            ((source, b) for b in iter_input(data, table.name, source)),
-                           progress, spill_dir=folder)
+                           progress, spill_dir=folder, upsert=upsert)
 
 
 def ingest_files(table: TableHandle, paths: Sequence[str] | str, *,
                  progress: Progress | None = None,
                  before_commit: BeforeCommit | None = None,
-                 spill_dir: SpillDir = None) -> IngestResult:
+                 spill_dir: SpillDir = None, upsert: bool = False) -> IngestResult:
     """Ingest Parquet, CSV and JSON-lines files (local or S3, globs allowed) in one transaction
-    (``before_commit``: see :func:`commit_staged`; ``spill_dir``: as :func:`ingest`)."""
+    (``before_commit``: see :func:`commit_staged`; ``spill_dir``, ``upsert``: as
+    :func:`ingest`)."""
     folder = resolve_spill_dir(spill_dir, table.name)
     if isinstance(paths, str):
         paths = [paths]
@@ -164,7 +167,8 @@ def ingest_files(table: TableHandle, paths: Sequence[str] | str, *,
             for b in read_file(fs, path, schema):
                 yield path, b
 
-    return _ingest_batches(table, state, batches(), progress, before_commit, spill_dir=folder)
+    return _ingest_batches(table, state, batches(), progress, before_commit, spill_dir=folder,
+                           upsert=upsert)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,11 +228,11 @@ def stage_batches(table: TableHandle, state: TableState,
 
 def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
                   kind: str = "ingest", before_commit: BeforeCommit | None = None,
-                  state: TableState | None = None) -> IngestResult:
+                  state: TableState | None = None, upsert: bool = False) -> IngestResult:
     """Commit staged files in one AddFiles transaction (deleting them when it surely did not
     land: see :class:`~sediment.files.staging.Staging`). ``state``: the head the files were
     staged on, when the caller read it (its version answers an ingest of nothing; its
-    settings give the stall).
+    settings give the stall); ``upsert``: the files' records are upserted (AddFiles.upsert).
 
     ``before_commit`` is called with the staged files just before the commit (the ingest
     batcher records them there); if it raises, the files are deleted and nothing is
@@ -248,7 +252,8 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
             version = table.version if state is None else state.version
             return IngestResult(0, 0, 0, version, time.perf_counter() - started)
         new_state = staging.commit(table.states, AddFiles(staged.references,
-                                                                  checksums=staged.checksums))
+                                                          checksums=staged.checksums,
+                                                          upsert=upsert))
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
                           time.perf_counter() - started, stalled)
     # a stall's time, and the leaf it gave up on, in the ingest's event (``sediment report
@@ -289,7 +294,8 @@ def _ingest_batches(table: TableHandle, state: TableState,
                     batches: Iterator[tuple[str, pa.RecordBatch]],
                     progress: Progress | None,
                     before_commit: BeforeCommit | None = None, *,
-                    spill_dir: SpillDir = None) -> IngestResult:
+                    spill_dir: SpillDir = None, upsert: bool = False) -> IngestResult:
     started = time.perf_counter()
     staged = stage_batches(table, state, batches, progress, spill_dir=spill_dir)
-    return commit_staged(table, staged, started, before_commit=before_commit, state=state)
+    return commit_staged(table, staged, started, before_commit=before_commit, state=state,
+                         kind="upsert" if upsert else "ingest", upsert=upsert)

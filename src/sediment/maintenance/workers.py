@@ -31,7 +31,12 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
 
 from sediment.compaction.job import JobOutput, run_compaction_job
-from sediment.compaction.runner import JobResult, commit_job, record_job_started
+from sediment.compaction.runner import (
+    JobResult,
+    commit_job,
+    merges_everything,
+    record_job_started,
+)
 from sediment.compaction.strategy import CompactionJob
 from sediment.core.deletions import Deletion, applicable
 from sediment.core.head import Head
@@ -58,7 +63,8 @@ _STORES: dict[tuple[str, str], ObjectStore] = {}
 def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
              properties: Mapping[str, Any], job: CompactionJob,
              region: Region, sums: Mapping[str, FileSums] | None = None,
-             deletions: Sequence[Deletion] = (), settles: int = 0) -> JobOutput | str:
+             deletions: Sequence[Deletion] = (), settles: int = 0,
+             complete: bool = False) -> JobOutput | str:
     """In a worker: run one job (its output, or why it failed, as ``execute_job``)."""
     key = (uri, repr(sorted(options.items())))
     objects = _STORES.get(key)
@@ -70,7 +76,7 @@ def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
             where=f"table {table} property compaction.iterators")
         out = run_compaction_job(objects, schema, properties, job, region, iterators,
                                  staging=Staging(objects, table), sums=sums,
-                                 deletions=deletions, settles=settles)
+                                 deletions=deletions, settles=settles, complete=complete)
     except (SedimentError, OSError) as e:
         return f"{type(e).__name__}: {e}"
     # the maintainer adopts the file before committing it (a new file is no orphan for GC's
@@ -125,7 +131,8 @@ class WorkerProcesses:
         head = table.read_head() if head is None else head
         args = (objects.uri, objects.reopen_options(), table.name, head.schema,
                 dict(head.settings), job, region, sums_of(head.state, job.inputs),
-                applicable(head.state.deletions, job.partition_id, region), head.state.version)
+                applicable(head.state.deletions, job.partition_id, region), head.state.version,
+                merges_everything(head.state, job))
         for _ in range(RETRIES):
             with self._lock:
                 pool = self._pool

@@ -20,13 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sediment.core.model import FileReference
+from sediment.core.model import FileReference, is_upsert
 from sediment.core.prefetch import read_ahead
 from sediment.core.regions import Range, Region
 from sediment.files.keyfilter import hash_keys
 from sediment.files.keys import bounds_inside, rows_in, sort_indices
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
+from sediment.files.upserts import settle_batches, settle_table
 from sediment.files.verified import reading
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.deletes import Deletes
@@ -116,6 +117,12 @@ def _exact_single_keys(ranges: tuple[Range, ...] | None) -> list[Any] | None:
             return None
         keys.append(r.start[0])
     return keys
+
+
+def _upserts(sub: SubQuery) -> bool:
+    """Whether a file of the sub-query holds upserted records (their sequences say so):
+    the read settles them (sediment.files.upserts)."""
+    return any(is_upsert(r.sequence) for r in sub.references)
 
 
 def _boxes(subs: Sequence[SubQuery]) -> bool:
@@ -224,8 +231,10 @@ class Executor:
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self.point_hashes(sub)
         # several files: merged by (keys, sequence) so equal keys come out in commit order
-        # (one file's rows are in that order already); deletions judge records by sequence
-        sequence = len(sub.references) > 1 or bool(sub.deletions)
+        # (one file's rows are in that order already); upserts and deletions judge records
+        # by sequence
+        upserts = _upserts(sub)
+        sequence = len(sub.references) > 1 or bool(sub.deletions) or upserts
         per_file = [p for ref in sub.references
                     if (p := list(self._file_row_groups(ref, sub, columns, hashes,
                                                         sequence=sequence,
@@ -240,6 +249,8 @@ class Executor:
             data = pa.Table.from_batches(
                 list(merge_sorted(streams, merge_names(self.schema.key_names),
                                   schema.append(SEQ_FIELD))), schema=schema.append(SEQ_FIELD))
+        if upserts:
+            data = settle_table(data, self.schema.key_names)
         data = without_sequence(self.deletes.apply(data, sub.deletions))
         if iterators:
             batches = apply_iterators(iter(data.to_batches()), iterators)
@@ -295,7 +306,8 @@ class Executor:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self.point_hashes(sub)
-        sequence = len(sub.references) > 1 or bool(sub.deletions)
+        upserts = _upserts(sub)
+        sequence = len(sub.references) > 1 or bool(sub.deletions) or upserts
         streams = [
             (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence,
                                               query_filter=query_filter)
@@ -304,9 +316,12 @@ class Executor:
         ]
         merged: Iterator[pa.RecordBatch]
         if sequence:
-            merged = (without_sequence(b) for b in self.deletes.apply_batches(merge_sorted(
-                streams, merge_names(self.schema.key_names), schema.append(SEQ_FIELD)),
-                sub.deletions))
+            merged = merge_sorted(streams, merge_names(self.schema.key_names),
+                                  schema.append(SEQ_FIELD))
+            if upserts:
+                merged = settle_batches(merged, self.schema.key_names)
+            merged = (without_sequence(b)
+                      for b in self.deletes.apply_batches(merged, sub.deletions))
         else:
             merged = merge_sorted(streams, self.schema.key_names, schema)
         out = apply_iterators(merged, iterators)

@@ -41,7 +41,8 @@ def _run_on_executor(spec: dict[str, Any], name: str, job: CompactionJob, region
     return {"job_id": job.job_id, "filename": w.filename if w else None,
             "rows": w.rows if w else 0, "bytes": w.bytes if w else 0,
             "sums": list(w.sums) if w and w.sums else None,
-            "rows_in": out.rows_in, "seconds": out.seconds, "settles": out.settles}
+            "rows_in": out.rows_in, "seconds": out.seconds, "settles": out.settles,
+            "upserts": out.upserts}
 
 
 def _output(o: dict[str, Any]) -> JobOutput | str:
@@ -50,7 +51,8 @@ def _output(o: dict[str, Any]) -> JobOutput | str:
     sums = o.get("sums")
     written = None if o["filename"] is None else WrittenFile(
         o["filename"], o["rows"], o["bytes"], None if sums is None else FileSums(*sums))
-    return JobOutput(written, o["rows_in"], o["seconds"], settles=int(o.get("settles", 0)))
+    return JobOutput(written, o["rows_in"], o["seconds"], settles=int(o.get("settles", 0)),
+                     upserts=bool(o.get("upserts", False)))
 
 
 def run_jobs_on_spark(table: TableHandle, state: TableState, jobs: Sequence[CompactionJob], *,

@@ -39,6 +39,9 @@ class AddFiles(Transaction):
     checksums: Mapping[str, FileSums] = field(default_factory=lambda: NO_SUMS, kw_only=True)
     """The new files' checksums (FileSums), by filename, as their writers took them; a file
     without (a writer from before checksums) reads unchecked."""
+    upsert: bool = field(default=False, kw_only=True)
+    """The files' records replace every older record of their record keys (``Table.upsert``):
+    their sequences carry ``UPSERT_BIT``."""
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
@@ -63,18 +66,21 @@ class AddFiles(Transaction):
         ranks: dict[str, int] = {}
         for r in self.references:
             rank = ranks.setdefault(r.filename, len(ranks))
-            state.put_reference(r._replace(sequence=file_sequence(version, rank),
-                                           sequenced=False))
+            state.put_reference(r._replace(
+                sequence=file_sequence(version, rank, upsert=self.upsert), sequenced=False))
         state.put_sums(self.checksums)
 
     def to_json(self) -> dict[str, Any]:
-        return with_sums({"references": [r.to_json() for r in self.references]},
-                         self.checksums)
+        doc = with_sums({"references": [r.to_json() for r in self.references]},
+                        self.checksums)
+        if self.upsert:  # omitted when False: plain entries stay as they always were
+            doc["upsert"] = True
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AddFiles:
         return cls([FileReference.from_json(r) for r in doc["references"]],
-                   checksums=sums_from_json(doc))
+                   checksums=sums_from_json(doc), upsert=bool(doc.get("upsert", False)))
 
     def is_empty(self) -> bool:
         return not self.references
@@ -84,7 +90,7 @@ class AddFiles(Transaction):
 
     def summary(self) -> str:
         files = len({r.filename for r in self.references})
-        return (f"{counted(files, 'file')}, "
+        return (f"{'upsert: ' if self.upsert else ''}{counted(files, 'file')}, "
                 f"{counted(sum(r.records for r in self.references), 'record')}")
 
 
@@ -203,15 +209,18 @@ class AddFilesWithSplits(AddFiles):
         AddFiles.apply(self, state, time)
 
     def to_json(self) -> dict[str, Any]:
-        return with_sums({"splits": [s.to_json() for s in self.splits],
-                          "references": [r.to_json() for r in self.references]},
-                         self.checksums)
+        doc = with_sums({"splits": [s.to_json() for s in self.splits],
+                         "references": [r.to_json() for r in self.references]},
+                        self.checksums)
+        if self.upsert:
+            doc["upsert"] = True
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AddFilesWithSplits:
         return cls([FileReference.from_json(r) for r in doc["references"]],
                    [SplitPartition.from_json(s) for s in doc["splits"]],
-                   checksums=sums_from_json(doc))
+                   checksums=sums_from_json(doc), upsert=bool(doc.get("upsert", False)))
 
     def is_empty(self) -> bool:
         return not self.references and not self.splits

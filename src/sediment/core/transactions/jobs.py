@@ -102,6 +102,9 @@ class ReplaceFileReferences(Transaction):
     output: FileReference | None
     checksums: Mapping[str, FileSums] = field(default_factory=lambda: NO_SUMS, kw_only=True)
     """The output's checksums (FileSums), by filename, as the job's writer took them."""
+    upserts: bool = field(default=False, kw_only=True)
+    """The output holds records of upserts that may replace records outside it (in files
+    the job did not merge): its sequence carries ``UPSERT_BIT`` so readers settle them."""
     settles: int = field(default=0, kw_only=True)
     """The version of the head whose deletions the job applied to its records (0: none): the
     deletions up to it are settled in the partition when nothing older is left there
@@ -137,7 +140,8 @@ class ReplaceFileReferences(Transaction):
             # The output holds each record's resolved sequence (sediment.files.sequence);
             # the reference's own is this commit's, for any record written without one.
             state.put_reference(self.output._replace(
-                job_id=None, sequence=file_sequence(state.version + 1, 0), sequenced=True))
+                job_id=None, sequence=file_sequence(state.version + 1, 0, upsert=self.upserts),
+                sequenced=True))
             state.put_sums(self.checksums)
         if self.settles:
             state.deletions = settle_leaf(state, self.partition_id, self.settles,
@@ -148,7 +152,9 @@ class ReplaceFileReferences(Transaction):
                          "inputs": list(self.inputs),
                          "output": None if self.output is None else self.output.to_json()},
                         self.checksums)
-        if self.settles:  # omitted when 0: entries of jobs that settle nothing stay as they were
+        if self.upserts:  # these two omitted when unset: other entries stay as they were
+            doc["upserts"] = True
+        if self.settles:
             doc["settles"] = self.settles
         return doc
 
@@ -157,7 +163,8 @@ class ReplaceFileReferences(Transaction):
         out = doc.get("output")
         return cls(doc["job_id"], doc["partition"], doc["inputs"],
                    None if out is None else FileReference.from_json(out),
-                   checksums=sums_from_json(doc), settles=int(doc.get("settles", 0)))
+                   checksums=sums_from_json(doc), upserts=bool(doc.get("upserts", False)),
+                   settles=int(doc.get("settles", 0)))
 
     def new_files(self) -> list[str]:
         return [] if self.output is None else [self.output.filename]
