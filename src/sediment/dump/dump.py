@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.core.deletions import applicable
 from sediment.core.head import Head
 from sediment.core.regions import Range
 from sediment.core.state import TableState
@@ -148,11 +149,12 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
         for anc in state.ancestors(leaf.id):
             refs.extend(state.references(anc.id).values())
         subs.append(SubQuery(leaf.id, leaf.region, tuple(refs), (task.query or task.range,),
-                             sums_of(state, refs)))
+                             sums_of(state, refs),
+                             applicable(state.deletions, leaf.id, leaf.region)))
     schema, settings = head.schema, head.settings
     executor = table.executors.get(state)  # the table's own, with its caches
     # a per-field region or a box leaf leaves out rows inside the tile: never a whole file
-    runs = len(subs) == 1 and subs[0].region.cell is None and \
+    runs = len(subs) == 1 and subs[0].as_stored and subs[0].region.cell is None and \
         (task.query or task.range).per_field is None
     whole = whole_file(executor, list(subs[0].references), task.range, head.iterators,
                        subs[0].sums) if runs else None

@@ -83,7 +83,7 @@ def register_view(scan: Scan, con: Any, name: str) -> None:
     native = key is not None and not scan.iterators and not scan.request.narrows
     for sub in scan.plan.subqueries:
         path = objects.local_path(sub.references[0].filename) \
-            if native and len(sub.references) == 1 else None
+            if native and sub.as_stored else None
         where = _region_predicate(key.name, key.type, sub.region) \
             if key is not None and path is not None else None
         if path is None or where is None:

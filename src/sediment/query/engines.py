@@ -82,12 +82,20 @@ class PlannedFile:
     sequence: int
     sequenced: bool
     merge: bool
-    """The leaf needs a merge: several files, or iterators configured."""
+    """The leaf needs a merge: several files, iterators configured, upserted records to
+    settle (``sequence`` or ``__sediment_seq`` values with ``UPSERT_BIT``: in each run of
+    equal row keys and sort keys, drop the records before its last upserted one) or
+    ``deletions`` to apply."""
     files_in_leaf: int
     row_groups: tuple[int, ...]
     """The file's row groups that may hold wanted rows (by the statistics of the first key
     field, the key filters of exact keys, and the filter's statistics where iterators
     allow): reading only these gives the same answer."""
+    deletions: tuple[dict[str, Any], ...] = ()
+    """Deletes to apply to the leaf's records before its iterators (``Deletion.to_json``):
+    drop each record whose sequence is below ``version << 24``, whose row key lies in one of
+    ``ranges`` (all keys when absent) and that matches ``filter`` (a wire tree: see
+    ``sediment.query.wire.from_wire``; all records when absent)."""
 
 
 class Source(Protocol):
@@ -194,13 +202,14 @@ def plan_files(scan: Scan) -> list[PlannedFile]:
         # a file none of whose row groups can hold a wanted row is left out of the plan
         kept = [(ref, tuple(wanted)) for ref in sub.references
                 if (wanted := executor.row_groups(ref, sub, hashes, scan.query_filter)[2])]
-        merge = iterators or len(kept) > 1
+        merge = iterators or len(kept) > 1 or bool(sub.deletions) or sub.upserts
         for ref, groups in kept:
             out.append(PlannedFile(
                 sub.leaf_id, ref.partition_id, ref.filename, f"{base}/{ref.filename}",
                 objects.local_path(ref.filename) or objects.path(ref.filename),
                 sub.region, sub.ranges, ref.records, ref.approximate, ref.sequence,
-                ref.sequenced, merge, len(kept), groups))
+                ref.sequenced, merge, len(kept), groups,
+                tuple(d.to_json() for d in sub.deletions)))
     return out
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sediment.core.model import FileReference, is_upsert
+from sediment.core.model import FileReference
 from sediment.core.prefetch import read_ahead
 from sediment.core.regions import Range, Region
 from sediment.files.keyfilter import hash_keys
@@ -117,12 +117,6 @@ def _exact_single_keys(ranges: tuple[Range, ...] | None) -> list[Any] | None:
             return None
         keys.append(r.start[0])
     return keys
-
-
-def _upserts(sub: SubQuery) -> bool:
-    """Whether a file of the sub-query holds upserted records (their sequences say so):
-    the read settles them (sediment.files.upserts)."""
-    return any(is_upsert(r.sequence) for r in sub.references)
 
 
 def _boxes(subs: Sequence[SubQuery]) -> bool:
@@ -233,7 +227,7 @@ class Executor:
         # several files: merged by (keys, sequence) so equal keys come out in commit order
         # (one file's rows are in that order already); upserts and deletions judge records
         # by sequence
-        upserts = _upserts(sub)
+        upserts = sub.upserts
         sequence = len(sub.references) > 1 or bool(sub.deletions) or upserts
         per_file = [p for ref in sub.references
                     if (p := list(self._file_row_groups(ref, sub, columns, hashes,
@@ -306,7 +300,7 @@ class Executor:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self.point_hashes(sub)
-        upserts = _upserts(sub)
+        upserts = sub.upserts
         sequence = len(sub.references) > 1 or bool(sub.deletions) or upserts
         streams = [
             (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence,

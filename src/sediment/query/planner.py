@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sediment.core.deletions import Deletion, applicable
-from sediment.core.model import FileReference, FileSums
+from sediment.core.model import FileReference, FileSums, is_upsert
 from sediment.core.regions import Range, Region
 from sediment.core.state import TableState
 from sediment.errors import DataError, QueryError
@@ -35,6 +35,18 @@ class SubQuery:
     deletions: tuple[Deletion, ...] = ()
     """The table's deletions pending in this leaf (sediment.core.deletions): the read drops
     the records they remove."""
+
+    @property
+    def upserts(self) -> bool:
+        """Whether a file of the leaf holds upserted records (their sequences say so): the
+        read settles them (sediment.files.upserts)."""
+        return any(is_upsert(r.sequence) for r in self.references)
+
+    @property
+    def as_stored(self) -> bool:
+        """Whether the leaf's answer is its one file's rows as they are (no merge, no upsert
+        to settle, no deletion): what a reader of Parquet may take without Sediment."""
+        return len(self.references) == 1 and not self.deletions and not self.upserts
 
 
 @dataclass(frozen=True, slots=True)

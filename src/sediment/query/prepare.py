@@ -87,9 +87,8 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
         # the plan reads exactly the rows the filter passes (row keys are never null, and
         # iterators keep every record's row key): applying it again would change nothing
         query_filter = None
-    deletions = {d.version: d for s in plan.subqueries for d in s.deletions}
-    if deletions:  # what they delete is judged on the keys and their filters' fields
-        extra |= executor.deletes.fields(list(deletions.values()))
+    if state.deletions:  # what they delete is judged on the keys and their filters' fields
+        extra |= executor.deletes.fields(state.deletions)
     read = [c for c in schema.field_names if c in wanted or c in schema.key_names or c in extra]
     return Scan(executor, plan, schema, read, wanted, its, on_missing, query_filter, request,
                 source)

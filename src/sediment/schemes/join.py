@@ -115,10 +115,16 @@ def subquery(state: TableState, region: Region, ranges: tuple[Range, ...] | None
     """What ``state`` holds in ``region``: the references of every partition overlapping it
     (each record is in exactly one of them), read cut to the region. Pure."""
     refs: list[FileReference] = []
+    leaves: set[str] = set()
     for p in state.partitions.values():
         if _overlaps(p.region, region):
             refs.extend(state.references(p.id).values())
-    return SubQuery(f"piece-{index}", region, tuple(refs), ranges, sums_of(state, refs))
+            leaves.add(p.id)
+    # a deletion pending in any of them (applied where it is settled already, it drops
+    # nothing more: what it covers there is gone)
+    deletions = tuple(d for d in state.deletions if d.pending & leaves and d.overlaps(region))
+    return SubQuery(f"piece-{index}", region, tuple(refs), ranges, sums_of(state, refs),
+                    deletions)
 
 
 def check_co_sharded(left: TableState, right: TableState, lname: str, rname: str) -> None:
