@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,7 +275,8 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                        iterators: Sequence[RecordIterator] = (), *,
                        staging: Staging | None = None,
                        sums: Mapping[str, Sums] | None = None,
-                       deletions: Sequence[Deletion] = (), settles: int = 0,
+                       deletions: Sequence[Deletion] = (),
+                       covered: Collection[int] = (), settles: int = 0,
                        complete: bool = False) -> JobOutput:
     """Merge the job's inputs into one new file (not committed: see the runner), staged in
     ``staging`` (a new one when None), which the output carries to its commit. Inputs are
@@ -283,9 +284,12 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
     where known): a damaged input fails the job with CorruptDataError. The records
     ``deletions`` remove (those pending in the partition at the head of version
     ``settles``) are dropped before the iterators run, and the output says ``settles``.
-    Records an upsert replaced are dropped first (sediment.files.upserts); ``complete``: the
-    inputs are every record of the partition, so the output's upserted records have nothing
-    left to replace and lose their mark."""
+    Records an upsert replaced are dropped first (sediment.files.upserts). An upserted
+    record a deletion removes still hides older records of its key in files the job does not
+    merge, so it is kept (marked, for readers to settle and then delete) unless the deletion
+    is ``covered`` (nothing older is left beside the inputs). ``complete``: the inputs are
+    every record of the partition, so the output's upserted records have nothing left to
+    replace and lose their mark."""
     started = time.perf_counter()
     properties = as_settings(properties)  # once: the helpers below take it as it is
     staging = Staging(objects) if staging is None else staging
@@ -311,7 +315,10 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
         upserts = any(is_upsert(r.sequence) for r in job.inputs)
         if upserts:
             stream = settle_batches(stream, schema.key_names)
-        stream = apply_iterators(Deletes(schema).apply_batches(stream, deletions), iterators)
+        stream = apply_iterators(
+            Deletes(schema).apply_batches(stream, deletions,
+                                          sparing={d.version for d in deletions} - set(covered)),
+            iterators)
         if upserts and complete:
             stream = without_upsert_marks(stream)
         upserts = upserts and not complete

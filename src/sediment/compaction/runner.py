@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sediment.compaction.job import JobOutput, run_compaction_job
 from sediment.compaction.strategy import (
@@ -23,7 +23,7 @@ from sediment.compaction.strategy import (
     plan_compaction_jobs,
     plan_reference_splits,
 )
-from sediment.core.deletions import applicable
+from sediment.core.deletions import applicable, nothing_older
 from sediment.core.head import Head
 from sediment.core.model import FileReference
 from sediment.core.regions import Region
@@ -203,12 +203,20 @@ def commit_job(table: TableHandle, job: CompactionJob, out: JobOutput | str, *,
     return JobResult(job, True, out.rows_in, rows_out, bytes_out, out.seconds)
 
 
-def merges_everything(state: TableState, job: CompactionJob) -> bool:
-    """Whether ``job``'s inputs are every record of its partition at ``state``: all its
-    references, and none above it (its output then has nothing older beside it)."""
-    refs = state.references(job.partition_id)
-    return {r.filename for r in job.inputs} == set(refs) and \
-        not any(state.references(a.id) for a in state.ancestors(job.partition_id))
+def deletes_of(state: TableState, job: CompactionJob, region: Region) -> dict[str, Any]:
+    """What ``job`` (planned on ``state``) applies of deletes and upserts, as keyword
+    arguments of ``run_compaction_job``: the deletions pending in its partition; those it
+    ``covered`` (nothing older than one is left beside its inputs: it may drop the upserted
+    records one removes, which no longer hide anything); the version it ``settles``; and
+    whether it is ``complete`` (it merges every record of the partition)."""
+    deletions = applicable(state.deletions, job.partition_id, region)
+    inputs = frozenset(r.filename for r in job.inputs)
+    return {"deletions": deletions,
+            "covered": frozenset(d.version for d in deletions
+                                 if nothing_older(state, job.partition_id, inputs, d.bound)),
+            "settles": state.version,
+            "complete": nothing_older(state, job.partition_id, inputs, 0) and
+            inputs == set(state.references(job.partition_id))}
 
 
 def _reason(e: BaseException) -> str:
@@ -226,10 +234,7 @@ def execute_job(table: TableHandle, job: CompactionJob, region: Region, *,
         return run_compaction_job(table.objects, head.schema, head.settings, job, region,
                                   head.iterators, staging=Staging(table.objects, table.name),
                                   sums=sums_of(head.state, job.inputs),
-                                  deletions=applicable(head.state.deletions, job.partition_id,
-                                                       region),
-                                  settles=head.state.version,
-                                  complete=merges_everything(head.state, job))
+                                  **deletes_of(head.state, job, region))
     except (SedimentError, OSError) as e:
         return _reason(e)
 

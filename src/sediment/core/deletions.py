@@ -113,18 +113,27 @@ def settle_leaf(state: TableState, leaf_id: str, through: int, output: str | Non
     deletion after ``through`` was not applied: those stay pending."""
     if not state.deletions or through <= 0:
         return state.deletions
-    if any(state.references(a.id) for a in state.ancestors(leaf_id)):
-        return state.deletions
-    refs = state.references(leaf_id).values()
+    exempt = frozenset() if output is None else frozenset({output})
     out = []
     for d in state.deletions:
-        if leaf_id in d.pending and d.version <= through and all(
-                r.filename == output or (not r.sequenced and r.sequence >= d.bound)
-                for r in refs):
+        if leaf_id in d.pending and d.version <= through and \
+                nothing_older(state, leaf_id, exempt, d.bound):
             d = replace(d, pending=d.pending - {leaf_id})
         if d.pending:
             out.append(d)
     return tuple(out)
+
+
+def nothing_older(state: TableState, leaf_id: str, exempt: frozenset[str], bound: int) -> bool:
+    """Whether no reference of ``state`` that can hold records of ``leaf_id`` may hold a
+    record with a sequence below ``bound``, besides those to files in ``exempt``: no
+    ancestor holds references, and every other reference in the leaf is to a file ingested
+    at or after ``bound`` (a ``sequenced`` file, a compaction's output, holds records of
+    older commits)."""
+    if any(state.references(a.id) for a in state.ancestors(leaf_id)):
+        return False
+    return all(r.filename in exempt or (not r.sequenced and r.sequence >= bound)
+               for r in state.references(leaf_id).values())
 
 
 def split_leaf(deletions: Sequence[Deletion], leaf_id: str, children: Sequence[str]

@@ -59,39 +59,39 @@ def settle_table(data: pa.Table, names: Sequence[str]) -> pa.Table:
     return data if keep.all() else data.filter(pa.array(keep))
 
 
-def _has_upsert(b: pa.RecordBatch) -> bool:
-    return bool(pc.any(pc.not_equal(pc.bit_wise_and(b.column(SEQ), UPSERT_BIT), 0)).as_py())
-
-
 def settle_batches(batches: Iterator[pa.RecordBatch], names: Sequence[str]
                    ) -> Iterator[pa.RecordBatch]:
-    """:func:`settle_table` over a sorted stream, holding back each batch's trailing run."""
-    held: pa.RecordBatch | None = None
+    """:func:`settle_table` over a sorted stream, holding back each batch's trailing run
+    (and the batches it goes on through) until the run ends."""
+    held: list[pa.RecordBatch] = []  # one run, maybe unfinished
     for b in batches:
         if not b.num_rows:
             continue
         starts = np.flatnonzero(_run_starts(b, names))
-        if held is not None:
-            pair = pa.Table.from_batches([held.slice(held.num_rows - 1), b.slice(0, 1)])
-            first_end = int(starts[1]) if len(starts) > 1 else b.num_rows
+        if held:
+            tail = held[-1]
+            pair = pa.Table.from_batches([tail.slice(tail.num_rows - 1), b.slice(0, 1)])
             if _run_starts(pair, names)[1]:  # the held run ended with the last batch
                 yield from _settled(held, names)
-            elif not _has_upsert(held) and not _has_upsert(b.slice(0, first_end)):
-                yield held  # the run goes on, with no upsert to replace any of it
-            else:  # the run goes on: settled together (a copy of this batch)
-                b = pa.Table.from_batches([held, b]).combine_chunks().to_batches()[0]
-                starts = np.flatnonzero(_run_starts(b, names))
-            held = None
+            elif len(starts) == 1:  # the whole batch goes on with the held run
+                held.append(b)
+                continue
+            else:  # the run ends inside this batch
+                end = int(starts[1])
+                yield from _settled([*held, b.slice(0, end)], names)
+                b, starts = b.slice(end), starts[1:] - end
+            held = []
         last = int(starts[-1])
         if last:
-            yield from _settled(b.slice(0, last), names)
-        held = b.slice(last)
-    if held is not None:
+            yield from _settled([b.slice(0, last)], names)
+        held = [b.slice(last)]
+    if held:
         yield from _settled(held, names)
 
 
-def _settled(b: pa.RecordBatch, names: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    out = settle_table(pa.Table.from_batches([b]), names)
+def _settled(batches: list[pa.RecordBatch], names: Sequence[str]
+             ) -> Iterator[pa.RecordBatch]:
+    out = settle_table(pa.Table.from_batches(batches), names)
     if out.num_rows:
         yield from out.combine_chunks().to_batches()
 

@@ -46,9 +46,8 @@ def delete(handle: TableHandle, keys: Sequence[Any] | None = None,
              normalise_ranges(state, None, ranges, name) if ranges is not None else None]
     if any(p is not None for p in parts):
         asked = tuple(r for p in parts if p is not None for r in p)
-        if not asked:
-            raise QueryError(f"delete on table {name}: no keys or ranges given (an empty "
-                             f"list deletes nothing)")
+        if not asked:  # no keys, or only empty ranges: nothing to delete, nothing committed
+            return state.version
         for r in asked:
             if r.per_field is not None:
                 raise QueryError(f"delete on table {name}: per-field regions ({r!r}) are not "

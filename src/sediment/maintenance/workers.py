@@ -25,7 +25,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
@@ -34,11 +34,10 @@ from sediment.compaction.job import JobOutput, run_compaction_job
 from sediment.compaction.runner import (
     JobResult,
     commit_job,
-    merges_everything,
+    deletes_of,
     record_job_started,
 )
 from sediment.compaction.strategy import CompactionJob
-from sediment.core.deletions import Deletion, applicable
 from sediment.core.head import Head
 from sediment.core.model import FileSums
 from sediment.core.regions import Region
@@ -63,8 +62,7 @@ _STORES: dict[tuple[str, str], ObjectStore] = {}
 def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
              properties: Mapping[str, Any], job: CompactionJob,
              region: Region, sums: Mapping[str, FileSums] | None = None,
-             deletions: Sequence[Deletion] = (), settles: int = 0,
-             complete: bool = False) -> JobOutput | str:
+             deletes: Mapping[str, Any] | None = None) -> JobOutput | str:
     """In a worker: run one job (its output, or why it failed, as ``execute_job``)."""
     key = (uri, repr(sorted(options.items())))
     objects = _STORES.get(key)
@@ -76,7 +74,7 @@ def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
             where=f"table {table} property compaction.iterators")
         out = run_compaction_job(objects, schema, properties, job, region, iterators,
                                  staging=Staging(objects, table), sums=sums,
-                                 deletions=deletions, settles=settles, complete=complete)
+                                 **(deletes or {}))
     except (SedimentError, OSError) as e:
         return f"{type(e).__name__}: {e}"
     # the maintainer adopts the file before committing it (a new file is no orphan for GC's
@@ -131,8 +129,7 @@ class WorkerProcesses:
         head = table.read_head() if head is None else head
         args = (objects.uri, objects.reopen_options(), table.name, head.schema,
                 dict(head.settings), job, region, sums_of(head.state, job.inputs),
-                applicable(head.state.deletions, job.partition_id, region), head.state.version,
-                merges_everything(head.state, job))
+                deletes_of(head.state, job, region))
         for _ in range(RETRIES):
             with self._lock:
                 pool = self._pool

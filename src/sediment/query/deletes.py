@@ -12,7 +12,7 @@ one Arrow evaluation.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sediment.core.deletions import Deletion
+from sediment.core.model import UPSERT_BIT
 from sediment.core.regions import Range
 from sediment.files.keys import range_mask
 from sediment.files.sequence import SEQ
@@ -93,16 +94,22 @@ class Deletes:
             self._compiled[d.version] = compiled
         return compiled
 
-    def apply(self, data: pa.Table, deletions: Sequence[Deletion]) -> pa.Table:
+    def apply(self, data: pa.Table, deletions: Sequence[Deletion],
+              sparing: Collection[int] = ()) -> pa.Table:
         """``data`` (with its :data:`~sediment.files.sequence.SEQ` column) without the
-        records ``deletions`` remove."""
+        records ``deletions`` remove; those whose version is in ``sparing`` leave upserted
+        records (compaction keeps what still hides older records in files it does not
+        merge)."""
         if not deletions or not data.num_rows:
             return data
         dead = np.zeros(data.num_rows, dtype=bool)
         seq = data.column(SEQ).to_numpy()
+        upserted = (seq & UPSERT_BIT) != 0 if sparing else None
         for d in deletions:
             c = self._compile(d)
             older = seq < c.bound
+            if upserted is not None and d.version in sparing:
+                older &= ~upserted
             if not older.any():
                 continue
             hit = self._in_ranges(data, c)
@@ -111,14 +118,14 @@ class Deletes:
             dead |= older & hit
         return data.filter(pa.array(~dead)) if dead.any() else data
 
-    def apply_batches(self, batches: Iterator[pa.RecordBatch], deletions: Sequence[Deletion]
-                      ) -> Iterator[pa.RecordBatch]:
+    def apply_batches(self, batches: Iterator[pa.RecordBatch], deletions: Sequence[Deletion],
+                      sparing: Collection[int] = ()) -> Iterator[pa.RecordBatch]:
         """:meth:`apply` batch by batch (each record is judged on its own)."""
         if not deletions:
             yield from batches
             return
         for b in batches:
-            out = self.apply(pa.Table.from_batches([b]), deletions)
+            out = self.apply(pa.Table.from_batches([b]), deletions, sparing)
             if out.num_rows:
                 yield from out.combine_chunks().to_batches()
 
