@@ -332,3 +332,28 @@ def test_verify_over_s3(s3_store_uri: tuple[str, dict[str, Any]]) -> None:
     got = {(d.kind, d.key): _versions(d) for d in report.damaged}
     assert got == {("data file", first): {2, 3},
                    ("sample", sidecar_name(second, SAMPLE)): {3}}, report.damaged
+
+
+def test_files_collected_while_verify_runs_are_no_damage(tmp_path: Path) -> None:
+    """The head's files compacted away and deleted by GC after verify listed them (its
+    progress callback does it before the first file is read): gone by retention, as the head
+    read again says, not damage. A file deleted by hand (the head still knows it) is."""
+    table = _table(tmp_path, **{"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
+                                "retention.seconds": 0})
+    table.delete_tag(TAG)
+    before = {r.filename for r in table.files()}
+
+    def compact_and_collect(done: int, total: int) -> None:
+        if done == 0:
+            assert total == len(before) == 2
+            table.compact(full=True)
+            table.gc()
+            assert not any(_path(table, f).exists() for f in before)
+
+    report = table.verify(progress=compact_and_collect)
+    assert report.ok, report.damaged
+    assert "data file" not in report.checked
+    (ref,) = table.files()
+    _path(table, ref.filename).unlink()
+    (damage,) = table.verify().damaged
+    assert (damage.key, damage.problem) == (ref.filename, "missing")

@@ -28,57 +28,52 @@ What damage breaks, from one pass over what was found:
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 from sediment.core.model import FileSums
 from sediment.core.state import TableState
-from sediment.errors import (
-    CorruptionError,
-    CorruptMetadataError,
-    ObjectNotFoundError,
-    SedimentError,
-)
+from sediment.errors import CorruptionError, SedimentError
 from sediment.handle import TableHandle
-from sediment.maintenance.verify_files import FILE_KINDS, check_file
-from sediment.state.documents import open_sealed
-from sediment.state.log import check_format, log_key
-from sediment.state.snapshot import (
-    OBJECT_PREFIX,
-    object_key,
-    read_metarange,
-    read_snapshot,
-    snapshot_key,
-    snapshot_versions,
+from sediment.maintenance.verify_breaks import (
+    broken_run,
+    broken_versions,
+    merged,
+    reference_spans,
+    tags_in,
 )
+from sediment.maintenance.verify_files import DATA, FILE_KINDS, check_file
+from sediment.maintenance.verify_metadata import (
+    CATALOG_ENTRY,
+    METADATA_KINDS,
+    SNAPSHOT_OBJECT,
+    STORE_FILE,
+    Found,
+    Tally,
+    check_document,
+    check_log,
+    check_snapshots,
+    check_tags,
+)
+from sediment.query.expiry import check_files, collected, load_version
 from sediment.state.store import StateStore
-from sediment.state.tags import TAG_PREFIX, scan_tags
 from sediment.storage.base import ObjectStore
-from sediment.storage.checksums import ChecksumMismatch, get_verified, unseal_json
 
-STORE_FILE = "store file"
-CATALOG_ENTRY = "catalog entry"
-TAG = "tag"
-LOG_ENTRY = "log entry"
-SNAPSHOT = "snapshot"
-SNAPSHOT_OBJECT = "snapshot object"
+__all__ = ["CATALOG_ENTRY", "STORE_FILE", "Damage", "VerifyReport", "verify_table"]
+
 VERSION = "version"
 """A version that does not load for a reason no damaged object explains."""
-KINDS = (STORE_FILE, CATALOG_ENTRY, TAG, LOG_ENTRY, SNAPSHOT, SNAPSHOT_OBJECT, *FILE_KINDS)
+KINDS = (*METADATA_KINDS, *FILE_KINDS)
 """The kinds of object verify counts, in the order reports list them."""
 
 FILE_THREADS = 4
 """Data files checked at once: reads of a remote store overlap, and CRC-32 releases the GIL."""
 DEEP_THREADS = 2
 """Data files decoded at once with ``deep`` (each holds one decoded row group)."""
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +104,10 @@ class Damage:
 
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
-    """What ``Table.verify`` found: objects ``checked`` against a checksum and ``unchecked``
-    (written before checksums: existence only), by kind; the ``damaged`` ones; the
-    ``versions`` whose objects were checked; the bytes read and the seconds it took."""
+    """What ``Table.verify`` found: by kind, the objects ``checked`` (they match their
+    checksum) and ``unchecked`` (written before checksums: they exist and show no damage);
+    the ``damaged`` (or missing) ones, each once; the ``versions`` whose objects were
+    checked; the bytes read and the seconds it took."""
 
     table: str
     versions: tuple[int, ...]
@@ -135,66 +131,6 @@ class VerifyReport:
                 "seconds": self.seconds}
 
 
-@dataclass(slots=True)
-class _Found:
-    """A damaged object, before its versions are known: they are the broken runs starting
-    at ``starts`` (metadata), or the versions referencing ``file`` (a data file's objects)."""
-
-    kind: str
-    key: str
-    problem: str
-    starts: tuple[int, ...] = ()
-    file: str | None = None
-    tags: tuple[str, ...] = ()
-
-
-@dataclass(slots=True)
-class _Tally:
-    checked: Counter[str] = field(default_factory=Counter)
-    unchecked: Counter[str] = field(default_factory=Counter)
-    found: list[_Found] = field(default_factory=list)
-    size: int = 0
-    """Bytes read."""
-
-    def read(self, kind: str, key: str, where: str, objects: ObjectStore,
-             parse: Callable[[bytes], _T], *, starts: tuple[int, ...] = (),
-             tags: tuple[str, ...] = ()) -> _T | None:
-        """``parse`` of a sealed JSON object, counted checked or unchecked; None (and the
-        damage noted) when it is missing or damaged."""
-        try:
-            sealed, value = _sealed(objects, key, where, parse)
-        except ObjectNotFoundError:
-            self.found.append(_Found(kind, key, "missing", starts, tags=tags))
-            return None
-        except CorruptionError as e:
-            self.found.append(_Found(kind, key, _problem(e), starts, tags=tags))
-            return None
-        (self.checked if sealed else self.unchecked)[kind] += 1
-        return value
-
-
-def _sealed(objects: ObjectStore, key: str, where: str,
-            parse: Callable[[bytes], _T]) -> tuple[bool, _T]:
-    """(whether the object at ``key`` is sealed, ``parse`` of it), read again while its seal
-    fails; CorruptMetadataError when it stays damaged or does not parse."""
-    def check(data: bytes) -> tuple[bool, _T]:
-        return bool(unseal_json(data)), parse(data)
-
-    return get_verified(objects, key, check, error_cls=CorruptMetadataError, where=where)
-
-
-def _document(data: bytes, where: str) -> dict[str, Any]:
-    return open_sealed(data, where)
-
-
-def _problem(e: BaseException) -> str:
-    """A damage's problem, without the object's name (the report names it)."""
-    cause = e.__cause__
-    if isinstance(cause, ChecksumMismatch):
-        return f"checksum mismatch (read 3 times): {cause.detail}"
-    return str(e)
-
-
 def verify_table(handle: TableHandle, version: int | str | None = None, *, deep: bool = False,
                  documents: Sequence[tuple[str, str]] = (),
                  progress: Callable[[int, int], None] | None = None) -> VerifyReport:
@@ -206,34 +142,35 @@ def verify_table(handle: TableHandle, version: int | str | None = None, *, deep:
     however deep, is reported, never raised."""
     started = time.monotonic()
     states, objects, name = handle.states, handle.objects, handle.name
-    tally = _Tally()
+    tally = Tally()
     for kind, key in documents:
         where = f"{kind} {key} (table {name})"
-        tally.read(kind, key, where, objects.root(), functools.partial(_document, where=where))
-    tags = _check_tags(tally, states)
+        check_document(tally, objects.root(), kind, key, where)
+    tags = check_tags(tally, states)
     head: TableState | None
     try:
         head = states.head()
     except CorruptionError:
         head = None  # its log entries or snapshots are damaged: reported below
-    listed, entries = _check_log(tally, states, 0 if head is None else head.version)
-    snaps = _check_snapshots(tally, states)
+    listed, entries = check_log(tally, states, 0 if head is None else head.version)
+    snaps = check_snapshots(tally, states)
     last = max([*listed, *snaps, 0 if head is None else head.version])
     first = listed[0] if listed else last + 1
-    broken = _broken(first, last, entries, snaps)
+    broken = broken_versions(first, last, entries, snaps)
 
     wanted = _wanted(handle, version, head, tags)
-    files, unloadable = _files_of(states, wanted, head)
+    files, unloadable = _files_of(states, wanted, head, strict=version is not None)
     _check_files(tally, objects, name, files, deep, progress)
+    _forget_collected(tally, states)
     spans: dict[str, list[range]] = {}
     damaged_files = {f.file for f in tally.found if f.file is not None}
     if damaged_files:
-        spans = _reference_spans(states, damaged_files, first, last, entries, snaps)
-    damage = [_damage(f, broken, spans, tags, last) for f in tally.found]
+        spans = reference_spans(states, damaged_files, first, last, entries, snaps)
+    damage = [_damage(f, broken, spans, tags) for f in tally.found]
     for v, problem in sorted(unloadable.items()):
         if not any(d.breaks(v) for d in damage):
             damage.append(Damage(VERSION, f"version {v}", problem, (range(v, v + 1),),
-                                 _tags_in(tags, [range(v, v + 1)])))
+                                 tags_in(tags, [range(v, v + 1)])))
     return VerifyReport(name, tuple(sorted(wanted)), deep, _ordered(tally.checked),
                         _ordered(tally.unchecked), tuple(damage), tally.size,
                         time.monotonic() - started)
@@ -241,124 +178,6 @@ def verify_table(handle: TableHandle, version: int | str | None = None, *, deep:
 
 def _ordered(counts: Counter[str]) -> dict[str, int]:
     return {k: counts[k] for k in KINDS if counts[k]}
-
-
-# ---- metadata ----------------------------------------------------------------------------------
-def _check_tags(tally: _Tally, states: StateStore) -> dict[str, int]:
-    """Every tag and pin object checked; the live ones' versions by name."""
-    for o in states.objects.list(TAG_PREFIX):
-        tag = o.key[len(TAG_PREFIX):].removesuffix(".json")
-        where = f"tag object {o.key} of table {states.name}"
-        tally.read(TAG, o.key, where, states.objects, functools.partial(_document, where=where),
-                   tags=(tag,))
-    return {t.name: t.version for t in scan_tags(states).tags}
-
-
-def _check_log(tally: _Tally, states: StateStore, head: int) -> tuple[list[int], set[int]]:
-    """Every retained log entry read and decoded (16 at a time); the listed versions and
-    the readable ones. An entry missing between the first listed and the head is damage."""
-    log = states.log
-    listed = log.versions_after(0)
-
-    def one(v: int) -> tuple[int, tuple[bool, Any] | CorruptionError | None]:
-        try:
-            return v, _sealed(states.objects, log_key(v),
-                              f"log entry {v} of table {states.name}",
-                              lambda d: log.decode(v, d))
-        except ObjectNotFoundError:
-            return v, None
-        except CorruptionError as e:
-            return v, e
-
-    readable: set[int] = set()
-    with ThreadPoolExecutor(16) as pool:
-        for v, got in pool.map(one, listed):
-            if isinstance(got, tuple):
-                readable.add(v)
-                (tally.checked if got[0] else tally.unchecked)[LOG_ENTRY] += 1
-            else:
-                problem = "missing" if got is None else _problem(got)
-                tally.found.append(_Found(LOG_ENTRY, log_key(v), problem, (v,)))
-    if listed:
-        for v in sorted(set(range(listed[0], max(head, listed[-1]) + 1)) - set(listed)):
-            tally.found.append(_Found(LOG_ENTRY, log_key(v), "missing", (v,)))
-    return listed, readable
-
-
-def _check_snapshots(tally: _Tally, states: StateStore) -> set[int]:
-    """Every snapshot's pointer and the objects it names (each object once); the versions
-    of the readable snapshots."""
-    objects = states.objects
-    seen: dict[str, _Found | None] = {}
-    readable: set[int] = set()
-    for v in snapshot_versions(objects):
-        where = f"snapshot {v} of table {states.name}"
-
-        def pointer(data: bytes, where: str = where) -> dict[str, Any]:
-            doc = open_sealed(data, where)
-            check_format(doc, where)
-            return doc
-
-        doc = tally.read(SNAPSHOT, snapshot_key(v), where, objects, pointer, starts=(v,))
-        if doc is None:
-            continue
-        try:
-            keys = _object_keys(objects, doc, where, seen, tally)
-        except (KeyError, TypeError, ValueError, AttributeError, CorruptionError) as e:
-            problem = _problem(e) if isinstance(e, CorruptionError) else f"malformed: {e!r}"
-            tally.found.append(_Found(SNAPSHOT, snapshot_key(v), problem, (v,)))
-            continue
-        bad = [seen[k] for k in keys if seen[k] is not None]
-        for f in bad:
-            assert f is not None
-            f.starts = (*f.starts, v)
-        if not bad:
-            readable.add(v)
-    return readable
-
-
-def _object_keys(objects: ObjectStore, doc: dict[str, Any], where: str,
-                 seen: dict[str, _Found | None], tally: _Tally) -> list[str]:
-    """The keys of the objects a snapshot pointer names, each checked (once: ``seen``)."""
-    meta = object_key(str(doc["metarange"]))
-    keys = [meta]
-    _check_object(objects, meta, seen, tally)
-    if seen[meta] is None:
-        keys += [object_key(r.digest) for r in read_metarange(objects, doc["metarange"], where)]
-    keys += [f"{OBJECT_PREFIX}{doc[k]}.json" for k in ("partitions", "unreferenced",
-                                                         "unreferenced_sums") if k in doc]
-    for k in keys:
-        _check_object(objects, k, seen, tally)
-    return keys
-
-
-def _check_object(objects: ObjectStore, key: str, seen: dict[str, _Found | None],
-                  tally: _Tally) -> None:
-    """A content-addressed object against the SHA-256 naming it (read again while it
-    differs); noted once in ``seen`` (None: good)."""
-    if key in seen:
-        return
-    digest = key[len(OBJECT_PREFIX):].split(".", 1)[0]
-
-    def check(data: bytes) -> int:
-        got = hashlib.sha256(data).hexdigest()
-        if got != digest:
-            raise ChecksumMismatch(f"SHA-256 {got}", f"its SHA-256 is {got}, not the digest "
-                                                     "that names it")
-        return len(data)
-
-    try:
-        tally.size += get_verified(objects, key, check, error_cls=CorruptMetadataError,
-                                    where=key)
-        seen[key] = None
-        tally.checked[SNAPSHOT_OBJECT] += 1
-    except ObjectNotFoundError:
-        seen[key] = _Found(SNAPSHOT_OBJECT, key, "missing")
-    except CorruptionError as e:
-        seen[key] = _Found(SNAPSHOT_OBJECT, key, _problem(e))
-    found = seen[key]
-    if found is not None:
-        tally.found.append(found)
 
 
 # ---- versions and their files ------------------------------------------------------------------
@@ -371,16 +190,28 @@ def _wanted(handle: TableHandle, version: int | str | None, head: TableState | N
     return {*([] if head is None else [head.version]), *tags.values()}
 
 
-def _files_of(states: StateStore, versions: Iterable[int], head: TableState | None
-              ) -> tuple[dict[str, FileSums | None], dict[int, str]]:
+def _files_of(states: StateStore, versions: Iterable[int], head: TableState | None, *,
+              strict: bool) -> tuple[dict[str, FileSums | None], dict[int, str]]:
     """The data files the versions reference, with their sums (None: none recorded), and
-    a problem for each version that does not load. An unknown version is a QueryError."""
+    a problem for each version that does not load; with ``strict`` (a version asked for),
+    only damage is a problem, and an unknown version a QueryError."""
     files: dict[str, FileSums | None] = {}
     unloadable: dict[int, str] = {}
     for v in sorted(versions):
         try:
-            state = head if head is not None and v == head.version else states.load(v)
+            if head is not None and v == head.version:
+                state = head
+            elif strict:  # VersionExpiredError for one past retention, as every read says
+                state = load_version(states, states.name, v)
+                check_files(states, states.name, state)
+            else:
+                state = states.load(v)
         except CorruptionError as e:
+            unloadable[v] = str(e)
+            continue
+        except SedimentError as e:  # a tag's version pruned, say: the tag no longer reads
+            if strict:
+                raise
             unloadable[v] = str(e)
             continue
         for f in state.refcount:
@@ -389,7 +220,7 @@ def _files_of(states: StateStore, versions: Iterable[int], head: TableState | No
     return files, unloadable
 
 
-def _check_files(tally: _Tally, objects: ObjectStore, table: str,
+def _check_files(tally: Tally, objects: ObjectStore, table: str,
                  files: Mapping[str, FileSums | None], deep: bool,
                  progress: Callable[[int, int], None] | None) -> None:
     names = sorted(files)
@@ -401,90 +232,38 @@ def _check_files(tally: _Tally, objects: ObjectStore, table: str,
             tally.checked.update(found.checked)
             tally.unchecked.update(found.unchecked)
             tally.size += found.bytes
-            tally.found += [_Found(kind, key, problem, file=filename)
+            tally.found += [Found(kind, key, problem, file=filename)
                             for kind, key, problem in found.damage]
             if progress is not None:
                 progress(done, len(names))
 
 
+def _forget_collected(tally: Tally, states: StateStore) -> None:
+    """A data file found missing that GC deleted meanwhile (the head, read again, neither
+    references it nor holds it unreferenced: only GC's DeleteFiles drops one) is no damage:
+    the head referencing it was replaced while verify ran, and left retention since."""
+    missing = [f.file for f in tally.found
+               if f.file is not None and f.kind == DATA and f.problem == "missing"]
+    if not missing:
+        return
+    try:
+        gone = set(collected(missing, states.head()))
+    except CorruptionError:
+        return
+    tally.found = [f for f in tally.found if f.file not in gone]
+
+
 # ---- what damage breaks ------------------------------------------------------------------------
-def _broken(first: int, last: int, entries: set[int], snaps: set[int]) -> set[int]:
-    """The versions from the oldest retained (``first - 1`` when the log was pruned) to
-    ``last`` that no readable snapshot and readable log entries after it reach."""
-    lo = first - 1 if first > 1 else 1
-    reach = first <= 1  # the empty state before version 1
-    out: set[int] = set()
-    for v in range(1, last + 1):
-        reach = v in snaps or (reach and v in entries)
-        if v >= lo and not reach:
-            out.add(v)
-    return out
-
-
-def _run(start: int, broken: set[int]) -> list[range]:
-    """The broken versions from ``start`` on, up to the first one that loads."""
-    end = start
-    while end in broken:
-        end += 1
-    return [range(start, end)] if end > start else []
-
-
-def _merged(spans: Iterable[range]) -> tuple[range, ...]:
-    out: list[range] = []
-    for r in sorted((r for r in spans if len(r)), key=lambda r: r.start):
-        if out and r.start <= out[-1].stop:
-            out[-1] = range(out[-1].start, max(out[-1].stop, r.stop))
-        else:
-            out.append(r)
-    return tuple(out)
-
-
-def _tags_in(tags: Mapping[str, int], spans: Sequence[range]) -> tuple[str, ...]:
-    return tuple(sorted(n for n, v in tags.items() if any(v in r for r in spans)))
-
-
-def _damage(found: _Found, broken: set[int], spans: Mapping[str, list[range]],
-            tags: Mapping[str, int], last: int) -> Damage:
+def _damage(found: Found, broken: set[int], spans: Mapping[str, list[range]],
+            tags: Mapping[str, int]) -> Damage:
+    """``found`` with the versions it breaks (see ``verify_breaks``) and their tags."""
     if found.file is not None:
-        versions = _merged(spans.get(found.file, ()))
+        versions = merged(spans.get(found.file, ()))
     else:
-        versions = _merged(r for s in found.starts for r in _run(s, broken))
-    named = tuple(sorted({*found.tags, *_tags_in(tags, versions)}))
+        versions = merged(r for s in found.starts for r in broken_run(s, broken))
+    named = tuple(sorted({*found.tags, *tags_in(tags, versions)}))
     problem = found.problem
     if found.kind == SNAPSHOT_OBJECT and found.starts:
         problem += f" (named by snapshot{'s' * (len(found.starts) > 1)} " \
                    f"{', '.join(map(str, found.starts))})"
     return Damage(found.kind, found.key, problem, versions, named)
-
-
-def _reference_spans(states: StateStore, files: set[str], first: int, last: int,
-                     entries: set[int], snaps: set[int]) -> dict[str, list[range]]:
-    """The versions referencing each of ``files``: one replay of the retained log, from the
-    oldest state it starts at (the empty one, or the base snapshot of a pruned log). Past a
-    damaged entry the replay starts again at the next readable snapshot; versions between
-    (broken anyway) are left out."""
-    spans: dict[str, list[range]] = {f: [] for f in files}
-    since: dict[str, int] = {}
-    state: TableState | None = TableState(states.table_id, states.name) if first <= 1 else None
-    for v in range(1, last + 1):
-        if state is not None and v in entries:
-            try:
-                states.heads.replay(state, states.log.read(v))
-            except CorruptionError:
-                state = None
-        else:
-            state = None
-        if state is None and v in snaps:
-            try:
-                state = read_snapshot(states.objects, v, states.table_id, name=states.name)
-            except SedimentError:
-                state = None
-        for f in files:
-            if state is not None and f in state.refcount:
-                since.setdefault(f, v)
-            elif f in since:
-                spans[f].append(range(since.pop(f), v))
-    for f, v in since.items():
-        spans[f].append(range(v, last + 1))
-    return spans
-

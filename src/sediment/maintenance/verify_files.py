@@ -62,8 +62,9 @@ _T = TypeVar("_T")
 
 @dataclass(slots=True)
 class FileFindings:
-    """What checking one data file found: the kinds of object checked against a checksum,
-    those that have none (unchecked), the damage (kind, key, problem) and the bytes read."""
+    """What checking one data file found: the kinds of object that match their checksum,
+    those that have none and show no damage (unchecked), the damage (kind, key, problem)
+    and the bytes read."""
 
     checked: list[str] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)
@@ -86,6 +87,9 @@ def check_file(objects: ObjectStore, table: str, filename: str, sums: FileSums |
     groups = _check_data(objects, table, filename, info.size, sums, out)
     if deep and not out.damage:
         _decode(objects, table, filename, out)
+        if out.damage:  # counted damaged, not checked (nor unchecked)
+            out.checked = [k for k in out.checked if k != DATA]
+            out.unchecked = [k for k in out.unchecked if k != DATA]
     _check_sample(objects, filename, sums, out)
     _check_keys(objects, filename, groups, out)
     return out
