@@ -71,11 +71,12 @@ def _referencing(table: sd.Table, filename: str) -> set[int]:
             if filename in {r.filename for r in table.files(v)}}
 
 
-def _unloadable(table: sd.Table) -> set[int]:
-    """The versions the real loader (newest readable snapshot, then the log) cannot load."""
+def _unloadable(table: sd.Table, head: int = 6) -> set[int]:
+    """The versions up to ``head`` the real loader (newest readable snapshot, then the log)
+    cannot load."""
     heads = table._handle.states.heads
     out = set()
-    for v in range(1, table.version + 1):
+    for v in range(1, head + 1):
         try:
             heads.load_from_storage(v)
         except SedimentError:
@@ -192,9 +193,10 @@ def _counts(table: sd.Table) -> dict[str, int]:
 
 def test_a_clean_table_verifies_with_every_object_counted(tmp_path: Path) -> None:
     table = _table(tmp_path)
+    table.pin("job", 2, ttl_seconds=3600)
     report = _fresh(tmp_path).verify()
     assert report.ok and report.damaged == () and report.unchecked == {}
-    assert report.versions == (3, 6) and table.version == 6
+    assert report.versions == (2, 3, 6) and table.version == 6  # pin, tag, head
     assert report.checked == _counts(table)
     assert all(n > 0 for n in report.checked.values()) and report.bytes > 0
     deep = _fresh(tmp_path).verify(deep=True)
@@ -357,3 +359,19 @@ def test_files_collected_while_verify_runs_are_no_damage(tmp_path: Path) -> None
     _path(table, ref.filename).unlink()
     (damage,) = table.verify().damaged
     assert (damage.key, damage.problem) == (ref.filename, "missing")
+
+
+def test_a_damaged_base_snapshot_of_a_pruned_log_breaks_what_it_alone_reached(
+        tmp_path: Path, no_prune_grace: None) -> None:
+    """Pruned up to the snapshot at 4 (the log goes on from 5): with that snapshot damaged
+    nothing reaches 4..6 any more, as the real loader says; a tag keeps nothing older here."""
+    table = _table(tmp_path, **{"retention.seconds": 0, "gc.clock_skew_seconds": 0})
+    table.delete_tag(TAG)
+    assert table.prune().base == 4
+    objects = table._handle.objects
+    assert [o.key for o in objects.list("log/")][0].endswith("05.json")
+    assert _fresh(tmp_path).verify().ok
+    kind, key, _ = _snapshot(table)
+    assert _unloadable(_fresh(tmp_path)) == {1, 2, 3, 4, 5, 6}  # 1-3 pruned, 4-6 broken
+    (damage,) = _fresh(tmp_path).verify().damaged
+    assert (damage.kind, damage.key, _versions(damage)) == (kind, key, {4, 5, 6})
