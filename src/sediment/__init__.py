@@ -18,6 +18,7 @@ from sediment.errors import (
     CorruptMetadataError,
     SedimentError,
 )
+from sediment.maintenance.verify import Damage, VerifyReport
 from sediment.query.request import ReadRequest
 from sediment.query.scan import Scan
 from sediment.schema import Schema
@@ -48,6 +49,7 @@ __all__ = [
     "CorruptDataError",
     "CorruptMetadataError",
     "CorruptionError",
+    "Damage",
     "FileReference",
     "HistoryEntry",
     "Partition",
@@ -59,6 +61,7 @@ __all__ = [
     "SedimentError",
     "Store",
     "Table",
+    "VerifyReport",
     "__version__",
     "connect",
     "join",

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from sediment.maintenance.gc import GcResult
     from sediment.maintenance.passes import MaintenanceResult
     from sediment.maintenance.splitting import SplitResult
+    from sediment.maintenance.verify import VerifyReport
     from sediment.query.engines import PlannedFile
     from sediment.query.inspect import TableInspector
     from sediment.query.planner import QueryPlan
@@ -213,6 +214,27 @@ class Table:
 
         states = self._handle.states
         return prune(states, settings_of(states.head(), self.name).retention_seconds)
+
+    def verify(self, version: int | str | None = None, deep: bool = False, *,
+               progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+        """Read every object ``version`` needs (None: the head and every tag's and live
+        pin's version) and check it against its checksum: the store file and catalog entry,
+        tags, log entries, snapshots, and each data file once (size, footer and whole-file
+        CRC-32, sample, key filter); ``deep`` also decodes every row group, verifying page
+        CRCs. Damage is reported, never raised: ``VerifyReport.damaged`` names each damaged
+        or missing object and the versions and tags it breaks; objects written before
+        checksums are counted unchecked. ``progress(done, total)``: data files.
+
+        Raises QueryError for a version the table does not have.
+        """
+        from sediment.maintenance.verify import CATALOG_ENTRY, STORE_FILE, verify_table
+        from sediment.store import CATALOG_PREFIX
+        from sediment.store import STORE_FILE as STORE_KEY
+
+        documents = [(STORE_FILE, STORE_KEY),
+                     (CATALOG_ENTRY, f"{CATALOG_PREFIX}{self.name}.json")]
+        return verify_table(self._handle, version, deep=deep, documents=documents,
+                            progress=progress)
 
     @property
     def version(self) -> int:

@@ -119,10 +119,11 @@ def _register() -> None:
         schemes,
         serve,
         spark,
+        verify,
         versions,
     )
 
-    for module in (admin, data, maintenance, reports, versions, spark, migrate, serve,
+    for module in (admin, data, maintenance, reports, versions, verify, spark, migrate, serve,
                    dashboard, schemes):
         app.registered_commands.extend(module.commands.registered_commands)
     app.add_typer(batcher.batcher_app, name="batcher")
