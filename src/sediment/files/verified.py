@@ -14,11 +14,14 @@ A file's *sums* (``core.model.FileSums``, recorded in the state) are its
 size, the CRC-32 of its footer (the last ``length + 8`` bytes), of the whole file and of its
 sample; a reader given sums checks what it reads against them, and one given None (a file
 written before sums) reads as before, with page CRCs only.
+
+Every check here consults ``storage.checksums.VERIFY_READS`` when it runs, which only the
+checksum benchmark turns off (to time the same reads unchecked).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -26,11 +29,31 @@ import pyarrow.parquet as pq
 
 from sediment.core.model import FileSums
 from sediment.errors import CorruptDataError, StorageError
+from sediment.storage import checksums
 from sediment.storage.checksums import crc32
 
-VERIFY = {"page_checksum_verification": True}
+
+class _PageVerification(Mapping[str, bool]):
+    """``{"page_checksum_verification": True}``, read when a reader unpacks it: False while
+    ``storage.checksums.VERIFY_READS`` is off (the checksum benchmark's unchecked runs)."""
+
+    KEY = "page_checksum_verification"
+
+    def __getitem__(self, key: str) -> bool:
+        if key != self.KEY:
+            raise KeyError(key)
+        return checksums.VERIFY_READS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((self.KEY,))
+
+    def __len__(self) -> int:
+        return 1
+
+
+VERIFY: Mapping[str, bool] = _PageVerification()
 """Keyword arguments of every pyarrow read of a data file (``ParquetFile``, ``read_table``,
-``ParquetFragmentScanOptions``)."""
+``ParquetFragmentScanOptions``): ``**VERIFY``."""
 
 CRC_FAILURE = "CRC checksum verification failed"
 """What pyarrow (26) says when a page fails its CRC."""
@@ -95,8 +118,9 @@ def footer_crc(tail: bytes | memoryview) -> int:
 
 def footer_problem(tail: bytes, size: int, sums: Sums | None) -> str | None:
     """What is wrong with a file of ``size`` bytes whose last bytes are ``tail`` (holding its
-    whole footer) against its ``sums``; None when they agree or there are no sums."""
-    if sums is None:
+    whole footer) against its ``sums``; None when they agree, there are no sums or checks
+    are off (``storage.checksums.VERIFY_READS``)."""
+    if sums is None or not checksums.VERIFY_READS:
         return None
     if size != sums.size:
         return f"{size} bytes where {sums.size} were written"
@@ -124,7 +148,9 @@ def file_crc(path: str) -> tuple[int, int]:
 
 def whole_problem(size: int, crc: int, sums: Sums) -> str | None:
     """What is wrong with a whole file of ``size`` bytes and CRC-32 ``crc`` against its
-    ``sums``; None when they agree."""
+    ``sums``; None when they agree (or checks are off: ``storage.checksums.VERIFY_READS``)."""
+    if not checksums.VERIFY_READS:
+        return None
     if size != sums.size:
         return f"{size} bytes where {sums.size} were written"
     if crc != sums.crc:
@@ -135,7 +161,10 @@ def whole_problem(size: int, crc: int, sums: Sums) -> str | None:
 def decode_all(source: Any) -> None:
     """Decode every page of a Parquet file (a path or an open file), one row group at a
     time, verifying page CRCs: what a reader that verifies nothing (DataFusion) is preceded
-    by when the file's sums are not known. Raises pyarrow's error on damage."""
+    by when the file's sums are not known. Raises pyarrow's error on damage; does nothing
+    while checks are off (``storage.checksums.VERIFY_READS``)."""
+    if not checksums.VERIFY_READS:
+        return
     pf = pq.ParquetFile(source, **VERIFY)
     for g in range(pf.metadata.num_row_groups):
         pf.read_row_group(g, use_threads=False)

@@ -23,6 +23,7 @@ from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name, with_sidecars
 from sediment.files.sums import SummingSink, footer_crc, footer_length
 from sediment.schema import Schema
+from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import crc32
 
@@ -88,7 +89,8 @@ def writer_options(schema: Schema, properties: Mapping[str, Any]) -> dict[str, A
         "data_page_size": int(properties["parquet.page_size_bytes"]),
         "write_statistics": True,
         # a CRC-32 per page, which readers opening files with page_checksum_verification check
-        "write_page_checksum": True,
+        # (off only in the checksum benchmark's unchecked runs: storage.checksums.WRITE_SUMS)
+        "write_page_checksum": checksums.WRITE_SUMS,
         "sorting_columns": [pq.SortingColumn(i) for i in range(len(schema.key_names))],
         # Dictionary pages only for the value columns named by the property: for keys and
         # other high-cardinality columns they make files bigger and exact-key reads slower
@@ -135,8 +137,12 @@ class SortedFileWriter:
         self._path = objects.path(filename)
         try:
             fs.create_dir(self._path.rsplit("/", 1)[0], recursive=True)
-            # the whole-file CRC is taken from the bytes as they stream out (FileSums.crc)
-            self._sink = SummingSink(fs.open_output_stream(self._path))
+            stream = fs.open_output_stream(self._path)
+            # the whole-file CRC is taken from the bytes as they stream out (FileSums.crc);
+            # the checksum benchmark's unchecked runs (storage.checksums.WRITE_SUMS off)
+            # write to the stream itself, as before checksums
+            self._sink: SummingSink | pa.NativeFile = \
+                SummingSink(stream) if checksums.WRITE_SUMS else stream
         except (OSError, pa.ArrowException) as e:
             raise StorageError(f"cannot create data file {self._path}: {e}") from e
         opts = writer_options(schema, properties)
@@ -201,17 +207,20 @@ class SortedFileWriter:
 
     def close(self) -> WrittenFile:
         self._flush(final=True)
-        self._sink.mark()  # what close writes (page indexes, footer) is kept whole
+        if isinstance(self._sink, SummingSink):
+            self._sink.mark()  # what close writes (page indexes, footer) is kept whole
         self._writer.close()
         self._sink.close()
         if self._keys_sink is not None:
             self._keys_sink.close()
         sample = self._sampler.sample(pa.schema(list(self.schema.row_keys)))
         buf = io.BytesIO()
-        pq.write_table(sample, buf, compression="zstd", write_page_checksum=True)
+        pq.write_table(sample, buf, compression="zstd", write_page_checksum=checksums.WRITE_SUMS)
         sample_bytes = buf.getvalue()
         self.objects.put(sample_name(self.filename), sample_bytes)
         info = self.objects.head(self.filename)
+        if not isinstance(self._sink, SummingSink):  # no sums: WRITE_SUMS is off
+            return WrittenFile(self.filename, self.rows, 0 if info is None else info.size)
         size = self._sink.size
         if info is None or info.size != size:
             raise StorageError(f"data file {self._path}: {size} bytes written, "

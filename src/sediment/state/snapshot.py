@@ -33,6 +33,7 @@ from sediment.errors import CorruptMetadataError, ObjectNotFoundError
 from sediment.schema import Schema
 from sediment.state.documents import json_value, open_sealed, sealed
 from sediment.state.log import FORMAT_VERSION, check_format, version_of_key
+from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import ChecksumMismatch, get_verified
 
@@ -310,6 +311,8 @@ def _get_object(objects: ObjectStore, key: str, where: str) -> bytes:
     digest = key[len(OBJECT_PREFIX):].split(".", 1)[0]
 
     def check(data: bytes) -> bytes:
+        if not checksums.VERIFY_READS:  # the checksum benchmark's unchecked runs
+            return data
         got = hashlib.sha256(data).hexdigest()
         if got != digest:
             raise ChecksumMismatch(f"SHA-256 {got} of object {key}",

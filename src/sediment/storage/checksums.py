@@ -28,7 +28,17 @@ from sediment.errors import CorruptDataError, CorruptionError
 from sediment.storage.base import ObjectStore
 
 VERIFY_READS = True
-"""Check seals on read. Only the checksum benchmark turns this off, to measure the cost."""
+"""Check what is read: metadata seals and snapshot objects' SHA-256, data files' page CRCs,
+footers, sizes and whole-file CRCs, samples' CRCs and key filters' header and block CRCs.
+Read at every check (so it takes effect at once). For ``benchmarks/checksums.py`` only, which
+turns it off to measure what the checks cost: no property, option or environment variable
+reaches it, and nothing else may set it."""
+
+WRITE_SUMS = True
+"""Write data files with their page CRCs and take their sums (whole-file, footer and sample
+CRC-32) as the bytes stream out (``sediment.files.writer``). Off, a data file is written as
+before checksums and committed without sums (read unchecked, as an old file). For
+``benchmarks/checksums.py`` only, as :data:`VERIFY_READS`."""
 
 TRAILER_BYTES = 20
 """``,"crc32":"xxxxxxxx"}``: the sealed document's last bytes."""
