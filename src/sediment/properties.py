@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sediment.errors import PropertyError, did_you_mean
+from sediment.iterators.merge_rules import MERGE_RULES
 
 if TYPE_CHECKING:
     from sediment.schema import Schema
@@ -144,6 +145,14 @@ def _check_iterators(text: str, where: str, schema: Schema | None) -> None:
     iterators_from_property(text, schema, where=where)
 
 
+def _check_merge_functions(text: str, where: str, schema: Schema | None) -> None:
+    """Parse ``merge.functions`` when it is set: names of functions (with the schema, the
+    fields they name and their types too), so a rule that cannot run is refused then."""
+    from sediment.iterators.merge_rules import parse_functions
+
+    parse_functions(text, schema, where)
+
+
 _SPECS = [
     # --- state store -------------------------------------------------------------------
     PropertySpec("state.snapshot.interval", int, 100,
@@ -238,6 +247,23 @@ _SPECS = [
                  "hundreds of files and commits. Still accepted, with a warning, so that "
                  "stores and tables which set it keep opening.",
                  minimum=0, check=lambda v: _retired_min_leaf_partitions(v)),
+    # --- records with equal keys ----------------------------------------------------------
+    PropertySpec("merge", str, "none",
+                 "The merge rule: what the table keeps of the records sharing a record key "
+                 "(row keys plus sort keys), applied on every read and compaction before the "
+                 "iterators. none: every record; last: the latest write (Paimon's "
+                 "deduplicate); first: the earliest write; partial: each value field the "
+                 "latest non-null value written to it (Paimon's partial-update); aggregate: "
+                 "each value field combined by its function in merge.functions. Writes are "
+                 "ordered by commit, then by position within one write. Fixed once the table "
+                 "holds data (set it at create_table or while the table is empty).",
+                 choices=MERGE_RULES),
+    PropertySpec("merge.functions", str, "",
+                 "For merge = aggregate: a JSON object {field: function} giving value fields "
+                 "the aggregate iterator's functions (sum, min, max, last, concat, map_sum, "
+                 "map_min, map_max); fields not named take last. Fixed once the table holds "
+                 "data.",
+                 check_in=_check_merge_functions),
     # --- query --------------------------------------------------------------------------
     PropertySpec("query.iterators", str, "",
                  "JSON list of iterators applied at query time (see sediment.iterators).",
@@ -407,7 +433,8 @@ _GZIP_MAX_LEVEL = 9
 def check_combined(values: Mapping[str, Any], *, context: str = "") -> None:
     """Refuse values valid one by one but not together (PropertyError naming both), checked
     over every property a table or store would have after a change: a gzip level above 9
-    (zstd's go to 22) failed every later write as a storage error."""
+    (zstd's go to 22) failed every later write as a storage error; ``merge.functions`` set
+    while ``merge`` is not ``aggregate`` would be ignored."""
     merged = {**defaults(), **values}
     where = f" of {context}" if context else ""
     level = merged["parquet.compression_level"]
@@ -415,6 +442,12 @@ def check_combined(values: Mapping[str, Any], *, context: str = "") -> None:
             and level > _GZIP_MAX_LEVEL:
         raise PropertyError(f"property 'parquet.compression_level'{where}: {level} is above "
                             f"gzip's maximum {_GZIP_MAX_LEVEL} (parquet.compression is gzip)")
+    functions = merged["merge.functions"]
+    if isinstance(functions, str) and functions.strip() and merged["merge"] != "aggregate":
+        # read by no other rule: kept, it would look like it applied
+        raise PropertyError(f"property 'merge.functions'{where}: only the aggregate merge rule "
+                            f"reads it, and merge is {merged['merge']!r}; set merge to "
+                            "'aggregate' with it, or leave merge.functions unset")
 
 
 def describe_properties() -> list[dict[str, Any]]:

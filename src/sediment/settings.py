@@ -65,6 +65,9 @@ class TableSettings(Mapping[str, Any]):
     ingest_spill_dir: str
     bulk_import_target_leaf_rows: int
     bulk_import_min_leaf_partitions: int
+    # --- records with equal keys
+    merge: str
+    merge_functions: str
     # --- query
     query_iterators: str
     query_footer_cache_files: int

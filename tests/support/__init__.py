@@ -4,6 +4,7 @@
 - :mod:`support.workload`: the benchmark workload's data (on ``sediment.workload``'s schema).
 - :mod:`support.internals`: test-only helpers over Sediment's internals (samples, sorted files,
   snapshot ranges, the leaf of a key).
+- :mod:`support.merge_reference`: the merge rules (the ``merge`` table property) in pandas.
 
 Tests import it as ``support`` (``tests/`` is on ``sys.path``: tests/conftest.py); benchmarks
 put ``tests/`` on ``sys.path`` in benchmarks/_common.py.

@@ -24,10 +24,11 @@
    Either way, an estimated reference (to a file spanning several leaves) left over gets a
    single-file job, and ``full`` merges every leaf's references into one file (see
    ``plan_compaction_jobs``).
-3. When the compaction iterators combine records in an order that matters across files
-   (``concat``: ``RecordIterator.needs_consecutive_inputs``), a multi-file job takes every
-   reference of its leaf, and only while no job runs in the leaf and no ancestor still holds
-   references to push down: a combined record keeps one sequence, so a file committed between
+3. When the merge rule or the compaction iterators combine records in an order that matters
+   across files (``partial``, ``concat``: ``RecordIterator.needs_consecutive_inputs``), a
+   multi-file job takes every reference of its leaf, and only while no job runs in the leaf
+   and no ancestor still holds references to push down: a combined record keeps one
+   sequence, so a file committed between
    a job's inputs and left out would read as coming after all of them. Records in other
    leaves never share a key, and files committed later have greater sequences, so merging
    the whole leaf keeps commit order. The cost is write amplification (each such job rewrites
@@ -45,6 +46,7 @@ from sediment.core.model import FileReference
 from sediment.core.regions import Region
 from sediment.core.state import TableState
 from sediment.core.transactions import JobAssignment, SplitReference
+from sediment.iterators.merge_rules import needs_consecutive_inputs
 from sediment.iterators.registry import iterators_from_property
 from sediment.settings import as_settings
 
@@ -90,9 +92,13 @@ def short_part(job: CompactionJob, records: float, properties: Mapping[str, Any]
 
 
 def _whole_leaf(properties: Mapping[str, Any]) -> bool:
-    """Whether a compaction iterator needs consecutive inputs (see plan_compaction_jobs)."""
+    """Whether the merge rule or a compaction iterator needs consecutive inputs (see
+    plan_compaction_jobs; the merge rules' reasons are in sediment.iterators.merge_rules)."""
+    settings = as_settings(properties)
+    if needs_consecutive_inputs(settings.merge, settings.merge_functions):
+        return True
     return any(it.needs_consecutive_inputs() for it in iterators_from_property(
-        as_settings(properties).compaction_iterators, where="property compaction.iterators"))
+        settings.compaction_iterators, where="property compaction.iterators"))
 
 
 def plan_reference_splits(state: TableState, estimate: Estimate) -> list[SplitReference]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sediment.core.state import TableState
 from sediment.errors import CorruptMetadataError, PropertyError
 from sediment.iterators.base import RecordIterator
+from sediment.iterators.merge_rules import merge_rule
 from sediment.iterators.registry import iterators_from_property
 from sediment.schema import Schema
 from sediment.settings import TableSettings, settings_of
@@ -27,7 +28,8 @@ class Head:
     schema: Schema
     settings: TableSettings
     compaction_iterators: tuple[RecordIterator, ...] | PropertyError
-    """The compaction iterators (``compaction.iterators``) checked against the schema, or
+    """The iterators compaction runs: the merge rule (``merge``), then ``compaction.iterators``,
+    checked against the schema; or
     why a stored setting cannot run (raised by :attr:`iterators`, where they are used: the
     steps that use none go on)."""
     name: str
@@ -50,7 +52,9 @@ class Head:
         settings = settings_of(state, name)
         iterators: tuple[RecordIterator, ...] | PropertyError
         try:
-            iterators = tuple(iterators_from_property(
+            rule = merge_rule(settings.merge, settings.merge_functions, schema,
+                              where=f"table {name} property merge")
+            iterators = (() if rule is None else (rule,)) + tuple(iterators_from_property(
                 settings.compaction_iterators, schema,
                 where=f"table {name} property compaction.iterators"))
         except PropertyError as e:

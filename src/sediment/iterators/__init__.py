@@ -24,6 +24,10 @@ JSON object with a ``type``:
 - ``{"type": "keep_latest", "by": "timestamp"}``: one row per row key, the one with the greatest
   ``by`` (nulls lowest; ties: the last in stream order).
 
+A table's merge rule (the ``merge`` property: last, first, partial, aggregate) is an iterator
+too, built from the properties by :mod:`sediment.iterators.merge_rules` and run before all of
+these on every read and compaction.
+
 Every number in a configuration must be finite: ``NaN``, ``Infinity`` and ``1e999``, which
 Python's JSON parser reads, are refused naming the field.
 

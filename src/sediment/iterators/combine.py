@@ -45,26 +45,39 @@ from sediment.errors import PropertyError
 from sediment.iterators.base import RecordIterator, repeated_names
 from sediment.schema import Schema
 
-_FUNCTIONS = ("sum", "min", "max", "last", "concat", "map_sum", "map_min", "map_max")
+FUNCTIONS = ("sum", "min", "max", "last", "concat", "map_sum", "map_min", "map_max")
 _GROUP_COL = "__sediment_group"
 
 
 # ---- runs of equal keys ------------------------------------------------------------------------
-def _starts_new_run(data: pa.Table | pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
+def key_changes(data: pa.Table | pa.RecordBatch, names: Sequence[str]) -> pa.BooleanArray:
+    """Bool per row but the first (``num_rows - 1`` of them, none null: keys never are): does
+    the row's key (``names``) differ from the previous row's? Compared and combined in Arrow,
+    without a conversion to numpy per field."""
+    n = data.num_rows
+    if n < 2:
+        return pa.array([], type=pa.bool_())
+    out = None
+    for name in names:
+        col = data.column(name)
+        ne = pc.not_equal(col.slice(1), col.slice(0, n - 1))
+        out = ne if out is None else pc.or_(out, ne)
+    return _array(out) if out is not None else pa.array(np.zeros(n - 1, dtype=bool))
+
+
+def starts_new_run(data: pa.Table | pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
     """Bool per row: does the row's key (``names``) differ from the previous row's? Row 0: True."""
     n = data.num_rows
     change = np.zeros(n, dtype=bool)
     if n:
         change[0] = True
     if n > 1:
-        for name in names:
-            col = data.column(name)
-            ne = pc.not_equal(col.slice(1), col.slice(0, n - 1))
-            change[1:] |= np.asarray(ne.to_numpy(zero_copy_only=False), dtype=bool)
+        ne = key_changes(data, names)
+        change[1:] = np.asarray(ne.to_numpy(zero_copy_only=False), dtype=bool)
     return change
 
 
-def _same_key(a: pa.RecordBatch, i: int, b: pa.RecordBatch, j: int,
+def same_key(a: pa.RecordBatch, i: int, b: pa.RecordBatch, j: int,
               names: Sequence[str]) -> bool:
     """Do row ``i`` of ``a`` and row ``j`` of ``b`` have equal ``names``?"""
     return all(pc.equal(a.column(n).slice(i, 1), b.column(n).slice(j, 1))[0].as_py()
@@ -79,7 +92,7 @@ def _array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], type=col.type)
 
 
-class _RunCombiner(RecordIterator):
+class RunCombiner(RecordIterator):
     """Reduces each run of rows with equal :meth:`group_names` values to one row."""
 
     schema: Schema | None
@@ -102,9 +115,9 @@ class _RunCombiner(RecordIterator):
         for b in batches:
             if not b.num_rows:
                 continue
-            change = _starts_new_run(b, names)
+            change = starts_new_run(b, names)
             if held:
-                change[0] = not _same_key(held[-1], held[-1].num_rows - 1, b, 0, names)
+                change[0] = not same_key(held[-1], held[-1].num_rows - 1, b, 0, names)
             starts = np.flatnonzero(change)
             if not len(starts):  # continues the held-back group
                 held.append(b)
@@ -120,7 +133,7 @@ class _RunCombiner(RecordIterator):
     def _combine(self, batches: list[pa.RecordBatch], names: Sequence[str]
                  ) -> Iterator[pa.RecordBatch]:
         table = pa.Table.from_batches(batches).combine_chunks()
-        change = _starts_new_run(table, names)
+        change = starts_new_run(table, names)
         starts = np.flatnonzero(change)
         group = np.cumsum(change, dtype=np.int64) - 1
         out = self.reduce(table, starts, group)
@@ -236,7 +249,7 @@ def _subgroups(table: pa.Table, group: np.ndarray, names: Sequence[str]
     return rank[inverse], n
 
 
-class Aggregate(_RunCombiner):
+class Aggregate(RunCombiner):
     """Combine rows with equal row keys and sort keys, a function per value field."""
 
     def __init__(self, functions: Mapping[str, str] | Iterable[tuple[str, str]],
@@ -250,9 +263,9 @@ class Aggregate(_RunCombiner):
         self.group_by = list(group_by)
         self._check_group_by()
         for name, fn in self.functions.items():
-            if fn not in _FUNCTIONS:
+            if fn not in FUNCTIONS:
                 raise PropertyError(f"aggregate: unknown function {fn!r} for field {name!r} "
-                                    f"({', '.join(_FUNCTIONS)})")
+                                    f"({', '.join(FUNCTIONS)})")
             if schema is None:
                 continue
             if name not in schema.field_names:
@@ -358,7 +371,7 @@ def latest_last_options() -> pc.SortOptions:
 _LATEST_LAST = latest_last_options()
 
 
-class KeepLatest(_RunCombiner):
+class KeepLatest(RunCombiner):
     """One row per row key: the one with the greatest ``by`` (ties: last in stream order)."""
 
     def __init__(self, by: str, schema: Schema | None = None) -> None:

@@ -27,14 +27,18 @@ from sediment.storage.base import ObjectStore
 
 
 def table_iterators(state: TableState, table: str) -> list[RecordIterator]:
-    """The iterators every read of the table applies: the compaction iterators (so answers do
-    not depend on how far compaction got), then the query-time ones."""
+    """The iterators every read of the table applies: the merge rule (``merge``), then the
+    compaction iterators (both also run by compaction, so answers do not depend on how far
+    it got), then the query-time ones."""
     from sediment.iterators import iterators_from_property
+    from sediment.iterators.merge_rules import merge_rule_of
 
     assert state.schema is not None
     props = {**defaults(), **state.properties}
-    its = iterators_from_property(str(props["compaction.iterators"]), state.schema,
-                                  where=f"table {table} property compaction.iterators")
+    rule = merge_rule_of(props, state.schema, table)
+    its = [rule] if rule is not None else []
+    its += iterators_from_property(str(props["compaction.iterators"]), state.schema,
+                                   where=f"table {table} property compaction.iterators")
     its += iterators_from_property(str(props["query.iterators"]), state.schema,
                                    where=f"table {table} property query.iterators")
     return its
@@ -47,12 +51,14 @@ PreparedQuery = Scan
 def prepare_query(state: TableState, executor: Executor, table: str, request: ReadRequest, *,
                   on_missing: Callable[[], None] | None = None,
                   source: ScanSource | None = None) -> Scan:
-    """Check the columns, gather the iterators (the table's unless the request is raw, then
-    the request's) and plan. ``on_missing``: see :attr:`Scan.on_missing`; ``source``: see
-    :attr:`Scan.source`. The request's ``filter`` (an expression, ``--where`` text or a wire
-    tree) is applied to the merged records after the iterators; its row-key constraints
-    narrow the plan, and with record-by-record iterators its other constraints prune row
-    groups by statistics (see sediment.query.filters)."""
+    """Check the columns, gather the iterators (the table's, merge rule included, unless the
+    request is raw: a raw read is the records as stored, every write of a key that compaction
+    has not merged yet; then the request's) and plan. ``on_missing``: see
+    :attr:`Scan.on_missing`; ``source``: see :attr:`Scan.source`. The request's ``filter``
+    (an expression, ``--where`` text or a wire tree) is applied to the merged records after
+    the iterators; its row-key constraints narrow the plan, and with record-by-record
+    iterators its other constraints prune row groups by statistics (see
+    sediment.query.filters)."""
     from sediment.iterators import iterator_from_config
     from sediment.iterators.base import AgeOff, RowFilter
 

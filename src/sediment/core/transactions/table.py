@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 from sediment.core.model import Partition
 from sediment.core.state import ROOT_PARTITION_ID, TableState, build_partition_tree
 from sediment.core.transactions.base import Transaction, counted, fail, require_initialised
+from sediment.errors import PropertyError
+from sediment.iterators.merge_rules import same_functions
 from sediment.properties import PROPERTIES, check_combined, validate_properties
 from sediment.schema import Schema
 
@@ -81,6 +83,15 @@ class SetProperties(Transaction):
         after = {**state.properties, **validate_properties(self.updates)}
         check_combined({k: v for k, v in after.items() if k not in self.removed},
                        context=f"table {state.name}")
+        changed = self._new_merge_rule(state)
+        if changed is not None and state.reference_count():
+            name, old, new = changed
+            raise PropertyError(
+                f"table {state.name}: property {name} cannot change from {old!r} to {new!r} "
+                "once the table holds data: compaction may have merged its records by the "
+                "old rule already, and reads would follow neither; set it at create_table "
+                "or while the table is empty (after clear()), or create a new table and copy "
+                "the records")
         switch = self._new_partitioning(state)
         if switch is not None and state.properties.get("partition.scheme"):
             raise fail(state, "a member of a partition scheme follows the scheme's "
@@ -88,6 +99,20 @@ class SetProperties(Transaction):
         if switch is not None and state.reference_count():
             raise fail(state, "a table cannot switch its partitioning once it holds data "
                               "(partitioning is fixed by the partition tree it has)")
+
+    def _new_merge_rule(self, state: TableState) -> tuple[str, str, str] | None:
+        """The merge property (``merge`` or ``merge.functions``) whose effective value this
+        change changes, with its value before and after, if one does (setting the value a
+        table has is no change)."""
+        for name in MERGE_PROPERTIES:
+            before = str(state.properties.get(name, _default_of(name)))
+            after = str(_default_of(name)) if name in self.removed else \
+                str(self.updates.get(name, before))
+            same = same_functions(before, after) if name == "merge.functions" else \
+                after == before
+            if not same:
+                return name, before, after
+        return None
 
     def _new_partitioning(self, state: TableState) -> str | None:
         """The partitioning this change switches the table to, if it switches."""
@@ -124,6 +149,9 @@ class SetProperties(Transaction):
 
 SCHEME_PROPERTIES = frozenset({"partition.scheme", "partition.scheme.version"})
 """Properties only ``create_table`` and follow_scheme transactions set (co-sharding)."""
+
+MERGE_PROPERTIES = ("merge", "merge.functions")
+"""The merge rule's properties: fixed once the table holds data (see SetProperties)."""
 
 
 def _default_of(name: str) -> Any:
