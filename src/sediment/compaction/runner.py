@@ -23,10 +23,11 @@ from sediment.compaction.strategy import (
     plan_compaction_jobs,
     plan_reference_splits,
 )
-from sediment.core.deletions import applicable, nothing_older
+from sediment.core.deletions import applicable
 from sediment.core.head import Head
 from sediment.core.model import FileReference
 from sediment.core.regions import Region
+from sediment.core.settling import nothing_older
 from sediment.core.state import TableState
 from sediment.core.transactions import (
     AssignJobIds,

@@ -14,21 +14,18 @@ A deletion stays in the state while a leaf may still hold a record it covers: ``
 names those leaves. A compaction of a leaf applies every deletion pending there and, when its
 output leaves nothing older in the leaf or its ancestors (``settle_leaf``), settles them in
 that leaf; a split hands a leaf's pending deletions to its children; a deletion pending
-nowhere is gone. Pure: functions of a state, no I/O.
+nowhere is gone (the rules that read a state: ``sediment.core.settling``). Pure, no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sediment.core.keys import decode_key, encode_key
 from sediment.core.model import RANK_BITS
 from sediment.core.regions import Range, Region
-
-if TYPE_CHECKING:
-    from sediment.core.state import TableState
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,59 +78,10 @@ def range_from_json(doc: Mapping[str, Any]) -> Range:
                  end_inclusive=bool(doc.get("end_inclusive", False)))
 
 
-def pending_leaves(state: TableState, ranges: tuple[Range, ...] | None) -> frozenset[str]:
-    """The leaves that may hold records of ``ranges``: those meeting them that hold, or
-    whose ancestors hold, any reference (an empty leaf has nothing to delete)."""
-    out = set()
-    for leaf in state.leaf_partitions():
-        if ranges is not None and not any(r.overlaps(leaf.region) for r in ranges):
-            continue
-        if state.references(leaf.id) or any(state.references(a.id)
-                                            for a in state.ancestors(leaf.id)):
-            out.add(leaf.id)
-    return frozenset(out)
-
-
 def applicable(deletions: Iterable[Deletion], leaf_id: str, region: Region
                ) -> tuple[Deletion, ...]:
     """The deletions a read of ``region`` in leaf ``leaf_id`` applies."""
     return tuple(d for d in deletions if leaf_id in d.pending and d.overlaps(region))
-
-
-def settle_leaf(state: TableState, leaf_id: str, through: int, output: str | None
-                ) -> tuple[Deletion, ...]:
-    """``state``'s deletions once a compaction of ``leaf_id`` that applied every deletion up
-    to version ``through`` committed its ``output`` file (``state``: after its references
-    were replaced).
-
-    They are settled in the leaf when nothing there can hold an older record they cover:
-    no ancestor holds references, and every reference left in the leaf is the job's output
-    or a file ingested after the deletion (all its records newer). A file holding records of
-    several commits (``sequenced``: another compaction's output) may hold older ones, and a
-    deletion after ``through`` was not applied: those stay pending."""
-    if not state.deletions or through <= 0:
-        return state.deletions
-    exempt = frozenset() if output is None else frozenset({output})
-    out = []
-    for d in state.deletions:
-        if leaf_id in d.pending and d.version <= through and \
-                nothing_older(state, leaf_id, exempt, d.bound):
-            d = replace(d, pending=d.pending - {leaf_id})
-        if d.pending:
-            out.append(d)
-    return tuple(out)
-
-
-def nothing_older(state: TableState, leaf_id: str, exempt: frozenset[str], bound: int) -> bool:
-    """Whether no reference of ``state`` that can hold records of ``leaf_id`` may hold a
-    record with a sequence below ``bound``, besides those to files in ``exempt``: no
-    ancestor holds references, and every other reference in the leaf is to a file ingested
-    at or after ``bound`` (a ``sequenced`` file, a compaction's output, holds records of
-    older commits)."""
-    if any(state.references(a.id) for a in state.ancestors(leaf_id)):
-        return False
-    return all(r.filename in exempt or (not r.sequenced and r.sequence >= bound)
-               for r in state.references(leaf_id).values())
 
 
 def split_leaf(deletions: Sequence[Deletion], leaf_id: str, children: Sequence[str]

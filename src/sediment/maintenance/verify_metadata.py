@@ -194,7 +194,8 @@ def _object_keys(objects: ObjectStore, doc: dict[str, Any], where: str,
     if seen[meta] is None:
         keys += [object_key(r.digest) for r in read_metarange(objects, doc["metarange"], where)]
     keys += [f"{OBJECT_PREFIX}{doc[k]}.json" for k in ("partitions", "unreferenced",
-                                                         "unreferenced_sums") if k in doc]
+                                                         "unreferenced_sums", "deletions")
+             if k in doc]
     for k in keys:
         _check_object(objects, k, seen, tally)
     return keys

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from sediment.core.deletions import settle_leaf
 from sediment.core.model import FileReference, FileSums, file_sequence
+from sediment.core.settling import settle_leaf
 from sediment.core.state import TableState
 from sediment.core.transactions.base import (
     NO_SUMS,

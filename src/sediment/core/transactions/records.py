@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sediment.core.deletions import Deletion, pending_leaves, range_from_json, range_to_json
+from sediment.core.deletions import Deletion, range_from_json, range_to_json
 from sediment.core.regions import Range
+from sediment.core.settling import pending_leaves
 from sediment.core.state import TableState
 from sediment.core.transactions.base import Transaction, counted, fail, require_initialised
 
