@@ -374,16 +374,26 @@ SAMPLE_PAGE = 100
 """A byte of a sample's first data page (its pages carry CRCs too)."""
 
 
-def test_a_damaged_sample_is_rebuilt_and_the_split_is_right(world: World,
+def _column_name(sample: bytes) -> int:
+    """A byte of the count column's name in a sample's footer (its schema)."""
+    footer = len(sample) - int.from_bytes(sample[-8:-4], "little") - 8
+    return sample.index(b"__count", footer) + 2
+
+
+@pytest.mark.parametrize("where", ["page", "column name"])
+def test_a_damaged_sample_is_rebuilt_and_the_split_is_right(world: World, where: str,
                                                            caplog: pytest.LogCaptureFixture
                                                            ) -> None:
     """A split reads its leaf's samples (whole GETs) for the median: every read of one
-    flipped, the sample fails its CRC-32, is rebuilt from the data file with a warning, the
-    split commits and every answer is right."""
+    flipped, the sample fails its page CRC (``page``) or decodes with a column renamed
+    (``column name``: the split failed with a KeyError), is rebuilt from the data file with
+    a warning, the split commits and every answer is right."""
     name = "s" + uuid.uuid4().hex[:8]
     table, filename, _ = _table(world, name, **{"partition.split.threshold": 600})
-    rule = world.rule(_key(sidecar_name(filename, SAMPLE)), SAMPLE_PAGE, PERSISTENT,
-                      ranged=False)
+    sample = sidecar_name(filename, SAMPLE)
+    at = SAMPLE_PAGE if where == "page" else \
+        _column_name(world.unfaulted(name)._handle.objects.get(sample))
+    rule = world.rule(_key(sample), at, PERSISTENT, ranged=False)
     with caplog.at_level(logging.WARNING):
         result = world.open(name).split()
     assert rule.fired >= 2 and any("rebuilt" in r.getMessage() for r in caplog.records)
