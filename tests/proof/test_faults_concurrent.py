@@ -1,6 +1,7 @@
 """Concurrency under network faults: writer, reader and ``sediment maintain --loop`` processes
 reach the S3 server only through the fault proxy (tests/faultproxy.py), which at random
-(seeded) loses responses of writes that happened, resets connections, answers 503 and delays.
+(seeded) loses responses of writes that happened, resets connections, answers 503, delays,
+and flips a byte of 0.5% of read answers (``corruption_fault_specs``, issue 38).
 
 Model checks afterwards, on a handle opened directly on the server:
 
@@ -26,7 +27,7 @@ import test_concurrent_processes as tcp
 import workers as w
 
 import sediment as sd
-from faultproxy import ProxiedS3, random_fault_specs
+from faultproxy import ProxiedS3, corruption_fault_specs, random_fault_specs
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
@@ -106,7 +107,12 @@ def test_writers_maintainer_and_readers_through_faults(proxied_s3: ProxiedS3,
     # mix: at p=0.15 over some 20 log PUTs, the random rule alone injects none in ~4% of runs
     certain = {"action": "drop_response", "method": "PUT", "path": r"/log/\d{20}\.json$",
                "skip": 2, "count": 1, "name": "lost log-entry answer (certain)"}
-    proxy.add_rules([certain, *random_fault_specs()])
+    # and one certain flipped byte in a ranged data-file read and in a log entry's read
+    flips = [{"action": "corrupt", "path": r"/data/.*\.parquet$", "ranged": True, "skip": 5,
+              "count": 1, "name": "corrupt data read (certain)"},
+             {"action": "corrupt", "path": r"/log/\d{20}\.json$", "ranged": False, "skip": 5,
+              "count": 1, "name": "corrupt log read (certain)"}]
+    proxy.add_rules([certain, *flips, *random_fault_specs(), *corruption_fault_specs()])
     try:
         run.execute(timeout=240 * w.SCALE)
     finally:
@@ -115,6 +121,7 @@ def test_writers_maintainer_and_readers_through_faults(proxied_s3: ProxiedS3,
         proxy.clear()
     print(json.dumps({"proxy": counts, "rules": rules}))
     assert rules["lost log-entry answer (certain)"] == 1, "no ambiguous commit was injected"
+    assert rules["corrupt data read (certain)"] == rules["corrupt log read (certain)"] == 1
     summary = run.model_check(s3.direct_options)
     print(json.dumps(summary))
     run.options = s3.direct_options

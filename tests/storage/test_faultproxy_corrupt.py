@@ -30,6 +30,8 @@ import sediment as sd
 from faultproxy import FaultProxy, ProxiedS3, Request, corruption_fault_specs
 from sediment.errors import CorruptMetadataError, SedimentError, StorageError
 from sediment.storage import open_object_store
+from sediment.storage.checksums import ChecksumMismatch
+from sediment.storage.s3 import CHECKSUM_READS
 from support.s3 import s3_client
 
 pytestmark = [pytest.mark.s3, pytest.mark.faults]
@@ -144,9 +146,10 @@ def test_count_fires_once_then_passes_bytes_through(b: Bucket) -> None:
 
 def test_kept_checksums_let_botocore_catch_a_whole_get(b: Bucket) -> None:
     """keep_checksums=True: botocore's CRC check of a whole GET raises FlexibleChecksumError
-    (a BotoCoreError) while the body is read, after its retry layer: boto3 does not retry it,
-    and Sediment's S3 store turns it into a StorageError (it does not retry either). A
-    ranged GET carries no checksum header, so nothing in boto3 catches its flip."""
+    (a BotoCoreError) while the body is read, after its retry layer: boto3 does not retry it.
+    Sediment's S3 store reads again (a flip once is gone), and a mismatch in every read is
+    ChecksumMismatch (a CorruptionError the callers name the object by), not a StorageError.
+    A ranged GET carries no checksum header, so nothing in boto3 catches its flip."""
     b.put("obj")
     b.proxy.add_rule("corrupt", count=1, offset=3, keep_checksums=True)
     with pytest.raises(FlexibleChecksumError):
@@ -156,10 +159,13 @@ def test_kept_checksums_let_botocore_catch_a_whole_get(b: Bucket) -> None:
 
     store = open_object_store(f"s3://{b.name}", **b.s3.options)
     rule = b.proxy.add_rule("corrupt", count=1, offset=3, keep_checksums=True)
-    with pytest.raises(StorageError, match="did not match calculated checksum") as caught:
+    assert store.get("obj") == BODY and rule.fired == 1  # read again: whole
+    b.proxy.clear()
+    rule = b.proxy.add_rule("corrupt", offset=3, keep_checksums=True)
+    with pytest.raises(ChecksumMismatch, match="did not match calculated checksum") as caught:
         store.get("obj")
+    assert not isinstance(caught.value, StorageError) and rule.fired == CHECKSUM_READS
     assert isinstance(caught.value.__cause__, BotoCoreError)
-    assert rule.fired == 1 and store.get("obj") == BODY  # a second read is whole
     b.proxy.clear()
 
     b.proxy.add_rule("corrupt", offset=3, keep_checksums=True)

@@ -32,6 +32,7 @@ from sediment.dashboard.query import FORM_FIELDS, query_view
 from sediment.dashboard.security import check_bind, host_allow_list
 from sediment.dashboard.views import Views
 from sediment.errors import (
+    CorruptionError,
     InvalidTableNameError,
     QueryError,
     SedimentError,
@@ -180,6 +181,15 @@ def create_app(store: Store, *, token: str | None = None,
         return page(request, "error.html", "Not found", "error",
                     {"error": "no such page"}, "", 404)
 
+    def damaged(request: Request, exc: Exception) -> Response:
+        """Stored bytes that stay damaged (a CorruptionError: a data file, a sidecar, a log
+        entry, a tag...): one clear error naming the table and the object, JSON under /api,
+        the error page elsewhere, where a bare 500 said nothing; the server goes on."""
+        error = {"error": f"{type(exc).__name__}: {exc}"}
+        if request.url.path.startswith("/api/"):
+            return _json(error, 500)
+        return page(request, "error.html", "Damaged data", "error", error, "", 500)
+
     routes = [
         Route("/", store_page),
         Route("/tables/{name}", table_page),
@@ -194,7 +204,7 @@ def create_app(store: Store, *, token: str | None = None,
     ]
     app = Starlette(routes=routes, middleware=[Middleware(HostCheck, allowed=hosts),
                                                Middleware(Guard, token=token)],
-                    exception_handlers={404: not_found})
+                    exception_handlers={404: not_found, CorruptionError: damaged})
     app.state.views = views
     return app
 

@@ -280,6 +280,7 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
         copies.append((f, f"data/{target}/{uuid.uuid4().hex}.parquet"))
 
     sums: dict[str, FileSums] = {}
+    samples: dict[str, bytes] = {}  # the sample bytes copied (checked), for the estimates
 
     def copy(item: tuple[DumpedFile, str]) -> None:
         f, name = item
@@ -293,6 +294,7 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
         table.objects.put(sample_name(name), sample)
         write_key_filters(table.objects, name, raw, schema, props)
         sums[name] = sums_of(raw, sample)  # of the bytes copied, for the commit
+        samples[name] = sample
 
     staging = Staging(table.objects, table.name)
     # uncommitted until loaded; a failure before the commit deletes the copies at once
@@ -314,7 +316,7 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
             if len(hit) == 1:
                 refs.append(FileReference(name, hit[0].id, f.rows))
                 continue
-            sample = pq.read_table(pa.BufferReader(src.get(f.sample)))
+            sample = pq.read_table(pa.BufferReader(samples[name]))
             for leaf in hit:
                 n = estimate_count(sample, names, leaf.region)
                 refs.append(FileReference(name, leaf.id, min(n, f.rows), True))

@@ -71,11 +71,11 @@ def _data_bytes(table: TableHandle, ref: FileReference, sums: Sums | None) -> by
 def _sample_bytes(table: TableHandle, ref: FileReference, sums: Sums | None) -> bytes:
     """The sample's bytes as stored (current or legacy name) when they are whole, else the
     sample rebuilt from the data file (sediment.files.samples_io), encoded again."""
-    raw = read_sidecar(table.objects, ref.filename, SAMPLE)[1]
     try:
+        raw = read_sidecar(table.objects, ref.filename, SAMPLE)[1]
         decode_sample(raw, sums)
         return raw
-    except (pa.ArrowException, OSError, CorruptionError):
+    except (pa.ArrowException, OSError, CorruptionError):  # the store's check failing too
         buf = io.BytesIO()  # the reader re-reads, warns and rebuilds
         pq.write_table(table.samples.sample(ref.filename, sums), buf, compression="zstd")
         return buf.getvalue()

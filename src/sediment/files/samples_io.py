@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sediment.errors import CorruptionError, CorruptMetadataError, ObjectNotFoundError
-from sediment.files.sample import KeySampler
+from sediment.files.sample import COUNT, KeySampler
 from sediment.files.sidecars import SAMPLE, read_sidecar, sidecar_name
 from sediment.files.verified import READS, VERIFY, Sums, reading
 from sediment.storage import checksums
@@ -63,6 +63,7 @@ see sediment.files.sidecars), keeping the most recent ``capacity``.
             try:
                 key, raw = read_sidecar(self.objects, filename, SAMPLE)
                 t = decode_sample(raw, sums)
+                self._check_columns(t)
                 problem = None
                 break
             except ObjectNotFoundError:
@@ -77,6 +78,17 @@ see sediment.files.sidecars), keeping the most recent ``capacity``.
             while len(self._cache) > self.capacity:
                 self._cache.popitem(last=False)
         return t
+
+    def _check_columns(self, t: pa.Table) -> None:
+        """A sample that decodes but lacks a row-key or count column is damaged too (a
+        flipped byte of a column's name in its footer): without this its readers (splits,
+        estimates) failed with a KeyError."""
+        if self.key_schema is None:
+            return
+        missing = [n for n in (*self.key_schema().names, COUNT) if n not in t.column_names]
+        if missing:
+            raise CorruptionError(f"it has no column {missing[0]!r} (columns: "
+                                  f"{', '.join(t.column_names)})")
 
     def _rebuilt(self, filename: str, key: str, problem: Exception) -> pa.Table:
         if self.key_schema is None or self.sample_size is None:

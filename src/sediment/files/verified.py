@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileSums
 from sediment.errors import CorruptDataError, StorageError
 from sediment.storage import checksums
-from sediment.storage.checksums import crc32
+from sediment.storage.checksums import ChecksumMismatch, crc32
 
 
 class _PageVerification(Mapping[str, bool]):
@@ -73,6 +73,8 @@ readers' signatures; tests may pass any object with these fields)."""
 def page_damage(e: BaseException) -> bool:
     """Whether a pyarrow error reading a data file's pages says its bytes are damaged (a CRC
     mismatch, a page that does not decode), not that the store failed to hand them over."""
+    if isinstance(e, ChecksumMismatch):  # the store's own check of the body (S3's CRC)
+        return True
     if isinstance(e, FileNotFoundError | pa.ArrowMemoryError):
         return False
     if isinstance(e, OSError):  # pyarrow's IOError: a failed CRC, a failed decompression
@@ -84,7 +86,8 @@ def damaged(table: str, filename: str, where: str, e: BaseException,
             what: str = "data file") -> CorruptDataError:
     """The error for damaged bytes of ``filename`` (``where``: the store's URI), read
     :data:`READS` times."""
-    reason = "a page fails its CRC" if CRC_FAILURE in str(e) else "it does not decode"
+    reason = "a page fails its CRC" if CRC_FAILURE in str(e) else \
+        "it fails its checksum" if isinstance(e, ChecksumMismatch) else "it does not decode"
     return CorruptDataError(f"{what} {filename} of table {table or '?'} in {where} is damaged "
                             f"({reason}, read {READS} times): {e}", table=table or None,
                             key=filename)
@@ -97,7 +100,7 @@ def reading(table: str, filename: str, where: str, read: Callable[[int], _T]) ->
     for attempt in range(READS):
         try:
             return read(attempt)
-        except (pa.ArrowException, OSError) as e:
+        except (pa.ArrowException, OSError, ChecksumMismatch) as e:
             if isinstance(e, FileNotFoundError):
                 raise
             if not page_damage(e):

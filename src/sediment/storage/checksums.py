@@ -113,17 +113,26 @@ def get_verified(objects: ObjectStore, key: str, check: Callable[[bytes], _T], *
     ChecksumMismatch, and a mismatch reads the object again (a byte changed on the way is gone
     on the next read) up to ``attempts`` reads in all. Then it raises ``error_cls`` (a
     CorruptionError; for CorruptDataError with ``table`` and ``key`` set) naming ``where``
-    and the key. ObjectNotFoundError and the store's own errors pass through."""
+    and the key. A store that checks bodies itself (S3's CRC of a whole GET) and reads again
+    on its own raises ChecksumMismatch from ``get`` when the damage persists: that is the
+    caller's error at once. ObjectNotFoundError and the store's other errors pass through."""
     last: ChecksumMismatch | None = None
+    reads = 0
     for _ in range(max(1, attempts)):
-        data = objects.get(key)
+        try:
+            data = objects.get(key)
+        except ChecksumMismatch as e:  # the store's own check (S3's CRC), past its re-reads
+            last = e
+            break
+        reads += 1
         try:
             return check(data)
         except ChecksumMismatch as e:
             last = e
     place = where if key in where else f"{where} ({key})"
     detail = last.detail if last is not None else "?"
-    message = f"{place}: checksum mismatch after {max(1, attempts)} reads: {detail}"
+    after = f" after {reads} reads" if reads else ""
+    message = f"{place}: checksum mismatch{after}: {detail}"
     if error_cls is CorruptDataError:
         raise CorruptDataError(message, table=table, key=key) from last
     raise error_cls(message) from last

@@ -55,7 +55,7 @@ def create_once(objects: ObjectStore, key: str, data: bytes, *,
             held = objects.get(key)
         except ObjectNotFoundError:
             continue  # not there (yet): put the same bytes again
-        except StorageError as e:
+        except (StorageError, ChecksumMismatch) as e:  # no read-back, or a damaged one
             error = e
             continue
         if held != data and verify is not None:

@@ -8,16 +8,22 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pyarrow.fs as pafs
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, FlexibleChecksumError
 
 from sediment.errors import ObjectNotFoundError, StorageError
 from sediment.storage.base import ObjectInfo, ObjectStore
+from sediment.storage.checksums import ChecksumMismatch
 
 _DELETE_BATCH = 1000  # S3's DeleteObjects limit
 _S3_ERRORS = (ClientError, BotoCoreError)
 """What a failed S3 request raises: the service's answer, or botocore's own failure (no
 connection, no credentials, a broken response stream). Anything else is a bug, not storage."""
 _NOT_FOUND = ("NoSuchKey", "404", "NotFound")
+CHECKSUM_READS = 3
+"""Whole GETs of an object whose body fails the checksum S3 sent with it
+(``x-amz-checksum-crc32``, checked by botocore) before it counts as damaged: a byte changed on
+the way is gone on the next read, so it is read again, as Sediment's own checks do
+(``storage.checksums.get_verified``)."""
 
 S3_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key", "session_token")
 """The options an S3 store takes (each defaults to its AWS environment variable)."""
@@ -77,12 +83,25 @@ class S3ObjectStore(ObjectStore):
 
     # ---- interface -------------------------------------------------------------------
     def get(self, key: str) -> bytes:
-        try:
-            return self._client.get_object(Bucket=self.bucket, Key=self._k(key))["Body"].read()
-        except _S3_ERRORS as e:
-            if self._code(e) in _NOT_FOUND:
-                raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
-            raise self._error("get", key, e) from e
+        """The object's bytes. botocore checks a whole GET's body against the checksum S3
+        sends with it (``FlexibleChecksumError`` while the body is read, past its retries): a
+        mismatch is read again, and one that persists over :data:`CHECKSUM_READS` reads
+        raises ChecksumMismatch (a CorruptionError, not a StorageError), which the caller
+        turns into its own error naming the object (CorruptMetadataError, CorruptDataError)."""
+        for _ in range(CHECKSUM_READS):
+            try:
+                return self._client.get_object(Bucket=self.bucket,
+                                               Key=self._k(key))["Body"].read()
+            except FlexibleChecksumError as e:
+                mismatch = e
+            except _S3_ERRORS as e:
+                if self._code(e) in _NOT_FOUND:
+                    raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
+                raise self._error("get", key, e) from e
+        detail = f"its body fails the checksum S3 sent with it in {CHECKSUM_READS} reads " \
+                 f"({mismatch})"
+        raise ChecksumMismatch(f"S3 get of {key!r} in {self.uri}: {detail}", detail) \
+            from mismatch
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if end <= start:
