@@ -23,7 +23,10 @@
      rewrites each record ~6.6 times against ~2.7 (benchmarks/steady_state.py).
    Either way, an estimated reference (to a file spanning several leaves) left over gets a
    single-file job, and ``full`` merges every leaf's references into one file (see
-   ``plan_compaction_jobs``).
+   ``plan_compaction_jobs``). A leaf where deletions are pending (sediment.core.deletions)
+   gets one job merging all its references, once no job runs there and no ancestor holds
+   references: it drops the deleted records and settles the deletions, so deleted records
+   free their storage at the next pass and reads stop applying them.
 3. When the merge rule or the compaction iterators combine records in an order that matters
    across files (``partial``, ``concat``: ``RecordIterator.needs_consecutive_inputs``), a
    multi-file job takes every reference of its leaf, and only while no job runs in the leaf
@@ -196,6 +199,7 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
     ratio = settings.compaction_ratio
     cap = settings.compaction_max_concurrent_jobs_per_partition
     whole_leaf = _whole_leaf(settings)
+    pending = {pid for d in state.deletions for pid in d.pending}
     per_leaf: list[tuple[int, int, list[CompactionJob]]] = []
     for position, leaf in enumerate(state.leaf_partitions()):
         refs = state.references(leaf.id)
@@ -216,10 +220,14 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
             # goes on (single files where only consecutive inputs may merge: see below)
             groups += [[r] for r in wide] if whole_leaf else \
                 [wide[i : i + batch] for i in range(0, len(wide), batch)]
+        alone = not running and not any(state.references(a.id)
+                                        for a in state.ancestors(leaf.id))
         if whole_leaf and any(len(g) > 1 for g in groups):
-            alone = not running and not any(state.references(a.id)
-                                            for a in state.ancestors(leaf.id))
             groups = [free] if alone else [g for g in groups if len(g) == 1]
+        elif alone and free and leaf.id in pending:
+            # deletions to settle: the whole leaf in one job, which drops what they delete
+            # and leaves nothing older behind (sediment.core.settling), so they are gone
+            groups = [free]
         if cap:
             groups = groups[: max(0, cap - len(running))]
         if groups:

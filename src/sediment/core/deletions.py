@@ -86,11 +86,12 @@ def applicable(deletions: Iterable[Deletion], leaf_id: str, region: Region
 
 def split_leaf(deletions: Sequence[Deletion], leaf_id: str, children: Sequence[str]
                ) -> tuple[Deletion, ...]:
-    """``deletions`` after leaf ``leaf_id`` split into ``children``: what was pending in the
-    leaf is pending in each child."""
+    """``deletions`` after leaf ``leaf_id`` split into ``children`` (those that may hold
+    records): what was pending in the leaf is pending in each; one pending nowhere is gone."""
     out = []
     for d in deletions:
         if leaf_id in d.pending:
             d = replace(d, pending=(d.pending - {leaf_id}) | frozenset(children))
-        out.append(d)
+        if d.pending:
+            out.append(d)
     return tuple(out)

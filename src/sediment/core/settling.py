@@ -18,14 +18,16 @@ from sediment.core.state import TableState
 def pending_leaves(state: TableState, ranges: tuple[Range, ...] | None) -> frozenset[str]:
     """The leaves that may hold records of ``ranges``: those meeting them that hold, or
     whose ancestors hold, any reference (an empty leaf has nothing to delete)."""
-    out = set()
-    for leaf in state.leaf_partitions():
-        if ranges is not None and not any(r.overlaps(leaf.region) for r in ranges):
-            continue
-        if state.references(leaf.id) or any(state.references(a.id)
-                                            for a in state.ancestors(leaf.id)):
-            out.add(leaf.id)
-    return frozenset(out)
+    return frozenset(
+        leaf.id for leaf in state.leaf_partitions()
+        if (ranges is None or any(r.overlaps(leaf.region) for r in ranges))
+        and holds_records(state, leaf.id))
+
+
+def holds_records(state: TableState, leaf_id: str) -> bool:
+    """Whether a reference of the leaf or of an ancestor may hold records of it."""
+    return bool(state.references(leaf_id)) or any(state.references(a.id)
+                                                  for a in state.ancestors(leaf_id))
 
 
 def settle_leaf(state: TableState, leaf_id: str, through: int, output: str | None

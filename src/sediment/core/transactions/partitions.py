@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from sediment.core.deletions import split_leaf
 from sediment.core.keys import Key, decode_key, encode_key
 from sediment.core.model import FileReference, Partition
+from sediment.core.settling import holds_records
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.core.transactions.base import (
     Transaction,
@@ -181,7 +182,9 @@ class SplitPartition(Transaction):
         left, right = p.region.split(self.split_key, self.dimension)
         state.partitions[self.left_id] = Partition(self.left_id, p.id, left)
         state.partitions[self.right_id] = Partition(self.right_id, p.id, right)
-        state.deletions = split_leaf(state.deletions, p.id, (self.left_id, self.right_id))
+        if state.deletions:  # what was pending in the leaf is in its children that hold data
+            holding = [c for c in (self.left_id, self.right_id) if holds_records(state, c)]
+            state.deletions = split_leaf(state.deletions, p.id, holding)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"partition": self.partition_id,
