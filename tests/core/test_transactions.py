@@ -534,6 +534,9 @@ DELETE_ROUND_TRIPS: list[Transaction] = [
                                                     {"literal": 3, "type": "int64"}]}),
     DeleteRecords((Range(("a", 1), ("b",), end_inclusive=True),), {"field": "flag"}),
     ReplaceFileReferences("job-3", "a", ["f3"], ref("f6", "a", 2), settles=12),
+    ReplaceFileReferences("job-4", "a", ["f6"], ref("f7", "a", 2), upserts=True),
+    AddFiles([ref("f8", "a", 3)], upsert=True),
+    AddFiles([ref("f9", "a", 3)], overwrite=True),
     RestoreVersion(3, [Partition("root", None, Region())], [], [],
                    deletions=(Deletion(2, (Range.exact(5),), None, frozenset({"root"})),)),
 ]
@@ -547,6 +550,12 @@ DELETE_GOLDEN_LOG_BODIES = [
      '"start_inclusive":true,"end_inclusive":true}],"filter":{"field":"flag"}}}'),
     ('{"kind":"replace_file_references","transaction":{"job_id":"job-3","partition":"a",'
      '"inputs":["f3"],"output":{"file":"f6","partition":"a","records":2},"settles":12}}'),
+    ('{"kind":"replace_file_references","transaction":{"job_id":"job-4","partition":"a",'
+     '"inputs":["f6"],"output":{"file":"f7","partition":"a","records":2},"upserts":true}}'),
+    ('{"kind":"add_files","transaction":{"references":[{"file":"f8","partition":"a",'
+     '"records":3}],"upsert":true}}'),
+    ('{"kind":"add_files","transaction":{"references":[{"file":"f9","partition":"a",'
+     '"records":3}],"overwrite":true}}'),
     ('{"kind":"restore","transaction":{"version":3,"partitions":[{"id":"root","parent_id":null,'
      '"region":{"min":null,"max":null},"children":[],"split_key":null}],"drop":[],"add":[],'
      '"deletions":[{"version":2,"pending":["root"],"ranges":[{"start":[5],"end":[5],'

@@ -228,11 +228,13 @@ def stage_batches(table: TableHandle, state: TableState,
 
 def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
                   kind: str = "ingest", before_commit: BeforeCommit | None = None,
-                  state: TableState | None = None, upsert: bool = False) -> IngestResult:
+                  state: TableState | None = None, upsert: bool = False,
+                  overwrite: bool = False) -> IngestResult:
     """Commit staged files in one AddFiles transaction (deleting them when it surely did not
     land: see :class:`~sediment.files.staging.Staging`). ``state``: the head the files were
     staged on, when the caller read it (its version answers an ingest of nothing; its
-    settings give the stall); ``upsert``: the files' records are upserted (AddFiles.upsert).
+    settings give the stall); ``upsert``: the files' records are upserted (AddFiles.upsert);
+    ``overwrite``: they replace every record of the table in the same commit.
 
     ``before_commit`` is called with the staged files just before the commit (the ingest
     batcher records them there); if it raises, the files are deleted and nothing is
@@ -248,12 +250,12 @@ def commit_staged(table: TableHandle, staged: StagedFiles, started: float, *,
             stalled, crowded = _stall(table, staged, kind, state)
         if before_commit is not None:
             before_commit(staged)
-        if staged.rows == 0:
+        if staged.rows == 0 and not overwrite:
             version = table.version if state is None else state.version
             return IngestResult(0, 0, 0, version, time.perf_counter() - started)
         new_state = staging.commit(table.states, AddFiles(staged.references,
                                                           checksums=staged.checksums,
-                                                          upsert=upsert))
+                                                          upsert=upsert, overwrite=overwrite))
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
                           time.perf_counter() - started, stalled)
     # a stall's time, and the leaf it gave up on, in the ingest's event (``sediment report

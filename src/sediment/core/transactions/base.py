@@ -95,6 +95,16 @@ def require_partition(state: TableState, pid: str) -> Partition:
     return p
 
 
+def clear(state: TableState, time: float) -> None:
+    """Remove every reference, job and deletion of ``state`` (the files become unreferenced,
+    for the collector): ``ClearTable``, and an overwrite before it adds its files."""
+    for pid in state.partitions_with_references():
+        for f in list(state.references(pid)):
+            state.remove_reference(pid, f, time)
+    state.jobs = {}
+    state.deletions = ()  # nothing is left for them to delete
+
+
 NO_SUMS: Mapping[str, FileSums] = MappingProxyType({})
 """The checksums of a transaction that records none (immutable: a shared default)."""
 

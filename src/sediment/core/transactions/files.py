@@ -20,6 +20,7 @@ from sediment.core.transactions.base import (
     NO_SUMS,
     Transaction,
     check_sums,
+    clear,
     counted,
     fail,
     require_initialised,
@@ -42,6 +43,9 @@ class AddFiles(Transaction):
     upsert: bool = field(default=False, kw_only=True)
     """The files' records replace every older record of their record keys (``Table.upsert``):
     their sequences carry ``UPSERT_BIT``."""
+    overwrite: bool = field(default=False, kw_only=True)
+    """The files replace every record of the table, in this one commit (Spark's
+    ``mode("overwrite")``): every reference is removed first, as ``ClearTable`` does."""
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
@@ -63,6 +67,8 @@ class AddFiles(Transaction):
         # Each new file's sequence: this commit's version, then the file's rank in the order
         # the transaction lists the files (the log's order, so every replay gives the same).
         version = state.version + 1
+        if self.overwrite:
+            clear(state, time)
         ranks: dict[str, int] = {}
         for r in self.references:
             rank = ranks.setdefault(r.filename, len(ranks))
@@ -73,24 +79,27 @@ class AddFiles(Transaction):
     def to_json(self) -> dict[str, Any]:
         doc = with_sums({"references": [r.to_json() for r in self.references]},
                         self.checksums)
-        if self.upsert:  # omitted when False: plain entries stay as they always were
-            doc["upsert"] = True
+        for flag in ("upsert", "overwrite"):  # omitted when False: plain entries stay as
+            if getattr(self, flag):          # they always were
+                doc[flag] = True
         return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AddFiles:
         return cls([FileReference.from_json(r) for r in doc["references"]],
-                   checksums=sums_from_json(doc), upsert=bool(doc.get("upsert", False)))
+                   checksums=sums_from_json(doc), upsert=bool(doc.get("upsert", False)),
+                   overwrite=bool(doc.get("overwrite", False)))
 
     def is_empty(self) -> bool:
-        return not self.references
+        return not self.references and not self.overwrite
 
     def new_files(self) -> list[str]:
         return sorted({r.filename for r in self.references})
 
     def summary(self) -> str:
         files = len({r.filename for r in self.references})
-        return (f"{'upsert: ' if self.upsert else ''}{counted(files, 'file')}, "
+        how = "overwrite: " if self.overwrite else "upsert: " if self.upsert else ""
+        return (f"{how}{counted(files, 'file')}, "
                 f"{counted(sum(r.records for r in self.references), 'record')}")
 
 
@@ -212,15 +221,17 @@ class AddFilesWithSplits(AddFiles):
         doc = with_sums({"splits": [s.to_json() for s in self.splits],
                          "references": [r.to_json() for r in self.references]},
                         self.checksums)
-        if self.upsert:
-            doc["upsert"] = True
+        for flag in ("upsert", "overwrite"):
+            if getattr(self, flag):
+                doc[flag] = True
         return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AddFilesWithSplits:
         return cls([FileReference.from_json(r) for r in doc["references"]],
                    [SplitPartition.from_json(s) for s in doc["splits"]],
-                   checksums=sums_from_json(doc), upsert=bool(doc.get("upsert", False)))
+                   checksums=sums_from_json(doc), upsert=bool(doc.get("upsert", False)),
+                   overwrite=bool(doc.get("overwrite", False)))
 
     def is_empty(self) -> bool:
         return not self.references and not self.splits

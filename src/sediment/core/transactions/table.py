@@ -12,7 +12,13 @@ from typing import Any, ClassVar
 
 from sediment.core.model import Partition
 from sediment.core.state import ROOT_PARTITION_ID, TableState, build_partition_tree
-from sediment.core.transactions.base import Transaction, counted, fail, require_initialised
+from sediment.core.transactions.base import (
+    Transaction,
+    clear,
+    counted,
+    fail,
+    require_initialised,
+)
 from sediment.errors import PropertyError
 from sediment.iterators.merge_rules import same_functions
 from sediment.properties import PROPERTIES, check_combined, validate_properties
@@ -198,11 +204,7 @@ class ClearTable(Transaction):
         require_initialised(state)
 
     def apply(self, state: TableState, time: float) -> None:
-        for pid in state.partitions_with_references():
-            for f in list(state.references(pid)):
-                state.remove_reference(pid, f, time)
-        state.jobs = {}
-        state.deletions = ()  # nothing is left for them to delete
+        clear(state, time)
 
     def to_json(self) -> dict[str, Any]:
         return {}
