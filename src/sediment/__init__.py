@@ -18,6 +18,7 @@ from sediment.errors import (
     CorruptMetadataError,
     SedimentError,
 )
+from sediment.maintenance.purge import PurgeResult
 from sediment.maintenance.verify import Damage, VerifyReport
 from sediment.query.request import ReadRequest
 from sediment.query.scan import Scan
@@ -53,6 +54,7 @@ __all__ = [
     "FileReference",
     "HistoryEntry",
     "Partition",
+    "PurgeResult",
     "Range",
     "ReadRequest",
     "Region",

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from sediment.ingest import IngestResult
     from sediment.maintenance.gc import GcResult
     from sediment.maintenance.passes import MaintenanceResult
+    from sediment.maintenance.purge import PurgeResult
     from sediment.maintenance.splitting import SplitResult
     from sediment.maintenance.verify import VerifyReport
     from sediment.query.engines import PlannedFile
@@ -315,6 +316,21 @@ class Table:
         from sediment.ingest.records import delete
 
         return delete(self._handle, keys, ranges, filter=filter)
+
+    def purge(self, keys: Sequence[Any] | None = None,
+              ranges: Sequence[Range] | Range | None = None, *,
+              filter: Any = None) -> PurgeResult:  # noqa: A002 (the public name)
+        """:meth:`delete`, then rewrite every live file that may hold a deleted record, in one
+        transaction, so that once retention, pins and tags allow, GC leaves no data file or
+        sidecar holding one. ``PurgeResult`` says what still holds them: the retained
+        versions before the rewrite, the tags and pins, and when GC may delete the files.
+
+        Raises: as :meth:`delete`; JobError naming the table when a rewrite fails (the
+        records stay deleted from every read).
+        """
+        from sediment.maintenance.purge import purge
+
+        return purge(self._handle, keys, ranges, filter=filter)
 
     def clear(self) -> int:
         """Remove every record in one transaction; returns the new version. Schema, properties

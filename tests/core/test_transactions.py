@@ -30,6 +30,7 @@ from sediment.core.transactions import (
     JobAssignment,
     ReinitialiseTable,
     ReplaceFileReferences,
+    ReplaceFileReferencesBatch,
     RestoreVersion,
     SetOnline,
     SetProperties,
@@ -537,6 +538,9 @@ DELETE_ROUND_TRIPS: list[Transaction] = [
     ReplaceFileReferences("job-4", "a", ["f6"], ref("f7", "a", 2), upserts=True),
     AddFiles([ref("f8", "a", 3)], upsert=True),
     AddFiles([ref("f9", "a", 3)], overwrite=True),
+    ReplaceFileReferencesBatch([ReplaceFileReferences("j5", "a", ["f1"], ref("g1", "a", 1),
+                                                      settles=3),
+                                ReplaceFileReferences("j6", "b", ["f2"], None)]),
     RestoreVersion(3, [Partition("root", None, Region())], [], [],
                    deletions=(Deletion(2, (Range.exact(5),), None, frozenset({"root"})),)),
 ]
@@ -556,6 +560,9 @@ DELETE_GOLDEN_LOG_BODIES = [
      '"records":3}],"upsert":true}}'),
     ('{"kind":"add_files","transaction":{"references":[{"file":"f9","partition":"a",'
      '"records":3}],"overwrite":true}}'),
+    ('{"kind":"replace_file_references_batch","transaction":{"jobs":[{"job_id":"j5",'
+     '"partition":"a","inputs":["f1"],"output":{"file":"g1","partition":"a","records":1},'
+     '"settles":3},{"job_id":"j6","partition":"b","inputs":["f2"],"output":null}]}}'),
     ('{"kind":"restore","transaction":{"version":3,"partitions":[{"id":"root","parent_id":null,'
      '"region":{"min":null,"max":null},"children":[],"split_key":null}],"drop":[],"add":[],'
      '"deletions":[{"version":2,"pending":["root"],"ranges":[{"start":[5],"end":[5],'
@@ -576,7 +583,7 @@ def test_json_round_trip(txn: Transaction) -> None:
 
 def test_round_trips_cover_every_kind() -> None:
     assert {t.kind for t in ROUND_TRIPS + DELETE_ROUND_TRIPS} == set(TRANSACTION_KINDS)
-    assert len(TRANSACTION_KINDS) == 16
+    assert len(TRANSACTION_KINDS) == 17
 
 
 # The bodies below were written by the code before transactions became a package: a log
@@ -663,7 +670,8 @@ def test_the_list_holds_exactly_the_known_kinds() -> None:
         "assign_job_ids": AssignJobIds, "replace_file_references": ReplaceFileReferences,
         "restore": RestoreVersion, "clear": ClearTable, "reinitialise": ReinitialiseTable,
         "add_files_with_splits": AddFilesWithSplits, "follow_scheme": FollowScheme,
-        "delete_records": DeleteRecords}
+        "delete_records": DeleteRecords,
+        "replace_file_references_batch": ReplaceFileReferencesBatch}
     # the listed class is the one the name refers to (dataclass(slots=True) makes a second)
     assert all("__slots__" in vars(cls) for cls in TRANSACTION_KINDS.values())
 

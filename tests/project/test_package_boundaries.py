@@ -194,7 +194,7 @@ TABLE_PUBLIC = {
     "reinitialise",
     "resolve_version", "restore", "scan", "schema", "set_online", "set_properties", "split",
     "state", "store", "table_id", "tag", "tag_version", "tags", "unpin", "upsert",
-    "upsert_files", "verify", "version", "delete",
+    "upsert_files", "verify", "version", "delete", "purge",
     # conversions and engines
     "inspect", "plan_files", "register_datafusion", "to_arrow", "to_batches", "to_duckdb",
     "to_pandas", "to_polars",

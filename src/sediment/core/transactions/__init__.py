@@ -18,7 +18,12 @@ from sediment.core.transactions.files import (
     DeleteFiles,
     ExpireLeases,
 )
-from sediment.core.transactions.jobs import AssignJobIds, JobAssignment, ReplaceFileReferences
+from sediment.core.transactions.jobs import (
+    AssignJobIds,
+    JobAssignment,
+    ReplaceFileReferences,
+    ReplaceFileReferencesBatch,
+)
 from sediment.core.transactions.partitions import (
     FollowScheme,
     SplitFileReferences,
@@ -52,7 +57,7 @@ TRANSACTION_KINDS: Mapping[str, type[Transaction]] = _by_kind((
     AddFiles, AddFilesWithSplits, DeleteFiles, ExpireLeases,
     SplitPartition, SplitFileReferences, FollowScheme,
     AssignJobIds, ReplaceFileReferences,
-    RestoreVersion, DeleteRecords,
+    RestoreVersion, DeleteRecords, ReplaceFileReferencesBatch,
 ))
 """Every kind of transaction and its class (read-only). A kind is the log's name for its
 class, part of the on-storage format: a kind is added here, never renamed or removed."""
@@ -75,7 +80,8 @@ def transaction_from_json(kind: str, doc: dict[str, Any], *, where: str) -> Tran
 __all__ = ["AddFiles", "AddFilesWithSplits", "AssignJobIds", "ClearTable", "DeleteFiles",
            "DeleteRecords",
            "ExpireLeases", "FollowScheme", "InitialiseTable",
-           "JobAssignment", "ReinitialiseTable", "ReplaceFileReferences", "RestoreVersion",
+           "JobAssignment", "ReinitialiseTable", "ReplaceFileReferences",
+           "ReplaceFileReferencesBatch", "RestoreVersion",
            "SetOnline", "SetProperties",
            "SplitFileReferences", "SplitPartition", "SplitReference", "TRANSACTION_KINDS",
            "Transaction", "follow_scheme", "transaction_from_json"]

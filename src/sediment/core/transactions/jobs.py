@@ -171,3 +171,43 @@ class ReplaceFileReferences(Transaction):
 
     def summary(self) -> str:
         return f"job {self.job_id}: {counted(len(self.inputs), 'file')} -> 1 in {self.partition_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceFileReferencesBatch(Transaction):
+    """Several jobs' commits as one (``Table.purge``: every file that held a purged record
+    is rewritten in one transaction, so no version holds some of them rewritten and others
+    not). Each validates against the state the ones before it leave; any invalid one makes
+    the whole batch invalid, and nothing is committed."""
+
+    kind: ClassVar[str] = "replace_file_references_batch"
+    jobs: Sequence[ReplaceFileReferences]
+
+    def validate(self, state: TableState) -> None:
+        require_initialised(state)
+        if not self.jobs:
+            raise fail(state, "a batch of no jobs")
+        after = state.copy()  # copy-on-write: cheap, and ``state`` stays untouched
+        for j in self.jobs:
+            j.validate(after)
+            j.apply(after, 0.0)
+
+    def apply(self, state: TableState, time: float) -> None:
+        for j in self.jobs:
+            j.apply(state, time)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"jobs": [j.to_json() for j in self.jobs]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ReplaceFileReferencesBatch:
+        return cls([ReplaceFileReferences.from_json(j) for j in doc["jobs"]])
+
+    def new_files(self) -> list[str]:
+        return [f for j in self.jobs for f in j.new_files()]
+
+    def summary(self) -> str:
+        inputs = sum(len(j.inputs) for j in self.jobs)
+        outputs = sum(j.output is not None for j in self.jobs)
+        return (f"{counted(len(self.jobs), 'job')} at once: {counted(inputs, 'file')} -> "
+                f"{outputs}")

@@ -1,0 +1,174 @@
+"""Purge: a delete whose records leave storage, not only the answers.
+
+A delete (sediment.ingest.records) removes records from every read from its version on, but
+their bytes stay in the files until compaction rewrites them, and older versions read them
+until retention, pins and tags let GC collect those files. ``purge`` is for records that
+must go (a user's data under the right to erasure): it commits the delete, then rewrites
+every live file that may hold one of its records, all of them in one transaction
+(``ReplaceFileReferencesBatch``: one whole-leaf compaction job per leaf where the delete is
+pending, which drops the records and settles the delete there). From that version no live
+file holds a purged record; the replaced files become unreferenced, and GC deletes them
+(with their sidecars) once nothing keeps them. :class:`PurgeResult` says what still does:
+the retained versions before the rewrite, the tags and pins that reference a replaced file,
+and when GC may delete them if only time holds them. Log entries and snapshots that name the
+purged keys (the delete's own entry) go with ``prune`` after retention, like every entry.
+A leaf split at a purged key keeps the key as its split point in the partition tree: the
+result lists such keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from sediment.compaction.job import JobOutput
+from sediment.compaction.runner import create_jobs, execute_job, push_down_references
+from sediment.compaction.strategy import CompactionJob
+from sediment.core.deletions import Deletion
+from sediment.core.keys import Key
+from sediment.core.model import RANK_BITS, FileReference
+from sediment.core.regions import Range
+from sediment.core.state import TableState
+from sediment.core.transactions import ReplaceFileReferences, ReplaceFileReferencesBatch
+from sediment.errors import JobError
+from sediment.files.staging import Staging
+from sediment.handle import TableHandle
+from sediment.ingest.records import delete
+from sediment.maintenance.gc import tag_holds
+from sediment.settings import settings_of
+
+ROUNDS = 5
+"""Rewrites tried before a purge gives up on leaves another job keeps busy (each round waits
+for running jobs a little longer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    """A purge: ``version``, from which no live file holds a purged record (the rewrite's
+    commit; the delete's when no file held one); the retained versions before it that still
+    read purged records (``held_by_versions``: from the oldest one that may, to the one
+    before ``version``); the tags and live pins whose versions reference a replaced file
+    (``held_by_tags``: GC keeps those files while they exist); and ``expires``, when GC may
+    delete the replaced files if only time keeps them (retention, the GC delay, the clock-skew
+    margin; a pin's expiry when later; None while a tag keeps one). ``split_keys``: purged
+    keys that are split points of the partition tree (they stay there, as metadata)."""
+
+    version: int
+    held_by_versions: tuple[int, ...]
+    held_by_tags: tuple[str, ...]
+    expires: float | None
+    split_keys: tuple[Key, ...] = ()
+
+
+def purge(table: TableHandle, keys: Sequence[Any] | None = None,
+          ranges: Sequence[Range] | Range | None = None, *,
+          filter: Any = None) -> PurgeResult:  # noqa: A002 (the public name)
+    """Delete (as :func:`sediment.ingest.records.delete`), then rewrite every live file that
+    may hold a deleted record in one transaction. Raises as ``delete``; JobError naming the
+    table when a rewrite fails or other jobs keep a leaf busy through every round (the
+    delete stands: reads never return the records; a later purge or compaction removes them
+    from storage)."""
+    version = delete(table, keys, ranges, filter=filter)
+    replaced: list[FileReference] = []
+    for attempt in range(ROUNDS):
+        push_down_references(table)
+        state = table.states.head()
+        mine = _deletion(state, version)
+        if mine is None:
+            break
+        jobs = create_jobs(table, select=functools.partial(_whole_leaves, deletion=mine))
+        if not jobs:  # its leaves are busy with other jobs: they settle, or the next round
+            time.sleep(0.2 * (attempt + 1))
+            continue
+        replaced += [r for j in jobs for r in j.inputs]
+        version = _rewrite(table, jobs)
+    else:
+        if _deletion(table.states.head(), version) is not None:
+            raise JobError(f"purge of table {table.name}: other compaction jobs kept its "
+                           f"leaves busy through {ROUNDS} rounds; the records are deleted from "
+                           f"every read but some files still hold them (purge again)")
+    return _result(table, version, replaced, keys, ranges)
+
+
+def _deletion(state: TableState, version: int) -> Deletion | None:
+    """The purge's own deletion while it is pending anywhere (None: settled everywhere, or
+    it covered no leaf holding data)."""
+    return next((d for d in state.deletions if d.version == version), None)
+
+
+def _whole_leaves(state: TableState, planned: list[CompactionJob], *, deletion: Deletion
+                  ) -> list[CompactionJob]:
+    """The planned jobs that merge a whole leaf where ``deletion`` is pending (the planner
+    gives such a leaf one, when no other job runs there)."""
+    return [j for j in planned if j.partition_id in deletion.pending
+            and {r.filename for r in j.inputs} == set(state.references(j.partition_id))]
+
+
+def _rewrite(table: TableHandle, jobs: list[CompactionJob]) -> int:
+    """Run ``jobs`` here and commit their outputs in one transaction; its version."""
+    head = table.read_head()
+    regions = {j.job_id: head.state.partitions[j.partition_id].region for j in jobs}
+    threads = head.settings.compaction_threads or 2
+    with ThreadPoolExecutor(max(1, min(threads, len(jobs)))) as pool:
+        outs = list(pool.map(lambda j: execute_job(table, j, regions[j.job_id], head=head),
+                             jobs))
+    failed = [(j, o) for j, o in zip(jobs, outs, strict=True) if isinstance(o, str)]
+    done = [o for o in outs if isinstance(o, JobOutput)]
+    staging = Staging(table.objects, table.name)
+    names = [o.written.filename for o in done if o.written is not None]
+    staging.adopt(names)  # one commit for all: this staging protects them all until it
+    for o in done:
+        o.handed_over()
+    if failed:
+        staging.delete(names)
+        job, why = failed[0]
+        raise JobError(f"purge of table {table.name}: rewriting partition {job.partition_id} "
+                       f"failed: {why}")
+    batch = [ReplaceFileReferences(
+        j.job_id, j.partition_id, tuple(r.filename for r in j.inputs),
+        None if o.written is None else FileReference(o.written.filename, j.partition_id,
+                                                     o.written.rows),
+        checksums={} if o.written is None or o.written.sums is None
+        else {o.written.filename: o.written.sums},
+        settles=o.settles, upserts=o.upserts)
+        for j, o in zip(jobs, done, strict=True)]
+    return staging.commit(table.states, ReplaceFileReferencesBatch(batch)).version
+
+
+def _result(table: TableHandle, version: int, replaced: list[FileReference],
+            keys: Sequence[Any] | None, ranges: Sequence[Range] | Range | None
+            ) -> PurgeResult:
+    state = table.states.head()
+    split_keys = _split_keys(state, keys, ranges)
+    if not replaced:
+        return PurgeResult(version, (), (), None, split_keys)
+    first = max(min(r.sequence >> RANK_BITS for r in replaced), table.states.earliest_version())
+    names = {r.filename for r in replaced}
+    holds, _ = tag_holds(table)
+    held = [h for h in holds if h.files & names]
+    settings = settings_of(state, table.name)
+    expires: float | None = time.time() + max(settings.gc_delay_seconds,
+                                              settings.retention_seconds) \
+        + settings.gc_clock_skew_seconds
+    for h in held:
+        expires = None if h.expires is None or expires is None else max(expires, h.expires)
+    return PurgeResult(version, tuple(range(first, version)), tuple(sorted(h.name for h in held)),
+                       expires, split_keys)
+
+
+def _split_keys(state: TableState, keys: Sequence[Any] | None,
+                ranges: Sequence[Range] | Range | None) -> tuple[Key, ...]:
+    """Split points of ``state``'s tree among the purged keys or inside the purged ranges."""
+    wanted: list[Range] = []
+    if keys is not None:
+        wanted += [Range.exact(k) for k in ([keys] if isinstance(keys, str | bytes) else keys)]
+    if ranges is not None:
+        wanted += [ranges] if isinstance(ranges, Range) else list(ranges)
+    points = [p.split_key for p in state.partitions.values()
+              if p.split_key is not None and isinstance(p.split_key, tuple)]
+    return tuple(sorted({k for k in points for r in wanted
+                         if r.per_field is None and r.contains(k)}, key=repr))
