@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow.compute as pc
+
 from sediment.compaction.job import JobOutput
 from sediment.compaction.runner import create_jobs, execute_job, push_down_references
 from sediment.compaction.strategy import CompactionJob
@@ -35,10 +37,13 @@ from sediment.core.regions import Range
 from sediment.core.state import TableState
 from sediment.core.transactions import ReplaceFileReferences, ReplaceFileReferencesBatch
 from sediment.errors import JobError
+from sediment.files.keys import region_mask
 from sediment.files.staging import Staging
 from sediment.handle import TableHandle
 from sediment.ingest.records import delete
 from sediment.maintenance.gc import tag_holds
+from sediment.query.prepare import prepare_query
+from sediment.query.request import request_of
 from sediment.settings import settings_of
 
 ROUNDS = 5
@@ -49,9 +54,9 @@ for running jobs a little longer)."""
 @dataclass(frozen=True, slots=True)
 class PurgeResult:
     """A purge: ``version``, from which no live file holds a purged record (the rewrite's
-    commit; the delete's when no file held one); the retained versions before it that still
-    read purged records (``held_by_versions``: from the oldest one that may, to the one
-    before ``version``); the tags and live pins whose versions reference a replaced file
+    commit; the delete's when no file held one); the retained versions that still read
+    purged records (``held_by_versions``: from the oldest one that may, to the one before
+    the delete); the tags and live pins whose versions reference a replaced file
     (``held_by_tags``: GC keeps those files while they exist); and ``expires``, when GC may
     delete the replaced files if only time keeps them (retention, the GC delay, the clock-skew
     margin; a pin's expiry when later; None while a tag keeps one). ``split_keys``: purged
@@ -72,26 +77,29 @@ def purge(table: TableHandle, keys: Sequence[Any] | None = None,
     table when a rewrite fails or other jobs keep a leaf busy through every round (the
     delete stands: reads never return the records; a later purge or compaction removes them
     from storage)."""
-    version = delete(table, keys, ranges, filter=filter)
+    version = deleted = delete(table, keys, ranges, filter=filter)
+    held = _leaves_holding(table, deleted, keys, ranges, filter)
     replaced: list[FileReference] = []
     for attempt in range(ROUNDS):
         push_down_references(table)
         state = table.states.head()
-        mine = _deletion(state, version)
-        if mine is None:
+        mine = _deletion(state, deleted)
+        if mine is None or not mine.pending & held:
             break
-        jobs = create_jobs(table, select=functools.partial(_whole_leaves, deletion=mine))
+        jobs = create_jobs(table, select=functools.partial(_whole_leaves, deletion=mine,
+                                                           leaves=held))
         if not jobs:  # its leaves are busy with other jobs: they settle, or the next round
             time.sleep(0.2 * (attempt + 1))
             continue
         replaced += [r for j in jobs for r in j.inputs]
         version = _rewrite(table, jobs)
     else:
-        if _deletion(table.states.head(), version) is not None:
+        mine = _deletion(table.states.head(), deleted)
+        if mine is not None and mine.pending & held:
             raise JobError(f"purge of table {table.name}: other compaction jobs kept its "
                            f"leaves busy through {ROUNDS} rounds; the records are deleted from "
                            f"every read but some files still hold them (purge again)")
-    return _result(table, version, replaced, keys, ranges)
+    return _result(table, version, deleted, replaced, keys, ranges)
 
 
 def _deletion(state: TableState, version: int) -> Deletion | None:
@@ -100,11 +108,28 @@ def _deletion(state: TableState, version: int) -> Deletion | None:
     return next((d for d in state.deletions if d.version == version), None)
 
 
-def _whole_leaves(state: TableState, planned: list[CompactionJob], *, deletion: Deletion
-                  ) -> list[CompactionJob]:
-    """The planned jobs that merge a whole leaf where ``deletion`` is pending (the planner
-    gives such a leaf one, when no other job runs there)."""
-    return [j for j in planned if j.partition_id in deletion.pending
+def _leaves_holding(table: TableHandle, deleted: int, keys: Sequence[Any] | None,
+                    ranges: Sequence[Range] | Range | None, filter: Any) -> set[str]:  # noqa: A002
+    """The leaves (at the head now) holding a record the delete at ``deleted`` removed: the
+    row keys of the records it removed, read at the version before it (by their key ranges
+    and file statistics, the filter's fields only where it has one), cut at the leaves. A
+    leaf holding none is not rewritten (the delete stays pending there until compaction)."""
+    before = table.state(deleted - 1)
+    names = before.schema.row_key_names if before.schema is not None else []
+    request = request_of(keys, ranges, columns=names, filter=filter)
+    gone = prepare_query(before, table.executors.get(before), table.name, request).to_arrow()
+    if not gone.num_rows:
+        return set()
+    state = table.states.head()
+    return {leaf.id for leaf in state.leaf_partitions()
+            if (m := region_mask(gone, names, leaf.region)) is None or pc.any(m).as_py()}
+
+
+def _whole_leaves(state: TableState, planned: list[CompactionJob], *, deletion: Deletion,
+                  leaves: set[str]) -> list[CompactionJob]:
+    """The planned jobs that merge a whole leaf of ``leaves`` where ``deletion`` is pending
+    (the planner gives such a leaf one, when no other job runs there)."""
+    return [j for j in planned if j.partition_id in deletion.pending & leaves
             and {r.filename for r in j.inputs} == set(state.references(j.partition_id))]
 
 
@@ -139,7 +164,7 @@ def _rewrite(table: TableHandle, jobs: list[CompactionJob]) -> int:
     return staging.commit(table.states, ReplaceFileReferencesBatch(batch)).version
 
 
-def _result(table: TableHandle, version: int, replaced: list[FileReference],
+def _result(table: TableHandle, version: int, deleted: int, replaced: list[FileReference],
             keys: Sequence[Any] | None, ranges: Sequence[Range] | Range | None
             ) -> PurgeResult:
     state = table.states.head()
@@ -156,8 +181,8 @@ def _result(table: TableHandle, version: int, replaced: list[FileReference],
         + settings.gc_clock_skew_seconds
     for h in held:
         expires = None if h.expires is None or expires is None else max(expires, h.expires)
-    return PurgeResult(version, tuple(range(first, version)), tuple(sorted(h.name for h in held)),
-                       expires, split_keys)
+    return PurgeResult(version, tuple(range(first, deleted)),
+                       tuple(sorted(h.name for h in held)), expires, split_keys)
 
 
 def _split_keys(state: TableState, keys: Sequence[Any] | None,
