@@ -14,7 +14,7 @@ import pytest
 
 from sediment.core.deletions import Deletion
 from sediment.core.model import FileReference, Partition, Region
-from sediment.core.regions import Range
+from sediment.core.regions import Box, FieldRange, Range
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.core.transactions import (
     TRANSACTION_KINDS,
@@ -534,6 +534,7 @@ DELETE_ROUND_TRIPS: list[Transaction] = [
     DeleteRecords(None, {"call": "greater", "args": [{"field": "v"},
                                                     {"literal": 3, "type": "int64"}]}),
     DeleteRecords((Range(("a", 1), ("b",), end_inclusive=True),), {"field": "flag"}),
+    DeleteRecords((Box({}).bind(["k", "n"], [FieldRange(), FieldRange(b"\x01", True, 9)]),)),
     ReplaceFileReferences("job-3", "a", ["f3"], ref("f6", "a", 2), settles=12),
     ReplaceFileReferences("job-4", "a", ["f6"], ref("f7", "a", 2), upserts=True),
     AddFiles([ref("f8", "a", 3)], upsert=True),
@@ -552,6 +553,8 @@ DELETE_GOLDEN_LOG_BODIES = [
      '{"literal":3,"type":"int64"}]}}}'),
     ('{"kind":"delete_records","transaction":{"ranges":[{"start":["a",1],"end":["b"],'
      '"start_inclusive":true,"end_inclusive":true}],"filter":{"field":"flag"}}}'),
+    ('{"kind":"delete_records","transaction":{"ranges":[{"box":[["k",null,true,null,false],'
+     '["n",{"b64":"AQ=="},true,9,false]]}]}}'),
     ('{"kind":"replace_file_references","transaction":{"job_id":"job-3","partition":"a",'
      '"inputs":["f3"],"output":{"file":"f6","partition":"a","records":2},"settles":12}}'),
     ('{"kind":"replace_file_references","transaction":{"job_id":"job-4","partition":"a",'

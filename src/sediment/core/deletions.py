@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sediment.core.keys import decode_key, encode_key
+from sediment.core.keys import decode_key, decode_value, encode_key, encode_value
 from sediment.core.model import RANK_BITS
-from sediment.core.regions import Range, Region
+from sediment.core.regions import Box, FieldRange, Range, Region
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +67,23 @@ class Deletion:
 
 
 def range_to_json(r: Range) -> dict[str, Any]:
-    """A key range's JSON form (prefix ends kept as given)."""
+    """A key range's JSON form (prefix ends kept as given); a per-field region (a bound
+    ``Box``) as its fields' ranges by name."""
+    box = r.per_field
+    if box is not None:
+        assert box.names is not None, "a delete's regions are bound to the row keys"
+        return {"box": [[n, encode_value(f.lo), f.lo_inc, encode_value(f.hi), f.hi_inc]
+                        for n, f in zip(box.names, box.fields, strict=True)]}
     return {"start": encode_key(r.start), "end": encode_key(r.end),
             "start_inclusive": r.start_inclusive, "end_inclusive": r.end_inclusive}
 
 
 def range_from_json(doc: Mapping[str, Any]) -> Range:
+    if "box" in doc:
+        names = [str(f[0]) for f in doc["box"]]
+        fields = [FieldRange(decode_value(lo), bool(lo_inc), decode_value(hi), bool(hi_inc))
+                  for _, lo, lo_inc, hi, hi_inc in doc["box"]]
+        return Box({}).bind(names, fields)
     return Range(decode_key(doc.get("start")), decode_key(doc.get("end")),
                  start_inclusive=bool(doc.get("start_inclusive", True)),
                  end_inclusive=bool(doc.get("end_inclusive", False)))

@@ -42,16 +42,17 @@ def delete(handle: TableHandle, keys: Sequence[Any] | None = None,
     if keys is not None and isinstance(keys, str | bytes):
         keys = [keys]
     asked = None
-    parts = [normalise_ranges(state, keys, None, name) if keys is not None else None,
-             normalise_ranges(state, None, ranges, name) if ranges is not None else None]
+    try:
+        parts = [normalise_ranges(state, keys, None, name) if keys is not None else None,
+                 normalise_ranges(state, None, ranges, name) if ranges is not None else None]
+    except QueryError as e:
+        if name in str(e):
+            raise
+        raise type(e)(f"delete on table {name}: {e}") from None
     if any(p is not None for p in parts):
         asked = tuple(r for p in parts if p is not None for r in p)
         if not asked:  # no keys, or only empty ranges: nothing to delete, nothing committed
             return state.version
-        for r in asked:
-            if r.per_field is not None:
-                raise QueryError(f"delete on table {name}: per-field regions ({r!r}) are not "
-                                 f"taken by delete yet: give key ranges")
     tree = None
     if filter is not None:
         compiled = compile_filter(filter, schema, name, record_by_record=True)

@@ -39,8 +39,11 @@ class DeleteRecords(Transaction):
         if state.schema is not None:
             n = len(state.schema.row_key_names)
             for r in self.ranges or ():
-                if r.per_field is not None:
-                    raise fail(state, "a delete takes key ranges, not per-field regions")
+                box = r.per_field
+                if box is not None:
+                    if box.names != tuple(state.schema.row_key_names):
+                        raise fail(state, f"region {box!r} is not bound to the row keys")
+                    continue
                 for end in (r.start, r.end):
                     if end is not None and len(end) > n:
                         raise fail(state, f"range end {end!r} has more values than the "
