@@ -34,6 +34,8 @@ def test_a_delete_writes_no_data_and_reads_none(tmp_path: Path) -> None:
     data = _objects(t, "data/")
     v = t.delete(ranges=[sd.Range(("a",), ("b",), end_inclusive=True)])
     assert _objects(t, "data/") == data  # metadata only
+    d = t.diff(v - 1, v)
+    assert d.files_added == () and [x.version for x in d.deletions_added] == [v]
     assert t.query().column("user").to_pylist() == ["c", "d"]
     assert t.query(version=v - 1).num_rows == 5  # time travel still reads them
 

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sediment.core.deletions import Deletion
 from sediment.core.model import FileReference
 from sediment.core.state import TableState
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, QueryError, SedimentError
@@ -56,8 +57,17 @@ class Diff:
     references_added: tuple[FileReference, ...] = ()
     references_removed: tuple[FileReference, ...] = ()
     records_change: int = 0
+    """Records in the references added less those in the references removed: records that
+    deletes and upserts removed from answers while their files stay are not counted (see
+    ``deletions_added``)."""
     ranges_compared: int = 0
     ranges_skipped: int = 0
+    deletions_added: tuple[Deletion, ...] = ()
+    """Deletes made after ``from_version`` and still pending at ``to_version`` (one that
+    compaction settled before ``to_version`` shows as the files it rewrote)."""
+    deletions_removed: tuple[Deletion, ...] = ()
+    """Deletes of ``from_version`` no longer pending at ``to_version`` (compaction settled
+    them: their records left the files)."""
 
 
 def _compare(a: TableState, b: TableState, pids: Iterable[str], v1: int, v2: int,
@@ -77,10 +87,12 @@ def _compare(a: TableState, b: TableState, pids: Iterable[str], v1: int, v2: int
     gone = sorted(f for f in files_a - files_b if f not in b.refcount)
     new = sorted(f for f in files_b - files_a if f not in a.refcount)
     pa_, pb = set(a.partitions), set(b.partitions)
+    da, db = {d.version for d in a.deletions}, {d.version for d in b.deletions}
     return Diff(v1, v2, tuple(new), tuple(gone), tuple(sorted(pb - pa_)),
                 tuple(sorted(pa_ - pb)), tuple(added), tuple(removed),
                 sum(r.records for r in added) - sum(r.records for r in removed),
-                compared, skipped)
+                compared, skipped, tuple(d for d in b.deletions if d.version not in da),
+                tuple(d for d in a.deletions if d.version not in db))
 
 
 def _diff_by_snapshots(states: StateStore, v1: int, v2: int) -> Diff:
