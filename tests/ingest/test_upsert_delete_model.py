@@ -12,6 +12,9 @@ order, one commit's in input order. Its semantics, written out:
   record whose row key is in it; by filter: every record it matches (a null comparison
   matches nothing); records written later are never touched;
 - compact, split: no change; restore v: version v's records.
+
+Then the table's merge rule (``merge``) applies to what is left, as
+``support.merge_reference`` computes it: the machine runs once per rule.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import sediment as sd
+from support.merge_reference import merged
 
 SCHEMA = sd.Schema(row_keys=[("k", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("v", pa.string()), ("n", pa.int64())])
@@ -56,6 +60,8 @@ def as_records(t: pa.Table) -> list[Record]:
 
 
 class UpsertDeleteModel(RuleBasedStateMachine):
+    RULE = "none"
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="sediment-upserts-")
@@ -64,7 +70,8 @@ class UpsertDeleteModel(RuleBasedStateMachine):
             "m", SCHEMA, properties={
                 "partition.split.threshold": 10, "compaction.strategy": "basic",
                 "compaction.batch_size": 2, "parquet.row_group_rows": 128,
-                "state.snapshot.interval": 4, "state.cache.refresh_seconds": 0})
+                "state.snapshot.interval": 4, "state.cache.refresh_seconds": 0,
+                "merge": self.RULE})
         # (record, sequence, position): sequence is the committing version
         self.live: list[tuple[Record, int, int]] = []
         self.versions: dict[int, list[Record]] = {self.table.version: []}
@@ -73,7 +80,15 @@ class UpsertDeleteModel(RuleBasedStateMachine):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _now(self) -> list[Record]:
+        """The records the reference holds, in read order (before the merge rule)."""
         return [r for r, _, _ in sorted(self.live, key=_order)]
+
+    def _answer(self, rows: list[Record]) -> list[Record]:
+        """What a read returns of ``rows`` (in read order): the merge rule applied."""
+        if self.RULE == "none":
+            return rows
+        out = merged([as_table(rows)], ["k", "ts"], self.RULE)
+        return [(r["k"], r["ts"], r["v"], r["n"]) for r in out]
 
     def _committed(self, version: int) -> None:
         head = self.table.version
@@ -155,12 +170,12 @@ class UpsertDeleteModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def time_travel(self, data: st.DataObject) -> None:
         v = data.draw(st.sampled_from(sorted(self.versions)))
-        assert as_records(self.table.query(version=v)) == self.versions[v]
+        assert as_records(self.table.query(version=v)) == self._answer(self.versions[v])
 
     # ---- every read of the head -------------------------------------------------------
     @invariant()
     def reads_match(self) -> None:
-        want = self._now()
+        want = self._answer(self._now())
         assert as_records(self.table.query()) == want
         streamed = pa.Table.from_batches(list(self.table.scan()), schema=SCHEMA.to_arrow())
         assert as_records(streamed) == want
@@ -172,3 +187,24 @@ UpsertDeleteModel.TestCase.settings = settings(
     max_examples=25, stateful_step_count=12, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TestUpsertDeleteModel = UpsertDeleteModel.TestCase
+
+
+class UpsertDeleteModelLast(UpsertDeleteModel):
+    RULE = "last"
+
+
+class UpsertDeleteModelFirst(UpsertDeleteModel):
+    RULE = "first"
+
+
+class UpsertDeleteModelPartial(UpsertDeleteModel):
+    RULE = "partial"
+
+
+for _rule in (UpsertDeleteModelLast, UpsertDeleteModelFirst, UpsertDeleteModelPartial):
+    _rule.TestCase.settings = settings(
+        max_examples=12, stateful_step_count=10, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+TestUpsertDeleteModelLast = UpsertDeleteModelLast.TestCase
+TestUpsertDeleteModelFirst = UpsertDeleteModelFirst.TestCase
+TestUpsertDeleteModelPartial = UpsertDeleteModelPartial.TestCase

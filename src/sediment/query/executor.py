@@ -30,6 +30,7 @@ from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, 
 from sediment.files.upserts import settle_batches, settle_table
 from sediment.files.verified import reading
 from sediment.iterators.base import RecordIterator, apply_iterators
+from sediment.iterators.merge_rules import KeepLast
 from sediment.query.deletes import Deletes
 from sediment.query.filters import QueryFilter
 from sediment.query.footers import FileFooter, FooterCache
@@ -119,6 +120,17 @@ def _exact_single_keys(ranges: tuple[Range, ...] | None) -> list[Any] | None:
     return keys
 
 
+def _settles(sub: SubQuery, iterators: Sequence[RecordIterator]) -> bool:
+    """Whether a read of the sub-query settles upserts (sediment.files.upserts): when a file
+    holds upserted records, unless the merge rule keeps the last record of each key anyway
+    (``merge="last"``, first among the iterators: it keeps what settling keeps) and no
+    delete by filter could remove an upserted record but not the older one it replaced."""
+    if not sub.upserts:
+        return False
+    return not (iterators and isinstance(iterators[0], KeepLast)
+                and all(d.filter is None for d in sub.deletions))
+
+
 def _boxes(subs: Sequence[SubQuery]) -> bool:
     """Whether several sub-queries read box partitions (cells: sediment.core.regions), whose
     rows are not runs of the key order."""
@@ -174,7 +186,9 @@ class Executor:
         if hashes is not None and layout is not None:
             groups = [g for g in groups
                       if self.footers.may_contain(ref.filename, layout, g, hashes)]
-        if query_filter is not None:
+        if query_filter is not None and not sub.upserts:
+            # (an upserted record hides older ones of its key whatever the filter says of
+            # it: the row group holding it is read even where its statistics rule it out)
             groups = query_filter.row_groups(footer.metadata, groups)
         return pf, footer, groups
 
@@ -227,8 +241,8 @@ class Executor:
         # several files: merged by (keys, sequence) so equal keys come out in commit order
         # (one file's rows are in that order already); upserts and deletions judge records
         # by sequence
-        upserts = sub.upserts
-        sequence = len(sub.references) > 1 or bool(sub.deletions) or upserts
+        settle = _settles(sub, iterators)
+        sequence = len(sub.references) > 1 or bool(sub.deletions) or settle
         per_file = [p for ref in sub.references
                     if (p := list(self._file_row_groups(ref, sub, columns, hashes,
                                                         sequence=sequence,
@@ -243,7 +257,7 @@ class Executor:
             data = pa.Table.from_batches(
                 list(merge_sorted(streams, merge_names(self.schema.key_names),
                                   schema.append(SEQ_FIELD))), schema=schema.append(SEQ_FIELD))
-        if upserts:
+        if settle:
             data = settle_table(data, self.schema.key_names)
         data = without_sequence(self.deletes.apply(data, sub.deletions))
         if iterators:
@@ -300,8 +314,8 @@ class Executor:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self.point_hashes(sub)
-        upserts = sub.upserts
-        sequence = len(sub.references) > 1 or bool(sub.deletions) or upserts
+        settle = _settles(sub, iterators)
+        sequence = len(sub.references) > 1 or bool(sub.deletions) or settle
         streams = [
             (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence,
                                               query_filter=query_filter)
@@ -312,7 +326,7 @@ class Executor:
         if sequence:
             merged = merge_sorted(streams, merge_names(self.schema.key_names),
                                   schema.append(SEQ_FIELD))
-            if upserts:
+            if settle:
                 merged = settle_batches(merged, self.schema.key_names)
             merged = (without_sequence(b)
                       for b in self.deletes.apply_batches(merged, sub.deletions))
