@@ -111,12 +111,14 @@ class Op:
         return False
 
 
-def random_key(rng: random.Random) -> str:
-    return rng.choice(LETTERS) + rng.choice(SECOND)
+def random_key(rng: random.Random, letters: str = LETTERS) -> str:
+    return rng.choice(letters) + rng.choice(SECOND)
 
 
-def make_op(writer: str, i: int, kinds: Sequence[str], *, rows: int = 30, seed: int = 0) -> Op:
-    """Operation ``i`` of ``writer``: of kind ``kinds[i % len(kinds)]``."""
+def make_op(writer: str, i: int, kinds: Sequence[str], *, rows: int = 30, seed: int = 0,
+            letters: str = LETTERS) -> Op:
+    """Operation ``i`` of ``writer``: of kind ``kinds[i % len(kinds)]``; the row keys it
+    writes start with one of ``letters``."""
     kind = kinds[i % len(kinds)]
     rng = random.Random(f"{seed}/{writer}/{i}")
     tag = f"{writer}#{i}"
@@ -124,7 +126,7 @@ def make_op(writer: str, i: int, kinds: Sequence[str], *, rows: int = 30, seed: 
         out = []
         for r in range(rows):
             n = None if rng.random() < 0.1 else rng.randrange(-1000, 1000)
-            out.append((random_key(rng), rng.randrange(3), f"{writer}-{i}-{r}", n))
+            out.append((random_key(rng, letters), rng.randrange(3), f"{writer}-{i}-{r}", n))
         return Op(kind, rows=tuple(out), tag=tag)
     if kind == "delete_keys":
         return Op(kind, keys=tuple(random_key(rng) for _ in range(rng.randint(1, 3))), tag=tag)
@@ -221,7 +223,7 @@ def keyed_worker(args: dict[str, Any]) -> None:
         if time.time() >= until:
             break
         op = make_op(args["writer"], i, args["kinds"], rows=args.get("rows", 30),
-                     seed=args.get("seed", 0))
+                     seed=args.get("seed", 0), letters=args.get("letters", LETTERS))
         _append(args["out"], {"op": i, "start": True})
         try:
             _append(args["out"], {"op": i, "version": op.run(table)})
