@@ -9,7 +9,8 @@ settle before deletes apply). One leaf, ``[t, ∞)``, holds a single compacted f
 upsert or delete touches: DuckDB reads it natively next to leaves read through Sediment.
 Stages: ``pending`` (nothing compacted since the writes), ``compacted`` (a full compaction:
 deletions settled, upsert marks cleared), ``mixed`` (after that compaction, more upserts and
-deletes on top of the compacted files).
+deletes on top of the compacted files, then splits that leave references in the parents
+and hand pending deletions to the children).
 
 Routes: query with keys, ranges, filters and columns against the reference; scan and
 to_batches, to_arrow, to_pandas, to_polars (eager and lazy, with a pushed-down filter),
@@ -93,6 +94,8 @@ class Built:
     ref: Reference
     orders_ref: dict[str, list[str]]
     stage: str
+    before: list[Row]
+    """The reference at the tag ``before_deletes`` (after the first upserts)."""
 
     @property
     def want(self) -> list[Row]:
@@ -126,6 +129,8 @@ def build(root: Path, stage: str) -> Built:
     # upserts alone in their files: statistics that a filter could wrongly prune them by
     upsert([("gb", 1, "gb1-upserted", 200)])
     upsert([("ea", 2, "ea2-upserted", 480)])
+    t.tag("before_deletes")
+    before = ref.rows()
     deleted_keys = ["ab", "ac", "nd", "qa"]
     t.delete(keys=deleted_keys)
     ref.delete(lambda r: r[0] in deleted_keys)
@@ -146,6 +151,9 @@ def build(root: Path, stage: str) -> Built:
         t.delete(keys=["ba", "ma"])
         ref.delete(lambda r: r[0] in ("ba", "ma"))
         ingest(gen("e", 30, 8, LOW))
+        # splits: references left in parents, pending deletions handed to the children
+        store.set_scheme_properties("users", {"partition.split.threshold": 150})
+        store.split_scheme("users")
     # the second member of the scheme, with an upsert and a delete of its own
     keys = sorted({r[0] for r in ref.records})
     orders_ref = {k: [f"item-{k}"] for k in keys[::2]}
@@ -158,7 +166,7 @@ def build(root: Path, stage: str) -> Built:
     orders.delete(keys=keys[::6])
     for k in keys[::6]:
         orders_ref.pop(k, None)
-    return Built(t, orders, ref, orders_ref, stage)
+    return Built(t, orders, ref, orders_ref, stage, before)
 
 
 @pytest.fixture(scope="module", params=["pending", "compacted", "mixed"])
@@ -166,9 +174,9 @@ def built(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return build(tmp_path_factory.mktemp(f"routes-{request.param}"), request.param)
 
 
-def reference_filtered(built: Built, keep: Callable[[Row], bool]) -> pa.Table:
-    """The reference's records with a non-null ``n`` that ``keep`` passes."""
-    return as_table([r for r in built.want if r[3] is not None and keep(r)])
+def reference_filtered(built: Built, keep: Callable[[int], bool]) -> pa.Table:
+    """The reference's records whose ``n`` is not null and ``keep`` passes it."""
+    return as_table([r for r in built.want if r[3] is not None and keep(r[3])])
 
 
 def canon(t: pa.Table) -> list[tuple[Any, ...]]:
@@ -182,17 +190,20 @@ def test_the_table_has_what_the_routes_must_handle(built: Built) -> None:
     t = built.table
     plan = t.plan_files()
     leaves = {p.leaf_id for p in plan}
-    assert len(leaves) == 4
+    assert len(leaves) == 4 if built.stage != "mixed" else len(leaves) > 4
     native = {p.leaf_id for p in plan if not p.merge}
     if built.stage == "compacted":
         assert native == leaves and not t.state().deletions
         assert not any(p.sequence & UPSERT_BIT for p in plan)
     else:
-        assert len(native) == 1, "the leaf [t, ∞) alone has nothing to apply"
+        above_t = {p.leaf_id for p in plan if p.region.min is not None and p.region.min >= ("t",)}
+        assert native == above_t and native, "what lies in [t, ∞) alone has nothing to apply"
         assert any(p.files_in_leaf > 1 for p in plan)
         assert any(p.deletions for p in plan)
         assert any(p.sequence & UPSERT_BIT for p in plan)
         assert t.state().deletions
+    if built.stage == "mixed":
+        assert any(p.partition_id != p.leaf_id and p.deletions for p in plan)
     assert len(set(as_rows(t.query()))) == len(built.want)
 
 
@@ -245,8 +256,8 @@ def test_polars_equals_query(built: Built) -> None:
     assert canon(t.to_polars().to_arrow()) == canon(expected)
     lazy = t.to_polars(lazy=True)
     assert canon(lazy.collect().to_arrow()) == canon(expected)
-    for expr, keep in ((pl.col("n") > 150, lambda r: r[3] > 150),
-                       (pl.col("n") < 50, lambda r: r[3] < 50)):
+    for expr, keep in ((pl.col("n") > 150, lambda n: n > 150),
+                       (pl.col("n") < 50, lambda n: n < 50)):
         got = lazy.filter(expr).collect().to_arrow()
         assert canon(got) == canon(reference_filtered(built, keep)), expr
     got = lazy.filter(pl.col("key") == "gb").collect().to_arrow()
@@ -265,7 +276,7 @@ def test_duckdb_view_equals_query(built: Built) -> None:
     expected = t.query()
     assert canon(con.sql("select * from events").to_arrow_table()) == canon(expected)
     for where, want in (("n > 150", t.query(filter=pc.field("n") > 150)),
-                        ("n < 50", reference_filtered(built, lambda r: r[3] < 50)),
+                        ("n < 50", reference_filtered(built, lambda n: n < 50)),
                         ("key = 'gb'", t.query(keys=["gb"])),
                         ("key >= 'p' and n < 0",
                          t.query(ranges=[sd.Range("p", None)], filter="n < 0")),
@@ -286,7 +297,7 @@ def test_datafusion_equals_query(built: Built) -> None:
     t.register_datafusion(ctx, "events")
     got = pa.Table.from_batches(ctx.sql("select * from events").collect())
     assert canon(got) == canon(t.query())
-    for where, keep in (("n > 150", lambda r: r[3] > 150), ("n < 50", lambda r: r[3] < 50)):
+    for where, keep in (("n > 150", lambda n: n > 150), ("n < 50", lambda n: n < 50)):
         got = pa.Table.from_batches(ctx.sql(f"select * from events where {where}").collect())
         assert canon(got) == canon(reference_filtered(built, keep)), where
 
@@ -332,9 +343,10 @@ def read_as_documented(plan: list[Any], fs: Any, *, settle_first: bool = True) -
         data = pa.concat_tables(parts)
         if files[0].merge:
             data = data.sort_by([("key", "ascending"), ("ts", "ascending"), (SEQ, "ascending")])
-            steps = [settle, lambda d: delete(d, files[0].deletions)]
-            for step in steps if settle_first else steps[::-1]:
-                data = step(data)
+            if settle_first:
+                data = delete(settle(data), files[0].deletions)
+            else:
+                data = settle(delete(data, files[0].deletions))
         out.append(data.drop_columns([SEQ]))
     return pa.concat_tables(out) if out else ARROW.empty_table()
 
@@ -387,7 +399,7 @@ def test_plan_files_read_as_documented_equals_query(built: Built) -> None:
     # a filter prunes row groups (PlannedFile.row_groups); the reader applies it last
     plan = t.plan_files(filter=pc.field("n") < 50)
     got = read_as_documented(plan, fs).filter(pc.field("n") < 50)
-    assert as_rows(got) == as_rows(reference_filtered(built, lambda r: r[3] < 50))
+    assert as_rows(got) == as_rows(reference_filtered(built, lambda n: n < 50))
 
 
 def test_the_order_of_settling_and_deleting_matters() -> None:
@@ -403,6 +415,20 @@ def test_the_order_of_settling_and_deleting_matters() -> None:
     assert read_as_documented(t.plan_files(), fs).num_rows == 0
     assert as_rows(read_as_documented(t.plan_files(), fs, settle_first=False)) == \
         [("k", 0, "first", 5)]
+
+
+def test_routes_at_the_version_before_the_deletes(built: Built) -> None:
+    """Time travel: the tagged version reads without the later deletes and upserts, on
+    every route that takes a version (after compactions and splits too)."""
+    t, want, v = built.table, built.before, "before_deletes"
+    assert as_rows(t.query(version=v)) == want
+    assert as_rows(t.to_batches(version=v).read_all()) == want
+    fs, _ = t._handle.objects.arrow_filesystem()
+    assert as_rows(read_as_documented(t.plan_files(version=v), fs)) == want
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    t.to_duckdb(con, "old", version=v)
+    assert canon(con.sql("select * from old").to_arrow_table()) == canon(as_table(want))
 
 
 # ---- sd.join over two members of one scheme ---------------------------------------------------
