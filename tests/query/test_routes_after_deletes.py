@@ -402,11 +402,10 @@ def test_plan_files_read_as_documented_equals_query(built: Built) -> None:
     assert as_rows(got) == as_rows(reference_filtered(built, lambda n: n < 50))
 
 
-def test_the_order_of_settling_and_deleting_matters() -> None:
+def test_the_order_of_settling_and_deleting_matters(tmp_path: Path) -> None:
     """Why PlannedFile's reader must settle upserts before it applies deletions: deleting
     first keeps a record that an upsert replaced and a filter delete then removed."""
-    root = Path(__import__("tempfile").mkdtemp(prefix="sediment-order-"))
-    t = sd.Store.open(str(root), create=True).create_table("t", SCHEMA)
+    t = sd.Store.open(str(tmp_path / "store"), create=True).create_table("t", SCHEMA)
     t.ingest(as_table([("k", 0, "first", 5)]))
     t.upsert(as_table([("k", 0, "second", 200)]))
     t.delete(filter="n >= 100")
