@@ -10,7 +10,8 @@ order, one commit's in input order. Its semantics, written out:
   record keys is removed; the records are added;
 - delete by keys: every record of those row keys is removed; by range ``[lo, hi)``: every
   record whose row key is in it; by filter: every record it matches (a null comparison
-  matches nothing); records written later are never touched;
+  matches nothing; with a merge rule, every record of a key whose merged record it
+  matches); records written later are never touched;
 - compact, split: no change; restore v: version v's records.
 
 Then the table's merge rule (``merge``) applies to what is left, as
@@ -141,9 +142,16 @@ class UpsertDeleteModel(RuleBasedStateMachine):
             where = f"n > {n} AND k >= '{key}'" if text else \
                 (pc.field("n") > n) & (pc.field("k") >= key)
         v = self.table.delete(filter=where)
-        self.live = [x for x in self.live if not (
-            x[0][3] is not None and x[0][3] > n and
-            (key is None or x[0][0].encode() >= key.encode()))]
+
+        def matches(r: Record) -> bool:
+            return r[3] is not None and r[3] > n and \
+                (key is None or r[0].encode() >= key.encode())
+
+        if self.RULE == "none":  # record by record
+            self.live = [x for x in self.live if not matches(x[0])]
+        else:  # the record the rule makes of a key's records matches: all of them go
+            gone = {(r[0], r[1]) for r in self._answer(self._now()) if matches(r)}
+            self.live = [x for x in self.live if (x[0][0], x[0][1]) not in gone]
         self._committed(v)
 
     # ---- maintenance and versions ------------------------------------------------------

@@ -51,7 +51,7 @@ from sediment.files.upserts import settle_batches, without_upsert_marks
 from sediment.files.verified import Sums
 from sediment.files.writer import SortedFileWriter, WrittenFile
 from sediment.iterators.base import RecordIterator, apply_iterators
-from sediment.query.deletes import Deletes
+from sediment.query.deletes import Deletes, merge_of
 from sediment.schema import Schema, quote_identifier
 from sediment.settings import as_settings
 from sediment.storage.base import ObjectStore
@@ -317,7 +317,8 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
             stream = settle_batches(stream, schema.key_names)
         stream = apply_iterators(
             Deletes(schema).apply_batches(stream, deletions,
-                                          sparing={d.version for d in deletions} - set(covered)),
+                                          sparing={d.version for d in deletions} - set(covered),
+                                          merge=merge_of(iterators)),
             iterators)
         if upserts and complete:
             stream = without_upsert_marks(stream)

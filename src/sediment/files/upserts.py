@@ -59,10 +59,10 @@ def settle_table(data: pa.Table, names: Sequence[str]) -> pa.Table:
     return data if keep.all() else data.filter(pa.array(keep))
 
 
-def settle_batches(batches: Iterator[pa.RecordBatch], names: Sequence[str]
-                   ) -> Iterator[pa.RecordBatch]:
-    """:func:`settle_table` over a sorted stream, holding back each batch's trailing run
-    (and the batches it goes on through) until the run ends."""
+def complete_runs(batches: Iterator[pa.RecordBatch], names: Sequence[str]
+                  ) -> Iterator[pa.Table]:
+    """A sorted stream as tables of whole runs of equal ``names``: each batch's trailing run
+    (and the batches it goes on through) is held back until the run ends."""
     held: list[pa.RecordBatch] = []  # one run, maybe unfinished
     for b in batches:
         if not b.num_rows:
@@ -72,28 +72,30 @@ def settle_batches(batches: Iterator[pa.RecordBatch], names: Sequence[str]
             tail = held[-1]
             pair = pa.Table.from_batches([tail.slice(tail.num_rows - 1), b.slice(0, 1)])
             if _run_starts(pair, names)[1]:  # the held run ended with the last batch
-                yield from _settled(held, names)
+                yield pa.Table.from_batches(held)
             elif len(starts) == 1:  # the whole batch goes on with the held run
                 held.append(b)
                 continue
             else:  # the run ends inside this batch
                 end = int(starts[1])
-                yield from _settled([*held, b.slice(0, end)], names)
+                yield pa.Table.from_batches([*held, b.slice(0, end)])
                 b, starts = b.slice(end), starts[1:] - end
             held = []
         last = int(starts[-1])
         if last:
-            yield from _settled([b.slice(0, last)], names)
+            yield pa.Table.from_batches([b.slice(0, last)])
         held = [b.slice(last)]
     if held:
-        yield from _settled(held, names)
+        yield pa.Table.from_batches(held)
 
 
-def _settled(batches: list[pa.RecordBatch], names: Sequence[str]
-             ) -> Iterator[pa.RecordBatch]:
-    out = settle_table(pa.Table.from_batches(batches), names)
-    if out.num_rows:
-        yield from out.combine_chunks().to_batches()
+def settle_batches(batches: Iterator[pa.RecordBatch], names: Sequence[str]
+                   ) -> Iterator[pa.RecordBatch]:
+    """:func:`settle_table` over a sorted stream (whole runs at a time)."""
+    for run in complete_runs(batches, names):
+        out = settle_table(run, names)
+        if out.num_rows:
+            yield from out.combine_chunks().to_batches()
 
 
 def without_upsert_marks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -24,6 +24,10 @@ from sediment.core.model import UPSERT_BIT
 from sediment.core.regions import Range
 from sediment.files.keys import range_mask
 from sediment.files.sequence import SEQ
+from sediment.files.upserts import complete_runs
+from sediment.iterators.base import RecordIterator
+from sediment.iterators.combine import Aggregate
+from sediment.iterators.merge_rules import KeepFirst, KeepLast, PartialUpdate
 from sediment.query.expressions import decompose, field_names
 from sediment.query.wire import from_wire
 from sediment.schema import Schema
@@ -95,11 +99,15 @@ class Deletes:
         return compiled
 
     def apply(self, data: pa.Table, deletions: Sequence[Deletion],
-              sparing: Collection[int] = ()) -> pa.Table:
+              sparing: Collection[int] = (), merge: RecordIterator | None = None
+              ) -> pa.Table:
         """``data`` (with its :data:`~sediment.files.sequence.SEQ` column) without the
         records ``deletions`` remove; those whose version is in ``sparing`` leave upserted
         records (compaction keeps what still hides older records in files it does not
-        merge)."""
+        merge). ``merge``: the table's merge rule (``data`` then holds whole runs of record
+        keys): a filter judges the record the rule makes of a key's records older than the
+        delete, and removes all of them or none, so the answer does not depend on how far
+        compaction had combined them."""
         if not deletions or not data.num_rows:
             return data
         dead = np.zeros(data.num_rows, dtype=bool)
@@ -113,21 +121,50 @@ class Deletes:
             if not older.any():
                 continue
             hit = self._in_ranges(data, c)
-            if c.expression is not None:
+            if c.expression is not None and merge is not None:
+                hit &= self._merged_matching(data, older & hit, c.expression, merge)
+            elif c.expression is not None:
                 hit &= self._matching(data, c.expression)
             dead |= older & hit
         return data.filter(pa.array(~dead)) if dead.any() else data
 
     def apply_batches(self, batches: Iterator[pa.RecordBatch], deletions: Sequence[Deletion],
-                      sparing: Collection[int] = ()) -> Iterator[pa.RecordBatch]:
-        """:meth:`apply` batch by batch (each record is judged on its own)."""
+                      sparing: Collection[int] = (), merge: RecordIterator | None = None
+                      ) -> Iterator[pa.RecordBatch]:
+        """:meth:`apply` batch by batch (each record judged on its own), or run by run of
+        record keys where a merge rule judges a key's records together."""
         if not deletions:
             yield from batches
             return
-        for b in batches:
-            out = self.apply(pa.Table.from_batches([b]), deletions, sparing)
+        chunks: Iterator[pa.Table]
+        if merge is not None and any(d.filter is not None for d in deletions):
+            chunks = complete_runs(batches, self.schema.key_names)
+        else:
+            chunks = (pa.Table.from_batches([b]) for b in batches)
+        for t in chunks:
+            out = self.apply(t, deletions, sparing, merge)
             if out.num_rows:
                 yield from out.combine_chunks().to_batches()
+
+    def _merged_matching(self, data: pa.Table, candidates: np.ndarray,
+                         expression: pc.Expression, merge: RecordIterator) -> np.ndarray:
+        """Rows of ``data`` whose record key's ``candidates`` (its records older than the
+        delete, in its ranges) make, by the merge rule, a record the filter passes."""
+        out = np.zeros(data.num_rows, dtype=bool)
+        if not candidates.any():
+            return out
+        older = data.filter(pa.array(candidates))
+        merged = pa.Table.from_batches(list(merge.apply(iter(older.to_batches()))),
+                                       schema=older.schema)
+        names = self.schema.key_names
+        passed = merged.filter(expression).select(names) if merged.num_rows else None
+        if passed is None or not passed.num_rows:
+            return out
+        keys = data.select(names).append_column(
+            _ROW, pa.array(np.arange(data.num_rows, dtype=np.int64)))
+        rows = keys.join(passed, names, join_type="left semi").column(_ROW)
+        out[rows.to_numpy()] = True
+        return out
 
     def _in_ranges(self, data: pa.Table, c: _Compiled) -> np.ndarray:
         n = data.num_rows
@@ -161,3 +198,11 @@ class Deletes:
         out = np.zeros(n, dtype=bool)
         out[rows.to_numpy()] = True
         return out
+
+
+def merge_of(iterators: Sequence[RecordIterator]) -> RecordIterator | None:
+    """The merge rule among ``iterators`` (first when there is one: see
+    ``sediment.query.prepare.table_iterators``), which deletes by filter judge keys by."""
+    first = iterators[0] if iterators else None
+    return first if isinstance(first, KeepLast | KeepFirst | PartialUpdate | Aggregate) \
+        else None

@@ -83,9 +83,10 @@ class PlannedFile:
     sequenced: bool
     merge: bool
     """The leaf needs a merge: several files, iterators configured, upserted records to
-    settle (``sequence`` or ``__sediment_seq`` values with ``UPSERT_BIT``: in each run of
-    equal row keys and sort keys, drop the records before its last upserted one) or
-    ``deletions`` to apply."""
+    settle or ``deletions`` to apply. Then, after merging by (row keys, sort keys,
+    sequence), in this order: in each run of equal row keys and sort keys drop the records
+    before its last upserted one (a sequence, ``sequence`` or ``__sediment_seq``, with
+    ``UPSERT_BIT`` = ``1 << 23`` set); drop what ``deletions`` cover; apply the iterators."""
     files_in_leaf: int
     row_groups: tuple[int, ...]
     """The file's row groups that may hold wanted rows (by the statistics of the first key
@@ -95,7 +96,12 @@ class PlannedFile:
     """Deletes to apply to the leaf's records before its iterators (``Deletion.to_json``):
     drop each record whose sequence is below ``version << 24``, whose row key lies in one of
     ``ranges`` (all keys when absent) and that matches ``filter`` (a wire tree: see
-    ``sediment.query.wire.from_wire``; all records when absent)."""
+    ``sediment.query.wire.from_wire``; all records when absent; on a table with a merge
+    rule, the record the rule makes of the key's records below that sequence must match,
+    and then all of them go). A range is ``{"start", "end", "start_inclusive",
+    "end_inclusive"}`` with ends as lists of key values (a prefix of the row key; null:
+    open; bytes as ``{"b64": ...}``), or ``{"box": [[field, lo, lo_inclusive, hi,
+    hi_inclusive], ...]}`` for a per-field region."""
 
 
 class Source(Protocol):

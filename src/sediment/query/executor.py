@@ -31,7 +31,7 @@ from sediment.files.upserts import settle_batches, settle_table
 from sediment.files.verified import reading
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.iterators.merge_rules import KeepLast
-from sediment.query.deletes import Deletes
+from sediment.query.deletes import Deletes, merge_of
 from sediment.query.filters import QueryFilter
 from sediment.query.footers import FileFooter, FooterCache
 from sediment.query.planner import QueryPlan, SubQuery
@@ -259,7 +259,8 @@ class Executor:
                                   schema.append(SEQ_FIELD))), schema=schema.append(SEQ_FIELD))
         if settle:
             data = settle_table(data, self.schema.key_names)
-        data = without_sequence(self.deletes.apply(data, sub.deletions))
+        data = without_sequence(self.deletes.apply(data, sub.deletions,
+                                                   merge=merge_of(iterators)))
         if iterators:
             batches = apply_iterators(iter(data.to_batches()), iterators)
             data = pa.Table.from_batches(list(batches), schema=schema)
@@ -328,8 +329,8 @@ class Executor:
                                   schema.append(SEQ_FIELD))
             if settle:
                 merged = settle_batches(merged, self.schema.key_names)
-            merged = (without_sequence(b)
-                      for b in self.deletes.apply_batches(merged, sub.deletions))
+            merged = (without_sequence(b) for b in self.deletes.apply_batches(
+                merged, sub.deletions, merge=merge_of(iterators)))
         else:
             merged = merge_sorted(streams, self.schema.key_names, schema)
         out = apply_iterators(merged, iterators)
