@@ -16,6 +16,7 @@ from sediment.cli.data import (
     SpillDirOption,
     key_values,
     parse_range,
+    parse_region,
     write_files,
 )
 from sediment.cli.errors import CliError
@@ -51,6 +52,10 @@ def delete(
     range_: Annotated[list[str] | None, typer.Option(
         "--range", "-r", help="Delete every record in a key range such as [a,m) or (a,] "
                               "(written as query --range takes it); repeatable.")] = None,
+    region: Annotated[list[str] | None, typer.Option(
+        "--region", help="Delete every record in a range on each named row-key field, such "
+                         "as 'src=(c,p];dst=[5,)' (written as query --region takes it); "
+                         "repeatable.")] = None,
     where: Annotated[str | None, typer.Option(
         "--where", "-w",
         help="Delete every record matching a condition on any columns (the query --where "
@@ -60,7 +65,7 @@ def delete(
     store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Delete records by key, range and/or condition in one transaction; prints the version
+    """Delete records by key, range, region and/or condition in one transaction; prints the version
     committed. A metadata commit: no data is read or written whatever it covers; older
     versions (time travel, tags, restore) still read the records until compaction and gc
     remove them, and records written after it are kept. Examples:
@@ -69,13 +74,15 @@ def delete(
     sediment delete events --where "value = 'spam'".
     To remove every record, use sediment clear.
     """
-    if not key and not range_ and where is None:
-        raise CliError(f"delete on table {name} names no --key, --range or --where: to "
+    if not key and not range_ and not region and where is None:
+        raise CliError(f"delete on table {name} names no --key, --range, --region or --where: to "
                        f"delete every record use `sediment clear {name}`")
     table = open_table(store, name)
     schema = table.schema
     keys = [key_values(k, schema, "key") for k in key] if key else None
     ranges = [parse_range(r, schema) for r in range_] if range_ else None
+    if region:
+        ranges = [*(ranges or []), *(parse_region(r, schema) for r in region)]
     before = table.version
     version = table.delete(keys, ranges, filter=where)
     emit({"table": name, "version": version, "committed": version != before}, json_out,

@@ -56,7 +56,11 @@ def merge_rule(properties: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def range_text(r: Range) -> str:
-    """A delete's range for people: ``key 'a'`` for one row key, else its interval."""
+    """A delete's range for people: ``key 'a'`` for one row key, a per-field region as its
+    fields' ranges, else its interval."""
+    if r.per_field is not None:
+        return repr(r.per_field)
+
     def end(key: tuple[Any, ...] | None) -> str:
         return "" if key is None else repr(key[0]) if len(key) == 1 else repr(key)
 
