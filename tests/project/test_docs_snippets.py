@@ -50,6 +50,7 @@ a load of 15 (a 300 s bound failed there)."""
 EXEMPT: dict[str, str] = {
     "README.md:1": "installs packages",
     "README.md:2": "runs the demo and the whole test suite",
+    "docs/coming-from.md:1": "needs the deltalake package, not a Sediment dependency",
     "docs/howto/cosharding.md:3": "needs a Spark session "
                                   "(tests/integration/spark/test_cojoin.py runs the same)",
     "docs/howto/engines.md:9": "needs the store above, from the shell",

@@ -115,6 +115,7 @@ def _register() -> None:
         data,
         maintenance,
         migrate,
+        records,
         reports,
         schemes,
         serve,
@@ -123,8 +124,8 @@ def _register() -> None:
         versions,
     )
 
-    for module in (admin, data, maintenance, reports, versions, verify, spark, migrate, serve,
-                   dashboard, schemes):
+    for module in (admin, data, records, maintenance, reports, versions, verify, spark,
+                   migrate, serve, dashboard, schemes):
         app.registered_commands.extend(module.commands.registered_commands)
     app.add_typer(batcher.batcher_app, name="batcher")
 

@@ -37,7 +37,7 @@ commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
 
 
-def _key_values(text: str, schema: Schema, what: str) -> tuple[Any, ...]:
+def key_values(text: str, schema: Schema, what: str) -> tuple[Any, ...]:
     """A key typed on the command line: a plain value of the first row key field, or a JSON
     array for several fields (``'["a", 5]'``; a shorter array is a prefix)."""
     if text.startswith("["):
@@ -65,18 +65,18 @@ def parse_range(text: str, schema: Schema) -> Range:
             start_v, end_v = json.loads(f"[{inner}]")
         except (json.JSONDecodeError, ValueError) as e:
             raise CliError(f"range {text!r}: {e}") from None
-        start = None if start_v in (None, "") else _key_values(json.dumps(start_v)
+        start = None if start_v in (None, "") else key_values(json.dumps(start_v)
                                                                if isinstance(start_v, list)
                                                                else str(start_v), schema, "range")
-        end = None if end_v in (None, "") else _key_values(json.dumps(end_v)
+        end = None if end_v in (None, "") else key_values(json.dumps(end_v)
                                                            if isinstance(end_v, list)
                                                            else str(end_v), schema, "range")
     else:
         if "," not in inner:
             raise CliError(f"range {text!r} needs a comma between start and end")
         a, b = inner.split(",", 1)
-        start = _key_values(a.strip(), schema, "range start") if a.strip() else None
-        end = _key_values(b.strip(), schema, "range end") if b.strip() else None
+        start = key_values(a.strip(), schema, "range start") if a.strip() else None
+        end = key_values(b.strip(), schema, "range end") if b.strip() else None
     return Range(start, end, start_inclusive=t[0] == "[", end_inclusive=t[-1] == "]")
 
 
@@ -104,30 +104,45 @@ def parse_region(text: str, schema: Schema) -> Range:
     return Box(fields)
 
 
+SpillDirOption = Annotated[Path | None, typer.Option(
+    "--spill-dir",
+    help="Local folder for sorted runs spilled past ingest.memory_limit_bytes; it must "
+         "exist. Default: $SEDIMENT_SPILL_DIR, else the system temp folder.")]
+"""``--spill-dir`` of ``ingest`` and ``upsert``."""
+
+FilesArg = Annotated[list[str], typer.Argument(help="Parquet, CSV or JSON-lines files; globs "
+                                                    "and s3:// paths allowed.")]
+"""The FILES of ``ingest`` and ``upsert``."""
+
+
 @commands.command()
 def ingest(
     name: TableArg,
-    files: Annotated[list[str], typer.Argument(help="Parquet, CSV or JSON-lines files; globs "
-                                                    "and s3:// paths allowed.")],
-    spill_dir: Annotated[Path | None, typer.Option(
-        "--spill-dir",
-        help="Local folder for sorted runs spilled past ingest.memory_limit_bytes; it must "
-             "exist. Default: $SEDIMENT_SPILL_DIR, else the system temp folder.")] = None,
+    files: FilesArg,
+    spill_dir: SpillDirOption = None,
     store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Ingest files into a table as one transaction, with a progress bar."""
+    write_files("ingest", name, files, spill_dir, store, json_out)
+
+
+def write_files(how: str, name: str, files: list[str], spill_dir: Path | None,
+                store: str | None, json_out: bool) -> None:
+    """``ingest`` or ``upsert`` (``how``) of files into table ``name`` in one transaction,
+    with a progress bar; prints the result (the same fields for both)."""
     table = open_table(store, name)
+    write = table.upsert_files if how == "upsert" else table.ingest_files
     with progress_bar(json_out, "rows") as bar:
-        task = bar.add_task(f"ingest {name}", total=None)
-        result = table.ingest_files(files, progress=lambda n: bar.advance(task, n),
-                                    spill_dir=None if spill_dir is None else str(spill_dir))
+        task = bar.add_task(f"{how} {name}", total=None)
+        result = write(files, progress=lambda n: bar.advance(task, n),
+                       spill_dir=None if spill_dir is None else str(spill_dir))
     data = {"table": name, "rows": result.rows, "files": result.files, "bytes": result.bytes,
             "version": result.version, "seconds": result.seconds,
             "rows_per_second": result.rows_per_second}
     if result.stalled_seconds:  # waited for compaction (ingest.stall_files)
         data["stalled_seconds"] = result.stalled_seconds
-    emit(data, json_out, lambda d: key_value_table(human_items(d), title="ingest"))
+    emit(data, json_out, lambda d: key_value_table(human_items(d), title=how))
 
 
 class Format(StrEnum):
@@ -234,7 +249,7 @@ def _request_of_options(table: Any, key: list[str] | None, range_: list[str] | N
                         version: str | None) -> ReadRequest:
     """The read ``query``'s options ask for, as a request."""
     schema = table.schema
-    keys = [_key_values(k, schema, "key") for k in key] if key else None
+    keys = [key_values(k, schema, "key") for k in key] if key else None
     ranges = [parse_range(r, schema) for r in range_] if range_ else None
     if region:
         ranges = [*(ranges or []), *(parse_region(r, schema) for r in region)]

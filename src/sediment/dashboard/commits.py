@@ -10,7 +10,9 @@ store's clock when the commit landed, milliseconds after the writer's). The kind
 reading the entries (one small read each), newest first and at most :data:`KIND_READS` per
 refresh, so a first visit to a busy table stays fast; older entries are read over the next
 refreshes and counted meanwhile as :data:`UNREAD`. A read entry gives its own commit time
-(the one ``table.history()`` shows). The counting is numpy over the held arrays.
+(the one ``table.history()`` shows) and its kind (upserts and overwrites counted apart from
+plain ingests: ``sediment.dashboard.changes``); a delete among the latest few is read whole,
+to say what it deleted. The counting is numpy over the held arrays.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from sediment.dashboard.aggregate import iso
+from sediment.dashboard.changes import delete_detail, timeline_kind
 from sediment.errors import CorruptMetadataError
 from sediment.handle import handle_of
 from sediment.state.log import LOG_PREFIX, HistoryEntry, TransactionLog, log_key, version_of_key
@@ -74,6 +77,8 @@ class _Held:
     codes: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
     kinds: list[str] = field(default_factory=list)
     recent: list[HistoryEntry] = field(default_factory=list)
+    details: dict[int, str] = field(default_factory=dict)
+    """What each delete among ``recent`` covers (read from its whole entry), by version."""
 
     def code(self, kind: str) -> int:
         if kind not in self.kinds:
@@ -142,9 +147,24 @@ class CommitTimeline:
             if e is None:
                 held.codes[i] = unreadable
             else:
-                held.times[i], held.codes[i] = e.time, held.code(e.kind)
+                held.times[i], held.codes[i] = e.time, held.code(timeline_kind(e))
         latest = {e.version: e for e in (*held.recent, *(e for e in entries if e))}
         held.recent = [latest[v] for v in sorted(latest)[-RECENT:]]
+        self._detail(log, held)
+
+    @staticmethod
+    def _detail(log: TransactionLog, held: _Held) -> None:
+        """Read the whole entries of the deletes among the latest commits (a history row has
+        only their count of ranges): what each covers, once per delete."""
+        shown = {e.version for e in held.recent}
+        held.details = {v: t for v, t in held.details.items() if v in shown}
+        for e in held.recent:
+            if e.kind == "delete_records" and e.version not in held.details:
+                try:
+                    detail = delete_detail(log.read(e.version).transaction)
+                except CorruptMetadataError:
+                    detail = None  # pruned since, or damaged: the summary alone
+                held.details[e.version] = detail or ""
 
     # ---- counting ------------------------------------------------------------------------
     def _counts(self, held: _Held, now: float) -> dict[str, Any]:
@@ -160,7 +180,8 @@ class CommitTimeline:
             "held": len(held.versions), "unread": int((held.codes < 0).sum()),
             "oldest": iso(float(held.times.min())) if len(held.times) else None,
             "recent": [{"version": e.version, "time": iso(e.time), "kind": e.kind,
-                        "summary": e.summary} for e in reversed(held.recent)],
+                        "summary": e.summary, "detail": held.details.get(e.version) or None}
+                       for e in reversed(held.recent)],
         }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.dashboard import aggregate
 from sediment.dashboard.aggregate import iso
+from sediment.dashboard.changes import merge_rule, pending_deletes
 from sediment.dashboard.commits import CommitTimeline
 from sediment.dashboard.jobs import JobEvents
 from sediment.dashboard.leaves import FileSizes, leaf_list
@@ -99,8 +100,8 @@ class Views:
         return {"store": self.store.uri, "generated": iso(time.time()), "tables": rows}
 
     def table_view(self, name: str) -> dict[str, Any]:
-        """A table's summary, files-per-leaf histogram, commit timeline and latest commits,
-        jobs, tags, what GC keeps and properties."""
+        """A table's summary, merge rule and unsettled deletes, files-per-leaf histogram,
+        commit timeline and latest commits, jobs, tags, what GC keeps and properties."""
         t = self.table(name)
         state = t.state()
         fig = self._figures.get(t.table_id, state)
@@ -113,6 +114,8 @@ class Views:
         return {
             "table": summary,
             "schema": {k: v for k, v in schema.to_json().items() if k != "arrow"},
+            "merge": merge_rule(props),
+            "deletes": pending_deletes(state),
             "histogram": aggregate.histogram(fig),
             "timeline": timeline,
             "history": recent,

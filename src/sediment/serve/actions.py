@@ -12,6 +12,9 @@ action                    body                                                  
 ``history``               ``{"table"}``                                          no
 ``tag``                   ``{"table", "name", "version"}``                       yes
 ``restore``               ``{"table", "version"}``                               yes
+``delete``                ``{"table", "keys", "ranges", "filter"}``: keys,        yes
+                          ranges and filter as a query descriptor's; answers
+                          ``{"version"}``
 ``compact``               ``{"table", "full"}``                                  yes
 ``maintain``              ``{"table"}``                                          yes
 ``health``                ``{}``                                                 no
@@ -25,10 +28,16 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sediment.errors import BadRequestError
+from sediment.errors import BadRequestError, FilterError
 from sediment.schema import Schema
 from sediment.serve.middleware import Admission
-from sediment.serve.protocol import decode_value, parse_json, quoted, table_name
+from sediment.serve.protocol import (
+    decode_value,
+    parse_json,
+    quoted,
+    read_request,
+    table_name,
+)
 from sediment.serve.stats import Request, Stats
 
 if TYPE_CHECKING:
@@ -135,6 +144,28 @@ def _restore(server: SedimentFlightServer, doc: dict[str, Any], req: Request) ->
     return {"version": table.restore(v)}
 
 
+DELETE_FIELDS = ("table", "format", "keys", "ranges", "filter")
+"""What a delete body may hold: the table and a read request's fields that say which
+records (no columns, version or iterators: a delete takes none)."""
+
+
+def _delete(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    """``Table.delete`` of the body's keys, ranges and filter, written as in a query
+    descriptor (the same decoding: ``read_request``); the library refuses a body naming
+    none of them, naming ``clear()``."""
+    table = _open(server, doc, req, "delete body")
+    unknown = sorted(str(k) for k in set(doc) - set(DELETE_FIELDS))
+    if unknown:
+        raise BadRequestError(f"malformed delete body for table {table.name}: unknown field "
+                              f"{quoted(unknown[0])} (fields: {', '.join(DELETE_FIELDS)})")
+    request = read_request(doc)
+    try:  # a wire tree rebuilt for the table's columns (text is parsed by delete itself)
+        flt = request.filter_expression(table.schema, table.name)
+    except FilterError as e:
+        raise FilterError(f"delete on table {table.name}: {e}") from None
+    return {"version": table.delete(request.keys, request.ranges, filter=flt)}
+
+
 def _compact(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
     table = _open(server, doc, req, "compact body")
     return _plain(table.compact(full=bool(doc.get("full", False))))
@@ -164,6 +195,8 @@ ACTIONS: dict[str, tuple[str, bool, Handler]] = {
     "history": ("Committed transactions: {table}", False, _history),
     "tag": ("Tag a version: {table, name, version}", True, _tag),
     "restore": ("Restore a version as a new one: {table, version}", True, _restore),
+    "delete": ("Delete records by key, range and/or filter: {table, keys, ranges, filter}",
+               True, _delete),
     "compact": ("One compaction pass now: {table, full}", True, _compact),
     "maintain": ("Split, compact and collect garbage until settled: {table}", True,
                  _maintain),

@@ -131,8 +131,9 @@ class RemoteStore:
 
 
 class RemoteTable:
-    """A table behind ``sediment serve``: ``query``, ``scan``, ``ingest``, ``describe``,
-    ``history``, ``tag`` (and ``restore``, ``compact``, ``maintain``) as on
+    """A table behind ``sediment serve``: ``query``, ``scan``, ``ingest``, ``upsert``,
+    ``delete``, ``describe``, ``history``, ``tag`` (and ``restore``, ``compact``,
+    ``maintain``) as on
     :class:`~sediment.Table`, with the same answers."""
 
     def __init__(self, store: RemoteStore, name: str) -> None:
@@ -242,6 +243,27 @@ class RemoteTable:
         """As ``Table.ingest``: the records stream to the server, which commits them in one
         transaction when the stream ends (nothing if it breaks off). ``progress(rows)`` is
         called here as batches are sent. ``spill_dir`` is the server's business: refused."""
+        return self._put(data, progress, spill_dir, "ingest")
+
+    def upsert(self, data: Any, *, progress: Callable[[int], None] | None = None,
+               spill_dir: str | None = None) -> IngestResult:
+        """As ``Table.upsert``: each record replaces every record of its record key written
+        before it; of equal keys in ``data``, the last sent wins. Streamed and committed as
+        :meth:`ingest` (a put whose descriptor says ``"write": "upsert"``)."""
+        return self._put(data, progress, spill_dir, "upsert")
+
+    def delete(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
+               filter: Any = None) -> int:  # noqa: A002 (the public name)
+        """As ``Table.delete``: every record of ``keys``, in ``ranges`` and/or matching
+        ``filter`` (``--where`` text or a pyarrow expression, sent as in :meth:`query`), in
+        one metadata commit on the server; returns its version. Nothing named is refused by
+        the server, naming ``clear()``."""
+        doc = encode_query(self.name, keys, ranges, filter=filter)
+        return int(self.store.action("delete", doc)["version"])
+
+    def _put(self, data: Any, progress: Callable[[int], None] | None,
+             spill_dir: str | None, write: str) -> IngestResult:
+        """Stream ``data`` in one put; the server ingests or upserts it (``write``)."""
         if spill_dir is not None:
             raise BadRequestError("spill_dir names a folder on the server's machine and "
                                   "cannot be sent; the server spills to its own")
@@ -250,8 +272,10 @@ class RemoteTable:
         schema, batches = _batches(data)
         # the end marker: a stream this side closes early (an error while sending) is not
         # taken by the server for a complete one
-        descriptor = fl.FlightDescriptor.for_command(dumps({"table": self.name,
-                                                            "end_marker": True}))
+        doc: dict[str, Any] = {"table": self.name, "end_marker": True}
+        if write != "ingest":
+            doc["write"] = write
+        descriptor = fl.FlightDescriptor.for_command(dumps(doc))
         client, options = self.store.client, self.store.options
         try:
             writer, meta = client.do_put(descriptor, schema, options)

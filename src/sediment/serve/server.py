@@ -12,7 +12,8 @@ servers over one store answer consistently, each seeing another's commits within
   records estimate.
 * ``do_get``: streams one leaf (or a whole query) as Arrow batches in bounded memory (a
   query of exact keys only is read at once: its answer is those keys' records).
-* ``do_put``: ingests the stream in one transaction when it ends; a broken or cancelled
+* ``do_put``: ingests the stream in one transaction when it ends (upserts it with
+  ``"write": "upsert"`` in the descriptor: ``Table.upsert``); a broken or cancelled
   stream (a client that died) fails the ingest and commits nothing. With
   ``"end_marker": true`` in the descriptor (the Python client's way), the stream must also
   end with a message whose app metadata is ``END_OF_STREAM``: a client that gives up and
@@ -56,6 +57,7 @@ from sediment.serve.protocol import (
     END_OF_STREAM,
     dumps,
     parse_json,
+    quoted,
     read_request,
     table_name,
     to_flight_error,
@@ -271,8 +273,10 @@ class SedimentFlightServer(fl.FlightServerBase):
                 doc = self._command(descriptor, "put descriptor")
                 name = table_name(doc, "put descriptor")
                 req.table = call.table = name
-                self.writable(f"a put into table {name}")
+                upsert = put_write(doc) == "upsert"
+                self.writable(f"{'an upsert' if upsert else 'a put'} into table {name}")
                 table = self.table(name)
+                write = table.upsert if upsert else table.ingest
                 marked = doc.get("end_marker") is True
 
                 def counted() -> Iterator[pa.RecordBatch]:
@@ -292,16 +296,16 @@ class SedimentFlightServer(fl.FlightServerBase):
                             return
                     # a client that dies mid-stream ends the stream as if it were done:
                     # only the call's cancellation tells the two apart
+                    what = "upsert" if upsert else "ingest"
                     if context is not None and context.is_cancelled():
-                        raise DataError(f"ingest into table {name}: the client went away "
+                        raise DataError(f"{what} into table {name}: the client went away "
                                         f"mid-stream; nothing is committed")
                     if marked:
-                        raise DataError(f"ingest into table {name}: the put stream ended "
+                        raise DataError(f"{what} into table {name}: the put stream ended "
                                         f"without its end marker (the client stopped "
                                         f"mid-stream); nothing is committed")
 
-                result = table.ingest(pa.RecordBatchReader.from_batches(reader.schema,
-                                                                        counted()))
+                result = write(pa.RecordBatchReader.from_batches(reader.schema, counted()))
                 writer.write(pa.py_buffer(dumps(dataclasses.asdict(result))))
             self.guard(req, body)
 
@@ -344,6 +348,21 @@ class SedimentFlightServer(fl.FlightServerBase):
         """Stop serving once the running calls end; the idle watcher stops too."""
         super().shutdown()
         self.admission.close()
+
+
+PUT_WRITES = ("ingest", "upsert")
+"""What a put descriptor's ``"write"`` may ask for (default ``ingest``)."""
+
+
+def put_write(doc: dict[str, Any]) -> str:
+    """The write a put descriptor asks for: ``"write": "upsert"`` replaces every record of
+    each record key the stream carries (``Table.upsert``); ``"ingest"`` (or no ``write``)
+    adds the records (``Table.ingest``). BadRequestError for anything else."""
+    write = doc.get("write", "ingest")
+    if write not in PUT_WRITES:
+        raise BadRequestError(f"malformed put descriptor: 'write' must be one of "
+                              f"{', '.join(PUT_WRITES)}, not {quoted(write)}")
+    return str(write)
 
 
 def for_client(exc: Exception, req: Request) -> Exception:

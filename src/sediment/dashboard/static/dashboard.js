@@ -275,6 +275,14 @@
     tbody.replaceChildren(out);
   }
 
+  // The merge rule as the properties say it: "last", "aggregate (clicks: sum; others: last)".
+  function mergeText(merge) {
+    if (!merge) return "";
+    const fns = Object.entries(merge.functions || {}).map(([f, fn]) => f + ": " + fn);
+    if (merge.rule !== "aggregate") return merge.rule + (merge.rule === "none" ? " (every record kept)" : "");
+    return merge.rule + " (" + fns.concat(["others: last"]).join("; ") + ")";
+  }
+
   function renderTable(data) {
     const view = data.view;
     lastView = data;
@@ -287,6 +295,8 @@
       ["max files per leaf / batch", num(t.max_files_per_leaf) + " / " + num(t.batch_size),
        t.keeping_up ? "good" : "bad"],
       ["failed jobs", num(view.jobs.failed), view.jobs.failed ? "bad" : "good"],
+      ["merge rule", view.merge ? view.merge.rule : "-"],
+      ["deletes not settled", num((view.deletes || []).length)],
     ]);
     const hist = view.histogram;
     const top = Math.max(1, ...hist.map(h => h.leaves));
@@ -327,7 +337,10 @@
     fillTable("gc-kept", view.gc.kept, k => [
       k.class, k.reason, num(k.files), bytes(k.bytes),
       k.due === null ? "not by time" : el("span", k.due, "time")]);
-    fillTable("history", view.history, h => [h.version, el("span", h.time, "time"), h.kind, h.summary]);
+    fillTable("history", view.history, h => [h.version, el("span", h.time, "time"), h.kind,
+                                             h.detail ? h.summary + ": " + h.detail : h.summary]);
+    fillTable("deletes", view.deletes, d => [d.version, d.deletes, num(d.leaves)]);
+    document.getElementById("merge-rule").textContent = mergeText(view.merge);
     renderProperties(view.properties);
     return Promise.all([renderTree(data.tree, t.batch_size), files, history, jobsChart]);
   }
