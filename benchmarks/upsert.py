@@ -389,6 +389,7 @@ def main() -> None:
     skipped: dict[str, str] = {}
     failed: dict[str, str] = {}
     names = [p for p in args.peers.split(",") if p]
+    results["load_average_at_start"] = os.getloadavg()
     print(f"{rows:,} rows, {rounds} rounds of 1% ({rows // 100:,} rows); load "
           f"{os.getloadavg()[0]:.2f}")
 
@@ -514,6 +515,9 @@ def report(results: dict[str, Any], rows: int) -> None:
                   lk["after_maintain"][k]["p50_ms"] / lk["after_maintain"]["base"]["p50_ms"]]
                  for k in ("base", "upsert", "last")],
                 title="Exact-key lookup p50 ms (Sediment tables, alternating blocks)")
+    print("files per leaf: " + ", ".join(
+        f"{k}: {results[k]}" for k in ("files_per_leaf_loaded", "files_per_leaf_after_upsert",
+                                        "files_per_leaf_after_maintain")))
     peer_lk = [k for k in lk["before"] if k not in ("base", "upsert", "last")]
     if peer_lk:
         print_table(["peer", "p50 before", "p50 after upsert", "x"],
