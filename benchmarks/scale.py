@@ -31,8 +31,16 @@ benchmark schema (``support.workload``: uniform random 10-letter keys):
 7. **disk**: bytes under the store, with the retention in force (``retention.seconds`` and
    ``gc.delay_seconds`` defaults: nothing replaced within them is deleted).
 
+8. **upsert** (only with ``--upsert``): ``N/100`` records of the largest table (1M at 100M,
+   from its first input file: random keys over every leaf) upserted with ``table.upsert``
+   (same ``key`` and ``timestamp``, new values): until committed, and until a read of one of
+   them answers its new value (visible); then warm exact-key p50 of upserted keys (before any
+   compaction: each reads the old file and the new one) vs the p50 of stage 5 (random
+   keys). It changes the largest table, so it runs last.
+
 Goals: exact-key p50 at ``N`` within 1.5x of the p50 at ``N/100``; compaction peak RSS <=
-``compaction.memory_limit_bytes`` + 256 MiB at every size.
+``compaction.memory_limit_bytes`` + 256 MiB at every size; with ``--upsert``, the upsert of
+``N/100`` keys visible within 5 s.
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ from support import workload
 
 FILE_ROWS = 5_000_000
 MIB = 1024 * 1024
+UPSERT_VISIBLE_GOAL_SECONDS = 5.0
 
 
 # ---- progress: one JSON document, a key per finished stage ------------------------------------
@@ -241,6 +250,47 @@ def state_table(store: sd.Store, work: Path, n: int) -> dict[str, Any]:
             "commits": 20, "commits_per_second": rate(20, t.seconds)}
 
 
+def upsert_table(store: sd.Store, rows: int, files: list[str]) -> dict[str, Any]:
+    """``rows/100`` records of the largest table upserted (their record keys, new values):
+    until committed, until visible (a read of one of them answers its new value), and the
+    lookup p50 after, before any compaction."""
+    import numpy as np
+    import pyarrow as pa
+
+    table = store.table(table_name(rows))
+    count = max(1, rows // 100)
+    keys = pq.read_table(files[0], columns=["key", "timestamp"]).slice(0, count)
+    rng = np.random.default_rng(77)
+    batch = pa.table({"key": keys.column("key"), "timestamp": keys.column("timestamp"),
+                      "value": workload.random_strings(rng, keys.num_rows,
+                                                       workload.VALUE_LENGTH),
+                      "nullable_value": workload.random_strings(rng, keys.num_rows,
+                                                                workload.VALUE_LENGTH)},
+                     schema=workload.arrow_schema())
+    first = batch.slice(0, 1).to_pylist()[0]
+    files_before = len(table.files())
+    t0 = time.perf_counter()
+    result = table.upsert(batch)
+    committed = time.perf_counter() - t0
+    got = [r["value"] for r in table.query(keys=[first["key"]]).to_pylist()
+           if r["timestamp"] == first["timestamp"]]
+    visible = time.perf_counter() - t0
+    if got != [first["value"]]:
+        raise AssertionError(f"after the upsert {first['key']!r} reads {got}")
+    picked = workload.pick(keys.column("key"), 350, seed=5)
+    for k in picked[:50]:
+        table.query(keys=[k])
+    lat = []
+    for k in picked[50:]:
+        t1 = time.perf_counter()
+        table.query(keys=[k])
+        lat.append((time.perf_counter() - t1) * 1000)
+    return {"rows": batch.num_rows, "committed_seconds": committed, "visible_seconds": visible,
+            "rows_per_second": rate(batch.num_rows, committed), "files_written": result.files,
+            "files_before": files_before, "files_after": len(table.files()),
+            "upserted_key_lookup_p50_ms_after": statistics.median(lat)}
+
+
 def disk(work: Path) -> dict[str, Any]:
     total = sum(p.stat().st_size for p in (work / "store").rglob("*") if p.is_file())
     d = sd.properties.defaults()
@@ -273,6 +323,17 @@ def report(doc: dict[str, Any], rows: int) -> list[dict[str, Any]]:
         if m:
             goals.append(goal_line(f"compaction peak RSS at {n:,} rows", m["peak_rss_mib"],
                                    m["rss_limit_mib"], "MiB", higher_is_better=False))
+    if "upsert" in doc:
+        u = doc["upsert"]
+        before = doc.get(f"query_{big}", {}).get("lookup_p50_ms")
+        print(f"upsert of {u['rows']:,} keys into {big:,} rows: committed in "
+              f"{u['committed_seconds']:.2f} s, visible in {u['visible_seconds']:.2f} s; "
+              f"lookup p50 of upserted keys after it "
+              f"{u['upserted_key_lookup_p50_ms_after']:.2f} ms (random keys before: "
+              f"{fmt(before)} ms)")
+        goals.append(goal_line(f"upsert of {u['rows']:,} keys into {big:,} rows, visible",
+                               u["visible_seconds"], UPSERT_VISIBLE_GOAL_SECONDS, "s",
+                               higher_is_better=False))
     if "ingest" in doc:
         print(f"standard ingest of {doc['ingest']['rows']:,} rows: "
               f"{fmt(doc['ingest']['rows_per_second'] / 1e6)} M rows/s")
@@ -289,7 +350,9 @@ def main() -> None:
         return
     args = parse_args(__doc__.splitlines()[0], extra=lambda p: (
         p.add_argument("--rows", type=int, default=0),
-        p.add_argument("--work", default="")))
+        p.add_argument("--work", default=""),
+        p.add_argument("--upsert", action="store_true",
+                       help="also upsert 1%% of the largest table's keys (stage 8)")))
     rows = args.rows or (3_000_000 if args.quick else 100_000_000)
     work = Path(args.work or ("scale-work-quick" if args.quick else "scale-work")).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -316,7 +379,7 @@ def main() -> None:
                 spark = session("local[2]")
             progress.record(f"import_{n}", import_table(store, spark, rows, n, files))
             print(f"imported {n:,}: {doc[f'import_{n}']}", flush=True)
-            for stage in (f"maintain_{n}", f"query_{n}", f"state_{n}"):
+            for stage in (f"maintain_{n}", f"query_{n}", f"state_{n}", "upsert"):
                 doc.pop(stage, None)
         if not progress.done(f"maintain_{n}"):
             progress.record(f"maintain_{n}", maintain_table(store, work, n))
@@ -329,6 +392,10 @@ def main() -> None:
         save()
     if spark is not None:
         spark.stop()
+    if args.upsert and not progress.done("upsert"):
+        progress.record("upsert", upsert_table(store, rows, input_files(work, rows, rows,
+                                                                         doc["input"])))
+        print(f"upserted: {doc['upsert']}", flush=True)
     if not progress.done("ingest"):
         progress.record("ingest", standard_ingest(store, rows))
     progress.record("disk", disk(work))
