@@ -24,9 +24,11 @@
    Either way, an estimated reference (to a file spanning several leaves) left over gets a
    single-file job, and ``full`` merges every leaf's references into one file (see
    ``plan_compaction_jobs``). A leaf where deletions are pending (sediment.core.deletions)
-   gets one job merging all its references, once no job runs there and no ancestor holds
-   references: it drops the deleted records and settles the deletions, so deleted records
-   free their storage at the next pass and reads stop applying them.
+   or that holds upserted records (sediment.files.upserts) gets one job merging all its
+   references, once no job runs there and no ancestor holds references: it drops the deleted
+   and replaced records and settles the rest, so they free their storage at the next pass
+   and reads of the leaf read one file again (an upsert of 1% of a table's keys rewrites the
+   leaves it touched once, as a Paimon primary-key table's compaction does).
 3. When the merge rule or the compaction iterators combine records in an order that matters
    across files (``partial``, ``concat``: ``RecordIterator.needs_consecutive_inputs``), a
    multi-file job takes every reference of its leaf, and only while no job runs in the leaf
@@ -45,7 +47,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sediment.core.model import FileReference
+from sediment.core.model import FileReference, is_upsert
 from sediment.core.regions import Region
 from sediment.core.state import TableState
 from sediment.core.transactions import JobAssignment, SplitReference
@@ -224,9 +226,11 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
                                         for a in state.ancestors(leaf.id))
         if whole_leaf and any(len(g) > 1 for g in groups):
             groups = [free] if alone else [g for g in groups if len(g) == 1]
-        elif alone and free and leaf.id in pending:
-            # deletions to settle: the whole leaf in one job, which drops what they delete
-            # and leaves nothing older behind (sediment.core.settling), so they are gone
+        elif alone and free and (leaf.id in pending or
+                                 any(is_upsert(r.sequence) for r in refs.values())):
+            # deletions or upserts to settle: the whole leaf in one job, which drops what
+            # they delete or replace and leaves nothing older behind (sediment.core.settling),
+            # so reads of the leaf merge and settle nothing more
             groups = [free]
         if cap:
             groups = groups[: max(0, cap - len(running))]
