@@ -1,4 +1,4 @@
-"""CLI commands that change records by key: ``upsert`` and ``delete``.
+"""CLI commands that change records by key: ``upsert``, ``delete`` and ``purge``.
 
 Apart from :mod:`sediment.cli.data` (``ingest``, ``query``) only to keep each module to one
 job; ``upsert`` shares ``ingest``'s options, progress and output, and ``delete`` takes keys
@@ -7,7 +7,7 @@ and ranges written as ``query`` takes them.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,6 +22,7 @@ from sediment.cli.data import (
 from sediment.cli.errors import CliError
 from sediment.cli.options import JsonOption, StoreOption, TableArg, open_table
 from sediment.cli.output import emit
+from sediment.core.units import iso_time
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -42,49 +43,104 @@ def upsert(
     write_files("upsert", name, files, spill_dir, store, json_out)
 
 
-@commands.command()
-def delete(
-    name: TableArg,
-    key: Annotated[list[str] | None, typer.Option(
-        "--key", "-k", help="Delete every record of this row key (JSON array for "
-                            "multi-field keys; a shorter array is a prefix); repeatable.")]
-    = None,
-    range_: Annotated[list[str] | None, typer.Option(
-        "--range", "-r", help="Delete every record in a key range such as [a,m) or (a,] "
-                              "(written as query --range takes it); repeatable.")] = None,
-    region: Annotated[list[str] | None, typer.Option(
-        "--region", help="Delete every record in a range on each named row-key field, such "
-                         "as 'src=(c,p];dst=[5,)' (written as query --region takes it); "
-                         "repeatable.")] = None,
-    where: Annotated[str | None, typer.Option(
-        "--where", "-w",
-        help="Delete every record matching a condition on any columns (the query --where "
-             "language), record by record; with --key or --range, only their records that "
-             "match. Kept as a predicate tombstone: applied at read to the records written "
-             "before it, settled by compaction.")] = None,
-    store: StoreOption = None,
-    json_out: JsonOption = False,
-) -> None:
-    """Delete records by key, range, region and/or condition in one transaction; prints the version
-    committed. A metadata commit: no data is read or written whatever it covers; older
-    versions (time travel, tags, restore) still read the records until compaction and gc
-    remove them, and records written after it are kept. Examples:
-    sediment delete events --key a --key b;
-    sediment delete events --range '[a,m)';
-    sediment delete events --where "value = 'spam'".
-    To remove every record, use sediment clear.
-    """
+KeyOption = Annotated[list[str] | None, typer.Option(
+    "--key", "-k", help="Every record of this row key (JSON array for multi-field keys; a "
+                        "shorter array is a prefix); repeatable.")]
+RangeOption = Annotated[list[str] | None, typer.Option(
+    "--range", "-r", help="Every record in a key range such as [a,m) or (a,] (written as "
+                          "query --range takes it); repeatable.")]
+RegionOption = Annotated[list[str] | None, typer.Option(
+    "--region", help="Every record in a range on each named row-key field, such as "
+                     "'src=(c,p];dst=[5,)' (written as query --region takes it); repeatable.")]
+WhereOption = Annotated[str | None, typer.Option(
+    "--where", "-w",
+    help="Every record matching a condition on any columns (the query --where language), "
+         "record by record (on a table with a merge rule: every record of a key whose "
+         "merged record matches); with --key or --range, only their records that match. "
+         "Kept as a predicate tombstone: applied at read to the records written before it, "
+         "settled by compaction.")]
+
+
+def _selection(verb: str, name: str, key: list[str] | None, range_: list[str] | None,
+               region: list[str] | None, where: str | None, store: str | None
+               ) -> tuple[Any, Any, Any]:
+    """The table and the keys and ranges a delete or purge names (CliError naming the table
+    when it names none: ``clear`` removes every record)."""
     if not key and not range_ and not region and where is None:
-        raise CliError(f"delete on table {name} names no --key, --range, --region or --where: to "
-                       f"delete every record use `sediment clear {name}`")
+        raise CliError(f"{verb} on table {name} names no --key, --range, --region or --where: "
+                       f"to delete every record use `sediment clear {name}`")
     table = open_table(store, name)
     schema = table.schema
     keys = [key_values(k, schema, "key") for k in key] if key else None
     ranges = [parse_range(r, schema) for r in range_] if range_ else None
     if region:
         ranges = [*(ranges or []), *(parse_region(r, schema) for r in region)]
+    return table, keys, ranges
+
+
+@commands.command()
+def delete(
+    name: TableArg,
+    key: KeyOption = None,
+    range_: RangeOption = None,
+    region: RegionOption = None,
+    where: WhereOption = None,
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Delete records by key, range, region and/or condition in one transaction; prints the
+    version committed. A metadata commit: no data is read or written whatever it covers;
+    older versions (time travel, tags, restore) still read the records until compaction and
+    gc remove them, and records written after it are kept. Examples:
+    sediment delete events --key a --key b;
+    sediment delete events --range '[a,m)';
+    sediment delete events --where "value = 'spam'".
+    To remove every record, use sediment clear; to remove them from storage too, purge.
+    """
+    table, keys, ranges = _selection("delete", name, key, range_, region, where, store)
     before = table.version
     version = table.delete(keys, ranges, filter=where)
     emit({"table": name, "version": version, "committed": version != before}, json_out,
          lambda d: f"deleted from table {name}: version {version}" if d["committed"]
          else f"table {name}: nothing to delete (version {version})")
+
+
+@commands.command()
+def purge(
+    name: TableArg,
+    key: KeyOption = None,
+    range_: RangeOption = None,
+    region: RegionOption = None,
+    where: WhereOption = None,
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Delete records as delete does, then rewrite every live file that held one, in one
+    transaction, so that once retention, pins and tags allow, gc leaves no data file or
+    sidecar holding them. Prints the version, the retained versions and the tags that still
+    read them, and when gc may delete their files. Example:
+    sediment purge events --key user-42 && sediment gc events.
+    """
+    table, keys, ranges = _selection("purge", name, key, range_, region, where, store)
+    r = table.purge(keys, ranges, filter=where)
+    held = r.held_by_versions
+    doc = {"table": name, "version": r.version,
+           "held_by_versions": [held[0], held[-1]] if held else None,
+           "held_by_tags": list(r.held_by_tags), "expires": r.expires,
+           "split_keys": [list(k) for k in r.split_keys]}
+
+    def text(d: dict[str, Any]) -> str:
+        lines = [f"purged from table {name}: version {r.version}"]
+        if held:
+            lines.append(f"  versions {held[0]}..{held[-1]} still read them (time travel) "
+                         f"until retention")
+        if r.held_by_tags:
+            lines.append(f"  tags and pins keeping their files: {', '.join(r.held_by_tags)}")
+        if r.expires is not None and held:
+            lines.append(f"  gc may delete their files from {iso_time(r.expires)}")
+        if r.split_keys:
+            lines.append(f"  split points equal to purged keys stay in the partition tree: "
+                         f"{', '.join(map(str, r.split_keys))}")
+        return "\n".join(lines)
+
+    emit(doc, json_out, text)
