@@ -41,11 +41,12 @@ def test_purge_removes_the_records_from_answers_and_from_storage(tmp_path: Path)
     assert doc["version"] == table.version and doc["held_by_tags"] == ["audit"]
     assert doc["held_by_versions"] == [2, 2] and doc["expires"] is None
     assert table.query().column("key").to_pylist() == ["a", "c"]
-    r = run(app, ["gc", "--table", "users", "--store", store, "--orphan-timeout", "0"])
+    gc = ["gc", "--table", "users", "--store", store, "--orphan-timeout", "0"]
+    r = run(app, gc)
     assert r.exit_code == 0, r.output
     assert "sb" in _values(tmp_path)  # the tag still reads it
     table.delete_tag("audit")
-    assert run(app, ["gc", "--table", "users", "--store", store, "--orphan-timeout", "0"]).exit_code == 0
+    assert run(app, gc).exit_code == 0
     assert _values(tmp_path) == {"sa", "sc"}
     r = run(app, ["purge", "users", "--where", "secret = 'sa'", "--store", store])
     assert r.exit_code == 0 and f"version {table.version}" in r.output, r.output
