@@ -255,3 +255,31 @@ def test_bad_write_option_and_mismatched_schema_are_refused(spark_local: Any,
         refused.append(str(bulk.value))
     assert refused[0] == refused[1] and "'n'" in refused[0]
     assert table.version == before
+
+
+def test_co_join_applies_upserts_and_deletes(spark_local: Any, tmp_path: Path) -> None:
+    """``co_join`` joins what each table's ``query()`` answers after an upsert and deletes."""
+    from sediment.spark import co_join
+
+    users = sd.Schema(row_keys=[("key", pa.string())], values=[("v", pa.int64())])
+    orders = sd.Schema(row_keys=[("user", pa.string())], values=[("item", pa.string())])
+    keys = [f"k{i:04d}" for i in range(600)]
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    store.create_scheme("users", row_keys=[("key", pa.string())], split_points=["k0300"])
+    u = store.create_table("u", users, scheme="users")
+    o = store.create_table("o", orders, scheme="users")
+    u.ingest(pa.table({"key": keys, "v": list(range(600))}))
+    o.ingest(pa.table({"user": keys[::2], "item": [f"i{i}" for i in range(300)]}))
+    u.upsert(pa.table({"key": keys[:50], "v": [-1] * 50}))
+    u.delete(ranges=sd.Range("k0100", "k0150"))
+    o.delete(keys=keys[400:420])
+    o.delete(filter=pc.field("item") == "i7")
+
+    got = co_join(spark_local, u, o, how="inner").toPandas()
+    want = u.query().to_pandas().merge(o.query().to_pandas().rename(columns={"user": "key"}),
+                                       on="key")
+    cols = ["key", "v", "item"]
+    assert got[cols].sort_values("key").reset_index(drop=True).equals(
+        want[cols].sort_values("key").reset_index(drop=True))
+    # keys[0:50:2] upserted, less keys[14], whose order "i7" is deleted
+    assert (got["v"] == -1).sum() == 24 and len(got) == len(want) < 300
