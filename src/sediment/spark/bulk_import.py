@@ -74,13 +74,29 @@ def _to_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema, table: str
         yield for_spark(b.rename_columns(schema.names), schema, table)
 
 
+def _partition_order(batches: Iterable[pa.RecordBatch], order: bool
+                     ) -> Iterator[pa.RecordBatch]:
+    """The batches of this task's Spark partition, with the :data:`tasks.ORDER` column when
+    ``order``: the partition index and each row's position in it, as Spark's
+    ``monotonically_increasing_id()`` numbers rows (each output batch holds its input
+    batch's rows, in order)."""
+    if not order:
+        yield from batches
+        return
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    yield from tasks.with_order(batches, 0 if context is None else context.partitionId())
+
+
 def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
-                  leaves: Leaves | None = None) -> DataFrame:
+                  leaves: Leaves | None = None, *, order: bool = False) -> DataFrame:
     """The source as a DataFrame of the table's fields (files are read inside tasks).
 
     With ``leaves``, every row also gets its leaf's shuffle key (``tasks.PID``) in the same
     Python pass that reads (files) or validates (a DataFrame) it: each pass through Python
-    costs a conversion of every row in the JVM each way.
+    costs a conversion of every row in the JVM each way. With ``order`` (an upsert), it also
+    gets its input order (``tasks.ORDER``, see :func:`bulk_import`).
     """
     from pyspark.sql import DataFrame
 
@@ -88,7 +104,10 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
     user = list(arrow.names)
     spark_names = _positional(user)
     out = arrow if leaves is None else arrow.append(pa.field(tasks.PID, pa.int64(), False))
+    if order:
+        out = out.append(pa.field(tasks.ORDER, pa.int64(), False))
     spark_out = pa.schema([f.with_name(spark_names[i]) if i < len(user) else f  # PID stays
+                           # (and ORDER)
                            for i, f in enumerate(out)])
     if isinstance(source, DataFrame):
         names = source.columns
@@ -106,9 +125,9 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
         if leaves is not None:
             boundaries, buckets = leaves
             return source.select(*spark_columns(user, spark_names)).mapInArrow(
-                lambda it: _to_spark(tasks.assign_leaves(_renamed(it, user), schema, name,
-                                                         boundaries, buckets), spark_out,
-                                  name),
+                lambda it: _to_spark(_partition_order(
+                    tasks.assign_leaves(_renamed(it, user), schema, name, boundaries, buckets),
+                    order), spark_out, name),
                 spark_struct(spark_out))
         return source.select(*spark_columns(user, spark_names)).mapInArrow(
             lambda it: _to_spark(tasks.conform_batches(_renamed(it, user), schema, name,
@@ -117,6 +136,9 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
     from sediment.spark.inputs import PIECE_DDL, piece_rows, read_piece
 
     pieces: list[Any] = source
+    # an upsert's input order: pieces in the order planned (files as given, each file's
+    # pieces in order), rows in each piece's order
+    piece_index = {p: i for i, p in enumerate(pieces)} if order else {}
     spec, name, schema = table.store_spec(), table.name, table.schema
     key_names = schema.row_key_names
     listing = spark.createDataFrame(pieces, PIECE_DDL)
@@ -132,12 +154,25 @@ def _source_frame(spark: SparkSession, table: TableHandle, source: Any,
             fs_name, path = piece[0], piece[1]
             uri = f"s3://{path}" if fs_name == "s3" else path
             fs, _ = _filesystem_for(uri, t.objects)
-            for c in read_piece(fs, piece, schema, name):
-                if leaves is not None and bucket_arr is not None:
-                    c = tasks.with_leaf_column(c, key_names, leaves[0], bucket_arr)
+            rows: Iterator[pa.RecordBatch] = read_piece(fs, piece, schema, name)
+            if leaves is not None and bucket_arr is not None:
+                rows = (tasks.with_leaf_column(c, key_names, leaves[0], bucket_arr)
+                        for c in rows)
+            if order:
+                rows = tasks.with_order(rows, piece_index[tuple(piece)])
+            for c in rows:
                 yield for_spark(c.rename_columns(spark_out.names), spark_out, name)
 
     return listing.mapInArrow(read, spark_struct(spark_out))
+
+
+def _by_leaf(frame: DataFrame, leaves: int, upsert: bool) -> DataFrame:
+    """``frame`` shuffled to one Spark partition per leaf (by ``tasks.PID``); for an upsert,
+    each partition's rows sorted by input order (``tasks.ORDER``). A shuffle hands a reducer
+    its rows in no defined order (blocks are fetched as they come); the stage's sort by key
+    is stable, so rows in input order there make the last of a key's rows the winner."""
+    shuffled = frame.repartition(leaves, tasks.PID)
+    return shuffled.sortWithinPartitions(tasks.ORDER) if upsert else shuffled
 
 
 JVM_LEAF_LIMIT = 64
@@ -146,9 +181,10 @@ per row); past it the Python pass's binary search is cheaper."""
 
 
 def _jvm_leaf_frame(table: TableHandle, source: DataFrame, boundaries: Any,
-                    buckets: Sequence[int]) -> DataFrame | None:
+                    buckets: Sequence[int], *, order: bool = False) -> DataFrame | None:
     """The DataFrame with positional field names (:func:`_positional`) and the shuffle
-    column computed by Spark: a row's leaf is the number of boundaries at or below its key.
+    column computed by Spark: a row's leaf is the number of boundaries at or below its key;
+    with ``order``, then the input order column (``monotonically_increasing_id()``).
 
     Rows then pass through Python once (in the stage tasks, which validate them) instead of
     twice. Only for one row-key field whose Spark type is exactly the table's (a string, an
@@ -173,11 +209,15 @@ def _jvm_leaf_frame(table: TableHandle, source: DataFrame, boundaries: Any,
     frame = source.select(*spark_columns(user, _positional(user)))
     k = F.col(_positional(user)[user.index(names[0])])
     if boundaries.num_rows == 0:
-        return frame.withColumn(tasks.PID, F.lit(int(buckets[0])).cast("long"))
-    index = sum((F.when(k >= F.lit(b), 1).otherwise(0)
-                 for b in boundaries.column(0).to_pylist()), F.lit(0))
-    values = F.array(*[F.lit(int(v)).cast("long") for v in buckets])
-    return frame.withColumn(tasks.PID, F.element_at(values, index + 1))
+        frame = frame.withColumn(tasks.PID, F.lit(int(buckets[0])).cast("long"))
+    else:
+        index = sum((F.when(k >= F.lit(b), 1).otherwise(0)
+                     for b in boundaries.column(0).to_pylist()), F.lit(0))
+        values = F.array(*[F.lit(int(v)).cast("long") for v in buckets])
+        frame = frame.withColumn(tasks.PID, F.element_at(values, index + 1))
+    if order:  # numbered over the source's own partitions (a narrow projection of them)
+        frame = frame.withColumn(tasks.ORDER, F.monotonically_increasing_id())
+    return frame
 
 
 def _bucket_values(n: int) -> list[int]:
@@ -221,13 +261,27 @@ def spark_hash_long(values: np.ndarray, seed: int = 42) -> np.ndarray:
 
 def bulk_import(spark: SparkSession, table: Table | TableHandle,
                 source: DataFrame | str | Sequence[str], *,
-                before_commit: Callable[[StagedFiles], None] | None = None) -> IngestResult:
+                before_commit: Callable[[StagedFiles], None] | None = None,
+                upsert: bool = False) -> IngestResult:
     """Import a DataFrame or files (Parquet, CSV, JSON lines; local or S3; globs) into
     ``table`` with Spark, committing the leaf splits and every file in one transaction.
 
     ``before_commit`` is called with the written, not yet committed files just before the
     commit (the ingest batcher records them there); if it raises, the files are deleted and
     nothing is committed.
+
+    ``upsert``: the import is an upsert (as ``Table.upsert``): each record replaces every
+    older record of its record key (row keys and sort keys), in the same one commit. Among
+    the input's records of one key, the last in input order wins, and input order is
+    defined on Spark too: a DataFrame's rows in the order ``collect()`` returns them (by
+    Spark partition index, then position in the partition: what
+    ``monotonically_increasing_id()`` numbers), files' rows in the order the paths are given
+    (a glob's matches in name order), each file's rows in order. Spark's shuffle delivers a
+    leaf's rows in no defined order, so each row carries its input order through it and
+    every leaf's rows are sorted by it before they are written (one more sort, in the JVM).
+    A DataFrame whose own row order is not deterministic (after a join, a ``groupBy`` or a
+    ``repartition`` without a sort) has no defined last record: sort it (``orderBy``) or
+    give one record per key.
     """
     from pyspark.sql import DataFrame
 
@@ -270,12 +324,13 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
         # tasks validate every row anyway)
         with_pid = None
         if isinstance(inputs, DataFrame):
-            with_pid = _jvm_leaf_frame(table, inputs, boundaries, buckets)
+            with_pid = _jvm_leaf_frame(table, inputs, boundaries, buckets, order=upsert)
         if with_pid is None:
-            with_pid = _source_frame(spark, table, inputs, (boundaries, buckets))
-        shuffled = with_pid.repartition(len(leaves), tasks.PID)
+            with_pid = _source_frame(spark, table, inputs, (boundaries, buckets),
+                                     order=upsert)
+        shuffled = _by_leaf(with_pid, len(leaves), upsert)
         version, table_id = head.version, table.table_id
-        named = [*table.schema.to_arrow().names, tasks.PID]
+        named = [*table.schema.to_arrow().names, tasks.PID, *([tasks.ORDER] if upsert else [])]
         staged_rows = shuffled.mapInArrow(
             lambda it: tasks.stage_partition(_renamed(it, named), spec, name, version,
                                              table_id, splits),
@@ -287,18 +342,19 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
     refs = [FileReference(r["filename"], r["partition_id"], int(r["records"]))
             for r in staged_rows]
     staged = StagedFiles(sum(r.records for r in refs), refs, tasks.staged_written(staged_rows))
-    return _commit(table, staged, splits, started, before_commit)
+    return _commit(table, staged, splits, started, before_commit, upsert)
 
 
 def _commit(table: TableHandle, staged: StagedFiles, splits: Sequence[SplitPartition],
-            started: float, before_commit: Callable[[StagedFiles], None] | None
-            ) -> IngestResult:
+            started: float, before_commit: Callable[[StagedFiles], None] | None,
+            upsert: bool = False) -> IngestResult:
     """Commit the splits and the files together (``commit_staged`` with an
     AddFilesWithSplits): the splits validate against the head, so a leaf another writer split
-    meanwhile makes the whole import invalid, and its files are deleted."""
+    meanwhile makes the whole import invalid, and its files are deleted. ``upsert``: the
+    files' records are upserted (the transaction's ``upsert`` flag)."""
     if not splits:
         return commit_staged(table, staged, started, kind="bulk_import",
-                             before_commit=before_commit)
+                             before_commit=before_commit, upsert=upsert)
     with Staging(table.objects, table.name) as staging:
         # written by Spark tasks: ours to protect now; an error before the commit deletes
         # them, one of the commit as it says (see sediment.files.staging)
@@ -309,7 +365,8 @@ def _commit(table: TableHandle, staged: StagedFiles, splits: Sequence[SplitParti
             return IngestResult(0, 0, 0, table.version, time.perf_counter() - started)
         new_state = staging.commit(table.states,
                                    AddFilesWithSplits(staged.references, splits,
-                                                      checksums=staged.checksums))
+                                                      checksums=staged.checksums,
+                                                      upsert=upsert))
     result = IngestResult(staged.rows, len(staged.written), staged.bytes, new_state.version,
                           time.perf_counter() - started)
     table.status.record("bulk_import", f"v{result.version}", "committed", rows=result.rows,

@@ -25,8 +25,15 @@ takes it from ``ds.getOrCreateReadInfo`` without calling Python at all. So after
 reused bytes tells the two scans apart, so no reader design fixes it: pushdown is for a
 DataFrame loaded for one query. docs/howto/spark.md has the details.
 
-Writing (append): each task validates, sorts and writes its rows as files cut at leaf
-boundaries; the driver commits all files in one AddFiles transaction (abort deletes them).
+Writing: each task validates, sorts and writes its rows as files cut at leaf boundaries; the
+driver commits all files in one AddFiles transaction (abort deletes them). ``.mode("append")``
+adds the records; ``.mode("overwrite")`` replaces every record of the table with them in that
+one commit (an empty DataFrame leaves the table empty). Option ``write`` (:data:`WRITES`):
+``append`` (the default) or ``upsert``: each record replaces every older record of its record
+key, as ``Table.upsert`` does. Among the DataFrame's records of one key the last in the order
+``collect()`` returns them wins: within a Spark partition by position (a task's sort is
+stable), across partitions by partition index (the files' order in the commit, which is
+the partitions' order, gives their sequences).
 """
 
 from __future__ import annotations
@@ -63,6 +70,8 @@ from sediment.spark.pushdown import other_field, with_other_fields
 from sediment.spark.sparktypes import batch_schema, cast_for_spark, spark_struct
 
 TARGET_ROWS = "spark.read.target_partition_rows"
+WRITES = ("append", "upsert")
+"""The values of the writer's option ``write``."""
 _STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key",
                   "session_token")
 
@@ -177,13 +186,9 @@ class SedimentDataSource(DataSource):
         return SedimentReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        if overwrite:
-            from sediment.errors import QueryError
-
-            raise QueryError(f"the sediment data source appends to table "
-                             f"{self.options.get('table')}; overwrite is not supported: write "
-                             f'with .mode("append")')
-        return SedimentWriter(dict(self.options))
+        writer = SedimentWriter(dict(self.options), overwrite=overwrite)
+        check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema)
+        return writer
 
 
 @dataclass
@@ -365,10 +370,42 @@ class StagedMessage(WriterCommitMessage):
     rows: list[dict[str, Any]]
 
 
+def write_kind(options: Mapping[str, str]) -> str:
+    """The writer's option ``write`` (default ``append``), one of :data:`WRITES`; QueryError
+    naming the table, the option and the values it takes otherwise (before any task runs)."""
+    from sediment.errors import QueryError
+
+    given = options.get("write", "append")
+    if given.strip().lower() not in WRITES:
+        raise QueryError(f"the sediment data source writing to table {options.get('table')}: "
+                         f"option write={given!r} is not one of {', '.join(WRITES)}")
+    return given.strip().lower()
+
+
+def check_fields(table: Any, schema: StructType) -> None:
+    """The DataFrame's field names checked against ``table``'s as each write task checks its
+    rows (``conform``: a field twice, one the table lacks, one missing), before any task
+    runs: the same DataError, at once rather than from every task of a failing job (types
+    and values are still checked by the tasks, on the batches Spark gives them)."""
+    from sediment.ingest.sources import conform
+
+    wanted = table.schema.to_arrow()
+    fields = [wanted.field(n) if n in wanted.names else pa.field(n, pa.null())
+              for n in schema.fieldNames()]
+    conform(pa.RecordBatch.from_arrays([pa.array([], f.type) for f in fields],
+                                       schema=pa.schema(fields)),
+            table.schema, table.name, 0, "Spark input")
+
+
 class SedimentWriter(DataSourceArrowWriter):
-    def __init__(self, options: dict[str, str]) -> None:
+    """Stages each task's rows; the driver commits every task's files in one AddFiles
+    (``upsert`` by option ``write``, ``overwrite`` by the save mode)."""
+
+    def __init__(self, options: dict[str, str], *, overwrite: bool = False) -> None:
         self.spec = _spec(options)
         self.name = options["table"]
+        self.upsert = write_kind(options) == "upsert"
+        self.overwrite = overwrite
         table = tasks.open_table(self.spec, self.name)
         self.table_id = table.table_id
         self.version = table.version
@@ -386,6 +423,8 @@ class SedimentWriter(DataSourceArrowWriter):
         from sediment.core.model import FileReference
         from sediment.ingest.standard import StagedFiles, commit_staged
 
+        # in the messages' order, which is the Spark partitions' (Spark indexes them so): the
+        # files' ranks in the commit, hence their sequences, follow the partitions
         rows = [r for m in messages if isinstance(m, StagedMessage) for r in m.rows]
         table = tasks.open_handle(self.spec, self.name, self.table_id)
         refs = [FileReference(r["filename"], r["partition_id"], int(r["records"]))
@@ -393,7 +432,8 @@ class SedimentWriter(DataSourceArrowWriter):
         written = tasks.staged_written(rows)
         try:
             commit_staged(table, StagedFiles(sum(r.records for r in refs), refs, written),
-                          time.perf_counter(), kind="bulk_import")
+                          time.perf_counter(), kind="bulk_import", upsert=self.upsert,
+                          overwrite=self.overwrite)
         except BaseException as e:
             self._commit_error: BaseException | None = e
             raise

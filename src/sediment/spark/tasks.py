@@ -33,6 +33,13 @@ STAGED_SCHEMA = pa.schema([("filename", pa.string()), ("partition_id", pa.string
 its size and sums)."""
 _SUM_FIELDS = ("size", "footer_crc", "file_crc", "sample_crc")
 PID = "__sediment_leaf"
+ORDER = "__sediment_order"
+"""The column of an upsert's input order (bulk import): ``(origin << ORDER_SHIFT) +
+position``, where the origin is a DataFrame's Spark partition index (what
+``monotonically_increasing_id()`` numbers) or an input piece's index (files in the order
+given, each file's pieces in order), and the position the row's within it."""
+ORDER_SHIFT = 33
+_INTERNAL = (PID, ORDER)
 
 
 def open_table(spec: dict[str, Any], name: str, table_id: str | None = None) -> Any:
@@ -111,6 +118,17 @@ def with_leaf_column(batch: pa.RecordBatch, names: Sequence[str],
     return batch.append_column(PID, pa.array(bucket_arr[idx]))
 
 
+def with_order(batches: Iterable[pa.RecordBatch], origin: int, position: int = 0
+               ) -> Iterator[pa.RecordBatch]:
+    """The batches with the :data:`ORDER` column appended: rows numbered in order from
+    ``position`` within ``origin`` (a Spark partition index, or an input piece's)."""
+    for b in batches:
+        start = (origin << ORDER_SHIFT) + position
+        yield b.append_column(ORDER, pa.array(np.arange(start, start + b.num_rows,
+                                                        dtype=np.int64)))
+        position += b.num_rows
+
+
 def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], name: str,
                     version: int, table_id: str | None = None,
                     splits: Sequence[Any] = ()) -> Iterator[pa.RecordBatch]:
@@ -128,8 +146,9 @@ def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], nam
 
     def rows() -> Iterator[tuple[str, pa.RecordBatch]]:
         for b in batches:
-            if PID in b.schema.names:
-                b = b.drop_columns([PID])
+            internal = [c for c in _INTERNAL if c in b.schema.names]
+            if internal:
+                b = b.drop_columns(internal)
             yield "Spark input", b
 
     staged = stage_batches(table, state, rows())

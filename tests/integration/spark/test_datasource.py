@@ -356,10 +356,6 @@ def test_write_append_commits_once(spark: Any, store_uri: Any) -> None:
     assert table.version == before + 1
     assert table.history()[-1].kind == "add_files"
     assert_same_rows(table.query(), first, second, extra)
-    with pytest.raises(Exception, match="overwrite is not supported"):
-        (source.write.format("sediment").options(**reader_options(store))
-         .option("table", "events").mode("overwrite").save())
-    assert table.version == before + 1
 
 
 @pytest.mark.spark

@@ -2,8 +2,8 @@
 ``table.query()`` at the version it pins, for key, range and value filters, on a plain table (its
 compacted leaves read by Spark's own Parquet reader) and on an aggregating one (every leaf through
 Sediment's merge); the data source's ``version``/``tag`` options refuse bad values with
-Sediment's errors; Spark refuses its default save mode and Sediment's refusal of ``overwrite``
-names ``.mode("append")``."""
+Sediment's errors; Spark refuses its default save mode; an unknown ``write`` option is refused
+naming the values it takes."""
 
 from __future__ import annotations
 
@@ -120,7 +120,8 @@ def test_bad_versions_are_sediment_errors(spark_local: Any, tmp_path: Path) -> N
     assert reader().option("version", " 2 ").load().count() == 10
 
 
-def test_writes_append_and_overwrite_names_append(spark_local: Any, tmp_path: Path) -> None:
+def test_writes_refuse_the_default_mode_and_an_unknown_write(spark_local: Any,
+                                                             tmp_path: Path) -> None:
     store = sd.Store.open(str(tmp_path / "store"), create=True)
     t = store.create_table("events", SCHEMA)
     before = t.version
@@ -128,9 +129,10 @@ def test_writes_append_and_overwrite_names_append(spark_local: Any, tmp_path: Pa
     writer = frame.write.format("sediment").option("store", store.uri).option("table", "events")
     with pytest.raises(Exception, match="(?i)errorifexists|SaveMode|not supported"):
         writer.save()  # Spark's default mode: refused before the data source runs
-    with pytest.raises(Exception, match=r'overwrite is not supported: write with '
-                                        r'\.mode\("append"\)'):
-        writer.mode("overwrite").save()
+    with pytest.raises(Exception, match=r"option write='replace' is not one of append, "
+                                        r"upsert"):
+        writer.mode("overwrite").option("write", "replace").save()
+    writer.option("write", "append")
     assert t.version == before
     writer.mode("append").save()
     assert t.query().to_pylist() == [{"key": "a", "ts": 1, "status": 5}]
