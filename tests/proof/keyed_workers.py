@@ -55,10 +55,12 @@ HERE = Path(__file__).resolve()
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 SECOND = "abcd"
 WRITES = ("ingest", "upsert")
-DELETES = ("delete_keys", "delete_range", "delete_filter")
+DELETES = ("delete_keys", "delete_range", "delete_filter", "purge_keys")
 COMMIT_KINDS = {"ingest": "add_files", "upsert": "add_files", "delete_keys": "delete_records",
-                "delete_range": "delete_records", "delete_filter": "delete_records"}
-"""The log entry each operation commits (exactly one)."""
+                "delete_range": "delete_records", "delete_filter": "delete_records",
+                "purge_keys": "delete_records"}
+"""The log entry each operation commits (exactly one; a purge's rewrite commits a job
+assignment and a batch of job commits besides, which change no content)."""
 
 Row = w.Row
 
@@ -90,6 +92,8 @@ class Op:
             return table.delete(ranges=[sd.Range(self.lo, self.hi)])
         if self.kind == "delete_filter":
             return table.delete(filter=self.filter())
+        if self.kind == "purge_keys":
+            return table.purge(keys=list(self.keys)).version
         raise ValueError(self.kind)
 
     def filter(self) -> Any:
@@ -101,7 +105,7 @@ class Op:
 
     def removes(self, r: Row) -> bool:
         """Whether this delete removes record ``r`` (committed before it)."""
-        if self.kind == "delete_keys":
+        if self.kind in ("delete_keys", "purge_keys"):
             return r[0] in self.keys
         if self.kind == "delete_range":
             return w.in_range(r[0], self.lo, self.hi)
@@ -128,7 +132,7 @@ def make_op(writer: str, i: int, kinds: Sequence[str], *, rows: int = 30, seed: 
             n = None if rng.random() < 0.1 else rng.randrange(-1000, 1000)
             out.append((random_key(rng, letters), rng.randrange(3), f"{writer}-{i}-{r}", n))
         return Op(kind, rows=tuple(out), tag=tag)
-    if kind == "delete_keys":
+    if kind in ("delete_keys", "purge_keys"):
         return Op(kind, keys=tuple(random_key(rng) for _ in range(rng.randint(1, 3))), tag=tag)
     if kind == "delete_range":
         first = rng.choice(LETTERS)

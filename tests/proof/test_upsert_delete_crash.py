@@ -130,6 +130,22 @@ def test_kill_during_delete(tmp_path: Path) -> None:
     _settled(h)
 
 
+def test_kill_during_purge(tmp_path: Path) -> None:
+    """Purges among upserts and ingests: kills before and after a purge's delete, and
+    before and after its rewrite (every file holding a purged record, one commit); a purge
+    killed between the two leaves the records deleted from every read, and its retry
+    rewrites the files."""
+    h = KeyedHarness(str(tmp_path / "store"), {}, tmp_path,
+                     ["upsert", "purge_keys", "ingest", "purge_keys"], seed=24)
+    tc.run_kill_points(h, [{"kind": "delete_records", "when": "after", "nth": 1},
+                           {"kind": "replace_file_references_batch", "when": "before",
+                            "nth": 1},
+                           {"kind": "replace_file_references_batch", "when": "after",
+                            "nth": 1}])
+    tc.run_random_kills(h, 1, 1.5)
+    _settled(h)
+
+
 @pytest.mark.s3
 def test_kill_during_upsert_and_delete_on_s3(s3_store_uri: tuple[str, dict[str, Any]],
                                              tmp_path: Path) -> None:
