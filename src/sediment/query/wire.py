@@ -29,7 +29,8 @@ Literal values by type (``type`` is Arrow's name of the type, as ``str(pa.int64(
 ``bool``                                    ``true``/``false``
 ``int8`` ... ``int64``, ``uint8`` ...       a JSON integer
 ``halffloat``, ``float``, ``double``        a JSON number, or ``"NaN"``, ``"Infinity"``,
-                                            ``"-Infinity"``
+                                            ``"-Infinity"`` (every NaN is ``"NaN"``: its
+                                            sign and payload are not sent)
 ``string``, ``large_string``,               a JSON string
 ``string_view``
 ``binary``, ``large_binary``,               base64 text
