@@ -151,9 +151,9 @@ def test_kill_during_upsert_and_delete_on_s3(s3_store_uri: tuple[str, dict[str, 
                                              tmp_path: Path) -> None:
     uri, options = s3_store_uri
     h = KeyedHarness(uri, options, tmp_path, MIXED, seed=23, compact_every=3)
-    tc.run_kill_points(h, [{"kind": "add_files", "when": "before", "nth": 2},
-                           {"kind": "delete_records", "when": "before", "nth": 1},
-                           {"kind": "delete_records", "when": "after", "nth": 2},
+    # the kill points local disk does not cover the same way (an S3 PUT, not a rename,
+    # commits): around a delete's entry and a compaction's (the local tests take the rest)
+    tc.run_kill_points(h, [{"kind": "delete_records", "when": "before", "nth": 1},
                            {"kind": "replace_file_references", "when": "after", "nth": 1}])
     tc.run_random_kills(h, 1, 3.0)
     _settled(h)
