@@ -51,19 +51,34 @@ class Deletion:
         return self.ranges is None or any(r.overlaps(region) for r in self.ranges)
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"version": self.version, "pending": sorted(self.pending)}
-        if self.ranges is not None:
-            doc["ranges"] = [range_to_json(r) for r in self.ranges]
-        if self.filter is not None:
-            doc["filter"] = dict(self.filter)
-        return doc
+        return {"version": self.version, "pending": sorted(self.pending),
+                **selection_to_json(self.ranges, self.filter)}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Deletion:
-        ranges = doc.get("ranges")
-        return cls(int(doc["version"]),
-                   None if ranges is None else tuple(range_from_json(r) for r in ranges),
-                   doc.get("filter"), frozenset(str(p) for p in doc.get("pending", ())))
+        ranges, filter_ = selection_from_json(doc)
+        return cls(int(doc["version"]), ranges, filter_,
+                   frozenset(str(p) for p in doc.get("pending", ())))
+
+
+def selection_to_json(ranges: tuple[Range, ...] | None, filter: Mapping[str, Any] | None  # noqa: A002
+                      ) -> dict[str, Any]:
+    """What a delete selects, as JSON: ``ranges`` and ``filter`` keys, each omitted when
+    None (the log's ``DeleteRecords`` and the state's ``Deletion`` both write it)."""
+    doc: dict[str, Any] = {}
+    if ranges is not None:
+        doc["ranges"] = [range_to_json(r) for r in ranges]
+    if filter is not None:
+        doc["filter"] = dict(filter)
+    return doc
+
+
+def selection_from_json(doc: Mapping[str, Any]
+                        ) -> tuple[tuple[Range, ...] | None, Mapping[str, Any] | None]:
+    """The inverse of :func:`selection_to_json`."""
+    ranges = doc.get("ranges")
+    return (None if ranges is None else tuple(range_from_json(r) for r in ranges),
+            doc.get("filter"))
 
 
 def range_to_json(r: Range) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sediment.core.deletions import Deletion, range_from_json, range_to_json
+from sediment.core.deletions import Deletion, selection_from_json, selection_to_json
 from sediment.core.regions import Range
 from sediment.core.settling import pending_leaves
 from sediment.core.state import TableState
@@ -58,18 +58,11 @@ class DeleteRecords(Transaction):
                                         pending))
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {}
-        if self.ranges is not None:
-            doc["ranges"] = [range_to_json(r) for r in self.ranges]
-        if self.filter is not None:
-            doc["filter"] = dict(self.filter)
-        return doc
+        return selection_to_json(self.ranges, self.filter)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> DeleteRecords:
-        ranges = doc.get("ranges")
-        return cls(None if ranges is None else tuple(range_from_json(r) for r in ranges),
-                   doc.get("filter"))
+        return cls(*selection_from_json(doc))
 
     def summary(self) -> str:
         what = [] if self.ranges is None else [counted(len(self.ranges), "range")]
