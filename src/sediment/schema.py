@@ -81,6 +81,9 @@ RESERVED_PREFIX = "__sediment"
 compacted files, sediment.files.sequence; the sort's and aggregation's working columns);
 user schemas may not use them."""
 
+FIELD_ID_KEY = b"PARQUET:field_id"
+"""The Arrow field metadata key Parquet readers and writers map to a column's field id."""
+
 RESERVED_ROW_KEY_NAMES = ("__count", "__idx")
 """Names a row key field may not have: the key samples (sediment.files.sample) put the row
 keys next to columns of these names, in sidecars already written, so they keep them."""
@@ -209,12 +212,21 @@ class Schema:
     row_keys: tuple[pa.Field, ...]
     sort_keys: tuple[pa.Field, ...]
     values: tuple[pa.Field, ...]
+    ids: tuple[int, ...]
+    """Each field's id (row keys, sort keys, values in order): what a column is, whatever its
+    name. A new schema numbers its fields 1..n; an added column takes ``last_id + 1``, so a
+    dropped and re-added name never meets the old column's values (Iceberg's field ids)."""
+    last_id: int
+    """The highest id the table ever gave a field (dropped ones included)."""
 
     def __init__(
         self,
         row_keys: Sequence[FieldSpec],
         sort_keys: Sequence[FieldSpec] = (),
         values: Sequence[FieldSpec] = (),
+        *,
+        ids: Sequence[int] | None = None,
+        last_id: int | None = None,
     ) -> None:
         rk = tuple(_as_field(f, role="row key") for f in row_keys)
         sk = tuple(_as_field(f, role="sort key") for f in sort_keys)
@@ -253,9 +265,19 @@ class Schema:
                                   f"{', '.join(RESERVED_ROW_KEY_NAMES)} are reserved for the "
                                   "columns Sediment keeps beside row keys (key samples); "
                                   "rename the field")
+        n = len(rk) + len(sk) + len(vs)
+        given = tuple(range(1, n + 1)) if ids is None else tuple(int(i) for i in ids)
+        if len(given) != n or len(set(given)) != n or any(i < 1 for i in given):
+            raise SchemaError(f"field ids {list(given)} must be {n} distinct positive integers, "
+                              "one per field")
+        top = max(given, default=0) if last_id is None else int(last_id)
+        if given and top < max(given):
+            raise SchemaError(f"last field id {top} is below a field's id {max(given)}")
         object.__setattr__(self, "row_keys", rk)
         object.__setattr__(self, "sort_keys", sk)
         object.__setattr__(self, "values", vs)
+        object.__setattr__(self, "ids", given)
+        object.__setattr__(self, "last_id", top)
 
     @classmethod
     def from_arrow(cls, schema: pa.Schema, row_keys: Sequence[str],
@@ -312,9 +334,31 @@ class Schema:
     def field_names(self) -> list[str]:
         return self.key_names + self.value_names
 
-    def to_arrow(self) -> pa.Schema:
-        """The Arrow schema of the table's data files, keys first."""
-        return pa.schema([*self.row_keys, *self.sort_keys, *self.values])
+    def to_arrow(self, *, field_ids: bool = False) -> pa.Schema:
+        """The Arrow schema of the table's records, keys first; with ``field_ids``, each field
+        carries its id as ``PARQUET:field_id`` metadata, which Parquet writers store in the
+        file's schema (how a data file says which column is which)."""
+        fields = [*self.row_keys, *self.sort_keys, *self.values]
+        if field_ids:
+            fields = [f.with_metadata({**(f.metadata or {}), FIELD_ID_KEY: str(i).encode()})
+                      for f, i in zip(fields, self.ids, strict=True)]
+        return pa.schema(fields)
+
+    @property
+    def fields(self) -> tuple[pa.Field, ...]:
+        """Every field, keys first (the order of :meth:`to_arrow`)."""
+        return (*self.row_keys, *self.sort_keys, *self.values)
+
+    def id_of(self, name: str) -> int:
+        """The id of field ``name`` (SchemaError naming the fields when there is none)."""
+        for f, i in zip(self.fields, self.ids, strict=True):
+            if f.name == name:
+                return i
+        raise SchemaError(f"no field {name!r}; fields: {', '.join(self.field_names)}")
+
+    def by_id(self) -> dict[int, pa.Field]:
+        """Field id -> field."""
+        return dict(zip(self.ids, self.fields, strict=True))
 
     def field(self, name: str) -> pa.Field:
         for f in (*self.row_keys, *self.sort_keys, *self.values):
@@ -363,6 +407,8 @@ class Schema:
             "sort_keys": fields(self.sort_keys),
             "values": fields(self.values),
             "arrow": base64.b64encode(self.to_arrow().serialize().to_pybytes()).decode(),
+            "ids": list(self.ids),
+            "last_field_id": self.last_id,
         }
 
     @classmethod
@@ -373,7 +419,8 @@ class Schema:
                 arrow = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["arrow"])))
                 nr, ns = len(doc["row_keys"]), len(doc.get("sort_keys", []))
                 fs = list(arrow)
-                return cls(fs[:nr], fs[nr : nr + ns], fs[nr + ns :])
+                return cls(fs[:nr], fs[nr : nr + ns], fs[nr + ns :], ids=doc.get("ids"),
+                           last_id=doc.get("last_field_id"))
 
             def fields(key: str, role: str) -> list[pa.Field]:
                 out = []
@@ -383,7 +430,8 @@ class Schema:
                 return out
 
             return cls(fields("row_keys", "key"), fields("sort_keys", "key"),
-                       fields("values", "value"))
+                       fields("values", "value"), ids=doc.get("ids"),
+                       last_id=doc.get("last_field_id"))
         except SchemaError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, pa.ArrowException) as e:

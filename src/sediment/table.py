@@ -14,12 +14,19 @@ import pyarrow as pa
 
 from sediment.core.model import FileReference, Partition
 from sediment.core.state import TableState
-from sediment.core.transactions import ClearTable, ReinitialiseTable, SetOnline, SetProperties
-from sediment.errors import PropertyError, did_you_mean
+from sediment.core.transactions import (
+    AlterSchema,
+    ClearTable,
+    ReinitialiseTable,
+    SetOnline,
+    SetProperties,
+)
+from sediment.errors import PropertyError, SchemaError, did_you_mean
 from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
 from sediment.runners import load_runner
-from sediment.schema import Schema
+from sediment.schema import Schema, parse_type
+from sediment.schema_changes import apply_change, check_properties, describe_change
 from sediment.settings import settings_of
 from sediment.state.log import HistoryEntry
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold, with_scheme_threshold
@@ -290,6 +297,65 @@ class Table:
     @property
     def online(self) -> bool:
         return self._handle.states.head().online
+
+    # ---- schema changes (sediment.schema_changes; one transaction each) -------------------
+    def add_columns(self, columns: Sequence[tuple[str, Any]]) -> int:
+        """Add nullable value columns ``[(name, type), ...]`` (a pyarrow type or its text,
+        as ``create-table`` takes it); returns the new version. Files are not rewritten:
+        records written before read the new columns as nulls.
+
+        Raises SchemaError naming the table and the column; TransactionError: the commit was
+        refused or its outcome is unknown."""
+        cols = [(str(n), str(parse_type(t) if isinstance(t, str) else t))
+                for n, t in self._columns_arg(columns)]
+        return self._alter("add_columns", {"columns": cols})
+
+    def drop_columns(self, names: Sequence[str]) -> int:
+        """Drop value columns; returns the new version. Their values stay in old files (time
+        travel and tags still read them) but a column added later under the same name never
+        shows them."""
+        if isinstance(names, str):
+            raise SchemaError(f"table {self.name}: drop_columns takes a list of names, "
+                              f"not the string {names!r}")
+        return self._alter("drop_columns", {"names": [str(n) for n in names]})
+
+    def rename_column(self, old: str, new: str) -> int:
+        """Rename a value column; returns the new version. Its values stay with it."""
+        return self._alter("rename_column", {"old": str(old), "new": str(new)})
+
+    def widen_column(self, name: str, type: Any) -> int:
+        """Widen a value column's type (int32 -> int64, float32 -> float64, ...: see
+        ``sediment.schema_changes.is_widening``); returns the new version. Old files' values
+        are cast exactly when read."""
+        typ = parse_type(type) if isinstance(type, str) else type
+        return self._alter("widen_column", {"name": str(name), "type": str(typ)})
+
+    def schema_at(self, version: int | str) -> Schema:
+        """The table's schema at ``version`` (a number or a tag)."""
+        state = self.state(version)
+        assert state.schema is not None
+        return state.schema
+
+    def _columns_arg(self, columns: Any) -> list[tuple[Any, Any]]:
+        if isinstance(columns, tuple) and len(columns) == 2 and isinstance(columns[0], str):
+            columns = [columns]
+        out = []
+        for c in columns:
+            if not isinstance(c, tuple | list) or len(c) != 2:
+                raise SchemaError(f"table {self.name}: column {c!r} must be (name, type)")
+            out.append((c[0], c[1]))
+        return out
+
+    def _alter(self, op: str, args: dict[str, Any]) -> int:
+        head = self._handle.states.head()
+        assert head.schema is not None
+        try:
+            new = apply_change(head.schema, op, args)
+            if op in ("drop_columns", "rename_column"):
+                check_properties(new, head.properties, describe_change(op, args))
+        except SchemaError as e:
+            raise SchemaError(f"table {self.name}: {e}") from None
+        return self._handle.states.commit(AlterSchema(op, args)).version
 
     def set_online(self, online: bool) -> int:
         """Bring the table online or take it offline (maintenance skips offline tables).

@@ -20,6 +20,7 @@ from sediment.core.transactions import (
     TRANSACTION_KINDS,
     AddFiles,
     AddFilesWithSplits,
+    AlterSchema,
     AssignJobIds,
     ClearTable,
     DeleteFiles,
@@ -544,6 +545,10 @@ DELETE_ROUND_TRIPS: list[Transaction] = [
                                 ReplaceFileReferences("j6", "b", ["f2"], None)]),
     RestoreVersion(3, [Partition("root", None, Region())], [], [],
                    deletions=(Deletion(2, (Range.exact(5),), None, frozenset({"root"})),)),
+    AlterSchema("add_columns", {"columns": [["c", "int64"], ["d", "string"]]}),
+    AlterSchema("drop_columns", {"names": ["value"]}),
+    AlterSchema("rename_column", {"old": "value", "new": "v2"}),
+    AlterSchema("widen_column", {"name": "n", "type": "int64"}),
 ]
 DELETE_GOLDEN_LOG_BODIES = [
     ('{"kind":"delete_records","transaction":{"ranges":[{"start":[{"b64":"AGs="}],'
@@ -570,6 +575,13 @@ DELETE_GOLDEN_LOG_BODIES = [
      '"region":{"min":null,"max":null},"children":[],"split_key":null}],"drop":[],"add":[],'
      '"deletions":[{"version":2,"pending":["root"],"ranges":[{"start":[5],"end":[5],'
      '"start_inclusive":true,"end_inclusive":true}]}]}}'),
+    ('{"kind":"alter_schema","transaction":{"op":"add_columns","args":{"columns":[["c","int64"],'
+     '["d","string"]]}}}'),
+    '{"kind":"alter_schema","transaction":{"op":"drop_columns","args":{"names":["value"]}}}',
+    ('{"kind":"alter_schema","transaction":{"op":"rename_column","args":{"old":"value",'
+     '"new":"v2"}}}'),
+    ('{"kind":"alter_schema","transaction":{"op":"widen_column","args":{"name":"n",'
+     '"type":"int64"}}}'),
 ]
 
 
@@ -586,7 +598,7 @@ def test_json_round_trip(txn: Transaction) -> None:
 
 def test_round_trips_cover_every_kind() -> None:
     assert {t.kind for t in ROUND_TRIPS + DELETE_ROUND_TRIPS} == set(TRANSACTION_KINDS)
-    assert len(TRANSACTION_KINDS) == 17
+    assert len(TRANSACTION_KINDS) == 18
 
 
 # The bodies below were written by the code before transactions became a package: a log
@@ -674,7 +686,7 @@ def test_the_list_holds_exactly_the_known_kinds() -> None:
         "restore": RestoreVersion, "clear": ClearTable, "reinitialise": ReinitialiseTable,
         "add_files_with_splits": AddFilesWithSplits, "follow_scheme": FollowScheme,
         "delete_records": DeleteRecords,
-        "replace_file_references_batch": ReplaceFileReferencesBatch}
+        "replace_file_references_batch": ReplaceFileReferencesBatch, "alter_schema": AlterSchema}
     # the listed class is the one the name refers to (dataclass(slots=True) makes a second)
     assert all("__slots__" in vars(cls) for cls in TRANSACTION_KINDS.values())
 

@@ -39,10 +39,12 @@ from sediment.compaction.sources import (
 )
 from sediment.compaction.strategy import CompactionJob
 from sediment.core.deletions import Deletion
-from sediment.core.model import is_upsert
+from sediment.core.model import RANK_BITS, is_upsert
 from sediment.core.prefetch import prefetched
 from sediment.core.regions import Region
+from sediment.core.state import schema_in_force
 from sediment.errors import JobError, SedimentError
+from sediment.files.columns import IDENTITY, ColumnMap, column_map
 from sediment.files.keys import bounds_inside, region_mask
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names
@@ -110,13 +112,14 @@ def _coarse_region_filter(schema: Schema, region: Region | None) -> Any:
 
 
 def _merged_batches(inputs: Sequence[InputFile | str], schema: Schema, batch_rows: int,
-                    memory_limit: int, region: Region | None = None
+                    memory_limit: int, region: Region | None = None,
+                    schemas: Sequence[tuple[int, Schema]] = ()
                     ) -> Iterator[pa.RecordBatch]:
     """DataFusion sort-preserving merge of sorted Parquet files by (keys, sequence), the
     sequence column resolved (rows of ``region`` and possibly a few more: see
     ``_coarse_region_filter``). A bare path is a local input with its own sequences."""
     arrow = schema.to_arrow().append(SEQ_FIELD)
-    df = _merge_frame(inputs, schema, batch_rows, memory_limit, region)
+    df = _merge_frame(inputs, schema, batch_rows, memory_limit, region, schemas)
     for b in df.execute_stream():
         batch = b.to_pyarrow()
         if not batch.schema.equals(arrow):
@@ -127,7 +130,8 @@ def _merged_batches(inputs: Sequence[InputFile | str], schema: Schema, batch_row
 
 
 def _merge_frame(inputs: Sequence[InputFile | str], schema: Schema, batch_rows: int,
-                 memory_limit: int, region: Region | None = None) -> Any:
+                 memory_limit: int, region: Region | None = None,
+                 schemas: Sequence[tuple[int, Schema]] = ()) -> Any:
     """The DataFusion DataFrame of :func:`_merged_batches` (its plan is a
     SortPreservingMergeExec over the inputs, no SortExec, unless an input has some rows
     without a sequence)."""
@@ -154,7 +158,18 @@ def _merge_frame(inputs: Sequence[InputFile | str], schema: Schema, batch_rows: 
     for inp in resolved:
         own = lit(pa.scalar(inp.sequence, pa.int64()))
         url = inp.url
-        if not inp.has_sequence:
+        cmap = input_columns(inp, schema, schemas)
+        if not cmap.identity:  # written under another schema: its columns mapped by id
+            fields = [_field_expr(f, cmap) for f in user]
+            seq = own.alias(SEQ)
+            order = [keys]
+            if inp.has_sequence:
+                seq = functions.coalesce(col(quote_identifier(SEQ)), own).alias(SEQ)
+                order = [by_seq] if inp.complete else [keys]
+            f = ctx.read_parquet(url, file_sort_order=order).select(*fields, seq)
+            if inp.has_sequence and not inp.complete:
+                f = f.sort(*by_seq)
+        elif not inp.has_sequence:
             # a constant sequence: DataFusion knows the input stays sorted by (keys, seq)
             f = ctx.read_parquet(url, schema=user, file_sort_order=[keys])
             f = f.select(*(col(quote_identifier(n)) for n in user.names), own.alias(SEQ))
@@ -173,6 +188,31 @@ def _merge_frame(inputs: Sequence[InputFile | str], schema: Schema, batch_rows: 
         df = df.filter(coarse)
     return df.sort(*(datafusion.col(quote_identifier(n)).sort()
                      for n in merge_names(schema.key_names)))
+
+
+def input_columns(inp: InputFile, schema: Schema, schemas: Sequence[tuple[int, Schema]]
+                  ) -> ColumnMap:
+    """How the job's schema is read from one input (identity unless the table's schema
+    changed: sediment.files.columns)."""
+    if len(schemas) <= 1:
+        return IDENTITY
+    md = inp.metadata if inp.metadata is not None else \
+        pq.read_metadata(inp.url.removeprefix("file://"))
+    return column_map(md.schema.to_arrow_schema(), schema,
+                      schema_in_force(schemas, inp.sequence >> RANK_BITS))
+
+
+def _field_expr(field: pa.Field, cmap: ColumnMap) -> Any:
+    """DataFusion's expression of one field of the job's schema from an input (``cmap``)."""
+    from datafusion import col, lit
+
+    src = cmap.sources.get(field.name)
+    if src is None:
+        return lit(pa.scalar(None, field.type)).alias(field.name)
+    expr = col(quote_identifier(src))
+    if field.name in cmap.casts:
+        expr = expr.cast(field.type)
+    return expr.alias(field.name)
 
 
 def _counted(batches: Iterator[pa.RecordBatch], counted: list[int]
@@ -202,8 +242,8 @@ def _inside(inputs: Sequence[InputFile], region: Region) -> bool:
 
 
 def _merged(objects: ObjectStore, inputs: Sequence[InputFile], schema: Schema,
-            properties: Mapping[str, Any], region: Region, table: str = ""
-            ) -> Iterator[pa.RecordBatch]:
+            properties: Mapping[str, Any], region: Region, table: str = "",
+            schemas: Sequence[tuple[int, Schema]] = ()) -> Iterator[pa.RecordBatch]:
     """The merged records of ``inputs``: DataFusion's merge of local files, or Sediment's own
     k-way merge of inputs read in place (both by (keys, sequence), stable in input order)."""
     settings = as_settings(properties)
@@ -211,13 +251,13 @@ def _merged(objects: ObjectStore, inputs: Sequence[InputFile], schema: Schema,
     batch_rows = settings.compaction_batch_rows
     if not any(f.key for f in inputs):
         return _merged_batches(inputs, schema, batch_rows, memory,
-                               None if _inside(inputs, region) else region)
+                               None if _inside(inputs, region) else region, schemas)
     limit = block_bytes(memory, len(inputs))
     # each input decoded on a thread of its own, a batch or two ahead of the merge (Arrow's
     # decoding releases the GIL, so inputs decode in parallel as DataFusion's scans would)
     streams = [prefetched(read_in_place(objects, f.key, f.metadata, f.size, schema, region,
                                         f.sequence, f.has_sequence, limit, batch_rows,
-                                        table),
+                                        table, input_columns(f, schema, schemas)),
                           depth=2, name="compaction-input")
                for f in inputs if f.metadata is not None]
     return merge_sorted(streams, merge_names(schema.key_names),
@@ -226,7 +266,8 @@ def _merged(objects: ObjectStore, inputs: Sequence[InputFile], schema: Schema,
 
 def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str, Any],
                   job: CompactionJob, region: Region, inputs: JobInputs, tmp: str,
-                  staging: Staging, intermediates: list[str]) -> list[InputFile]:
+                  staging: Staging, intermediates: list[str],
+                  schemas: Sequence[tuple[int, Schema]] = ()) -> list[InputFile]:
     """Merge groups of ``compaction.max_merge_inputs`` inputs into one file each until no
     more are left than that (the merge's memory grows with its inputs). A round's files go
     where its inputs are: local disk for local or copied inputs, the store itself for inputs
@@ -234,7 +275,7 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
     store are staged in ``staging`` (GC leaves them alone while the job runs) and their names
     added to ``intermediates`` (the caller deletes them)."""
     max_inputs = as_settings(properties).compaction_max_merge_inputs
-    arrow = schema.to_arrow().append(SEQ_FIELD)
+    arrow = schema.to_arrow(field_ids=True).append(SEQ_FIELD)
     sorting = [pq.SortingColumn(k) for k in [*range(len(schema.key_names)), len(arrow) - 1]]
     files, rounds = list(inputs.files), 0
     while len(files) > max_inputs:
@@ -245,7 +286,8 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
             if len(group) == 1:
                 merged.append(group[0])
                 continue
-            batches = _merged(objects, group, schema, properties, region, staging.table)
+            batches = _merged(objects, group, schema, properties, region, staging.table,
+                              schemas)
             if inputs.in_place:
                 name = staging.new_file(job.partition_id)
                 intermediates.append(name)
@@ -277,7 +319,8 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                        sums: Mapping[str, Sums] | None = None,
                        deletions: Sequence[Deletion] = (),
                        covered: Collection[int] = (), settles: int = 0,
-                       complete: bool = False) -> JobOutput:
+                       complete: bool = False,
+                       schemas: Sequence[tuple[int, Schema]] = ()) -> JobOutput:
     """Merge the job's inputs into one new file (not committed: see the runner), staged in
     ``staging`` (a new one when None), which the output carries to its commit. Inputs are
     verified before or as they are merged (against ``sums``, the inputs' sums by filename,
@@ -289,7 +332,9 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
     merge, so it is kept (marked, for readers to settle and then delete) unless the deletion
     is ``covered`` (nothing older is left beside the inputs). ``complete``: the inputs are
     every record of the partition, so the output's upserted records have nothing left to
-    replace and lose their mark."""
+    replace and lose their mark. ``schemas``: the table's schema history
+    (TableState.schemas): inputs written under another schema are read through their field
+    ids, and the output is written under ``schema``."""
     started = time.perf_counter()
     properties = as_settings(properties)  # once: the helpers below take it as it is
     staging = Staging(objects) if staging is None else staging
@@ -303,12 +348,12 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
                                  first_key=schema.row_key_names[0], table=staging.table,
                                  sums=sums)
         inputs = _merge_rounds(objects, schema, properties, job, region, sources, tmp,
-                               staging, intermediates)
+                               staging, intermediates, schemas)
         rows_in = [0]  # records read inside the region, before the iterators
         # DataFusion's stream runs only while next() is called: on a producer thread the
         # merge overlaps with the Parquet encoding below (both release the GIL)
         merged = prefetched(_merged(objects, inputs, schema, properties, region,
-                                    staging.table),
+                                    staging.table, schemas),
                             name="compaction-merge")
         stream = _counted(merged, rows_in) if _inside(inputs, region) else \
             _in_region(merged, schema.row_key_names, region, rows_in)

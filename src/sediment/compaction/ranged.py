@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from sediment.core.prefetch import prefetched
 from sediment.core.regions import Region
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, StorageError
+from sediment.files.columns import IDENTITY, ColumnMap, conform
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem, reading
 from sediment.schema import Schema
@@ -196,11 +197,13 @@ class _Window(io.RawIOBase):
 
 def read_in_place(objects: ObjectStore, filename: str, md: pq.FileMetaData, size: int,
                   schema: Schema, region: Region | None, sequence: int, has_sequence: bool,
-                  limit: int, batch_rows: int, table: str = "") -> Iterator[pa.RecordBatch]:
+                  limit: int, batch_rows: int, table: str = "",
+                  cmap: ColumnMap = IDENTITY) -> Iterator[pa.RecordBatch]:
     """The records of one input (the job's columns and the resolved sequence column), in file
     order, fetched block by block one block ahead; a run of row groups failing its page CRCs
     is decoded again from its block fetched afresh, then CorruptDataError (``table``: the
-    table's name, for it)."""
+    table's name, for it). ``cmap``: how the job's schema is read from this file (written
+    under another schema: sediment.files.columns)."""
     groups = wanted_groups(md, schema.row_key_names[0], region)
     plan = _plan_blocks(md, groups, limit)
 
@@ -211,6 +214,7 @@ def read_in_place(objects: ObjectStore, filename: str, md: pq.FileMetaData, size
     arrow = schema.to_arrow().append(SEQ_FIELD)
     user = schema.to_arrow()
     names = arrow.names if has_sequence else user.names
+    columns = cmap.file_columns(names)
     for block in prefetched(fetch(), depth=1, name="compaction-fetch"):
         opened = [pq.ParquetFile(_Window(size, block), metadata=md, **VERIFY)]
 
@@ -220,7 +224,8 @@ def read_in_place(objects: ObjectStore, filename: str, md: pq.FileMetaData, size
                 start, end = block.start, block.start + len(block.data)
                 again = _Block(start, block.groups, fetch_range(objects, filename, start, end))
                 opened[0] = pq.ParquetFile(_Window(size, again), metadata=md, **VERIFY)
-            return opened[0].read_row_groups(run, columns=names, use_threads=False)
+            return conform(opened[0].read_row_groups(run, columns=columns, use_threads=False),
+                           cmap, names, user)
 
         # decoded a run of row groups at a time, about ``batch_rows`` rows: one call and one
         # merge batch for many small row groups, memory bounded by the run

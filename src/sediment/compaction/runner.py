@@ -235,6 +235,7 @@ def execute_job(table: TableHandle, job: CompactionJob, region: Region, *,
         return run_compaction_job(table.objects, head.schema, head.settings, job, region,
                                   head.iterators, staging=Staging(table.objects, table.name),
                                   sums=sums_of(head.state, job.inputs),
+                                  schemas=head.state.schemas,
                                   **deletes_of(head.state, job, region))
     except (SedimentError, OSError) as e:
         return _reason(e)

@@ -43,6 +43,10 @@ class TableState:
         the catalog each time the table is opened, so it follows a rename."""
         self.version = 0
         self.schema: Schema | None = None
+        self.schemas: tuple[tuple[int, Schema], ...] = ()
+        """(version, schema) of every schema the table has had, oldest first: the version
+        each took effect (1: the table's creation). A file without field ids is read by name
+        as of the schema in force when it was added (sediment.files.columns)."""
         self.properties: dict[str, Any] = {}
         self.online = True
         self.partitions: dict[str, Partition] = {}
@@ -70,6 +74,27 @@ class TableState:
         self._owned: set[str] = set()
         self.last_update = 0.0
 
+    # ---- schemas -----------------------------------------------------------------------
+    def schema_at(self, version: int) -> Schema:
+        """The schema in force at ``version`` (of those this state knows: its own and the
+        earlier ones)."""
+        assert self.schema is not None
+        return schema_in_force(self.schemas, version) or self.schema
+
+    def added_columns(self) -> frozenset[str]:
+        """Value columns a schema change added (not in the schema the table was created
+        with): data written without them holds nulls there."""
+        if self.schema is None or len(self.schemas) <= 1:
+            return frozenset()
+        first = set(self.schemas[0][1].ids)
+        return frozenset(f.name for f, i in zip(self.schema.fields, self.schema.ids,
+                                                strict=True) if i not in first)
+
+    def set_schema(self, schema: Schema) -> None:
+        """Make ``schema`` the table's, from the version being applied on."""
+        self.schema = schema
+        self.schemas = (*self.schemas, (self.version + 1, schema))
+
     # ---- copying ---------------------------------------------------------------------
     def copy(self) -> TableState:
         """An independent state sharing unchanged per-partition maps (copy-on-write)."""
@@ -78,6 +103,7 @@ class TableState:
         c.name = self.name
         c.version = self.version
         c.schema = self.schema
+        c.schemas = self.schemas
         c.properties = dict(self.properties)
         c.online = self.online
         c.partitions = dict(self.partitions)
@@ -286,6 +312,7 @@ class TableState:
             "table_id": self.table_id,
             "version": self.version,
             "schema": None if self.schema is None else self.schema.to_json(),
+            "schemas": [(v, s.to_json()) for v, s in self.schemas],
             "properties": dict(sorted(self.properties.items())),
             "online": self.online,
             "partitions": {k: v.to_json() for k, v in sorted(self.partitions.items())},
@@ -301,6 +328,17 @@ class TableState:
         return isinstance(other, TableState) and self.canonical() == other.canonical()
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def schema_in_force(schemas: Sequence[tuple[int, Schema]], version: int) -> Schema | None:
+    """Of a (version, schema) history, oldest first, the schema in force at ``version`` (the
+    first one for a version before them all; None for no history)."""
+    found = schemas[0][1] if schemas else None
+    for v, s in schemas:
+        if v > version:
+            break
+        found = s
+    return found
 
 
 def _region_sort_key(p: Partition) -> tuple[int, Key]:

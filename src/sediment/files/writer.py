@@ -128,7 +128,7 @@ class SortedFileWriter:
         self.sequence = sequence
         """Whether the file holds the hidden record sequences (sediment.files.sequence):
         compaction output does; other writers' data may not carry the column."""
-        self.arrow_schema = schema.to_arrow()
+        self.arrow_schema = schema.to_arrow(field_ids=True)  # ids: see files/columns.py
         if sequence:
             self.arrow_schema = self.arrow_schema.append(SEQ_FIELD)
         self.row_group_rows = int(properties["parquet.row_group_rows"])

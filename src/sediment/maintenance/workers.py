@@ -62,8 +62,9 @@ _STORES: dict[tuple[str, str], ObjectStore] = {}
 def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
              properties: Mapping[str, Any], job: CompactionJob,
              region: Region, sums: Mapping[str, FileSums] | None = None,
-             deletes: Mapping[str, Any] | None = None) -> JobOutput | str:
-    """In a worker: run one job (its output, or why it failed, as ``execute_job``)."""
+             job_args: Mapping[str, Any] | None = None) -> JobOutput | str:
+    """In a worker: run one job (its output, or why it failed, as ``execute_job``);
+    ``job_args``: the job's deletes and the table's schema history."""
     key = (uri, repr(sorted(options.items())))
     objects = _STORES.get(key)
     if objects is None:
@@ -74,7 +75,7 @@ def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
             where=f"table {table} property compaction.iterators")
         out = run_compaction_job(objects, schema, properties, job, region, iterators,
                                  staging=Staging(objects, table), sums=sums,
-                                 **(deletes or {}))
+                                 **(job_args or {}))
     except (SedimentError, OSError) as e:
         return f"{type(e).__name__}: {e}"
     # the maintainer adopts the file before committing it (a new file is no orphan for GC's
@@ -129,7 +130,7 @@ class WorkerProcesses:
         head = table.read_head() if head is None else head
         args = (objects.uri, objects.reopen_options(), table.name, head.schema,
                 dict(head.settings), job, region, sums_of(head.state, job.inputs),
-                deletes_of(head.state, job, region))
+                {**deletes_of(head.state, job, region), "schemas": head.state.schemas})
         for _ in range(RETRIES):
             with self._lock:
                 pool = self._pool

@@ -3,7 +3,8 @@
 The view is a ``UNION ALL`` of two kinds of branch:
 
 * **Native**: a leaf whose answer is one file's rows as they are (one reference, no
-  iterators) on a store of local files, with a single-field row key of a type whose literals
+  iterators, written under the version's schema or mapping to it as it is) on a store of
+  local files, with a single-field row key of a type whose literals
   render exactly (strings, integers). The branch is DuckDB's own ``read_parquet`` of that file
   restricted to the leaf's region (``key >= min AND key < max``): DuckDB decodes in parallel
   without Python, prunes row groups by statistics, and drops the branches whose region
@@ -82,8 +83,11 @@ def register_view(scan: Scan, con: Any, name: str) -> None:
     key = schema.row_keys[0] if len(schema.row_keys) == 1 else None
     native = key is not None and not scan.iterators and not scan.request.narrows
     for sub in scan.plan.subqueries:
+        # (a file written under another schema than the version's is read through the
+        # source, which maps its columns by field id)
         path = objects.local_path(sub.references[0].filename) \
-            if native and sub.as_stored else None
+            if native and sub.as_stored and \
+            scan.executor.file_map(sub.references[0], sub).identity else None
         where = _region_predicate(key.name, key.type, sub.region) \
             if key is not None and path is not None else None
         if path is None or where is None:

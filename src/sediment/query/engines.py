@@ -93,6 +93,12 @@ class PlannedFile:
     field, the key filters of exact keys, and the filter's statistics where iterators
     allow): reading only these gives the same answer."""
     deletions: tuple[dict[str, Any], ...] = ()
+    columns: dict[str, str] | None = None
+    """None when the file's columns are the version's fields as they are. Else the file was
+    written under another schema (sediment.files.columns): the version's field name -> the
+    file's column holding it (matched by Parquet field id, or by name as of the schema the
+    file was written under); a field missing here is all nulls in this file, and a column
+    whose type differs from the field's is cast to it (a widening: exact)."""
     """Deletes to apply to the leaf's records before its iterators (``Deletion.to_json``):
     drop each record whose sequence is below ``version << 24``, whose row key lies in one of
     ``ranges`` (all keys when absent) and that matches ``filter`` (a wire tree: see
@@ -215,7 +221,8 @@ def plan_files(scan: Scan) -> list[PlannedFile]:
                 objects.local_path(ref.filename) or objects.path(ref.filename),
                 sub.region, sub.ranges, ref.records, ref.approximate, ref.sequence,
                 ref.sequenced, merge, len(kept), groups,
-                tuple(d.to_json() for d in sub.deletions)))
+                tuple(d.to_json() for d in sub.deletions),
+                None if (cmap := executor.file_map(ref, sub)).identity else dict(cmap.sources)))
     return out
 
 

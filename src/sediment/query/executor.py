@@ -20,9 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sediment.core.model import FileReference
+from sediment.core.model import RANK_BITS, FileReference
 from sediment.core.prefetch import read_ahead
 from sediment.core.regions import Range, Region
+from sediment.core.state import schema_in_force
+from sediment.files.columns import IDENTITY, ColumnMap, column_map, conform
 from sediment.files.keyfilter import hash_keys
 from sediment.files.keys import bounds_inside, rows_in, sort_indices
 from sediment.files.merge import merge_sorted
@@ -141,9 +143,14 @@ class Executor:
     """Runs query plans for one table."""
 
     def __init__(self, objects: ObjectStore, schema: Schema, footers: FooterCache,
-                 threads: int) -> None:
+                 threads: int, schemas: Sequence[tuple[int, Schema]] = ()) -> None:
         self.objects = objects
         self.schema = schema
+        self.schemas = tuple(schemas)
+        """(version, schema) history of the version read (TableState.schemas): with more
+        than one, files are read through their field ids (sediment.files.columns)."""
+        self._column_maps: dict[str, ColumnMap] = {}
+        self._arrow = schema.to_arrow()
         self.footers = footers
         self.threads = threads or (os.cpu_count() or 2)
         self.single_field_key = len(schema.row_keys) == 1
@@ -192,6 +199,30 @@ class Executor:
             groups = query_filter.row_groups(footer.metadata, groups)
         return pf, footer, groups
 
+    def column_map(self, ref: FileReference, footer: FileFooter) -> ColumnMap:
+        """How this version's fields are read from the file (identity unless the table's
+        schema changed: then by the file's field ids, or by name as of the schema at the
+        version that added it)."""
+        if len(self.schemas) <= 1:
+            return IDENTITY
+        cmap = self._column_maps.get(ref.filename)
+        if cmap is None:
+            under = schema_in_force(self.schemas, ref.sequence >> RANK_BITS)
+            cmap = column_map(footer.metadata.schema.to_arrow_schema(), self.schema, under)
+            if len(self._column_maps) > 100_000:  # a bound, not a policy: maps are cheap
+                self._column_maps.clear()
+            self._column_maps[ref.filename] = cmap
+        return cmap
+
+    def file_map(self, ref: FileReference, sub: SubQuery) -> ColumnMap:
+        """:meth:`column_map` of a file of ``sub``, its footer opened when not cached: what an
+        engine reading the file itself must map (identity: the file reads as it is)."""
+        if len(self.schemas) <= 1:
+            return IDENTITY
+        footer = self.footers.cached(ref.filename) or \
+            self.footers.open(ref.filename, sub.sums.get(ref.filename))[1]
+        return self.column_map(ref, footer)
+
     def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
                          hashes: np.ndarray | None, *, sequence: bool = False,
                          query_filter: QueryFilter | None = None) -> Iterator[pa.Table]:
@@ -204,11 +235,15 @@ class Executor:
         from a freshly opened file before it is yielded (a run is read whole first, so no
         row is yielded twice), then raises CorruptDataError naming the table and the file:
         a damaged file ends the read with that error, never a shorter answer."""
+        cmap = self.file_map(ref, sub)
+        if not cmap.identity:  # the filter names this version's columns, not this file's
+            query_filter = None
         pf, footer, groups = self.row_groups(ref, sub, hashes, query_filter)
         if sequence and footer.sequenced and ref.sequenced:
             columns = [*columns, SEQ]
         if not groups:
             return  # a file the key filters rule out is not even opened
+        wanted, columns = columns, cmap.file_columns(columns)
         sums = sub.sums.get(ref.filename)
         if pf is None:
             pf, _ = self.footers.open(ref.filename, sums)
@@ -226,6 +261,7 @@ class Executor:
         for run in _runs(groups, RUN_GROUPS):
             t = reading(self.footers.table, ref.filename, self.objects.uri,
                         functools.partial(read, run))
+            t = conform(t, cmap, wanted, self._arrow)
             if sub.ranges is not None or not _inside(footer, run[0], run[-1], sub.region):
                 t = self._filter(t, sub)
             if t.num_rows:

@@ -108,16 +108,27 @@ class ExecutorCache:
         self.objects = objects
         self._lock = threading.Lock()
         self._current: tuple[tuple[Any, ...], Executor] | None = None
+        self._footers: tuple[tuple[Any, ...], FooterCache] | None = None
 
     def get(self, state: TableState) -> Executor:
         assert state.schema is not None
         props = {**defaults(), **state.properties}
-        key = (state.schema.row_key_names[0], state.schema.to_arrow(),
-               int(props["query.footer_cache_files"]), int(props["query.key_filter_cache_bytes"]),
-               int(props["query.threads"]), state.name)
+        fkey = (state.schema.row_key_names[0], int(props["query.footer_cache_files"]),
+                int(props["query.key_filter_cache_bytes"]), state.name)
+        # the schema and its history decide how files are read (a version before a schema
+        # change reads with its own): an executor per schema, one footer cache for them all
+        key = (fkey, state.schema, state.schemas, int(props["query.threads"]))
         with self._lock:
             if self._current is not None and self._current[0] == key:
                 return self._current[1]
+            if self._footers is None or self._footers[0] != fkey:
+                self._footers = (fkey, FooterCache(self.objects, *fkey))
+            footers = self._footers[1]
+        executor = Executor(self.objects, state.schema, footers, key[3], state.schemas)
+        with self._lock:
+            if self._current is None or self._current[0] != key:
+                self._current = (key, executor)
+            return self._current[1]
         footers = FooterCache(self.objects, key[0], key[2], key[3], state.name)
         executor = Executor(self.objects, state.schema, footers, key[4])
         with self._lock:

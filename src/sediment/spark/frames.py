@@ -73,8 +73,11 @@ def read_table(spark: Any, table: Any, *, version: int | str | None = None,
     readable = all(parquet_readable(f.type) for f in prepared.schema.to_arrow())
     for sub in prepared.plan.subqueries:
         ref = sub.references[0]
+        # (a file written under another schema than the version's: through the data
+        # source, which maps its columns by field id)
         path = handle.objects.local_path(ref.filename) if sub.as_stored and \
-            not prepared.iterators and readable else None
+            not prepared.iterators and readable and \
+            prepared.executor.file_map(ref, sub).identity else None
         if path is not None and not set(str(path)) & _HADOOP_SPECIAL and \
                 _inside(footers.open(ref.filename)[1], sub.region):
             native.append(str(path))

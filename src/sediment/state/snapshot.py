@@ -277,6 +277,8 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: KnownDigests
                          if (s := state.file_sums(f)) is not None]
     if unreferenced_sums:  # omitted when none: older readers ignore the key anyway
         pointer["unreferenced_sums"] = _json_object(objects, unreferenced_sums, known)
+    if len(state.schemas) > 1:  # a table whose schema changed (else: its one schema, from v1)
+        pointer["schemas"] = [[v, sch.to_json()] for v, sch in state.schemas]
     if state.deletions:  # likewise (a delete by many keys makes a large list: an object)
         pointer["deletions"] = _json_object(objects, [d.to_json() for d in state.deletions],
                                             known)
@@ -361,6 +363,8 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
         state = TableState(table_id, name)
         state.version = int(doc["version"])
         state.schema = Schema.from_json(doc["schema"])
+        state.schemas = tuple((int(v), Schema.from_json(sch)) for v, sch in doc["schemas"]) \
+            if "schemas" in doc else ((1, state.schema),)
         state.properties = dict(doc["properties"])
         state.online = bool(doc["online"])
         state.last_update = float(doc.get("last_update", 0.0))

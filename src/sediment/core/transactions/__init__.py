@@ -2,9 +2,10 @@
 
 One module per family of kinds: ``table`` (create, properties, online, clear, reinitialise),
 ``files`` (files in and out), ``partitions`` (the tree and pushing references down), ``jobs``
-(compaction), ``restore`` and ``records`` (deletes). Every kind is listed here, in
-``TRANSACTION_KINDS``: the log decodes those and refuses any other (``transaction_from_json``),
-and a kind a family defines but this list lacks fails the project's tests.
+(compaction), ``restore``, ``records`` (deletes) and ``schema`` (schema changes). Every kind
+is listed here, in ``TRANSACTION_KINDS``: the log decodes those and refuses any other
+(``transaction_from_json``), and a kind a family defines but this list lacks fails the
+project's tests.
 """
 
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from sediment.core.transactions.partitions import (
 )
 from sediment.core.transactions.records import DeleteRecords
 from sediment.core.transactions.restore import RestoreVersion
+from sediment.core.transactions.schema import AlterSchema
 from sediment.core.transactions.table import (
     ClearTable,
     InitialiseTable,
@@ -57,7 +59,7 @@ TRANSACTION_KINDS: Mapping[str, type[Transaction]] = _by_kind((
     AddFiles, AddFilesWithSplits, DeleteFiles, ExpireLeases,
     SplitPartition, SplitFileReferences, FollowScheme,
     AssignJobIds, ReplaceFileReferences,
-    RestoreVersion, DeleteRecords, ReplaceFileReferencesBatch,
+    RestoreVersion, DeleteRecords, ReplaceFileReferencesBatch, AlterSchema,
 ))
 """Every kind of transaction and its class (read-only). A kind is the log's name for its
 class, part of the on-storage format: a kind is added here, never renamed or removed."""
@@ -77,8 +79,8 @@ def transaction_from_json(kind: str, doc: dict[str, Any], *, where: str) -> Tran
         raise CorruptMetadataError(f"{where}: malformed {kind} transaction: {e!r}") from e
 
 
-__all__ = ["AddFiles", "AddFilesWithSplits", "AssignJobIds", "ClearTable", "DeleteFiles",
-           "DeleteRecords",
+__all__ = ["AddFiles", "AddFilesWithSplits", "AlterSchema", "AssignJobIds", "ClearTable",
+           "DeleteFiles", "DeleteRecords",
            "ExpireLeases", "FollowScheme", "InitialiseTable",
            "JobAssignment", "ReinitialiseTable", "ReplaceFileReferences",
            "ReplaceFileReferencesBatch", "RestoreVersion",

@@ -20,6 +20,7 @@ from sediment.core.transactions.base import (
     fail,
     require_initialised,
 )
+from sediment.schema import Schema
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,10 @@ class RestoreVersion(Transaction):
     deletions: Sequence[Deletion] | None = field(default=None, kw_only=True)
     """The old version's deletions (None in entries written before deletions existed, whose
     tables had none)."""
+    schema: Schema | None = field(default=None, kw_only=True)
+    """The old version's schema when it differs from the head's (None: unchanged). It comes
+    back as a new schema of the table, its last field id never below the head's (an id, once
+    given, is never given again)."""
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
@@ -62,12 +67,20 @@ class RestoreVersion(Transaction):
                 for r in state.references(pid).values() if r.job_id is not None}
         state.jobs = {j: v for j, v in state.jobs.items() if j in live}
         state.deletions = tuple(self.deletions or ())
+        if self.schema is not None and state.schema is not None:
+            last = max(self.schema.last_id, state.schema.last_id)
+            back = Schema(self.schema.row_keys, self.schema.sort_keys, self.schema.values,
+                          ids=self.schema.ids, last_id=last)
+            if back != state.schema:
+                state.set_schema(back)
 
     def to_json(self) -> dict[str, Any]:
         doc = {"version": self.version, "partitions": [p.to_json() for p in self.partitions],
                "drop": [list(d) for d in self.drop], "add": [r.to_json() for r in self.add]}
         if self.deletions is not None:
             doc["deletions"] = [d.to_json() for d in self.deletions]
+        if self.schema is not None:
+            doc["schema"] = self.schema.to_json()
         return doc
 
     @classmethod
@@ -76,7 +89,8 @@ class RestoreVersion(Transaction):
                    [(str(p), str(f)) for p, f in doc["drop"]],
                    [FileReference.from_json(r) for r in doc["add"]],
                    deletions=None if "deletions" not in doc else
-                   tuple(Deletion.from_json(d) for d in doc["deletions"]))
+                   tuple(Deletion.from_json(d) for d in doc["deletions"]),
+                   schema=Schema.from_json(doc["schema"]) if "schema" in doc else None)
 
     def summary(self) -> str:
         return f"restored version {self.version} (-{len(self.drop)} +{len(self.add)} references)"
@@ -100,4 +114,5 @@ def plan_restore(head: TableState, old: TableState) -> RestoreVersion:
             if n is None or n.records != r.records:
                 add.append(r._replace(job_id=None))
     return RestoreVersion(old.version, sorted(old.partitions.values(), key=lambda p: p.id),
-                          drop, add, deletions=old.deletions)
+                          drop, add, deletions=old.deletions,
+                          schema=None if old.schema == head.schema else old.schema)

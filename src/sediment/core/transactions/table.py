@@ -46,6 +46,7 @@ class InitialiseTable(Transaction):
 
     def apply(self, state: TableState, time: float) -> None:
         state.schema = self.schema
+        state.schemas = ((state.version + 1, self.schema),)
         state.properties = validate_properties(self.properties, stored=True)
         state.partitions = {p.id: p for p in self.partitions}
         state.online = True
