@@ -154,8 +154,10 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
     schema, settings = head.schema, head.settings
     executor = table.executors.get(state)  # the table's own, with its caches
     # a per-field region or a box leaf leaves out rows inside the tile: never a whole file
+    # (and a file written under another schema is rewritten: the dump holds the version's)
     runs = len(subs) == 1 and subs[0].as_stored and subs[0].region.cell is None and \
-        (task.query or task.range).per_field is None
+        (task.query or task.range).per_field is None and \
+        executor.file_map(subs[0].references[0], subs[0]).identity
     whole = whole_file(executor, list(subs[0].references), task.range, head.iterators,
                        subs[0].sums) if runs else None
     if whole is not None:

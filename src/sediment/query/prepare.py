@@ -129,9 +129,3 @@ class ExecutorCache:
             if self._current is None or self._current[0] != key:
                 self._current = (key, executor)
             return self._current[1]
-        footers = FooterCache(self.objects, key[0], key[2], key[3], state.name)
-        executor = Executor(self.objects, state.schema, footers, key[4])
-        with self._lock:
-            if self._current is None or self._current[0] != key:
-                self._current = (key, executor)
-            return self._current[1]
