@@ -218,6 +218,9 @@ class Schema:
     dropped and re-added name never meets the old column's values (Iceberg's field ids)."""
     last_id: int
     """The highest id the table ever gave a field (dropped ones included)."""
+    created_id: int
+    """The highest id of the fields the table was created with: a field above it was added
+    by a schema change, and data written without it holds nulls there (:attr:`added`)."""
 
     def __init__(
         self,
@@ -227,6 +230,7 @@ class Schema:
         *,
         ids: Sequence[int] | None = None,
         last_id: int | None = None,
+        created_id: int | None = None,
     ) -> None:
         rk = tuple(_as_field(f, role="row key") for f in row_keys)
         sk = tuple(_as_field(f, role="sort key") for f in sort_keys)
@@ -278,6 +282,7 @@ class Schema:
         object.__setattr__(self, "values", vs)
         object.__setattr__(self, "ids", given)
         object.__setattr__(self, "last_id", top)
+        object.__setattr__(self, "created_id", top if created_id is None else int(created_id))
 
     @classmethod
     def from_arrow(cls, schema: pa.Schema, row_keys: Sequence[str],
@@ -356,6 +361,13 @@ class Schema:
                 return i
         raise SchemaError(f"no field {name!r}; fields: {', '.join(self.field_names)}")
 
+    @property
+    def added(self) -> frozenset[str]:
+        """Value fields a schema change added (ids above :attr:`created_id`): data may omit
+        them (nulls), as the files written before them do."""
+        return frozenset(f.name for f, i in zip(self.fields, self.ids, strict=True)
+                         if i > self.created_id)
+
     def by_id(self) -> dict[int, pa.Field]:
         """Field id -> field."""
         return dict(zip(self.ids, self.fields, strict=True))
@@ -409,6 +421,7 @@ class Schema:
             "arrow": base64.b64encode(self.to_arrow().serialize().to_pybytes()).decode(),
             "ids": list(self.ids),
             "last_field_id": self.last_id,
+            "created_field_id": self.created_id,
         }
 
     @classmethod
@@ -420,7 +433,8 @@ class Schema:
                 nr, ns = len(doc["row_keys"]), len(doc.get("sort_keys", []))
                 fs = list(arrow)
                 return cls(fs[:nr], fs[nr : nr + ns], fs[nr + ns :], ids=doc.get("ids"),
-                           last_id=doc.get("last_field_id"))
+                           last_id=doc.get("last_field_id"),
+                           created_id=doc.get("created_field_id"))
 
             def fields(key: str, role: str) -> list[pa.Field]:
                 out = []
@@ -431,7 +445,8 @@ class Schema:
 
             return cls(fields("row_keys", "key"), fields("sort_keys", "key"),
                        fields("values", "value"), ids=doc.get("ids"),
-                       last_id=doc.get("last_field_id"))
+                       last_id=doc.get("last_field_id"),
+                       created_id=doc.get("created_field_id"))
         except SchemaError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, pa.ArrowException) as e:

@@ -173,4 +173,5 @@ def _value_field(schema: Schema, name: str, verb: str) -> pa.Field:
 
 def _rebuilt(schema: Schema, values: Sequence[pa.Field], ids: Sequence[int],
              last: int) -> Schema:
-    return Schema(schema.row_keys, schema.sort_keys, values, ids=ids, last_id=last)
+    return Schema(schema.row_keys, schema.sort_keys, values, ids=ids, last_id=last,
+                  created_id=schema.created_id)

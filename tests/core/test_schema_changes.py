@@ -26,6 +26,7 @@ def test_a_new_schema_numbers_its_fields_and_the_json_keeps_the_ids() -> None:
     assert BASE.ids == (1, 2, 3, 4) and BASE.last_id == 4
     changed = add_columns(drop_columns(BASE, ["w"]), [("x", pa.float64())])
     assert changed.ids == (1, 2, 3, 5) and changed.last_id == 5
+    assert changed.added == {"x"} and BASE.added == frozenset()
     assert Schema.from_json(changed.to_json()) == changed
     legacy = {k: v for k, v in BASE.to_json().items() if k not in ("ids", "last_field_id")}
     assert Schema.from_json(legacy) == BASE  # a schema stored before ids: numbered in order

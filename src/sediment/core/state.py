@@ -81,15 +81,6 @@ class TableState:
         assert self.schema is not None
         return schema_in_force(self.schemas, version) or self.schema
 
-    def added_columns(self) -> frozenset[str]:
-        """Value columns a schema change added (not in the schema the table was created
-        with): data written without them holds nulls there."""
-        if self.schema is None or len(self.schemas) <= 1:
-            return frozenset()
-        first = set(self.schemas[0][1].ids)
-        return frozenset(f.name for f, i in zip(self.schema.fields, self.schema.ids,
-                                                strict=True) if i not in first)
-
     def set_schema(self, schema: Schema) -> None:
         """Make ``schema`` the table's, from the version being applied on."""
         self.schema = schema

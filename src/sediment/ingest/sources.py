@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -127,10 +127,11 @@ def _is_dataframe(obj: Any) -> bool:
 
 
 def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
-            source: str = "input", optional: Collection[str] = ()) -> pa.RecordBatch:
-    """The batch with the table's fields in order and types, or DataError. A field of
-    ``optional`` (the columns a schema change added: TableState.added_columns) may be
-    missing: it is all nulls, as in the files written before it was added."""
+            source: str = "input") -> pa.RecordBatch:
+    """The batch with the table's fields in order and types, or DataError. A field a
+    schema change added (``Schema.added``) may be missing: it is all nulls, as in the files
+    written before it was added."""
+    optional = schema.added
     names = batch.schema.names
     wanted = schema.to_arrow()
     twice = sorted({n for n in names if names.count(n) > 1})

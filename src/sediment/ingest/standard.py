@@ -203,7 +203,6 @@ def stage_batches(table: TableHandle, state: TableState,
     tasks (which spill where their executor's environment says)."""
     schema = schema_of(state, table.name)
     settings = settings_of(state, table.name)
-    optional = state.added_columns()
     runs = SortedRuns(schema.to_arrow(), schema.key_names, settings.ingest_memory_limit_bytes,
                       resolve_spill_dir(spill_dir, table.name),
                       settings.parquet_row_group_rows, table.name)
@@ -212,7 +211,7 @@ def stage_batches(table: TableHandle, state: TableState,
     try:
         for src, batch in batches:
             offset = offsets.get(src, 0)
-            runs.add(conform(batch, schema, table.name, offset, src, optional))
+            runs.add(conform(batch, schema, table.name, offset, src))
             offsets[src] = offset + batch.num_rows
             rows += batch.num_rows
             if progress is not None:

@@ -70,7 +70,8 @@ class RestoreVersion(Transaction):
         if self.schema is not None and state.schema is not None:
             last = max(self.schema.last_id, state.schema.last_id)
             back = Schema(self.schema.row_keys, self.schema.sort_keys, self.schema.values,
-                          ids=self.schema.ids, last_id=last)
+                          ids=self.schema.ids, last_id=last,
+                          created_id=self.schema.created_id)
             if back != state.schema:
                 state.set_schema(back)
 
