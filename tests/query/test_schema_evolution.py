@@ -83,12 +83,30 @@ def test_every_kind_of_change_reads_by_id_on_every_store(store_uri: tuple[str, d
     assert rows(t) == before
     for v, want in seen.items():
         assert rows(t, version=v) == want
+    first, last = sorted(seen)[0], t.version
+    d = t.diff(first, last)
+    assert d.schemas is not None and d.schemas[0] == t.schema_at(first) \
+        and d.schemas[1] == t.schema
+    assert t.diff(last, last).schemas is None
     kinds = [h.summary for h in t.history() if h.kind == "alter_schema"]
     assert kinds == ["added n:double", "renamed w to w2", "widened v to int64", "dropped n",
                      "added n:double, w:string"]
     # the state loaded from a snapshot (every 3 versions) equals the one replayed
     reopened = sd.Store.open(uri, **(options or {})).table("ev")
     assert reopened.state() == t.state() and reopened.schema == t.schema
+
+
+def test_dumps_of_each_version_load_with_that_versions_schema(tmp_path: Path) -> None:
+    t, seen = evolved(str(tmp_path / "s"))
+    store = sd.Store.open(str(tmp_path / "s"))
+    for i, (v, want) in enumerate(sorted(seen.items())):
+        job = t.dump(str(tmp_path / f"dump{i}"), version=v)
+        loaded = store.load(job.manifest_uri, f"back{i}")
+        assert rows(loaded) == want
+        assert loaded.schema.field_names == list(want[0])
+        assert loaded.schema.ids == t.schema_at(v).ids  # ids carried: later changes line up
+    loaded.add_columns([("later", pa.int8())])
+    assert loaded.schema.id_of("later") == t.schema.last_id + 1
 
 
 def test_files_carry_field_ids(tmp_path: Path) -> None:

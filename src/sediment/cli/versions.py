@@ -90,7 +90,8 @@ def tags(name: TableArg, store: StoreOption = None, json_out: JsonOption = False
 def diff(name: TableArg, v1: VersionArg,
          v2: Annotated[str | None, typer.Argument(help="Default: latest.")] = None,
          store: StoreOption = None, json_out: JsonOption = False) -> None:
-    """Files, partitions and records that changed between two versions."""
+    """Files, partitions and records that changed between two versions (and the value
+    columns of each, when the schema changed between them)."""
     d = open_table(store, name).diff(v1, v2)
     data: dict[str, Any] = {
         "from_version": d.from_version, "to_version": d.to_version,
@@ -100,6 +101,9 @@ def diff(name: TableArg, v1: VersionArg,
         "references_added": len(d.references_added),
         "references_removed": len(d.references_removed),
         "records_change": d.records_change}
+    if d.schemas is not None:  # the columns as each version reads them
+        data["schema_from"] = ", ".join(f"{f.name}:{f.type}" for f in d.schemas[0].values)
+        data["schema_to"] = ", ".join(f"{f.name}:{f.type}" for f in d.schemas[1].values)
     emit(data, json_out, lambda x: key_value_table(
         [(k, len(v) if isinstance(v, list) else v) for k, v in x.items()],
         title=f"diff {d.from_version} -> {d.to_version}"))

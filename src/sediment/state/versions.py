@@ -17,6 +17,7 @@ from sediment.core.deletions import Deletion
 from sediment.core.model import FileReference
 from sediment.core.state import TableState
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, QueryError, SedimentError
+from sediment.schema import Schema
 from sediment.state.log import LOG_PREFIX, log_key, version_of_key
 from sediment.state.snapshot import (
     OBJECT_PREFIX,
@@ -68,6 +69,9 @@ class Diff:
     deletions_removed: tuple[Deletion, ...] = ()
     """Deletes of ``from_version`` no longer pending at ``to_version`` (compaction settled
     them: their records left the files)."""
+    schemas: tuple[Schema, Schema] | None = None
+    """(schema at ``from_version``, schema at ``to_version``) when they differ (columns
+    added, dropped, renamed or widened between them); None when the schema is the same."""
 
 
 def _compare(a: TableState, b: TableState, pids: Iterable[str], v1: int, v2: int,
@@ -92,7 +96,9 @@ def _compare(a: TableState, b: TableState, pids: Iterable[str], v1: int, v2: int
                 tuple(sorted(pa_ - pb)), tuple(added), tuple(removed),
                 sum(r.records for r in added) - sum(r.records for r in removed),
                 compared, skipped, tuple(d for d in b.deletions if d.version not in da),
-                tuple(d for d in a.deletions if d.version not in db))
+                tuple(d for d in a.deletions if d.version not in db),
+                None if a.schema == b.schema or a.schema is None or b.schema is None
+                else (a.schema, b.schema))
 
 
 def _diff_by_snapshots(states: StateStore, v1: int, v2: int) -> Diff:
