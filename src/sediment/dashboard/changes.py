@@ -1,5 +1,6 @@
 """What the table page says about records that change: the table's merge rule, the deletes
-compaction has not settled yet, and how upserts and deletes read in the commit timeline.
+compaction has not settled yet, how upserts and deletes read in the commit timeline, and the
+schema's history (columns added, dropped, renamed and widened).
 
 A delete is metadata (``sediment.core.deletions``): its ranges and filter stay in the state
 until compaction has dropped the records it covers from every leaf that held them, so the
@@ -20,6 +21,7 @@ from sediment.core.state import TableState
 from sediment.core.transactions import DeleteRecords
 from sediment.errors import SedimentError
 from sediment.query.wire import from_wire
+from sediment.schema import Schema
 from sediment.state.log import HistoryEntry
 
 SHOWN_RANGES = 5
@@ -37,6 +39,32 @@ def timeline_kind(entry: HistoryEntry) -> str:
             if entry.summary.startswith(prefix):
                 return kind
     return entry.kind
+
+
+def schema_history(schemas: Sequence[tuple[int, Schema]]) -> list[dict[str, Any]]:
+    """Each schema the table has had (TableState.schemas), newest first, with what changed
+    from the one before, found by field id: added, dropped, renamed and widened columns."""
+    out: list[dict[str, Any]] = []
+    before: Schema | None = None
+    for version, schema in schemas:
+        now = schema.by_id()
+        if before is None:
+            change = "created"
+        else:
+            was = before.by_id()
+            parts = [f"added {f.name}:{f.type}" for i, f in now.items() if i not in was]
+            parts += [f"dropped {f.name}" for i, f in was.items() if i not in now]
+            for i, f in now.items():
+                old = was.get(i)
+                if old is not None and old.name != f.name:
+                    parts.append(f"renamed {old.name} to {f.name}")
+                if old is not None and not old.type.equals(f.type):
+                    parts.append(f"widened {f.name} to {f.type}")
+            change = "; ".join(parts) or "restored"
+        out.append({"version": version, "change": change,
+                    "columns": ", ".join(f"{f.name}:{f.type}" for f in schema.fields)})
+        before = schema
+    return out[::-1]
 
 
 def merge_rule(properties: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.dashboard import aggregate
 from sediment.dashboard.aggregate import iso
-from sediment.dashboard.changes import merge_rule, pending_deletes
+from sediment.dashboard.changes import merge_rule, pending_deletes, schema_history
 from sediment.dashboard.commits import CommitTimeline
 from sediment.dashboard.jobs import JobEvents
 from sediment.dashboard.leaves import FileSizes, leaf_list
@@ -114,6 +114,7 @@ class Views:
         return {
             "table": summary,
             "schema": {k: v for k, v in schema.to_json().items() if k != "arrow"},
+            "schema_history": schema_history(state.schemas),
             "merge": merge_rule(props),
             "deletes": pending_deletes(state),
             "histogram": aggregate.histogram(fig),

@@ -90,3 +90,19 @@ def test_compaction_settles_the_deletes(server: Server, table: sd.Table) -> None
     assert table._handle.states.head().deletions == ()
     assert get_json(server, "/api/tables/ledger")["deletes"] == []
     assert table.query().to_pylist() == [{"key": "a", "ts": 1, "clicks": 10, "note": "u"}]
+
+
+def test_schema_history_shows_each_change(server: Server, table: sd.Table) -> None:
+    table.add_columns([("score", pa.float32())])
+    table.widen_column("score", pa.float64())
+    table.rename_column("note", "memo")
+    view = get_json(server, "/api/tables/ledger")
+    rows = [(h["version"], h["change"]) for h in view["schema_history"]]
+    v = table.version
+    assert rows == [(v, "renamed note to memo"), (v - 1, "widened score to double"),
+                    (v - 2, "added score:float"), (1, "created")]
+    assert view["schema_history"][0]["columns"] == \
+        "key:string, ts:int64, clicks:int64, memo:string, score:double"
+    code, _, body = fetch(server.url + "/tables/ledger")
+    assert code == 200 and b'id="schema-history"' in body
+    assert page_data(body)["view"]["schema_history"] == view["schema_history"]

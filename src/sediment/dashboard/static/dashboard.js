@@ -340,6 +340,7 @@
     fillTable("history", view.history, h => [h.version, el("span", h.time, "time"), h.kind,
                                              h.detail ? h.summary + ": " + h.detail : h.summary]);
     fillTable("deletes", view.deletes, d => [d.version, d.deletes, num(d.leaves)]);
+    fillTable("schema-history", view.schema_history || [], s => [s.version, s.change, s.columns]);
     document.getElementById("merge-rule").textContent = mergeText(view.merge);
     renderProperties(view.properties);
     return Promise.all([renderTree(data.tree, t.batch_size), files, history, jobsChart]);
