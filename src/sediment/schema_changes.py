@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sediment.core.deletions import Deletion
 from sediment.errors import PropertyError, SchemaError
 from sediment.schema import RESERVED_PREFIX, Schema, _as_field, parse_type
 
@@ -156,6 +157,20 @@ def check_properties(new: Schema, properties: Mapping[str, Any], op: str) -> Non
                 raise SchemaError(f"{op} would leave property 'parquet.dictionary_columns' "
                                   f"naming column {col!r}, which the table no longer has; "
                                   "change the property first")
+
+
+def check_deletions(op: str, args: Mapping[str, Any],
+                    deletions: Sequence[Deletion]) -> None:
+    """Refuse dropping or renaming a column that a delete not yet settled filters on: its
+    filter is judged on the records it covers, by that name, until compaction settles it."""
+    names = {"drop_columns": list(args.get("names", ())),
+             "rename_column": [args.get("old")]}.get(op, [])
+    for d in deletions:
+        hit = d.filter_fields() & {str(n) for n in names}
+        if hit:
+            raise SchemaError(f"column {sorted(hit)[0]!r} is filtered on by the delete of "
+                              f"version {d.version}, not yet settled: compact the table "
+                              "(table.compact(full=True) or maintain) first")
 
 
 def _value_field(schema: Schema, name: str, verb: str) -> pa.Field:

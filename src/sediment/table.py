@@ -26,7 +26,12 @@ from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
 from sediment.runners import load_runner
 from sediment.schema import Schema, parse_type
-from sediment.schema_changes import apply_change, check_properties, describe_change
+from sediment.schema_changes import (
+    apply_change,
+    check_deletions,
+    check_properties,
+    describe_change,
+)
 from sediment.settings import settings_of
 from sediment.state.log import HistoryEntry
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold, with_scheme_threshold
@@ -353,6 +358,7 @@ class Table:
             new = apply_change(head.schema, op, args)
             if op in ("drop_columns", "rename_column"):
                 check_properties(new, head.properties, describe_change(op, args))
+                check_deletions(op, args, head.deletions)
         except SchemaError as e:
             raise SchemaError(f"table {self.name}: {e}") from None
         return self._handle.states.commit(AlterSchema(op, args)).version

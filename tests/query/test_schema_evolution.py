@@ -239,3 +239,19 @@ def test_engines_and_file_plans_after_a_rename(tmp_path: Path) -> None:
         out += [{f: r.get(p.columns.get(f)) for f in t.schema.field_names}  # type: ignore[union-attr]
                 for r in data.to_pylist()]
     assert sorted(out, key=lambda r: r["k"]) == want
+
+
+def test_a_column_a_pending_delete_filters_on_is_kept_until_it_settles(tmp_path: Path) -> None:
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    t = store.create_table("del", SCHEMA)
+    t.ingest(batch(["a", "b"], v=pa.array([1, 2], pa.int32()), w=["x", "y"]))
+    t.ingest(batch(["c"], v=pa.array([3], pa.int32()), w=["z"]))
+    t.delete(filter="w = 'y'")
+    for change in (lambda: t.rename_column("w", "w2"), lambda: t.drop_columns(["w"])):
+        with pytest.raises(SchemaError, match="table del: column 'w' is filtered on by the "
+                                              "delete of version 4, not yet settled"):
+            change()
+    t.rename_column("v", "v2")  # a column the delete does not read
+    t.compact(full=True)  # settles the delete
+    t.rename_column("w", "w2")
+    assert rows(t) == [{"k": "a", "v2": 1, "w2": "x"}, {"k": "c", "v2": 3, "w2": "z"}]

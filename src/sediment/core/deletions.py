@@ -46,6 +46,20 @@ class Deletion:
         records, have sequences from this up)."""
         return self.version << RANK_BITS
 
+    def filter_fields(self) -> set[str]:
+        """The field names its filter reads (the ``{"field": name}`` leaves of the tree)."""
+        out: set[str] = set()
+        todo: list[Any] = [self.filter]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, Mapping):
+                if isinstance(node.get("field"), str):
+                    out.add(node["field"])
+                todo.extend(node.values())
+            elif isinstance(node, list | tuple):
+                todo.extend(node)
+        return out
+
     def overlaps(self, region: Region) -> bool:
         """Whether a record of ``region`` may be covered (its ranges meet the region)."""
         return self.ranges is None or any(r.overlaps(region) for r in self.ranges)

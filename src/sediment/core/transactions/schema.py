@@ -17,7 +17,13 @@ from sediment.core.state import TableState
 from sediment.core.transactions.base import Transaction, fail, require_initialised
 from sediment.errors import SchemaError
 from sediment.schema import Schema
-from sediment.schema_changes import OPS, apply_change, check_properties, describe_change
+from sediment.schema_changes import (
+    OPS,
+    apply_change,
+    check_deletions,
+    check_properties,
+    describe_change,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,7 @@ class AlterSchema(Transaction):
             new = apply_change(state.schema, self.op, self.args)
             if self.op in ("drop_columns", "rename_column"):
                 check_properties(new, state.properties, describe_change(self.op, self.args))
+                check_deletions(self.op, self.args, state.deletions)
         except SchemaError as e:
             raise fail(state, str(e)) from None
         return new
