@@ -255,3 +255,50 @@ def test_a_column_a_pending_delete_filters_on_is_kept_until_it_settles(tmp_path:
     t.compact(full=True)  # settles the delete
     t.rename_column("w", "w2")
     assert rows(t) == [{"k": "a", "v2": 1, "w2": "x"}, {"k": "c", "v2": 3, "w2": "z"}]
+
+
+def test_alters_and_ingests_from_threads_lose_nothing(tmp_path: Path) -> None:
+    """Writers commit while another handle adds, renames and drops columns: every record
+    reads back with its values, the added columns null where a writer did not send them."""
+    import threading
+
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    t = store.create_table("busy", Schema([("k", pa.string())], [], [("v", pa.int64())]))
+    errors: list[BaseException] = []
+
+    def write(w: int) -> None:
+        try:
+            mine = sd.Store.open(str(tmp_path / "s")).table("busy")
+            for i in range(12):
+                mine.ingest(batch([f"w{w}-{i:02d}"], v=[w * 100 + i]))
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    def alter() -> None:
+        try:
+            mine = sd.Store.open(str(tmp_path / "s")).table("busy")
+            for i in range(6):
+                mine.add_columns([(f"c{i}", pa.int32())])
+                mine.widen_column(f"c{i}", pa.int64())
+                if i % 2:
+                    mine.rename_column(f"c{i}", f"r{i}")
+                else:
+                    mine.drop_columns([f"c{i}"])
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(3)]
+    threads.append(threading.Thread(target=alter))
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    head = sd.Store.open(str(tmp_path / "s")).table("busy")
+    got = head.query().to_pylist()
+    assert head.schema.field_names == ["k", "v", "r1", "r3", "r5"]
+    assert [(r["k"], r["v"]) for r in got] == sorted(
+        (f"w{w}-{i:02d}", w * 100 + i) for w in range(3) for i in range(12))
+    assert all(r["r1"] is None and r["r3"] is None and r["r5"] is None for r in got)
+    head.compact(full=True)
+    assert head.query().to_pylist() == got
