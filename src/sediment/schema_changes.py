@@ -14,12 +14,11 @@ later one is refused with the reason).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from sediment.core.deletions import Deletion
 from sediment.errors import PropertyError, SchemaError
 from sediment.schema import RESERVED_PREFIX, Schema, _as_field, parse_type
 
@@ -160,16 +159,17 @@ def check_properties(new: Schema, properties: Mapping[str, Any], op: str) -> Non
 
 
 def check_deletions(op: str, args: Mapping[str, Any],
-                    deletions: Sequence[Deletion]) -> None:
-    """Refuse dropping or renaming a column that a delete not yet settled filters on: its
-    filter is judged on the records it covers, by that name, until compaction settles it."""
+                    filtered: Mapping[int, Collection[str]]) -> None:
+    """Refuse dropping or renaming a column that a delete not yet settled filters on
+    (``filtered``: each pending delete's version -> the fields its filter reads): its filter
+    is judged on the records it covers, by that name, until compaction settles it."""
     names = {"drop_columns": list(args.get("names", ())),
              "rename_column": [args.get("old")]}.get(op, [])
-    for d in deletions:
-        hit = d.filter_fields() & {str(n) for n in names}
+    for version, fields in sorted(filtered.items()):
+        hit = set(fields) & {str(n) for n in names}
         if hit:
             raise SchemaError(f"column {sorted(hit)[0]!r} is filtered on by the delete of "
-                              f"version {d.version}, not yet settled: compact the table "
+                              f"version {version}, not yet settled: compact the table "
                               "(table.compact(full=True) or maintain) first")
 
 

@@ -358,7 +358,7 @@ class Table:
             new = apply_change(head.schema, op, args)
             if op in ("drop_columns", "rename_column"):
                 check_properties(new, head.properties, describe_change(op, args))
-                check_deletions(op, args, head.deletions)
+                check_deletions(op, args, {d.version: d.filter_fields() for d in head.deletions})
         except SchemaError as e:
             raise SchemaError(f"table {self.name}: {e}") from None
         return self._handle.states.commit(AlterSchema(op, args)).version

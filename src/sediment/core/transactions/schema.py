@@ -45,7 +45,8 @@ class AlterSchema(Transaction):
             new = apply_change(state.schema, self.op, self.args)
             if self.op in ("drop_columns", "rename_column"):
                 check_properties(new, state.properties, describe_change(self.op, self.args))
-                check_deletions(self.op, self.args, state.deletions)
+                check_deletions(self.op, self.args,
+                                {d.version: d.filter_fields() for d in state.deletions})
         except SchemaError as e:
             raise fail(state, str(e)) from None
         return new
