@@ -311,8 +311,11 @@ class Table:
 
         Raises SchemaError naming the table and the column; TransactionError: the commit was
         refused or its outcome is unknown."""
-        cols = [(str(n), str(parse_type(t) if isinstance(t, str) else t))
-                for n, t in self._columns_arg(columns)]
+        try:
+            cols = [(str(n), str(parse_type(t) if isinstance(t, str) else t))
+                    for n, t in self._columns_arg(columns)]
+        except SchemaError as e:
+            raise SchemaError(f"table {self.name}: {e}") from None
         return self._alter("add_columns", {"columns": cols})
 
     def drop_columns(self, names: Sequence[str]) -> int:
@@ -332,7 +335,10 @@ class Table:
         """Widen a value column's type (int32 -> int64, float32 -> float64, ...: see
         ``sediment.schema_changes.is_widening``); returns the new version. Old files' values
         are cast exactly when read."""
-        typ = parse_type(type) if isinstance(type, str) else type
+        try:
+            typ = parse_type(type) if isinstance(type, str) else type
+        except SchemaError as e:
+            raise SchemaError(f"table {self.name}: column {name!r}: {e}") from None
         return self._alter("widen_column", {"name": str(name), "type": str(typ)})
 
     def schema_at(self, version: int | str) -> Schema:
@@ -347,7 +353,7 @@ class Table:
         out = []
         for c in columns:
             if not isinstance(c, tuple | list) or len(c) != 2:
-                raise SchemaError(f"table {self.name}: column {c!r} must be (name, type)")
+                raise SchemaError(f"column {c!r} must be (name, type)")
             out.append((c[0], c[1]))
         return out
 

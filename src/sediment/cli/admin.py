@@ -189,18 +189,24 @@ def describe(
     emit(info, json_out, _render_describe)
 
 
+def schema_table(schema: dict[str, Any]) -> RenderableType:
+    """A schema (``Schema.to_json()``) for people: role, name, type, nullable per field (as
+    ``describe`` and ``alter`` show it)."""
+    rows = [
+        (role, f["name"], f["type"], "yes" if f["nullable"] else "no")
+        for role, key in (("row key", "row_keys"), ("sort key", "sort_keys"), ("value", "values"))
+        for f in schema.get(key, [])
+    ]
+    return make_table(["role", "name", "type", "nullable"], rows, title="Schema")
+
+
 def _render_describe(d: dict[str, Any]) -> list[RenderableType]:
     """Describe output for people: summary, schema, counts, then the properties that matter."""
     out: list[RenderableType] = [
         key_value_table([("table", d["name"]), ("uri", d["uri"]), ("version", d["version"]),
                          ("status", "online" if d["online"] else "offline")]),
     ]
-    schema_rows = [
-        (role, f["name"], f["type"], "yes" if f["nullable"] else "no")
-        for role, key in (("row key", "row_keys"), ("sort key", "sort_keys"), ("value", "values"))
-        for f in d["schema"].get(key, [])
-    ]
-    out.append(make_table(["role", "name", "type", "nullable"], schema_rows, title="Schema"))
+    out.append(schema_table(d["schema"]))
     out.append(make_table(
         ["partitions", "leaves", "files", "references", "records", "unreferenced",
          "unreferenced bytes"],

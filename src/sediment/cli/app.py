@@ -3,8 +3,9 @@
 One typer ``app`` holds every command. This module holds the app itself, its error handling
 and the root options; each group of commands (store and table administration in
 :mod:`sediment.cli.admin`, then data, maintenance, versions, spark, batcher...) is a module with
-its own ``commands`` app that :func:`_register` adds here explicitly. Shared options are in
-:mod:`sediment.cli.options` and output helpers in :mod:`sediment.cli.output`: take
+its own ``commands`` app (``alter`` and the batcher: a sub-app) that :func:`_register` adds
+here explicitly. Shared options are in :mod:`sediment.cli.options` and output helpers in
+:mod:`sediment.cli.output`: take
 ``store: StoreOption = None`` and, for commands that print data, ``json_out: JsonOption = False``,
 then ``open_store(store)`` / ``emit(data, json_out, render)``.
 
@@ -110,6 +111,7 @@ def _register() -> None:
     (and the batcher its sub-app), so nothing registers by being imported."""
     from sediment.cli import (
         admin,
+        alter,
         batcher,
         dashboard,
         data,
@@ -127,6 +129,7 @@ def _register() -> None:
     for module in (admin, data, records, maintenance, reports, versions, verify, spark,
                    migrate, serve, dashboard, schemes):
         app.registered_commands.extend(module.commands.registered_commands)
+    app.add_typer(alter.alter_app, name="alter")
     app.add_typer(batcher.batcher_app, name="batcher")
 
 

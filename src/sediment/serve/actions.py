@@ -15,6 +15,13 @@ action                    body                                                  
 ``delete``                ``{"table", "keys", "ranges", "filter"}``: keys,        yes
                           ranges and filter as a query descriptor's; answers
                           ``{"version"}``
+``alter``                 ``{"table", "op", "args"}``: a schema change, ``op``   yes
+                          one of ``add_columns``, ``drop_columns``,
+                          ``rename_column``, ``widen_column`` with ``args`` as
+                          the ``alter_schema`` transaction stores them
+                          (``{"columns": [[name, type], ...]}``, ``{"names"}``,
+                          ``{"old", "new"}``, ``{"name", "type"}``); answers
+                          ``{"version", "schema"}``
 ``compact``               ``{"table", "full"}``                                  yes
 ``maintain``              ``{"table"}``                                          yes
 ``health``                ``{}``                                                 no
@@ -28,8 +35,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sediment.errors import BadRequestError, FilterError
-from sediment.schema import Schema
+import pyarrow as pa
+
+from sediment.errors import BadRequestError, FilterError, SchemaError
+from sediment.schema import Schema, parse_type
+from sediment.schema_changes import OPS
 from sediment.serve.middleware import Admission
 from sediment.serve.protocol import (
     decode_value,
@@ -166,6 +176,64 @@ def _delete(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> 
     return {"version": table.delete(request.keys, request.ranges, filter=flt)}
 
 
+ALTER_FIELDS = ("table", "op", "args")
+"""What an alter body holds."""
+
+ALTER_ARGS: dict[str, tuple[str, ...]] = {
+    "add_columns": ("columns",), "drop_columns": ("names",),
+    "rename_column": ("old", "new"), "widen_column": ("name", "type")}
+"""The ``args`` of each schema change, as ``AlterSchema`` stores them."""
+
+
+def _alter(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    """One schema change through the Table method of its name (``Table.add_columns``, ...):
+    the library's checks and its SchemaError naming the table; one transaction."""
+    table = _open(server, doc, req, "alter body")
+    where = f"malformed alter body for table {table.name}"
+    unknown = sorted(str(k) for k in set(doc) - set(ALTER_FIELDS))
+    if unknown:
+        raise BadRequestError(f"{where}: unknown field {quoted(unknown[0])} "
+                              f"(fields: {', '.join(ALTER_FIELDS)})")
+    op, args = doc.get("op"), doc.get("args")
+    if op not in OPS:
+        raise BadRequestError(f"{where}: 'op' must be one of {', '.join(OPS)}, not "
+                              f"{quoted(op)}")
+    if not isinstance(args, dict) or set(args) != set(ALTER_ARGS[op]):
+        raise BadRequestError(f"{where}: {op}'s 'args' must be an object of "
+                              f"{', '.join(ALTER_ARGS[op])}, not {quoted(args)}")
+    strings = [args[k] for k in ALTER_ARGS[op]]
+    if op == "add_columns":
+        cols = args["columns"]
+        if not isinstance(cols, list) or not all(
+                isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c)
+                for c in cols):
+            raise BadRequestError(f"{where}: 'columns' must be a list of [name, type] "
+                                  f"strings, not {quoted(cols)}")
+        version = table.add_columns([(n, _type(table, n, t)) for n, t in cols])
+    elif op == "drop_columns":
+        if not isinstance(args["names"], list) or \
+                not all(isinstance(n, str) for n in args["names"]):
+            raise BadRequestError(f"{where}: 'names' must be a list of strings, not "
+                                  f"{quoted(args['names'])}")
+        version = table.drop_columns(args["names"])
+    else:
+        bad = next((v for v in strings if not isinstance(v, str)), None)
+        if bad is not None:
+            raise BadRequestError(f"{where}: {op}'s args must be strings, not {quoted(bad)}")
+        name, other = strings
+        version = (table.rename_column(name, other) if op == "rename_column"
+                   else table.widen_column(name, _type(table, name, other)))
+    return {"version": version, "schema": table.schema_at(version).to_json()}
+
+
+def _type(table: Table, column: str, text: str) -> pa.DataType:
+    """A column's type text (``parse_type``), its error naming the table and the column."""
+    try:
+        return parse_type(text)
+    except SchemaError as e:
+        raise SchemaError(f"table {table.name}: column {column!r}: {e}") from None
+
+
 def _compact(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
     table = _open(server, doc, req, "compact body")
     return _plain(table.compact(full=bool(doc.get("full", False))))
@@ -197,6 +265,8 @@ ACTIONS: dict[str, tuple[str, bool, Handler]] = {
     "restore": ("Restore a version as a new one: {table, version}", True, _restore),
     "delete": ("Delete records by key, range and/or filter: {table, keys, ranges, filter}",
                True, _delete),
+    "alter": ("Change the schema: {table, op, args} (op: add_columns, drop_columns, "
+              "rename_column, widen_column)", True, _alter),
     "compact": ("One compaction pass now: {table, full}", True, _compact),
     "maintain": ("Split, compact and collect garbage until settled: {table}", True,
                  _maintain),

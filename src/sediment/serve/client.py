@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from sediment.errors import BadRequestError, SedimentError
+from sediment.errors import BadRequestError, SchemaError, SedimentError
 from sediment.ingest import IngestResult
 from sediment.schema import Schema
 from sediment.serve.protocol import (
@@ -133,8 +133,9 @@ class RemoteStore:
 class RemoteTable:
     """A table behind ``sediment serve``: ``query``, ``scan``, ``ingest``, ``upsert``,
     ``delete``, ``describe``, ``history``, ``tag`` (and ``restore``, ``compact``,
-    ``maintain``) as on
-    :class:`~sediment.Table`, with the same answers."""
+    ``maintain``, and the schema changes ``add_columns``, ``drop_columns``,
+    ``rename_column``, ``widen_column``) as on :class:`~sediment.Table`, with the same
+    answers."""
 
     def __init__(self, store: RemoteStore, name: str) -> None:
         self.store = store
@@ -260,6 +261,39 @@ class RemoteTable:
         the server, naming ``clear()``."""
         doc = encode_query(self.name, keys, ranges, filter=filter)
         return int(self.store.action("delete", doc)["version"])
+
+    # ---- schema changes (the ``alter`` action; one transaction each on the server) ---------
+    def add_columns(self, columns: Sequence[tuple[str, Any]]) -> int:
+        """As ``Table.add_columns``: nullable value columns ``[(name, type), ...]`` (a
+        pyarrow type or its text); returns the new version."""
+        if isinstance(columns, tuple) and len(columns) == 2 and isinstance(columns[0], str):
+            columns = [columns]
+        cols = []
+        for c in columns:
+            if not isinstance(c, tuple | list) or len(c) != 2:
+                raise SchemaError(f"table {self.name}: column {c!r} must be (name, type)")
+            cols.append([str(c[0]), str(c[1])])  # a pyarrow type as its text
+        return self._alter("add_columns", {"columns": cols})
+
+    def drop_columns(self, names: Sequence[str]) -> int:
+        """As ``Table.drop_columns``; returns the new version."""
+        if isinstance(names, str):
+            raise SchemaError(f"table {self.name}: drop_columns takes a list of names, "
+                              f"not the string {names!r}")
+        return self._alter("drop_columns", {"names": [str(n) for n in names]})
+
+    def rename_column(self, old: str, new: str) -> int:
+        """As ``Table.rename_column``; returns the new version."""
+        return self._alter("rename_column", {"old": str(old), "new": str(new)})
+
+    def widen_column(self, name: str, type: Any) -> int:  # noqa: A002 (the public name)
+        """As ``Table.widen_column`` (``type`` a pyarrow type or its text); returns the new
+        version."""
+        return self._alter("widen_column", {"name": str(name), "type": str(type)})
+
+    def _alter(self, op: str, args: dict[str, Any]) -> int:
+        doc = {"table": self.name, "op": op, "args": args}
+        return int(self.store.action("alter", doc)["version"])
 
     def _put(self, data: Any, progress: Callable[[int], None] | None,
              spill_dir: str | None, write: str) -> IngestResult:
