@@ -263,7 +263,7 @@ def test_alters_and_ingests_from_threads_lose_nothing(tmp_path: Path) -> None:
     import threading
 
     store = sd.Store.open(str(tmp_path / "s"), create=True)
-    t = store.create_table("busy", Schema([("k", pa.string())], [], [("v", pa.int64())]))
+    store.create_table("busy", Schema([("k", pa.string())], [], [("v", pa.int64())]))
     errors: list[BaseException] = []
 
     def write(w: int) -> None:
