@@ -230,6 +230,14 @@ def test_engines_and_file_plans_after_a_rename(tmp_path: Path) -> None:
     got = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     assert got == want
     assert t.prepare().to_polars().to_dicts() == want
+    assert pa.table(t.prepare()).to_pylist() == want  # the PyCapsule stream
+    assert t.prepare().to_pandas().astype(object).where(
+        t.prepare().to_pandas().notna(), None).to_dict("records") == want
+    import datafusion
+
+    ctx = datafusion.SessionContext()
+    t.prepare().register_datafusion(ctx, "ev")
+    assert ctx.sql("SELECT * FROM ev ORDER BY k").to_arrow_table().to_pylist() == want
     plans = t.prepare().plan_files()
     assert plans and all(p.columns is not None and p.columns["w3"] == "w2" for p in plans)
     # an independent reader following PlannedFile's docstring
