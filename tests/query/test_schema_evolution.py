@@ -310,3 +310,25 @@ def test_alters_and_ingests_from_threads_lose_nothing(tmp_path: Path) -> None:
     assert all(r["r1"] is None and r["r3"] is None and r["r5"] is None for r in got)
     head.compact(full=True)
     assert head.query().to_pylist() == got
+
+
+def test_a_filter_on_a_re_added_name_never_prunes_by_the_old_columns_statistics(
+        tmp_path: Path) -> None:
+    """Old files hold the dropped 'w' (never null); the new 'w' is null in them: a filter
+    ``w is null`` keeps every old record, and plan_files keeps their row groups."""
+    import pyarrow.compute as pc
+
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    t = store.create_table("stats", SCHEMA, properties={"parquet.row_group_rows": 128})
+    n = 384  # three row groups
+    t.ingest(batch([f"k{i:03d}" for i in range(n)], v=pa.array(range(n), pa.int32()),
+                   w=[f"x{i}" for i in range(n)]))
+    t.drop_columns(["w"])
+    t.add_columns([("w", pa.string())])
+    t.ingest(batch(["z"], v=[9], w=["new"]))
+    got = t.query(filter=pc.field("w").is_null(), columns=["k"]).column("k").to_pylist()
+    assert got == [f"k{i:03d}" for i in range(n)]
+    assert t.query(filter=pc.field("w") == "x1").num_rows == 0
+    planned = t.prepare(sd.ReadRequest(filter=pc.field("w").is_null())).plan_files()
+    old = [p for p in planned if p.columns is not None]
+    assert old and sum(len(p.row_groups) for p in old) == 3

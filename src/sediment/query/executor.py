@@ -193,9 +193,12 @@ class Executor:
         if hashes is not None and layout is not None:
             groups = [g for g in groups
                       if self.footers.may_contain(ref.filename, layout, g, hashes)]
-        if query_filter is not None and not sub.upserts:
+        if query_filter is not None and not sub.upserts and \
+                self.column_map(ref, footer).identity:
             # (an upserted record hides older ones of its key whatever the filter says of
-            # it: the row group holding it is read even where its statistics rule it out)
+            # it: the row group holding it is read even where its statistics rule it out;
+            # the filter names this version's columns, not those of a file written under
+            # another schema)
             groups = query_filter.row_groups(footer.metadata, groups)
         return pf, footer, groups
 
@@ -236,8 +239,6 @@ class Executor:
         row is yielded twice), then raises CorruptDataError naming the table and the file:
         a damaged file ends the read with that error, never a shorter answer."""
         cmap = self.file_map(ref, sub)
-        if not cmap.identity:  # the filter names this version's columns, not this file's
-            query_filter = None
         pf, footer, groups = self.row_groups(ref, sub, hashes, query_filter)
         if sequence and footer.sequenced and ref.sequenced:
             columns = [*columns, SEQ]
