@@ -22,6 +22,13 @@ def rows(table: sd.Table, **kw: Any) -> list[dict[str, Any]]:
     return table.query(**kw).to_pylist()
 
 
+def compact(table: sd.Table) -> None:
+    """A full compaction that must succeed (a failed job leaves the answer as it was: the
+    reads after it would not show that the compaction could not map its inputs)."""
+    result = table.compact(full=True)
+    assert not result.errors, result.errors
+
+
 def batch(keys: list[str], **cols: list[Any]) -> pa.Table:
     data: dict[str, Any] = {"k": keys}
     for name, values in cols.items():
@@ -43,7 +50,7 @@ def evolved(uri: str, options: dict[str, Any] | None = None) -> tuple[sd.Table, 
     t.rename_column("w", "w2")
     t.widen_column("v", pa.int64())
     seen[t.version] = rows(t)
-    t.compact(full=True)
+    compact(t)
     t.drop_columns(["n"])
     t.add_columns([("n", pa.float64()), ("w", pa.string())])  # old names, new ids
     t.ingest(batch(["e"], v=[5], w2=["r"], n=[9.0], w=["new"]))
@@ -79,7 +86,7 @@ def test_every_kind_of_change_reads_by_id_on_every_store(store_uri: tuple[str, d
     assert t.query(columns=["k", "w2"]).to_pylist() == [
         {"k": r["k"], "w2": r["w2"]} for r in EXPECTED_HEAD]
     before = rows(t)
-    t.compact(full=True)  # the current schema written, every file by id
+    compact(t)  # the current schema written, every file by id
     assert rows(t) == before
     for v, want in seen.items():
         assert rows(t, version=v) == want
@@ -111,7 +118,7 @@ def test_dumps_of_each_version_load_with_that_versions_schema(tmp_path: Path) ->
 
 def test_files_carry_field_ids(tmp_path: Path) -> None:
     t, _ = evolved(str(tmp_path / "s"))
-    t.compact(full=True)
+    compact(t)
     refs = list(t.state().all_references())
     assert refs
     for ref in refs:
@@ -144,7 +151,7 @@ def test_files_without_ids_are_mapped_by_name_as_of_their_schema(
     want = [{"k": "a", "v": 1, "w2": "x", "w": None}, {"k": "b", "v": 2, "w2": "y", "w": None},
             {"k": "c", "v": 3, "w2": "z", "w": "new"}]
     assert rows(t) == want
-    t.compact(full=True)
+    compact(t)
     assert rows(t) == want
 
 
@@ -219,7 +226,7 @@ def test_a_write_prepared_before_a_rename_commits_its_values_under_the_new_name(
 
 def test_engines_and_file_plans_after_a_rename(tmp_path: Path) -> None:
     t, _ = evolved(str(tmp_path / "s"))
-    t.compact(full=True)
+    compact(t)
     t.rename_column("w2", "w3")  # every file now written under the previous schema
     want = [{**{k: v for k, v in r.items() if k != "w2"}, "w3": r["w2"]} for r in EXPECTED_HEAD]
     want = [{"k": r["k"], "v": r["v"], "w3": r["w3"], "n": r["n"], "w": r["w"]} for r in want]
@@ -260,7 +267,7 @@ def test_a_column_a_pending_delete_filters_on_is_kept_until_it_settles(tmp_path:
                                               "delete of version 4, not yet settled"):
             change()
     t.rename_column("v", "v2")  # a column the delete does not read
-    t.compact(full=True)  # settles the delete
+    compact(t)  # settles the delete
     t.rename_column("w", "w2")
     assert rows(t) == [{"k": "a", "v2": 1, "w2": "x"}, {"k": "c", "v2": 3, "w2": "z"}]
 
@@ -308,7 +315,7 @@ def test_alters_and_ingests_from_threads_lose_nothing(tmp_path: Path) -> None:
     assert [(r["k"], r["v"]) for r in got] == sorted(
         (f"w{w}-{i:02d}", w * 100 + i) for w in range(3) for i in range(12))
     assert all(r["r1"] is None and r["r3"] is None and r["r5"] is None for r in got)
-    head.compact(full=True)
+    compact(head)
     assert head.query().to_pylist() == got
 
 
@@ -332,3 +339,22 @@ def test_a_filter_on_a_re_added_name_never_prunes_by_the_old_columns_statistics(
     planned = t.prepare(sd.ReadRequest(filter=pc.field("w").is_null())).plan_files()
     old = [p for p in planned if p.columns is not None]
     assert old and sum(len(p.row_groups) for p in old) == 3
+
+
+def test_compaction_maps_inputs_under_an_awkward_local_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Merge rounds' outputs (in the temporary directory) are read back by their file URLs,
+    percent-encoded: footers found under a path with a space, '%' and '#'."""
+    import tempfile
+
+    odd = tmp_path / "odd dir %20 #x"
+    odd.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(odd))
+    t, _ = evolved(str(tmp_path / "s"))
+    t.ingest(batch(["f"], v=[6], w2=["s"]))
+    t.ingest(batch(["g"], v=[7], w2=["t"]))  # four files: two merge rounds of two
+    t.set_properties({"compaction.max_merge_inputs": 2})
+    t.rename_column("w2", "w3")
+    result = t.compact(full=True)
+    assert result.jobs_committed and not result.errors, result.errors
+    assert [r["w3"] for r in rows(t)] == [*(r["w2"] for r in EXPECTED_HEAD), "s", "t"]

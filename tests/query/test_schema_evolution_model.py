@@ -265,14 +265,16 @@ class SchemaEvolutionModel(RuleBasedStateMachine):
     def compact(self, how: str) -> None:
         """Compaction writes the current schema; maintain splits leaves past 4 records."""
         if how == "maintain":
-            self.table.maintain()
+            result: Any = self.table.maintain()
         else:
-            self.table.compact(full=how == "compact_full")
+            result = self.table.compact(full=how == "compact_full")
+        assert not result.errors, result.errors  # a failed job would hide behind old files
         self._committed(self.table.version)
 
     @rule()
     def maintain(self) -> None:
-        self.table.maintain()
+        result = self.table.maintain()
+        assert not result.errors, result.errors
         self._committed(self.table.version)
 
     @precondition(lambda self: len(self.versions) > 1)

@@ -25,6 +25,8 @@ import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -197,7 +199,7 @@ def input_columns(inp: InputFile, schema: Schema, schemas: Sequence[tuple[int, S
     if len(schemas) <= 1:
         return IDENTITY
     md = inp.metadata if inp.metadata is not None else \
-        pq.read_metadata(inp.url.removeprefix("file://"))
+        pq.read_metadata(url2pathname(urlparse(inp.url).path))  # local_url's inverse
     return column_map(md.schema.to_arrow_schema(), schema,
                       schema_in_force(schemas, inp.sequence >> RANK_BITS))
 
