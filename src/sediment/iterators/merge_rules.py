@@ -61,8 +61,10 @@ MERGE_RULES = ("none", "last", "first", "partial", "aggregate")
 """The values of the ``merge`` table property."""
 
 
-_TRUE = pa.array([True])
-_FALSE = pa.array([False])
+# built from buffers: pa.array([True]) would import pandas (pyarrow looks for a Series on
+# its first call), some 0.2 s of every command's start-up
+_TRUE = pa.Array.from_buffers(pa.bool_(), 1, [None, pa.py_buffer(b"\x01")])
+_FALSE = pa.Array.from_buffers(pa.bool_(), 1, [None, pa.py_buffer(b"\x00")])
 
 
 def _keep(batch: pa.RecordBatch, keep: pa.BooleanArray) -> pa.RecordBatch | None:
