@@ -142,6 +142,13 @@ def parse_type(text: str) -> pa.DataType:
     m = re.fullmatch(r"timestamp\[(s|ms|us|ns),\s*tz=([^\]]+)\]", t)
     if m:
         return pa.timestamp(m.group(1), tz=m.group(2).strip())
+    m = re.fullmatch(r"decimal(128|256)\(\s*(\d+)\s*,\s*(-?\d+)\s*\)", t)
+    if m:  # Arrow's own text of a decimal type (what a schema change stores)
+        make = pa.decimal128 if m.group(1) == "128" else pa.decimal256
+        try:
+            return make(int(m.group(2)), int(m.group(3)))
+        except (ValueError, pa.ArrowInvalid) as e:
+            raise SchemaError(f"invalid decimal type {text!r}: {e}") from None
     m = re.fullmatch(r"(large_)?list<(?:item: )?(.+)>", t)
     if m:
         item = parse_type(m.group(2))
@@ -162,7 +169,8 @@ def parse_type(text: str) -> pa.DataType:
             fields.append(pa.field(name.strip(), parse_type(typ)))
         return pa.struct(fields)
     raise SchemaError(f"unknown type {text!r}; known: {', '.join(sorted(_SIMPLE_TYPES))}, "
-                      "list<T>, map<K, V>, struct<name: T, ...>")
+                      "decimal128(P, S), decimal256(P, S), list<T>, map<K, V>, "
+                      "struct<name: T, ...>")
 
 
 def _split_top_level(text: str) -> list[str]:

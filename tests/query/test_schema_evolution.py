@@ -358,3 +358,18 @@ def test_compaction_maps_inputs_under_an_awkward_local_path(
     result = t.compact(full=True)
     assert result.jobs_committed and not result.errors, result.errors
     assert [r["w3"] for r in rows(t)] == [*(r["w2"] for r in EXPECTED_HEAD), "s", "t"]
+
+
+def test_decimal_columns_are_added_and_widened(tmp_path: Path) -> None:
+    """A schema change stores types as text: a decimal's text parses back exactly."""
+    from decimal import Decimal
+
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    t = store.create_table("dec", Schema([("k", pa.string())], [], [("p", pa.decimal128(10, 2))]))
+    t.ingest(pa.table({"k": ["a"], "p": pa.array([Decimal("12.34")], pa.decimal128(10, 2))}))
+    t.widen_column("p", pa.decimal128(14, 2))
+    t.add_columns([("q", pa.decimal256(40, 5))])
+    compact(t)
+    assert rows(t) == [{"k": "a", "p": Decimal("12.34"), "q": None}]
+    assert t.schema.field("p").type == pa.decimal128(14, 2)
+    assert t.schema.field("q").type == pa.decimal256(40, 5)
