@@ -111,6 +111,28 @@ def is_widening(old: pa.DataType, new: pa.DataType) -> bool:
     return False
 
 
+def add_args(columns: Any) -> dict[str, Any]:
+    """``add_columns``' stored arguments from ``[(name, type), ...]`` (or one pair), each type
+    a pyarrow type or its text, kept as text (parsed when the change applies): what a table
+    and a remote table send alike."""
+    if isinstance(columns, tuple) and len(columns) == 2 and isinstance(columns[0], str):
+        columns = [columns]
+    out = []
+    for c in columns:
+        if not isinstance(c, tuple | list) or len(c) != 2:
+            raise SchemaError(f"column {c!r} must be (name, type)")
+        out.append([str(c[0]), str(c[1])])
+    return {"columns": out}
+
+
+def drop_args(names: Any) -> dict[str, Any]:
+    """``drop_columns``' stored arguments from a list of names (a lone string is refused: it
+    would be dropped letter by letter)."""
+    if isinstance(names, str):
+        raise SchemaError(f"drop_columns takes a list of names, not the string {names!r}")
+    return {"names": [str(n) for n in names]}
+
+
 def apply_change(schema: Schema, op: str, args: Mapping[str, Any]) -> Schema:
     """The schema after the change ``op`` with ``args`` (as the transaction stores them)."""
     if op == "add_columns":
@@ -122,6 +144,19 @@ def apply_change(schema: Schema, op: str, args: Mapping[str, Any]) -> Schema:
     if op == "widen_column":
         return widen_column(schema, str(args["name"]), parse_type(str(args["type"])))
     raise SchemaError(f"unknown schema change {op!r} (known: {', '.join(OPS)})")
+
+
+def judged_change(schema: Schema, properties: Mapping[str, Any],
+                  filtered: Mapping[int, Collection[str]], op: str,
+                  args: Mapping[str, Any]) -> Schema:
+    """The schema after the change, judged against a table's properties and the fields its
+    pending deletes filter on (``filtered``): what the table checks before it commits and
+    the transaction again at the head it commits on (SchemaError)."""
+    new = apply_change(schema, op, args)
+    if op in ("drop_columns", "rename_column"):
+        check_properties(new, properties, describe_change(op, args))
+        check_deletions(op, args, filtered)
+    return new
 
 
 def describe_change(op: str, args: Mapping[str, Any]) -> str:

@@ -21,17 +21,13 @@ from sediment.core.transactions import (
     SetOnline,
     SetProperties,
 )
+from sediment.core.transactions.schema import filtered_fields
 from sediment.errors import PropertyError, SchemaError, did_you_mean
 from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
 from sediment.runners import load_runner
 from sediment.schema import Schema, parse_type
-from sediment.schema_changes import (
-    apply_change,
-    check_deletions,
-    check_properties,
-    describe_change,
-)
+from sediment.schema_changes import add_args, drop_args, judged_change
 from sediment.settings import settings_of
 from sediment.state.log import HistoryEntry
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold, with_scheme_threshold
@@ -312,20 +308,20 @@ class Table:
         Raises SchemaError naming the table and the column; TransactionError: the commit was
         refused or its outcome is unknown."""
         try:
-            cols = [(str(n), str(parse_type(t) if isinstance(t, str) else t))
-                    for n, t in self._columns_arg(columns)]
+            args = add_args(columns)
         except SchemaError as e:
             raise SchemaError(f"table {self.name}: {e}") from None
-        return self._alter("add_columns", {"columns": cols})
+        return self._alter("add_columns", args)
 
     def drop_columns(self, names: Sequence[str]) -> int:
         """Drop value columns; returns the new version. Their values stay in old files (time
         travel and tags still read them) but a column added later under the same name never
         shows them."""
-        if isinstance(names, str):
-            raise SchemaError(f"table {self.name}: drop_columns takes a list of names, "
-                              f"not the string {names!r}")
-        return self._alter("drop_columns", {"names": [str(n) for n in names]})
+        try:
+            args = drop_args(names)
+        except SchemaError as e:
+            raise SchemaError(f"table {self.name}: {e}") from None
+        return self._alter("drop_columns", args)
 
     def rename_column(self, old: str, new: str) -> int:
         """Rename a value column; returns the new version. Its values stay with it."""
@@ -347,24 +343,11 @@ class Table:
         assert state.schema is not None
         return state.schema
 
-    def _columns_arg(self, columns: Any) -> list[tuple[Any, Any]]:
-        if isinstance(columns, tuple) and len(columns) == 2 and isinstance(columns[0], str):
-            columns = [columns]
-        out = []
-        for c in columns:
-            if not isinstance(c, tuple | list) or len(c) != 2:
-                raise SchemaError(f"column {c!r} must be (name, type)")
-            out.append((c[0], c[1]))
-        return out
-
     def _alter(self, op: str, args: dict[str, Any]) -> int:
         head = self._handle.states.head()
         assert head.schema is not None
         try:
-            new = apply_change(head.schema, op, args)
-            if op in ("drop_columns", "rename_column"):
-                check_properties(new, head.properties, describe_change(op, args))
-                check_deletions(op, args, {d.version: d.filter_fields() for d in head.deletions})
+            judged_change(head.schema, head.properties, filtered_fields(head), op, args)
         except SchemaError as e:
             raise SchemaError(f"table {self.name}: {e}") from None
         return self._handle.states.commit(AlterSchema(op, args)).version

@@ -75,12 +75,6 @@ class TableState:
         self.last_update = 0.0
 
     # ---- schemas -----------------------------------------------------------------------
-    def schema_at(self, version: int) -> Schema:
-        """The schema in force at ``version`` (of those this state knows: its own and the
-        earlier ones)."""
-        assert self.schema is not None
-        return schema_in_force(self.schemas, version) or self.schema
-
     def set_schema(self, schema: Schema) -> None:
         """Make ``schema`` the table's, from the version being applied on."""
         self.schema = schema

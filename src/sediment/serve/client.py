@@ -26,6 +26,7 @@ import pyarrow.flight as fl
 from sediment.errors import BadRequestError, SchemaError, SedimentError
 from sediment.ingest import IngestResult
 from sediment.schema import Schema
+from sediment.schema_changes import add_args, drop_args
 from sediment.serve.protocol import (
     END_OF_STREAM,
     dumps,
@@ -266,21 +267,19 @@ class RemoteTable:
     def add_columns(self, columns: Sequence[tuple[str, Any]]) -> int:
         """As ``Table.add_columns``: nullable value columns ``[(name, type), ...]`` (a
         pyarrow type or its text); returns the new version."""
-        if isinstance(columns, tuple) and len(columns) == 2 and isinstance(columns[0], str):
-            columns = [columns]
-        cols = []
-        for c in columns:
-            if not isinstance(c, tuple | list) or len(c) != 2:
-                raise SchemaError(f"table {self.name}: column {c!r} must be (name, type)")
-            cols.append([str(c[0]), str(c[1])])  # a pyarrow type as its text
-        return self._alter("add_columns", {"columns": cols})
+        try:
+            args = add_args(columns)  # types as text: the server parses them
+        except SchemaError as e:
+            raise SchemaError(f"table {self.name}: {e}") from None
+        return self._alter("add_columns", args)
 
     def drop_columns(self, names: Sequence[str]) -> int:
         """As ``Table.drop_columns``; returns the new version."""
-        if isinstance(names, str):
-            raise SchemaError(f"table {self.name}: drop_columns takes a list of names, "
-                              f"not the string {names!r}")
-        return self._alter("drop_columns", {"names": [str(n) for n in names]})
+        try:
+            args = drop_args(names)
+        except SchemaError as e:
+            raise SchemaError(f"table {self.name}: {e}") from None
+        return self._alter("drop_columns", args)
 
     def rename_column(self, old: str, new: str) -> int:
         """As ``Table.rename_column``; returns the new version."""

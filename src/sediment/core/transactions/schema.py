@@ -17,13 +17,12 @@ from sediment.core.state import TableState
 from sediment.core.transactions.base import Transaction, fail, require_initialised
 from sediment.errors import SchemaError
 from sediment.schema import Schema
-from sediment.schema_changes import (
-    OPS,
-    apply_change,
-    check_deletions,
-    check_properties,
-    describe_change,
-)
+from sediment.schema_changes import OPS, describe_change, judged_change
+
+
+def filtered_fields(state: TableState) -> dict[int, set[str]]:
+    """Each pending delete's version -> the fields its filter reads."""
+    return {d.version: d.filter_fields() for d in state.deletions}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +41,10 @@ class AlterSchema(Transaction):
         if self.op not in OPS:
             raise fail(state, f"unknown schema change {self.op!r}")
         try:
-            new = apply_change(state.schema, self.op, self.args)
-            if self.op in ("drop_columns", "rename_column"):
-                check_properties(new, state.properties, describe_change(self.op, self.args))
-                check_deletions(self.op, self.args,
-                                {d.version: d.filter_fields() for d in state.deletions})
+            return judged_change(state.schema, state.properties, filtered_fields(state),
+                                 self.op, self.args)
         except SchemaError as e:
             raise fail(state, str(e)) from None
-        return new
 
     def validate(self, state: TableState) -> None:
         self.changed(state)
