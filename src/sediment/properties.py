@@ -273,6 +273,13 @@ _SPECS = [
     PropertySpec("query.key_filter_cache_bytes", int, 64 * 1024 * 1024,
                  "Key-filter blocks kept in memory per table for exact-key lookups (0: read "
                  "them from storage on every lookup).", minimum=0),
+    PropertySpec("query.block_cache_bytes", int, 256 * 1024 * 1024,
+                 "Bytes of decoded column data (per file, row group, page and column) kept in "
+                 "the process's block cache for lookups and ranges (sediment.query.blocks): "
+                 "the cache of a process reading this table is sized by it unless "
+                 "SEDIMENT_BLOCK_CACHE_BYTES bounds the process; 0: this table's reads "
+                 "bypass the cache. Files never change, so an entry is never stale.",
+                 minimum=0),
     PropertySpec("query.threads", int, 0,
                  "Threads for parallel sub-queries (0: number of CPUs).", minimum=0),
     PropertySpec("spark.read.target_partition_rows", int, 1_000_000,
