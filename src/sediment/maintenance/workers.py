@@ -89,6 +89,9 @@ def _ignore_stop_signals() -> None:
     be run again)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # several run side by side: each keeps a small block cache, not a server's
+    from sediment.query.blocks import use_worker_bound
+    use_worker_bound()
 
 
 def _ready() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,13 +26,14 @@ from sediment.core.regions import Range, Region
 from sediment.core.state import schema_in_force
 from sediment.files.columns import IDENTITY, ColumnMap, column_map, conform
 from sediment.files.keyfilter import hash_keys
-from sediment.files.keys import bounds_inside, rows_in, sort_indices
+from sediment.files.keys import bounds_inside, rows_in, sort_indices, sorted_span
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
 from sediment.files.upserts import settle_batches, settle_table
 from sediment.files.verified import reading
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.iterators.merge_rules import KeepLast
+from sediment.query.blocks import BlockCache
 from sediment.query.deletes import Deletes, merge_of
 from sediment.query.filters import QueryFilter
 from sediment.query.footers import FileFooter, FooterCache
@@ -63,7 +64,7 @@ def _bounds_on_first(region: Region, ranges: tuple[Range, ...] | None) -> list[t
 def _row_groups(footer: FileFooter, intervals: list[tuple[Any, Any]]) -> list[int]:
     """Row groups whose [min, max] on the first key field meets any interval."""
     n = len(footer.mins)
-    if any(m is None for m in footer.mins):
+    if not footer.bounded:
         return list(range(n))
     keep: set[int] = set()
     for lo, hi in intervals:
@@ -143,8 +144,13 @@ class Executor:
     """Runs query plans for one table."""
 
     def __init__(self, objects: ObjectStore, schema: Schema, footers: FooterCache,
-                 threads: int, schemas: Sequence[tuple[int, Schema]] = ()) -> None:
+                 threads: int, schemas: Sequence[tuple[int, Schema]] = (),
+                 blocks: BlockCache | None = None) -> None:
         self.objects = objects
+        self.blocks = blocks
+        """The process's block cache (sediment.query.blocks), or None: the table's
+        ``query.block_cache_bytes`` is 0 or the process's bound is."""
+        self._file_schemas: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
         self.schema = schema
         self.schemas = tuple(schemas)
         """(version, schema) history of the version read (TableState.schemas): with more
@@ -170,6 +176,20 @@ class Executor:
     def _filter(self, data: pa.Table, sub: SubQuery) -> pa.Table:
         names = self.schema.row_key_names
         keys = _exact_single_keys(sub.ranges) if self.single_field_key else None
+        if keys is not None and data.column(names[0]).num_chunks == 1:
+            # (a decoded row group is sorted by key: the keys' rows are found by binary
+            # search, those outside the leaf dropped first)
+            col = data.column(names[0]).chunk(0)
+            slices = []
+            for key in sorted(set(keys)):
+                span = sorted_span(col, key) if sub.region.contains((key,)) else (0, 0)
+                if span is None:
+                    break
+                if span[1] > span[0]:
+                    slices.append(data.slice(span[0], span[1] - span[0]))
+            else:
+                return slices[0] if len(slices) == 1 else \
+                    pa.concat_tables(slices) if slices else data.slice(0, 0)
         if keys is not None:
             col = data.column(names[0])
             data = data.filter(pc.is_in(col, value_set=pa.array(keys, type=col.type)))
@@ -228,7 +248,8 @@ class Executor:
 
     def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
                          hashes: np.ndarray | None, *, sequence: bool = False,
-                         query_filter: QueryFilter | None = None) -> Iterator[pa.Table]:
+                         query_filter: QueryFilter | None = None,
+                         blocks: BlockCache | None = None) -> Iterator[pa.Table]:
         """The file's wanted rows, one (filtered) run of row groups at a time; with
         ``sequence``, each row's resolved sequence in a last column (files/sequence.py).
         ``query_filter`` prunes row groups by their statistics (when it may: see
@@ -237,7 +258,11 @@ class Executor:
         Pages are verified (their CRCs) as they are read; a run that fails is read again
         from a freshly opened file before it is yielded (a run is read whole first, so no
         row is yielded twice), then raises CorruptDataError naming the table and the file:
-        a damaged file ends the read with that error, never a shorter answer."""
+        a damaged file ends the read with that error, never a shorter answer.
+
+        With ``blocks`` (the block cache), each row group is read on its own and its
+        columns are taken from the cache where they are there: a file whose wanted columns
+        are all cached is not even opened."""
         cmap = self.file_map(ref, sub)
         pf, footer, groups = self.row_groups(ref, sub, hashes, query_filter)
         if sequence and footer.sequenced and ref.sequenced:
@@ -246,32 +271,73 @@ class Executor:
             return  # a file the key filters rule out is not even opened
         wanted, columns = columns, cmap.file_columns(columns)
         sums = sub.sums.get(ref.filename)
-        if pf is None:
-            pf, _ = self.footers.open(ref.filename, sums)
         opened = [pf]
 
-        def read(run: list[int], attempt: int) -> pa.Table:
-            if attempt:  # a fresh file: nothing of the first read is reused
+        def read(run: list[int], names: list[str], attempt: int) -> pa.Table:
+            if attempt or opened[0] is None:  # a fresh file: nothing of a first read reused
                 opened[0], _ = self.footers.open(ref.filename, sums)
+            pfile = opened[0]
+            assert pfile is not None
             if len(run) == 1:
                 # use_threads=False: a small row group decodes faster on this thread than
                 # it is dispatched to Arrow's pool (sub-queries already run in parallel)
-                return opened[0].read_row_group(run[0], columns=columns, use_threads=False)
-            return opened[0].read_row_groups(run, columns=columns, use_threads=True)
+                return pfile.read_row_group(run[0], columns=names, use_threads=False)
+            return pfile.read_row_groups(run, columns=names, use_threads=True)
 
-        for run in _runs(groups, RUN_GROUPS):
-            t = reading(self.footers.table, ref.filename, self.objects.uri,
-                        functools.partial(read, run))
+        def load(run: list[int], names: list[str]) -> pa.Table:
+            return reading(self.footers.table, ref.filename, self.objects.uri,
+                           functools.partial(read, run, names))
+
+        for run in ([[g] for g in groups] if blocks is not None
+                    else _runs(groups, RUN_GROUPS)):
+            t = load(run, columns) if blocks is None else \
+                self._cached_group(blocks, ref.filename, footer, run[0], columns, load)
             t = conform(t, cmap, wanted, self._arrow)
             if sub.ranges is not None or not _inside(footer, run[0], run[-1], sub.region):
                 t = self._filter(t, sub)
             if t.num_rows:
                 yield with_sequence(t, ref.sequence) if sequence else t
 
+    def _cached_group(self, blocks: BlockCache, filename: str, footer: FileFooter,
+                      group: int, columns: list[str],
+                      load: Callable[[list[int], list[str]], pa.Table]) -> pa.Table:
+        """Row group ``group`` of the file's ``columns`` (the file's names): the cached
+        ones from the block cache, the others read (verified) and cached."""
+        base = (self.objects.uri, filename, group, -1)
+        arrays = blocks.get_many([(*base, c) for c in columns])
+        missing = [c for c, a in zip(columns, arrays, strict=True) if a is None]
+        if missing:
+            read = load([group], missing)
+            for c in missing:
+                chunks = read.column(c).chunks
+                array = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+                blocks.put((*base, c), array)
+                arrays[columns.index(c)] = array
+            if len(missing) == len(columns):
+                return read.select(columns)
+        key = (filename, tuple(columns))
+        schema = self._file_schemas.get(key)
+        if schema is None:
+            whole = footer.metadata.schema.to_arrow_schema()
+            schema = pa.schema([whole.field(c) for c in columns])
+            if len(self._file_schemas) > 100_000:  # a bound, not a policy: schemas are cheap
+                self._file_schemas.clear()
+            self._file_schemas[key] = schema
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    def block_cache(self, sub: SubQuery, asked: bool | None) -> BlockCache | None:
+        """The block cache a read of ``sub`` uses: ``asked`` is the read request's switch
+        (None: reads of keys or ranges use it, whole-leaf scans do not)."""
+        if self.blocks is None or asked is False or (asked is None and sub.ranges is None):
+            return None
+        return self.blocks
+
     def read_subquery(self, sub: SubQuery, columns: list[str],
                       iterators: Sequence[RecordIterator],
-                      query_filter: QueryFilter | None = None) -> pa.Table:
-        """All wanted rows of one leaf, sorted, iterators then ``query_filter`` applied."""
+                      query_filter: QueryFilter | None = None,
+                      block_cache: bool | None = None) -> pa.Table:
+        """All wanted rows of one leaf, sorted, iterators then ``query_filter`` applied;
+        ``block_cache``: the read request's switch (:meth:`block_cache`)."""
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self.point_hashes(sub)
@@ -280,10 +346,12 @@ class Executor:
         # by sequence
         settle = _settles(sub, iterators)
         sequence = len(sub.references) > 1 or bool(sub.deletions) or settle
+        blocks = self.block_cache(sub, block_cache)
         per_file = [p for ref in sub.references
                     if (p := list(self._file_row_groups(ref, sub, columns, hashes,
                                                         sequence=sequence,
-                                                        query_filter=query_filter)))]
+                                                        query_filter=query_filter,
+                                                        blocks=blocks)))]
         if not per_file:
             return schema.empty_table()
         if len(per_file) == 1:
@@ -307,16 +375,19 @@ class Executor:
 
     def run(self, plan: QueryPlan, columns: list[str],
             iterators: Sequence[RecordIterator],
-            query_filter: QueryFilter | None = None) -> pa.Table:
+            query_filter: QueryFilter | None = None,
+            block_cache: bool | None = None) -> pa.Table:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         subs = plan.subqueries
         if len(subs) <= 1 or self.threads == 1:
-            tables = [self.read_subquery(s, columns, iterators, query_filter) for s in subs]
+            tables = [self.read_subquery(s, columns, iterators, query_filter, block_cache)
+                      for s in subs]
         else:
             with ThreadPoolExecutor(min(self.threads, len(subs))) as pool:
                 tables = list(pool.map(
-                    lambda s: self.read_subquery(s, columns, iterators, query_filter), subs))
+                    lambda s: self.read_subquery(s, columns, iterators, query_filter,
+                                                 block_cache), subs))
         if not tables:
             return schema.empty_table()
         out = pa.concat_tables(tables)
@@ -327,7 +398,8 @@ class Executor:
 
     def stream(self, plan: QueryPlan, columns: list[str],
                iterators: Sequence[RecordIterator],
-               query_filter: QueryFilter | None = None) -> Iterator[pa.RecordBatch]:
+               query_filter: QueryFilter | None = None,
+               block_cache: bool | None = None) -> Iterator[pa.RecordBatch]:
         """Leaf by leaf in key order, a k-way merge of each file's row-group stream; with
         several leaves, up to ``threads`` leaves are read at once, each on its own thread and
         a few batches ahead (Arrow decodes without the GIL), so memory stays bounded."""
@@ -335,28 +407,33 @@ class Executor:
         if _boxes(subs):  # box leaves interleave in key order: merged, one batch at a time
             arrow = self.schema.to_arrow()
             yield from merge_sorted(
-                [self._stream_leaf(s, columns, iterators, query_filter) for s in subs],
+                [self._stream_leaf(s, columns, iterators, query_filter, block_cache)
+                 for s in subs],
                 self.schema.key_names, pa.schema([arrow.field(c) for c in columns]))
             return
         if len(subs) <= 1 or self.threads == 1:
             for sub in subs:
-                yield from self._stream_leaf(sub, columns, iterators, query_filter)
+                yield from self._stream_leaf(sub, columns, iterators, query_filter,
+                                             block_cache)
             return
         yield from read_ahead(
-            (functools.partial(self._stream_leaf, s, columns, iterators, query_filter)
-             for s in subs), width=self.threads, name="sediment-scan")
+            (functools.partial(self._stream_leaf, s, columns, iterators, query_filter,
+                               block_cache) for s in subs),
+            width=self.threads, name="sediment-scan")
 
     def _stream_leaf(self, sub: SubQuery, columns: list[str],
                      iterators: Sequence[RecordIterator],
-                     query_filter: QueryFilter | None) -> Iterator[pa.RecordBatch]:
+                     query_filter: QueryFilter | None,
+                     block_cache: bool | None = None) -> Iterator[pa.RecordBatch]:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self.point_hashes(sub)
         settle = _settles(sub, iterators)
         sequence = len(sub.references) > 1 or bool(sub.deletions) or settle
+        blocks = self.block_cache(sub, block_cache)
         streams = [
             (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence,
-                                              query_filter=query_filter)
+                                              query_filter=query_filter, blocks=blocks)
              for b in t.to_batches())
             for ref in sub.references
         ]

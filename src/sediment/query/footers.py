@@ -49,6 +49,8 @@ class FileFooter:
     maxs: list[Any]
     sequenced: bool = False
     """Whether the file has the hidden sequence column (compaction output)."""
+    bounded: bool = True
+    """Whether every row group has bounds (statistics) on the first key field."""
 
 
 class FooterCache:
@@ -228,4 +230,4 @@ class FooterCache:
     def _bounds(self, md: pq.FileMetaData) -> FileFooter:
         mins, maxs = first_field_bounds(md, self.first_key)
         sequenced = any(md.schema.column(i).path == SEQ for i in range(md.num_columns))
-        return FileFooter(md, mins, maxs, sequenced)
+        return FileFooter(md, mins, maxs, sequenced, all(m is not None for m in mins))

@@ -16,6 +16,7 @@ from sediment.core.state import TableState
 from sediment.errors import QueryError
 from sediment.iterators.base import RecordIterator
 from sediment.properties import defaults
+from sediment.query.blocks import configure
 from sediment.query.executor import Executor
 from sediment.query.filters import compile_filter, region_meets
 from sediment.query.footers import FooterCache
@@ -118,14 +119,17 @@ class ExecutorCache:
         # the schema and its history decide how files are read (a version before a schema
         # change reads with its own): an executor per schema, one footer cache for them all
         key = (fkey, state.schema, state.schemas, int(props["query.threads"]))
+        blocks = configure(int(props["query.block_cache_bytes"]))
         with self._lock:
-            if self._current is not None and self._current[0] == key:
+            if self._current is not None and self._current[0] == key and \
+                    self._current[1].blocks is blocks:
                 return self._current[1]
             if self._footers is None or self._footers[0] != fkey:
                 self._footers = (fkey, FooterCache(self.objects, *fkey))
             footers = self._footers[1]
-        executor = Executor(self.objects, state.schema, footers, key[3], state.schemas)
+        executor = Executor(self.objects, state.schema, footers, key[3], state.schemas, blocks)
         with self._lock:
-            if self._current is None or self._current[0] != key:
+            if self._current is None or self._current[0] != key or \
+                    self._current[1].blocks is not blocks:
                 self._current = (key, executor)
             return self._current[1]

@@ -57,7 +57,7 @@ REQUEST_FORMAT = 1
 """The format a request's JSON is written in, and the newest one read."""
 
 REQUEST_FIELDS = ("format", "keys", "ranges", "columns", "version", "filter", "iterators",
-                  "raw")
+                  "raw", "block_cache")
 """The fields of a request's JSON (format 1)."""
 
 
@@ -172,6 +172,10 @@ class ReadRequest:
       for a local read: those have no JSON form).
     * ``raw``: internal (change feeds): the records as stored, without the table's
       iterators. A server does not serve raw reads.
+    * ``block_cache``: whether the read keeps the data it decodes in the process's block
+      cache (sediment.query.blocks) and reads from it: None (the default) for reads of keys
+      or ranges and not for whole-leaf scans, so a full scan never churns the cache; True
+      for every read (a scan of a hot table); False for none.
 
     Sequences are kept as tuples. Nothing is checked against a table here: ``Table.prepare``
     does that, with the same messages for a request as for arguments. Requests compare equal
@@ -185,6 +189,7 @@ class ReadRequest:
     filter: pc.Expression | str | Mapping[str, Any] | None = None
     iterators: Sequence[Any] | None = None
     raw: bool = False
+    block_cache: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("keys", "ranges", "columns", "iterators"):
@@ -201,7 +206,7 @@ class ReadRequest:
     def __hash__(self) -> int:
         # equal requests have equal versions and switches (the rest may be unhashable)
         version = self.version if isinstance(self.version, int | str) else None
-        return hash((version, self.raw))
+        return hash((version, self.raw, self.block_cache))
 
     def replace(self, **changes: Any) -> ReadRequest:
         """A copy with ``changes`` (``dataclasses.replace``)."""
@@ -255,6 +260,8 @@ class ReadRequest:
             out["iterators"] = [_iterator_to_json(it) for it in self.iterators]
         if self.raw:
             out["raw"] = True
+        if self.block_cache is not None:
+            out["block_cache"] = bool(self.block_cache)
         return out
 
     def to_json_text(self) -> str:
@@ -287,7 +294,9 @@ class ReadRequest:
         return cls(keys=_keys(doc.get("keys")), ranges=_ranges(doc.get("ranges")),
                    columns=_columns(doc.get("columns")), version=_version(doc.get("version")),
                    filter=_filter_from_json(doc.get("filter")),
-                   iterators=_iterators(doc.get("iterators")), raw=_flag(doc, "raw"))
+                   iterators=_iterators(doc.get("iterators")), raw=_flag(doc, "raw"),
+                   block_cache=None if doc.get("block_cache") is None
+                   else _flag(doc, "block_cache"))
 
 
 # ---- JSON fields ----------------------------------------------------------------------------

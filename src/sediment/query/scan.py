@@ -106,7 +106,8 @@ class Scan:
         Holds the whole answer in memory: :meth:`to_batches` streams it."""
         try:
             return self.executor.run(self.plan, self.read, self.iterators,
-                                     self.query_filter).select(self.wanted)
+                                     self.query_filter,
+                                     self.request.block_cache).select(self.wanted)
         except ObjectNotFoundError:
             self.explain_missing()
             raise
@@ -118,7 +119,7 @@ class Scan:
         def batches() -> Iterator[pa.RecordBatch]:
             try:
                 for b in self.executor.stream(self.plan, self.read, self.iterators,
-                                              self.query_filter):
+                                              self.query_filter, self.request.block_cache):
                     yield b.select(self.wanted)
             except ObjectNotFoundError:
                 self.explain_missing()
@@ -137,7 +138,8 @@ class Scan:
         """The records of one leaf's sub-query (the Spark reader reads one per task)."""
         try:
             return self.executor.read_subquery(sub, self.read, self.iterators,
-                                               self.query_filter).select(self.wanted)
+                                               self.query_filter,
+                                               self.request.block_cache).select(self.wanted)
         except ObjectNotFoundError:
             self.explain_missing()
             raise

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from sediment.query.blocks import use_worker_bound
 from sediment.schemes.join import JoinPiece, PreparedJoin, prepare_join
 from sediment.spark import tasks
 from sediment.spark.sparktypes import batch_schema, cast_for_spark, spark_struct
@@ -83,6 +84,7 @@ class CoJoinReader(DataSourceReader):
         assert isinstance(partition, PiecePartition)
         if partition.piece is None:
             return
+        use_worker_bound()  # a Python worker among many: a small block cache
         data = _plan(self.options).read_piece(partition.piece)
         yield from cast_for_spark(data, self.arrow_schema).to_batches(max_chunksize=100_000)
 

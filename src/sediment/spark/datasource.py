@@ -64,6 +64,7 @@ from pyspark.sql.types import StructType
 from sediment.core.regions import Range
 from sediment.files.sample import cut_keys
 from sediment.properties import defaults
+from sediment.query.blocks import use_worker_bound
 from sediment.query.request import ReadRequest
 from sediment.spark import tasks
 from sediment.spark.pushdown import other_field, with_other_fields
@@ -353,6 +354,7 @@ class SedimentReader(DataSourceReader):
         assert isinstance(partition, LeafPartition)
         if not partition.leaf_id:
             return
+        use_worker_bound()  # a Python worker among many: a small block cache
         table = tasks.open_table(self.spec, self.name, self.table_id)
         # as table.query prepares it, restricted to this partition's ranges
         prepared = table.prepare(ReadRequest.from_json(partition.request))

@@ -1,0 +1,232 @@
+"""The block cache: decoded column data of data files, shared by every table and thread of a
+process, bounded in bytes.
+
+A lookup needs one record but decodes a whole row group (or, with the page index, a page) of
+every column it returns; the hot keys of a workload are asked again and again, so the decoded
+arrays are kept. Data files never change (a file is written once under a fresh name), so an
+entry is never stale and needs no invalidation: a file deleted by GC simply stops being asked
+for and ages out.
+
+Entries are keyed by (store, file, row group, page, column), hold one ``pa.Array`` and are
+charged its buffers' bytes. Admission is scan-resistant, as in RocksDB's block cache with a
+high-priority pool and in segmented LRU: a new entry enters a *probation* segment (a fifth of
+the bound); only an entry asked for again moves to the *protected* segment, and evictions
+take probation's oldest first. A full scan that caches its blocks (only when its read request
+asks: ``ReadRequest.block_cache``) therefore cycles through probation and never evicts the hot
+set.
+
+The bound is per process: ``SEDIMENT_BLOCK_CACHE_BYTES`` when set (0 turns the cache off),
+else the ``query.block_cache_bytes`` of the tables read (see :func:`configure`). Processes that
+run many of a kind (Spark Python workers, the maintainer's job workers) start with a small bound
+(:data:`WORKER_BYTES`, by :func:`use_worker_bound`) so the cache is not multiplied by their
+count. A forked child starts with an empty cache and a fresh lock (``os.register_at_fork``):
+the maintainer forks workers, and a lock held by another thread at the fork would never be
+released in the child.
+
+Hits, misses, insertions, evictions and bytes are counted (:meth:`BlockCache.stats`) for the
+metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+
+ENV = "SEDIMENT_BLOCK_CACHE_BYTES"
+"""The process's bound in bytes, over any table's ``query.block_cache_bytes`` (0: off)."""
+
+DEFAULT_BYTES = 256 * 1024 * 1024
+"""The bound of a server or application process (the property's default)."""
+
+WORKER_BYTES = 16 * 1024 * 1024
+"""The bound of a process that runs many of a kind (Spark Python workers, job workers)."""
+
+log = logging.getLogger(__name__)
+
+PROBATION = 0.2
+"""The share of the bound new entries may hold before they are asked for a second time."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """Counters of a block cache since the process started (or forked)."""
+
+    hits: int
+    misses: int
+    inserts: int
+    evictions: int
+    bytes: int
+    entries: int
+    capacity: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def _env_bound() -> int | None:
+    """The bound SEDIMENT_BLOCK_CACHE_BYTES sets (None: unset). A value that is not a count
+    of bytes is reported and ignored: a cache setting never stops a process from reading."""
+    raw = os.environ.get(ENV)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw.strip().replace("_", ""))
+    except ValueError:
+        value = -1
+    if value < 0:
+        log.warning("%s=%r is not a number of bytes (0 turns the block cache off): "
+                    "ignored", ENV, raw)
+        return None
+    return value
+
+
+def _size(value: pa.Array) -> int:
+    """Bytes an entry holds: its buffers (a slice of a bigger buffer is charged its own
+    share), plus a fixed cost for the Python objects around it."""
+    return int(value.nbytes) + 256
+
+
+class BlockCache:
+    """A segmented LRU of decoded arrays bounded in bytes (see the module's docstring)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._lock = threading.Lock()
+        self._probation: OrderedDict[Hashable, tuple[pa.Array, int]] = OrderedDict()
+        self._protected: OrderedDict[Hashable, tuple[pa.Array, int]] = OrderedDict()
+        self._probation_bytes = 0
+        self._protected_bytes = 0
+        self.capacity = capacity
+        self.fixed = False
+        """Whether the bound came from the process (SEDIMENT_BLOCK_CACHE_BYTES or a worker's
+        own): then tables' properties do not resize it."""
+        self._hits = self._misses = self._inserts = self._evictions = 0
+
+    # --- reads ----------------------------------------------------------------------------
+    def get(self, key: Hashable) -> pa.Array | None:
+        """The cached array, or None (a miss); a hit in probation is promoted."""
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: list[Hashable]) -> list[pa.Array | None]:
+        """:meth:`get` of each key under one hold of the lock (a row group's columns)."""
+        out: list[pa.Array | None] = []
+        with self._lock:
+            for key in keys:
+                entry = self._protected.get(key)
+                if entry is not None:
+                    self._protected.move_to_end(key)
+                else:
+                    entry = self._probation.pop(key, None)
+                    if entry is not None:
+                        self._probation_bytes -= entry[1]
+                        self._protected[key] = entry
+                        self._protected_bytes += entry[1]
+                if entry is None:
+                    self._misses += 1
+                    out.append(None)
+                else:
+                    self._hits += 1
+                    out.append(entry[0])
+            self._evict()
+        return out
+
+    def put(self, key: Hashable, value: pa.Array) -> None:
+        """Admit ``value`` to probation (a key already cached keeps its place)."""
+        size = _size(value)
+        with self._lock:
+            if not self.capacity or size > self.capacity * PROBATION or \
+                    key in self._protected or key in self._probation:
+                return
+            self._probation[key] = (value, size)
+            self._probation_bytes += size
+            self._inserts += 1
+            self._evict()
+
+    def _evict(self) -> None:
+        """Holding the lock: probation within its share of the bound (a protected entry
+        demoted by an over-full protected segment goes back to probation's newest end),
+        the whole within the bound."""
+        limit = self.capacity
+        while self._protected_bytes > limit * (1 - PROBATION) and self._protected:
+            key, entry = self._protected.popitem(last=False)
+            self._protected_bytes -= entry[1]
+            self._probation[key] = entry
+            self._probation_bytes += entry[1]
+        while self._probation and (self._probation_bytes > limit * PROBATION or
+                                   self._probation_bytes + self._protected_bytes > limit):
+            _, entry = self._probation.popitem(last=False)
+            self._probation_bytes -= entry[1]
+            self._evictions += 1
+
+    # --- bound and counters ---------------------------------------------------------------
+    def resize(self, capacity: int) -> None:
+        with self._lock:
+            self.capacity = capacity
+            self._evict()
+
+    def clear(self) -> None:
+        """Drop every entry (the counters stay)."""
+        with self._lock:
+            self._probation.clear()
+            self._protected.clear()
+            self._probation_bytes = self._protected_bytes = 0
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(self._hits, self._misses, self._inserts, self._evictions,
+                              self._probation_bytes + self._protected_bytes,
+                              len(self._probation) + len(self._protected), self.capacity)
+
+    def _after_fork(self) -> None:
+        """In a forked child: a fresh lock (the parent's may have been held by a thread that
+        does not exist here) and no entries; the counters start again."""
+        self._lock = threading.Lock()
+        self._probation = OrderedDict()
+        self._protected = OrderedDict()
+        self._probation_bytes = self._protected_bytes = 0
+        self._hits = self._misses = self._inserts = self._evictions = 0
+
+
+def _process_cache() -> BlockCache:
+    bound = _env_bound()
+    cache = BlockCache(DEFAULT_BYTES if bound is None else bound)
+    cache.fixed = bound is not None
+    return cache
+
+
+BLOCKS = _process_cache()
+"""The process's block cache."""
+
+os.register_at_fork(after_in_child=BLOCKS._after_fork)
+
+
+def configure(table_bytes: int) -> BlockCache | None:
+    """The block cache a read of a table with ``query.block_cache_bytes`` = ``table_bytes``
+    uses (None: the read bypasses it): a bound set by the process stays; else the cache is
+    sized by the property (the last table read decides, for tables of one store share it)."""
+    if table_bytes <= 0:
+        return None
+    if not BLOCKS.fixed and BLOCKS.capacity != table_bytes:
+        BLOCKS.resize(table_bytes)
+    return BLOCKS if BLOCKS.capacity else None
+
+
+def use_worker_bound(capacity: int = WORKER_BYTES) -> None:
+    """Bound this process's cache for a worker of which many run (Spark Python workers, the
+    maintainer's job workers), unless SEDIMENT_BLOCK_CACHE_BYTES sets the bound."""
+    if _env_bound() is None:
+        BLOCKS.resize(capacity)
+        BLOCKS.fixed = True
+
+
+def stats() -> dict[str, Any]:
+    """The process cache's counters as a plain dict (hits, misses, inserts, evictions,
+    bytes, entries, capacity)."""
+    return BLOCKS.stats().as_dict()
