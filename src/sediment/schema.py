@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import pyarrow as pa
@@ -229,6 +229,8 @@ class Schema:
     created_id: int
     """The highest id of the fields the table was created with: a field above it was added
     by a schema change, and data written without it holds nulls there (:attr:`added`)."""
+    names: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    """Every field's name, keys first (what :attr:`field_names` lists)."""
 
     def __init__(
         self,
@@ -291,6 +293,8 @@ class Schema:
         object.__setattr__(self, "ids", given)
         object.__setattr__(self, "last_id", top)
         object.__setattr__(self, "created_id", top if created_id is None else int(created_id))
+        # the names every read asks for several times, kept (the lists handed out are copies)
+        object.__setattr__(self, "names", tuple(f.name for f in (*rk, *sk, *vs)))
 
     @classmethod
     def from_arrow(cls, schema: pa.Schema, row_keys: Sequence[str],
@@ -328,24 +332,24 @@ class Schema:
     # ---- views -------------------------------------------------------------------------
     @property
     def row_key_names(self) -> list[str]:
-        return [f.name for f in self.row_keys]
+        return list(self.names[:len(self.row_keys)])
 
     @property
     def sort_key_names(self) -> list[str]:
-        return [f.name for f in self.sort_keys]
+        return list(self.names[len(self.row_keys):len(self.row_keys) + len(self.sort_keys)])
 
     @property
     def key_names(self) -> list[str]:
         """Row keys then sort keys: the order records are sorted by."""
-        return self.row_key_names + self.sort_key_names
+        return list(self.names[:len(self.row_keys) + len(self.sort_keys)])
 
     @property
     def value_names(self) -> list[str]:
-        return [f.name for f in self.values]
+        return list(self.names[len(self.row_keys) + len(self.sort_keys):])
 
     @property
     def field_names(self) -> list[str]:
-        return self.key_names + self.value_names
+        return list(self.names)
 
     def to_arrow(self, *, field_ids: bool = False) -> pa.Schema:
         """The Arrow schema of the table's records, keys first; with ``field_ids``, each field

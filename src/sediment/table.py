@@ -639,9 +639,10 @@ class Table:
                              iterators=iterators, filter=filter)
         source = ScanSource(self.name, self._handle.objects, self.prepare)
         state = self._query_state(request.version)
+        executors = self._handle.executors
         if request.version is None:
-            return prepare_query(state, self._handle.executors.get(state), self.name, request,
-                                 source=source)
+            return prepare_query(state, executors.get(state), self.name, request,
+                                 source=source, iterators=executors.iterators(state, self.name))
         # An old version: the files the plan reads must not have been collected by GC (one
         # set lookup per file against the head). A file found missing on read is judged
         # again, against the head then (GC may run meanwhile): VersionExpiredError, or the

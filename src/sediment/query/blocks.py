@@ -39,7 +39,6 @@ from typing import Any
 
 import pyarrow as pa
 
-
 ENV = "SEDIMENT_BLOCK_CACHE_BYTES"
 """The process's bound in bytes, over any table's ``query.block_cache_bytes`` (0: off)."""
 

@@ -40,6 +40,7 @@ from sediment.query.footers import FileFooter, FooterCache
 from sediment.query.planner import QueryPlan, SubQuery
 from sediment.query.regions import box_row_groups
 from sediment.schema import Schema
+from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
 
 
@@ -151,6 +152,8 @@ class Executor:
         """The process's block cache (sediment.query.blocks), or None: the table's
         ``query.block_cache_bytes`` is 0 or the process's bound is."""
         self._file_schemas: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
+        self._column_schemas: dict[tuple[str, ...], pa.Schema] = {}
+        self._point_hash = functools.lru_cache(maxsize=4096)(self._hash_one)
         self.schema = schema
         self.schemas = tuple(schemas)
         """(version, schema) history of the version read (TableState.schemas): with more
@@ -171,7 +174,23 @@ class Executor:
         points = _first_field_points(sub.ranges)
         if points is None:
             return None
+        if len(points) == 1:  # a lookup: hot keys come again, their hash is kept
+            return self._point_hash(points[0])
         return hash_keys(pa.array(points, type=self._point_type))
+
+    def _hash_one(self, point: Any) -> np.ndarray:
+        return hash_keys(pa.array([point], type=self._point_type))
+
+    def columns_schema(self, columns: Sequence[str]) -> pa.Schema:
+        """The schema of ``columns`` of this version's records (kept per column list)."""
+        key = tuple(columns)
+        schema = self._column_schemas.get(key)
+        if schema is None:
+            if len(self._column_schemas) > 1000:  # a bound, not a policy
+                self._column_schemas.clear()
+            schema = self._column_schemas[key] = pa.schema([self._arrow.field(c)
+                                                            for c in columns])
+        return schema
 
     def _filter(self, data: pa.Table, sub: SubQuery) -> pa.Table:
         names = self.schema.row_key_names
@@ -311,7 +330,8 @@ class Executor:
             for c in missing:
                 chunks = read.column(c).chunks
                 array = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
-                blocks.put((*base, c), array)
+                if checksums.VERIFY_READS:  # only verified pages are kept
+                    blocks.put((*base, c), array)
                 arrays[columns.index(c)] = array
             if len(missing) == len(columns):
                 return read.select(columns)
@@ -338,8 +358,7 @@ class Executor:
                       block_cache: bool | None = None) -> pa.Table:
         """All wanted rows of one leaf, sorted, iterators then ``query_filter`` applied;
         ``block_cache``: the read request's switch (:meth:`block_cache`)."""
-        arrow = self.schema.to_arrow()
-        schema = pa.schema([arrow.field(c) for c in columns])
+        schema = self.columns_schema(columns)
         hashes = self.point_hashes(sub)
         # several files: merged by (keys, sequence) so equal keys come out in commit order
         # (one file's rows are in that order already); upserts and deletions judge records
@@ -356,7 +375,7 @@ class Executor:
             return schema.empty_table()
         if len(per_file) == 1:
             # one file's row groups are already in key order: no sort
-            data = pa.concat_tables(per_file[0])
+            data = per_file[0][0] if len(per_file[0]) == 1 else pa.concat_tables(per_file[0])
         else:
             streams = [(b for t in p for b in t.to_batches()) for p in per_file]
             data = pa.Table.from_batches(
@@ -364,8 +383,9 @@ class Executor:
                                   schema.append(SEQ_FIELD))), schema=schema.append(SEQ_FIELD))
         if settle:
             data = settle_table(data, self.schema.key_names)
-        data = without_sequence(self.deletes.apply(data, sub.deletions,
-                                                   merge=merge_of(iterators)))
+        if sequence:
+            data = without_sequence(self.deletes.apply(data, sub.deletions,
+                                                       merge=merge_of(iterators)))
         if iterators:
             batches = apply_iterators(iter(data.to_batches()), iterators)
             data = pa.Table.from_batches(list(batches), schema=schema)
@@ -377,8 +397,6 @@ class Executor:
             iterators: Sequence[RecordIterator],
             query_filter: QueryFilter | None = None,
             block_cache: bool | None = None) -> pa.Table:
-        arrow = self.schema.to_arrow()
-        schema = pa.schema([arrow.field(c) for c in columns])
         subs = plan.subqueries
         if len(subs) <= 1 or self.threads == 1:
             tables = [self.read_subquery(s, columns, iterators, query_filter, block_cache)
@@ -389,8 +407,8 @@ class Executor:
                     lambda s: self.read_subquery(s, columns, iterators, query_filter,
                                                  block_cache), subs))
         if not tables:
-            return schema.empty_table()
-        out = pa.concat_tables(tables)
+            return self.columns_schema(columns).empty_table()
+        out = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         if _boxes(subs):  # box leaves interleave in key order; one key lives in one leaf,
             # so a stable sort keeps each key's records in the order the leaf gave them
             out = out.take(sort_indices(out, self.schema.key_names))

@@ -51,7 +51,8 @@ PreparedQuery = Scan
 
 def prepare_query(state: TableState, executor: Executor, table: str, request: ReadRequest, *,
                   on_missing: Callable[[], None] | None = None,
-                  source: ScanSource | None = None) -> Scan:
+                  source: ScanSource | None = None,
+                  iterators: list[RecordIterator] | None = None) -> Scan:
     """Check the columns, gather the iterators (the table's, merge rule included, unless the
     request is raw: a raw read is the records as stored, every write of a key that compaction
     has not merged yet; then the request's) and plan. ``on_missing``: see
@@ -59,7 +60,8 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
     (an expression, ``--where`` text or a wire tree) is applied to the merged records after
     the iterators; its row-key constraints narrow the plan, and with record-by-record
     iterators its other constraints prune row groups by statistics (see
-    sediment.query.filters)."""
+    sediment.query.filters). ``iterators``: the table's iterators when the caller keeps
+    them (:meth:`ExecutorCache.iterators`), else they are built from ``state``."""
     from sediment.iterators import iterator_from_config
     from sediment.iterators.base import AgeOff, RowFilter
 
@@ -71,7 +73,8 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
         if c not in schema.field_names:
             raise QueryError(f"table {table} has no column {c!r} "
                              f"(columns: {', '.join(schema.field_names)})")
-    its = [] if request.raw else table_iterators(state, table)
+    its = [] if request.raw else list(table_iterators(state, table) if iterators is None
+                                      else iterators)
     for it in request.iterators or ():
         its.append(it if isinstance(it, RecordIterator) else iterator_from_config(it, schema))
     extra = set().union(*(it.fields() for it in its)) if its else set()
@@ -110,8 +113,30 @@ class ExecutorCache:
         self._lock = threading.Lock()
         self._current: tuple[tuple[Any, ...], Executor] | None = None
         self._footers: tuple[tuple[Any, ...], FooterCache] | None = None
+        self._last: tuple[TableState, Executor] | None = None
+        self._last_iterators: tuple[TableState, str, list[RecordIterator]] | None = None
 
     def get(self, state: TableState) -> Executor:
+        """The executor of ``state`` (the last state's again at once: a head shared by many
+        reads is one object)."""
+        last = self._last
+        if last is not None and last[0] is state:
+            return last[1]
+        executor = self._get(state)
+        self._last = (state, executor)
+        return executor
+
+    def iterators(self, state: TableState, table: str) -> list[RecordIterator]:
+        """:func:`table_iterators` of ``state``, kept for the last state read (iterators
+        hold their configuration only, so reads share them)."""
+        last = self._last_iterators
+        if last is not None and last[0] is state and last[1] == table:
+            return last[2]
+        its = table_iterators(state, table)
+        self._last_iterators = (state, table, its)
+        return its
+
+    def _get(self, state: TableState) -> Executor:
         assert state.schema is not None
         props = {**defaults(), **state.properties}
         fkey = (state.schema.row_key_names[0], int(props["query.footer_cache_files"]),
