@@ -200,7 +200,10 @@ def _put_int(out: bytearray, n: int) -> None:
 
 def _put_value(out: bytearray, t: int, v: Any) -> None:
     if t == STRUCT:
-        _put_struct(out, v)
+        if isinstance(v, bytes):  # encoded already
+            out += v
+        else:
+            _put_struct(out, v)
     elif t == I32 or t == I64 or t == I16:
         _put_int(out, v)
     elif t == BINARY:
@@ -237,8 +240,7 @@ def _put_value(out: bytearray, t: int, v: Any) -> None:
         raise ThriftError(f"unknown type {t}")
 
 
-def _put_struct(out: bytearray, fields: Struct) -> None:
-    last = 0
+def _put_struct(out: bytearray, fields: Struct, last: int = 0, stop: bool = True) -> None:
     for fid, (t, v) in fields.items():
         nibble = (BOOL if v else FALSE) if t == BOOL else t
         if 0 < fid - last <= 15:
@@ -249,12 +251,29 @@ def _put_struct(out: bytearray, fields: Struct) -> None:
         if t != BOOL:
             _put_value(out, t, v)
         last = fid
-    out.append(STOP)
+    if stop:
+        out.append(STOP)
 
 
 def encode(fields: Struct) -> bytes:
     """The compact-protocol bytes of a struct in the generic form (the inverse of
-    :func:`decode`; byte-exact for bytes a canonical writer such as pyarrow's wrote)."""
+    :func:`decode`; byte-exact for bytes a canonical writer such as pyarrow's wrote).
+
+    Wherever a struct goes, ``bytes`` holding one already encoded are written as they are:
+    a caller that writes many similar structs encodes their constant parts once."""
     out = bytearray()
     _put_struct(out, fields)
     return bytes(out)
+
+
+def encode_fields(fields: Struct, *, after: int = 0) -> bytes:
+    """Some fields of a struct, encoded as they follow field ``after`` (0: the struct's first)
+    and with no end: pieces of a struct whose other fields are encoded once (the
+    concatenation of pieces then :data:`END` is the struct)."""
+    out = bytearray()
+    _put_struct(out, fields, after, stop=False)
+    return bytes(out)
+
+
+END = bytes([STOP])
+"""The byte that ends a struct."""
