@@ -144,7 +144,8 @@ def test_pyarrow_footers_and_page_index_re_encode_byte_for_byte(options: dict[st
     (b"\x1c" * 100 + b"\x00" * 101, "deeper"),
     (b"\x15\x02\x00\x00", "bytes after"),
     (b"\x16" + b"\xff" * 11, "longer than 10 bytes"),
-])
+], ids=["empty", "no-value", "short-binary", "huge-list", "unknown-type", "too-deep",
+        "trailing-bytes", "long-varint"])
 def test_bytes_that_are_not_a_struct_raise_thrift_error(data: bytes, what: str) -> None:
     with pytest.raises(ThriftError, match=what):
         tc.decode(data)
@@ -159,3 +160,12 @@ def test_encode_writes_pre_encoded_structs_and_pieces() -> None:
     pieces = tc.encode_fields({1: (I64, 1)}) + \
         tc.encode_fields({3: (STRUCT, inner), 20: whole[20]}, after=1) + tc.END
     assert pieces == tc.encode(whole)
+
+
+def test_decode_struct_until_a_field_stops_before_the_next() -> None:
+    whole = {1: (LIST, TList(I64, [1, 2])), 2: (BINARY, b"x"), 4: (I32, 3),
+             5: (LIST, TList(I64, list(range(100))))}
+    data = tc.encode(whole)
+    head, at = tc.decode_struct(data, until=4)
+    assert head == {k: whole[k] for k in (1, 2, 4)}
+    assert data[at] >> 4 == 1 and tc.decode_struct(data, until=99) == (whole, len(data))

@@ -27,6 +27,7 @@ import bisect
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -68,6 +69,7 @@ _CM_DATA, _CM_DICT, _CM_ENCODING_STATS = 9, 11, 13
 _CM_KEPT = (_CM_TYPE, _CM_ENCODINGS, _CM_PATH, _CM_CODEC)
 """ColumnMetaData fields a one-page file keeps (with the encoding stats); statistics, bloom
 filter, size statistics and the page index describe the whole chunk and are dropped."""
+_OI_PAGES = 1
 _PL_OFFSET, _PL_SIZE, _PL_FIRST = 1, 2, 3
 _CI_NULL_PAGES, _CI_MINS, _CI_MAXS, _CI_ORDER = 1, 2, 3, 4
 _ASCENDING = 1
@@ -243,20 +245,20 @@ class PageIndex:
     def _parse(self, g: int, c: int) -> ColumnPages:
         chunk = self._chunks[g, c]
         try:
-            oi = tc.decode(self._slice(int(chunk[_OI]), int(chunk[_OI_LEN])))
-            locations = _structs(oi, 1)
-            offsets = np.array([_field(p, _PL_OFFSET, I64) for p in locations], dtype=np.int64)
-            sizes = np.array([_field(p, _PL_SIZE, I32) for p in locations], dtype=np.int64)
-            first = np.array([_field(p, _PL_FIRST, I64) for p in locations], dtype=np.int64)
+            oi = tc.decode_struct(self._slice(int(chunk[_OI]), int(chunk[_OI_LEN])),
+                                  until=_OI_PAGES)[0]
+            places = [(_field(p, _PL_OFFSET, I64), _field(p, _PL_SIZE, I32),
+                       _field(p, _PL_FIRST, I64)) for p in _structs(oi, _OI_PAGES)]
             mins = maxs = None
             ascending = False
             if chunk[_CI] >= 0:
-                ci = tc.decode(self._slice(int(chunk[_CI]), int(chunk[_CI_LEN])))
+                ci = tc.decode_struct(self._slice(int(chunk[_CI]), int(chunk[_CI_LEN])),
+                                      until=_CI_ORDER)[0]
                 nulls = _field(ci, _CI_NULL_PAGES, LIST).items
                 lows = _field(ci, _CI_MINS, LIST).items
                 highs = _field(ci, _CI_MAXS, LIST).items
                 ascending = _field(ci, _CI_ORDER, I32) == _ASCENDING
-                if not len(nulls) == len(lows) == len(highs) == len(offsets):
+                if not len(nulls) == len(lows) == len(highs) == len(places):
                     raise ThriftError("column index and offset index count different pages")
                 value = self.columns[c].value
                 mins = tuple(None if n else value(v) for n, v in zip(nulls, lows, strict=True))
@@ -266,15 +268,18 @@ class PageIndex:
                                        f"(row group {g}, column {c}) does not decode: {e}"
                                        ) from e
         rows = self.row_group_rows[g]
-        footer_start = self.size - 8 - len(MAGIC)
-        if len(offsets) == 0 or first[0] != 0 or np.any(np.diff(first) <= 0) or \
-                first[-1] >= max(rows, 1) or np.any(sizes <= 0) or offsets[0] < len(MAGIC) or \
-                np.any(offsets + sizes > footer_start):
+        end = self.size - 8 - len(MAGIC)  # where the footer starts
+        # a few pages a chunk: checked in Python, faster than numpy on arrays this small
+        if not places or places[0][2] != 0 or places[-1][2] >= max(rows, 1) or \
+                any(a[2] >= b[2] for a, b in pairwise(places)) or \
+                any(size <= 0 or at < len(MAGIC) or at + size > end for at, size, _ in places):
             raise CorruptMetadataError(f"the page index of data file {self.filename} (row "
                                        f"group {g}, column {c}) places pages outside the file "
                                        "or rows out of order")
+        table = np.array(places, dtype=np.int64)
+        offsets, sizes, first = table[:, 0], table[:, 1], table[:, 2]
         d = int(chunk[_DICT])
-        dictionary = (d, int(offsets[0]) - d) if 0 <= d < offsets[0] else None
+        dictionary = (d, places[0][0] - d) if 0 <= d < places[0][0] else None
         return ColumnPages(g, c, rows, offsets, sizes, first, dictionary, mins, maxs, ascending)
 
     def tiny_footer(self, g: int, parts: Sequence[tuple[int, int, int]], rows: int) -> bytes:

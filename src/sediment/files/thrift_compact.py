@@ -103,10 +103,16 @@ def _value(buf: bytes, pos: int, t: int, depth: int) -> tuple[Any, int]:
             raise ThriftError(f"list of {size} elements past the end")
         if depth >= MAX_DEPTH:
             raise ThriftError(f"nested deeper than {MAX_DEPTH}")
-        items = []
-        for _ in range(size):
-            v, pos = _value(buf, pos, etype, depth + 1)
-            items.append(v)
+        items: list[Any] = []
+        append = items.append
+        if etype == STRUCT:  # the page index's lists: no dispatch per element
+            for _ in range(size):
+                v, pos = _struct_at(buf, pos, depth + 2)
+                append(v)
+        else:
+            for _ in range(size):
+                v, pos = _value(buf, pos, etype, depth + 1)
+                append(v)
         return TList(etype, items), pos
     if t == DOUBLE:
         if pos + 8 > len(buf):
@@ -136,16 +142,18 @@ def _value(buf: bytes, pos: int, t: int, depth: int) -> tuple[Any, int]:
     raise ThriftError(f"unknown type {t}")
 
 
-def _struct_at(buf: bytes, pos: int, depth: int) -> tuple[Struct, int]:
+def _struct_at(buf: bytes, pos: int, depth: int, until: int = 1 << 16
+               ) -> tuple[Struct, int]:
     if depth > MAX_DEPTH:
         raise ThriftError(f"nested deeper than {MAX_DEPTH}")
     fields: Struct = {}
     last = 0
     while True:
         head = buf[pos]
-        pos += 1
         if head == STOP:
-            return fields, pos
+            return fields, pos + 1
+        at = pos
+        pos += 1
         t = head & 0x0F
         delta = head >> 4
         if delta:
@@ -153,11 +161,19 @@ def _struct_at(buf: bytes, pos: int, depth: int) -> tuple[Struct, int]:
         else:
             n, pos = _varint(buf, pos)
             fid = _zigzag(n)
+        if fid > until:
+            return fields, at
         if t == I64 or t == I32 or t == I16:  # inline: most fields of a footer are integers
-            n = buf[pos]
-            pos += 1
-            if n > 0x7F:
-                n, pos = _varint(buf, pos - 1)
+            n = shift = 0
+            while True:
+                b = buf[pos]
+                pos += 1
+                n |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ThriftError("varint longer than 10 bytes")
             fields[fid] = (t, (n >> 1) ^ -(n & 1))
         elif t == BOOL or t == FALSE:  # the value is the type nibble
             fields[fid] = (BOOL, t == BOOL)
@@ -167,12 +183,17 @@ def _struct_at(buf: bytes, pos: int, depth: int) -> tuple[Struct, int]:
         last = fid
 
 
-def decode_struct(data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[Struct, int]:
+def decode_struct(data: bytes | bytearray | memoryview, pos: int = 0, *,
+                  until: int | None = None) -> tuple[Struct, int]:
     """The struct starting at ``pos`` of ``data`` and the position just past it: for bytes
-    that go on after it (a page header precedes its page's data)."""
+    that go on after it (a page header precedes its page's data).
+
+    With ``until``, its fields up to that id alone, and the position of the first field past
+    it (a reader wanting a struct's first fields skips decoding the rest: a ColumnIndex's
+    null counts and level histograms are as long as its bounds)."""
     buf = bytes(data)
     try:
-        return _struct_at(buf, pos, 0)
+        return _struct_at(buf, pos, 0, 1 << 16 if until is None else until)
     except IndexError:
         raise ThriftError("struct runs past the end of its bytes") from None
     except RecursionError:
