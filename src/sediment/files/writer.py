@@ -98,7 +98,8 @@ def writer_options(schema: Schema, properties: Mapping[str, Any]) -> dict[str, A
         "use_dictionary": _dictionary_columns(schema, properties),
         # the page index (each page's offset, first row, min and max, before the footer), so
         # a lookup reads and decodes one page per column (sediment.files.pages); it replaces
-        # the statistics in page headers (measured: 1M rows of the benchmark schema +0.2%)
+        # the statistics in page headers (measured on 1M rows of the benchmark schema, 21.2 MB:
+        # +34.7 kB, 0.16%, at 4,096-row groups; +7 kB, 0.03%, at 65,536)
         "write_page_index": True,
     }
     if codec in ("zstd", "gzip"):
