@@ -296,7 +296,7 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
                 fs, _ = objects.arrow_filesystem()
                 with fs.open_output_stream(objects.path(name)) as sink, \
                         pq.ParquetWriter(sink, arrow, compression="lz4", write_page_checksum=True,
-                                         sorting_columns=sorting) as w:
+                                         write_page_index=True, sorting_columns=sorting) as w:
                     for b in batches:
                         w.write_batch(b)
                 info = objects.head(name)
@@ -306,7 +306,7 @@ def _merge_rounds(objects: ObjectStore, schema: Schema, properties: Mapping[str,
             else:
                 out = os.path.join(tmp, f"round-{rounds}-{i:05d}.parquet")
                 with pq.ParquetWriter(out, arrow, compression="lz4", write_page_checksum=True,
-                                      sorting_columns=sorting) as w:
+                                      write_page_index=True, sorting_columns=sorting) as w:
                     for b in batches:
                         w.write_batch(b)
                 merged.append(local_input(out))  # every row has its own sequence

@@ -96,6 +96,11 @@ def writer_options(schema: Schema, properties: Mapping[str, Any]) -> dict[str, A
         # other high-cardinality columns they make files bigger and exact-key reads slower
         # (measured: 16k-row group read 4.4 ms with dictionaries, 2.4 ms plain; 27 vs 21 MB).
         "use_dictionary": _dictionary_columns(schema, properties),
+        # the page index (each page's offset, first row, min and max, before the footer), so
+        # a lookup reads and decodes one page per column (sediment.files.pages); it replaces
+        # the statistics in page headers (measured on 1M rows of the benchmark schema, 21.2 MB:
+        # +34.7 kB, 0.16%, at 4,096-row groups; +7 kB, 0.03%, at 65,536)
+        "write_page_index": True,
     }
     if codec in ("zstd", "gzip"):
         opts["compression_level"] = int(properties["parquet.compression_level"])
