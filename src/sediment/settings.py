@@ -52,6 +52,7 @@ class TableSettings(Mapping[str, Any]):
     # --- data files
     parquet_row_group_rows: int
     parquet_page_size_bytes: int
+    parquet_page_rows: int
     parquet_compression: str
     parquet_compression_level: int
     parquet_dictionary_columns: str

@@ -38,6 +38,7 @@ from sediment.query.deletes import Deletes, merge_of
 from sediment.query.filters import QueryFilter
 from sediment.query.footers import FileFooter, FooterCache
 from sediment.query.planner import QueryPlan, SubQuery
+from sediment.query.pointread import PointReader
 from sediment.query.regions import box_row_groups
 from sediment.schema import Schema
 from sediment.storage import checksums
@@ -154,6 +155,7 @@ class Executor:
         self._file_schemas: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
         self._column_schemas: dict[tuple[str, ...], pa.Schema] = {}
         self._point_hash = functools.lru_cache(maxsize=4096)(self._hash_one)
+        self.points = PointReader(objects, footers.table)
         self.schema = schema
         self.schemas = tuple(schemas)
         """(version, schema) history of the version read (TableState.schemas): with more
@@ -307,12 +309,21 @@ class Executor:
             return reading(self.footers.table, ref.filename, self.objects.uri,
                            functools.partial(read, run, names))
 
-        for run in ([[g] for g in groups] if blocks is not None
+        points = self._points(sub)
+        index = None if points is None else self.footers.page_index(ref.filename, sums)
+        key = cmap.file_columns([self.schema.row_key_names[0]])[0]
+        for run in ([[g] for g in groups] if blocks is not None or index is not None
                     else _runs(groups, RUN_GROUPS)):
-            t = load(run, columns) if blocks is None else \
-                self._cached_group(blocks, ref.filename, footer, run[0], columns, load)
+            t = None if index is None or points is None else self.points.rows(
+                index, run[0], key, points, columns,
+                self._file_schema(ref.filename, footer, columns), blocks)
+            exact = t is not None  # (a point read finds exactly the keys' rows)
+            if t is None:
+                t = load(run, columns) if blocks is None else \
+                    self._cached_group(blocks, ref.filename, footer, run[0], columns, load)
             t = conform(t, cmap, wanted, self._arrow)
-            if sub.ranges is not None or not _inside(footer, run[0], run[-1], sub.region):
+            if not exact and (sub.ranges is not None or
+                              not _inside(footer, run[0], run[-1], sub.region)):
                 t = self._filter(t, sub)
             if t.num_rows:
                 yield with_sequence(t, ref.sequence) if sequence else t
@@ -335,6 +346,12 @@ class Executor:
                 arrays[columns.index(c)] = array
             if len(missing) == len(columns):
                 return read.select(columns)
+        return pa.Table.from_arrays(arrays, schema=self._file_schema(filename, footer,
+                                                                     columns))
+
+    def _file_schema(self, filename: str, footer: FileFooter, columns: list[str]
+                     ) -> pa.Schema:
+        """The fields of ``columns`` as the file stores them (what reading it gives)."""
         key = (filename, tuple(columns))
         schema = self._file_schemas.get(key)
         if schema is None:
@@ -343,7 +360,18 @@ class Executor:
             if len(self._file_schemas) > 100_000:  # a bound, not a policy: schemas are cheap
                 self._file_schemas.clear()
             self._file_schemas[key] = schema
-        return pa.Table.from_arrays(arrays, schema=schema)
+        return schema
+
+    def _points(self, sub: SubQuery) -> list[Any] | None:
+        """The sub-query's exact keys inside its leaf, sorted and distinct, when it asks
+        for exact values of a one-field row key (a lookup: page-sized reads); else None."""
+        keys = _exact_single_keys(sub.ranges) if self.single_field_key else None
+        if keys is None:
+            return None
+        try:
+            return sorted({k for k in keys if sub.region.contains((k,))})
+        except TypeError:  # values that do not order together: read row groups
+            return None
 
     def block_cache(self, sub: SubQuery, asked: bool | None) -> BlockCache | None:
         """The block cache a read of ``sub`` uses: ``asked`` is the read request's switch

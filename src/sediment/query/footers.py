@@ -26,6 +26,7 @@ from sediment.errors import (
 )
 from sediment.files.keyfilter import HEADER_BYTES, FilterLayout
 from sediment.files.keys import first_field_bounds
+from sediment.files.pages import PageIndex, load_page_index
 from sediment.files.sequence import SEQ
 from sediment.files.sidecars import KEYS, read_sidecar_range
 from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem
@@ -73,6 +74,8 @@ class FooterCache:
         self._layouts: OrderedDict[str, FilterLayout | None] = OrderedDict()
         """Key-filter layouts by file: None for a file without filters, or with damaged
         ones (then its row groups are read as if it had none)."""
+        self._page_indexes: OrderedDict[str, PageIndex | None] = OrderedDict()
+        """Page indexes by file: None for a file without one."""
         self._lock = threading.Lock()
         self.fs, _ = objects.arrow_filesystem()
 
@@ -142,6 +145,51 @@ class FooterCache:
                 return pq.read_metadata(pa.BufferReader(tail))
             problem = found
         raise damaged(self.table, filename, self.objects.uri, OSError(problem))
+
+    def page_index(self, filename: str, sums: Sums | None) -> PageIndex | None:
+        """The file's Parquet page index (sediment.files.pages), read when a lookup first
+        needs it, cached; None for a file written without one (before page indexes) or
+        with nested columns: its lookups read whole row groups. The footer it parses is
+        checked against ``sums`` first (read again once, then CorruptDataError)."""
+        with self._lock:
+            if filename in self._page_indexes:
+                self._page_indexes.move_to_end(filename)
+                return self._page_indexes[filename]
+
+        def read_range(start: int, end: int) -> bytes:
+            return self.objects.get_range(filename, start, end)
+
+        if sums is not None:
+            size = sums.size
+        else:
+            info = self.objects.head(filename)
+            if info is None:
+                raise ObjectNotFoundError(f"data file {filename} is missing from "
+                                          f"{self.objects.uri}")
+            size = info.size
+        problem = ""
+        for _ in range(READS):
+            tail = read_range(max(0, size - FOOTER_GUESS), size)
+            length = int.from_bytes(tail[-8:-4], "little") if len(tail) >= 8 else 0
+            if len(tail) < length + 8 <= size:
+                tail = read_range(size - length - 8, size)
+            found = footer_problem(tail, size, sums)
+            if found is None:
+                break
+            problem = found
+        else:
+            raise damaged(self.table, filename, self.objects.uri, OSError(problem))
+        try:
+            index = load_page_index(read_range, size, filename, tail=tail)
+        except CorruptMetadataError as e:  # an index is optional: the file reads without
+            log.warning("the page index of data file %s in %s cannot be read (%s): reading "
+                        "whole row groups", filename, self.objects.uri, e)
+            index = None
+        with self._lock:
+            self._page_indexes[filename] = index
+            while len(self._page_indexes) > max(self.capacity, 1):
+                self._page_indexes.popitem(last=False)
+        return index
 
     def layout(self, filename: str) -> FilterLayout | None:
         """The layout of the file's key filters, read when a lookup first needs it (scans

@@ -1,0 +1,116 @@
+"""Page-sized point reads: the rows of exact keys in one row group, read a page per column.
+
+A lookup that has found the row group that may hold its key (statistics, key filters) used to
+decode the whole group of every column it returns, for one record. With the file's Parquet
+page index (sediment.files.pages) it now bisects the key column's pages for the key, decodes
+that page alone, finds the key's rows in it by binary search (files.keys.sorted_span), and
+decodes, for every other column, the page holding those rows; columns whose pages are cut at
+the same rows (``parquet.page_rows``) are decoded together as one small file. Every decoded
+page goes through the block cache (sediment.query.blocks), keyed by file, row group, page and
+column, so a warm lookup decodes nothing.
+
+Anything this path does not handle returns None and the caller reads the row group whole: a
+file without a page index, a key whose records span pages, a run of rows that crosses a page
+of another column, a key type :func:`sorted_span` does not search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from sediment.files.keys import sorted_span
+from sediment.files.pages import PageIndex, read_pages
+from sediment.files.verified import reading
+from sediment.query.blocks import BlockCache
+from sediment.storage import checksums
+from sediment.storage.base import ObjectStore
+
+
+class PointReader:
+    """Reads the rows of exact keys from one row group of a file, a page per column."""
+
+    def __init__(self, objects: ObjectStore, table: str) -> None:
+        self.objects = objects
+        self.table = table
+
+    def rows(self, index: PageIndex, group: int, key_column: str, keys: Sequence[Any],
+             columns: list[str], schema: pa.Schema, blocks: BlockCache | None
+             ) -> pa.Table | None:
+        """The rows of row group ``group`` whose ``key_column`` equals one of ``keys``
+        (sorted, distinct), of ``columns`` (the file's names; ``schema`` their fields), in
+        key order; None when this path cannot answer (the caller reads the group)."""
+        kc = index.column(key_column)
+        key_pages = index.pages(group, kc)
+        wanted = [index.column(name) for name in columns]
+        # the key's page and, with it, every wanted column's page of the same first row:
+        # with pages cut at the same rows (parquet.page_rows) one small file holds the
+        # answer, decoded once
+        together = [kc, *(c for c in wanted if c != kc)]
+        parts = []
+        for key in keys:
+            holding = key_pages.pages_holding(key)
+            if len(holding) == 0:
+                continue
+            if len(holding) > 1:
+                return None  # a key whose records span pages: the row group is read
+            first, _ = key_pages.rows(holding[0])
+            got = dict(zip(together, self._pages(index, group, together, first, blocks),
+                           strict=True))
+            span = sorted_span(got[kc][0], key)
+            if span is None:
+                return None
+            start, end = first + span[0], first + span[1]
+            if end == start:
+                continue
+            arrays = []
+            for c in wanted:
+                values, at = got[c]
+                if start < at or end > at + len(values):  # pages cut at other rows
+                    pages = index.pages(group, c)
+                    if pages.page_of_row(end - 1) != pages.page_of_row(start):
+                        return None  # the rows cross a page of this column
+                    values, at = self._pages(index, group, [c], start, blocks)[0]
+                arrays.append(values.slice(start - at, end - start))
+            parts.append(pa.Table.from_arrays(arrays, schema=schema))
+        if not parts:
+            return schema.empty_table()
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def _pages(self, index: PageIndex, group: int, columns: list[int], row: int,
+               blocks: BlockCache | None) -> list[tuple[pa.Array, int]]:
+        """The page of each column (by index) of row group ``group`` holding ``row``,
+        decoded, with its first row: from the block cache where it is, else read (verified,
+        pages of the same rows as one small file) and cached."""
+        filename = index.filename
+        uri = self.objects.uri
+        pages = [index.pages(group, c) for c in columns]
+        numbers = [p.page_of_row(row) for p in pages]
+        firsts = [p.rows(n)[0] for p, n in zip(pages, numbers, strict=True)]
+        keys = [(uri, filename, group, n, index.columns[c].name)
+                for c, n in zip(columns, numbers, strict=True)]
+        got: list[pa.Array | None] = blocks.get_many(list(keys)) if blocks is not None \
+            else [None] * len(columns)
+        missing = [i for i, a in enumerate(got) if a is None]
+        if missing:
+            cols = [columns[i] for i in missing]
+
+            def read(attempt: int) -> list[pa.Array]:
+                return [p.values for p in read_pages(index, self._range(filename), group,
+                                                     cols, row)]
+
+            decoded = reading(self.table, filename, uri, read)
+            for i, values in zip(missing, decoded, strict=True):
+                got[i] = values
+                if blocks is not None and checksums.VERIFY_READS:  # verified pages only
+                    blocks.put(keys[i], values)
+        return [(a, first) for a, first in zip(got, firsts, strict=True) if a is not None]
+
+    def _range(self, filename: str) -> Any:
+        objects = self.objects
+
+        def read_range(start: int, end: int) -> bytes:
+            return objects.get_range(filename, start, end)
+        return read_range
