@@ -163,8 +163,9 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
     if whole is not None:
         return [copy_file(table, dest, f"{folder}/batch-00000", version, task.range,
                           whole, subs[0].sums.get(whole.filename))]
+    # (a dump reads every byte once and vouches for it: not through the block cache)
     batches = executor.stream(QueryPlan(state.version, tuple(subs)), schema.field_names,
-                              head.iterators)
+                              head.iterators, block_cache=False)
     paths: list[str] = []
     pending: list[pa.RecordBatch] = []
     held = 0

@@ -7,8 +7,10 @@ arrays are kept. Data files never change (a file is written once under a fresh n
 entry is never stale and needs no invalidation: a file deleted by GC simply stops being asked
 for and ages out.
 
-Entries are keyed by (store, file, row group, page, column), hold one ``pa.Array`` and are
-charged its buffers' bytes. Admission is scan-resistant, as in RocksDB's block cache with a
+Entries are keyed by (store, file, row group, page, column) and hold one ``pa.Array``, or by
+(store, file, row group, first row, columns) and hold the pages of those columns cut at the
+same rows as one ``pa.Table`` (a warm lookup then only slices it); each is charged its
+buffers' bytes. Admission is scan-resistant, as in RocksDB's block cache with a
 high-priority pool and in segmented LRU: a new entry enters a *probation* segment (a fifth of
 the bound); only an entry asked for again moves to the *protected* segment, and evictions
 take probation's oldest first. A full scan that caches its blocks (only when its read request
@@ -35,7 +37,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
@@ -87,7 +89,12 @@ def _env_bound() -> int | None:
     return value
 
 
-def _size(value: pa.Array) -> int:
+Block: TypeAlias = pa.Array | pa.Table
+"""What an entry holds: a decoded column of a page or row group, or the pages of several
+columns cut at the same rows, as one table."""
+
+
+def _size(value: Block) -> int:
     """Bytes an entry holds: its buffers (a slice of a bigger buffer is charged its own
     share), plus a fixed cost for the Python objects around it."""
     return int(value.nbytes) + 256
@@ -98,8 +105,8 @@ class BlockCache:
 
     def __init__(self, capacity: int) -> None:
         self._lock = threading.Lock()
-        self._probation: OrderedDict[Hashable, tuple[pa.Array, int]] = OrderedDict()
-        self._protected: OrderedDict[Hashable, tuple[pa.Array, int]] = OrderedDict()
+        self._probation: OrderedDict[Hashable, tuple[Block, int]] = OrderedDict()
+        self._protected: OrderedDict[Hashable, tuple[Block, int]] = OrderedDict()
         self._probation_bytes = 0
         self._protected_bytes = 0
         self.capacity = capacity
@@ -109,13 +116,13 @@ class BlockCache:
         self._hits = self._misses = self._inserts = self._evictions = 0
 
     # --- reads ----------------------------------------------------------------------------
-    def get(self, key: Hashable) -> pa.Array | None:
+    def get(self, key: Hashable) -> Block | None:
         """The cached array, or None (a miss); a hit in probation is promoted."""
         return self.get_many([key])[0]
 
-    def get_many(self, keys: list[Hashable]) -> list[pa.Array | None]:
+    def get_many(self, keys: list[Hashable]) -> list[Block | None]:
         """:meth:`get` of each key under one hold of the lock (a row group's columns)."""
-        out: list[pa.Array | None] = []
+        out: list[Block | None] = []
         with self._lock:
             for key in keys:
                 entry = self._protected.get(key)
@@ -136,7 +143,7 @@ class BlockCache:
             self._evict()
         return out
 
-    def put(self, key: Hashable, value: pa.Array) -> None:
+    def put(self, key: Hashable, value: Block) -> None:
         """Admit ``value`` to probation (a key already cached keeps its place)."""
         size = _size(value)
         with self._lock:

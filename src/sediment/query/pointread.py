@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from sediment.files.keys import sorted_span
@@ -35,6 +36,7 @@ class PointReader:
     def __init__(self, objects: ObjectStore, table: str) -> None:
         self.objects = objects
         self.table = table
+        self._aligned_memo: dict[tuple[str, int, tuple[int, ...]], bool] = {}
 
     def rows(self, index: PageIndex, group: int, key_column: str, keys: Sequence[Any],
              columns: list[str], schema: pa.Schema, blocks: BlockCache | None
@@ -45,6 +47,7 @@ class PointReader:
         kc = index.column(key_column)
         key_pages = index.pages(group, kc)
         wanted = [index.column(name) for name in columns]
+        aligned = self._aligned(index, group, wanted)
         # the key's page and, with it, every wanted column's page of the same first row:
         # with pages cut at the same rows (parquet.page_rows) one small file holds the
         # answer, decoded once
@@ -57,6 +60,14 @@ class PointReader:
             if len(holding) > 1:
                 return None  # a key whose records span pages: the row group is read
             first, _ = key_pages.rows(holding[0])
+            if aligned:
+                page = self._page_table(index, group, wanted, first, schema, blocks)
+                span = sorted_span(page.column(columns.index(key_column)).chunk(0), key)
+                if span is None:
+                    return None
+                if span[1] > span[0]:
+                    parts.append(page.slice(span[0], span[1] - span[0]))
+                continue
             got = dict(zip(together, self._pages(index, group, together, first, blocks),
                            strict=True))
             span = sorted_span(got[kc][0], key)
@@ -78,6 +89,42 @@ class PointReader:
         if not parts:
             return schema.empty_table()
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def _aligned(self, index: PageIndex, group: int, columns: list[int]) -> bool:
+        """Whether the columns' pages of the row group are cut at the same rows (kept per
+        file, group and columns)."""
+        memo = (index.filename, group, tuple(columns))
+        got = self._aligned_memo.get(memo)
+        if got is None:
+            base = index.pages(group, columns[0]).first_rows
+            got = all(np.array_equal(index.pages(group, c).first_rows, base)
+                      for c in columns[1:])
+            if len(self._aligned_memo) > 100_000:  # a bound, not a policy: flags are cheap
+                self._aligned_memo.clear()
+            self._aligned_memo[memo] = got
+        return got
+
+    def _page_table(self, index: PageIndex, group: int, columns: list[int], first: int,
+                    schema: pa.Schema, blocks: BlockCache | None) -> pa.Table:
+        """The pages (cut at the same rows) holding row ``first`` of the columns, as one
+        table: cached as a table, so a warm lookup only slices it (building a table or
+        batch releases and takes back the GIL, which collapses threads' throughput)."""
+        filename = index.filename
+        uri = self.objects.uri
+        key = (uri, filename, group, first, tuple(columns))
+        if blocks is not None:
+            page = blocks.get(key)
+            if page is not None:
+                return page
+
+        def read(attempt: int) -> list[pa.Array]:
+            return [p.values for p in read_pages(index, self._range(filename), group,
+                                                 columns, first)]
+
+        page = pa.Table.from_arrays(reading(self.table, filename, uri, read), schema=schema)
+        if blocks is not None and checksums.VERIFY_READS:  # verified pages only
+            blocks.put(key, page)
+        return page
 
     def _pages(self, index: PageIndex, group: int, columns: list[int], row: int,
                blocks: BlockCache | None) -> list[tuple[pa.Array, int]]:

@@ -105,12 +105,16 @@ class Scan:
         """Every record as one ``pyarrow.Table``, sorted by key (``Table.query``'s answer).
         Holds the whole answer in memory: :meth:`to_batches` streams it."""
         try:
-            return self.executor.run(self.plan, self.read, self.iterators,
-                                     self.query_filter,
-                                     self.request.block_cache).select(self.wanted)
+            return self._wanted(self.executor.run(self.plan, self.read, self.iterators,
+                                                  self.query_filter, self.request.block_cache))
         except ObjectNotFoundError:
             self.explain_missing()
             raise
+
+    def _wanted(self, data: pa.Table) -> pa.Table:
+        """``data`` (the columns read) as the columns asked for, in their order (no new
+        table when they are the same: building one costs a lookup more than it should)."""
+        return data if self.read == self.wanted else data.select(self.wanted)
 
     def to_batches(self) -> pa.RecordBatchReader:
         """The records as a ``pyarrow.RecordBatchReader``, streamed leaf by leaf in key order
@@ -137,9 +141,8 @@ class Scan:
     def read_subquery(self, sub: SubQuery) -> pa.Table:
         """The records of one leaf's sub-query (the Spark reader reads one per task)."""
         try:
-            return self.executor.read_subquery(sub, self.read, self.iterators,
-                                               self.query_filter,
-                                               self.request.block_cache).select(self.wanted)
+            return self._wanted(self.executor.read_subquery(
+                sub, self.read, self.iterators, self.query_filter, self.request.block_cache))
         except ObjectNotFoundError:
             self.explain_missing()
             raise
