@@ -35,7 +35,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -120,7 +120,7 @@ class BlockCache:
         """The cached array, or None (a miss); a hit in probation is promoted."""
         return self.get_many([key])[0]
 
-    def get_many(self, keys: list[Hashable]) -> list[Block | None]:
+    def get_many(self, keys: Sequence[Hashable]) -> list[Block | None]:
         """:meth:`get` of each key under one hold of the lock (a row group's columns)."""
         out: list[Block | None] = []
         with self._lock:

@@ -312,7 +312,7 @@ class Executor:
         points = self._points(sub)
         index = None if points is None else self.footers.page_index(ref.filename, sums)
         key = cmap.file_columns([self.schema.row_key_names[0]])[0]
-        for run in ([[g] for g in groups] if blocks is not None or index is not None
+        for run in ([[g] for g in groups] if index is not None
                     else _runs(groups, RUN_GROUPS)):
             t = None if index is None or points is None else self.points.rows(
                 index, run[0], key, points, columns,
@@ -320,7 +320,7 @@ class Executor:
             exact = t is not None  # (a point read finds exactly the keys' rows)
             if t is None:
                 t = load(run, columns) if blocks is None else \
-                    self._cached_group(blocks, ref.filename, footer, run[0], columns, load)
+                    self._cached_run(blocks, ref.filename, footer, run, columns, load)
             t = conform(t, cmap, wanted, self._arrow)
             if not exact and (sub.ranges is not None or
                               not _inside(footer, run[0], run[-1], sub.region)):
@@ -328,26 +328,32 @@ class Executor:
             if t.num_rows:
                 yield with_sequence(t, ref.sequence) if sequence else t
 
-    def _cached_group(self, blocks: BlockCache, filename: str, footer: FileFooter,
-                      group: int, columns: list[str],
-                      load: Callable[[list[int], list[str]], pa.Table]) -> pa.Table:
-        """Row group ``group`` of the file's ``columns`` (the file's names): the cached
-        ones from the block cache, the others read (verified) and cached."""
-        base = (self.objects.uri, filename, group, -1)
-        arrays = blocks.get_many([(*base, c) for c in columns])
-        missing = [c for c, a in zip(columns, arrays, strict=True) if a is None]
-        if missing:
-            read = load([group], missing)
-            for c in missing:
-                chunks = read.column(c).chunks
-                array = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
-                if checksums.VERIFY_READS:  # only verified pages are kept
-                    blocks.put((*base, c), array)
-                arrays[columns.index(c)] = array
-            if len(missing) == len(columns):
-                return read.select(columns)
-        return pa.Table.from_arrays(arrays, schema=self._file_schema(filename, footer,
-                                                                     columns))
+    def _cached_run(self, blocks: BlockCache, filename: str, footer: FileFooter,
+                    run: list[int], columns: list[str],
+                    load: Callable[[list[int], list[str]], pa.Table]) -> pa.Table:
+        """Consecutive row groups ``run`` of the file's ``columns`` (the file's names): from
+        the block cache when every column of every group is there; else read as one run
+        (Arrow decodes it on its threads), each group's columns then cached as compact
+        copies (a slice would hold the whole run's buffers)."""
+        uri, n = self.objects.uri, len(columns)
+        keys = [(uri, filename, g, -1, c) for g in run for c in columns]
+        got = blocks.get_many(keys)
+        schema = self._file_schema(filename, footer, columns)
+        if all(a is not None for a in got):
+            tables = [pa.Table.from_arrays(got[i * n:(i + 1) * n], schema=schema)
+                      for i in range(len(run))]
+            return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        read = load(run, columns)
+        if checksums.VERIFY_READS:  # only verified pages are kept
+            at = 0
+            for i, g in enumerate(run):
+                rows = footer.metadata.row_group(g).num_rows
+                for j, c in enumerate(columns):
+                    if got[i * n + j] is None:
+                        part = read.column(c).slice(at, rows)
+                        blocks.put(keys[i * n + j], pa.concat_arrays(part.chunks))
+                at += rows
+        return read.select(columns)
 
     def _file_schema(self, filename: str, footer: FileFooter, columns: list[str]
                      ) -> pa.Schema:
