@@ -208,7 +208,7 @@ def leaf_indices(data: pa.Table | pa.RecordBatch, names: Sequence[str],
     whole key by :func:`_leaf_indices_by_sort`.
     """
     n = data.num_rows
-    if boundaries.num_rows == 0:
+    if boundaries.num_rows == 0 or n == 0:  # (no rows: no column type to compare with)
         return np.zeros(n, dtype=np.int32)
     if _SEARCH_SORTED is None:  # pyarrow before 26: the joint sort gives the same answer
         return _leaf_indices_by_sort(data, names, boundaries)
