@@ -281,9 +281,10 @@ class Executor:
         row is yielded twice), then raises CorruptDataError naming the table and the file:
         a damaged file ends the read with that error, never a shorter answer.
 
-        With ``blocks`` (the block cache), each row group is read on its own and its
-        columns are taken from the cache where they are there: a file whose wanted columns
-        are all cached is not even opened."""
+        Exact keys of a one-field row key are read a page per column when the file has a
+        page index (sediment.query.pointread). With ``blocks`` (the block cache), a run of
+        row groups whose wanted columns are all cached is taken from it (the file is not
+        even opened); a run that is not is read whole and each group cached."""
         cmap = self.file_map(ref, sub)
         pf, footer, groups = self.row_groups(ref, sub, hashes, query_filter)
         if sequence and footer.sequenced and ref.sequenced:
