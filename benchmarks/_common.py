@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow.fs as pafs
 
@@ -204,6 +204,54 @@ def temp_dir(prefix: str = "sediment-bench-") -> Iterator[Path]:
         yield Path(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+# ---- peers: worker processes in their own venvs ------------------------------------------------
+class PeerError(RuntimeError):
+    pass
+
+
+class PeerProcess:
+    """One peer engine's worker process (a benchmark's ``_<name>_peers.py`` script run by
+    another venv's Python): JSON commands on stdin, one ``@@``-prefixed JSON answer per
+    command on stdout, its own output in a log file."""
+
+    def __init__(self, script: Path, name: str, python: str, root: Path) -> None:
+        self.name = name
+        self.log_path = root / f"{name}.log"
+        self.log: IO[str] = open(self.log_path, "w")  # noqa: SIM115 (closed in close())
+        self.proc = subprocess.Popen([python, str(script), name, str(root / name)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True)
+        self.versions = self._read()["versions"]
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("@@"):
+                doc: dict[str, Any] = json.loads(line[2:])
+                if "error" in doc:
+                    raise PeerError(f"{self.name}: {doc['error']}")
+                return doc
+        raise PeerError(f"{self.name}: the worker exited ({self.proc.wait()}): "
+                        f"{self.log_path.read_text()[-2000:]}")
+
+    def call(self, **cmd: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write('{"op": "quit"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+        self.log.close()
 
 
 # ---- object-store wrappers -------------------------------------------------------------------

@@ -53,7 +53,6 @@ import contextlib
 import ctypes
 import gc
 import importlib
-import json
 import os
 import statistics
 import subprocess
@@ -64,13 +63,15 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from operator import methodcaller
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from _common import (
     BENCH_DIR,
+    PeerError,
+    PeerProcess,
     Timer,
     fmt,
     goal_line,
@@ -105,51 +106,6 @@ Timed = tuple[list[float], list[int]]
 """Latencies (s) and row counts of a block of reads."""
 
 
-# ---- peers: worker processes --------------------------------------------------------------------
-class PeerError(RuntimeError):
-    pass
-
-
-class PeerProcess:
-    """One peer's worker (``_lookup_peers.py``): JSON commands on stdin, one ``@@``-prefixed
-    JSON answer per command on stdout, its own output in a log file."""
-
-    def __init__(self, name: str, python: str, root: Path) -> None:
-        self.name = name
-        self.log_path = root / f"{name}.log"
-        self.log: IO[str] = open(self.log_path, "w")  # noqa: SIM115 (closed in close())
-        self.proc = subprocess.Popen([python, str(PEERS_SCRIPT), name, str(root / name)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True)
-        self.versions = self._read()["versions"]
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("@@"):
-                doc: dict[str, Any] = json.loads(line[2:])
-                if "error" in doc:
-                    raise PeerError(f"{self.name}: {doc['error']}")
-                return doc
-        raise PeerError(f"{self.name}: the worker exited ({self.proc.wait()}): "
-                        f"{self.log_path.read_text()[-2000:]}")
-
-    def call(self, **cmd: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write('{"op": "quit"}\n')
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-        self.log.close()
 
 
 def start_peers(names: list[str], args: Any, root: Path, skipped: dict[str, str]
@@ -170,7 +126,7 @@ def start_peers(names: list[str], args: Any, root: Path, skipped: dict[str, str]
                              f"{probe.stderr.strip().splitlines()[-1:]}")
             continue
         try:
-            peers[name] = PeerProcess(name, python, root)
+            peers[name] = PeerProcess(PEERS_SCRIPT, name, python, root)
         except PeerError as e:
             skipped[name] = str(e)
     for name, why in skipped.items():

@@ -51,7 +51,6 @@ on moto S3 < 50 ms; (5) the 1% delete by predicate >= 2x faster than Delta's.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -59,7 +58,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +66,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from _common import (
     BENCH_DIR,
+    PeerError,
+    PeerProcess,
     fmt,
     goal_line,
     parse_args,
@@ -93,51 +94,6 @@ DELETE_GOAL = 2.0
 BLOCK = 50
 
 
-# ---- peers: worker processes ------------------------------------------------------------------
-class PeerError(RuntimeError):
-    pass
-
-
-class Peer:
-    """One peer engine's worker process (``_upsert_peers.py``): JSON commands on stdin, one
-    ``@@``-prefixed JSON answer per command on stdout, its own output in a log file."""
-
-    def __init__(self, name: str, python: str, root: Path) -> None:
-        self.name = name
-        self.log_path = root / f"{name}.log"
-        self.log: IO[str] = open(self.log_path, "w")  # noqa: SIM115 (closed in close())
-        self.proc = subprocess.Popen([python, str(PEERS_SCRIPT), name, str(root / name)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True)
-        self.versions = self._read()["versions"]
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("@@"):
-                doc: dict[str, Any] = json.loads(line[2:])
-                if "error" in doc:
-                    raise PeerError(f"{self.name}: {doc['error']}")
-                return doc
-        raise PeerError(f"{self.name}: the worker exited ({self.proc.wait()}): "
-                        f"{self.log_path.read_text()[-2000:]}")
-
-    def call(self, **cmd: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                assert self.proc.stdin is not None
-                self.proc.stdin.write('{"op": "quit"}\n')
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-        self.log.close()
 
 
 def peer_python(name: str, args: Any) -> str:
@@ -150,8 +106,8 @@ def peer_python(name: str, args: Any) -> str:
 
 
 def start_peers(names: list[str], args: Any, root: Path, skipped: dict[str, str]
-                ) -> dict[str, Peer]:
-    peers: dict[str, Peer] = {}
+                ) -> dict[str, PeerProcess]:
+    peers: dict[str, PeerProcess] = {}
     for name in names:
         python = peer_python(name, args)
         if not Path(python).exists():
@@ -164,7 +120,7 @@ def start_peers(names: list[str], args: Any, root: Path, skipped: dict[str, str]
                              f"{probe.stderr.strip().splitlines()[-1:]}")
             continue
         try:
-            peers[name] = Peer(name, python, root)
+            peers[name] = PeerProcess(PEERS_SCRIPT, name, python, root)
         except PeerError as e:
             skipped[name] = str(e)
     for name, why in skipped.items():
@@ -172,7 +128,8 @@ def start_peers(names: list[str], args: Any, root: Path, skipped: dict[str, str]
     return peers
 
 
-def drop_peer(peers: dict[str, Peer], name: str, err: Exception, failed: dict[str, str]) -> None:
+def drop_peer(peers: dict[str, PeerProcess], name: str, err: Exception,
+              failed: dict[str, str]) -> None:
     print(f"peer {name} failed and is left out from here on: {err}")
     failed[name] = str(err)
     peers.pop(name).close()
@@ -240,7 +197,7 @@ def rotate(items: list[Any], k: int) -> list[Any]:
 
 
 # ---- stages -----------------------------------------------------------------------------------
-def lookups_stage(label: str, tables: dict[str, sd.Table], peers: dict[str, Peer],
+def lookups_stage(label: str, tables: dict[str, sd.Table], peers: dict[str, PeerProcess],
                   keys: list[str], upserted: list[str], warm: int, peer_lookups: int,
                   failed: dict[str, str]) -> dict[str, Any]:
     lat = sediment_lookups(tables, keys + upserted, warm)
@@ -263,7 +220,7 @@ def lookups_stage(label: str, tables: dict[str, sd.Table], peers: dict[str, Peer
 
 
 def upsert_rounds(rounds: int, base: pa.Table, work: Path, tables: dict[str, sd.Table],
-                  peers: dict[str, Peer], failed: dict[str, str],
+                  peers: dict[str, PeerProcess], failed: dict[str, str],
                   after_first: Callable[[list[pa.Table]], None]) -> dict[str, list[float]]:
     """``rounds`` rounds of a 1% upsert by every engine, in an order rotated each round."""
     sediment_ops: dict[str, Callable[[pa.Table], Any]] = {
@@ -302,7 +259,7 @@ def upsert_rounds(rounds: int, base: pa.Table, work: Path, tables: dict[str, sd.
     return times
 
 
-def delete_rounds(rounds: int, table: sd.Table, peers: dict[str, Peer],
+def delete_rounds(rounds: int, table: sd.Table, peers: dict[str, PeerProcess],
                   failed: dict[str, str]) -> dict[str, dict[str, list[float]]]:
     """``rounds`` deletes of 1% of the records by a predicate on ``timestamp`` (a distinct
     1% of its span each round), every engine in an order rotated each round."""
@@ -482,8 +439,8 @@ def main() -> None:
             results["delete_by_predicate"] = deletes
             results["range_delete_local"] = range_deletes(tables["upsert"], rows, 5)
         finally:
-            for p in peers.values():
-                p.close()
+            for peer in peers.values():
+                peer.close()
     results["range_delete_s3"] = s3_range_deletes(s3_rows, 5)
     results["peers_skipped"] = skipped
     results["peers_failed"] = failed
