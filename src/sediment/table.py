@@ -7,7 +7,8 @@ itself, so the services do not depend on this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -22,7 +23,7 @@ from sediment.core.transactions import (
     SetProperties,
 )
 from sediment.core.transactions.schema import filtered_fields
-from sediment.errors import PropertyError, SchemaError, did_you_mean
+from sediment.errors import PropertyError, QueryError, SchemaError, did_you_mean
 from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
 from sediment.runners import load_runner
@@ -420,6 +421,130 @@ class Table:
                                           str(self.properties["partitioning"]))
         return self._handle.states.commit(ReinitialiseTable(partitions)).version
 
+    def changes(self, start_version: int | str, end_version: int | str | None = None, *,
+                columns: Sequence[str] | None = None,
+                filter: Any = None) -> pa.RecordBatchReader:  # noqa: A002 (the public name)
+        """The record changes committed in versions ``(start_version, end_version]`` (numbers
+        or tags; ``end_version`` None: the head now), streamed one version at a time, in
+        commit order: so ``changes(a, b)`` then ``changes(b, c)`` is ``changes(a, c)``.
+
+        Each row is a record of the table, shaped by the end version's schema, followed by
+        ``_change_type`` (``insert``, ``update_preimage``, ``update_postimage``, ``delete``),
+        ``_commit_version`` and ``_commit_timestamp`` (``timestamp[ms, tz=UTC]``). What each
+        kind of commit yields: sediment.query.changes and docs/howto/streams.md. ``columns``
+        picks output columns (the change columns among them); ``filter`` (an expression or
+        ``--where`` text, which may name the change columns) keeps rows.
+
+        Raises QueryError: an unknown version, tag or column, a start after the end;
+        VersionExpiredError: a start version past ``retention.seconds`` (unpinned);
+        SchemaError: a table column named like a change column.
+        """
+        from sediment.query.changes import reader_of
+
+        feed, pairs = self._change_feed(start_version, end_version, columns, filter)
+        return reader_of(feed.out_schema, pairs)
+
+    def changes_of(self, request: ReadRequest) -> pa.RecordBatchReader:
+        """:meth:`changes` of a changes request (``ReadRequest(changes={"from": V, "to": W},
+        columns=..., filter=...)``: what the Flight service and ``sediment query --request``
+        take). Raises BadRequestError for a request that is not one, then as :meth:`changes`."""
+        start, end = request.changes_range()
+        return self.changes(start, end, columns=request.columns, filter=request.filter)
+
+    def _change_feed(self, start_version: int | str, end_version: int | str | None,
+                     columns: Sequence[str] | None, filter: Any,  # noqa: A002
+                     ) -> tuple[Any, Iterator[tuple[int, pa.Table]]]:
+        """The feed of ``changes`` and its (version, rows) pairs, versions read as asked."""
+        from sediment.core.state import schema_in_force
+
+        head = self._handle.states.head()
+        a = self.resolve_version(start_version)
+        b = self.resolve_version(end_version) if end_version is not None else head.version
+        for what, v in (("start", a), ("end", b)):
+            if v is None or not 0 <= v <= head.version:
+                raise QueryError(f"table {self.name} has no version {v} for the {what} of "
+                                 f"its changes (versions 0..{head.version})")
+        assert a is not None and b is not None
+        if a > b:
+            raise QueryError(f"table {self.name}: changes from version {a} to {b}: the start "
+                             f"is after the end")
+        target = schema_in_force(head.schemas, b) or head.schema
+        assert target is not None
+        feed, start = self._feed_from(a, target, columns, filter)
+        states = self._handle.states
+        entries = states.log.read_after(a, upto=b) if b > a else iter(())
+        return feed, feed.batches(entries, start, states.heads.replay)
+
+    def _feed_from(self, a: int, target: Schema | None, columns: Sequence[str] | None,
+                   filter: Any) -> tuple[Any, TableState]:  # noqa: A002
+        """A change feed of this table reading versions after ``a``, and the state at ``a``
+        (VersionExpiredError when it or the log after it was pruned)."""
+        from sediment.iterators.base import AgeOff, RowFilter
+        from sediment.query.changes import ChangeFeed
+        from sediment.query.expiry import load_version
+        from sediment.query.prepare import table_iterators
+        from sediment.query.request import ReadRequest
+
+        states = self._handle.states
+        if a > 0:
+            start = load_version(states, self.name, a)
+        else:
+            if states.earliest_version() > 1:
+                load_version(states, self.name, 1)  # VersionExpiredError: its log was pruned
+            start = TableState(states.head(refresh=False).table_id, self.name)
+
+        def read(state: TableState, *, keys: Any = None, ranges: Any = None,
+                 filter: Any = None, columns: Any = None) -> pa.Table:  # noqa: A002
+            if state.schema is None:
+                return pa.table({})
+            request = ReadRequest(keys=keys, ranges=ranges, filter=filter, columns=columns,
+                                  version=state.version, block_cache=False)
+            return self._prepare_at(state, request).to_arrow()
+
+        def record_by_record(state: TableState) -> bool:
+            return state.schema is None or all(
+                isinstance(it, AgeOff | RowFilter) for it in table_iterators(state, self.name))
+
+        feed = ChangeFeed(self.name, target, read, record_by_record, columns=columns,
+                          filter=filter)
+        return feed, start
+
+    def follow(self, start_version: int | str | None = None, *, poll_seconds: float = 1.0,
+               columns: Sequence[str] | None = None, filter: Any = None,  # noqa: A002
+               pin: str | None = None, pin_ttl_seconds: float = 3600.0,
+               stop: threading.Event | None = None
+               ) -> Iterator[tuple[int, pa.RecordBatchReader]]:
+        """Follow the table live: ``(version, reader)`` for each version committed after
+        ``start_version`` (None: after the head at the call), one whole version at a time,
+        in commit order, each exactly once; the reader streams its change rows as
+        :meth:`changes` gives them, shaped by that version's schema (a version that changed
+        no record gives an empty reader). The log is polled every ``poll_seconds``.
+
+        A follower that records the last version it handled resumes after a restart with
+        ``follow(that_version)``. ``pin``: a pin name the follower holds on the last version
+        it finished (renewed for ``pin_ttl_seconds`` at each), so GC and prune keep what it
+        still needs to read while it is down for less than that. ``stop``: an event that
+        ends the loop (after the version being handled).
+
+        Raises as :meth:`changes`."""
+        from sediment.query.changes import follow
+
+        states = self._handle.states
+        a = self.resolve_version(start_version) if start_version is not None else self.version
+        if a is None or not 0 <= a <= self.version:
+            raise QueryError(f"table {self.name} has no version {start_version} to follow from")
+        feed, start = self._feed_from(a, None, columns, filter)
+        if pin is not None and a:
+            self.pin(pin, a, pin_ttl_seconds)
+
+        def handled(v: int) -> None:
+            if pin is not None:
+                self.pin(pin, v, pin_ttl_seconds)
+
+        yield from follow(feed, start, lambda: states.head().version,
+                          lambda lo, hi: states.log.read_after(lo, upto=hi),
+                          states.heads.replay, poll_seconds, handled, stop)
+
     def history(self) -> list[HistoryEntry]:
         """Every committed transaction: version, time, kind and a one-line summary.
 
@@ -630,15 +755,23 @@ class Table:
         version/tag error for a version that cannot be read; CorruptMetadataError,
         ObjectNotFoundError: damaged or missing data files.
         """
-        from sediment.query.expiry import check_files
-        from sediment.query.prepare import prepare_query
         from sediment.query.request import request_of
-        from sediment.query.scan import ScanSource
 
         request = request_of(keys, ranges, columns=columns, version=version,
                              iterators=iterators, filter=filter)
+        if request.changes is not None:
+            raise QueryError(f"table {self.name}: a changes request is read with "
+                             f"table.changes_of(request), not prepared as a scan")
+        return self._prepare_at(self._query_state(request.version), request)
+
+    def _prepare_at(self, state: TableState, request: ReadRequest) -> Scan:
+        """:meth:`prepare` of ``request`` on ``state`` (the head this process shares, a
+        version loaded for it, or a state the change feed replayed)."""
+        from sediment.query.expiry import check_files
+        from sediment.query.prepare import prepare_query
+        from sediment.query.scan import ScanSource
+
         source = ScanSource(self.name, self._handle.objects, self.prepare)
-        state = self._query_state(request.version)
         executors = self._handle.executors
         if request.version is None:
             return prepare_query(state, executors.get(state), self.name, request,

@@ -113,6 +113,7 @@ def _register() -> None:
         admin,
         alter,
         batcher,
+        changes,
         dashboard,
         data,
         maintenance,
@@ -126,8 +127,8 @@ def _register() -> None:
         versions,
     )
 
-    for module in (admin, data, records, maintenance, reports, versions, verify, spark,
-                   migrate, serve, dashboard, schemes):
+    for module in (admin, data, records, changes, maintenance, reports, versions, verify,
+                   spark, migrate, serve, dashboard, schemes):
         app.registered_commands.extend(module.commands.registered_commands)
     app.add_typer(alter.alter_app, name="alter")
     app.add_typer(batcher.batcher_app, name="batcher")

@@ -6,8 +6,6 @@ bars and report rows, is :mod:`sediment.cli.passes`.
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from collections.abc import Iterable
 from typing import Annotated, Any
@@ -25,6 +23,7 @@ from sediment.cli.passes import (
     run_passes,
     warn_errors,
 )
+from sediment.cli.terminal import stop_on_signals
 from sediment.core.units import human_seconds
 from sediment.errors import SedimentError
 from sediment.maintenance.kept import GcKept, Kept
@@ -54,23 +53,6 @@ def _tag_errors(problems: Iterable[str]) -> dict[str, Any]:
     """The report row's error entry for tags GC could not read (empty when none)."""
     text = "; ".join(problems)
     return {"error": f"gc kept every unreferenced file: {text}"} if text else {}
-
-
-def _stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM or SIGINT (unless ignored): the daemon stops starting work and
-    waits for its running jobs; the same signal again aborts at once."""
-    stop = threading.Event()
-
-    def handler(signum: int, frame: object) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        typer.echo("stopping: waiting for running compaction jobs (again to abort)", err=True)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, handler)
-    return stop
 
 
 def _store_rows(maintenance: StoreMaintenance) -> list[dict[str, Any]]:
@@ -194,7 +176,7 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
     elif loop:
         from sediment.maintenance.continuous import Maintainer
 
-        stop = _stop_on_signals()
+        stop = stop_on_signals("stopping: waiting for running compaction jobs (again to abort)")
         try:
             whole: StoreMaintenance | None = None if table else maintenance_of_store()
         except SedimentError as e:  # a daemon: the tables' rows report it, round after round

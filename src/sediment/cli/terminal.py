@@ -8,7 +8,9 @@ output helpers so the tests can stand in for the terminal in one place.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from typing import Any
 
 import typer
@@ -108,3 +110,21 @@ def confirm_or_refuse(yes: bool, what: str, question: str) -> None:
     typer.confirm(question, abort=True)
 
 
+
+
+def stop_on_signals(message: str) -> threading.Event:
+    """An event set by SIGTERM or SIGINT (unless ignored), telling ``message`` on stderr: a
+    loop (a daemon, a follower) stops starting work and finishes what it is doing; the same
+    signal again aborts at once."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        typer.echo(message, err=True)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, handler)
+    return stop

@@ -9,7 +9,7 @@ million references loads in a fraction of a second.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -106,6 +106,25 @@ class TableState:
         c._owned = set()
         self._owned = set()  # our maps are now shared too
         c.last_update = self.last_update
+        return c
+
+    def only(self, filenames: Collection[str]) -> TableState:
+        """A copy whose references are only those of ``filenames`` (their partitions kept),
+        with no deletions: the records those files hold, read alone (the change feed reads a
+        commit's new files this way; deletions made before the commit never cover them)."""
+        c = self.copy()
+        keep = set(filenames)
+        refs: dict[str, dict[str, FileReference]] = {}
+        for pid in self.partitions_with_references():
+            mine = {f: r for f, r in self.references(pid).items() if f in keep}
+            if mine:
+                refs[pid] = mine
+        c._refs, c._lazy, c._owned = refs, {}, set(refs)
+        c.refcount = CowDict()
+        for pid_refs in refs.values():
+            for f in pid_refs:
+                c.refcount[f] = c.refcount.get(f, 0) + 1
+        c.deletions = ()
         return c
 
     # ---- file references ---------------------------------------------------------------

@@ -24,7 +24,7 @@ from sediment.core.model import UPSERT_BIT
 from sediment.files.sequence import SEQ
 
 
-def _run_starts(data: pa.Table | pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
+def run_starts(data: pa.Table | pa.RecordBatch, names: Sequence[str]) -> np.ndarray:
     """Bool per row: does its record key differ from the previous row's (row 0: True)?
     Nulls (sort keys may be null) equal nulls."""
     n = data.num_rows
@@ -52,7 +52,7 @@ def settle_table(data: pa.Table, names: Sequence[str]) -> pa.Table:
     upsert = (seq & UPSERT_BIT) != 0
     if not upsert.any():
         return data
-    run = np.cumsum(_run_starts(data, names), dtype=np.int64) - 1
+    run = np.cumsum(run_starts(data, names), dtype=np.int64) - 1
     last = np.full(int(run[-1]) + 1, -1, dtype=np.int64)
     np.maximum.at(last, run[upsert], np.flatnonzero(upsert))
     keep = np.arange(n) >= last[run]
@@ -67,11 +67,11 @@ def complete_runs(batches: Iterator[pa.RecordBatch], names: Sequence[str]
     for b in batches:
         if not b.num_rows:
             continue
-        starts = np.flatnonzero(_run_starts(b, names))
+        starts = np.flatnonzero(run_starts(b, names))
         if held:
             tail = held[-1]
             pair = pa.Table.from_batches([tail.slice(tail.num_rows - 1), b.slice(0, 1)])
-            if _run_starts(pair, names)[1]:  # the held run ended with the last batch
+            if run_starts(pair, names)[1]:  # the held run ended with the last batch
                 yield pa.Table.from_batches(held)
             elif len(starts) == 1:  # the whole batch goes on with the held run
                 held.append(b)

@@ -57,7 +57,7 @@ REQUEST_FORMAT = 1
 """The format a request's JSON is written in, and the newest one read."""
 
 REQUEST_FIELDS = ("format", "keys", "ranges", "columns", "version", "filter", "iterators",
-                  "raw", "block_cache")
+                  "raw", "block_cache", "changes")
 """The fields of a request's JSON (format 1)."""
 
 
@@ -172,6 +172,10 @@ class ReadRequest:
       for a local read: those have no JSON form).
     * ``raw``: internal (change feeds): the records as stored, without the table's
       iterators. A server does not serve raw reads.
+    * ``changes``: ``{"from": V, "to": W}`` (``to`` optional: the head): instead of the
+      records at a version, the record changes committed after ``V`` up to ``W``
+      (``Table.changes``), with ``columns`` and ``filter``; keys, ranges, a version and
+      iterators do not go with it.
     * ``block_cache``: whether the read keeps the data it decodes in the process's block
       cache (sediment.query.blocks) and reads from it: None (the default) for reads of keys
       or ranges and not for whole-leaf scans, so a full scan never churns the cache; True
@@ -190,6 +194,7 @@ class ReadRequest:
     iterators: Sequence[Any] | None = None
     raw: bool = False
     block_cache: bool | None = None
+    changes: Mapping[str, int | str | None] | None = None
 
     def __post_init__(self) -> None:
         for name in ("keys", "ranges", "columns", "iterators"):
@@ -211,6 +216,21 @@ class ReadRequest:
     def replace(self, **changes: Any) -> ReadRequest:
         """A copy with ``changes`` (``dataclasses.replace``)."""
         return replace(self, **changes)
+
+    def changes_range(self) -> tuple[int | str, int | str | None]:
+        """A changes request's (from, to) versions (``to`` None: the head). BadRequestError
+        when it is not a changes request, or asks for what a change feed does not take
+        (keys, ranges, a version, iterators, raw)."""
+        if self.changes is None:
+            raise BadRequestError("read request: not a changes request (no field 'changes')")
+        extra = [n for n in ("keys", "ranges", "version", "iterators")
+                 if getattr(self, n) is not None] + (["raw"] if self.raw else [])
+        if extra:
+            raise BadRequestError(f"read request: field {extra[0]!r} does not go with "
+                                  f"'changes' (a changes request takes columns and filter)")
+        start = self.changes["from"]
+        assert start is not None
+        return start, self.changes.get("to")
 
     @property
     def narrows(self) -> bool:
@@ -262,6 +282,8 @@ class ReadRequest:
             out["raw"] = True
         if self.block_cache is not None:
             out["block_cache"] = bool(self.block_cache)
+        if self.changes is not None:
+            out["changes"] = dict(_changes(self.changes))
         return out
 
     def to_json_text(self) -> str:
@@ -296,7 +318,8 @@ class ReadRequest:
                    filter=_filter_from_json(doc.get("filter")),
                    iterators=_iterators(doc.get("iterators")), raw=_flag(doc, "raw"),
                    block_cache=None if doc.get("block_cache") is None
-                   else _flag(doc, "block_cache"))
+                   else _flag(doc, "block_cache"),
+                   changes=None if doc.get("changes") is None else _changes(doc["changes"]))
 
 
 # ---- JSON fields ----------------------------------------------------------------------------
@@ -330,6 +353,21 @@ def _ranges(data: Any) -> Any:
         raise BadRequestError(f"read request: field 'ranges' must be a list of ranges or "
                               f"regions, not {_quote(data)}")
     return value
+
+
+def _changes(data: Any) -> dict[str, int | str | None]:
+    """A changes field: ``{"from": V}`` or ``{"from": V, "to": W}``, versions as numbers or
+    tag names (BadRequestError naming what is wrong)."""
+    if not isinstance(data, Mapping) or "from" not in data or set(data) - {"from", "to"}:
+        raise BadRequestError(f"read request: field 'changes' must be {{\"from\": <version>}} "
+                              f"or {{\"from\": <version>, \"to\": <version>}}, not "
+                              f"{_quote(data)}")
+    out: dict[str, int | str | None] = {"from": _version(data["from"])}
+    if data.get("to") is not None:
+        out["to"] = _version(data["to"])
+    if out["from"] is None:
+        raise BadRequestError("read request: field 'changes' needs a 'from' version")
+    return out
 
 
 def _columns(data: Any) -> Any:

@@ -25,6 +25,7 @@ import pyarrow.flight as fl
 
 from sediment.errors import BadRequestError, SchemaError, SedimentError
 from sediment.ingest import IngestResult
+from sediment.query.request import ReadRequest
 from sediment.schema import Schema
 from sediment.schema_changes import add_args, drop_args
 from sediment.serve.protocol import (
@@ -183,6 +184,19 @@ class RemoteTable:
         with ThreadPoolExecutor(min(FETCH_THREADS, len(tickets))) as pool:
             parts = list(pool.map(self._fetch, tickets))
         return pa.concat_tables(parts)
+
+    def changes(self, start_version: int | str, end_version: int | str | None = None, *,
+                columns: Sequence[str] | None = None,
+                filter: Any = None) -> pa.RecordBatchReader:  # noqa: A002 (the public name)
+        """As ``Table.changes``: the server pins the end version (the head when not given)
+        in its one endpoint's ticket, and the rows are fetched with one ``do_get``."""
+        request = ReadRequest(columns=columns, filter=filter,
+                              changes={"from": start_version, "to": end_version})
+        descriptor = fl.FlightDescriptor.for_command(
+            dumps({"table": self.name, **request.to_json()}))
+        info = self.store.call(self.store.client.get_flight_info, descriptor)
+        rows = self._fetch(info.endpoints[0].ticket)
+        return pa.RecordBatchReader.from_batches(rows.schema, rows.to_batches())
 
     def scan(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
              columns: Sequence[str] | None = None, version: int | str | None = None,

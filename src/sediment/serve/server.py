@@ -181,6 +181,8 @@ class SedimentFlightServer(fl.FlightServerBase):
                 call.working()
                 doc = self._command(descriptor, "query descriptor")
                 req.table = str(doc.get("table", ""))
+                if "changes" in doc:
+                    return self._changes_info(doc, descriptor)
                 table, prepared = self.prepare(doc, "query descriptor")
                 plan: QueryPlan = prepared.plan
                 # the tickets carry the request as planned, its version pinned
@@ -195,6 +197,23 @@ class SedimentFlightServer(fl.FlightServerBase):
                                      -1)
             return self.guard(req, body)
 
+    def _changes_info(self, doc: dict[str, Any], descriptor: fl.FlightDescriptor
+                      ) -> fl.FlightInfo:
+        """A changes request's info: one endpoint whose ticket is the request with its end
+        version pinned (the head now when not given), so every reader of it gets the same
+        rows."""
+        table = self.table(table_name(doc, "query descriptor"))
+        request = read_request(doc)
+        start, end = request.changes_range()
+        pinned_end = table.resolve_version(end) if end is not None else table.version
+        reader = table.changes(start, pinned_end, columns=request.columns,
+                               filter=request.filter)  # checks versions, columns, filter
+        schema = reader.schema
+        reader.close()
+        pinned = request.replace(changes={"from": start, "to": pinned_end})
+        ticket = dumps({"query": {"table": table.name, **pinned.to_json()}, "leaf": None})
+        return fl.FlightInfo(schema, descriptor, [fl.FlightEndpoint(ticket, [])], -1, -1)
+
     def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
         req = Request("do_get")
         start = time.perf_counter()
@@ -208,6 +227,9 @@ class SedimentFlightServer(fl.FlightServerBase):
                 raise BadRequestError("malformed ticket: expected {\"query\": {...}, "
                                       "\"leaf\": <leaf id or null>}")
             req.table = call.table = str(query.get("table", ""))
+            if "changes" in query:
+                return self.table(table_name(query, "ticket")).changes_of(
+                    read_request(query))
             table, prepared = self._pinned(query)
             if leaf is not None:
                 prepared = prepared.only_leaves({leaf})

@@ -1,0 +1,293 @@
+"""The change feed: the record changes a table's commits made, derived from its log.
+
+``Table.changes(a, b)`` walks the log entries of versions ``(a, b]``, replaying each on the
+state before it (no state is loaded twice), and asks of each commit only what it could have
+changed. What each kind of commit yields (:func:`commit_reads` decides it, purely):
+
+- **add files** (ingest, bulk import, load, a stream's batch) on a table whose iterators
+  judge each record on its own (no merge rule; age-off and filters allowed): the records of
+  the new files, read alone, as ``insert`` rows. Nothing older can have changed.
+- **add files as an upsert, or on a table with a merge rule** (``merge = "last"``, ``"first"``,
+  ``"partial"``, ``"aggregate"``, or a combining iterator): the record keys the new files
+  carry are looked up at the version before and at the commit's version, and the difference
+  is the change: ``insert`` for a new key, ``update_preimage`` / ``update_postimage`` for a
+  key whose merged record became another, nothing for a key whose record stayed the same
+  (a ``merge = "first"`` table ignoring a late write). Lookups read what the keys' leaves
+  hold, so the cost follows the commit's size, not the table's.
+- **delete by key, range or predicate**: the records it removed, as ``delete`` rows, read at
+  the version before (its ranges, its filter); on a table with a merge rule both sides of
+  its ranges are compared, since removing older records can change what a key merges to.
+- **overwrite, restore**: the difference of the whole content before and after.
+- **clear**: every record before, as ``delete`` rows.
+- **compaction, splits, garbage collection, jobs, property and online changes, schema
+  changes, re-initialisation**: nothing. They change how records are stored, not which
+  records are read. (A property change of the merge rule or the iterators changes what a
+  read returns from then on without a change row: the feed follows commits of records.)
+
+Rows come out in the shape of the end version's schema: a column renamed later carries its
+new name, a widened one its new type, a column added later is null in older rows and a
+dropped one is absent (matched by field id, sediment.schema_changes).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sediment.core.deletions import Deletion
+from sediment.core.regions import Range
+from sediment.core.state import TableState
+from sediment.errors import QueryError, SchemaError, WhereError
+from sediment.query.change_rows import (
+    CHANGE_COLUMNS,
+    conformed,
+    empty_changes,
+    labelled,
+    record_changes,
+)
+from sediment.query.where import parse_where
+from sediment.query.wire import from_wire
+from sediment.schema import Schema
+from sediment.state.log import LogEntry
+
+KEY_LOOKUPS = 4096
+"""Up to this many distinct row keys a commit's keys are looked up one by one; past it, the
+range they span is read and joined with them (one sorted read beats thousands of lookups)."""
+
+Read = Callable[..., pa.Table]
+"""``read(state, keys=None, ranges=None, filter=None, columns=None)``: ``state``'s records
+(every column unless ``columns``), after its merge rule and iterators, as a read of that
+version returns them."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitReads:
+    """What to read for one commit's changes. ``how``: "none", "inserts" (the new files
+    alone), "keys" (the new files' record keys before and after), "deleted" (``deletion``'s
+    records before), "ranges" (``deletion``'s ranges before and after), "whole" (everything
+    before and after) or "cleared" (everything before)."""
+
+    how: str
+    files: tuple[str, ...] = ()
+    deletion: Deletion | None = None
+
+
+def commit_reads(entry: LogEntry, before: TableState, after: TableState,
+                 record_by_record: bool) -> CommitReads:
+    """What ``entry`` (taking ``before`` to ``after``) can have changed (module docstring).
+    ``record_by_record``: whether the table's iterators keep or drop each record on its own."""
+    t = entry.transaction
+    kind = t.kind
+    if kind in ("add_files", "add_files_with_splits"):
+        if getattr(t, "overwrite", False):
+            return CommitReads("whole")
+        files = tuple(t.new_files())
+        if not files:
+            return CommitReads("none")
+        upsert = bool(getattr(t, "upsert", False))
+        return CommitReads("keys" if upsert or not record_by_record else "inserts", files)
+    if kind == "delete_records":
+        new = [d for d in after.deletions if d.version == entry.version]
+        if not new:
+            return CommitReads("none")
+        return CommitReads("deleted" if record_by_record else "ranges", deletion=new[0])
+    if kind == "restore":
+        return CommitReads("whole")
+    if kind == "clear":
+        return CommitReads("cleared")
+    return CommitReads("none")
+
+
+class ChangeFeed:
+    """The record changes of versions ``(start, end]`` of one table, version by version.
+
+    ``states``: the state at ``start``, then each log entry after it (``replay`` applies one
+    to a copy). ``read``: reads one state (see :data:`Read`); ``record_by_record``: of a
+    state, whether its iterators judge each record alone. Columns and the filter apply to
+    the change rows, shaped by ``target`` (the end version's schema)."""
+
+    def __init__(self, table: str, target: Schema | None, read: Read,
+                 record_by_record: Callable[[TableState], bool], *,
+                 columns: Sequence[str] | None = None, filter: Any = None) -> None:  # noqa: A002
+        self.table, self.target, self._read = table, target, read
+        self._record_by_record = record_by_record
+        self.columns = list(columns) if columns is not None else None
+        self._filter = filter
+        self._shapes: dict[Schema, tuple[pa.Schema, pc.Expression | None]] = {}
+        if target is not None:
+            self.shape(target)  # bad columns and filters fail before anything is read
+
+    def shape(self, schema: Schema) -> tuple[pa.Schema, pc.Expression | None]:
+        """The change rows' schema for a table of ``schema`` (after ``columns``), and the
+        filter as an expression over them; checked once per schema."""
+        known = self._shapes.get(schema)
+        if known is not None:
+            return known
+        for name in CHANGE_COLUMNS:
+            if name in schema.field_names:
+                raise SchemaError(
+                    f"table {self.table} has a column named {name!r}, the name of a "
+                    f"change-feed column: rename it (table.rename_column) to read its changes")
+        full = empty_changes(schema)
+        if self.columns is not None:
+            for c in self.columns:
+                if c not in full.names:
+                    raise QueryError(f"table {self.table} has no column {c!r} for its change "
+                                     f"feed (columns: {', '.join(full.names)})")
+        out = full if self.columns is None else pa.schema([full.field(c) for c in self.columns])
+        shaped = (out, self._compile(self._filter, full))
+        self._shapes[schema] = shaped
+        return shaped
+
+    @property
+    def out_schema(self) -> pa.Schema:
+        """The change rows' schema, for a feed with a fixed ``target``."""
+        assert self.target is not None
+        return self.shape(self.target)[0]
+
+    def _compile(self, filter: Any, schema: pa.Schema) -> pc.Expression | None:  # noqa: A002
+        """The filter as an expression over the change rows (their change columns too)."""
+        if filter is None:
+            return None
+        if isinstance(filter, str):
+            try:
+                return parse_where(filter, schema)
+            except WhereError as e:
+                raise WhereError(f"filter on the change feed of table {self.table}: "
+                                 f"{str(e).removeprefix('where: ')}") from None
+        if isinstance(filter, Mapping):
+            return from_wire(dict(filter), schema)
+        if isinstance(filter, pc.Expression):
+            return filter
+        raise QueryError(f"filter must be a pyarrow.compute.Expression or --where text, "
+                         f"not {type(filter).__name__}")
+
+    def commit_changes(self, entry: LogEntry, before: TableState, after: TableState
+                       ) -> pa.Table:
+        """The change rows of one commit (``entry`` takes ``before`` to ``after``), shaped,
+        filtered and projected."""
+        target = self.target or after.schema
+        if target is None:  # before the table's first commit: nothing to shape
+            return pa.table({})
+        _, keep = self.shape(target)
+        what = commit_reads(entry, before, after, self._record_by_record(after))
+        rows, rank = self._rows(what, before, after)
+        if after.schema is not None and rows.num_rows:
+            rows = conformed(rows, after.schema, target)
+        elif not rows.num_rows:
+            rows = target.to_arrow().empty_table()
+        out = labelled(rows, rank, entry.version, entry.time)
+        if keep is not None and out.num_rows:
+            out = out.filter(keep)
+        if self.columns is not None:
+            out = out.select(self.columns)
+        return out
+
+    def _rows(self, what: CommitReads, before: TableState, after: TableState
+              ) -> tuple[pa.Table, np.ndarray | int]:
+        keys = after.schema.key_names if after.schema else []
+
+        def read(state: TableState, **how: Any) -> pa.Table:
+            """A read of ``state``, shaped by ``after``'s schema (a restore may change it)."""
+            rows = self._read(state, **how)
+            if state is before and before.schema is not None and after.schema is not None \
+                    and before.schema != after.schema and "columns" not in how:
+                rows = conformed(rows, before.schema, after.schema)
+            return rows
+
+        if what.how == "inserts":
+            return read(after.only(what.files)), 3
+        if what.how == "cleared":
+            return read(before), 0
+        if what.how == "whole":
+            return record_changes(read(before), read(after), keys)
+        d = what.deletion
+        if what.how == "deleted" and d is not None:
+            return read(before, ranges=list(d.ranges) if d.ranges else None,
+                        filter=dict(d.filter) if d.filter else None), 0
+        if what.how == "ranges" and d is not None:
+            ranges = list(d.ranges) if d.ranges else None
+            return record_changes(read(before, ranges=ranges), read(after, ranges=ranges), keys)
+        if what.how == "keys":
+            assert after.schema is not None
+            return self._by_keys(read, before, after, what.files, after.schema)
+        return pa.table({}), 3
+
+    @staticmethod
+    def _by_keys(read: Callable[..., pa.Table], before: TableState, after: TableState,
+                 files: Sequence[str], schema: Schema) -> tuple[pa.Table, np.ndarray]:
+        """The difference, before and after, of the records whose row keys ``files`` carry."""
+        row_keys = schema.row_key_names
+        mine = read(after.only(files), columns=row_keys)
+        wanted = mine.group_by(row_keys).aggregate([]).select(row_keys)
+        if wanted.num_rows <= KEY_LOOKUPS:
+            keys: list[Any] = list(zip(*(wanted.column(n).to_pylist() for n in row_keys),
+                                       strict=True))
+            if len(row_keys) == 1:
+                keys = [k[0] for k in keys]
+            return record_changes(read(before, keys=keys), read(after, keys=keys),
+                                  schema.key_names)
+        first = wanted.column(row_keys[0])
+        lo, hi = pc.min(first).as_py(), pc.max(first).as_py()
+        span = [Range(lo, hi, end_inclusive=True)]
+
+        def of_keys(t: pa.Table) -> pa.Table:
+            return t.join(wanted, row_keys, join_type="left semi") if t.num_rows else t
+
+        return record_changes(of_keys(read(before, ranges=span)),
+                              of_keys(read(after, ranges=span)), schema.key_names)
+
+    def batches(self, entries: Iterator[LogEntry], start: TableState,
+                replay: Callable[[TableState, LogEntry], None]
+                ) -> Iterator[tuple[int, pa.Table]]:
+        """(version, change rows) of each entry, in commit order."""
+        before = start
+        for entry in entries:
+            after = before.copy()
+            replay(after, entry)
+            yield entry.version, self.commit_changes(entry, before, after)
+            before = after
+
+
+def follow(feed: ChangeFeed, start: TableState, head_version: Callable[[], int],
+           entries_after: Callable[[int, int], Iterator[LogEntry]],
+           replay: Callable[[TableState, LogEntry], None], poll_seconds: float,
+           handled: Callable[[int], None], stop: threading.Event | None
+           ) -> Iterator[tuple[int, pa.RecordBatchReader]]:
+    """(version, reader of its change rows) for each version after ``start``, as they are
+    committed, in order, each once: the log is polled every ``poll_seconds`` (stopping
+    when ``stop`` is set). ``handled(v)`` is called once the caller asked for the next
+    version after ``v``, i.e. finished with ``v`` (a follower's pin moves there)."""
+    state = start
+    waiting = stop or threading.Event()
+    while not waiting.is_set():
+        head = head_version()
+        if head <= state.version:
+            waiting.wait(poll_seconds)
+            continue
+        for entry in entries_after(state.version, head):
+            after = state.copy()
+            replay(after, entry)
+            rows = feed.commit_changes(entry, state, after)
+            state = after
+            yield entry.version, pa.RecordBatchReader.from_batches(rows.schema,
+                                                                   rows.to_batches())
+            handled(entry.version)
+            if waiting.is_set():
+                return
+
+
+def reader_of(schema: pa.Schema, tables: Iterator[tuple[int, pa.Table]]
+              ) -> pa.RecordBatchReader:
+    """A RecordBatchReader streaming the change rows of ``tables``, one version at a time."""
+    def batches() -> Iterator[pa.RecordBatch]:
+        for _, t in tables:
+            yield from t.to_batches()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
