@@ -113,9 +113,11 @@ class Table:
         return create_tag(self._handle.states, name, v)
 
     def pin(self, name: str, version: int | None, ttl_seconds: float, *,
-            files: Sequence[str] = ()) -> Tag:
+            files: Sequence[str] = (), onward: bool = False) -> Tag:
         """Hold ``version`` (default: latest) under ``name`` for ``ttl_seconds``, as a tag holds
         it: GC keeps its files (and ``files``, data files not yet committed), prune its log.
+        ``onward``: hold every later version's files too, so :meth:`changes` from ``version``
+        still reads (a change-feed follower's or a stream source's position).
         The pin expires on its own by the object store's clock unless pinned again (which
         renews or moves it); ``unpin`` lets it go at once. Listed by ``tags()``.
 
@@ -127,7 +129,7 @@ class Table:
 
         v = self.version if version is None else int(version)
         self.state(v)  # QueryError for an unknown version, VersionExpiredError for a pruned one
-        return create_pin(self._handle.states, name, v, ttl_seconds, files)
+        return create_pin(self._handle.states, name, v, ttl_seconds, files, onward=onward)
 
     def unpin(self, name: str) -> bool:
         """Let the pin ``name`` go (False when there was none, or it expired and was
@@ -436,8 +438,10 @@ class Table:
         ``--where`` text, which may name the change columns) keeps rows.
 
         Raises QueryError: an unknown version, tag or column, a start after the end;
-        VersionExpiredError: a start version past ``retention.seconds`` (unpinned);
-        SchemaError: a table column named like a change column.
+        VersionExpiredError: a start version whose log was pruned (past ``retention.seconds``,
+        unpinned), at the call, or, while reading, a version whose files GC collected (an
+        onward pin, ``pin(..., onward=True)``, keeps them); SchemaError: a table column
+        named like a change column.
         """
         from sediment.query.changes import reader_of
 
@@ -521,9 +525,9 @@ class Table:
         no record gives an empty reader). The log is polled every ``poll_seconds``.
 
         A follower that records the last version it handled resumes after a restart with
-        ``follow(that_version)``. ``pin``: a pin name the follower holds on the last version
-        it finished (renewed for ``pin_ttl_seconds`` at each), so GC and prune keep what it
-        still needs to read while it is down for less than that. ``stop``: an event that
+        ``follow(that_version)``. ``pin``: a pin name the follower holds, onward, on the last
+        version it finished (renewed for ``pin_ttl_seconds`` at each), so GC and prune keep
+        what it still needs to read while it is down for less than that. ``stop``: an event that
         ends the loop (after the version being handled).
 
         Raises as :meth:`changes`."""
@@ -535,11 +539,11 @@ class Table:
             raise QueryError(f"table {self.name} has no version {start_version} to follow from")
         feed, start = self._feed_from(a, None, columns, filter)
         if pin is not None and a:
-            self.pin(pin, a, pin_ttl_seconds)
+            self.pin(pin, a, pin_ttl_seconds, onward=True)
 
         def handled(v: int) -> None:
             if pin is not None:
-                self.pin(pin, v, pin_ttl_seconds)
+                self.pin(pin, v, pin_ttl_seconds, onward=True)
 
         yield from follow(feed, start, lambda: states.head().version,
                           lambda lo, hi: states.log.read_after(lo, upto=hi),

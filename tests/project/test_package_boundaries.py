@@ -196,6 +196,7 @@ TABLE_PUBLIC = {
     "state", "store", "table_id", "tag", "tag_version", "tags", "unpin", "upsert",
     "upsert_files", "verify", "version", "delete", "purge",
     "add_columns", "drop_columns", "rename_column", "widen_column", "schema_at",
+    "changes", "changes_of", "follow",
     # conversions and engines
     "inspect", "plan_files", "register_datafusion", "to_arrow", "to_batches", "to_duckdb",
     "to_pandas", "to_polars",

@@ -23,9 +23,10 @@ not load) might protect any file: GC then deletes no unreferenced file at all in
 reports the tag (``GcResult.unreadable_tags``, a warning in the log) and goes on with orphans,
 which no version ever referenced and so no tag can protect.
 
-Live pins (``state.tags``) count as tags, and keep the files they name besides (a batcher job's
-staged files, neither referenced nor leased once its runner died), until they expire by the
-store's clock.
+Live pins (``state.tags``) count as tags (an onward pin, a change-feed follower's, keeps also
+every file of the versions after its own: those unreferenced after it was committed), and keep
+the files they name besides (a batcher job's staged files, neither referenced nor leased once
+its runner died), until they expire by the store's clock.
 
 What a pass deletes and what it keeps, and why, is decided by one pure classifier
 (``sediment.maintenance.kept``): ``GcResult.kept`` reports the rest by reason, with bytes and
@@ -78,32 +79,40 @@ class GcResult:
         return bool(self.deleted or self.orphans_deleted)
 
 
-_FILES_AT: dict[tuple[str, str, int], frozenset[str]] = {}
-"""Files referenced at (store URI, table id, version): a committed version never changes, and
-loading one (snapshot + log replay) cost ~7 ms per tag on every pass (14 tags: 7 -> 112 ms)."""
+_FILES_AT: dict[tuple[str, str, int], tuple[frozenset[str], float]] = {}
+"""Files referenced at (store URI, table id, version), and its commit time: a committed
+version never changes, and loading one (snapshot + log replay) cost ~7 ms per tag on every
+pass (14 tags: 7 -> 112 ms)."""
 
 
-def _files_at(table: TableHandle, version: int) -> frozenset[str]:
+def _files_at(table: TableHandle, version: int) -> tuple[frozenset[str], float]:
     key = (table.objects.uri, table.table_id, version)
-    files = _FILES_AT.get(key)
-    if files is None:
-        files = frozenset(table.state(version).refcount)
+    known = _FILES_AT.get(key)
+    if known is None:
+        state = table.state(version)
+        known = (frozenset(state.refcount), state.last_update)
         if len(_FILES_AT) >= 1024:
             _FILES_AT.clear()
-        _FILES_AT[key] = files
-    return files
+        _FILES_AT[key] = known
+    return known
 
 
-def tag_holds(table: TableHandle, now: float | None = None) -> tuple[list[Hold], list[str]]:
+def tag_holds(table: TableHandle, now: float | None = None, head: TableState | None = None
+              ) -> tuple[list[Hold], list[str]]:
     """The table's tags and live pins (``now``: the store's time to judge pins by), each with
     the files it keeps, and a message for each tag that cannot be read or whose version
-    cannot be loaded (for which nothing can be said: see the module)."""
+    cannot be loaded (for which nothing can be said: see the module). An onward pin keeps
+    also every file a later version referenced: those of ``head`` (default: loaded) that
+    became unreferenced after the pinned version was committed."""
     scan = scan_tags(table.states, now)
     holds: list[Hold] = []
     problems = list(scan.unreadable)
     for tag in scan.tags:
         try:
-            files = _files_at(table, tag.version)
+            files, committed = _files_at(table, tag.version)
+            if tag.onward:
+                head = head if head is not None else table.states.head()
+                files = files | {f for f, t in head.unreferenced.items() if t >= committed}
         except SedimentError as e:
             problems.append(f"tag {tag.name!r} of table {table.name} ({TAG_PREFIX}{tag.name}"
                             f".json) pins version {tag.version}, which cannot be read: {e}")
@@ -144,7 +153,7 @@ def _plan(table: TableHandle, listed: list[ObjectInfo], leases: Mapping[str, flo
     back too, for the rest of the pass."""
     state = table.states.head()
     settings = settings_of(state, table.name)
-    holds, unreadable = tag_holds(table, store_now)
+    holds, unreadable = tag_holds(table, store_now, state)
     for problem in unreadable:
         log.warning("gc of table %s deletes no unreferenced file: %s", table.name, problem)
     return classify(state, listed, holds=holds, unreadable_tags=bool(unreadable),

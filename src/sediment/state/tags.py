@@ -71,6 +71,9 @@ class Tag:
     expires: float | None = None
     owner: str | None = None
     files: tuple[str, ...] = ()
+    onward: bool = False
+    """A pin that holds its version and every later one (a change-feed follower or a stream
+    source: it still has to read what each later commit changed), not its version alone."""
 
     @property
     def is_pin(self) -> bool:
@@ -90,7 +93,7 @@ def create_tag(states: StateStore, name: str, version: int) -> Tag:
 
 
 def create_pin(states: StateStore, name: str, version: int, ttl_seconds: float,
-               files: Iterable[str] = ()) -> Tag:
+               files: Iterable[str] = (), *, onward: bool = False) -> Tag:
     """Pin ``version`` (and ``files``) under ``name`` for ``ttl_seconds``, or renew (or move)
     the pin of that name. Raises InvalidTagNameError; TagError for a time to live that is not
     a positive number of seconds up to a century; TagExistsError when ``name`` is a tag (a
@@ -111,8 +114,10 @@ def create_pin(states: StateStore, name: str, version: int, ttl_seconds: float,
     doc = {"name": name, "version": int(version), "created": created, "id": uuid.uuid4().hex,
            "pin": True, "ttl_seconds": ttl, "expires": created + ttl, "owner": owner,
            "files": list(kept)}
+    if onward:  # omitted otherwise: pins written before it read the same
+        doc["onward"] = True
     data = sealed(doc)
-    pin = Tag(name, int(version), created, created + ttl, owner, kept)
+    pin = Tag(name, int(version), created, created + ttl, owner, kept, onward)
     for _ in range(8):  # a pin deleted between our reads: look again
         if create_once(states.objects, key, data):
             return pin
@@ -250,7 +255,8 @@ def _parse_tag(raw: bytes, key: str, table: str, mtime: float | None = None) -> 
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files) or \
                 math.isnan(expires):
             raise ValueError(f"malformed pin: files {files!r}, expiry {expires!r}")
-        return Tag(name, version, created, expires, str(doc.get("owner") or ""), tuple(files))
+        return Tag(name, version, created, expires, str(doc.get("owner") or ""), tuple(files),
+                   doc.get("onward") is True)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CorruptMetadataError(_damaged(key, table, repr(e))) from e
 
