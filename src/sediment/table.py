@@ -459,59 +459,16 @@ class Table:
                      columns: Sequence[str] | None, filter: Any,  # noqa: A002
                      ) -> tuple[Any, Iterator[tuple[int, pa.Table]]]:
         """The feed of ``changes`` and its (version, rows) pairs, versions read as asked."""
-        from sediment.core.state import schema_in_force
-
-        head = self._handle.states.head()
         a = self.resolve_version(start_version)
-        b = self.resolve_version(end_version) if end_version is not None else head.version
-        for what, v in (("start", a), ("end", b)):
-            if v is None or not 0 <= v <= head.version:
-                raise QueryError(f"table {self.name} has no version {v} for the {what} of "
-                                 f"its changes (versions 0..{head.version})")
-        assert a is not None and b is not None
-        if a > b:
-            raise QueryError(f"table {self.name}: changes from version {a} to {b}: the start "
-                             f"is after the end")
-        target = schema_in_force(head.schemas, b) or head.schema
-        assert target is not None
-        feed, start = self._feed_from(a, target, columns, filter)
-        states = self._handle.states
-        entries = states.log.read_after(a, upto=b) if b > a else iter(())
-        return feed, feed.batches(entries, start, states.heads.replay)
+        b = self.resolve_version(end_version) if end_version is not None else None
+        assert a is not None
+        return self._changes.between(a, b, columns, filter)
 
-    def _feed_from(self, a: int, target: Schema | None, columns: Sequence[str] | None,
-                   filter: Any) -> tuple[Any, TableState]:  # noqa: A002
-        """A change feed of this table reading versions after ``a``, and the state at ``a``
-        (VersionExpiredError when it or the log after it was pruned)."""
-        from sediment.iterators.base import AgeOff, RowFilter
-        from sediment.query.changes import ChangeFeed
-        from sediment.query.expiry import load_version
-        from sediment.query.prepare import table_iterators
-        from sediment.query.request import ReadRequest
+    @property
+    def _changes(self) -> Any:
+        from sediment.query.change_source import ChangeSource
 
-        states = self._handle.states
-        if a > 0:
-            start = load_version(states, self.name, a)
-        else:
-            if states.earliest_version() > 1:
-                load_version(states, self.name, 1)  # VersionExpiredError: its log was pruned
-            start = TableState(states.head(refresh=False).table_id, self.name)
-
-        def read(state: TableState, *, keys: Any = None, ranges: Any = None,
-                 filter: Any = None, columns: Any = None) -> pa.Table:  # noqa: A002
-            if state.schema is None:
-                return pa.table({})
-            request = ReadRequest(keys=keys, ranges=ranges, filter=filter, columns=columns,
-                                  version=state.version, block_cache=False)
-            return self._prepare_at(state, request).to_arrow()
-
-        def record_by_record(state: TableState) -> bool:
-            return state.schema is None or all(
-                isinstance(it, AgeOff | RowFilter) for it in table_iterators(state, self.name))
-
-        feed = ChangeFeed(self.name, target, read, record_by_record, columns=columns,
-                          filter=filter)
-        return feed, start
+        return ChangeSource(self.name, self._handle.states, self._prepare_at)
 
     def follow(self, start_version: int | str | None = None, *, poll_seconds: float = 1.0,
                columns: Sequence[str] | None = None, filter: Any = None,  # noqa: A002
@@ -531,13 +488,9 @@ class Table:
         ends the loop (after the version being handled).
 
         Raises as :meth:`changes`."""
-        from sediment.query.changes import follow
-
-        states = self._handle.states
         a = self.resolve_version(start_version) if start_version is not None else self.version
         if a is None or not 0 <= a <= self.version:
             raise QueryError(f"table {self.name} has no version {start_version} to follow from")
-        feed, start = self._feed_from(a, None, columns, filter)
         if pin is not None and a:
             self.pin(pin, a, pin_ttl_seconds, onward=True)
 
@@ -545,9 +498,7 @@ class Table:
             if pin is not None:
                 self.pin(pin, v, pin_ttl_seconds, onward=True)
 
-        yield from follow(feed, start, lambda: states.head().version,
-                          lambda lo, hi: states.log.read_after(lo, upto=hi),
-                          states.heads.replay, poll_seconds, handled, stop)
+        yield from self._changes.follow(a, poll_seconds, handled, stop, columns, filter)
 
     def history(self) -> list[HistoryEntry]:
         """Every committed transaction: version, time, kind and a one-line summary.

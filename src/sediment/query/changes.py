@@ -31,7 +31,6 @@ dropped one is absent (matched by field id, sediment.schema_changes).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -253,34 +252,6 @@ class ChangeFeed:
             replay(after, entry)
             yield entry.version, self.commit_changes(entry, before, after)
             before = after
-
-
-def follow(feed: ChangeFeed, start: TableState, head_version: Callable[[], int],
-           entries_after: Callable[[int, int], Iterator[LogEntry]],
-           replay: Callable[[TableState, LogEntry], None], poll_seconds: float,
-           handled: Callable[[int], None], stop: threading.Event | None
-           ) -> Iterator[tuple[int, pa.RecordBatchReader]]:
-    """(version, reader of its change rows) for each version after ``start``, as they are
-    committed, in order, each once: the log is polled every ``poll_seconds`` (stopping
-    when ``stop`` is set). ``handled(v)`` is called once the caller asked for the next
-    version after ``v``, i.e. finished with ``v`` (a follower's pin moves there)."""
-    state = start
-    waiting = stop or threading.Event()
-    while not waiting.is_set():
-        head = head_version()
-        if head <= state.version:
-            waiting.wait(poll_seconds)
-            continue
-        for entry in entries_after(state.version, head):
-            after = state.copy()
-            replay(after, entry)
-            rows = feed.commit_changes(entry, state, after)
-            state = after
-            yield entry.version, pa.RecordBatchReader.from_batches(rows.schema,
-                                                                   rows.to_batches())
-            handled(entry.version)
-            if waiting.is_set():
-                return
 
 
 def reader_of(schema: pa.Schema, tables: Iterator[tuple[int, pa.Table]]
