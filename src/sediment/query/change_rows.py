@@ -110,7 +110,8 @@ def conformed(rows: pa.Table, schema: Schema, target: Schema) -> pa.Table:
     shapes them: columns matched by field id (a renamed column keeps its values, a widened
     one is cast exactly), a column added since is null, a dropped one gone."""
     if schema == target:
-        return rows
+        arrow = target.to_arrow()
+        return rows if rows.schema.equals(arrow) else rows.cast(arrow)
     old = {i: f.name for i, f in zip(schema.ids, schema.fields, strict=True)}
     arrays = []
     for f, i in zip(target.fields, target.ids, strict=True):

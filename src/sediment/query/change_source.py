@@ -74,8 +74,10 @@ class ChangeSource:
               filter: Any = None, columns: Any = None) -> pa.Table:  # noqa: A002
         if state.schema is None:
             return pa.table({})
+        # the block cache as for any read of keys or ranges: a commit's lookups often
+        # share pages, and the cache admits them on probation (scan-resistant)
         request = ReadRequest(keys=keys, ranges=ranges, filter=filter, columns=columns,
-                              version=state.version, block_cache=False)
+                              version=state.version)
         return self._prepare_at(state, request).to_arrow()
 
     def _record_by_record(self, state: TableState) -> bool:

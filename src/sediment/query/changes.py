@@ -55,9 +55,11 @@ from sediment.query.wire import from_wire
 from sediment.schema import Schema
 from sediment.state.log import LogEntry
 
-KEY_LOOKUPS = 4096
-"""Up to this many distinct row keys a commit's keys are looked up one by one; past it, the
-range they span is read and joined with them (one sorted read beats thousands of lookups)."""
+LOOKUP_ROWS = 500
+"""What one exact-key lookup costs, in rows of a sorted read (a lookup decodes a page or a row
+group of each file that may hold the key, ~0.5 ms; a sorted read decodes ~1 row/us): a
+commit's row keys are looked up one by one while that costs less than reading the span they
+cover once and joining it with them."""
 
 Read = Callable[..., pa.Table]
 """``read(state, keys=None, ranges=None, filter=None, columns=None)``: ``state``'s records
@@ -68,9 +70,11 @@ version returns them."""
 @dataclass(frozen=True, slots=True)
 class CommitReads:
     """What to read for one commit's changes. ``how``: "none", "inserts" (the new files
-    alone), "keys" (the new files' record keys before and after), "deleted" (``deletion``'s
-    records before), "ranges" (``deletion``'s ranges before and after), "whole" (everything
-    before and after) or "cleared" (everything before)."""
+    alone), "keys" (the new files' record keys before and after), "replaced" (an upsert on a
+    table whose iterators judge each record alone: its keys before, and after that its own
+    records replace theirs), "deleted" (``deletion``'s records before), "ranges"
+    (``deletion``'s ranges before and after), "whole" (everything before and after) or
+    "cleared" (everything before)."""
 
     how: str
     files: tuple[str, ...] = ()
@@ -90,7 +94,8 @@ def commit_reads(entry: LogEntry, before: TableState, after: TableState,
         if not files:
             return CommitReads("none")
         upsert = bool(getattr(t, "upsert", False))
-        return CommitReads("keys" if upsert or not record_by_record else "inserts", files)
+        how = "inserts" if not upsert else "replaced"
+        return CommitReads(how if record_by_record else "keys", files)
     if kind == "delete_records":
         new = [d for d in after.deletions if d.version == entry.version]
         if not new:
@@ -207,40 +212,63 @@ class ChangeFeed:
         if what.how == "whole":
             return record_changes(read(before), read(after), keys)
         d = what.deletion
-        if what.how == "deleted" and d is not None:
-            return read(before, ranges=list(d.ranges) if d.ranges else None,
-                        filter=dict(d.filter) if d.filter else None), 0
-        if what.how == "ranges" and d is not None:
+        if d is not None and what.how in ("deleted", "ranges"):
+            exact = _exact_keys(d.ranges, after.schema) if after.schema is not None else None
+            if what.how == "deleted":
+                if exact is None:
+                    return read(before, ranges=list(d.ranges) if d.ranges else None,
+                                filter=dict(d.filter) if d.filter else None), 0
+                rows = self._of_keys(read, before, exact)
+                if d.filter and rows.num_rows:
+                    assert before.schema is not None
+                    rows = rows.filter(from_wire(dict(d.filter), before.schema.to_arrow()))
+                return rows, 0
+            if exact is not None:
+                return record_changes(self._of_keys(read, before, exact),
+                                      self._of_keys(read, after, exact), keys)
             ranges = list(d.ranges) if d.ranges else None
             return record_changes(read(before, ranges=ranges), read(after, ranges=ranges), keys)
-        if what.how == "keys":
+        if what.how in ("keys", "replaced"):
             assert after.schema is not None
-            return self._by_keys(read, before, after, what.files, after.schema)
+            row_keys = after.schema.row_key_names
+            sort_keys = after.schema.sort_key_names
+            if what.how == "replaced":
+                mine = read(after.only(what.files))  # the upsert's records, settled
+                if not any(mine.column(n).null_count for n in sort_keys):
+                    # after it, its record keys hold its records and nothing else: the
+                    # version after is the version before with them replaced (one read)
+                    wanted = mine.group_by(row_keys).aggregate([]).select(row_keys)
+                    old = self._of_keys(read, before, wanted)
+                    kept = old.join(mine.select(keys), keys, join_type="left anti") \
+                        if old.num_rows else old
+                    return record_changes(old, pa.concat_tables(
+                        [kept, mine.cast(kept.schema)]), keys)
+            mine = read(after.only(what.files), columns=row_keys)
+            wanted = mine.group_by(row_keys).aggregate([]).select(row_keys)
+            return record_changes(self._of_keys(read, before, wanted),
+                                  self._of_keys(read, after, wanted), keys)
         return pa.table({}), 3
 
     @staticmethod
-    def _by_keys(read: Callable[..., pa.Table], before: TableState, after: TableState,
-                 files: Sequence[str], schema: Schema) -> tuple[pa.Table, np.ndarray]:
-        """The difference, before and after, of the records whose row keys ``files`` carry."""
-        row_keys = schema.row_key_names
-        mine = read(after.only(files), columns=row_keys)
-        wanted = mine.group_by(row_keys).aggregate([]).select(row_keys)
-        if wanted.num_rows <= KEY_LOOKUPS:
-            keys: list[Any] = list(zip(*(wanted.column(n).to_pylist() for n in row_keys),
-                                       strict=True))
-            if len(row_keys) == 1:
-                keys = [k[0] for k in keys]
-            return record_changes(read(before, keys=keys), read(after, keys=keys),
-                                  schema.key_names)
+    def _of_keys(read: Callable[..., pa.Table], state: TableState, wanted: pa.Table
+                 ) -> pa.Table:
+        """The records of ``state`` whose row keys are rows of ``wanted`` (distinct row keys,
+        columns named as the row-key fields): looked up one by one when that reads less than
+        the key span they cover, else the span read once and joined with them."""
+        if state.schema is None:
+            return pa.table({})
+        if not wanted.num_rows:
+            return state.schema.to_arrow().empty_table()
+        row_keys = wanted.column_names
         first = wanted.column(row_keys[0])
         lo, hi = pc.min(first).as_py(), pc.max(first).as_py()
-        span = [Range(lo, hi, end_inclusive=True)]
-
-        def of_keys(t: pa.Table) -> pa.Table:
-            return t.join(wanted, row_keys, join_type="left semi") if t.num_rows else t
-
-        return record_changes(of_keys(read(before, ranges=span)),
-                              of_keys(read(after, ranges=span)), schema.key_names)
+        span = Range(lo, hi, end_inclusive=True)
+        if wanted.num_rows * LOOKUP_ROWS <= _records_in(state, span):
+            keys: list[Any] = list(zip(*(wanted.column(n).to_pylist() for n in row_keys),
+                                       strict=True))
+            return read(state, keys=[k[0] for k in keys] if len(row_keys) == 1 else keys)
+        rows = read(state, ranges=[span])
+        return rows.join(wanted, row_keys, join_type="left semi") if rows.num_rows else rows
 
     def batches(self, entries: Iterator[LogEntry], start: TableState,
                 replay: Callable[[TableState, LogEntry], None]
@@ -252,6 +280,29 @@ class ChangeFeed:
             replay(after, entry)
             yield entry.version, self.commit_changes(entry, before, after)
             before = after
+
+
+def _records_in(state: TableState, span: Range) -> int:
+    """Records of the partitions of ``state`` that ``span`` meets (what reading it costs)."""
+    return sum(records for pid, (_, records) in state.partition_totals().items()
+               if span.overlaps(state.partitions[pid].region))
+
+
+def _exact_keys(ranges: Sequence[Range] | None, schema: Schema) -> pa.Table | None:
+    """``ranges`` as a table of row keys when each is one whole key (a delete by keys), else
+    None."""
+    if not ranges:
+        return None
+    n = len(schema.row_key_names)
+    for r in ranges:
+        if r.start is None or r.start != r.end or len(r.start) != n or \
+                not (r.start_inclusive and r.end_inclusive):
+            return None
+    arrow = schema.to_arrow()
+    table = pa.table({name: pa.array([r.start[i] for r in ranges],  # type: ignore[index]
+                                     arrow.field(name).type)
+                      for i, name in enumerate(schema.row_key_names)})
+    return table.group_by(schema.row_key_names).aggregate([]).select(schema.row_key_names)
 
 
 def reader_of(schema: pa.Schema, tables: Iterator[tuple[int, pa.Table]]
