@@ -49,6 +49,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     EqualTo,
     Filter,
     GreaterThan,
@@ -188,6 +189,14 @@ class SedimentDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         writer = SedimentWriter(dict(self.options), overwrite=overwrite)
+        check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema)
+        return writer
+
+    def streamWriter(self, schema: StructType, overwrite: bool  # noqa: N802 (Spark API)
+                     ) -> DataSourceStreamArrowWriter:
+        from sediment.spark.sink import SedimentStreamWriter
+
+        writer = SedimentStreamWriter(dict(self.options), overwrite=overwrite)
         check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema)
         return writer
 
@@ -413,11 +422,7 @@ class SedimentWriter(DataSourceArrowWriter):
         self.version = table.version
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
-        rows: list[dict[str, Any]] = []
-        for b in tasks.stage_partition(iterator, self.spec, self.name, self.version,
-                                        self.table_id):
-            rows.extend(b.to_pylist())
-        return StagedMessage(rows)
+        return stage_message(iterator, self.spec, self.name, self.version, self.table_id)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         import time
@@ -442,7 +447,6 @@ class SedimentWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         from sediment.errors import TableNotFoundError
-        from sediment.files.sidecars import with_sidecars
         from sediment.state.store import definitely_not_committed
 
         error = getattr(self, "_commit_error", None)
@@ -450,8 +454,27 @@ class SedimentWriter(DataSourceArrowWriter):
             return  # the commit may have landed: GC's orphan pass judges the files later
         if isinstance(error, TableNotFoundError):
             return  # dropped: the commit deleted the files at once (its state is gone too)
-        table = tasks.open_handle(self.spec, self.name, self.table_id)
-        names = {r["filename"] for m in messages if isinstance(m, StagedMessage) for r in m.rows}
-        state = table.states.head()  # never delete a file some version references
-        names -= set(state.refcount) | set(state.unreferenced)
-        table.objects.delete_many(with_sidecars(names))
+        delete_staged(self.spec, self.name, self.table_id, messages)
+
+
+def stage_message(iterator: Iterator[pa.RecordBatch], spec: dict[str, Any], name: str,
+                  version: int, table_id: str) -> StagedMessage:
+    """A write task's work: its rows sorted and written as files cut at the leaves of
+    ``version`` (not committed), and the message naming them for the driver."""
+    rows: list[dict[str, Any]] = []
+    for b in tasks.stage_partition(iterator, spec, name, version, table_id):
+        rows.extend(b.to_pylist())
+    return StagedMessage(rows)
+
+
+def delete_staged(spec: dict[str, Any], name: str, table_id: str,
+                  messages: list[WriterCommitMessage | None]) -> None:
+    """Delete the files ``messages`` staged that no version of the head references (for a
+    write whose commit surely did not land)."""
+    from sediment.files.sidecars import with_sidecars
+
+    table = tasks.open_handle(spec, name, table_id)
+    names = {r["filename"] for m in messages if isinstance(m, StagedMessage) for r in m.rows}
+    state = table.states.head()  # never delete a file some version references
+    names -= set(state.refcount) | set(state.unreferenced)
+    table.objects.delete_many(with_sidecars(names))

@@ -1,0 +1,229 @@
+"""The Structured Streaming sink (``df.writeStream.format("sediment")``), exactly once.
+
+File and rate streams into a table hold every row once against a pandas reference; a batch
+Spark hands over again is not committed twice (the writer's commit called twice; the driver
+SIGKILLed between staging and commit and between commit and checkpoint, then restarted from
+the checkpoint: stream_sink_child.py); a deleted checkpoint starts a new stream whose batches
+are all committed; ``write=upsert``; options refused with errors naming the table."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from spark_helpers import SCHEMA, arrow, assert_same_rows, canonical, make_frame, reader_options
+
+import sediment as sd
+from sediment.errors import QueryError
+from sediment.spark.sink import SedimentStreamWriter
+
+pytestmark = pytest.mark.spark
+
+HERE = Path(__file__).parent
+SPARK_SCHEMA = "key string, ts long, value string, n long"
+
+
+def _inputs(folder: Path, frames: list[pd.DataFrame]) -> Path:
+    """One Parquet file per frame, modified in order (the file source's batch order)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, f in enumerate(frames):
+        path = folder / f"part-{i:03d}.parquet"
+        pq.write_table(arrow(f), path)
+        stamp = time.time() - 1000 + i
+        os.utime(path, (stamp, stamp))
+    return folder
+
+
+def _frames(n: int, rows: int = 60, seed: int = 0) -> list[pd.DataFrame]:
+    return [make_frame(rows, seed=seed + i, start=i * rows) for i in range(n)]
+
+
+def _stream(spark: Any, folder: Path, store: sd.Store, table: str, checkpoint: Path,
+            **options: str) -> Any:
+    """A file stream of ``folder`` (a file a batch) into ``table``, run to its end
+    (``availableNow``)."""
+    df = (spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1)
+          .parquet(str(folder)))
+    writer = df.writeStream.format("sediment").options(**reader_options(store), table=table,
+                                                       **options)
+    q = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    q.awaitTermination(120)
+    assert q.exception() is None, q.exception()
+    return q
+
+
+def _now(table: sd.Table) -> sd.Table:
+    """``table`` opened afresh: its commits come from other processes (Spark's Python
+    workers), which a table's cached head sees only after ``state.cache.refresh_seconds``."""
+    return sd.Store.open(table.store.uri).table(table.name)
+
+
+def _query_id(checkpoint: Path) -> str:
+    return str(json.loads((checkpoint / "metadata").read_text())["id"])
+
+
+def _stream_commits(table: sd.Table) -> list[str]:
+    return [h.summary for h in _now(table).history() if "(stream " in h.summary]
+
+
+def test_a_file_stream_commits_each_batch_once(spark_local: Any, tmp_path: Path) -> None:
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("events", SCHEMA, split_points=["k020"])
+    frames = _frames(3)
+    checkpoint = tmp_path / "ck"
+    _stream(spark_local, _inputs(tmp_path / "in", frames), store, "events", checkpoint)
+    assert_same_rows(_now(table).query(), *frames)
+    commits = _stream_commits(table)
+    assert len(commits) == 3, commits  # one transaction per micro-batch
+    qid = _query_id(checkpoint)
+    assert dict(_now(table).state().streams)[qid][0] == 2  # the last batch id, by the query id
+    # a later file continues the same stream: the restart is recognised by its query id
+    more = [make_frame(40, seed=9, start=10_000)]
+    _inputs(tmp_path / "in2", more)
+    (tmp_path / "in" / "part-100.parquet").write_bytes(
+        (tmp_path / "in2" / "part-000.parquet").read_bytes())
+    _stream(spark_local, tmp_path / "in", store, "events", checkpoint)
+    assert_same_rows(_now(table).query(), *frames, *more)
+    assert list(_now(table).state().streams) == [qid]
+
+
+def test_a_rate_stream_holds_every_value_once(spark_local: Any, tmp_path: Path) -> None:
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    schema = sd.Schema(row_keys=[("value", pa.int64())], values=[("bucket", pa.int64())])
+    table = store.create_table("rates", schema)
+    df = (spark_local.readStream.format("rate-micro-batch").option("rowsPerBatch", 50)
+          .option("numPartitions", 2).load()
+          .selectExpr("value", "value % 7 AS bucket"))
+    q = (df.writeStream.format("sediment").options(**reader_options(store), table="rates")
+         .option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(processingTime="100 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 90
+        while len(_stream_commits(table)) < 3 and time.monotonic() < deadline:
+            assert q.exception() is None, q.exception()
+            time.sleep(0.2)
+    finally:
+        q.stop()
+    got = _now(table).query().to_pandas()
+    n = len(got)
+    assert n >= 150 and n % 50 == 0
+    want = pd.DataFrame({"value": range(n)}).assign(bucket=lambda f: f["value"] % 7)
+    pd.testing.assert_frame_equal(got.sort_values("value").reset_index(drop=True), want,
+                                  check_dtype=False)
+
+
+def test_a_replayed_batch_is_not_committed_twice(tmp_path: Path) -> None:
+    """The writer's commit of one batch id twice (the second with files staged anew, as a
+    replay after a driver failure stages them): the rows are in the table once, the replay's
+    files are deleted, and an older batch id under the same identity is refused."""
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("events", SCHEMA)
+    options = {**reader_options(store), "table": "events", "streamId": "s1"}
+    frame = make_frame(50)
+
+    def staged(writer: SedimentStreamWriter) -> Any:
+        return writer.write(iter(arrow(frame).to_batches()))
+
+    first = SedimentStreamWriter(options)
+    assert first.commit_batch([staged(first)], 7)
+    before = _now(table).version
+    replay = SedimentStreamWriter(options)
+    message = staged(replay)
+    assert not replay.commit_batch([message], 7)
+    assert _now(table).version == before
+    assert_same_rows(_now(table).query(), frame)
+    for r in message.rows:
+        assert not _now(table)._handle.objects.exists(r["filename"])
+    with pytest.raises(sd.SedimentError, match="older than batch 7"):
+        SedimentStreamWriter(options).commit_batch([staged(first)], 3)
+    later = make_frame(30, seed=1, start=1000)
+    assert first.commit_batch([first.write(iter(arrow(later).to_batches()))], 8)
+    assert_same_rows(_now(table).query(), frame, later)
+
+
+def test_a_deleted_checkpoint_starts_a_new_stream(spark_local: Any, tmp_path: Path) -> None:
+    """Batch ids start again at 0 under the new query id: none is taken for a replay."""
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("events", SCHEMA)
+    first, second = _frames(2, seed=0), _frames(2, seed=5)
+    second = [f.assign(ts=f["ts"] + 50_000) for f in second]
+    checkpoint = tmp_path / "ck"
+    _stream(spark_local, _inputs(tmp_path / "a", first), store, "events", checkpoint)
+    old = _query_id(checkpoint)
+    import shutil
+
+    shutil.rmtree(checkpoint)
+    _stream(spark_local, _inputs(tmp_path / "b", second), store, "events", checkpoint)
+    assert _query_id(checkpoint) != old
+    assert_same_rows(_now(table).query(), *first, *second)
+    assert {k: v[0] for k, v in _now(table).state().streams.items()} == {
+        old: 1, _query_id(checkpoint): 1}
+
+
+def test_upsert_mode_keeps_the_last_record_of_each_key(spark_local: Any,
+                                                      tmp_path: Path) -> None:
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("events", SCHEMA)
+    base = make_frame(80, keys=10)
+    frames = [base]
+    for i in range(2):  # later batches re-send some record keys with new values
+        f = base.sample(30, random_state=i).copy()
+        f["value"] = [f"u{i}-{j}" for j in range(len(f))]
+        frames.append(f.reset_index(drop=True))
+    _stream(spark_local, _inputs(tmp_path / "in", frames), store, "events",
+            tmp_path / "ck", write="upsert")
+    want = pd.concat(frames, ignore_index=True).drop_duplicates(["key", "ts"], keep="last")
+    pd.testing.assert_frame_equal(canonical(_now(table).query()), canonical(want),
+                                  check_dtype=False)
+
+
+def test_the_sink_refuses_a_stream_without_identity(tmp_path: Path) -> None:
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    store.create_table("events", SCHEMA)
+    options = {**reader_options(store), "table": "events"}
+    with pytest.raises(QueryError, match="table events: give the query option "
+                                         "checkpointLocation"):
+        SedimentStreamWriter(options)
+    with pytest.raises(QueryError, match="table events: cannot read the query id"):
+        SedimentStreamWriter({**options, "checkpointlocation": str(tmp_path / "nowhere")})
+    with pytest.raises(QueryError, match="table events: option streamId is empty"):
+        SedimentStreamWriter({**options, "streamid": " "})
+    with pytest.raises(QueryError, match="table events: option write='merge'"):
+        SedimentStreamWriter({**options, "streamId": "s", "write": "merge"})
+
+
+def _child(args: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **env_extra,
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(HERE / "stream_sink_child.py"), *args],
+                          env=env, capture_output=True, text=True, timeout=300,
+                          start_new_session=True)  # its SIGKILL takes its own group only
+
+
+def test_a_driver_killed_around_the_commit_restarts_exactly_once(tmp_path: Path) -> None:
+    """Run 1 is SIGKILLed (driver, JVM and workers) after batch 1's tasks staged their files,
+    before its commit; run 2, from the checkpoint, after batch 2's commit, before Spark wrote
+    its checkpoint; run 3 finishes. Every row is in the table once, and batch 2's replay
+    added nothing."""
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("events", SCHEMA)
+    frames = _frames(4)
+    folder = _inputs(tmp_path / "in", frames)
+    args = [str(tmp_path / "store"), "events", str(folder), str(tmp_path / "ck")]
+    for kill in ("before-commit:1", "after-commit:2"):
+        run = _child(args, {"SEDIMENT_TEST_KILL": kill})
+        assert run.returncode == -9, run.stderr[-3000:]
+    run = _child(args, {})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert_same_rows(_now(table).query(), *frames)
+    assert len(_stream_commits(table)) == 4
+    assert dict(_now(table).state().streams)[_query_id(tmp_path / "ck")][0] == 3
