@@ -6,7 +6,7 @@ sink, from the checkpoint. With ``SEDIMENT_TEST_KILL=before-commit:N`` (or
 ``after-commit:N``) the driver's commit of batch N SIGKILLs the whole process group (this
 process, the JVM, its Python workers) just before (after) the sink's commit: the driver dies
 between staging and commit (between commit and Spark's checkpoint). The test starts this
-process in a new session, so the group is only its own.
+process in a new session, so its group is only its own.
 
 The data source classes live in this module (imported by name, not as ``__main__``) so that
 Spark's workers, which unpickle them, can import them.
@@ -25,10 +25,14 @@ from sediment.spark.datasource import SedimentDataSource
 from sediment.spark.sink import SedimentStreamWriter
 
 KILL = "SEDIMENT_TEST_KILL"
+DRIVER_GROUP = "SEDIMENT_TEST_DRIVER_GROUP"
 
 
 def _kill_at(point: str, batch_id: int) -> None:
+    """SIGKILL the driver's process group (this process's parent Python and the JVM), then
+    this worker's own (PySpark's worker daemon makes a group of its own)."""
     if os.environ.get(KILL) == f"{point}:{batch_id}":
+        os.killpg(int(os.environ[DRIVER_GROUP]), signal.SIGKILL)
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
@@ -52,6 +56,7 @@ class KillingSource(SedimentDataSource):
 def main(store: str, table: str, folder: str, checkpoint: str) -> None:
     from sediment.spark import session
 
+    os.environ[DRIVER_GROUP] = str(os.getpgrp())  # the JVM and its workers inherit it
     spark = session("local[2]", app_name="sediment-stream-child",
                     conf={"spark.sql.shuffle.partitions": "2",
                           "spark.ui.enabled": "false",
