@@ -38,13 +38,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from sediment.spark import tasks
-from sediment.spark.datasource import (
-    StagedMessage,
-    _spec,
-    delete_staged,
-    stage_message,
-    write_kind,
-)
+from sediment.spark.tasks import options_spec as _spec
+from sediment.spark.writer import StagedMessage, delete_staged, stage_message, write_kind
 
 METADATA = "metadata"
 """The file under a checkpoint location where Spark keeps the query id."""
