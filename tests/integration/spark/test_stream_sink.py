@@ -197,34 +197,33 @@ def test_the_sink_refuses_a_stream_without_identity(tmp_path: Path) -> None:
         SedimentStreamWriter({**options, "streamId": "s", "write": "merge"})
 
 
-def _child(args: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **env_extra,
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, str(HERE / "stream_sink_child.py"), *args],
-                          env=env, capture_output=True, text=True, timeout=300,
-                          start_new_session=True)  # its SIGKILL takes its own group only
-
-
 def test_a_driver_killed_around_the_commit_restarts_exactly_once(spark_local: Any,
                                                                 tmp_path: Path) -> None:
-    """Run 1 is SIGKILLed (driver, JVM and workers) after batch 0's tasks staged their files,
-    before its commit; run 2, from the checkpoint, after batch 0's commit, before Spark wrote
-    its checkpoint; run 3 (this process's session) finishes from the checkpoint. Every row is
-    in the table once: batch 0's replay in run 3 added nothing."""
+    """One child process runs two streams and is SIGKILLed (driver, JVM and workers) when
+    stream ``a``'s tasks have staged batch 0 and its commit has not begun, and stream ``b``
+    has committed batch 0 and Spark has not written it to its checkpoint
+    (stream_sink_child.py). Restarted from their checkpoints (in this process's session):
+    every row is in each table once; ``b``'s replay of batch 0 added nothing."""
     store = sd.Store.open(str(tmp_path / "store"), create=True)
-    table = store.create_table("events", SCHEMA)
+    tables = {n: store.create_table(n, SCHEMA) for n in ("a", "b")}
     frames = _frames(2)
-    folder = _inputs(tmp_path / "in", frames)
-    checkpoint = tmp_path / "ck"
-    args = [str(tmp_path / "store"), "events", str(folder), str(checkpoint)]
-    run = _child(args, {"SEDIMENT_TEST_KILL": "before-commit:0"})
+    args = [str(tmp_path / "store"), str(tmp_path / "meeting")]
+    for name, point in (("a", "before-commit:0"), ("b", "after-commit:0")):
+        args += [name, str(_inputs(tmp_path / f"in-{name}", frames)), str(tmp_path / name),
+                 point]
+    (tmp_path / "meeting").mkdir()
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, str(HERE / "stream_sink_child.py"), *args],
+                         env=env, capture_output=True, text=True, timeout=400,
+                         start_new_session=True)  # its SIGKILL takes its own group only
     assert run.returncode == -9, run.stderr[-3000:]
-    assert _now(table).version == 1  # killed before the commit: nothing committed
-    run = _child(args, {"SEDIMENT_TEST_KILL": "after-commit:0"})
-    assert run.returncode == -9, run.stderr[-3000:]
-    assert_same_rows(_now(table).query(), frames[0])  # committed; Spark's checkpoint lacks it
-    assert not (checkpoint / "commits" / "0").exists()
-    _stream(spark_local, folder, store, "events", checkpoint)
-    assert_same_rows(_now(table).query(), *frames)
-    assert len(_stream_commits(table)) == 2
-    assert dict(_now(table).state().streams)[_query_id(checkpoint)][0] == 1
+    assert _now(tables["a"]).version == 1  # killed before the commit: nothing committed
+    assert_same_rows(_now(tables["b"]).query(), frames[0])  # committed, not checkpointed
+    assert not (tmp_path / "b" / "commits" / "0").exists()
+    for name, table in tables.items():
+        _stream(spark_local, tmp_path / f"in-{name}", store, name, tmp_path / name)
+        assert_same_rows(_now(table).query(), *frames)
+        assert len(_stream_commits(table)) == 2
+        assert {k: v[0] for k, v in _now(table).state().streams.items()} == {
+            _query_id(tmp_path / name): 1}
