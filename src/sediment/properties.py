@@ -386,6 +386,15 @@ _SPECS = [
                  "Most unreferenced files one garbage-collection pass deletes (oldest first); "
                  "the rest wait for the next pass (Sleeper's limit on deletions per "
                  "invocation).", minimum=1),
+    # --- streams ----------------------------------------------------------------------------
+    PropertySpec("stream.retention_seconds", float, 30 * 86400.0,
+                 "How long the state keeps a streaming writer's entry (its last committed "
+                 "batch, by which a replayed batch is recognised: Delta's SetTransaction) "
+                 "after its last commit: a stream commit drops other streams' entries older "
+                 "than this, so dead streams (a deleted checkpoint starts a new one) leave "
+                 "the state. A stream stopped longer than this and restarted from its "
+                 "checkpoint may commit its last batch twice. 30 days.",
+                 minimum=0, maximum=_MAX_SECONDS),
     # --- ingest batcher ---
     PropertySpec("batcher.max_files", int, 100,
                  "Most files in one ingest job made by the ingest batcher.", minimum=1),

@@ -99,6 +99,8 @@ class TableSettings(Mapping[str, Any]):
     gc_clock_skew_seconds: float
     gc_batch_size: int
     gc_max_files_per_run: int
+    # --- streams
+    stream_retention_seconds: float
     # --- ingest batcher
     batcher_max_files: int
     batcher_max_bytes: int

@@ -66,6 +66,10 @@ class TableState:
         stay in its Arrow reference table until asked for (see ``file_sums``). Entries of
         files no longer in the table may linger: ``file_sums`` answers for live files only."""
         self._snapshot_sums: SnapshotSums | None = None
+        self.streams: Mapping[str, tuple[int, float]] = {}
+        """Stream id -> (last committed batch id, time of that commit): what a streaming
+        writer's replayed batch is recognised by (sediment.core.transactions.streams).
+        Replaced, never changed in place, so copies share it."""
         self.deletions: tuple[Deletion, ...] = ()
         """Records deleted by key, range or predicate and not yet settled everywhere
         (sediment.core.deletions), oldest first. Replaced, never changed in place."""
@@ -98,6 +102,7 @@ class TableState:
         c._snapshot_sums = self._snapshot_sums
         c.jobs = dict(self.jobs)
         c.expired_leases = self.expired_leases
+        c.streams = self.streams
         c.deletions = self.deletions
         # _lazy before _refs: a reader materialising a partition meanwhile (see _materialise)
         # leaves it in one of the two copies, never in neither
@@ -326,6 +331,7 @@ class TableState:
             "jobs": dict(sorted(self.jobs.items())),
             "sums": {k: tuple(v) for k, v in self.all_file_sums().items()},
             "deletions": [d.to_json() for d in self.deletions],
+            "streams": {k: list(v) for k, v in sorted(self.streams.items())},
         }
 
     def __eq__(self, other: object) -> bool:

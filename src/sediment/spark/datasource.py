@@ -33,7 +33,8 @@ one commit (an empty DataFrame leaves the table empty). Option ``write`` (:data:
 key, as ``Table.upsert`` does. Among the DataFrame's records of one key the last in the order
 ``collect()`` returns them wins: within a Spark partition by position (a task's sort is
 stable), across partitions by partition index (the files' order in the commit, which is
-the partitions' order, gives their sequences).
+the partitions' order, gives their sequences). The writer lives in ``sediment.spark.writer``;
+``df.writeStream.format("sediment")``, the streaming sink, in ``sediment.spark.sink``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     EqualTo,
     Filter,
     GreaterThan,
@@ -57,7 +59,6 @@ from pyspark.sql.datasource import (
     InputPartition,
     LessThan,
     LessThanOrEqual,
-    WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
@@ -69,20 +70,20 @@ from sediment.query.request import ReadRequest
 from sediment.spark import tasks
 from sediment.spark.pushdown import other_field, with_other_fields
 from sediment.spark.sparktypes import batch_schema, cast_for_spark, spark_struct
+from sediment.spark.tasks import options_spec as _spec
+from sediment.spark.writer import (
+    WRITES,
+    SedimentWriter,
+    StagedMessage,
+    check_fields,
+    write_kind,
+)
 
 TARGET_ROWS = "spark.read.target_partition_rows"
-WRITES = ("append", "upsert")
-"""The values of the writer's option ``write``."""
-_STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key",
-                  "session_token")
-
-
-def _spec(options: Mapping[str, str]) -> dict[str, Any]:
-    from sediment.errors import QueryError
-
-    if "store" not in options or "table" not in options:
-        raise QueryError("the sediment data source needs options 'store' and 'table'")
-    return {"uri": options["store"], **{k: options[k] for k in _STORE_OPTIONS if k in options}}
+__all__ = ["WRITES", "LeafPartition", "SedimentDataSource", "SedimentReader", "SedimentWriter",
+           "StagedMessage", "base_request", "check_fields", "intersect", "pinned_version",
+           "write_kind"]
+"""(The writer's names live in ``sediment.spark.writer``; they are importable from here.)"""
 
 
 def _columns(options: Mapping[str, str], names: list[str]) -> list[str]:
@@ -188,6 +189,14 @@ class SedimentDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         writer = SedimentWriter(dict(self.options), overwrite=overwrite)
+        check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema)
+        return writer
+
+    def streamWriter(self, schema: StructType, overwrite: bool  # noqa: N802 (Spark API)
+                     ) -> DataSourceStreamArrowWriter:
+        from sediment.spark.sink import SedimentStreamWriter
+
+        writer = SedimentStreamWriter(dict(self.options), overwrite=overwrite)
         check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema)
         return writer
 
@@ -363,95 +372,3 @@ class SedimentReader(DataSourceReader):
                 data = prepared.read_subquery(sub)
                 yield from cast_for_spark(data, self.arrow_schema, self.name).to_batches(
                     max_chunksize=100_000)
-
-
-@dataclass
-class StagedMessage(WriterCommitMessage):
-    """Files one write task staged: rows of ``tasks.STAGED_SCHEMA`` as dicts."""
-
-    rows: list[dict[str, Any]]
-
-
-def write_kind(options: Mapping[str, str]) -> str:
-    """The writer's option ``write`` (default ``append``), one of :data:`WRITES`; QueryError
-    naming the table, the option and the values it takes otherwise (before any task runs)."""
-    from sediment.errors import QueryError
-
-    given = options.get("write", "append")
-    if given.strip().lower() not in WRITES:
-        raise QueryError(f"the sediment data source writing to table {options.get('table')}: "
-                         f"option write={given!r} is not one of {', '.join(WRITES)}")
-    return given.strip().lower()
-
-
-def check_fields(table: Any, schema: StructType) -> None:
-    """The DataFrame's field names checked against ``table``'s as each write task checks its
-    rows (``conform``: a field twice, one the table lacks, one missing), before any task
-    runs: the same DataError, at once rather than from every task of a failing job (types
-    and values are still checked by the tasks, on the batches Spark gives them)."""
-    from sediment.ingest.sources import conform
-
-    wanted = table.schema.to_arrow()
-    fields = [wanted.field(n) if n in wanted.names else pa.field(n, pa.null())
-              for n in schema.fieldNames()]
-    conform(pa.RecordBatch.from_arrays([pa.array([], f.type) for f in fields],
-                                       schema=pa.schema(fields)),
-            table.schema, table.name, 0, "Spark input")
-
-
-class SedimentWriter(DataSourceArrowWriter):
-    """Stages each task's rows; the driver commits every task's files in one AddFiles
-    (``upsert`` by option ``write``, ``overwrite`` by the save mode)."""
-
-    def __init__(self, options: dict[str, str], *, overwrite: bool = False) -> None:
-        self.spec = _spec(options)
-        self.name = options["table"]
-        self.upsert = write_kind(options) == "upsert"
-        self.overwrite = overwrite
-        table = tasks.open_table(self.spec, self.name)
-        self.table_id = table.table_id
-        self.version = table.version
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
-        rows: list[dict[str, Any]] = []
-        for b in tasks.stage_partition(iterator, self.spec, self.name, self.version,
-                                        self.table_id):
-            rows.extend(b.to_pylist())
-        return StagedMessage(rows)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        import time
-
-        from sediment.core.model import FileReference
-        from sediment.ingest.standard import StagedFiles, commit_staged
-
-        # in the messages' order, which is the Spark partitions' (Spark indexes them so): the
-        # files' ranks in the commit, hence their sequences, follow the partitions
-        rows = [r for m in messages if isinstance(m, StagedMessage) for r in m.rows]
-        table = tasks.open_handle(self.spec, self.name, self.table_id)
-        refs = [FileReference(r["filename"], r["partition_id"], int(r["records"]))
-                for r in rows]
-        written = tasks.staged_written(rows)
-        try:
-            commit_staged(table, StagedFiles(sum(r.records for r in refs), refs, written),
-                          time.perf_counter(), kind="bulk_import", upsert=self.upsert,
-                          overwrite=self.overwrite)
-        except BaseException as e:
-            self._commit_error: BaseException | None = e
-            raise
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        from sediment.errors import TableNotFoundError
-        from sediment.files.sidecars import with_sidecars
-        from sediment.state.store import definitely_not_committed
-
-        error = getattr(self, "_commit_error", None)
-        if error is not None and not definitely_not_committed(error):
-            return  # the commit may have landed: GC's orphan pass judges the files later
-        if isinstance(error, TableNotFoundError):
-            return  # dropped: the commit deleted the files at once (its state is gone too)
-        table = tasks.open_handle(self.spec, self.name, self.table_id)
-        names = {r["filename"] for m in messages if isinstance(m, StagedMessage) for r in m.rows}
-        state = table.states.head()  # never delete a file some version references
-        names -= set(state.refcount) | set(state.unreferenced)
-        table.objects.delete_many(with_sidecars(names))

@@ -7,7 +7,7 @@ version), so the same functions serve bulk import, the data source and the compa
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,18 @@ position``, where the origin is a DataFrame's Spark partition index (what
 given, each file's pieces in order), and the position the row's within it."""
 ORDER_SHIFT = 33
 _INTERNAL = (PID, ORDER)
+_STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key",
+                  "session_token")
+
+
+def options_spec(options: Mapping[str, str]) -> dict[str, Any]:
+    """The store spec of the data source's options ``store`` and the S3 options (what
+    :func:`open_table` takes); QueryError when option ``store`` or ``table`` is missing."""
+    from sediment.errors import QueryError
+
+    if "store" not in options or "table" not in options:
+        raise QueryError("the sediment data source needs options 'store' and 'table'")
+    return {"uri": options["store"], **{k: options[k] for k in _STORE_OPTIONS if k in options}}
 
 
 def open_table(spec: dict[str, Any], name: str, table_id: str | None = None) -> Any:

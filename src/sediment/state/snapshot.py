@@ -279,6 +279,8 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: KnownDigests
         pointer["unreferenced_sums"] = _json_object(objects, unreferenced_sums, known)
     if len(state.schemas) > 1:  # a table whose schema changed (else: its one schema, from v1)
         pointer["schemas"] = [[v, sch.to_json()] for v, sch in state.schemas]
+    if state.streams:  # stream id -> [last batch, time]: one small entry per stream
+        pointer["streams"] = {k: list(v) for k, v in sorted(state.streams.items())}
     if state.deletions:  # likewise (a delete by many keys makes a large list: an object)
         pointer["deletions"] = _json_object(objects, [d.to_json() for d in state.deletions],
                                             known)
@@ -381,6 +383,8 @@ def read_snapshot(objects: ObjectStore, version: int, table_id: str,
         state.jobs = {j: (str(p), float(t)) for j, (p, t) in doc.get("jobs", {}).items()}
         state.expired_leases = {str(k): float(t)
                                 for k, t in doc.get("expired_leases", {}).items()}
+        state.streams = {str(k): (int(b), float(t))
+                         for k, (b, t) in doc.get("streams", {}).items()}
         if tables:
             refs = pa.concat_tables([_with_sequence_column(t) for t in tables],
                                     promote_options="default")

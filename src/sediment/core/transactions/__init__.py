@@ -2,7 +2,8 @@
 
 One module per family of kinds: ``table`` (create, properties, online, clear, reinitialise),
 ``files`` (files in and out), ``partitions`` (the tree and pushing references down), ``jobs``
-(compaction), ``restore``, ``records`` (deletes) and ``schema`` (schema changes). Every kind
+(compaction), ``restore``, ``records`` (deletes) and ``schema`` (schema changes); ``streams``
+holds no kind: its StreamMark is a field of AddFiles (a streaming writer's batch). Every kind
 is listed here, in ``TRANSACTION_KINDS``: the log decodes those and refuses any other
 (``transaction_from_json``), and a kind a family defines but this list lacks fails the
 project's tests.
@@ -35,6 +36,7 @@ from sediment.core.transactions.partitions import (
 from sediment.core.transactions.records import DeleteRecords
 from sediment.core.transactions.restore import RestoreVersion
 from sediment.core.transactions.schema import AlterSchema
+from sediment.core.transactions.streams import StreamMark
 from sediment.core.transactions.table import (
     ClearTable,
     InitialiseTable,
@@ -85,5 +87,6 @@ __all__ = ["AddFiles", "AddFilesWithSplits", "AlterSchema", "AssignJobIds", "Cle
            "JobAssignment", "ReinitialiseTable", "ReplaceFileReferences",
            "ReplaceFileReferencesBatch", "RestoreVersion",
            "SetOnline", "SetProperties",
-           "SplitFileReferences", "SplitPartition", "SplitReference", "TRANSACTION_KINDS",
+           "SplitFileReferences", "SplitPartition", "SplitReference", "StreamMark",
+           "TRANSACTION_KINDS",
            "Transaction", "follow_scheme", "transaction_from_json"]

@@ -29,6 +29,7 @@ from sediment.core.transactions.base import (
     with_sums,
 )
 from sediment.core.transactions.partitions import SplitPartition
+from sediment.core.transactions.streams import StreamMark
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +47,14 @@ class AddFiles(Transaction):
     overwrite: bool = field(default=False, kw_only=True)
     """The files replace every record of the table, in this one commit (Spark's
     ``mode("overwrite")``): every reference is removed first, as ``ClearTable`` does."""
+    stream: StreamMark | None = field(default=None, kw_only=True)
+    """The streaming writer's batch these files are (sediment.core.transactions.streams):
+    recorded in the state with them, so that a replay of the batch is recognised."""
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
+        if self.stream is not None:
+            self.stream.validate(state)
         seen: set[tuple[str, str]] = set()
         for r in self.references:
             require_partition(state, r.partition_id)
@@ -75,20 +81,17 @@ class AddFiles(Transaction):
             state.put_reference(r._replace(
                 sequence=file_sequence(version, rank, upsert=self.upsert), sequenced=False))
         state.put_sums(self.checksums)
+        if self.stream is not None:
+            self.stream.apply(state, time)
 
     def to_json(self) -> dict[str, Any]:
-        doc = with_sums({"references": [r.to_json() for r in self.references]},
-                        self.checksums)
-        for flag in ("upsert", "overwrite"):  # omitted when False: plain entries stay as
-            if getattr(self, flag):          # they always were
-                doc[flag] = True
-        return doc
+        return _with_options(self, with_sums(
+            {"references": [r.to_json() for r in self.references]}, self.checksums))
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AddFiles:
         return cls([FileReference.from_json(r) for r in doc["references"]],
-                   checksums=sums_from_json(doc), upsert=bool(doc.get("upsert", False)),
-                   overwrite=bool(doc.get("overwrite", False)))
+                   checksums=sums_from_json(doc), **_options(doc))
 
     def is_empty(self) -> bool:
         return not self.references and not self.overwrite
@@ -99,8 +102,28 @@ class AddFiles(Transaction):
     def summary(self) -> str:
         files = len({r.filename for r in self.references})
         how = "overwrite: " if self.overwrite else "upsert: " if self.upsert else ""
+        batch = ("" if self.stream is None else
+                 f" (stream {self.stream.stream_id} batch {self.stream.batch_id})")
         return (f"{how}{counted(files, 'file')}, "
-                f"{counted(sum(r.records for r in self.references), 'record')}")
+                f"{counted(sum(r.records for r in self.references), 'record')}{batch}")
+
+
+def _with_options(txn: AddFiles, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with the options an AddFiles sets, each omitted when unset: plain entries stay
+    as they always were."""
+    for flag in ("upsert", "overwrite"):
+        if getattr(txn, flag):
+            doc[flag] = True
+    if txn.stream is not None:
+        doc["stream"] = txn.stream.to_json()
+    return doc
+
+
+def _options(doc: dict[str, Any]) -> dict[str, Any]:
+    """The AddFiles options a logged body sets (inverse of :func:`_with_options`)."""
+    return {"upsert": bool(doc.get("upsert", False)),
+            "overwrite": bool(doc.get("overwrite", False)),
+            "stream": StreamMark.from_json(doc["stream"]) if "stream" in doc else None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,20 +241,15 @@ class AddFilesWithSplits(AddFiles):
         AddFiles.apply(self, state, time)
 
     def to_json(self) -> dict[str, Any]:
-        doc = with_sums({"splits": [s.to_json() for s in self.splits],
-                         "references": [r.to_json() for r in self.references]},
-                        self.checksums)
-        for flag in ("upsert", "overwrite"):
-            if getattr(self, flag):
-                doc[flag] = True
-        return doc
+        return _with_options(self, with_sums(
+            {"splits": [s.to_json() for s in self.splits],
+             "references": [r.to_json() for r in self.references]}, self.checksums))
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AddFilesWithSplits:
         return cls([FileReference.from_json(r) for r in doc["references"]],
                    [SplitPartition.from_json(s) for s in doc["splits"]],
-                   checksums=sums_from_json(doc), upsert=bool(doc.get("upsert", False)),
-                   overwrite=bool(doc.get("overwrite", False)))
+                   checksums=sums_from_json(doc), **_options(doc))
 
     def is_empty(self) -> bool:
         return not self.references and not self.splits
