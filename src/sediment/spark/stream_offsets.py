@@ -191,7 +191,7 @@ def group_versions(weights: Sequence[VersionWeight], target_records: int,
     if not data:
         return []
     total = sum(max(w.records, 1) for w in data)
-    cap = max(1, min(target_records, math.ceil(total / min(parts, len(data)))))
+    cap = max(1, min(target_records, total // min(parts, len(data))))
     out: list[tuple[int, int]] = []
     first, last, held = data[0].version, data[0].version, 0
     for w in data:
