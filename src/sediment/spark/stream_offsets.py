@@ -83,30 +83,40 @@ class StreamOptions:
     pin_ttl_seconds: float
 
 
+def given(options: Mapping[str, str]) -> dict[str, str]:
+    """``options`` keyed by lower-case name: Spark hands a data source its options in a
+    case-insensitive map, and ``dict()`` of it lower-cases every key."""
+    return {str(k).lower(): v for k, v in options.items()}
+
+
 def _flag(options: Mapping[str, str], name: str, table: str, default: bool) -> bool:
-    if name not in options:
+    if name.lower() not in options:
         return default
-    text = str(options[name]).strip().lower()
+    value = options[name.lower()]
+    text = str(value).strip().lower()
     if text not in ("true", "false"):
         raise QueryError(f"the sediment stream source on table {table}: option "
-                         f"{name}={options[name]!r} is not true or false")
+                         f"{name}={value!r} is not true or false")
     return text == "true"
 
 
 def _positive(options: Mapping[str, str], name: str, table: str) -> int | None:
-    if name not in options:
+    if name.lower() not in options:
         return None
-    text = str(options[name]).strip()
+    value = options[name.lower()]
+    text = str(value).strip()
     if not text.isdigit() or int(text) < 1:
         raise QueryError(f"the sediment stream source on table {table}: option "
-                         f"{name}={options[name]!r} is not a positive whole number")
+                         f"{name}={value!r} is not a positive whole number")
     return int(text)
 
 
 def stream_options(options: Mapping[str, str]) -> StreamOptions:
     """The stream options of ``options`` (Spark's, keys as given), checked: QueryError naming
     the table and the option for a value that is none of what it takes, or for a batch
-    option (``version``, ``tag``...) given to a stream."""
+    option (``version``, ``tag``...) given to a stream. Names are matched ignoring case,
+    as Spark matches them."""
+    options = given(options)
     table = options.get("table", "?")
     for name in BATCH_ONLY:
         if name in options:
@@ -114,27 +124,27 @@ def stream_options(options: Mapping[str, str]) -> StreamOptions:
                              f"for batch reads; a stream starts where option startingVersion "
                              f"says (a version, a tag or latest)")
     starting: int | str | None = None
-    if "startingVersion" in options:
-        text = str(options["startingVersion"]).strip()
+    if "startingversion" in options:
+        text = str(options["startingversion"]).strip()
         if text.isdigit():
             starting = int(text)
         elif text.lower() == "latest":
             starting = "latest"
         elif not text or text.startswith("-"):
             raise QueryError(f"the sediment stream source on table {table}: option "
-                             f"startingVersion={options['startingVersion']!r} is not a version "
+                             f"startingVersion={options['startingversion']!r} is not a version "
                              f"number, a tag name or latest")
         else:
             starting = text  # a tag: resolved (TagNotFoundError) when the stream starts
     ttl = PIN_TTL_SECONDS
-    if "pinTtlSeconds" in options:
+    if "pinttlseconds" in options:
         try:
-            ttl = float(options["pinTtlSeconds"])
+            ttl = float(options["pinttlseconds"])
         except ValueError:
             ttl = math.nan
         if not (ttl > 0 and math.isfinite(ttl)):
             raise QueryError(f"the sediment stream source on table {table}: option "
-                             f"pinTtlSeconds={options['pinTtlSeconds']!r} is not a positive "
+                             f"pinTtlSeconds={options['pinttlseconds']!r} is not a positive "
                              f"number of seconds")
     return StreamOptions(
         starting=starting,

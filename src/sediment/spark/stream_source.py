@@ -71,6 +71,7 @@ from sediment.spark.stream_offsets import (
     StreamOffset,
     VersionWeight,
     admit,
+    given,
     group_versions,
     stream_options,
 )
@@ -85,7 +86,7 @@ def stream_arrow_schema(options: Mapping[str, str], table: Any, arrow: pa.Schema
     they are checked here, at ``load()``: QueryError naming the table and the option (a
     value of the wrong kind, a ``startingVersion`` after the latest version),
     TagNotFoundError for an unknown tag."""
-    if not any(k in options for k in STREAM_OPTIONS):
+    if not any(k.lower() in given(options) for k in STREAM_OPTIONS):
         return arrow
     how = stream_options(options)
     if isinstance(how.starting, int) and how.starting > table.version + 1:
@@ -100,10 +101,10 @@ def stream_arrow_schema(options: Mapping[str, str], table: Any, arrow: pa.Schema
 def refuse_stream_options(options: Mapping[str, str]) -> None:
     """QueryError for stream options given to a batch read (``spark.read``): its changes are
     ``Table.changes``; a batch read reads one version."""
-    given = [k for k in STREAM_OPTIONS if k in options]
-    if given:
+    named = [k for k in STREAM_OPTIONS if k.lower() in given(options)]
+    if named:
         raise QueryError(f"the sediment data source reading table {options.get('table')}: "
-                         f"option {given[0]} is for spark.readStream (a batch read of changes "
+                         f"option {named[0]} is for spark.readStream (a batch read of changes "
                          f"is Table.changes)")
 
 
@@ -274,8 +275,9 @@ class SedimentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         if version < 1:
             return []
+        stream = {k.lower() for k in STREAM_OPTIONS}
         options = {k: v for k, v in self.options.items()
-                   if k not in STREAM_OPTIONS and k != "columns"}
+                   if k.lower() not in stream and k.lower() != "columns"}
         struct = StructType([f for f in self.struct.fields if f.name not in CHANGE_COLUMNS])
         batch = SedimentReader({**options, "version": str(version)}, struct)
         committed = self._states().log.read(version).time
