@@ -196,7 +196,8 @@ class SedimentDataSource(DataSource):
         """``spark.readStream.format("sediment")``: sediment.spark.stream_source."""
         from sediment.spark.stream_source import SedimentStreamReader
 
-        return SedimentStreamReader(dict(self.options), schema)
+        return SedimentStreamReader(dict(self.options), schema, _spec(self.options),
+                                    SedimentReader)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         writer = SedimentWriter(dict(self.options), overwrite=overwrite)

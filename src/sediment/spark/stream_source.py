@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,11 +141,13 @@ class SedimentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The stream source of one table (module docstring). Spark pickles it to the tasks:
     it holds options and schemas; the driver's caches start empty there."""
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        from sediment.spark.datasource import _spec
-
+    def __init__(self, options: dict[str, str], schema: StructType, spec: dict[str, Any],
+                 batch_reader: Callable[[dict[str, str], StructType], Any]) -> None:
         self.options = options
-        self.spec = _spec(options)
+        self.spec = spec
+        self.batch_reader = batch_reader
+        """The batch reader's class (sediment.spark.datasource.SedimentReader): what plans
+        the initial content's partitions."""
         self.name = options["table"]
         self.how = stream_options(options)
         self.struct = schema
@@ -271,19 +273,16 @@ class SedimentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _snapshot_parts(self, version: int) -> list[InputPartition]:
         """The batch reader's partitions of the content at ``version`` (per leaf, big leaves
         cut into key pieces)."""
-        from sediment.spark.datasource import LeafPartition, SedimentReader
-
         if version < 1:
             return []
         stream = {k.lower() for k in STREAM_OPTIONS}
         options = {k: v for k, v in self.options.items()
                    if k.lower() not in stream and k.lower() != "columns"}
         struct = StructType([f for f in self.struct.fields if f.name not in CHANGE_COLUMNS])
-        batch = SedimentReader({**options, "version": str(version)}, struct)
+        batch = self.batch_reader({**options, "version": str(version)}, struct)
         committed = self._states().log.read(version).time
         return [SnapshotPartition(p.leaf_id, p.request, version, committed)
-                for p in batch.partitions()
-                if isinstance(p, LeafPartition) and p.leaf_id]
+                for p in batch.partitions() if p.leaf_id]
 
     def commit(self, end: dict[str, Any]) -> None:
         done = StreamOffset.from_json(end, self.name)
