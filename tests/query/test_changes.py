@@ -13,9 +13,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from helpers import run_together
 
 import sediment as sd
+from helpers import run_together
 from sediment.errors import QueryError, SchemaError, VersionExpiredError, WhereError
 from sediment.maintenance.gc import gc
 from sediment.state.log import log_key

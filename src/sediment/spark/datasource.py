@@ -51,6 +51,7 @@ from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -174,9 +175,14 @@ class SedimentDataSource(DataSource):
             table.prepare(base_request(self.options).replace(version=self.pinned_version))
         if asked is not None:
             arrow = pa.schema([arrow.field(c) for c in asked])
-        return spark_struct(arrow)
+        from sediment.spark.stream_source import stream_arrow_schema
+
+        return spark_struct(stream_arrow_schema(self.options, table, arrow))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from sediment.spark.stream_source import refuse_stream_options
+
+        refuse_stream_options(self.options)
         options = dict(self.options)
         pinned = getattr(self, "pinned_version", None)
         if pinned is not None and "request" in options:
@@ -186,6 +192,13 @@ class SedimentDataSource(DataSource):
             options.pop("tag", None)
             options["version"] = str(pinned)
         return SedimentReader(options, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's)
+        """``spark.readStream.format("sediment")``: sediment.spark.stream_source."""
+        from sediment.spark.stream_source import SedimentStreamReader
+
+        return SedimentStreamReader(dict(self.options), schema, _spec(self.options),
+                                    SedimentReader)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         writer = SedimentWriter(dict(self.options), overwrite=overwrite)
