@@ -60,6 +60,8 @@ EXEMPT: dict[str, str] = {
                                "(tests/integration/spark/test_stream_source.py runs the same)",
     "docs/howto/streams.md:5": "runs a Spark stream "
                                "(tests/integration/spark/test_stream_sink.py runs the same)",
+    "docs/howto/streams.md:6": "runs until stopped "
+                               "(tests/integration/spark/test_stream_pipeline.py runs the same)",
     "docs/index.md:1": "installs packages",
     "docs/index.md:2": "builds the site; ./dev test runs the same build",
     "docs/quickstart.md:1": "installs packages",
