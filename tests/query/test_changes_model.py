@@ -1,7 +1,7 @@
 """The change feed against reads of the versions it joins: random sequences of ingest, upsert,
-delete (by key and by filter), compaction, restore, clear and a column added, on tables of each
-merge rule; after every step, the change rows of the new versions turn the content read at the
-version before into the content read at the new one.
+delete (by key and by filter), compaction, splits, restore, clear and a column added, on
+tables of each merge rule; after every step, the change rows of the new versions turn the
+content read at the version before into the content read at the new one.
 
 The reference is what a read of each version returns (proven against pandas references by
 tests/ingest/test_upsert_delete_model.py and tests/query/test_schema_evolution_model.py), and
@@ -11,7 +11,8 @@ the rule every commit's change rows obey, written out:
   rows (each of which content(v - 1) holds) plus the ``insert`` and ``update_postimage`` rows
   is content(v); no record is both removed and added by one commit (nothing that did not
   change is reported);
-- a commit that changes no record (compaction, job assignment, a schema change) has no rows;
+- a commit that changes no record (compaction, job assignment, a split, a schema change) has
+  no rows;
   a plain ingest on a table without a merge rule has exactly its input as ``insert`` rows;
 - ``changes(a, b)`` is ``changes(a, m)`` then ``changes(m, b)`` (checked over the whole run).
 
@@ -67,7 +68,8 @@ class ChangeFeedMachine(RuleBasedStateMachine):
     def create(self, merge: str, split: bool) -> None:
         self.merge = merge
         self.t = self.store.create_table("t", SCHEMA, split_points=["m"] if split else None,
-                                         properties={"merge": merge})
+                                         properties={"merge": merge,
+                                                     "partition.split.threshold": 6})
         self.first = self.checked = self.t.version
 
     def _batch(self, recs: list[tuple[str, int, int]]) -> pa.Table:
@@ -99,6 +101,10 @@ class ChangeFeedMachine(RuleBasedStateMachine):
     @rule()
     def compact(self) -> None:
         self.t.compact(full=True)
+
+    @rule()
+    def split(self) -> None:
+        self.t.split()  # leaves past 6 records split at their median
 
     @precondition(lambda self: self.t.version > self.first + 1)
     @rule(data=st.data())
@@ -135,7 +141,8 @@ class ChangeFeedMachine(RuleBasedStateMachine):
             assert before - removed + added == after, f"version {v}"
             assert not (removed & added), f"version {v}: a record both removed and added"
             kind = kinds[v]
-            if kind in ("assign_job_ids", "replace_file_references", "alter_schema"):
+            if kind in ("assign_job_ids", "replace_file_references", "alter_schema",
+                        "split_partition", "split_file_references"):
                 assert rows.num_rows == 0, f"version {v} ({kind}) changed no record"
             if v in self.plain_input:
                 assert set(rows.column("_change_type").to_pylist()) <= {"insert"}
