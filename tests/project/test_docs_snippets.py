@@ -15,7 +15,9 @@ What the test environment changes, and nothing else:
   server's. Such pages are marked ``s3``.
 - Spark: cluster URLs (``spark://host:port``) are replaced by ``local[2]``; pages that use Spark
   are marked ``spark`` and ``slow``. A Spark session the pages start is stopped at the end of
-  this module (not after each page: later pages reuse it, which saves a JVM start).
+  this module (not after each page: later pages reuse it, which saves a JVM start). Every Spark
+  driver JVM, the page's own or a command's, takes the tests' ``SPARK_SUBMIT_OPTS`` (JIT and GC
+  options for short runs: ``tests/conftest.py``).
 - ``REWRITES`` below: each replacement applied to the code before it runs, with its reason.
 - ``PRELUDES``: input files a page refers to without making them (the README's reference card).
 
