@@ -160,7 +160,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     that S3 answers as local disk does; the same logic over moto repeats its local run at
     moto's per-request cost); and keep together on one xdist worker (``xdist_group``) what
     shares a process's state: every test of the shared Spark sessions (one session and one
-    standalone cluster serve them all, instead of one per worker on a 2-core machine), and
+    standalone cluster serve them all, instead of one per worker on a 2-core machine; other
+    Spark tests join them, finding that session), and
     the blocks of one docs page (they run in order in one process per page; blocks spread
     over workers would each re-run the page's earlier blocks), and the tests of one server or
     dashboard module (they share the module's server process)."""
@@ -195,6 +196,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif any(d in item.path.parents for d in module_groups):
             # a module's server process (a module-scoped fixture) starts once, on one worker
             item.add_marker(pytest.mark.xdist_group(f"module:{item.path.name}"))
+        elif item.get_closest_marker("spark") is not None:
+            # a Spark test with a session fixture of its own (tests/storage's awkward paths):
+            # on the Spark worker, after the local Spark tests, it finds their session and
+            # reuses it instead of starting a second driver JVM on another worker
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
