@@ -22,6 +22,14 @@ from support.s3 import DUMMY_AWS_ENV as _DUMMY_AWS_ENV
 from support.s3 import S3_CREDENTIALS, S3_REGION, moto_s3_server, plain_moto_binary, s3_client
 from support.s3 import UNSET_AWS_ENV as _UNSET_AWS_ENV
 
+SPARK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""The options of every Spark driver JVM the tests start through ``spark-submit`` (a session in a
+test process, ``sediment bulk-import`` in a command process a docs page runs): short runs on a
+small machine, where the C1 JIT alone warms up faster than tiered C2 (measured on 2 busy cores:
+a session's start and first bulk import 25-27 s against 34-45 s). ``SPARK_SUBMIT_OPTS`` reaches
+the JVM and nothing else; the processes the tests start inherit it."""
+os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_JVM_OPTIONS)
+
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -152,9 +160,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     that S3 answers as local disk does; the same logic over moto repeats its local run at
     moto's per-request cost); and keep together on one xdist worker (``xdist_group``) what
     shares a process's state: every test of the shared Spark sessions (one session and one
-    standalone cluster serve them all, instead of one per worker on a 2-core machine), and
+    standalone cluster serve them all, instead of one per worker on a 2-core machine; other
+    Spark tests join them, finding that session), and
     the blocks of one docs page (they run in order in one process per page; blocks spread
-    over workers would each re-run the page's earlier blocks), and the tests of one server or
+    over workers would each re-run the page's earlier blocks; the pages that start Spark in
+    one group, one session for them all), and the tests of one server or
     dashboard module (they share the module's server process)."""
     spark_dir = _TESTS / "integration" / "spark"
     proof_dir = _TESTS / "proof"
@@ -183,10 +193,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "spark_sessions" in names:
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif block is not None and hasattr(block, "page"):
-            item.add_marker(pytest.mark.xdist_group(f"docs:{block.page}"))
+            # the pages that start Spark share one group: in page order on one worker, a later
+            # page finds the earlier page's session (test_docs_snippets stops it at the end)
+            spark = item.get_closest_marker("spark") is not None
+            item.add_marker(pytest.mark.xdist_group("docs:spark" if spark
+                                                    else f"docs:{block.page}"))
         elif any(d in item.path.parents for d in module_groups):
             # a module's server process (a module-scoped fixture) starts once, on one worker
             item.add_marker(pytest.mark.xdist_group(f"module:{item.path.name}"))
+        elif item.get_closest_marker("spark") is not None:
+            # a Spark test with a session fixture of its own (tests/storage's awkward paths):
+            # on the Spark worker, after the local Spark tests, it finds their session and
+            # reuses it instead of starting a second driver JVM on another worker
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import functools
 import numbers
+import threading
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
@@ -24,12 +25,18 @@ from sediment.errors import QueryError
 from sediment.files.samples_io import SampleReader
 from sediment.iterators.base import RecordIterator
 from sediment.properties import defaults
-from sediment.query.prepare import ExecutorCache
 from sediment.schema import Schema
 from sediment.state.store import StateStore
 from sediment.status import StatusStore
 from sediment.storage.base import ObjectStore
 from sediment.storage.registry import open_object_store_beside
+
+if TYPE_CHECKING:
+    from sediment.query.prepare import ExecutorCache
+
+
+_EXECUTORS_LOCK = threading.Lock()
+"""Makes each handle's executor cache once, whatever threads read it first."""
 
 
 class TableHandle:
@@ -43,7 +50,22 @@ class TableHandle:
         self.states = states
         self.objects: ObjectStore = states.objects
         self.store_spec = store_spec
-        self.executors = ExecutorCache(self.objects)
+        self._executors: ExecutorCache | None = None
+
+    @property
+    def executors(self) -> ExecutorCache:
+        """The query executors of this table (one per state, with the footer and key-filter
+        caches), made on first use: a process that never reads records (a command that
+        describes or tags, an ingest) does not import the read path."""
+        executors = self._executors
+        if executors is None:
+            with _EXECUTORS_LOCK:
+                if self._executors is None:
+                    from sediment.query.prepare import ExecutorCache
+
+                    self._executors = ExecutorCache(self.objects)
+                executors = self._executors
+        return executors
 
     @functools.cached_property
     def samples(self) -> SampleReader:

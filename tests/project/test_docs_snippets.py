@@ -15,7 +15,9 @@ What the test environment changes, and nothing else:
   server's. Such pages are marked ``s3``.
 - Spark: cluster URLs (``spark://host:port``) are replaced by ``local[2]``; pages that use Spark
   are marked ``spark`` and ``slow``. A Spark session the pages start is stopped at the end of
-  this module (not after each page: later pages reuse it, which saves a JVM start).
+  this module (not after each page: later pages reuse it, which saves a JVM start). Every Spark
+  driver JVM, the page's own or a command's, takes the tests' ``SPARK_SUBMIT_OPTS`` (JIT and GC
+  options for short runs: ``tests/conftest.py``).
 - ``REWRITES`` below: each replacement applied to the code before it runs, with its reason.
 - ``PRELUDES``: input files a page refers to without making them (the README's reference card).
 
@@ -341,14 +343,24 @@ def test_pages_use_their_own_store_folders() -> None:
     assert store_folders("docs/howto/cosharding.md") == {"cosharding-store"}
 
 
-@pytest.mark.slow  # a whole page twice, in subprocesses
-@pytest.mark.parametrize("page", RERUN)
+@pytest.mark.slow  # a whole page again (twice when run alone), in subprocesses
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.xdist_group(f"docs:{p}"))
+                                  for p in RERUN])
 def test_a_page_runs_twice_in_one_folder(page: str, request: pytest.FixtureRequest,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A reader runs a page again in the folder of the first run: it starts afresh."""
-    run = _start(page, request)
+    """A reader runs a page again in the folder of the first run: it starts afresh.
+
+    The first run is the page's own (``test_snippet``'s, on the same worker: this test is in
+    the page's ``xdist_group`` and runs after its blocks) when every block of it ran and
+    passed; else (this test alone, a block failed) this test runs the page first itself."""
     blocks = [b for b in parse_blocks(page) if b.no_run is None]
-    for _ in range(2):
+    run = _RUNS.get(page)
+    if run is None or run.failed is not None or run.done != blocks[-1].number:
+        run = _start(page, request)
+        runs = 2
+    else:
+        runs = 1
+    for _ in range(runs):
         run.namespace = {"__name__": f"snippets:{page}"}
         for block in blocks:
             _run_block(run, block, monkeypatch)

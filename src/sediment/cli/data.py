@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import pyarrow as pa
 import typer
@@ -28,10 +28,11 @@ from sediment.cli.options import (
 from sediment.cli.output import emit, key_value_table, to_json
 from sediment.cli.parsing import convert_split_point
 from sediment.cli.terminal import progress_bar, stdout_console
-from sediment.core.regions import Box, Range
-from sediment.query.request import ReadRequest
-from sediment.query.where import parse_where
 from sediment.schema import Schema, key_from_text
+
+if TYPE_CHECKING:  # imported where used: a command's start imports only its rooms
+    from sediment.core.regions import Range
+    from sediment.query.request import ReadRequest
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -56,6 +57,8 @@ def key_values(text: str, schema: Schema, what: str) -> tuple[Any, ...]:
 def parse_range(text: str, schema: Schema) -> Range:
     """``[a,m)``, ``(a,m]``, ``[a,)`` (open end), ``[,m)``; JSON values for multi-field keys:
     ``[["a",1],["b",2])``."""
+    from sediment.core.regions import Range
+
     t = text.strip()
     if len(t) < 3 or t[0] not in "[(" or t[-1] not in "])":
         raise CliError(f"range {text!r}: write [start,end), (start,end], [start,) ...")
@@ -83,6 +86,8 @@ def parse_range(text: str, schema: Schema) -> Range:
 def parse_region(text: str, schema: Schema) -> Range:
     """``source=(c,p];destination=[5,)``: a range per row-key field, ``;``-separated (a
     per-field region, ``sd.Region``); each end a plain value of its field."""
+    from sediment.core.regions import Box, Range
+
     fields: dict[str, Range] = {}
     for part in (p for p in text.split(";") if p.strip()):
         name, _, rng = (x.strip() for x in part.partition("="))
@@ -248,6 +253,9 @@ def _request_of_options(table: Any, key: list[str] | None, range_: list[str] | N
                         region: list[str] | None, columns: str | None, where: str | None,
                         version: str | None) -> ReadRequest:
     """The read ``query``'s options ask for, as a request."""
+    from sediment.query.request import ReadRequest
+    from sediment.query.where import parse_where
+
     schema = table.schema
     keys = [key_values(k, schema, "key") for k in key] if key else None
     ranges = [parse_range(r, schema) for r in range_] if range_ else None
@@ -262,6 +270,8 @@ def _request_of_options(table: Any, key: list[str] | None, range_: list[str] | N
 def read_request_option(text: str) -> ReadRequest:
     """``--request``: a read request's JSON, or ``@FILE`` holding it (CliError for a file
     that cannot be read; the request's own errors name the field)."""
+    from sediment.query.request import ReadRequest
+
     if text.startswith("@"):
         path = Path(text[1:])
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -26,11 +26,12 @@ from sediment.cli.passes import (
 from sediment.cli.terminal import stop_on_signals
 from sediment.core.units import human_seconds
 from sediment.errors import SedimentError
-from sediment.maintenance.kept import GcKept, Kept
-from sediment.maintenance.orchestrator import StoreMaintenance
-from sediment.maintenance.passes import MaintenanceResult
-from sediment.store import store_maintenance
-from sediment.table import Table
+
+if TYPE_CHECKING:  # imported where a command runs: a command's start imports only its rooms
+    from sediment.maintenance.kept import GcKept, Kept
+    from sediment.maintenance.orchestrator import StoreMaintenance
+    from sediment.maintenance.passes import MaintenanceResult
+    from sediment.table import Table
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -166,6 +167,8 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
     def maintenance_of_store() -> StoreMaintenance:
         """The one maintenance of a store (``Store.maintain``'s): the same table steps, the
         same settling of partition-scheme members, the same store steps."""
+        from sediment.store import store_maintenance
+
         return store_maintenance(open_store(store), runner="spark" if spark else "local",
                                  orphan_timeout=orphan_timeout)
 

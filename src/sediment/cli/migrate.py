@@ -10,7 +10,6 @@ from rich.console import RenderableType
 from sediment.cli.options import JsonOption, StoreOption, open_store
 from sediment.cli.output import emit, make_table
 from sediment.cli.terminal import progress_bar
-from sediment.files.sidecars import migrate_sidecars
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -34,6 +33,8 @@ def migrate_sidecars_cmd(
     Copies each, then deletes the old name; safe to rerun and to run while the store is in
     use (readers find either name; GC treats both as the data file's). Reads never migrate.
     """
+    from sediment.files.sidecars import migrate_sidecars
+
     st = open_store(store)
     names = [table] if table else st.tables()
     tables = [st.table(n) for n in names]  # every name checked before anything is written

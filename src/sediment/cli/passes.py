@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import RenderableType
@@ -21,7 +21,9 @@ from sediment.cli.options import open_store
 from sediment.cli.output import emit, iso_time, iso_times, json_default, make_table
 from sediment.cli.terminal import progress_bar
 from sediment.errors import SedimentError
-from sediment.table import Table
+
+if TYPE_CHECKING:
+    from sediment.table import Table
 
 
 def each_table(store: str | None, table: str | None, *, online_only: bool,

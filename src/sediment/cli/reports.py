@@ -7,7 +7,7 @@ needs none of their loop, progress or daemon handling.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import RenderableType
@@ -24,7 +24,9 @@ from sediment.cli.options import (
     resolve_version_option,
 )
 from sediment.cli.output import emit, iso_time, make_table
-from sediment.table import Table
+
+if TYPE_CHECKING:
+    from sediment.table import Table
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,7 +12,9 @@ from sediment.cli.options import JsonOption, StoreOption, TableArg, open_table
 from sediment.cli.output import emit, key_value_table
 from sediment.cli.terminal import progress_bar, show_progress
 from sediment.errors import DataError
-from sediment.table import Table
+
+if TYPE_CHECKING:
+    from sediment.table import Table
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""

@@ -4,7 +4,7 @@ checksum (``Table.verify``); exit status 1 when anything is damaged."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import RenderableType
@@ -14,7 +14,9 @@ from sediment.cli.options import JsonOption, StoreOption, TableArg, open_table
 from sediment.cli.output import emit, make_table
 from sediment.cli.terminal import progress_bar
 from sediment.core.units import human_seconds
-from sediment.maintenance.verify import VerifyReport
+
+if TYPE_CHECKING:
+    from sediment.maintenance.verify import VerifyReport
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
