@@ -12,15 +12,17 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pyarrow as pa
 import typer
 
 from sediment.cli.errors import CliError
 from sediment.cli.options import JsonOption, StoreOption, TableArg, open_table
 from sediment.cli.output import json_default, make_table
 from sediment.cli.terminal import stdout_console, stop_on_signals
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
