@@ -11,8 +11,9 @@ rows, 20 s per rate, no confirmation, a few minutes).
 shaped as the benchmark schema's (a key from the row number, a timestamp, a value), written
 with a 1 s processing-time trigger into (a) a Sediment table of 8 leaves with the maintainer
 running beside it (a thread calling ``table.maintain()`` in a loop) and (b) Spark's own
-Parquet file sink, after a warm-up run of each (not counted). A rate is sustained when the median micro-batch takes at most the trigger
-(1 s) and the stream kept up (rows processed >= 90% of the rows offered); the highest
+Parquet file sink, after a warm-up run of each (not counted). A rate is sustained when the
+median micro-batch takes at most the trigger (1 s) and the stream kept up (rows processed >=
+90% of the rows offered); the highest
 sustained rate of each sink is then run for ``--confirm-seconds``. Also reported: batch
 durations (p50, p95), and for Sediment the files per leaf at the end against the batch size.
 
