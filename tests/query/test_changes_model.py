@@ -172,5 +172,5 @@ class ComposedMachine(ChangeFeedMachine):
 
 
 TestChangeFeed = ComposedMachine.TestCase
-TestChangeFeed.settings = settings(max_examples=25, stateful_step_count=12, deadline=None,
+TestChangeFeed.settings = settings(max_examples=12, stateful_step_count=12, deadline=None,
                                    suppress_health_check=[HealthCheck.too_slow])
