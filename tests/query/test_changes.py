@@ -4,6 +4,7 @@ expectations), the shape of rows across schema changes, refusals, retention and 
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -245,3 +246,19 @@ def test_a_follower_resumes_after_the_last_version_it_handled_and_holds_a_pin(
     t.ingest(_batch(("c", 1, 3)))
     v3, r3 = next(again)
     assert (v3, r3.read_all().column("k").to_pylist()) == (v2 + 1, ["c"])
+
+
+def test_an_upsert_of_a_record_age_off_drops_still_removes_the_one_it_replaced(
+        store: sd.Store) -> None:
+    schema = sd.Schema(row_keys=[("k", pa.string())], sort_keys=[("ts", pa.int64())],
+                       values=[("at", pa.int64()), ("v", pa.int64())])
+    t = store.create_table("aged", schema, properties={"query.iterators": json.dumps(
+        [{"type": "age_off", "field": "at", "ttl_seconds": 3600}])})
+    now = int(time.time() * 1000)
+    t.ingest(pa.table({"k": ["a", "b"], "ts": [1, 1], "at": [now, now], "v": [1, 2]}))
+    before = t.version
+    t.upsert(pa.table({"k": ["a", "b"], "ts": [1, 1], "at": [now - 7_200_000, now],
+                       "v": [10, 20]}))
+    assert t.query().column("k").to_pylist() == ["b"]  # a's new record is aged off
+    assert _rows(t.changes(before), "k", "v", "_change_type") == [
+        ("a", 1, "delete"), ("b", 2, "update_preimage"), ("b", 20, "update_postimage")]

@@ -71,13 +71,14 @@ class ChangeSource:
                           columns=columns, filter=filter), start
 
     def _read(self, state: TableState, *, keys: Any = None, ranges: Any = None,
-              filter: Any = None, columns: Any = None) -> pa.Table:  # noqa: A002
+              filter: Any = None, columns: Any = None, raw: bool = False  # noqa: A002
+              ) -> pa.Table:
         if state.schema is None:
             return pa.table({})
         # the block cache as for any read of keys or ranges: a commit's lookups often
         # share pages, and the cache admits them on probation (scan-resistant)
         request = ReadRequest(keys=keys, ranges=ranges, filter=filter, columns=columns,
-                              version=state.version)
+                              version=state.version, raw=raw)
         return self._prepare_at(state, request).to_arrow()
 
     def _record_by_record(self, state: TableState) -> bool:

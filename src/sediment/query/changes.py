@@ -62,9 +62,9 @@ commit's row keys are looked up one by one while that costs less than reading th
 cover once and joining it with them."""
 
 Read = Callable[..., pa.Table]
-"""``read(state, keys=None, ranges=None, filter=None, columns=None)``: ``state``'s records
-(every column unless ``columns``), after its merge rule and iterators, as a read of that
-version returns them."""
+"""``read(state, keys=None, ranges=None, filter=None, columns=None, raw=False)``: ``state``'s
+records (every column unless ``columns``), after its merge rule and iterators (``raw``: as
+stored, without them), as a read of that version returns them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,10 +237,13 @@ class ChangeFeed:
                 if not any(mine.column(n).null_count for n in sort_keys):
                     # after it, its record keys hold its records and nothing else: the
                     # version after is the version before with them replaced (one read)
-                    wanted = mine.group_by(row_keys).aggregate([]).select(row_keys)
+                    # every record key it carries, also those whose own record the
+                    # iterators drop (an upsert of an aged-off record still replaces)
+                    carried = read(after.only(what.files), columns=keys, raw=True)
+                    wanted = carried.group_by(row_keys).aggregate([]).select(row_keys)
                     old = self._of_keys(read, before, wanted)
-                    kept = old.join(mine.select(keys), keys, join_type="left anti") \
-                        if old.num_rows else old
+                    kept = old.join(carried.group_by(keys).aggregate([]), keys,
+                                    join_type="left anti") if old.num_rows else old
                     return record_changes(old, pa.concat_tables(
                         [kept, mine.cast(kept.schema)]), keys)
             mine = read(after.only(what.files), columns=row_keys)
