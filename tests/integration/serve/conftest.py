@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from serve_helpers import Server
 
+import sediment as sd
+
 
 @pytest.fixture(scope="module")
 def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Server]]:
@@ -24,3 +26,15 @@ def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
     yield start
     for s in started:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> sd.Store:
+    """A store of the module's own (a module needing another kind defines its own)."""
+    return sd.Store.open(str(tmp_path_factory.mktemp("store") / "s"), create=True)
+
+
+@pytest.fixture(scope="module")
+def server(store: sd.Store, start_server: Callable[..., Server]) -> Server:
+    """A server on the module's ``store``, stopped at module end."""
+    return start_server(store.uri)

@@ -24,16 +24,6 @@ import sediment as sd
 from sediment.errors import BadRequestError, ReadOnlyError, SchemaError
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> sd.Store:
-    return sd.Store.open(str(tmp_path_factory.mktemp("store") / "s"), create=True)
-
-
-@pytest.fixture(scope="module")
-def server(store: sd.Store, start_server: Any) -> Server:
-    return start_server(store.uri)
-
-
 def _table(store: sd.Store) -> sd.Table:
     """A new table of two leaves holding 20 records."""
     t = store.create_table(f"t{uuid.uuid4().hex[:8]}", SCHEMA, split_points=["k"],

@@ -6,7 +6,6 @@ bad requests are one clear error and the server goes on serving."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pyarrow.flight as fl
 import pytest
@@ -14,16 +13,6 @@ from serve_helpers import SCHEMA, Server, rows
 
 import sediment as sd
 from sediment.errors import BadRequestError, QueryError
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> sd.Store:
-    return sd.Store.open(str(tmp_path_factory.mktemp("store") / "s"), create=True)
-
-
-@pytest.fixture(scope="module")
-def server(store: sd.Store, start_server: Any) -> Server:
-    return start_server(store.uri)
 
 
 def test_flight_changes_equal_local(store: sd.Store, server: Server) -> None:

@@ -27,16 +27,6 @@ COLUMNS = ["key", "ts", "value", "note"]
 RECORD_KEY = ["key", "ts"]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> sd.Store:
-    return sd.Store.open(str(tmp_path_factory.mktemp("store") / "s"), create=True)
-
-
-@pytest.fixture(scope="module")
-def server(store: sd.Store, start_server: Any) -> Server:
-    return start_server(store.uri)
-
-
 def _table(store: sd.Store) -> sd.Table:
     """A new table of three leaves holding 60 records (keys a00..z09, ts 0..59)."""
     t = store.create_table(f"t{uuid.uuid4().hex[:8]}", SCHEMA, split_points=["g", "p"],
