@@ -197,6 +197,33 @@ def test_tables_take_turns_at_the_idle_threads(tmp_path: Path, monkeypatch: Any)
     assert sorted(order[:2]) == ["a", "b"] and sorted(order[2:4]) == ["a", "b"], order
 
 
+def test_a_thread_freed_mid_tick_goes_to_the_table_passed_over(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    # the race behind turn order ['a', 'a', 'b', 'a']: b is looked at while a's job still
+    # holds the one thread, the job ends, and a (looked at next) took the freed thread
+    # ahead of b. The thread frees exactly between the two looks here.
+    import sediment.maintenance.pool as pool
+
+    store = sd.Store.open(str(tmp_path), create=True)
+    tables = [make_table(store, name=n, **{"compaction.strategy": "basic",
+                                             "compaction.batch_size": 2}) for n in ("a", "b")]
+    for t in tables:
+        for i in range(4):
+            t.ingest(rows(100, seed=i))
+    m = Maintainer(lambda: tables, threads=1, tick_seconds=0.01, gc_every=3600)
+    try:
+        m._turn = 1  # b's turn
+        looks = iter([0])  # b's look finds no idle thread; every later look finds one
+        monkeypatch.setattr(pool.SmallestFirstPool, "idle", property(lambda self: next(looks, 1)))
+        assert m.tick() == 0  # a does not take the thread b was waiting for
+        assert not tables[0].state().jobs
+        monkeypatch.undo()
+        m.tick()  # the next tick starts at b, which gets the thread
+        assert tables[1].state().jobs and not tables[0].state().jobs
+    finally:
+        m.close()
+
+
 def test_a_crowded_leaf_merges_its_small_files_while_the_long_lane_is_busy(
         tmp_path: Path) -> None:
     # long jobs: an input of at least a twentieth of the threshold (500 records); ratio 0

@@ -264,11 +264,11 @@ def test_maintainer_survives_any_table_failure(tmp_path: Path, monkeypatch: pyte
     tries: list[float] = []
     real = continuous.Maintainer._tick_table
 
-    def tick_table(self: continuous.Maintainer, t: Any, now: float) -> int:
+    def tick_table(self: continuous.Maintainer, t: Any, now: float, *args: Any) -> int:
         if t.name == "buggy":
             tries.append(now)
             raise RuntimeError("a bug")
-        return real(self, t, now)
+        return real(self, t, now, *args)
 
     monkeypatch.setattr(continuous.Maintainer, "_tick_table", tick_table)
     reports: list[list[dict[str, object]]] = []

@@ -170,15 +170,21 @@ class Maintainer:
         started = 0
         # each tick starts at the table after the last one that started work: the first ones
         # looked at take the idle threads, and a busy table must not keep the others' jobs
-        # waiting (ticks with no idle thread do not move the turn on)
+        # waiting (ticks with no idle thread do not move the turn on). Once a table found no
+        # idle thread, the tables after it start no jobs in this tick: a thread that frees
+        # while they are looked at belongs to the table passed over, whose turn comes first
+        # in the next tick.
         turn = self._turn % len(self._tables) if self._tables else 0
+        passed_over = False
         for i, t in enumerate(self._tables[turn:] + self._tables[:turn]):
             failed = self._failed.get(t.name)
             if failed is not None and now - failed[0] < self.gc_every:
                 self._note(t.name, failed[1])  # still reported; retried once a GC period
                 continue
             try:
-                n = self._tick_table(t, now)
+                may_compact = not passed_over and self._pool.idle > 0
+                passed_over = not may_compact
+                n = self._tick_table(t, now, may_compact)
                 if n:
                     self._turn = turn + i + 1
                 started += n
@@ -193,7 +199,7 @@ class Maintainer:
                 self._failed[t.name] = (now, error)
         return started
 
-    def _tick_table(self, t: TableHandle, now: float) -> int:
+    def _tick_table(self, t: TableHandle, now: float, may_compact: bool) -> int:
         act = self._activity.setdefault(t.name, TableActivity())
         act.ticks += 1
         before = act.splits + act.jobs_started
@@ -215,7 +221,7 @@ class Maintainer:
                     p = head.state.partitions.get(leaf)
                     if p is not None:
                         self._stuck[(t.name, leaf)] = leaf_records(head.state, p)
-            if self._pool.idle:
+            if may_compact and self._pool.idle:
                 self._compact(t, head, act)
         collecting = self._collecting.get(t.name)
         if now - self._gc_at.get(t.name, float("-inf")) >= self.gc_every and \
