@@ -14,7 +14,6 @@ from sediment.errors import ObjectNotFoundError, StorageError
 from sediment.storage.base import ObjectInfo, ObjectStore
 from sediment.storage.checksums import ChecksumMismatch
 
-_DELETE_BATCH = 1000  # S3's DeleteObjects limit
 _S3_ERRORS = (ClientError, BotoCoreError)
 """What a failed S3 request raises: the service's answer, or botocore's own failure (no
 connection, no credentials, a broken response stream). Anything else is a bug, not storage."""
@@ -34,6 +33,11 @@ class S3ObjectStore(ObjectStore):
     options or the usual AWS environment variables."""
 
     probe_limit = 1  # one GET finds "nothing new"; otherwise LIST + parallel GETs is fewer trips
+    list_page_size = 1000
+    """Keys asked for per LIST page (S3 answers at most 1000); the tests lower it to prove
+    paging over a few dozen keys instead of a thousand puts."""
+    delete_batch_size = 1000
+    """Keys per DeleteObjects request (S3's limit is 1000); lowered as ``list_page_size``."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  region: str | None = None, access_key_id: str | None = None,
@@ -139,7 +143,8 @@ class S3ObjectStore(ObjectStore):
         if start_after is not None:
             kwargs["StartAfter"] = self._k(start_after)
         try:
-            for page in self._client.get_paginator("list_objects_v2").paginate(**kwargs):
+            for page in self._client.get_paginator("list_objects_v2").paginate(
+                    **kwargs, PaginationConfig={"PageSize": self.list_page_size}):
                 for o in page.get("Contents", []):
                     yield ObjectInfo(self._strip(o["Key"]), int(o["Size"]),
                                      o["LastModified"].timestamp())
@@ -151,7 +156,8 @@ class S3ObjectStore(ObjectStore):
         names: list[str] = []
         try:
             for page in self._client.get_paginator("list_objects_v2").paginate(
-                    Bucket=self.bucket, Prefix=full, Delimiter="/"):
+                    Bucket=self.bucket, Prefix=full, Delimiter="/",
+                    PaginationConfig={"PageSize": self.list_page_size}):
                 names.extend(p["Prefix"][len(full):].rstrip("/")
                              for p in page.get("CommonPrefixes", []))
         except _S3_ERRORS as e:
@@ -178,7 +184,7 @@ class S3ObjectStore(ObjectStore):
 
         for k in keys:
             batch.append(k)
-            if len(batch) >= _DELETE_BATCH:
+            if len(batch) >= self.delete_batch_size:
                 flush()
         flush()
 
