@@ -85,9 +85,10 @@ LOG_LIMIT = 10_000
 """Events kept in :attr:`FaultProxy.events` (counts keep counting past it)."""
 
 _REASONS = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
-            504: "Gateway Timeout", 429: "Too Many Requests"}
+            504: "Gateway Timeout", 429: "Too Many Requests", 403: "Forbidden"}
 _S3_CODES = {500: "InternalError", 503: "SlowDown", 502: "BadGateway", 504: "GatewayTimeout",
-             429: "SlowDown"}
+             429: "SlowDown", 403: "AccessDenied"}
+"""The error code S3 sends with each status (a 403 is a read-only role's ``AccessDenied``)."""
 _COUNTERS = ("matched", "fired")
 """Keys of :meth:`Rule.to_json` that are results, not :meth:`FaultProxy.add_rule` arguments."""
 _CHECKSUM_HEADER = b"x-amz-checksum-"

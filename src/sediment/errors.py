@@ -6,6 +6,7 @@ happen into one of these, with a message naming the table, field, file or row co
     SedimentError
     ├── StorageError                 an object store failed (I/O, permissions, network)
     │   ├── ObjectNotFoundError      a key that should exist does not
+    │   ├── AccessDeniedError        the store refused for want of permission (never retried)
     │   └── WriteOutcomeUnknownError a conditional write the store never confirmed or denied
     ├── CatalogError
     │   ├── StoreNotFoundError       no Sediment store at a URI (open with create=True to make one)
@@ -68,6 +69,12 @@ class StorageError(SedimentError):
 
 class ObjectNotFoundError(StorageError):
     """The object at a key does not exist."""
+
+
+class AccessDeniedError(StorageError):
+    """The store refused the request for want of permission (S3's 403 ``AccessDenied``): an
+    answer, not a failure to answer, so it is never retried (a read-only role learns at once
+    that it cannot write)."""
 
 
 class WriteOutcomeUnknownError(StorageError):

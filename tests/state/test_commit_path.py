@@ -9,6 +9,7 @@ The same faults over real HTTP (moto behind a fault-injecting proxy) are in test
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from reference import Reference, assert_matches
 from sediment.core.model import FileReference
 from sediment.core.transactions import AddFiles, SplitPartition
 from sediment.errors import (
+    AccessDeniedError,
     CommitOutcomeUnknownError,
     StorageError,
     TransactionInvalidError,
@@ -40,7 +42,8 @@ class FaultyStore(ObjectStore):
     """Delegates to ``inner``; ``lose_answers`` puts of log entries land and then raise (the
     answer is lost); ``retried_answers`` puts of log entries land and then answer "taken" (as
     an S3 client's own retry of a put whose answer was lost meets 412); ``dead`` makes every
-    call raise; ``block`` holds log puts until set."""
+    call raise; ``block`` holds log puts until set; conditional puts after the first
+    ``allowed_puts`` are refused (AccessDeniedError, as a read-only role's)."""
 
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
@@ -51,6 +54,8 @@ class FaultyStore(ObjectStore):
         self.dead = False
         self.block: threading.Event | None = None
         self.blocked = threading.Event()
+        self.allowed_puts: int | None = None
+        self.puts = 0
 
     def _check(self) -> None:
         if self.dead:
@@ -70,6 +75,9 @@ class FaultyStore(ObjectStore):
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         self._check()
+        self.puts += 1
+        if self.allowed_puts is not None and self.puts > self.allowed_puts:
+            raise AccessDeniedError(f"S3 conditional put of {key!r} failed: AccessDenied")
         if self.block is not None and "log/" in key:
             self.blocked.set()
             self.block.wait(30)
@@ -128,6 +136,16 @@ def test_create_once_never_guesses_when_the_store_is_gone(tmp_path: Path) -> Non
     objects.dead = True
     with pytest.raises(sd.SedimentError, match="could not learn whether"):
         create_once(objects, "k", b"v", attempts=2)
+
+
+def test_create_once_raises_a_refusal_at_once(tmp_path: Path) -> None:
+    objects = FaultyStore(LocalObjectStore(tmp_path))
+    objects.allowed_puts = 0
+    started = time.monotonic()
+    with pytest.raises(AccessDeniedError):
+        create_once(objects, "log/x", b"mine-123")
+    assert objects.puts == 1 and time.monotonic() - started < 1  # no retries, no backoff
+    assert not objects.inner.exists("log/x")
 
 
 # ---- lost answers and unknown outcomes ---------------------------------------------------------

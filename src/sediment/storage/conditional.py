@@ -20,7 +20,12 @@ import random
 import time
 from collections.abc import Callable
 
-from sediment.errors import ObjectNotFoundError, StorageError, WriteOutcomeUnknownError
+from sediment.errors import (
+    AccessDeniedError,
+    ObjectNotFoundError,
+    StorageError,
+    WriteOutcomeUnknownError,
+)
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import TRAILER_BYTES, ChecksumMismatch, unseal_json
 
@@ -49,6 +54,10 @@ def create_once(objects: ObjectStore, key: str, data: bytes, *,
         try:
             if objects.put_if_absent(key, data):
                 return True
+        except AccessDeniedError:
+            if error is None:  # refused, and no earlier try of ours can have landed
+                raise
+            # an earlier try's answer was lost: the read-back below tells
         except StorageError as e:  # no answer: the put may or may not have landed
             error = e
         try:

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow.fs as pafs
 from botocore.exceptions import BotoCoreError, ClientError, FlexibleChecksumError
 
-from sediment.errors import ObjectNotFoundError, StorageError
+from sediment.errors import AccessDeniedError, ObjectNotFoundError, StorageError
 from sediment.storage.base import ObjectInfo, ObjectStore
 from sediment.storage.checksums import ChecksumMismatch
 
@@ -18,6 +18,7 @@ _S3_ERRORS = (ClientError, BotoCoreError)
 """What a failed S3 request raises: the service's answer, or botocore's own failure (no
 connection, no credentials, a broken response stream). Anything else is a bug, not storage."""
 _NOT_FOUND = ("NoSuchKey", "404", "NotFound")
+_DENIED = ("AccessDenied", "403", "Forbidden")
 CHECKSUM_READS = 3
 """Whole GETs of an object whose body fails the checksum S3 sent with it
 (``x-amz-checksum-crc32``, checked by botocore) before it counts as damaged: a byte changed on
@@ -76,7 +77,10 @@ class S3ObjectStore(ObjectStore):
         return full[len(self.prefix) + 1 :] if self.prefix else full
 
     def _error(self, op: str, key: str, e: ClientError | BotoCoreError) -> StorageError:
-        return StorageError(f"S3 {op} of {key!r} in {self.uri} failed: {e}")
+        message = f"S3 {op} of {key!r} in {self.uri} failed: {e}"
+        if self._code(e) in _DENIED:
+            return AccessDeniedError(message)
+        return StorageError(message)
 
     @staticmethod
     def _code(e: ClientError | BotoCoreError) -> str:
