@@ -36,7 +36,7 @@ from sediment.iterators.merge_rules import KeepLast
 from sediment.query.blocks import BlockCache
 from sediment.query.deletes import Deletes, merge_of
 from sediment.query.filters import QueryFilter
-from sediment.query.footers import FileFooter, FooterCache
+from sediment.query.footers import FileFooter, FooterCache, keep_reads
 from sediment.query.planner import QueryPlan, SubQuery
 from sediment.query.pointread import PointReader
 from sediment.query.regions import box_row_groups
@@ -155,7 +155,7 @@ class Executor:
         self._file_schemas: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
         self._column_schemas: dict[tuple[str, ...], pa.Schema] = {}
         self._point_hash = functools.lru_cache(maxsize=4096)(self._hash_one)
-        self.points = PointReader(objects, footers.table)
+        self.points = PointReader(objects, footers.table, footers.reads)
         self.schema = schema
         self.schemas = tuple(schemas)
         """(version, schema) history of the version read (TableState.schemas): with more
@@ -297,14 +297,17 @@ class Executor:
 
         def read(run: list[int], names: list[str], attempt: int) -> pa.Table:
             if attempt or opened[0] is None:  # a fresh file: nothing of a first read reused
-                opened[0], _ = self.footers.open(ref.filename, sums)
+                opened[0], _ = self.footers.open(ref.filename, sums, fresh=attempt > 0)
             pfile = opened[0]
             assert pfile is not None
             if len(run) == 1:
                 # use_threads=False: a small row group decodes faster on this thread than
                 # it is dispatched to Arrow's pool (sub-queries already run in parallel)
-                return pfile.read_row_group(run[0], columns=names, use_threads=False)
-            return pfile.read_row_groups(run, columns=names, use_threads=True)
+                got = pfile.read_row_group(run[0], columns=names, use_threads=False)
+            else:
+                got = pfile.read_row_groups(run, columns=names, use_threads=True)
+            keep_reads(pfile)  # decoded, so verified: its bytes may enter the disk cache
+            return got
 
         def load(run: list[int], names: list[str]) -> pa.Table:
             return reading(self.footers.table, ref.filename, self.objects.uri,

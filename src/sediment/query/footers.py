@@ -4,10 +4,16 @@ so an entry is never stale).
 
 Only verified bytes are cached: a file opened here verifies its pages' CRCs on every read
 (sediment.files.verified), a footer is checked against the file's sums when they are known,
-and a key-filter block against its own CRC (format 2), read again once, then bypassed."""
+and a key-filter block against its own CRC (format 2), read again once, then bypassed.
+
+On an object store with the disk cache on (``disk``: sediment.storage.diskcache), every range
+read here goes through it: the footer's tail, the page index, the key filters' header and
+blocks, and the column chunks of a file opened for its row groups (:class:`CachedParquetFile`,
+whose reads enter the cache when the reader calls ``keep`` after the decode verified them)."""
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 from collections import OrderedDict
@@ -33,6 +39,7 @@ from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem
 from sediment.files.writer import keys_name
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
+from sediment.storage.diskcache import DiskCache, RangeReads
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,66 @@ class FileFooter:
     """Whether the file has the hidden sequence column (compaction output)."""
     bounded: bool = True
     """Whether every row group has bounds (statistics) on the first key field."""
+
+
+class _RangeFile(io.RawIOBase):
+    """A data file as a read-only Python file whose reads go through :class:`RangeReads`
+    (what pyarrow reads a row group's column chunks from)."""
+
+    def __init__(self, reads: RangeReads, key: str, size: int) -> None:
+        super().__init__()
+        self._reads = reads
+        self._key = key
+        self._size = size
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self._size}[whence]
+        self._at = max(0, base + offset)
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, n: int | None = -1) -> bytes:
+        end = self._size if n is None or n < 0 else min(self._size, self._at + n)
+        if end <= self._at:
+            return b""
+        data = self._reads.read(self._key, self._at, end)
+        self._at += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+class CachedParquetFile(pq.ParquetFile):
+    """A data file read through the disk cache: the column chunks a read fetched are held
+    until :meth:`keep` (the reader calls it once the decode, which verifies page CRCs, has
+    returned), so only verified bytes are cached."""
+
+    reads: RangeReads
+
+    def keep(self) -> None:
+        self.reads.keep()
+
+
+def keep_reads(pf: pq.ParquetFile) -> None:
+    """After a verified read of ``pf``: its fetched ranges enter the disk cache (nothing for
+    a file not read through it)."""
+    if isinstance(pf, CachedParquetFile):
+        pf.keep()
 
 
 class FooterCache:
@@ -78,6 +145,15 @@ class FooterCache:
         """Page indexes by file: None for a file without one."""
         self._lock = threading.Lock()
         self.fs, _ = objects.arrow_filesystem()
+        self.disk: DiskCache | None = None
+        """The disk cache of an object store's reads (set by the reader from
+        ``query.disk_cache_bytes``; None: off, or a store it does not apply to)."""
+
+    def reads(self, *, fresh: bool = False) -> RangeReads:
+        """Ranged reads of this table's files for one checked read, through the disk cache
+        when it is on (``fresh``: a second read after a failed check, nothing from the
+        cache)."""
+        return RangeReads(self.objects, self.disk, fresh=fresh)
 
     def cached(self, filename: str) -> FileFooter | None:
         """The file's footer if cached (no I/O)."""
@@ -87,11 +163,15 @@ class FooterCache:
                 self._items.move_to_end(filename)
         return footer
 
-    def open(self, filename: str, sums: Sums | None = None
+    def open(self, filename: str, sums: Sums | None = None, *, fresh: bool = False
              ) -> tuple[pq.ParquetFile, FileFooter]:
         """The file opened for reading (its pages' CRCs verified on every read) and its
         footer, checked against ``sums`` (size and footer CRC-32, read again once, then
-        CorruptDataError) when they are known."""
+        CorruptDataError) when they are known. With the disk cache on, the file is read
+        through it (``fresh``: a second read after a failed check, nothing from the
+        cache); the caller calls :func:`keep_reads` after each verified read."""
+        if self.disk is not None:
+            return self._open_cached(filename, sums, fresh)
         path = self.objects.path(filename)
         with self._lock:
             footer = self._items.get(filename)
@@ -146,6 +226,55 @@ class FooterCache:
             problem = found
         raise damaged(self.table, filename, self.objects.uri, OSError(problem))
 
+    def _size(self, filename: str, sums: Sums | None) -> int:
+        """The file's size: from its sums, else asked of the store."""
+        if sums is not None:
+            return sums.size
+        info = self.objects.head(filename)
+        if info is None:
+            raise ObjectNotFoundError(f"data file {filename} is missing from "
+                                      f"{self.objects.uri}")
+        return info.size
+
+    def _open_cached(self, filename: str, sums: Sums | None, fresh: bool
+                     ) -> tuple[pq.ParquetFile, FileFooter]:
+        """:meth:`open` through the disk cache: the footer from the file's tail (checked
+        against ``sums`` when known, read again once), the file a :class:`CachedParquetFile`."""
+        with self._lock:
+            footer = self._items.get(filename)
+            if footer is not None:
+                self._items.move_to_end(filename)
+        try:
+            size = self._size(filename, sums)
+            if footer is None:
+                problem = ""
+                for attempt in range(READS):
+                    reads = self.reads(fresh=fresh or attempt > 0)
+                    tail = _tail(reads.reader(filename), size)
+                    found = footer_problem(tail, size, sums)
+                    if found is None:
+                        md = pq.read_metadata(pa.BufferReader(tail))
+                        reads.keep()
+                        break
+                    problem = found
+                else:
+                    raise damaged(self.table, filename, self.objects.uri, OSError(problem))
+                footer = self._bounds(md)
+                if self.capacity:
+                    with self._lock:
+                        self._items[filename] = footer
+                        while len(self._items) > self.capacity:
+                            self._items.popitem(last=False)
+            reads = self.reads(fresh=fresh)
+            pf = CachedParquetFile(_RangeFile(reads, filename, size),
+                                   metadata=footer.metadata, **VERIFY)
+            pf.reads = reads
+            return pf, footer
+        except pa.ArrowInvalid as e:
+            raise CorruptMetadataError(f"data file {filename} of table {self.table or '?'} "
+                                       f"in {self.objects.uri} is not valid Parquet: {e}"
+                                       ) from e
+
     def page_index(self, filename: str, sums: Sums | None) -> PageIndex | None:
         """The file's Parquet page index (sediment.files.pages), read when a lookup first
         needs it, cached; None for a file written without one (before page indexes) or
@@ -156,23 +285,11 @@ class FooterCache:
                 self._page_indexes.move_to_end(filename)
                 return self._page_indexes[filename]
 
-        def read_range(start: int, end: int) -> bytes:
-            return self.objects.get_range(filename, start, end)
-
-        if sums is not None:
-            size = sums.size
-        else:
-            info = self.objects.head(filename)
-            if info is None:
-                raise ObjectNotFoundError(f"data file {filename} is missing from "
-                                          f"{self.objects.uri}")
-            size = info.size
+        size = self._size(filename, sums)
         problem = ""
-        for _ in range(READS):
-            tail = read_range(max(0, size - FOOTER_GUESS), size)
-            length = int.from_bytes(tail[-8:-4], "little") if len(tail) >= 8 else 0
-            if len(tail) < length + 8 <= size:
-                tail = read_range(size - length - 8, size)
+        for attempt in range(READS):
+            reads = self.reads(fresh=attempt > 0)
+            tail = _tail(reads.reader(filename), size)
             found = footer_problem(tail, size, sums)
             if found is None:
                 break
@@ -180,7 +297,8 @@ class FooterCache:
         else:
             raise damaged(self.table, filename, self.objects.uri, OSError(problem))
         try:
-            index = load_page_index(read_range, size, filename, tail=tail)
+            index = load_page_index(reads.reader(filename), size, filename, tail=tail)
+            reads.keep()  # the footer checked, the index decoded
         except CorruptMetadataError as e:  # an index is optional: the file reads without
             log.warning("the page index of data file %s in %s cannot be read (%s): reading "
                         "whole row groups", filename, self.objects.uri, e)
@@ -201,8 +319,11 @@ class FooterCache:
                 return self._layouts[filename]
         layout: FilterLayout | None = None
         try:
-            name, raw = read_sidecar_range(self.objects, filename, KEYS, 0, HEADER_BYTES)
+            reads = self.reads()
+            name, raw = read_sidecar_range(self.objects, filename, KEYS, 0, HEADER_BYTES,
+                                           read=reads.read)
             layout = FilterLayout.parse(raw, f"{name} in {self.objects.uri}")
+            reads.keep()
             if name != keys_name(filename):  # a store not migrated yet (migrate-sidecars)
                 with self._lock:
                     self._legacy_filters[filename] = name
@@ -267,15 +388,30 @@ class FooterCache:
     def _checked_block(self, name: str, layout: FilterLayout, start: int, end: int) -> bytes:
         """A key-filter block, its CRC checked (format 2), read again once when it fails."""
         for attempt in range(READS):
-            raw = self.objects.get_range(name, start, end)
+            reads = self.reads(fresh=attempt > 0)
+            raw = reads.read(name, start, end)
             try:
-                return layout.block(raw, f"{name} in {self.objects.uri}")
+                block = layout.block(raw, f"{name} in {self.objects.uri}")
             except CorruptionError:
+                reads.forget()
                 if attempt == READS - 1:
                     raise
+                continue
+            reads.keep()
+            return block
         raise AssertionError("unreachable")
 
     def _bounds(self, md: pq.FileMetaData) -> FileFooter:
         mins, maxs = first_field_bounds(md, self.first_key)
         sequenced = any(md.schema.column(i).path == SEQ for i in range(md.num_columns))
         return FileFooter(md, mins, maxs, sequenced, all(m is not None for m in mins))
+
+
+def _tail(read_range: Any, size: int) -> bytes:
+    """The last bytes of a ``size``-byte file holding its whole footer: the last
+    :data:`FOOTER_GUESS` bytes, or, for a bigger footer, its exact range."""
+    tail = read_range(max(0, size - FOOTER_GUESS), size)
+    length = int.from_bytes(tail[-8:-4], "little") if len(tail) >= 8 else 0
+    if len(tail) < length + 8 <= size:
+        tail = read_range(size - length - 8, size)
+    return bytes(tail)

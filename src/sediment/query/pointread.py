@@ -16,26 +16,31 @@ of another column, a key type :func:`sorted_span` does not search.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from sediment.files.keys import sorted_span
-from sediment.files.pages import PageIndex, read_pages
+from sediment.files.pages import PageIndex, page_ranges, read_pages
 from sediment.files.verified import reading
 from sediment.query.blocks import BlockCache
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
+from sediment.storage.diskcache import RangeReads
 
 
 class PointReader:
     """Reads the rows of exact keys from one row group of a file, a page per column."""
 
-    def __init__(self, objects: ObjectStore, table: str) -> None:
+    def __init__(self, objects: ObjectStore, table: str,
+                 reads: Callable[..., RangeReads] | None = None) -> None:
         self.objects = objects
         self.table = table
+        self._reads = reads or (lambda fresh=False: RangeReads(objects, None, fresh=fresh))
+        """``reads(fresh=...)``: ranged reads for one checked read (the footer cache's,
+        through the disk cache when it is on)."""
         self._aligned_memo: dict[tuple[str, int, tuple[int, ...]], bool] = {}
 
     def rows(self, index: PageIndex, group: int, key_column: str, keys: Sequence[Any],
@@ -118,8 +123,7 @@ class PointReader:
                 return page
 
         def read(attempt: int) -> list[pa.Array]:
-            return [p.values for p in read_pages(index, self._range(filename), group,
-                                                 columns, first)]
+            return [p.values for p in self._read_pages(index, group, columns, first, attempt)]
 
         page = pa.Table.from_arrays(reading(self.table, filename, uri, read), schema=schema)
         if blocks is not None and checksums.VERIFY_READS:  # verified pages only
@@ -145,8 +149,7 @@ class PointReader:
             cols = [columns[i] for i in missing]
 
             def read(attempt: int) -> list[pa.Array]:
-                return [p.values for p in read_pages(index, self._range(filename), group,
-                                                     cols, row)]
+                return [p.values for p in self._read_pages(index, group, cols, row, attempt)]
 
             decoded = reading(self.table, filename, uri, read)
             for i, values in zip(missing, decoded, strict=True):
@@ -155,9 +158,16 @@ class PointReader:
                     blocks.put(keys[i], values)
         return [(a, first) for a, first in zip(got, firsts, strict=True) if a is not None]
 
-    def _range(self, filename: str) -> Any:
-        objects = self.objects
-
-        def read_range(start: int, end: int) -> bytes:
-            return objects.get_range(filename, start, end)
-        return read_range
+    def _read_pages(self, index: PageIndex, group: int, columns: list[int], row: int,
+                    attempt: int) -> list[Any]:
+        """:func:`read_pages` through this reader's ranged reads: on an object store every
+        page's bytes are asked for at once (coalesced into one GET where they lie close),
+        and they enter the disk cache only once the pages decoded (CRCs verified); a second
+        attempt (after a failed check) takes nothing from the cache."""
+        reads = self._reads(fresh=attempt > 0)
+        reads.prefetch(index.filename, [
+            span for c in dict.fromkeys(columns)
+            for span in page_ranges(index, group, c, index.pages(group, c).page_of_row(row))])
+        pages = read_pages(index, reads.reader(index.filename), group, columns, row)
+        reads.keep()
+        return pages
