@@ -320,7 +320,7 @@ class Executor:
                     else _runs(groups, RUN_GROUPS)):
             t = None if index is None or points is None else self.points.rows(
                 index, run[0], key, points, columns,
-                self._file_schema(ref.filename, footer, columns), blocks)
+                self._file_schema(ref.filename, footer, columns), blocks, sums is not None)
             exact = t is not None  # (a point read finds exactly the keys' rows)
             if t is None:
                 t = load(run, columns) if blocks is None else \

@@ -39,7 +39,8 @@ from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem
 from sediment.files.writer import keys_name
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
-from sediment.storage.diskcache import DiskCache, RangeReads
+from sediment.storage.diskcache import DiskCache
+from sediment.storage.rangereads import RangeReads
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +110,12 @@ class CachedParquetFile(pq.ParquetFile):
     returned), so only verified bytes are cached."""
 
     reads: RangeReads
+    checked: bool
+    """Whether the file carries page CRCs (it has sums): else a range is kept only when a
+    second read gives the same bytes."""
 
     def keep(self) -> None:
-        self.reads.keep()
+        self.reads.keep(checked=self.checked)
 
 
 def keep_reads(pf: pq.ParquetFile) -> None:
@@ -250,11 +254,11 @@ class FooterCache:
                 problem = ""
                 for attempt in range(READS):
                     reads = self.reads(fresh=fresh or attempt > 0)
-                    tail = _tail(reads.reader(filename), size)
+                    tail = _tail(reads, filename, size)
                     found = footer_problem(tail, size, sums)
                     if found is None:
                         md = pq.read_metadata(pa.BufferReader(tail))
-                        reads.keep()
+                        reads.keep(checked=sums is not None)  # else: read twice, compared
                         break
                     problem = found
                 else:
@@ -269,6 +273,7 @@ class FooterCache:
             pf = CachedParquetFile(_RangeFile(reads, filename, size),
                                    metadata=footer.metadata, **VERIFY)
             pf.reads = reads
+            pf.checked = sums is not None
             return pf, footer
         except pa.ArrowInvalid as e:
             raise CorruptMetadataError(f"data file {filename} of table {self.table or '?'} "
@@ -287,22 +292,35 @@ class FooterCache:
 
         size = self._size(filename, sums)
         problem = ""
+        index: PageIndex | None = None
         for attempt in range(READS):
             reads = self.reads(fresh=attempt > 0)
-            tail = _tail(reads.reader(filename), size)
+            tail = _tail(reads, filename, size)
             found = footer_problem(tail, size, sums)
-            if found is None:
+            if found is not None:
+                problem = found
+                continue
+            try:
+                index = load_page_index(reads.reader(filename), size, filename, tail=tail)
+            except CorruptMetadataError as e:  # an index is optional: the file reads without
+                log.warning("the page index of data file %s in %s cannot be read (%s): "
+                            "reading whole row groups", filename, self.objects.uri, e)
+                index = None
                 break
-            problem = found
-        else:
-            raise damaged(self.table, filename, self.objects.uri, OSError(problem))
-        try:
-            index = load_page_index(reads.reader(filename), size, filename, tail=tail)
-            reads.keep()  # the footer checked, the index decoded
-        except CorruptMetadataError as e:  # an index is optional: the file reads without
-            log.warning("the page index of data file %s in %s cannot be read (%s): reading "
-                        "whole row groups", filename, self.objects.uri, e)
+            # the index has no checksum: bytes about to be cached are read twice and must
+            # agree (a byte changed on the way is gone on the next read)
+            if index is None or reads.confirm(filename, *index.byte_range):
+                reads.keep(checked=sums is not None)
+                break
+            problem = "its page index reads differently twice"
             index = None
+        else:
+            if problem.startswith("its page index"):
+                log.warning("the page index of data file %s in %s reads differently on every "
+                            "second read: reading whole row groups", filename,
+                            self.objects.uri)
+            else:
+                raise damaged(self.table, filename, self.objects.uri, OSError(problem))
         with self._lock:
             self._page_indexes[filename] = index
             while len(self._page_indexes) > max(self.capacity, 1):
@@ -323,7 +341,7 @@ class FooterCache:
             name, raw = read_sidecar_range(self.objects, filename, KEYS, 0, HEADER_BYTES,
                                            read=reads.read)
             layout = FilterLayout.parse(raw, f"{name} in {self.objects.uri}")
-            reads.keep()
+            reads.keep(checked=layout.format >= 2)
             if name != keys_name(filename):  # a store not migrated yet (migrate-sidecars)
                 with self._lock:
                     self._legacy_filters[filename] = name
@@ -397,7 +415,7 @@ class FooterCache:
                 if attempt == READS - 1:
                     raise
                 continue
-            reads.keep()
+            reads.keep(checked=layout.format >= 2)
             return block
         raise AssertionError("unreachable")
 
@@ -407,11 +425,13 @@ class FooterCache:
         return FileFooter(md, mins, maxs, sequenced, all(m is not None for m in mins))
 
 
-def _tail(read_range: Any, size: int) -> bytes:
-    """The last bytes of a ``size``-byte file holding its whole footer: the last
-    :data:`FOOTER_GUESS` bytes, or, for a bigger footer, its exact range."""
-    tail = read_range(max(0, size - FOOTER_GUESS), size)
-    length = int.from_bytes(tail[-8:-4], "little") if len(tail) >= 8 else 0
-    if len(tail) < length + 8 <= size:
-        tail = read_range(size - length - 8, size)
-    return bytes(tail)
+def _tail(reads: RangeReads, filename: str, size: int) -> bytes:
+    """The last bytes of a ``size``-byte data file holding its whole footer (its metadata,
+    length and magic), exactly those when the footer says how long it is: its last
+    :data:`FOOTER_GUESS` bytes read first, then, for a bigger footer, its exact range."""
+
+    def need(last: bytes) -> int:
+        length = int.from_bytes(last[-8:-4], "little") if len(last) >= 8 else -1
+        return length + 8 if 0 <= length and length + 8 <= size else len(last)
+
+    return bytes(reads.read_suffix(filename, size, FOOTER_GUESS, need))

@@ -28,7 +28,7 @@ from sediment.files.verified import reading
 from sediment.query.blocks import BlockCache
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
-from sediment.storage.diskcache import RangeReads
+from sediment.storage.rangereads import RangeReads
 
 
 class PointReader:
@@ -44,11 +44,13 @@ class PointReader:
         self._aligned_memo: dict[tuple[str, int, tuple[int, ...]], bool] = {}
 
     def rows(self, index: PageIndex, group: int, key_column: str, keys: Sequence[Any],
-             columns: list[str], schema: pa.Schema, blocks: BlockCache | None
-             ) -> pa.Table | None:
+             columns: list[str], schema: pa.Schema, blocks: BlockCache | None,
+             checked: bool = True) -> pa.Table | None:
         """The rows of row group ``group`` whose ``key_column`` equals one of ``keys``
         (sorted, distinct), of ``columns`` (the file's names; ``schema`` their fields), in
-        key order; None when this path cannot answer (the caller reads the group)."""
+        key order; None when this path cannot answer (the caller reads the group).
+        ``checked``: the file's pages carry CRCs (it has sums; else the disk cache keeps a
+        page's bytes only when a second read gives the same)."""
         kc = index.column(key_column)
         key_pages = index.pages(group, kc)
         wanted = [index.column(name) for name in columns]
@@ -66,15 +68,15 @@ class PointReader:
                 return None  # a key whose records span pages: the row group is read
             first, _ = key_pages.rows(holding[0])
             if aligned:
-                page = self._page_table(index, group, wanted, first, schema, blocks)
+                page = self._page_table(index, group, wanted, first, schema, blocks, checked)
                 span = sorted_span(page.column(columns.index(key_column)).chunk(0), key)
                 if span is None:
                     return None
                 if span[1] > span[0]:
                     parts.append(page.slice(span[0], span[1] - span[0]))
                 continue
-            got = dict(zip(together, self._pages(index, group, together, first, blocks),
-                           strict=True))
+            got = dict(zip(together, self._pages(index, group, together, first, blocks,
+                                                 checked), strict=True))
             span = sorted_span(got[kc][0], key)
             if span is None:
                 return None
@@ -88,7 +90,7 @@ class PointReader:
                     pages = index.pages(group, c)
                     if pages.page_of_row(end - 1) != pages.page_of_row(start):
                         return None  # the rows cross a page of this column
-                    values, at = self._pages(index, group, [c], start, blocks)[0]
+                    values, at = self._pages(index, group, [c], start, blocks, checked)[0]
                 arrays.append(values.slice(start - at, end - start))
             parts.append(pa.Table.from_arrays(arrays, schema=schema))
         if not parts:
@@ -110,7 +112,7 @@ class PointReader:
         return got
 
     def _page_table(self, index: PageIndex, group: int, columns: list[int], first: int,
-                    schema: pa.Schema, blocks: BlockCache | None) -> pa.Table:
+                    schema: pa.Schema, blocks: BlockCache | None, checked: bool) -> pa.Table:
         """The pages (cut at the same rows) holding row ``first`` of the columns, as one
         table: cached as a table, so a warm lookup only slices it (building a table or
         batch releases and takes back the GIL, which collapses threads' throughput)."""
@@ -123,7 +125,8 @@ class PointReader:
                 return page
 
         def read(attempt: int) -> list[pa.Array]:
-            return [p.values for p in self._read_pages(index, group, columns, first, attempt)]
+            return [p.values for p in self._read_pages(index, group, columns, first, attempt,
+                                                       checked)]
 
         page = pa.Table.from_arrays(reading(self.table, filename, uri, read), schema=schema)
         if blocks is not None and checksums.VERIFY_READS:  # verified pages only
@@ -131,7 +134,7 @@ class PointReader:
         return page
 
     def _pages(self, index: PageIndex, group: int, columns: list[int], row: int,
-               blocks: BlockCache | None) -> list[tuple[pa.Array, int]]:
+               blocks: BlockCache | None, checked: bool) -> list[tuple[pa.Array, int]]:
         """The page of each column (by index) of row group ``group`` holding ``row``,
         decoded, with its first row: from the block cache where it is, else read (verified,
         pages of the same rows as one small file) and cached."""
@@ -149,7 +152,8 @@ class PointReader:
             cols = [columns[i] for i in missing]
 
             def read(attempt: int) -> list[pa.Array]:
-                return [p.values for p in self._read_pages(index, group, cols, row, attempt)]
+                return [p.values for p in self._read_pages(index, group, cols, row, attempt,
+                                                           checked)]
 
             decoded = reading(self.table, filename, uri, read)
             for i, values in zip(missing, decoded, strict=True):
@@ -159,7 +163,7 @@ class PointReader:
         return [(a, first) for a, first in zip(got, firsts, strict=True) if a is not None]
 
     def _read_pages(self, index: PageIndex, group: int, columns: list[int], row: int,
-                    attempt: int) -> list[Any]:
+                    attempt: int, checked: bool) -> list[Any]:
         """:func:`read_pages` through this reader's ranged reads: on an object store every
         page's bytes are asked for at once (coalesced into one GET where they lie close),
         and they enter the disk cache only once the pages decoded (CRCs verified); a second
@@ -169,5 +173,5 @@ class PointReader:
             span for c in dict.fromkeys(columns)
             for span in page_ranges(index, group, c, index.pages(group, c).page_of_row(row))])
         pages = read_pages(index, reads.reader(index.filename), group, columns, row)
-        reads.keep()
+        reads.keep(checked=checked)
         return pages

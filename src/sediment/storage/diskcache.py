@@ -9,8 +9,8 @@ written once under a fresh name and never changed, so an entry is never stale an
 invalidation: a file deleted by GC stops being asked for and ages out.
 
 **Keyed by exact range.** An entry is one range ``[start, end)`` of one object, named by the
-store's identity (endpoint, bucket, key: :meth:`ObjectStore.cache_name`) and the range. Not by
-aligned blocks: only bytes the reader checked may enter (see :class:`RangeReads`), and a page
+store's identity (endpoint, bucket, key: ``ObjectStore.cache_name``) and the range. Not by
+aligned blocks: only bytes the reader checked may enter (sediment.storage.rangereads), and a page
 CRC or a key-filter block's CRC checks that range, not the block around it. Readers of
 immutable files ask for the same ranges again (a page's bytes from the page index, a filter
 block from its layout, the footer's tail from the file's size), so exact ranges repeat.
@@ -46,11 +46,8 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-
-from sediment.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +76,6 @@ LOW_WATER = 0.9
 
 TEMP_SECONDS = 300.0
 """Temporary files older than this are leftovers of a killed writer: a trim removes them."""
-
-COALESCE_BYTES = 1024 * 1024
-"""Missing ranges of one object read together (:meth:`RangeReads.prefetch`) are fetched by one
-GET when they lie within this span: one round trip to S3 (tens of ms) costs more than the
-bytes between the pages of a row group's columns (a 4,096-row group is some 100-300 KB)."""
 
 _TEMP = ".tmp"
 
@@ -294,100 +286,3 @@ def configure(capacity: int) -> DiskCache | None:
             cache = _CACHES[directory] = DiskCache(directory, capacity)
         cache.capacity = capacity
     return cache
-
-
-class RangeReads:
-    """Ranged reads of one object store for one checked read (a footer, a filter block, a
-    page): hits come from the disk cache; misses come from the store and are *held*, and enter
-    the cache only when the reader calls :meth:`keep` after its checks passed (a page CRC, a
-    footer CRC, a block CRC, a decode). A read that fails its checks drops this object (or
-    calls :meth:`forget`), so its bytes are never cached; the reader's second read is made
-    with ``fresh`` (nothing taken from the cache, and the entries it asks for removed first).
-
-    Stores without a cache name (local disk, memory) read straight through: their reads are
-    cheap already. Without a cache (``cache`` None) an object store's reads are still
-    coalesced by :meth:`prefetch`."""
-
-    def __init__(self, objects: ObjectStore, cache: DiskCache | None, *,
-                 fresh: bool = False) -> None:
-        self.objects = objects
-        self.remote = objects.cache_name("") is not None
-        self.cache = cache if self.remote else None
-        self.fresh = fresh
-        self._held: dict[tuple[str, int, int], bytes] = {}
-        self._renewed: set[tuple[str, int, int]] = set()
-        """Ranges a fresh reader read from the store (its later reads may use their
-        entries)."""
-        self._lock = threading.Lock()
-
-    def _name(self, key: str, start: int, end: int) -> str:
-        return f"{self.objects.cache_name(key)}\n{start}-{end}"
-
-    def _cached(self, key: str, start: int, end: int) -> bytes | None:
-        with self._lock:
-            got = self._held.get((key, start, end))
-        if got is not None or self.cache is None:
-            return got
-        name = self._name(key, start, end)
-        if self.fresh and (key, start, end) not in self._renewed:
-            self.cache.discard(name)
-            return None
-        return self.cache.get(name)
-
-    def read(self, key: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of ``key``: held, cached, or read from the store (held)."""
-        got = self._cached(key, start, end)
-        if got is not None:
-            return got
-        got = self.objects.get_range(key, start, end)
-        if self.remote:
-            with self._lock:
-                self._held[(key, start, end)] = got
-                self._renewed.add((key, start, end))
-        return got
-
-    def reader(self, key: str) -> Callable[[int, int], bytes]:
-        """``read_range(start, end)`` of one object (what files.pages takes)."""
-        return lambda start, end: self.read(key, start, end)
-
-    def prefetch(self, key: str, ranges: Iterable[tuple[int, int]]) -> None:
-        """Read the ranges of ``key`` not cached yet, those within :data:`COALESCE_BYTES` of
-        each other by one GET, and hold them (only the ranges asked for: the bytes between
-        them are not checked, so never cached)."""
-        if not self.remote:
-            return
-        missing = sorted({(s, e) for s, e in ranges if e > s
-                          and self._cached(key, s, e) is None})
-        group: list[tuple[int, int]] = []
-        for span in missing:
-            if group and span[1] - group[0][0] > COALESCE_BYTES:
-                self._fetch(key, group)
-                group = []
-            group.append(span)
-        if group:
-            self._fetch(key, group)
-
-    def _fetch(self, key: str, group: list[tuple[int, int]]) -> None:
-        lo = group[0][0]
-        hi = max(e for _, e in group)
-        data = self.objects.get_range(key, lo, hi)
-        with self._lock:
-            for s, e in group:
-                self._held[(key, s, e)] = data[s - lo:e - lo]
-                self._renewed.add((key, s, e))
-
-    def keep(self) -> None:
-        """The reader's checks passed: the held ranges enter the cache (a short one, which the
-        checks should have refused, never does)."""
-        with self._lock:
-            held, self._held = self._held, {}
-        if self.cache is None:
-            return
-        for (key, start, end), data in held.items():
-            if len(data) == end - start:
-                self.cache.put(self._name(key, start, end), data)
-
-    def forget(self) -> None:
-        """The reader's checks failed: drop the held ranges."""
-        with self._lock:
-            self._held = {}
