@@ -134,6 +134,25 @@ def test_an_entry_larger_than_the_bound_is_not_kept_and_a_trim_removes_old_tempo
     assert not leftover.exists()
 
 
+def test_a_cache_folder_that_cannot_be_written_is_skipped_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``SEDIMENT_CACHE_DIR`` naming a file (or a folder without write permission): the
+    cache says so once and reads go on without it; a cache never fails a read."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    cache = DiskCache(blocker, 1 << 20)
+    store = _remote_memory_store()
+    store.put("f", b"0123456789")
+    with caplog.at_level("WARNING", logger="sediment.storage.diskcache"):
+        for _ in range(2):
+            reads = RangeReads(store, cache)
+            assert reads.read("f", 2, 5) == b"234"
+            reads.keep()
+    assert cache.get("anything") is None
+    assert [r.message for r in caplog.records].count(
+        next(r.message for r in caplog.records if "cannot be written" in r.message)) == 1
+
+
 def _remote_memory_store() -> MemoryObjectStore:
     """A memory store that asks to be cached (as an object store does)."""
     store = MemoryObjectStore(f"dc-{uuid.uuid4().hex}")
