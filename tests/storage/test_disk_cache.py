@@ -162,8 +162,9 @@ def _remote_memory_store() -> MemoryObjectStore:
 
 def test_only_ranges_kept_after_their_checks_enter_the_cache(tmp_path: Path) -> None:
     """Bytes read from the store are held until the reader's checks pass (``keep``); a read
-    whose checks failed (``forget``, or the reads dropped) leaves nothing; a second read
-    after a failed check (``fresh``) takes nothing from the cache."""
+    whose checks failed (``forget``, or the reads dropped) leaves nothing; ranges fetched
+    together by one GET are kept only where the reader read them; a second read after a
+    failed check (``fresh``) takes nothing from the cache."""
     store = _remote_memory_store()
     store.put("f", bytes(range(256)) * 16)
     cache = DiskCache(tmp_path, 1 << 20)
@@ -174,11 +175,18 @@ def test_only_ranges_kept_after_their_checks_enter_the_cache(tmp_path: Path) -> 
     reads.keep()
     assert _entries(tmp_path) == []
     reads = RangeReads(store, cache)
-    reads.prefetch("f", [(100, 110), (2000, 2010), (5, 6)])  # one GET spans them
-    assert reads.read("f", 2000, 2010) == (bytes(range(256)) * 16)[2000:2010]
-    reads.keep()
+    gets = []
+    get_range = store.get_range
+    store.get_range = lambda k, s, e: gets.append((s, e)) or get_range(k, s, e)  # type: ignore
+    reads.prefetch("f", [(100, 110), (2000, 2010), (5, 6), (3000, 3001)])
+    assert gets == [(5, 3001)]  # one GET spans them
+    for s_, e_ in [(100, 110), (2000, 2010), (5, 6)]:
+        assert reads.read("f", s_, e_) == (bytes(range(256)) * 16)[s_:e_]
+    assert len(gets) == 1
+    reads.keep()  # (3000, 3001) was never read, so never checked: not kept
     assert sorted((s, e) for _, s, e, _ in _entries(tmp_path)) == [(5, 6), (100, 110),
                                                                   (2000, 2010)]
+    store.get_range = get_range  # type: ignore[method-assign]
     store.put("f", b"\0" * 4096)  # (files never change: here it shows where bytes come from)
     assert RangeReads(store, cache).read("f", 100, 110) == bytes(range(100, 110))
     fresh = RangeReads(store, cache, fresh=True)
@@ -287,8 +295,9 @@ def test_a_warm_lookup_makes_no_get_of_data_files_and_a_cold_one_at_most_two(
 def test_a_read_that_fails_its_checks_is_never_cached(
         proxied_s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A byte flipped on the way, once each, in the footer, the page index (which has no
-    checksum: read twice before it is cached), a data page and a key-filter block: the
-    lookups read again and answer right, and every cached range is the store's bytes. Every
+    checksum: read twice before it is cached), a data page, a key-filter block and a column
+    chunk of a range's row group: the reads are made again and answer right, and every
+    cached range is the store's bytes. Every
     GET of the data file's footer flipped (damage at rest): CorruptDataError, and nothing
     of the file is cached."""
     from sediment.files.keyfilter import HEADER_BYTES
@@ -316,7 +325,20 @@ def test_a_read_that_fails_its_checks_is_never_cached(
         got = reader.query(keys=[k])
         assert _sorted(got) == _sorted(data.filter(pc.equal(data.column("key"), k)))
     assert [r.fired for r in rules] == [1, 1, 1, 1]
-    assert _assert_entries_are_the_stores(folder, proxied_s3.direct_endpoint) >= 5
+    # a range reads whole row groups (their column chunks through the cache): a byte of
+    # row group 3's key chunk flipped once
+    import pyarrow.parquet as pq
+
+    md = pq.read_metadata(pa.BufferReader(objects.get(ref.filename)))
+    chunk = md.row_group(3).column(0)
+    rule = proxy.add_rule("corrupt", path=r"\.parquet$", count=1,
+                          offset=chunk.data_page_offset + chunk.total_compressed_size // 2)
+    lo, hi = keys[3 * 1024 - 10], keys[4 * 1024 + 10]
+    got = reader.query(ranges=[sd.Range(lo, hi)])
+    assert _sorted(got) == _sorted(data.filter(pc.and_(
+        pc.greater_equal(data.column("key"), lo), pc.less(data.column("key"), hi))))
+    assert rule.fired == 1
+    assert _assert_entries_are_the_stores(folder, proxied_s3.direct_endpoint) >= 7
     proxy.clear()
     for p in (folder / dc.FORMAT).glob("*/*"):
         p.unlink()

@@ -36,7 +36,7 @@ from sediment.iterators.merge_rules import KeepLast
 from sediment.query.blocks import BlockCache
 from sediment.query.deletes import Deletes, merge_of
 from sediment.query.filters import QueryFilter
-from sediment.query.footers import FileFooter, FooterCache, keep_reads
+from sediment.query.footers import FileFooter, FooterCache, keep_reads, prefetch_reads
 from sediment.query.planner import QueryPlan, SubQuery
 from sediment.query.pointread import PointReader
 from sediment.query.regions import box_row_groups
@@ -226,7 +226,8 @@ class Executor:
         footer = self.footers.cached(ref.filename)
         pf = None
         if footer is None:
-            pf, footer = self.footers.open(ref.filename, sub.sums.get(ref.filename))
+            pf, footer = self.footers.open(ref.filename, sub.sums.get(ref.filename),
+                                           cache_rows=sub.ranges is not None)
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
         if sub.ranges:  # per-field regions: every limited field's statistics
             groups = box_row_groups(self.schema, footer.metadata, groups, sub.ranges)
@@ -297,9 +298,13 @@ class Executor:
 
         def read(run: list[int], names: list[str], attempt: int) -> pa.Table:
             if attempt or opened[0] is None:  # a fresh file: nothing of a first read reused
-                opened[0], _ = self.footers.open(ref.filename, sums, fresh=attempt > 0)
+                # (the disk cache keeps the row groups of lookups and ranges; a whole scan
+                # would flush it)
+                opened[0], _ = self.footers.open(ref.filename, sums, fresh=attempt > 0,
+                                                 cache_rows=sub.ranges is not None)
             pfile = opened[0]
             assert pfile is not None
+            prefetch_reads(pfile, run, names)
             if len(run) == 1:
                 # use_threads=False: a small row group decodes faster on this thread than
                 # it is dispatched to Arrow's pool (sub-queries already run in parallel)

@@ -110,12 +110,40 @@ class CachedParquetFile(pq.ParquetFile):
     returned), so only verified bytes are cached."""
 
     reads: RangeReads
+    key: str
+    """The file's name in the store."""
     checked: bool
     """Whether the file carries page CRCs (it has sums): else a range is kept only when a
     second read gives the same bytes."""
 
+    def prefetch(self, groups: list[int], columns: list[str]) -> None:
+        """Fetch the column chunks of ``columns`` (top-level names) in row groups ``groups``
+        that a read is about to decode, chunks lying close together by one GET (pyarrow
+        asks for them one by one, each a round trip, through this Python file one at a
+        time); the ranges are exactly those pyarrow then reads."""
+        md = self.metadata
+        wanted = set(columns)
+        ranges = []
+        for g in groups:
+            rg = md.row_group(g)
+            for c in range(rg.num_columns):
+                cc = rg.column(c)
+                if cc.path_in_schema.split(".", 1)[0] not in wanted:
+                    continue
+                start = cc.dictionary_page_offset if cc.has_dictionary_page and \
+                    cc.dictionary_page_offset else cc.data_page_offset
+                ranges.append((start, start + cc.total_compressed_size))
+        self.reads.prefetch(self.key, ranges)
+
     def keep(self) -> None:
         self.reads.keep(checked=self.checked)
+
+
+def prefetch_reads(pf: pq.ParquetFile, groups: list[int], columns: list[str]) -> None:
+    """Before a read of ``pf``: its column chunks fetched together (nothing for a file not
+    read through the disk cache's reads)."""
+    if isinstance(pf, CachedParquetFile):
+        pf.prefetch(groups, columns)
 
 
 def keep_reads(pf: pq.ParquetFile) -> None:
@@ -167,15 +195,17 @@ class FooterCache:
                 self._items.move_to_end(filename)
         return footer
 
-    def open(self, filename: str, sums: Sums | None = None, *, fresh: bool = False
-             ) -> tuple[pq.ParquetFile, FileFooter]:
+    def open(self, filename: str, sums: Sums | None = None, *, fresh: bool = False,
+             cache_rows: bool = True) -> tuple[pq.ParquetFile, FileFooter]:
         """The file opened for reading (its pages' CRCs verified on every read) and its
         footer, checked against ``sums`` (size and footer CRC-32, read again once, then
-        CorruptDataError) when they are known. With the disk cache on, the file is read
-        through it (``fresh``: a second read after a failed check, nothing from the
-        cache); the caller calls :func:`keep_reads` after each verified read."""
+        CorruptDataError) when they are known. With the disk cache on, the footer is read
+        through it, and so is the file unless ``cache_rows`` is False (a whole scan, which
+        would flush the cache: it reads the store directly); ``fresh``: a second read after
+        a failed check, nothing from the cache. The caller calls :func:`keep_reads` after
+        each verified read."""
         if self.disk is not None:
-            return self._open_cached(filename, sums, fresh)
+            return self._open_cached(filename, sums, fresh, cache_rows)
         path = self.objects.path(filename)
         with self._lock:
             footer = self._items.get(filename)
@@ -240,7 +270,7 @@ class FooterCache:
                                       f"{self.objects.uri}")
         return info.size
 
-    def _open_cached(self, filename: str, sums: Sums | None, fresh: bool
+    def _open_cached(self, filename: str, sums: Sums | None, fresh: bool, cache_rows: bool
                      ) -> tuple[pq.ParquetFile, FileFooter]:
         """:meth:`open` through the disk cache: the footer from the file's tail (checked
         against ``sums`` when known, read again once), the file a :class:`CachedParquetFile`."""
@@ -269,16 +299,25 @@ class FooterCache:
                         self._items[filename] = footer
                         while len(self._items) > self.capacity:
                             self._items.popitem(last=False)
+            if not cache_rows:
+                source = self.fs.open_input_file(self.objects.path(filename))
+                return pq.ParquetFile(source, metadata=footer.metadata, **VERIFY), footer
             reads = self.reads(fresh=fresh)
             pf = CachedParquetFile(_RangeFile(reads, filename, size),
                                    metadata=footer.metadata, **VERIFY)
             pf.reads = reads
+            pf.key = filename
             pf.checked = sums is not None
             return pf, footer
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"data file {filename} is missing from "
+                                      f"{self.objects.uri}") from None
         except pa.ArrowInvalid as e:
             raise CorruptMetadataError(f"data file {filename} of table {self.table or '?'} "
                                        f"in {self.objects.uri} is not valid Parquet: {e}"
                                        ) from e
+        except OSError as e:
+            raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
 
     def page_index(self, filename: str, sums: Sums | None) -> PageIndex | None:
         """The file's Parquet page index (sediment.files.pages), read when a lookup first

@@ -286,3 +286,16 @@ def configure(capacity: int) -> DiskCache | None:
             cache = _CACHES[directory] = DiskCache(directory, capacity)
         cache.capacity = capacity
     return cache
+
+
+def _after_fork() -> None:
+    """In a forked child (the maintainer forks workers): fresh locks, since the parent's may
+    have been held by a thread that does not exist here. The entries are files: the child
+    shares them."""
+    global _CACHES_LOCK
+    _CACHES_LOCK = threading.Lock()
+    for cache in _CACHES.values():
+        cache._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)

@@ -55,6 +55,9 @@ class RangeReads:
         self._renewed: set[str] = set()
         """Names a fresh reader read from the store (its later reads may use them)."""
         self._confirmed: set[Span] = set()
+        self._served: set[Span] = set()
+        """Held ranges handed to the reader (only those were checked: a prefetched range
+        the reader never asked for is not kept)."""
         self._lock = threading.Lock()
 
     def _name(self, key: str, what: str) -> str:
@@ -81,12 +84,14 @@ class RangeReads:
 
     def read(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``key``: held, cached, or read from the store (held)."""
+        span = (key, start, end)
         name = self._name(key, f"{start}-{end}")
-        got = self._lookup((key, start, end), name)
-        if got is not None:
-            return got
-        got = self.objects.get_range(key, start, end)
-        self._hold((key, start, end), name, got)
+        got = self._lookup(span, name)
+        if got is None:
+            got = self.objects.get_range(key, start, end)
+            self._hold(span, name, got)
+        with self._lock:
+            self._served.add(span)
         return got
 
     def reader(self, key: str) -> Callable[[int, int], bytes]:
@@ -102,7 +107,7 @@ class RangeReads:
         nothing checks, never enter the cache."""
         name = self._name(key, f"suffix-{size}")
         with self._lock:
-            held = [d for (k, _, e), (n, d) in self._held.items() if n == name]
+            held = [d for n, d in self._held.values() if n == name]
         if held:
             return held[0]
         got = self._lookup((key, -1, size), name)  # (a cached suffix: its start unknown)
@@ -113,13 +118,17 @@ class RangeReads:
         if n > len(data):
             data = self.objects.get_range(key, size - n, size)
         data = data[len(data) - n:] if n else data
-        self._hold((key, size - len(data), size), name, data)
+        span = (key, size - len(data), size)
+        self._hold(span, name, data)
+        with self._lock:
+            self._served.add(span)
         return data
 
     def prefetch(self, key: str, ranges: Iterable[tuple[int, int]]) -> None:
         """Read the ranges of ``key`` not cached yet, those within :data:`COALESCE_BYTES` of
-        each other by one GET, and hold them (only the ranges asked for: the bytes between
-        them are not checked, so never cached)."""
+        each other by one GET, and hold them for the reader's :meth:`read` (only the ranges
+        it then reads may be kept: the bytes between them, or a range it does not read, are
+        not checked, so never cached)."""
         if not self.remote:
             return
         missing = sorted({(s, e) for s, e in ranges if e > s and
@@ -164,11 +173,12 @@ class RangeReads:
         (``storage.checksums.VERIFY_READS``: the checksum benchmark)."""
         with self._lock:
             held, self._held = self._held, {}
+            served, self._served = self._served, set()
             confirmed = set(self._confirmed)
         if self.cache is None or not checksums.VERIFY_READS:
             return
         for (key, start, end), (name, data) in held.items():
-            if len(data) != end - start:
+            if (key, start, end) not in served or len(data) != end - start:
                 continue
             if not checked and (key, start, end) not in confirmed and \
                     self.objects.get_range(key, start, end) != data:
@@ -181,3 +191,4 @@ class RangeReads:
         """The reader's checks failed: drop the held ranges."""
         with self._lock:
             self._held = {}
+            self._served = set()
