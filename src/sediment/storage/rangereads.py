@@ -84,6 +84,8 @@ class RangeReads:
 
     def read(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``key``: held, cached, or read from the store (held)."""
+        if not self.remote:
+            return self.objects.get_range(key, start, end)
         span = (key, start, end)
         name = self._name(key, f"{start}-{end}")
         got = self._lookup(span, name)
