@@ -34,9 +34,10 @@ from sediment.files.verified import reading
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.iterators.merge_rules import KeepLast
 from sediment.query.blocks import BlockCache
+from sediment.query.cached_files import keep_reads, prefetch_reads
 from sediment.query.deletes import Deletes, merge_of
 from sediment.query.filters import QueryFilter
-from sediment.query.footers import FileFooter, FooterCache, keep_reads, prefetch_reads
+from sediment.query.footers import FileFooter, FooterCache
 from sediment.query.planner import QueryPlan, SubQuery
 from sediment.query.pointread import PointReader
 from sediment.query.regions import box_row_groups

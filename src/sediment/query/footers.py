@@ -8,12 +8,12 @@ and a key-filter block against its own CRC (format 2), read again once, then byp
 
 On an object store with the disk cache on (``disk``: sediment.storage.diskcache), every range
 read here goes through it: the footer's tail, the page index, the key filters' header and
-blocks, and the column chunks of a file opened for its row groups (:class:`CachedParquetFile`,
-whose reads enter the cache when the reader calls ``keep`` after the decode verified them)."""
+blocks, and the column chunks of a file opened for its row groups (a CachedParquetFile of
+sediment.query.cached_files, whose reads enter the cache when the reader calls ``keep_reads``
+after the decode verified them)."""
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 from collections import OrderedDict
@@ -37,6 +37,7 @@ from sediment.files.sequence import SEQ
 from sediment.files.sidecars import KEYS, read_sidecar_range
 from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem
 from sediment.files.writer import keys_name
+from sediment.query.cached_files import CachedParquetFile, RangeFile, footer_bytes
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
 from sediment.storage.diskcache import DiskCache
@@ -60,97 +61,6 @@ class FileFooter:
     """Whether the file has the hidden sequence column (compaction output)."""
     bounded: bool = True
     """Whether every row group has bounds (statistics) on the first key field."""
-
-
-class _RangeFile(io.RawIOBase):
-    """A data file as a read-only Python file whose reads go through :class:`RangeReads`
-    (what pyarrow reads a row group's column chunks from)."""
-
-    def __init__(self, reads: RangeReads, key: str, size: int) -> None:
-        super().__init__()
-        self._reads = reads
-        self._key = key
-        self._size = size
-        self._at = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self._size}[whence]
-        self._at = max(0, base + offset)
-        return self._at
-
-    def tell(self) -> int:
-        return self._at
-
-    def size(self) -> int:
-        return self._size
-
-    def read(self, n: int | None = -1) -> bytes:
-        end = self._size if n is None or n < 0 else min(self._size, self._at + n)
-        if end <= self._at:
-            return b""
-        data = self._reads.read(self._key, self._at, end)
-        self._at += len(data)
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
-
-
-class CachedParquetFile(pq.ParquetFile):
-    """A data file read through the disk cache: the column chunks a read fetched are held
-    until :meth:`keep` (the reader calls it once the decode, which verifies page CRCs, has
-    returned), so only verified bytes are cached."""
-
-    reads: RangeReads
-    key: str
-    """The file's name in the store."""
-    checked: bool
-    """Whether the file carries page CRCs (it has sums): else a range is kept only when a
-    second read gives the same bytes."""
-
-    def prefetch(self, groups: list[int], columns: list[str]) -> None:
-        """Fetch the column chunks of ``columns`` (top-level names) in row groups ``groups``
-        that a read is about to decode, chunks lying close together by one GET (pyarrow
-        asks for them one by one, each a round trip, through this Python file one at a
-        time); the ranges are exactly those pyarrow then reads."""
-        md = self.metadata
-        wanted = set(columns)
-        ranges = []
-        for g in groups:
-            rg = md.row_group(g)
-            for c in range(rg.num_columns):
-                cc = rg.column(c)
-                if cc.path_in_schema.split(".", 1)[0] not in wanted:
-                    continue
-                start = cc.dictionary_page_offset if cc.has_dictionary_page and \
-                    cc.dictionary_page_offset else cc.data_page_offset
-                ranges.append((start, start + cc.total_compressed_size))
-        self.reads.prefetch(self.key, ranges)
-
-    def keep(self) -> None:
-        self.reads.keep(checked=self.checked)
-
-
-def prefetch_reads(pf: pq.ParquetFile, groups: list[int], columns: list[str]) -> None:
-    """Before a read of ``pf``: its column chunks fetched together (nothing for a file not
-    read through the disk cache's reads)."""
-    if isinstance(pf, CachedParquetFile):
-        pf.prefetch(groups, columns)
-
-
-def keep_reads(pf: pq.ParquetFile) -> None:
-    """After a verified read of ``pf``: its fetched ranges enter the disk cache (nothing for
-    a file not read through it)."""
-    if isinstance(pf, CachedParquetFile):
-        pf.keep()
 
 
 class FooterCache:
@@ -202,8 +112,8 @@ class FooterCache:
         CorruptDataError) when they are known. With the disk cache on, the footer is read
         through it, and so is the file unless ``cache_rows`` is False (a whole scan, which
         would flush the cache: it reads the store directly); ``fresh``: a second read after
-        a failed check, nothing from the cache. The caller calls :func:`keep_reads` after
-        each verified read."""
+        a failed check, nothing from the cache. The caller calls ``keep_reads``
+        (sediment.query.cached_files) after each verified read."""
         if self.disk is not None:
             return self._open_cached(filename, sums, fresh, cache_rows)
         path = self.objects.path(filename)
@@ -273,7 +183,7 @@ class FooterCache:
     def _open_cached(self, filename: str, sums: Sums | None, fresh: bool, cache_rows: bool
                      ) -> tuple[pq.ParquetFile, FileFooter]:
         """:meth:`open` through the disk cache: the footer from the file's tail (checked
-        against ``sums`` when known, read again once), the file a :class:`CachedParquetFile`."""
+        against ``sums`` when known, read again once), the file a CachedParquetFile."""
         with self._lock:
             footer = self._items.get(filename)
             if footer is not None:
@@ -284,7 +194,7 @@ class FooterCache:
                 problem = ""
                 for attempt in range(READS):
                     reads = self.reads(fresh=fresh or attempt > 0)
-                    tail = _tail(reads, filename, size)
+                    tail = footer_bytes(reads, filename, size, FOOTER_GUESS)
                     found = footer_problem(tail, size, sums)
                     if found is None:
                         md = pq.read_metadata(pa.BufferReader(tail))
@@ -303,7 +213,7 @@ class FooterCache:
                 source = self.fs.open_input_file(self.objects.path(filename))
                 return pq.ParquetFile(source, metadata=footer.metadata, **VERIFY), footer
             reads = self.reads(fresh=fresh)
-            pf = CachedParquetFile(_RangeFile(reads, filename, size),
+            pf = CachedParquetFile(RangeFile(reads, filename, size),
                                    metadata=footer.metadata, **VERIFY)
             pf.reads = reads
             pf.key = filename
@@ -334,7 +244,7 @@ class FooterCache:
         index: PageIndex | None = None
         for attempt in range(READS):
             reads = self.reads(fresh=attempt > 0)
-            tail = _tail(reads, filename, size)
+            tail = footer_bytes(reads, filename, size, FOOTER_GUESS)
             found = footer_problem(tail, size, sums)
             if found is not None:
                 problem = found
@@ -462,15 +372,3 @@ class FooterCache:
         mins, maxs = first_field_bounds(md, self.first_key)
         sequenced = any(md.schema.column(i).path == SEQ for i in range(md.num_columns))
         return FileFooter(md, mins, maxs, sequenced, all(m is not None for m in mins))
-
-
-def _tail(reads: RangeReads, filename: str, size: int) -> bytes:
-    """The last bytes of a ``size``-byte data file holding its whole footer (its metadata,
-    length and magic), exactly those when the footer says how long it is: its last
-    :data:`FOOTER_GUESS` bytes read first, then, for a bigger footer, its exact range."""
-
-    def need(last: bytes) -> int:
-        length = int.from_bytes(last[-8:-4], "little") if len(last) >= 8 else -1
-        return length + 8 if 0 <= length and length + 8 <= size else len(last)
-
-    return bytes(reads.read_suffix(filename, size, FOOTER_GUESS, need))
