@@ -280,11 +280,14 @@ def test_a_warm_lookup_makes_no_get_of_data_files_and_a_cold_one_at_most_two(
     reader = proxied_s3.open().table("t")
     assert lookup(reader, first) <= 6
     assert lookup(reader, first) == 0
+    assert dc.stats()["inserts"] >= 5
     assert lookup(reader, other) <= 2
     assert lookup(reader, near) <= 1
     warm = proxied_s3.open().table("t")
     before = proxied_s3.proxy.counts["requests"]
+    hits = dc.stats()["hits"]
     assert [lookup(warm, k) for k in (first, other, near)] == [0, 0, 0]
+    assert dc.stats()["hits"] > hits
     assert proxied_s3.proxy.counts["requests"] > before  # (the head's own reads go on)
     # with the cache off the same warm lookups read their ranges again
     table.set_properties({"query.disk_cache_bytes": 0})

@@ -288,6 +288,18 @@ def configure(capacity: int) -> DiskCache | None:
     return cache
 
 
+def stats() -> dict[str, int]:
+    """This process's counters of the cache folder :func:`cache_dir` names (hits, misses,
+    inserts, evictions, bad entries, estimated bytes, the bound); zeros before any read of
+    an object store used it."""
+    with _CACHES_LOCK:
+        cache = _CACHES.get(cache_dir())
+    if cache is None:
+        return dict.fromkeys(DiskCacheStats.__slots__, 0)
+    got = cache.stats()
+    return {name: getattr(got, name) for name in DiskCacheStats.__slots__}
+
+
 def _after_fork() -> None:
     """In a forked child (the maintainer forks workers): fresh locks, since the parent's may
     have been held by a thread that does not exist here. The entries are files: the child
