@@ -31,6 +31,19 @@ the JVM and nothing else; the processes the tests start inherit it."""
 os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_JVM_OPTIONS)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _disk_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The disk cache of S3 reads (sediment.storage.diskcache) in the session's temp folder,
+    never the user's cache folder (the processes tests start inherit it)."""
+    old = os.environ.get("SEDIMENT_CACHE_DIR")
+    os.environ["SEDIMENT_CACHE_DIR"] = str(tmp_path_factory.mktemp("disk-cache"))
+    yield
+    if old is None:
+        os.environ.pop("SEDIMENT_CACHE_DIR", None)
+    else:
+        os.environ["SEDIMENT_CACHE_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Endpoint URL of a moto S3 server on 127.0.0.1 (support.s3: serialised, so conditional

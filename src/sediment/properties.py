@@ -288,6 +288,14 @@ _SPECS = [
                  "SEDIMENT_BLOCK_CACHE_BYTES bounds the process; 0: this table's reads "
                  "bypass the cache. Files never change, so an entry is never stale.",
                  minimum=0),
+    PropertySpec("query.disk_cache_bytes", int, 1024 * 1024 * 1024,
+                 "Bytes of object-store reads (ranges of data files and their sidecars: "
+                 "footers, page indexes, key-filter blocks, pages) kept on local disk under "
+                 "$SEDIMENT_CACHE_DIR (default: sediment in the user's cache folder), least "
+                 "recently used evicted, shared by the processes of the machine "
+                 "(sediment.storage.diskcache). Only bytes that passed their checks are kept, "
+                 "and files never change, so an entry is never stale. Local-disk stores do not "
+                 "use it. 0: off.", minimum=0),
     PropertySpec("query.threads", int, 0,
                  "Threads for parallel sub-queries (0: number of CPUs).", minimum=0),
     PropertySpec("spark.read.target_partition_rows", int, 1_000_000,

@@ -74,6 +74,7 @@ class TableSettings(Mapping[str, Any]):
     query_footer_cache_files: int
     query_key_filter_cache_bytes: int
     query_block_cache_bytes: int
+    query_disk_cache_bytes: int
     query_threads: int
     spark_read_target_partition_rows: int
     # --- partitions, compaction, gc

@@ -46,8 +46,9 @@ SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64()
 PROPS = {"state.cache.refresh_seconds": 0, "parquet.compression": "none",
          "parquet.row_group_rows": 128, "state.snapshot.interval": 3,
          # every read goes to the (damaged) bytes: a page the block cache kept from an
-         # earlier, clean read would answer without them
-         "query.block_cache_bytes": 0}
+         # earlier, clean read would answer without them (and so would the disk cache's
+         # verified copy of its bytes)
+         "query.block_cache_bytes": 0, "query.disk_cache_bytes": 0}
 PERSISTENT, TRANSIENT = None, 1
 """A rule's ``count``: every matching answer flipped (damage at rest), or only the first
 (a byte changed on the way: the re-read is whole)."""

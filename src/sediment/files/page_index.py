@@ -176,6 +176,12 @@ class PageIndex:
         return len(self.row_group_rows)
 
     @property
+    def byte_range(self) -> tuple[int, int]:
+        """Where the index bytes lie in the file, ``[start, end)`` (one range for every
+        column chunk's indexes)."""
+        return self._index_start, self._index_start + len(self._index)
+
+    @property
     def nbytes(self) -> int:
         """About what this object holds in memory (for a cache bounded in bytes)."""
         parsed = sum(p.offsets.nbytes * 3 + 64 * len(p) + 200 for p in self._parsed.values())

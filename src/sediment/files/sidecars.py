@@ -113,10 +113,13 @@ def read_sidecar(objects: ObjectStore, filename: str, kind: str) -> tuple[str, b
 
 
 def read_sidecar_range(objects: ObjectStore, filename: str, kind: str, start: int,
-                       end: int) -> tuple[str, bytes]:
+                       end: int, *, read: Callable[[str, int, int], bytes] | None = None
+                       ) -> tuple[str, bytes]:
     """Bytes ``[start, end)`` of the ``kind`` sidecar of ``filename``, looked up as
-    :func:`read_sidecar` does: (the name it was found under, the bytes)."""
-    return _read(objects, filename, kind, lambda name: objects.get_range(name, start, end))
+    :func:`read_sidecar` does: (the name it was found under, the bytes). ``read(key, start,
+    end)`` reads in place of ``objects.get_range`` (the disk cache's reads)."""
+    get_range = objects.get_range if read is None else read
+    return _read(objects, filename, kind, lambda name: get_range(name, start, end))
 
 
 def _read(objects: ObjectStore, filename: str, kind: str,

@@ -34,6 +34,7 @@ from sediment.files.verified import reading
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.iterators.merge_rules import KeepLast
 from sediment.query.blocks import BlockCache
+from sediment.query.cached_files import keep_reads, prefetch_reads
 from sediment.query.deletes import Deletes, merge_of
 from sediment.query.filters import QueryFilter
 from sediment.query.footers import FileFooter, FooterCache
@@ -155,7 +156,7 @@ class Executor:
         self._file_schemas: dict[tuple[str, tuple[str, ...]], pa.Schema] = {}
         self._column_schemas: dict[tuple[str, ...], pa.Schema] = {}
         self._point_hash = functools.lru_cache(maxsize=4096)(self._hash_one)
-        self.points = PointReader(objects, footers.table)
+        self.points = PointReader(objects, footers.table, footers.reads)
         self.schema = schema
         self.schemas = tuple(schemas)
         """(version, schema) history of the version read (TableState.schemas): with more
@@ -226,7 +227,8 @@ class Executor:
         footer = self.footers.cached(ref.filename)
         pf = None
         if footer is None:
-            pf, footer = self.footers.open(ref.filename, sub.sums.get(ref.filename))
+            pf, footer = self.footers.open(ref.filename, sub.sums.get(ref.filename),
+                                           cache_rows=sub.ranges is not None)
         groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
         if sub.ranges:  # per-field regions: every limited field's statistics
             groups = box_row_groups(self.schema, footer.metadata, groups, sub.ranges)
@@ -297,14 +299,21 @@ class Executor:
 
         def read(run: list[int], names: list[str], attempt: int) -> pa.Table:
             if attempt or opened[0] is None:  # a fresh file: nothing of a first read reused
-                opened[0], _ = self.footers.open(ref.filename, sums)
+                # (the disk cache keeps the row groups of lookups and ranges; a whole scan
+                # would flush it)
+                opened[0], _ = self.footers.open(ref.filename, sums, fresh=attempt > 0,
+                                                 cache_rows=sub.ranges is not None)
             pfile = opened[0]
             assert pfile is not None
+            prefetch_reads(pfile, run, names)
             if len(run) == 1:
                 # use_threads=False: a small row group decodes faster on this thread than
                 # it is dispatched to Arrow's pool (sub-queries already run in parallel)
-                return pfile.read_row_group(run[0], columns=names, use_threads=False)
-            return pfile.read_row_groups(run, columns=names, use_threads=True)
+                got = pfile.read_row_group(run[0], columns=names, use_threads=False)
+            else:
+                got = pfile.read_row_groups(run, columns=names, use_threads=True)
+            keep_reads(pfile)  # decoded, so verified: its bytes may enter the disk cache
+            return got
 
         def load(run: list[int], names: list[str]) -> pa.Table:
             return reading(self.footers.table, ref.filename, self.objects.uri,
@@ -317,7 +326,7 @@ class Executor:
                     else _runs(groups, RUN_GROUPS)):
             t = None if index is None or points is None else self.points.rows(
                 index, run[0], key, points, columns,
-                self._file_schema(ref.filename, footer, columns), blocks)
+                self._file_schema(ref.filename, footer, columns), blocks, sums is not None)
             exact = t is not None  # (a point read finds exactly the keys' rows)
             if t is None:
                 t = load(run, columns) if blocks is None else \

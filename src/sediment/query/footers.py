@@ -4,7 +4,13 @@ so an entry is never stale).
 
 Only verified bytes are cached: a file opened here verifies its pages' CRCs on every read
 (sediment.files.verified), a footer is checked against the file's sums when they are known,
-and a key-filter block against its own CRC (format 2), read again once, then bypassed."""
+and a key-filter block against its own CRC (format 2), read again once, then bypassed.
+
+On an object store with the disk cache on (``disk``: sediment.storage.diskcache), every range
+read here goes through it: the footer's tail, the page index, the key filters' header and
+blocks, and the column chunks of a file opened for its row groups (a CachedParquetFile of
+sediment.query.cached_files, whose reads enter the cache when the reader calls ``keep_reads``
+after the decode verified them)."""
 
 from __future__ import annotations
 
@@ -31,8 +37,11 @@ from sediment.files.sequence import SEQ
 from sediment.files.sidecars import KEYS, read_sidecar_range
 from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem
 from sediment.files.writer import keys_name
+from sediment.query.cached_files import CachedParquetFile, RangeFile, footer_bytes
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
+from sediment.storage.diskcache import DiskCache
+from sediment.storage.rangereads import RangeReads
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +87,15 @@ class FooterCache:
         """Page indexes by file: None for a file without one."""
         self._lock = threading.Lock()
         self.fs, _ = objects.arrow_filesystem()
+        self.disk: DiskCache | None = None
+        """The disk cache of an object store's reads (set by the reader from
+        ``query.disk_cache_bytes``; None: off, or a store it does not apply to)."""
+
+    def reads(self, *, fresh: bool = False) -> RangeReads:
+        """Ranged reads of this table's files for one checked read, through the disk cache
+        when it is on (``fresh``: a second read after a failed check, nothing from the
+        cache)."""
+        return RangeReads(self.objects, self.disk, fresh=fresh)
 
     def cached(self, filename: str) -> FileFooter | None:
         """The file's footer if cached (no I/O)."""
@@ -87,11 +105,17 @@ class FooterCache:
                 self._items.move_to_end(filename)
         return footer
 
-    def open(self, filename: str, sums: Sums | None = None
-             ) -> tuple[pq.ParquetFile, FileFooter]:
+    def open(self, filename: str, sums: Sums | None = None, *, fresh: bool = False,
+             cache_rows: bool = True) -> tuple[pq.ParquetFile, FileFooter]:
         """The file opened for reading (its pages' CRCs verified on every read) and its
         footer, checked against ``sums`` (size and footer CRC-32, read again once, then
-        CorruptDataError) when they are known."""
+        CorruptDataError) when they are known. With the disk cache on, the footer is read
+        through it, and so is the file unless ``cache_rows`` is False (a whole scan, which
+        would flush the cache: it reads the store directly); ``fresh``: a second read after
+        a failed check, nothing from the cache. The caller calls ``keep_reads``
+        (sediment.query.cached_files) after each verified read."""
+        if self.disk is not None:
+            return self._open_cached(filename, sums, fresh, cache_rows)
         path = self.objects.path(filename)
         with self._lock:
             footer = self._items.get(filename)
@@ -146,6 +170,65 @@ class FooterCache:
             problem = found
         raise damaged(self.table, filename, self.objects.uri, OSError(problem))
 
+    def _size(self, filename: str, sums: Sums | None) -> int:
+        """The file's size: from its sums, else asked of the store."""
+        if sums is not None:
+            return sums.size
+        info = self.objects.head(filename)
+        if info is None:
+            raise ObjectNotFoundError(f"data file {filename} is missing from "
+                                      f"{self.objects.uri}")
+        return info.size
+
+    def _open_cached(self, filename: str, sums: Sums | None, fresh: bool, cache_rows: bool
+                     ) -> tuple[pq.ParquetFile, FileFooter]:
+        """:meth:`open` through the disk cache: the footer from the file's tail (checked
+        against ``sums`` when known, read again once), the file a CachedParquetFile."""
+        with self._lock:
+            footer = self._items.get(filename)
+            if footer is not None:
+                self._items.move_to_end(filename)
+        try:
+            size = self._size(filename, sums)
+            if footer is None:
+                problem = ""
+                for attempt in range(READS):
+                    reads = self.reads(fresh=fresh or attempt > 0)
+                    tail = footer_bytes(reads, filename, size, FOOTER_GUESS)
+                    found = footer_problem(tail, size, sums)
+                    if found is None:
+                        md = pq.read_metadata(pa.BufferReader(tail))
+                        reads.keep(checked=sums is not None)  # else: read twice, compared
+                        break
+                    problem = found
+                else:
+                    raise damaged(self.table, filename, self.objects.uri, OSError(problem))
+                footer = self._bounds(md)
+                if self.capacity:
+                    with self._lock:
+                        self._items[filename] = footer
+                        while len(self._items) > self.capacity:
+                            self._items.popitem(last=False)
+            if not cache_rows:
+                source = self.fs.open_input_file(self.objects.path(filename))
+                return pq.ParquetFile(source, metadata=footer.metadata, **VERIFY), footer
+            reads = self.reads(fresh=fresh)
+            pf = CachedParquetFile(RangeFile(reads, filename, size),
+                                   metadata=footer.metadata, **VERIFY)
+            pf.reads = reads
+            pf.key = filename
+            pf.checked = sums is not None
+            return pf, footer
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"data file {filename} is missing from "
+                                      f"{self.objects.uri}") from None
+        except pa.ArrowInvalid as e:
+            raise CorruptMetadataError(f"data file {filename} of table {self.table or '?'} "
+                                       f"in {self.objects.uri} is not valid Parquet: {e}"
+                                       ) from e
+        except OSError as e:
+            raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
+
     def page_index(self, filename: str, sums: Sums | None) -> PageIndex | None:
         """The file's Parquet page index (sediment.files.pages), read when a lookup first
         needs it, cached; None for a file written without one (before page indexes) or
@@ -156,35 +239,37 @@ class FooterCache:
                 self._page_indexes.move_to_end(filename)
                 return self._page_indexes[filename]
 
-        def read_range(start: int, end: int) -> bytes:
-            return self.objects.get_range(filename, start, end)
-
-        if sums is not None:
-            size = sums.size
-        else:
-            info = self.objects.head(filename)
-            if info is None:
-                raise ObjectNotFoundError(f"data file {filename} is missing from "
-                                          f"{self.objects.uri}")
-            size = info.size
+        size = self._size(filename, sums)
         problem = ""
-        for _ in range(READS):
-            tail = read_range(max(0, size - FOOTER_GUESS), size)
-            length = int.from_bytes(tail[-8:-4], "little") if len(tail) >= 8 else 0
-            if len(tail) < length + 8 <= size:
-                tail = read_range(size - length - 8, size)
+        index: PageIndex | None = None
+        for attempt in range(READS):
+            reads = self.reads(fresh=attempt > 0)
+            tail = footer_bytes(reads, filename, size, FOOTER_GUESS)
             found = footer_problem(tail, size, sums)
-            if found is None:
+            if found is not None:
+                problem = found
+                continue
+            try:
+                index = load_page_index(reads.reader(filename), size, filename, tail=tail)
+            except CorruptMetadataError as e:  # an index is optional: the file reads without
+                log.warning("the page index of data file %s in %s cannot be read (%s): "
+                            "reading whole row groups", filename, self.objects.uri, e)
+                index = None
                 break
-            problem = found
-        else:
-            raise damaged(self.table, filename, self.objects.uri, OSError(problem))
-        try:
-            index = load_page_index(read_range, size, filename, tail=tail)
-        except CorruptMetadataError as e:  # an index is optional: the file reads without
-            log.warning("the page index of data file %s in %s cannot be read (%s): reading "
-                        "whole row groups", filename, self.objects.uri, e)
+            # the index has no checksum: bytes about to be cached are read twice and must
+            # agree (a byte changed on the way is gone on the next read)
+            if index is None or reads.confirm(filename, *index.byte_range):
+                reads.keep(checked=sums is not None)
+                break
+            problem = "its page index reads differently twice"
             index = None
+        else:
+            if problem.startswith("its page index"):
+                log.warning("the page index of data file %s in %s reads differently on every "
+                            "second read: reading whole row groups", filename,
+                            self.objects.uri)
+            else:
+                raise damaged(self.table, filename, self.objects.uri, OSError(problem))
         with self._lock:
             self._page_indexes[filename] = index
             while len(self._page_indexes) > max(self.capacity, 1):
@@ -201,8 +286,11 @@ class FooterCache:
                 return self._layouts[filename]
         layout: FilterLayout | None = None
         try:
-            name, raw = read_sidecar_range(self.objects, filename, KEYS, 0, HEADER_BYTES)
+            reads = self.reads()
+            name, raw = read_sidecar_range(self.objects, filename, KEYS, 0, HEADER_BYTES,
+                                           read=reads.read)
             layout = FilterLayout.parse(raw, f"{name} in {self.objects.uri}")
+            reads.keep(checked=layout.format >= 2)
             if name != keys_name(filename):  # a store not migrated yet (migrate-sidecars)
                 with self._lock:
                     self._legacy_filters[filename] = name
@@ -267,12 +355,17 @@ class FooterCache:
     def _checked_block(self, name: str, layout: FilterLayout, start: int, end: int) -> bytes:
         """A key-filter block, its CRC checked (format 2), read again once when it fails."""
         for attempt in range(READS):
-            raw = self.objects.get_range(name, start, end)
+            reads = self.reads(fresh=attempt > 0)
+            raw = reads.read(name, start, end)
             try:
-                return layout.block(raw, f"{name} in {self.objects.uri}")
+                block = layout.block(raw, f"{name} in {self.objects.uri}")
             except CorruptionError:
+                reads.forget()
                 if attempt == READS - 1:
                     raise
+                continue
+            reads.keep(checked=layout.format >= 2)
+            return block
         raise AssertionError("unreachable")
 
     def _bounds(self, md: pq.FileMetaData) -> FileFooter:

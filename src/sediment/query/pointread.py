@@ -16,34 +16,41 @@ of another column, a key type :func:`sorted_span` does not search.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from sediment.files.keys import sorted_span
-from sediment.files.pages import PageIndex, read_pages
+from sediment.files.pages import PageIndex, page_ranges, read_pages
 from sediment.files.verified import reading
 from sediment.query.blocks import BlockCache
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
+from sediment.storage.rangereads import RangeReads
 
 
 class PointReader:
     """Reads the rows of exact keys from one row group of a file, a page per column."""
 
-    def __init__(self, objects: ObjectStore, table: str) -> None:
+    def __init__(self, objects: ObjectStore, table: str,
+                 reads: Callable[..., RangeReads] | None = None) -> None:
         self.objects = objects
         self.table = table
+        self._reads = reads or (lambda fresh=False: RangeReads(objects, None, fresh=fresh))
+        """``reads(fresh=...)``: ranged reads for one checked read (the footer cache's,
+        through the disk cache when it is on)."""
         self._aligned_memo: dict[tuple[str, int, tuple[int, ...]], bool] = {}
 
     def rows(self, index: PageIndex, group: int, key_column: str, keys: Sequence[Any],
-             columns: list[str], schema: pa.Schema, blocks: BlockCache | None
-             ) -> pa.Table | None:
+             columns: list[str], schema: pa.Schema, blocks: BlockCache | None,
+             checked: bool = True) -> pa.Table | None:
         """The rows of row group ``group`` whose ``key_column`` equals one of ``keys``
         (sorted, distinct), of ``columns`` (the file's names; ``schema`` their fields), in
-        key order; None when this path cannot answer (the caller reads the group)."""
+        key order; None when this path cannot answer (the caller reads the group).
+        ``checked``: the file's pages carry CRCs (it has sums; else the disk cache keeps a
+        page's bytes only when a second read gives the same)."""
         kc = index.column(key_column)
         key_pages = index.pages(group, kc)
         wanted = [index.column(name) for name in columns]
@@ -61,15 +68,15 @@ class PointReader:
                 return None  # a key whose records span pages: the row group is read
             first, _ = key_pages.rows(holding[0])
             if aligned:
-                page = self._page_table(index, group, wanted, first, schema, blocks)
+                page = self._page_table(index, group, wanted, first, schema, blocks, checked)
                 span = sorted_span(page.column(columns.index(key_column)).chunk(0), key)
                 if span is None:
                     return None
                 if span[1] > span[0]:
                     parts.append(page.slice(span[0], span[1] - span[0]))
                 continue
-            got = dict(zip(together, self._pages(index, group, together, first, blocks),
-                           strict=True))
+            got = dict(zip(together, self._pages(index, group, together, first, blocks,
+                                                 checked), strict=True))
             span = sorted_span(got[kc][0], key)
             if span is None:
                 return None
@@ -83,7 +90,7 @@ class PointReader:
                     pages = index.pages(group, c)
                     if pages.page_of_row(end - 1) != pages.page_of_row(start):
                         return None  # the rows cross a page of this column
-                    values, at = self._pages(index, group, [c], start, blocks)[0]
+                    values, at = self._pages(index, group, [c], start, blocks, checked)[0]
                 arrays.append(values.slice(start - at, end - start))
             parts.append(pa.Table.from_arrays(arrays, schema=schema))
         if not parts:
@@ -105,7 +112,7 @@ class PointReader:
         return got
 
     def _page_table(self, index: PageIndex, group: int, columns: list[int], first: int,
-                    schema: pa.Schema, blocks: BlockCache | None) -> pa.Table:
+                    schema: pa.Schema, blocks: BlockCache | None, checked: bool) -> pa.Table:
         """The pages (cut at the same rows) holding row ``first`` of the columns, as one
         table: cached as a table, so a warm lookup only slices it (building a table or
         batch releases and takes back the GIL, which collapses threads' throughput)."""
@@ -118,8 +125,8 @@ class PointReader:
                 return page
 
         def read(attempt: int) -> list[pa.Array]:
-            return [p.values for p in read_pages(index, self._range(filename), group,
-                                                 columns, first)]
+            return [p.values for p in self._read_pages(index, group, columns, first, attempt,
+                                                       checked)]
 
         page = pa.Table.from_arrays(reading(self.table, filename, uri, read), schema=schema)
         if blocks is not None and checksums.VERIFY_READS:  # verified pages only
@@ -127,7 +134,7 @@ class PointReader:
         return page
 
     def _pages(self, index: PageIndex, group: int, columns: list[int], row: int,
-               blocks: BlockCache | None) -> list[tuple[pa.Array, int]]:
+               blocks: BlockCache | None, checked: bool) -> list[tuple[pa.Array, int]]:
         """The page of each column (by index) of row group ``group`` holding ``row``,
         decoded, with its first row: from the block cache where it is, else read (verified,
         pages of the same rows as one small file) and cached."""
@@ -145,8 +152,8 @@ class PointReader:
             cols = [columns[i] for i in missing]
 
             def read(attempt: int) -> list[pa.Array]:
-                return [p.values for p in read_pages(index, self._range(filename), group,
-                                                     cols, row)]
+                return [p.values for p in self._read_pages(index, group, cols, row, attempt,
+                                                           checked)]
 
             decoded = reading(self.table, filename, uri, read)
             for i, values in zip(missing, decoded, strict=True):
@@ -155,9 +162,16 @@ class PointReader:
                     blocks.put(keys[i], values)
         return [(a, first) for a, first in zip(got, firsts, strict=True) if a is not None]
 
-    def _range(self, filename: str) -> Any:
-        objects = self.objects
-
-        def read_range(start: int, end: int) -> bytes:
-            return objects.get_range(filename, start, end)
-        return read_range
+    def _read_pages(self, index: PageIndex, group: int, columns: list[int], row: int,
+                    attempt: int, checked: bool) -> list[Any]:
+        """:func:`read_pages` through this reader's ranged reads: on an object store every
+        page's bytes are asked for at once (coalesced into one GET where they lie close),
+        and they enter the disk cache only once the pages decoded (CRCs verified); a second
+        attempt (after a failed check) takes nothing from the cache."""
+        reads = self._reads(fresh=attempt > 0)
+        reads.prefetch(index.filename, [
+            span for c in dict.fromkeys(columns)
+            for span in page_ranges(index, group, c, index.pages(group, c).page_of_row(row))])
+        pages = read_pages(index, reads.reader(index.filename), group, columns, row)
+        reads.keep(checked=checked)
+        return pages

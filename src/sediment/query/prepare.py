@@ -24,6 +24,7 @@ from sediment.query.planner import QueryPlan, normalise_ranges, plan_query
 from sediment.query.request import ReadRequest
 from sediment.query.scan import Scan, ScanSource
 from sediment.query.wire import from_wire
+from sediment.storage import diskcache
 from sediment.storage.base import ObjectStore
 
 
@@ -145,13 +146,18 @@ class ExecutorCache:
         # change reads with its own): an executor per schema, one footer cache for them all
         key = (fkey, state.schema, state.schemas, int(props["query.threads"]))
         blocks = configure(int(props["query.block_cache_bytes"]))
+        disk = diskcache.configure(int(props["query.disk_cache_bytes"])) \
+            if self.objects.cache_name("") is not None else None
         with self._lock:
+            if self._footers is not None:
+                self._footers[1].disk = disk  # the last state read sets it, as for blocks
             if self._current is not None and self._current[0] == key and \
                     self._current[1].blocks is blocks:
                 return self._current[1]
             if self._footers is None or self._footers[0] != fkey:
                 self._footers = (fkey, FooterCache(self.objects, *fkey))
             footers = self._footers[1]
+            footers.disk = disk
         executor = Executor(self.objects, state.schema, footers, key[3], state.schemas, blocks)
         with self._lock:
             if self._current is None or self._current[0] != key or \

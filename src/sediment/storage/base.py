@@ -94,6 +94,12 @@ class ObjectStore(ABC):
         files (readers may then open it directly), else None."""
         return None
 
+    def cache_name(self, key: str) -> str | None:
+        """A name of ``key`` unique across stores (endpoint, bucket, full key) under which the
+        disk cache (sediment.storage.diskcache) keeps its ranges, or None for a store whose
+        reads are cheap already and are not cached (local disk, memory)."""
+        return None
+
     def reopen_options(self) -> dict[str, Any]:
         """The options that reopen this store elsewhere (in a Spark task, another process):
         ``open_object_store(store.uri, **store.reopen_options())``; empty for a store that
@@ -167,6 +173,9 @@ class PrefixedObjectStore(ObjectStore):
 
     def local_path(self, key: str) -> str | None:
         return self.inner.local_path(self._k(key))
+
+    def cache_name(self, key: str) -> str | None:
+        return self.inner.cache_name(self._k(key))
 
     def reopen_options(self) -> dict[str, Any]:
         return self.inner.reopen_options()

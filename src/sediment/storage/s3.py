@@ -217,6 +217,11 @@ class S3ObjectStore(ObjectStore):
         base = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
         return self._fs, base
 
+    def cache_name(self, key: str) -> str | None:
+        """``<endpoint> s3://<bucket>/<full key>``: the endpoint tells apart buckets of one
+        name on different services (AWS, MinIO, a test server)."""
+        return f"{self.endpoint_url or 'aws:' + self.region} s3://{self.bucket}/{self._k(key)}"
+
     def reopen_options(self) -> dict[str, Any]:
         """Endpoint, region and credentials as resolved here (options or environment), so a
         store reopened elsewhere (a Spark task) reaches the same objects the same way."""

@@ -23,8 +23,9 @@ SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64()
 PROPS = {"parquet.compression": "none", "parquet.row_group_rows": 128,
          "state.cache.refresh_seconds": 0,
          # every read goes to the (damaged) bytes: a page the block cache kept from the
-         # first, clean read would answer without them
-         "query.block_cache_bytes": 0}
+         # first, clean read would answer without them (and so would the disk cache's
+         # verified copy of its bytes)
+         "query.block_cache_bytes": 0, "query.disk_cache_bytes": 0}
 
 
 def _rows(n: int) -> pa.Table:

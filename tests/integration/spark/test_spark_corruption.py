@@ -23,7 +23,10 @@ pytestmark = pytest.mark.spark
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("value", pa.string())])
 PROPS = {"parquet.compression": "none", "parquet.row_group_rows": 128,
-         "state.cache.refresh_seconds": 0}
+         "state.cache.refresh_seconds": 0,
+         # every read goes to the (damaged) bytes, not to the disk cache's verified copy
+         # of a first, clean read
+         "query.disk_cache_bytes": 0}
 N = 1000
 ROWS = pa.table({"key": [f"k{i:05d}" for i in range(N)], "ts": list(range(N)),
                  "value": [f"v-{i:06d}" for i in range(N)]}, schema=SCHEMA.to_arrow())
