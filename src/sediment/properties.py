@@ -153,6 +153,19 @@ def _check_merge_functions(text: str, where: str, schema: Schema | None) -> None
     parse_functions(text, schema, where)
 
 
+def _check_bloom_columns(text: str, where: str, schema: Schema | None) -> None:
+    """``parquet.bloom_columns``: value columns and row-key fields after the first (the first
+    has the key filters), each of a type whose values Parquet hashes (with the schema)."""
+    from sediment.files.bloom import bloom_column_problem
+
+    for name in (c.strip() for c in text.split(",")):
+        if not name:
+            continue
+        problem = None if schema is None else bloom_column_problem(schema, name)
+        if problem is not None:
+            raise PropertyError(f"{where}: {problem}")
+
+
 _SPECS = [
     # --- state store -------------------------------------------------------------------
     PropertySpec("state.snapshot.interval", int, 100,
@@ -211,6 +224,13 @@ _SPECS = [
                  "row-key field (sidecar _<file>.keys): exact-key lookups skip files that "
                  "cannot hold the key (10 bits: ~1% false positives; 0: no filters).",
                  minimum=0, maximum=64),
+    PropertySpec("parquet.bloom_columns", str, "",
+                 "Comma-separated value columns (and row-key fields after the first) given "
+                 "Parquet's own split-block bloom filter in every row group (read by "
+                 "Sediment, DuckDB, DataFusion and Spark): a filter of == or is_in on such a "
+                 "column skips the row groups and files that cannot hold its values "
+                 "(docs/performance.md, \"Skip indexes\"). Costs about 2 bytes a row per "
+                 "column at write.", check_in=_check_bloom_columns),
     PropertySpec("sample.size", int, 1024,
                  "Keys kept in each data file's sidecar sample (every k-th key, with counts).",
                  minimum=2),

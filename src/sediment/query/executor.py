@@ -241,6 +241,16 @@ class Executor:
             # the filter names this version's columns, not those of a file written under
             # another schema)
             groups = query_filter.row_groups(footer.metadata, groups)
+            if query_filter.blooms and query_filter.tree is not None:
+                # Parquet's bloom filters on the filter's point values (query/skipindex.py):
+                # record by record, a row group without them holds no record that passes
+                for column, hashes in query_filter.blooms.items():
+                    blooms = self.footers.blooms(ref.filename, column,
+                                                 sub.sums.get(ref.filename))
+                    if blooms is not None and groups and \
+                            len(blooms.starts) == footer.metadata.num_row_groups:
+                        keep = blooms.may_contain(hashes)
+                        groups = [g for g in groups if keep[g]]
         return pf, footer, groups
 
     def column_map(self, ref: FileReference, footer: FileFooter) -> ColumnMap:
@@ -285,8 +295,18 @@ class Executor:
         page index (sediment.query.pointread). With ``blocks`` (the block cache), a run of
         row groups whose wanted columns are all cached is taken from it (the file is not
         even opened); a run that is not is read whole and each group cached."""
-        cmap = self.file_map(ref, sub)
         pf, footer, groups = self.row_groups(ref, sub, hashes, query_filter)
+        yield from self.read_groups(ref, sub, columns, groups, pf, footer,
+                                    sequence=sequence, blocks=blocks)
+
+    def read_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
+                    groups: list[int], pf: pq.ParquetFile | None, footer: FileFooter, *,
+                    sequence: bool = False, blocks: BlockCache | None = None
+                    ) -> Iterator[pa.Table]:
+        """Row groups ``groups`` of the file (chosen by :meth:`row_groups`; ``pf``: the file
+        if it opened it), their rows inside the sub-query's leaf and ranges, a run at a time
+        (see :meth:`_file_row_groups`)."""
+        cmap = self.file_map(ref, sub)
         if sequence and footer.sequenced and ref.sequenced:
             columns = [*columns, SEQ]
         if not groups:

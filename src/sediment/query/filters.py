@@ -207,6 +207,55 @@ def _plainly_boolean(tree: Node, types: dict[str, pa.DataType]) -> bool:
     return False
 
 
+# ---- point constraints (for bloom filters) -----------------------------------------------------
+
+
+def point_values(tree: Node, name: str, typ: pa.DataType) -> list[Any] | None:
+    """The values of field ``name`` outside which the expression is never true, when it pins
+    the field to a few values (``==``, ``is_in``, or/and of them); None otherwise. Values are
+    the model's (temporal as integers); a null among ``is_in``'s values (which matches null
+    fields) gives None: bloom filters hold no nulls."""
+    if not isinstance(tree, Call):
+        return None
+    fn = tree.name
+    if fn in ("and", "and_kleene"):
+        found = [p for a in tree.args if (p := point_values(a, name, typ)) is not None]
+        if not found:
+            return None
+        out = set(found[0])
+        for p in found[1:]:
+            out &= set(p)
+        return sorted(out, key=repr)
+    if fn in ("or", "or_kleene"):
+        acc: list[Any] = []
+        for a in tree.args:
+            part = point_values(a, name, typ)
+            if part is None:
+                return None
+            acc += part
+        return None if len(acc) > MAX_FILTER_VALUES else acc
+    if fn == "equal" and len(tree.args) == 2:
+        a, b = tree.args
+        if isinstance(b, Field) and isinstance(a, Literal):
+            a, b = b, a
+        if isinstance(a, Field) and a.name == name and isinstance(b, Literal):
+            try:
+                return [_model_value(b.value, typ)]
+            except Exception:
+                return None
+        return None
+    if fn == "is_in" and len(tree.args) == 1 and isinstance(tree.args[0], Field) \
+            and tree.args[0].name == name and tree.options is not None:
+        values = tree.options.get("value_set")
+        if not isinstance(values, list) or any(v is None for v in values):
+            return None
+        try:
+            return [_model_value(pa.scalar(v), typ) for v in values]
+        except Exception:
+            return None
+    return None
+
+
 # ---- row-group statistics ---------------------------------------------------------------------
 
 _STAT_OPS = ("equal", "less", "less_equal", "greater", "greater_equal")
@@ -275,6 +324,10 @@ class QueryFilter:
     keys_only: bool = False
     """The expression constrains only the first row-key field, exactly as ``key_ranges``
     says: a read restricted to those ranges already holds just the rows that pass."""
+    blooms: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Hashes of the expression's point values on columns with Parquet bloom filters, by
+    column (sediment.query.skipindex): row groups whose filters hold none are pruned when
+    ``tree`` allows pruning."""
 
     def row_groups(self, metadata: pq.FileMetaData, groups: list[int]) -> list[int]:
         """The row groups whose statistics do not rule every row out."""

@@ -1,0 +1,209 @@
+"""Skip indexes (parquet.bloom_columns, sediment.query.skipindex) never change an answer: a
+filter on an indexed value column, against a pandas reference, on tables with and without a
+merge rule, with upserts, deletes, compactions and a query iterator; the index does narrow
+what is read; DuckDB reads the files with their blooms through to_duckdb to the same answer."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sediment as sd
+
+SCHEMA = sd.Schema(row_keys=[("k", pa.string())],
+                   values=[("v", pa.string()), ("n", pa.int64())])
+KEYS = list("abcdefgh")
+VALUES = ["x0", "x1", "x2", "x3", None]
+FILLER = 400
+"""Rows of distinct keys and values ingested first: several row groups the index skips."""
+MERGES = ["none", "last", "partial", "aggregate"]
+
+
+def _props(merge: str, index: bool, iterator: bool) -> dict[str, Any]:
+    props: dict[str, Any] = {"merge": merge, "parquet.row_group_rows": 128,
+                             "state.cache.refresh_seconds": 0}
+    if merge == "aggregate":
+        props["merge.functions"] = '{"n": "sum"}'
+    if index:
+        props["parquet.bloom_columns"] = "v,n"
+    if iterator:
+        props["query.iterators"] = '[{"type": "filter", "field": "n", "op": ">", "value": 1}]'
+    return props
+
+
+def _filler() -> pa.Table:
+    return pa.table({"k": [f"m{i:04d}" for i in range(FILLER)],
+                     "v": [f"f{i}" for i in range(FILLER)],
+                     "n": pa.array([i % 7 for i in range(FILLER)], pa.int64())})
+
+
+class Model:
+    """The table's records as rows, with each key's last delete and upsert by sequence;
+    :meth:`answer` merges them as the rule says (pandas for the aggregate's sum)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, Any, Any, int]] = []
+        self.deleted: dict[str, int] = {}
+        self.upserted: dict[str, int] = {}
+        self.seq = 0
+
+    def write(self, data: pa.Table, upsert: bool) -> None:
+        for k, v, n in zip(*(data.column(c).to_pylist() for c in ("k", "v", "n")),
+                           strict=True):
+            self.rows.append((k, v, n, self.seq))
+            if upsert:
+                self.upserted[k] = self.seq
+            self.seq += 1
+
+    def delete(self, keys: list[str]) -> None:
+        for k in keys:
+            self.deleted[k] = self.seq
+        self.seq += 1
+
+    def answer(self, merge: str, iterator: bool) -> list[tuple[Any, ...]]:
+        live = [r for r in self.rows if r[3] >= self.deleted.get(r[0], -1)
+                and r[3] >= self.upserted.get(r[0], -1)]
+        by_key: dict[str, list[tuple[Any, ...]]] = {}
+        for r in live:
+            by_key.setdefault(r[0], []).append(r)
+        out: list[tuple[Any, ...]] = []
+        if merge == "none":
+            out = [r[:3] for r in live]
+        for k, g in by_key.items() if merge != "none" else ():
+            if merge == "last":
+                out.append(g[-1][:3])
+            elif merge == "partial":
+                vs, ns = [r[1] for r in g if r[1] is not None], \
+                    [r[2] for r in g if r[2] is not None]
+                out.append((k, vs[-1] if vs else None, ns[-1] if ns else None))
+            else:  # aggregate: n summed (null when every one is), v the last
+                total = pd.Series([r[2] for r in g], dtype="float64").sum(min_count=1)
+                out.append((k, g[-1][1], None if pd.isna(total) else int(total)))
+        if iterator:
+            out = [r for r in out if r[2] is not None and r[2] > 1]
+        return out
+
+
+def _got(t: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted(zip(*(t.column(c).to_pylist() for c in ("k", "v", "n")), strict=True),
+                  key=repr)
+
+
+row = st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES),
+                st.one_of(st.none(), st.integers(0, 5)))
+op = st.one_of(
+    st.tuples(st.sampled_from(["ingest", "upsert"]), st.lists(row, min_size=1, max_size=12)),
+    st.tuples(st.just("delete"), st.lists(st.sampled_from(KEYS), min_size=1, max_size=3)),
+    st.tuples(st.just("compact"), st.none()),
+)
+FILTERS = [
+    ("v == x1", pc.field("v") == "x1", lambda r: r[1] == "x1"),
+    ("v in x0,x2,f5", pc.field("v").isin(["x0", "x2", "f5"]),
+     lambda r: r[1] in ("x0", "x2", "f5")),
+    ("v == x3 and n >= 2", (pc.field("v") == "x3") & (pc.field("n") >= 2),
+     lambda r: r[1] == "x3" and r[2] is not None and r[2] >= 2),
+    ("n == 4", pc.field("n") == 4, lambda r: r[2] == 4),
+    ("v == f17 or v == x2", (pc.field("v") == "f17") | (pc.field("v") == "x2"),
+     lambda r: r[1] in ("f17", "x2")),
+]
+
+
+@settings(max_examples=12, deadline=None)
+@given(merge=st.sampled_from(MERGES), iterator=st.booleans(),
+       ops=st.lists(op, min_size=1, max_size=5))
+def test_filters_on_indexed_columns_match_a_reference(merge: str, iterator: bool,
+                                                      ops: list[Any]) -> None:
+    # (an in-memory store: no fsync, so an example takes a fraction of a second)
+    store = sd.Store.open(f"memory://skip-{uuid.uuid4().hex[:8]}", create=True)
+    table = store.create_table(f"t{uuid.uuid4().hex[:8]}", SCHEMA,
+                               properties=_props(merge, True, iterator))
+    model = Model()
+    table.ingest(_filler())
+    model.write(_filler(), False)
+    for kind, arg in ops:
+        if kind in ("ingest", "upsert"):
+            data = pa.table({"k": [r[0] for r in arg], "v": [r[1] for r in arg],
+                             "n": pa.array([r[2] for r in arg], pa.int64())})
+            (table.upsert if kind == "upsert" else table.ingest)(data)
+            model.write(data, kind == "upsert")
+        elif kind == "delete":
+            table.delete(keys=arg)
+            model.delete(arg)
+        else:
+            table.compact()
+    merged = model.answer(merge, iterator)
+    for name, expression, test in FILTERS:
+        want = sorted((r for r in merged if test(r)), key=repr)
+        assert _got(table.query(filter=expression)) == want, name
+    stream = table.scan(filter=FILTERS[1][1]).read_all()
+    assert _got(stream) == sorted((r for r in merged if FILTERS[1][2](r)), key=repr)
+
+
+def _two_tables(tmp_path: Any, merge: str) -> tuple[sd.Table, sd.Table]:
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    out = []
+    for index in (True, False):
+        t = store.create_table(f"{merge}_{index}", SCHEMA, properties=_props(merge, index,
+                                                                             False))
+        t.ingest(_filler())
+        t.ingest(_filler().slice(0, 300))  # a second file
+        t.upsert(pa.table({"k": ["m0005"], "v": ["f6"], "n": pa.array([1], pa.int64())}))
+        out.append(t)
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("merge", ["none", "last"])
+def test_the_index_narrows_the_plan(tmp_path: Any, merge: str) -> None:
+    indexed, plain = _two_tables(tmp_path, merge)
+    f = pc.field("v") == "f300"
+    a, b = indexed.prepare(sd.ReadRequest(filter=f)), plain.prepare(sd.ReadRequest(filter=f))
+    assert a.to_arrow().equals(b.to_arrow())
+    assert a.to_arrow().num_rows == (1 if merge == "last" else 1)
+    if merge == "last":  # candidate keys: an exact-key read of m0300
+        assert [s.ranges for s in a.plan.subqueries] == [(sd.Range.exact(("m0300",)),)]
+    else:  # the upserted leaf reads its candidates; no file of the other is dropped here
+        assert len(a.plan.subqueries) == len(b.plan.subqueries)
+    # the upsert replaced m0005's f5: neither table finds it, both find f6 twice or once
+    g = pc.field("v").isin(["f5", "f6"])
+    assert _got(indexed.query(filter=g)) == _got(plain.query(filter=g))
+
+
+def test_a_plain_table_drops_files_without_the_value(tmp_path: Any) -> None:
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    t = store.create_table("p", SCHEMA, properties=_props("none", True, False))
+    t.ingest(_filler())
+    t.ingest(pa.table({"k": ["a"], "v": ["only"], "n": pa.array([1], pa.int64())}))
+    scan = t.prepare(sd.ReadRequest(filter=pc.field("v") == "only"))
+    assert sum(len(s.references) for s in scan.plan.subqueries) == 1
+    assert scan.to_arrow().column("k").to_pylist() == ["a"]
+    assert len(scan.plan_files()) == 1
+
+
+def test_files_written_before_the_property_stay_candidates(tmp_path: Any) -> None:
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    t = store.create_table("late", SCHEMA, properties=_props("last", False, False))
+    t.ingest(_filler())
+    t.set_properties({"parquet.bloom_columns": "v"})
+    t.ingest(pa.table({"k": ["m0009"], "v": ["f1"], "n": pa.array([0], pa.int64())}))
+    got = t.query(filter=pc.field("v").isin(["f9", "f1"]))
+    assert got.column("k").to_pylist() == ["m0001", "m0009"]
+
+
+@pytest.mark.parametrize("merge", ["none", "last"])
+def test_duckdb_reads_the_indexed_files_to_the_same_answer(tmp_path: Any, merge: str) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    indexed, plain = _two_tables(tmp_path, merge)
+    answers = []
+    for t in (indexed, plain):
+        con = duckdb.connect()
+        t.to_duckdb(con, "t")
+        answers.append(con.sql("SELECT k, v, n FROM t WHERE v IN ('f400', 'f6', 'f5') "
+                               "ORDER BY k, v, n").fetchall())
+    assert answers[0] == answers[1] and answers[0]
