@@ -212,35 +212,3 @@ def value_hashes(values: Sequence[Any], typ: pa.DataType) -> list[int] | None:
         out.append(xxhash64(raw))
     return out
 
-
-def hashable_type(typ: pa.DataType) -> bool:
-    """Whether this module hashes values of ``typ`` as Parquet does."""
-    if pa.types.is_time(typ) or pa.types.is_interval(typ) or pa.types.is_duration(typ):
-        return False
-    return bool(pa.types.is_string(typ) or pa.types.is_large_string(typ)
-                or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
-                or pa.types.is_integer(typ) or pa.types.is_temporal(typ)
-                or pa.types.is_float32(typ) or pa.types.is_float64(typ))
-
-
-def bloom_column_problem(schema: Any, name: str) -> str | None:
-    """What is wrong with naming ``name`` in ``parquet.bloom_columns`` of a table of
-    ``schema`` (a sediment Schema), or None."""
-    first = schema.row_key_names[0]
-    if name == first:
-        return (f"{name!r} is the first row-key field, which has the key filters already "
-                "(parquet.key_filter_bits)")
-    if name not in schema.field_names:
-        return f"no column {name!r} (columns: {', '.join(schema.field_names)})"
-    typ = schema.to_arrow().field(name).type
-    if not hashable_type(typ):
-        return (f"column {name!r} is of type {typ}: bloom filters serve strings, binaries, "
-                "integers, dates, timestamps and floats")
-    return None
-
-
-def bloom_columns(schema: Any, text: str) -> list[str]:
-    """The columns ``parquet.bloom_columns`` (``text``) names that the schema has and that
-    take bloom filters (a column dropped since is left out)."""
-    names = [c.strip() for c in str(text).split(",")]
-    return [c for c in names if c and bloom_column_problem(schema, c) is None]

@@ -17,12 +17,12 @@ import pyarrow.parquet as pq
 
 from sediment.core.model import FileSums
 from sediment.errors import SedimentError, StorageError
-from sediment.files.bloom import bloom_columns
 from sediment.files.keyfilter import FilterLayout, hash_keys
 from sediment.files.sample import KeySampler
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name, with_sidecars
 from sediment.files.sums import SummingSink, footer_crc, footer_length
+from sediment.properties import bloom_columns
 from sediment.schema import Schema
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore

@@ -244,12 +244,12 @@ class Executor:
             if query_filter.blooms and query_filter.tree is not None:
                 # Parquet's bloom filters on the filter's point values (query/skipindex.py):
                 # record by record, a row group without them holds no record that passes
-                for column, hashes in query_filter.blooms.items():
+                for column, values in query_filter.blooms.items():
                     blooms = self.footers.blooms(ref.filename, column,
                                                  sub.sums.get(ref.filename))
                     if blooms is not None and groups and \
                             len(blooms.starts) == footer.metadata.num_row_groups:
-                        keep = blooms.may_contain(hashes)
+                        keep = blooms.may_contain(values)
                         groups = [g for g in groups if keep[g]]
         return pf, footer, groups
 

@@ -38,10 +38,11 @@ import pyarrow.compute as pc
 
 from sediment.core.model import FileReference
 from sediment.core.state import TableState
-from sediment.files.bloom import bloom_columns, value_hashes
+from sediment.files.bloom import value_hashes
 from sediment.iterators.base import AgeOff, RecordIterator, RowFilter
 from sediment.iterators.combine import Aggregate, KeepLatest
 from sediment.iterators.merge_rules import KeepFirst, KeepLast, PartialUpdate
+from sediment.properties import bloom_columns
 from sediment.query.executor import Executor
 from sediment.query.expressions import decompose
 from sediment.query.filters import QueryFilter, point_values

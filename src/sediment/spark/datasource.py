@@ -64,9 +64,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from sediment.core.regions import Range
-from sediment.files.bloom import bloom_columns
 from sediment.files.sample import cut_keys
-from sediment.properties import defaults
+from sediment.properties import bloom_columns, defaults
 from sediment.query.blocks import use_worker_bound
 from sediment.query.request import ReadRequest
 from sediment.spark import tasks
