@@ -240,10 +240,10 @@ class Executor:
             # it: the row group holding it is read even where its statistics rule it out;
             # the filter names this version's columns, not those of a file written under
             # another schema)
-            groups = query_filter.row_groups(footer.metadata, groups)
             if query_filter.blooms and query_filter.tree is not None:
                 # Parquet's bloom filters on the filter's point values (query/skipindex.py):
                 # record by record, a row group without them holds no record that passes
+                # (first: a check of every row group at once, before statistics one by one)
                 for column, values in query_filter.blooms.items():
                     blooms = self.footers.blooms(ref.filename, column,
                                                  sub.sums.get(ref.filename))
@@ -251,6 +251,7 @@ class Executor:
                             len(blooms.starts) == footer.metadata.num_row_groups:
                         keep = blooms.may_contain(values)
                         groups = [g for g in groups if keep[g]]
+            groups = query_filter.row_groups(footer.metadata, groups)
         return pf, footer, groups
 
     def column_map(self, ref: FileReference, footer: FileFooter) -> ColumnMap:
