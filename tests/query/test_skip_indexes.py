@@ -207,3 +207,38 @@ def test_duckdb_reads_the_indexed_files_to_the_same_answer(tmp_path: Any, merge:
         answers.append(con.sql("SELECT k, v, n FROM t WHERE v IN ('f400', 'f6', 'f5') "
                                "ORDER BY k, v, n").fetchall())
     assert answers[0] == answers[1] and answers[0]
+
+
+def test_temporal_and_float_columns_and_keys(tmp_path: Any) -> None:
+    """Dates, timestamps (a second row-key field too) and floats (0.0 also finds -0.0)
+    answer as without the index, on a merge table whose candidate keys are tuples."""
+    import datetime as dt
+
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    schema = sd.Schema(row_keys=[("d", pa.date32()), ("t", pa.timestamp("us"))],
+                       values=[("x", pa.float64()), ("day", pa.date32())])
+    n = 600
+    day0, t0 = dt.date(2020, 1, 1), dt.datetime(2024, 1, 1)
+    data = pa.table({
+        "d": pa.array([day0 + dt.timedelta(days=i % 50) for i in range(n)]),
+        "t": pa.array([t0 + dt.timedelta(seconds=i) for i in range(n)], pa.timestamp("us")),
+        "x": pa.array([-0.0 if i == 20 else float(i % 300) for i in range(n)]),
+        "day": pa.array([day0 + dt.timedelta(days=i) for i in range(n)])})
+    filters = [pc.field("x") == 0.0, pc.field("x") == 7.0, pc.field("x") == 999.0,
+               pc.field("day") == dt.date(2020, 1, 9),
+               pc.field("t") == dt.datetime(2024, 1, 1, 0, 0, 3)]
+    answers = []
+    for index in (True, False):
+        props: dict[str, Any] = {"merge": "last", "parquet.row_group_rows": 128}
+        if index:
+            props["parquet.bloom_columns"] = "x,day,t"
+        t = store.create_table(f"t{index}", schema, properties=props)
+        t.ingest(data)
+        t.ingest(data.slice(0, 10).set_column(2, "x", pa.array([999.0] * 10)))
+        answers.append([t.query(filter=f).to_pylist() for f in filters])
+        if index:
+            plan = t.prepare(sd.ReadRequest(filter=filters[3])).plan
+            assert [s.ranges for s in plan.subqueries] == \
+                [(sd.Range.exact((18270, 1704067208000000)),)]
+    assert answers[0] == answers[1]
+    assert len(answers[0][0]) == 2 and len(answers[0][2]) == 10  # -0.0 among the zeros

@@ -210,6 +210,21 @@ def _plainly_boolean(tree: Node, types: dict[str, pa.DataType]) -> bool:
 # ---- point constraints (for bloom filters) -----------------------------------------------------
 
 
+def _point_value(value: pa.Scalar, typ: pa.DataType) -> Any:
+    """A literal as the value a column of type ``typ`` stores (temporal: the integer Arrow
+    stores, dates included), or raises when it cannot be cast exactly."""
+    if not value.is_valid:
+        raise ValueError("null")
+    cast = value.cast(typ)  # safe: raises on overflow or truncation
+    if pa.types.is_temporal(typ):
+        storage = pa.int32() if typ.bit_width == 32 else pa.int64()
+        return pa.array([cast], typ).view(storage)[0].as_py()
+    v = cast.as_py()
+    if isinstance(v, float) and math.isnan(v):
+        raise ValueError("NaN")
+    return v
+
+
 def point_values(tree: Node, name: str, typ: pa.DataType) -> list[Any] | None:
     """The values of field ``name`` outside which the expression is never true, when it pins
     the field to a few values (``==``, ``is_in``, or/and of them); None otherwise. Values are
@@ -240,7 +255,7 @@ def point_values(tree: Node, name: str, typ: pa.DataType) -> list[Any] | None:
             a, b = b, a
         if isinstance(a, Field) and a.name == name and isinstance(b, Literal):
             try:
-                return [_model_value(b.value, typ)]
+                return [_point_value(b.value, typ)]
             except Exception:
                 return None
         return None
@@ -250,7 +265,7 @@ def point_values(tree: Node, name: str, typ: pa.DataType) -> list[Any] | None:
         if not isinstance(values, list) or any(v is None for v in values):
             return None
         try:
-            return [_model_value(pa.scalar(v), typ) for v in values]
+            return [_point_value(pa.scalar(v), typ) for v in values]
         except Exception:
             return None
     return None

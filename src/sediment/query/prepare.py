@@ -3,7 +3,9 @@
 One :class:`~sediment.query.scan.Scan` serves every reader of a table (``Table.query``/
 ``scan``/``plan`` and the conversions, the Spark data source's per-leaf reads, the Flight
 service, dumps), so they check columns, pick iterators and choose the columns to read the
-same way. Preparing is pure: a function of the state, the request and an executor.
+same way. Preparing is a function of the state, the request and an executor; it reads
+nothing, except where a filter pins a column with bloom filters: then the files' filters (and,
+on merged tables, the rows they keep) are read to narrow the plan (sediment.query.skipindex).
 """
 
 from __future__ import annotations

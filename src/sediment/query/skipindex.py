@@ -42,7 +42,7 @@ from sediment.files.bloom import value_hashes
 from sediment.iterators.base import AgeOff, RecordIterator, RowFilter
 from sediment.iterators.combine import Aggregate, KeepLatest
 from sediment.iterators.merge_rules import KeepFirst, KeepLast, PartialUpdate
-from sediment.properties import bloom_columns
+from sediment.properties import bloom_columns, defaults
 from sediment.query.executor import Executor
 from sediment.query.expressions import decompose
 from sediment.query.filters import QueryFilter, point_values
@@ -83,6 +83,8 @@ def point_index(query_filter: QueryFilter | None, schema: Schema, text: str
         values = point_values(tree, column, typ)
         if values is None:
             continue
+        # -0.0 == 0.0, but neither hashes nor is_in's lookups find one for the other
+        values += [-v for v in values if isinstance(v, float) and v == 0.0]
         hashes = value_hashes(values, typ)
         if hashes is not None and (best is None or len(hashes) < len(best.hashes)):
             best = PointIndex(column, tuple(values), tuple(hashes))
@@ -129,8 +131,6 @@ def narrow_plan(state: TableState, plan: QueryPlan, executor: Executor,
     the filter pins no column with bloom filters."""
     schema = state.schema
     assert schema is not None
-    from sediment.properties import defaults
-
     text = str({**defaults(), **state.properties}["parquet.bloom_columns"])
     index = point_index(query_filter, schema, text) if text.strip() else None
     if index is None or query_filter is None:
@@ -179,9 +179,12 @@ def candidate_keys(executor: Executor, subs: Sequence[SubQuery], index: PointInd
     columns = [*dict.fromkeys([*names, index.column])]
     typ = schema.to_arrow().field(index.column).type
     try:
-        wanted = pa.array(list(index.values), type=typ if not pa.types.is_temporal(typ)
-                          else pa.int64()).cast(typ)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        if pa.types.is_temporal(typ):  # the model's integers, as Arrow stores them
+            wanted = pa.array(list(index.values), pa.int32() if typ.bit_width == 32
+                              else pa.int64()).view(typ)
+        else:
+            wanted = pa.array(list(index.values), typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         return None
     found: list[pa.Table] = []
     indexed = False
@@ -210,9 +213,8 @@ def candidate_keys(executor: Executor, subs: Sequence[SubQuery], index: PointInd
 
 
 def _model(column: pa.ChunkedArray) -> list[Any]:
-    """A key column as the model's values (temporal as integers)."""
-    if pa.types.is_temporal(column.type):
-        return column.cast(pa.int64()).to_pylist()
+    """A key column as Python values, which ``normalise_ranges`` checks and turns into the
+    model's (temporal values as integers)."""
     return column.to_pylist()
 
 
