@@ -112,6 +112,9 @@ FILTERS = [
     ("n == 4", pc.field("n") == 4, lambda r: r[2] == 4),
     ("v == f17 or v == x2", (pc.field("v") == "f17") | (pc.field("v") == "x2"),
      lambda r: r[1] in ("f17", "x2")),
+    ("n >= 5 and k < m0100", (pc.field("n") >= 5) & (pc.field("k") < "m0100"),
+     lambda r: r[2] is not None and r[2] >= 5 and r[0] < "m0100"),
+    ("v > x2 (statistics)", pc.field("v") > "x2", lambda r: r[1] is not None and r[1] > "x2"),
 ]
 
 
@@ -242,3 +245,20 @@ def test_temporal_and_float_columns_and_keys(tmp_path: Any) -> None:
                 [(sd.Range.exact((18270, 1704067208000000)),)]
     assert answers[0] == answers[1]
     assert len(answers[0][0]) == 2 and len(answers[0][2]) == 10  # -0.0 among the zeros
+
+
+def test_a_range_filter_on_a_merge_table_reads_candidate_keys(tmp_path: Any) -> None:
+    """A comparison with clustered values (here ``n``, ascending with the key) rules row
+    groups out by their statistics: the merge table reads the keys of the records that may
+    match, every version of each, and a replaced record's old value is never returned."""
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    t = store.create_table("r", SCHEMA, properties=_props("last", False, False))
+    t.ingest(pa.table({"k": [f"m{i:04d}" for i in range(1000)], "v": ["a"] * 1000,
+                       "n": pa.array(range(1000), pa.int64())}))
+    t.ingest(pa.table({"k": ["m0995", "m0001"], "v": ["b", "b"],
+                       "n": pa.array([3, 2000], pa.int64())}))
+    scan = t.prepare(sd.ReadRequest(filter=pc.field("n") >= 990))
+    assert all(s.ranges is not None for s in scan.plan.subqueries)
+    got = scan.to_arrow()
+    assert sorted(got.column("k").to_pylist()) == sorted(
+        ["m0001"] + [f"m{i:04d}" for i in range(990, 1000) if i != 995])
