@@ -18,7 +18,7 @@ import sediment as sd
 def _tables(store: sd.Store) -> tuple[list[sd.Table], str]:
     """Two merge="last" tables of the same records, one with the index, and the value one
     record of k150 held before a later write of its record key replaced it."""
-    frame = make_frame(4000, keys=400, seed=5)
+    frame = make_frame(1200, keys=400, seed=5)
     stale = frame[frame.key == "k150"].iloc[0]
     out = []
     for name, props in (("indexed", {"parquet.bloom_columns": "value"}), ("plain", {})):
