@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from sediment.errors import PropertyError, did_you_mean
 from sediment.iterators.merge_rules import MERGE_RULES
 
@@ -153,6 +155,50 @@ def _check_merge_functions(text: str, where: str, schema: Schema | None) -> None
     parse_functions(text, schema, where)
 
 
+def _check_bloom_columns(text: str, where: str, schema: Schema | None) -> None:
+    """``parquet.bloom_columns``: value columns and row-key fields after the first (the first
+    has the key filters), each of a type whose values Parquet hashes (with the schema)."""
+    for name in (c.strip() for c in text.split(",")):
+        if not name:
+            continue
+        problem = None if schema is None else bloom_column_problem(schema, name)
+        if problem is not None:
+            raise PropertyError(f"{where}: {problem}")
+
+
+def hashable_type(typ: pa.DataType) -> bool:
+    """Whether this module hashes values of ``typ`` as Parquet does."""
+    if pa.types.is_time(typ) or pa.types.is_interval(typ) or pa.types.is_duration(typ):
+        return False
+    return bool(pa.types.is_string(typ) or pa.types.is_large_string(typ)
+                or pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+                or pa.types.is_integer(typ) or pa.types.is_temporal(typ)
+                or pa.types.is_float32(typ) or pa.types.is_float64(typ))
+
+
+def bloom_column_problem(schema: Schema, name: str) -> str | None:
+    """What is wrong with naming ``name`` in ``parquet.bloom_columns`` of a table of
+    ``schema``, or None."""
+    first = schema.row_key_names[0]
+    if name == first:
+        return (f"{name!r} is the first row-key field, which has the key filters already "
+                "(parquet.key_filter_bits)")
+    if name not in schema.field_names:
+        return f"no column {name!r} (columns: {', '.join(schema.field_names)})"
+    typ = schema.to_arrow().field(name).type
+    if not hashable_type(typ):
+        return (f"column {name!r} is of type {typ}: bloom filters serve strings, binaries, "
+                "integers, dates, timestamps and floats")
+    return None
+
+
+def bloom_columns(schema: Schema, text: str) -> list[str]:
+    """The columns ``parquet.bloom_columns`` (``text``) names that the schema has and that
+    take bloom filters (a column dropped since is left out)."""
+    names = [c.strip() for c in str(text).split(",")]
+    return [c for c in names if c and bloom_column_problem(schema, c) is None]
+
+
 _SPECS = [
     # --- state store -------------------------------------------------------------------
     PropertySpec("state.snapshot.interval", int, 100,
@@ -211,6 +257,13 @@ _SPECS = [
                  "row-key field (sidecar _<file>.keys): exact-key lookups skip files that "
                  "cannot hold the key (10 bits: ~1% false positives; 0: no filters).",
                  minimum=0, maximum=64),
+    PropertySpec("parquet.bloom_columns", str, "",
+                 "Comma-separated value columns (and row-key fields after the first) given "
+                 "Parquet's own split-block bloom filter in every row group (read by "
+                 "Sediment, DuckDB, DataFusion and Spark): a filter of == or is_in on such a "
+                 "column skips the row groups and files that cannot hold its values "
+                 "(docs/performance.md, \"Skip indexes\"). Costs about 2 bytes a row per "
+                 "column at write.", check_in=_check_bloom_columns),
     PropertySpec("sample.size", int, 1024,
                  "Keys kept in each data file's sidecar sample (every k-th key, with counts).",
                  minimum=2),

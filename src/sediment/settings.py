@@ -57,6 +57,7 @@ class TableSettings(Mapping[str, Any]):
     parquet_compression_level: int
     parquet_dictionary_columns: str
     parquet_key_filter_bits: int
+    parquet_bloom_columns: str
     sample_size: int
     # --- ingest
     ingest_memory_limit_bytes: int

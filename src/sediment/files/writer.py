@@ -22,6 +22,7 @@ from sediment.files.sample import KeySampler
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name, with_sidecars
 from sediment.files.sums import SummingSink, footer_crc, footer_length
+from sediment.properties import bloom_columns
 from sediment.schema import Schema
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
@@ -81,6 +82,10 @@ def new_data_filename(partition_id: str) -> str:
     return f"data/{partition_id}/{uuid.uuid4().hex}.parquet"
 
 
+BLOOM_FPP = 0.01
+"""False-positive rate the bloom filters of ``parquet.bloom_columns`` are sized for."""
+
+
 def writer_options(schema: Schema, properties: Mapping[str, Any]) -> dict[str, Any]:
     """pyarrow ParquetWriter options from table properties."""
     codec = properties["parquet.compression"]
@@ -102,6 +107,14 @@ def writer_options(schema: Schema, properties: Mapping[str, Any]) -> dict[str, A
         # +34.7 kB, 0.16%, at 4,096-row groups; +7 kB, 0.03%, at 65,536)
         "write_page_index": True,
     }
+    blooms = bloom_columns(schema, properties.get("parquet.bloom_columns", ""))
+    if blooms:
+        # Parquet's own split-block bloom filter per row group (sediment.files.bloom), sized
+        # for a row group of distinct values: at fpp 0.01 pyarrow gives a 4,096-row group
+        # 8 KiB (measured false positives ~0.2%; at 0.05, 4 KiB and ~3%, so a point filter
+        # on 10M rows still read ~70 row groups out of 2,441)
+        rows = int(properties["parquet.row_group_rows"])
+        opts["bloom_filter_options"] = {c: {"ndv": rows, "fpp": BLOOM_FPP} for c in blooms}
     if int(properties.get("parquet.page_rows", 0)):
         # every column's pages cut at the same rows: a point read decodes them as one
         opts["max_rows_per_page"] = int(properties["parquet.page_rows"])

@@ -242,6 +242,17 @@ class Executor:
             # it: the row group holding it is read even where its statistics rule it out;
             # the filter names this version's columns, not those of a file written under
             # another schema)
+            if query_filter.blooms and query_filter.tree is not None:
+                # Parquet's bloom filters on the filter's point values (query/skipindex.py):
+                # record by record, a row group without them holds no record that passes
+                # (first: a check of every row group at once, before statistics one by one)
+                for column, values in query_filter.blooms.items():
+                    blooms = self.footers.blooms(ref.filename, column,
+                                                 sub.sums.get(ref.filename))
+                    if blooms is not None and groups and \
+                            len(blooms.starts) == footer.metadata.num_row_groups:
+                        keep = blooms.may_contain(values)
+                        groups = [g for g in groups if keep[g]]
             groups = query_filter.row_groups(footer.metadata, groups)
         return pf, footer, groups
 
@@ -287,8 +298,18 @@ class Executor:
         page index (sediment.query.pointread). With ``blocks`` (the block cache), a run of
         row groups whose wanted columns are all cached is taken from it (the file is not
         even opened); a run that is not is read whole and each group cached."""
-        cmap = self.file_map(ref, sub)
         pf, footer, groups = self.row_groups(ref, sub, hashes, query_filter)
+        yield from self.read_groups(ref, sub, columns, groups, pf, footer,
+                                    sequence=sequence, blocks=blocks)
+
+    def read_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
+                    groups: list[int], pf: pq.ParquetFile | None, footer: FileFooter, *,
+                    sequence: bool = False, blocks: BlockCache | None = None
+                    ) -> Iterator[pa.Table]:
+        """Row groups ``groups`` of the file (chosen by :meth:`row_groups`; ``pf``: the file
+        if it opened it), their rows inside the sub-query's leaf and ranges, a run at a time
+        (see :meth:`_file_row_groups`)."""
+        cmap = self.file_map(ref, sub)
         if sequence and footer.sequenced and ref.sequenced:
             columns = [*columns, SEQ]
         if not groups:

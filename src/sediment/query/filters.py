@@ -275,6 +275,10 @@ class QueryFilter:
     keys_only: bool = False
     """The expression constrains only the first row-key field, exactly as ``key_ranges``
     says: a read restricted to those ranges already holds just the rows that pass."""
+    blooms: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Hashes of the expression's point values on columns with Parquet bloom filters, by
+    column (sediment.query.skipindex): row groups whose filters hold none are pruned when
+    ``tree`` allows pruning."""
 
     def row_groups(self, metadata: pq.FileMetaData, groups: list[int]) -> list[int]:
         """The row groups whose statistics do not rule every row out."""

@@ -30,11 +30,15 @@ from sediment.errors import (
     ObjectNotFoundError,
     StorageError,
 )
+from sediment.files import thrift_compact as tc
+from sediment.files.bloom import ColumnBlooms, bloom_places, parse_filter
 from sediment.files.keyfilter import HEADER_BYTES, FilterLayout
 from sediment.files.keys import first_field_bounds
 from sediment.files.pages import PageIndex, load_page_index
+from sediment.files.parquet_meta import FMD_SCHEMA, MAGIC, SE_NAME, get_field, struct_list
 from sediment.files.sequence import SEQ
 from sediment.files.sidecars import KEYS, read_sidecar_range
+from sediment.files.thrift_compact import BINARY, ThriftError
 from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem
 from sediment.files.writer import keys_name
 from sediment.query.cached_files import CachedParquetFile, RangeFile, footer_bytes
@@ -84,6 +88,9 @@ class FooterCache:
         """Key-filter layouts by file: None for a file without filters, or with damaged
         ones (then its row groups are read as if it had none)."""
         self._page_indexes: OrderedDict[str, PageIndex | None] = OrderedDict()
+        self._blooms: OrderedDict[tuple[str, str], ColumnBlooms | None] = OrderedDict()
+        """Parquet bloom filters by (file, column): None for a file without them."""
+        self._blooms_size = 0
         """Page indexes by file: None for a file without one."""
         self._lock = threading.Lock()
         self.fs, _ = objects.arrow_filesystem()
@@ -275,6 +282,89 @@ class FooterCache:
             while len(self._page_indexes) > max(self.capacity, 1):
                 self._page_indexes.popitem(last=False)
         return index
+
+    def _tail(self, filename: str, sums: Sums | None) -> tuple[int, bytes]:
+        """The file's size and its last bytes, its whole footer among them, checked against
+        ``sums`` (read again once, then CorruptDataError)."""
+        if sums is not None:
+            size = sums.size
+        else:
+            info = self.objects.head(filename)
+            if info is None:
+                raise ObjectNotFoundError(f"data file {filename} is missing from "
+                                          f"{self.objects.uri}")
+            size = info.size
+        problem = ""
+        for _ in range(READS):
+            tail = self.objects.get_range(filename, max(0, size - FOOTER_GUESS), size)
+            length = int.from_bytes(tail[-8:-4], "little") if len(tail) >= 8 else 0
+            if len(tail) < length + 8 <= size:
+                tail = self.objects.get_range(filename, size - length - 8, size)
+            found = footer_problem(tail, size, sums)
+            if found is None:
+                return size, tail
+            problem = found
+        raise damaged(self.table, filename, self.objects.uri, OSError(problem))
+
+    def blooms(self, filename: str, column: str, sums: Sums | None) -> ColumnBlooms | None:
+        """The Parquet bloom filters of ``column`` in every row group of the file
+        (sediment.files.bloom), read when a filter first needs them, cached (bounded by
+        ``query.key_filter_cache_bytes`` with the key filters' own bound); None when the
+        file has none for it (written before ``parquet.bloom_columns`` named it) or they
+        cannot be read: then every row group may hold any value."""
+        key = (filename, column)
+        with self._lock:
+            if key in self._blooms:
+                self._blooms.move_to_end(key)
+                return self._blooms[key]
+        found: ColumnBlooms | None = None
+        try:
+            found = self._read_blooms(filename, column, sums)
+        except (CorruptMetadataError, ThriftError, TypeError, ValueError) as e:
+            log.warning("the bloom filters of column %s of data file %s in %s cannot be "
+                        "read (%s): reading the file without them", column, filename,
+                        self.objects.uri, e)
+        except StorageError as e:  # perhaps passing: this read goes without, the next asks
+            log.warning("the bloom filters of data file %s in %s cannot be read now (%s)",
+                        filename, self.objects.uri, e)
+            return None
+        size = 64 if found is None else found.nbytes
+        with self._lock:
+            if key not in self._blooms:
+                self._blooms[key] = found
+                self._blooms_size += size
+            while self._blooms and self._blooms_size > max(self.filter_bytes, size):
+                _, old = self._blooms.popitem(last=False)
+                self._blooms_size -= 64 if old is None else old.nbytes
+        return found
+
+    def _read_blooms(self, filename: str, column: str, sums: Sums | None
+                     ) -> ColumnBlooms | None:
+        size, tail = self._tail(filename, sums)
+        length = int.from_bytes(tail[-8:-4], "little")
+        if len(tail) < 12 or tail[-4:] != MAGIC or length + 8 > len(tail):
+            raise CorruptMetadataError(f"data file {filename} has no Parquet footer")
+        md = tc.decode(tail[len(tail) - length - 8:len(tail) - 8])
+        names = [get_field(e, SE_NAME, BINARY).decode("utf-8", "replace")
+                 for e in struct_list(md, FMD_SCHEMA)[1:]]
+        if column not in names:
+            return None
+        places = bloom_places(md, names.index(column))
+        if not places:
+            return None
+        start = min(o for o, _ in places)
+        # a length of -1 (not recorded): the header and a bitset of at most 128 MiB follow
+        end = max(o + (n if n > 0 else 0) for o, n in places)
+        if any(n <= 0 for _, n in places) or start < len(MAGIC) or \
+                end > size - length - 8:
+            return None  # not recorded, or outside the data: read without
+        # the filters have no checksum, and a byte changed on the way could hide a value:
+        # they are read twice and must agree, else the file is read without them
+        raw = self.objects.get_range(filename, start, end)
+        if self.objects.get_range(filename, start, end) != raw:
+            raise CorruptMetadataError(f"the bloom filters of {column} read differently twice")
+        return ColumnBlooms.of([parse_filter(memoryview(raw)[o - start:o - start + n])
+                                for o, n in places])
 
     def layout(self, filename: str) -> FilterLayout | None:
         """The layout of the file's key filters, read when a lookup first needs it (scans

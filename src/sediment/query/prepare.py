@@ -3,7 +3,9 @@
 One :class:`~sediment.query.scan.Scan` serves every reader of a table (``Table.query``/
 ``scan``/``plan`` and the conversions, the Spark data source's per-leaf reads, the Flight
 service, dumps), so they check columns, pick iterators and choose the columns to read the
-same way. Preparing is pure: a function of the state, the request and an executor.
+same way. Preparing is a function of the state, the request and an executor; it reads
+nothing, except where a filter pins a column with bloom filters: then the files' filters (and,
+on merged tables, the rows they keep) are read to narrow the plan (sediment.query.skipindex).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sediment.query.footers import FooterCache
 from sediment.query.planner import QueryPlan, normalise_ranges, plan_query
 from sediment.query.request import ReadRequest
 from sediment.query.scan import Scan, ScanSource
+from sediment.query.skipindex import narrow_plan
 from sediment.query.wire import from_wire
 from sediment.storage import diskcache
 from sediment.storage.base import ObjectStore
@@ -98,6 +101,8 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
         # the plan reads exactly the rows the filter passes (row keys are never null, and
         # iterators keep every record's row key): applying it again would change nothing
         query_filter = None
+    if query_filter is not None:  # the filter's skip index (query/skipindex.py)
+        plan, query_filter = narrow_plan(state, plan, executor, query_filter, its, table)
     if state.deletions:  # what they delete is judged on the keys and their filters' fields
         extra |= executor.deletes.fields(state.deletions)
     read = [c for c in schema.field_names if c in wanted or c in schema.key_names or c in extra]

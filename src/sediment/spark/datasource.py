@@ -65,11 +65,11 @@ from pyspark.sql.types import StructType
 
 from sediment.core.regions import Range
 from sediment.files.sample import cut_keys
-from sediment.properties import defaults
+from sediment.properties import bloom_columns, defaults
 from sediment.query.blocks import use_worker_bound
 from sediment.query.request import ReadRequest
 from sediment.spark import tasks
-from sediment.spark.pushdown import other_field, with_other_fields
+from sediment.spark.pushdown import bloom_filter, bloom_point, other_field, with_other_fields
 from sediment.spark.sparktypes import batch_schema, cast_for_spark, spark_struct
 from sediment.spark.tasks import options_spec as _spec
 from sediment.spark.writer import (
@@ -270,10 +270,15 @@ class SedimentReader(DataSourceReader):
         self.first_key = table.schema.row_key_names[0]
         self.key_names = list(table.schema.row_key_names)
         self.ranges: list[Range] | None = None
+        self.blooms = set(bloom_columns(table.schema,
+                                        table.properties["parquet.bloom_columns"]))
+        """Columns with bloom filters: = and IN on them are pushed as the read's filter."""
+        self.points: dict[str, list[Any]] = {}
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark API)
         """Take filters on the first row-key field; return the others to Spark."""
         self.ranges = None  # a reader may be asked again for another scan
+        self.points = {}
         if self.options.get("pushdown", "false").strip().lower() not in ("true", "1", "yes") \
                 or self.request.keys is not None or self.request.ranges is not None:
             # (a request's own keys or ranges: Spark applies its filters to what they read)
@@ -289,6 +294,13 @@ class SedimentReader(DataSourceReader):
                 others.setdefault(other, []).append(f)
                 continue
             if attr != (self.first_key,):
+                if self.request.filter is None and \
+                        (point := bloom_point(f, self.blooms)) is not None:
+                    # (Spark still applies it: the read skips what the blooms rule out)
+                    column, values = point
+                    old = self.points.get(column)
+                    self.points[column] = values if old is None else \
+                        [v for v in old if v in values]
                 yield f
                 continue
             if isinstance(f, EqualTo) and f.value is not None:
@@ -325,6 +337,8 @@ class SedimentReader(DataSourceReader):
         table = tasks.open_table(self.spec, self.name, self.table_id)
         handle = handle_of(table)
         read = self.request if self.ranges is None else self.request.replace(ranges=self.ranges)
+        if (pushed := bloom_filter(self.points)) is not None:
+            read = read.replace(filter=pushed)
         plan = table.prepare(read).plan
         if "leaves" in self.options:  # read_table reads the other leaves natively
             keep = {x for x in self.options["leaves"].split(",") if x}

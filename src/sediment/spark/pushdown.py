@@ -16,6 +16,7 @@ from pyspark.sql.datasource import (
     Filter,
     GreaterThan,
     GreaterThanOrEqual,
+    In,
     LessThan,
     LessThanOrEqual,
 )
@@ -74,3 +75,28 @@ def with_other_fields(ranges: list[Range] | None, others: dict[str, list[Filter]
         if not _empty(r):
             out.append(Box({first: r, **fields}))
     return out
+
+
+def bloom_point(f: Filter, columns: set[str]) -> tuple[str, list[Any]] | None:
+    """The column and values of an ``=`` or ``IN`` filter on a column with bloom filters
+    (``parquet.bloom_columns``), when its values are JSON strings or numbers (the wire
+    filter's untyped literals, cast to the column's type); else None. Spark still applies
+    the filter: pushed, it only lets the read skip what the blooms rule out
+    (sediment.query.skipindex)."""
+    attr = getattr(f, "attribute", None)
+    if not (isinstance(attr, tuple) and len(attr) == 1 and attr[0] in columns):
+        return None
+    values = [f.value] if isinstance(f, EqualTo) else list(f.value) if isinstance(f, In) \
+        else None
+    if not values or not all(isinstance(v, str | int | float) and not isinstance(v, bool)
+                             for v in values):
+        return None
+    return str(attr[0]), values
+
+
+def bloom_filter(points: dict[str, list[Any]]) -> dict[str, Any] | None:
+    """The pushed points as one wire filter (an ``and`` of ``is_in``s), or None."""
+    parts = [{"call": "is_in", "args": [{"field": c}], "values": v} for c, v in points.items()]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else {"call": "and", "args": parts}
