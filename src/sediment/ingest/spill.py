@@ -32,6 +32,10 @@ SPILL_ENV = "SEDIMENT_SPILL_DIR"
 
 SpillDir = str | os.PathLike[str] | None
 
+_GATHER_AHEAD_ROWS = 131_072
+"""Below this many rows the sorted rows are gathered at once, not piece by piece on a
+thread (starting the thread costs more than the overlap gains)."""
+
 
 def resolve_spill_dir(spill_dir: SpillDir, table: str) -> str:
     """The folder spilled runs go to (see module docs); StorageError naming the table and the
@@ -114,7 +118,7 @@ class SortedRuns:
         self.buffer, self.buffered = [], 0
         order = sort_order(t, self.keys)
         step = self.row_group_rows * 4
-        if order is None or len(order) <= step:
+        if order is None or len(order) <= _GATHER_AHEAD_ROWS:  # (not worth a thread)
             ordered = sort_table(t, self.keys) if order is None else t.take(order)
             yield from ordered.to_batches(max_chunksize=step)
             return
