@@ -245,17 +245,21 @@ class SortedFileWriter:
 
     def close(self) -> WrittenFile:
         self._flush(final=True)
-        if isinstance(self._sink, SummingSink):
-            self._sink.mark()  # what close writes (page indexes, footer) is kept whole
-        self._writer.close()
-        self._out.close()  # flushes the buffer into the sink, and closes it
-        if self._keys_sink is not None:
-            self._keys_sink.close()
-        sample = self._sampler.sample(pa.schema(list(self.schema.row_keys)))
-        buf = io.BytesIO()
-        pq.write_table(sample, buf, compression="zstd", write_page_checksum=checksums.WRITE_SUMS)
-        sample_bytes = buf.getvalue()
-        self.objects.put(sample_name(self.filename), sample_bytes)
+        # the sample is built and stored (a put: an fsync of it and of its folder on local
+        # disk) on a thread while the file's last pages, page index and footer are written
+        stored = _filter_builder().submit(self._store_sample)
+        try:
+            if isinstance(self._sink, SummingSink):
+                self._sink.mark()  # what close writes (page indexes, footer) is kept whole
+            self._writer.close()
+            self._out.close()  # flushes the buffer into the sink, and closes it
+            if self._keys_sink is not None:
+                self._keys_sink.close()
+        except BaseException:
+            with contextlib.suppress(Exception):  # settled before an abort deletes it
+                stored.result()
+            raise
+        sample_bytes = stored.result()
         info = self.objects.head(self.filename)
         if not isinstance(self._sink, SummingSink):  # no sums: WRITE_SUMS is off
             return WrittenFile(self.filename, self.rows, 0 if info is None else info.size)
@@ -270,6 +274,16 @@ class SortedFileWriter:
             footer = crc32(self.objects.get_range(self.filename, size - n, size))
         sums = FileSums(size, footer, self._sink.crc, crc32(sample_bytes))
         return WrittenFile(self.filename, self.rows, size, sums)
+
+    def _store_sample(self) -> bytes:
+        """Build the file's sample and store it (after ``ready``, as the file); its bytes."""
+        sample = self._sampler.sample(pa.schema(list(self.schema.row_keys)))
+        buf = io.BytesIO()
+        pq.write_table(sample, buf, compression="zstd", write_page_checksum=checksums.WRITE_SUMS)
+        if self._ready is not None:
+            self._ready()
+        self.objects.put(sample_name(self.filename), buf.getvalue())
+        return buf.getvalue()
 
     def abort(self) -> None:
         """Close and delete what was written (best effort)."""
