@@ -116,21 +116,14 @@ class SortedRuns:
         GIL: on two cores they overlap, and the sorted copy is never whole in memory)."""
         t = pa.Table.from_batches(self.buffer, schema=self.schema)
         self.buffer, self.buffered = [], 0
+        order = sort_order(t, self.keys)
         step = self.row_group_rows * 4
-        if t.num_rows <= _GATHER_AHEAD_ROWS:  # (not worth a thread)
-            order = sort_order(t, self.keys)
+        if order is None or len(order) <= _GATHER_AHEAD_ROWS:  # (not worth a thread)
             ordered = sort_table(t, self.keys) if order is None else t.take(order)
             yield from ordered.to_batches(max_chunksize=step)
             return
+        t = t.combine_chunks()  # (a take from chunked columns joins their chunks each time)
         with ThreadPoolExecutor(1, thread_name_prefix="sediment-gather") as pool:
-            # the columns joined (a take from chunked columns joins their chunks at each
-            # call) on the thread while the order is found here
-            joined = pool.submit(t.combine_chunks)
-            order = sort_order(t, self.keys)
-            t = joined.result()
-            if order is None:
-                yield from sort_table(t, self.keys).to_batches(max_chunksize=step)
-                return
             ahead = pool.submit(t.take, order.slice(0, step))
             for start in range(step, len(order) + step, step):
                 piece = ahead.result()
