@@ -26,6 +26,7 @@ def _reference(t: pa.Table, names: list[str]) -> pa.Table:
 @pytest.fixture(autouse=True)
 def _always_sort_big(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sort_mod, "_DATAFUSION_MIN_ROWS", 0)
+    monkeypatch.setattr(sort_mod, "_NORMALISED_MIN_ROWS", 0)
     monkeypatch.setattr(sort_mod, "_MAX_TIE_FRACTION", sort_mod._MAX_TIE_FRACTION)  # restored
 
 
@@ -50,3 +51,28 @@ def test_sorted_slices_and_chunked_tables() -> None:
                                     "ts": list(range(500))})] * 3)
     sub = t.slice(100, 1000)
     assert sort_table(sub, ["key", "ts"]).equals(_reference(sub, ["key", "ts"]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.binary(max_size=11), min_size=1, max_size=60), st.integers(0, 5))
+def test_prefix_keys_are_the_first_eight_bytes(values: list[bytes], start: int) -> None:
+    """The one-gather prefix (a byte-strided view) equals each value's first 8 bytes, zero
+    padded, read big-endian: on sliced arrays and values shorter than 8 bytes too."""
+    col = pa.array([b"pad"] * start + values, pa.binary()).slice(start)
+    got = sort_mod._prefix_keys(col)
+    assert got is not None
+    assert got.tolist() == [int.from_bytes(v[:8].ljust(8, b"\0"), "big") for v in values]
+
+
+def test_sort_order_on_small_tables_is_stable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the normalised-key threshold and DataFusion's, a table the normalised sort
+    cannot serve (integer keys) is sorted by pyarrow, stably, not by DataFusion."""
+    monkeypatch.setattr(sort_mod, "_DATAFUSION_MIN_ROWS", 65_536)
+    monkeypatch.setattr(sort_mod, "_NORMALISED_MIN_ROWS", 2_048)
+    monkeypatch.setattr(sort_mod, "_datafusion_sort", None)  # (called: a TypeError)
+    n = 5_000
+    t = pa.table({"key": pa.array([i % 7 for i in range(n)], pa.int64()),
+                  "ts": pa.array([0] * n, pa.int64()), "pos": pa.array(range(n), pa.int64())})
+    got = sort_table(t.select(["key", "ts", "pos"]), ["key", "ts"])
+    want = sorted(range(n), key=lambda i: (i % 7, i))
+    assert got.column("pos").to_pylist() == want

@@ -27,7 +27,7 @@ the file holds them. One staging serves one write on one thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 
 from sediment.core.state import TableState
@@ -65,6 +65,14 @@ class Staging:
         name = new_data_filename(partition_id)
         self.stage([name])
         return name
+
+    def new_file_later(self, partition_id: str) -> tuple[str, Callable[[], None]]:
+        """:meth:`new_file`, its lease written on a thread: the name, and ``wait``, which the
+        writer calls before it creates the file (``pending.register_later``)."""
+        name = new_data_filename(partition_id)
+        wait = pending.register_later(self.objects, [name])
+        self._files[name] = None
+        return name, wait
 
     def stage(self, filenames: Iterable[str]) -> None:
         """Protect ``filenames`` from GC's orphan pass before they are written here: the

@@ -19,17 +19,22 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
 from sediment.errors import StorageError
 from sediment.files.merge import merge_sorted
-from sediment.files.sort import sort_table
+from sediment.files.sort import sort_order, sort_table
 
 SPILL_ENV = "SEDIMENT_SPILL_DIR"
 """Environment variable naming the spill folder when no ``spill_dir`` argument is given."""
 
 SpillDir = str | os.PathLike[str] | None
+
+_GATHER_AHEAD_ROWS = 131_072
+"""Below this many rows the sorted rows are gathered at once, not piece by piece on a
+thread (starting the thread costs more than the overlap gains)."""
 
 
 def resolve_spill_dir(spill_dir: SpillDir, table: str) -> str:
@@ -95,15 +100,36 @@ class SortedRuns:
 
     def sorted_stream(self) -> Iterator[pa.RecordBatch]:
         """Everything added, as one sorted stream (merging spilled runs in bounded memory)."""
-        memory = self._sorted_buffer() if self.buffer else None
         if not self.runs:
-            if memory is not None:
-                yield from memory.to_batches(max_chunksize=self.row_group_rows * 4)
+            if self.buffer:
+                yield from self._gathered()
             return
+        memory = self._sorted_buffer() if self.buffer else None
         streams: list[Iterator[pa.RecordBatch]] = [self._read_run(p) for p in self.runs]
         if memory is not None:
             streams.append(iter(memory.to_batches(max_chunksize=self.row_group_rows)))
         yield from merge_sorted(streams, self.keys, self.schema)
+
+    def _gathered(self) -> Iterator[pa.RecordBatch]:
+        """What is buffered, sorted, gathered a piece at a time, the next piece on a thread
+        while the caller writes this one (gathering and Parquet encoding both release the
+        GIL: on two cores they overlap, and the sorted copy is never whole in memory)."""
+        t = pa.Table.from_batches(self.buffer, schema=self.schema)
+        self.buffer, self.buffered = [], 0
+        order = sort_order(t, self.keys)
+        step = self.row_group_rows * 4
+        if order is None or len(order) <= _GATHER_AHEAD_ROWS:  # (not worth a thread)
+            ordered = sort_table(t, self.keys) if order is None else t.take(order)
+            yield from ordered.to_batches(max_chunksize=step)
+            return
+        t = t.combine_chunks()  # (a take from chunked columns joins their chunks each time)
+        with ThreadPoolExecutor(1, thread_name_prefix="sediment-gather") as pool:
+            ahead = pool.submit(t.take, order.slice(0, step))
+            for start in range(step, len(order) + step, step):
+                piece = ahead.result()
+                if start < len(order):
+                    ahead = pool.submit(t.take, order.slice(start, step))
+                yield from piece.to_batches(max_chunksize=step)
 
     def _read_run(self, path: str) -> Iterator[pa.RecordBatch]:
         try:

@@ -30,6 +30,7 @@ from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_inp
 from sediment.ingest.spill import SortedRuns, SpillDir, resolve_spill_dir
 from sediment.ingest.stall import wait_for_room
 from sediment.partitioning import partitioning_of
+from sediment.schema import Schema
 from sediment.settings import TableSettings, settings_of
 
 if TYPE_CHECKING:
@@ -93,8 +94,8 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
                     counts[piece.leaf.id] = counts.get(piece.leaf.id, 0) + piece.rows
                 if pieces:
                     if "shared" not in writers:
-                        writers["shared"] = SortedFileWriter(
-                            table.objects, staging.new_file("shared"), schema, settings)
+                        writers["shared"] = _new_writer(table, staging, "shared", schema,
+                                                        settings)
                     writers["shared"].write(batch)
                 continue
             for piece in pieces:
@@ -103,8 +104,7 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
                     if partitioning.cuts_in_order:  # the leaves before it are done
                         for key in list(writers):
                             close(key)
-                    writer = SortedFileWriter(table.objects, staging.new_file(piece.leaf.id),
-                                              schema, settings)
+                    writer = _new_writer(table, staging, piece.leaf.id, schema, settings)
                     writers[piece.leaf.id] = writer
                 writer.write(piece.of(batch))
         for key in list(writers):
@@ -123,6 +123,15 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
     return refs, written
 
 
+
+
+def _new_writer(table: TableHandle, staging: Staging, partition_id: str, schema: Schema,
+                settings: TableSettings) -> SortedFileWriter:
+    """A writer of a new file of ``partition_id``: its lease is written on a thread while the
+    writer encodes, and the file created only once the lease is stored
+    (``Staging.new_file_later``)."""
+    name, ready = staging.new_file_later(partition_id)
+    return SortedFileWriter(table.objects, name, schema, settings, ready=ready)
 
 
 def delete_staged(table: TableHandle, filenames: Sequence[str]) -> None:

@@ -39,7 +39,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sediment.errors import (
@@ -236,9 +237,31 @@ def flush() -> None:
 def register(objects: ObjectStore, filenames: Iterable[str]) -> None:
     """Protect ``filenames`` (table-rooted keys of ``objects``) from the orphan collector
     until :func:`release`; the lease is written before this returns."""
+    lease = _named(objects, filenames)
+    if lease is not None:
+        lease.write()
+
+
+def register_later(objects: ObjectStore, filenames: Iterable[str]) -> Callable[[], None]:
+    """:func:`register`, the lease written on a thread: returns ``wait``, which returns once
+    the lease naming ``filenames`` is written (raising what writing it raised). For a writer
+    that creates the files only after ``wait()``: the lease's write (an fsync of the lease and
+    of its folder on local disk, a PUT on S3) overlaps the writer's sorting and encoding
+    instead of coming before them. The guarantee is :func:`register`'s: no file is created
+    before a lease naming it is stored."""
+    lease = _named(objects, filenames)
+    if lease is None:
+        return lambda: None
+    written = _writer_pool().submit(lease.write)
+    return lambda: written.result()
+
+
+def _named(objects: ObjectStore, filenames: Iterable[str]) -> _Lease | None:
+    """This process's lease of ``objects``, naming ``filenames`` now (in memory), or None for
+    no names."""
     names = list(filenames)
     if not names:
-        return
+        return None
     lease_timeout()  # a bad $SEDIMENT_LEASE_TIMEOUT_SECONDS fails the writer, not the heartbeat
     with _LOCK:
         leases = _leases()
@@ -247,7 +270,19 @@ def register(objects: ObjectStore, filenames: Iterable[str]) -> None:
             lease = leases[objects.uri] = _Lease(
                 objects, f"{PENDING_PREFIX}{uuid.uuid4().hex}.json")
         lease.files.update(names)
-    lease.write()
+    return lease
+
+
+_POOL: list[tuple[int, ThreadPoolExecutor]] = []
+
+
+def _writer_pool() -> ThreadPoolExecutor:
+    """The threads that write leases for :func:`register_later`, one pool per process (a pool
+    inherited through fork has no threads)."""
+    with _LOCK:
+        if not _POOL or _POOL[0][0] != os.getpid():
+            _POOL[:] = [(os.getpid(), ThreadPoolExecutor(2, thread_name_prefix="sediment-lease"))]
+        return _POOL[0][1]
 
 
 def release(objects: ObjectStore, filenames: Iterable[str], *, now: bool = False) -> None:
