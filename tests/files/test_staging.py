@@ -264,3 +264,55 @@ def test_spark_tasks_hand_their_files_over_to_the_driver(tmp_path: Path) -> None
     names = [n for b in staged for n in b.column("filename").to_pylist()]
     assert names and all(handle.objects.exists(n) for n in names)
     assert _leased(table) == set()
+
+
+def test_a_commit_makes_its_files_durable_before_the_log_entry(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    # the log entry is fsynced by its put: the data files it names must be durable first, or
+    # an OS crash could leave a committed entry naming a truncated file
+    import sediment.storage.local as local
+
+    table = make_table(tmp_path)
+    events: list[tuple[str, str]] = []
+    real_fsync, real_put = local._fsync_file, local.LocalObjectStore.put_if_absent
+
+    def fsync(path: Path) -> None:
+        events.append(("fsync", path.name))
+        real_fsync(path)
+
+    def put_if_absent(self: local.LocalObjectStore, key: str, data: bytes) -> bool:
+        if "/log/" in f"/{key}":
+            events.append(("log", key))
+        return real_put(self, key, data)
+
+    monkeypatch.setattr(local, "_fsync_file", fsync)
+    monkeypatch.setattr(local.LocalObjectStore, "put_if_absent", put_if_absent)
+    table.ingest(rows(50, seed=0))
+    (ref,) = table.state().all_references()
+    synced = [n for kind, n in events if kind == "fsync"]
+    assert ref.filename.rsplit("/", 1)[-1] in synced
+    first_log = next(i for i, (kind, _) in enumerate(events) if kind == "log")
+    assert events.index(("fsync", ref.filename.rsplit("/", 1)[-1])) < first_log
+
+
+def test_files_that_cannot_be_made_durable_are_not_committed(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    import sediment.storage.local as local
+
+    table = make_table(tmp_path)
+    table.ingest(rows(10, seed=0))
+    before = table.state().version
+
+    def failing(path: Path) -> None:
+        raise OSError(5, "Input/output error", str(path))
+
+    monkeypatch.setattr(local, "_fsync_file", failing)
+    with pytest.raises(sd.SedimentError, match="could not make files durable"):
+        table.ingest(rows(10, seed=1))
+    monkeypatch.undo()
+    assert table.state().version == before
+    committed = {r.filename for r in table.state().all_references()}
+    assert [o.key for o in table._handle.objects.list("data/")
+            if o.key.endswith(".parquet") and o.key not in committed] == []  # deleted

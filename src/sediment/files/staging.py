@@ -116,6 +116,12 @@ class Staging:
         """Commit ``source`` (the transaction naming the staged files) and settle: the files
         are let go once committed; on failure they are deleted or kept as :meth:`settle`
         decides, and the error is raised."""
+        # the files are made durable before the log entry naming them is (a no-op on S3)
+        try:
+            self.objects.sync(with_sidecars(self._files))
+        except BaseException as e:
+            self.settle(e)  # no commit tried: the files are deleted
+            raise
         self._tried = True
         try:
             state = states.commit(source)

@@ -94,6 +94,13 @@ class ObjectStore(ABC):
         files (readers may then open it directly), else None."""
         return None
 
+    def sync(self, keys: Iterable[str]) -> None:
+        """Make the objects ``keys`` durable before anything refers to them (a commit naming
+        data files): objects written through :meth:`arrow_filesystem` are not made durable
+        by their writer. Keys that do not exist are skipped. Nothing to do where a finished
+        write is durable already (S3, memory)."""
+        return None
+
     def cache_name(self, key: str) -> str | None:
         """A name of ``key`` unique across stores (endpoint, bucket, full key) under which the
         disk cache (sediment.storage.diskcache) keeps its ranges, or None for a store whose
@@ -173,6 +180,9 @@ class PrefixedObjectStore(ObjectStore):
 
     def local_path(self, key: str) -> str | None:
         return self.inner.local_path(self._k(key))
+
+    def sync(self, keys: Iterable[str]) -> None:
+        self.inner.sync(self._k(k) for k in keys)
 
     def cache_name(self, key: str) -> str | None:
         return self.inner.cache_name(self._k(key))
