@@ -364,22 +364,26 @@ class Table:
 
     def delete(self, keys: Sequence[Any] | None = None,
                ranges: Sequence[Range] | Range | None = None, *,
-               filter: Any = None) -> int:  # noqa: A002 (the public name)
+               filter: Any = None,  # noqa: A002 (the public name)
+               idempotency_key: str | None = None) -> int:
         """Delete, in one transaction, every record committed before it of ``keys`` (row
         keys: all their records), in ``ranges``, and/or matching ``filter`` (a
         ``pc.Expression`` or ``--where`` text; with keys or ranges, the records of those
         that match it); returns the new version. A metadata commit: no data is read or
         written, whatever it covers; reads drop the records from this version on, earlier
         versions still hold them, and compaction removes them for good. Records written
-        after it (an insert of a deleted key) are kept.
+        after it (an insert of a deleted key) are kept. ``idempotency_key``: as
+        :meth:`ingest`'s (the payload is what the delete names).
 
         Raises QueryError naming the table: nothing named (``clear()`` deletes every
         record), a key, range or filter that does not fit the table; TransactionError: the
-        commit was refused or its outcome is unknown.
+        commit was refused or its outcome is unknown (IdempotencyKeyReusedError: the key was
+        used for another delete or write).
         """
         from sediment.ingest.records import delete
 
-        return delete(self._handle, keys, ranges, filter=filter)
+        return delete(self._handle, keys, ranges, filter=filter,
+                      idempotency_key=idempotency_key)
 
     def purge(self, keys: Sequence[Any] | None = None,
               ranges: Sequence[Range] | Range | None = None, *,
@@ -624,7 +628,8 @@ class Table:
 
     # ---- ingest ----------------------------------------------------------------------------
     def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None,
-               spill_dir: str | None = None) -> IngestResult:
+               spill_dir: str | None = None,
+               idempotency_key: str | None = None) -> IngestResult:
         """Ingest records (pyarrow Table/RecordBatch/RecordBatchReader, pandas DataFrame or an
         iterable of them) in one transaction.
 
@@ -632,25 +637,44 @@ class Table:
         (else ``$SEDIMENT_SPILL_DIR``, else the system temp folder). It is this client's
         choice, not the table's: the old ``ingest.spill_dir`` property is ignored.
 
+        ``idempotency_key``: a string naming this write, so that a retry (after a lost
+        answer, a crash, from another process or server) commits it at most once: within
+        ``write.idempotency_window_seconds`` the same key with the same records returns the
+        first write's result (its version) and writes nothing; with other records it raises
+        IdempotencyKeyReusedError (see ``sediment.ingest.idempotency``).
+
         Raises DataError: records that do not fit the schema (the field and row are named);
         StorageError: the spill folder does not exist or is not a folder, or a write failed
         (a full disk: the folder or file is named); TransactionError: the commit was refused
-        (CommitOutcomeUnknownError: no answer). Nothing partial is ever committed.
+        (CommitOutcomeUnknownError: no answer; IdempotencyKeyReusedError: a key used for
+        other records). Nothing partial is ever committed.
         """
+        if idempotency_key is not None:
+            from sediment.ingest.keyed import keyed_ingest
+
+            return keyed_ingest(self._handle, data, idempotency_key, progress=progress,
+                                spill_dir=spill_dir)
         from sediment.ingest import ingest
 
         return ingest(self._handle, data, progress=progress, spill_dir=spill_dir)
 
     def upsert(self, data: Any, *, progress: Callable[[int], None] | None = None,
-               spill_dir: str | None = None) -> IngestResult:
+               spill_dir: str | None = None,
+               idempotency_key: str | None = None) -> IngestResult:
         """Upsert records, in one transaction: each replaces every record of its record key
         (row keys + sort keys) committed before it, whatever the table's merge rule, until
         a later write of that key; of equal keys in ``data``, the last in input order wins.
         Takes what :meth:`ingest` takes; costs what an ingest costs (the records replaced
-        are dropped by readers and, for good, by compaction).
+        are dropped by readers and, for good, by compaction). ``idempotency_key``: as
+        :meth:`ingest`'s (an upsert's payload differs from an ingest of the same records).
 
         Raises: as :meth:`ingest`. Nothing partial is ever committed.
         """
+        if idempotency_key is not None:
+            from sediment.ingest.keyed import keyed_ingest
+
+            return keyed_ingest(self._handle, data, idempotency_key, progress=progress,
+                                spill_dir=spill_dir, upsert=True)
         from sediment.ingest import ingest
 
         return ingest(self._handle, data, progress=progress, spill_dir=spill_dir, upsert=True)
