@@ -681,9 +681,15 @@ class Table:
 
     def upsert_files(self, paths: Sequence[str] | str, *,
                      progress: Callable[[int], None] | None = None,
-                     spill_dir: str | None = None) -> IngestResult:
+                     spill_dir: str | None = None,
+                     idempotency_key: str | None = None) -> IngestResult:
         """:meth:`upsert` the records of Parquet, CSV or JSON-lines files (as
         :meth:`ingest_files` reads them; the last of equal keys in file order wins)."""
+        if idempotency_key is not None:
+            from sediment.ingest.keyed import keyed_ingest_files
+
+            return keyed_ingest_files(self._handle, paths, idempotency_key, progress=progress,
+                                      spill_dir=spill_dir, upsert=True)
         from sediment.ingest import ingest_files
 
         return ingest_files(self._handle, paths, progress=progress, spill_dir=spill_dir,
@@ -691,13 +697,20 @@ class Table:
 
     def ingest_files(self, paths: Sequence[str] | str, *,
                      progress: Callable[[int], None] | None = None,
-                     spill_dir: str | None = None) -> IngestResult:
+                     spill_dir: str | None = None,
+                     idempotency_key: str | None = None) -> IngestResult:
         """Ingest Parquet, CSV or JSON-lines files (local or S3; globs) in one transaction
-        (``spill_dir``: as :meth:`ingest`).
+        (``spill_dir``, ``idempotency_key``: as :meth:`ingest`; the payload is the files'
+        records).
 
         Raises DataError: a missing or unreadable file, an unknown format, a bad record;
         StorageError, TransactionError: as :meth:`ingest`.
         """
+        if idempotency_key is not None:
+            from sediment.ingest.keyed import keyed_ingest_files
+
+            return keyed_ingest_files(self._handle, paths, idempotency_key, progress=progress,
+                                      spill_dir=spill_dir)
         from sediment.ingest import ingest_files
 
         return ingest_files(self._handle, paths, progress=progress, spill_dir=spill_dir)

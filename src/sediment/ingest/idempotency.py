@@ -313,3 +313,15 @@ def _is_ours(table: TableHandle, version: int, transaction: Transaction) -> bool
     if not mine:
         return True
     return table.states.log.read(version).transaction.new_files() == mine
+
+
+def expire_keys(table: TableHandle, window: float, store_now: float, margin: float) -> int:
+    """Delete the key records written (last) more than ``window`` + ``margin`` seconds
+    before ``store_now`` (by the store's clock: objects' modification times); GC's part.
+    A record is rewritten once, when its write commits, so its age is at least its
+    creation's: no live record is deleted. Returns how many were deleted."""
+    old = [o.key for o in table.objects.list(INDEX_PREFIX)
+           if store_now - o.mtime > window + margin]
+    for i in range(0, len(old), 1000):
+        table.objects.delete_many(old[i:i + 1000])
+    return len(old)

@@ -21,7 +21,7 @@ records no key.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -31,6 +31,7 @@ from sediment.core.head import schema_of
 from sediment.core.regions import Range
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles, DeleteRecords, KeyedWrite
+from sediment.errors import DataError
 from sediment.ingest.idempotency import (
     KeyIndex,
     KeyRecord,
@@ -39,7 +40,7 @@ from sediment.ingest.idempotency import (
     commit_keyed,
     delete_payload,
 )
-from sediment.ingest.sources import IngestInput, conform, iter_input
+from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 from sediment.ingest.spill import SpillDir, resolve_spill_dir
 from sediment.ingest.standard import IngestResult, Progress, StagedFiles, stage_batches
 from sediment.settings import settings_of
@@ -86,6 +87,36 @@ def keyed_ingest(table: TableHandle, data: IngestInput, key: str, *,
     """Ingest (``upsert``: upsert) ``data`` under idempotency key ``key`` (see the module).
     Raises IdempotencyKeyReusedError for a key recorded with another payload; otherwise as
     ``ingest``."""
+    twice = _readable_twice(data)
+    return _keyed(table, lambda: (("input", b) for b in iter_input(data, table.name)), key,
+                  progress=progress, spill_dir=spill_dir, upsert=upsert,
+                  hash_first=(lambda state, kind: _hash_only(table, state, data, kind))
+                  if twice else None)
+
+
+def keyed_ingest_files(table: TableHandle, paths: Sequence[str] | str, key: str, *,
+                       progress: Progress | None = None, spill_dir: SpillDir = None,
+                       upsert: bool = False) -> IngestResult:
+    """:func:`keyed_ingest` of Parquet, CSV or JSON-lines files (as ``ingest_files`` reads
+    them; the payload is their records, in file order)."""
+    if isinstance(paths, str):
+        paths = [paths]
+    files = expand_paths(paths, table.objects)
+    if not files:
+        raise DataError(f"ingest into table {table.name}: no input files given")
+
+    def batches() -> Iterator[tuple[str, pa.RecordBatch]]:
+        schema = schema_of(table.states.cached_head(), table.name)
+        for fs, path in files:
+            for b in read_file(fs, path, schema):
+                yield path, b
+
+    return _keyed(table, batches, key, progress=progress, spill_dir=spill_dir, upsert=upsert)
+
+
+def _keyed(table: TableHandle, batches: Callable[[], Iterator[tuple[str, pa.RecordBatch]]],
+           key: str, *, progress: Progress | None, spill_dir: SpillDir, upsert: bool,
+           hash_first: Callable[[TableState, str], str] | None = None) -> IngestResult:
     check_key(table.name, key)
     started = time.perf_counter()
     folder = resolve_spill_dir(spill_dir, table.name)
@@ -93,13 +124,12 @@ def keyed_ingest(table: TableHandle, data: IngestInput, key: str, *,
     state = table.states.head()
     index = index_of(table, state)
     record = index.get(key)
-    if record is not None and record.version is not None and _readable_twice(data):
-        record.check(table.name, _hash_only(table, state, data, kind))
+    if record is not None and record.version is not None and hash_first is not None:
+        record.check(table.name, hash_first(state, kind))
         return _answer(record, started)
     hasher = PayloadHash(kind)
-    staged = stage_batches(table, state,
-                           (("input", b) for b in iter_input(data, table.name, "input")),
-                           progress, spill_dir=folder, on_batch=hasher.update)
+    staged = stage_batches(table, state, batches(), progress, spill_dir=folder,
+                           on_batch=hasher.update)
     if staged.rows == 0:  # nothing to commit, nothing to remember
         return IngestResult(0, 0, 0, state.version, time.perf_counter() - started)
     write = KeyedWrite(key, hasher.hexdigest(), staged.rows)
