@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from sediment.core.regions import Range
     from sediment.dump import DumpJob
     from sediment.ingest import IngestResult
+    from sediment.ingest.buffered import BufferedWriter
     from sediment.maintenance.gc import GcResult
     from sediment.maintenance.passes import MaintenanceResult
     from sediment.maintenance.purge import PurgeResult
@@ -678,6 +679,20 @@ class Table:
         from sediment.ingest import ingest
 
         return ingest(self._handle, data, progress=progress, spill_dir=spill_dir, upsert=True)
+
+    def writer(self, *, max_rows: int = 100_000, max_bytes: int = 64 << 20,
+               max_seconds: float = 1.0) -> BufferedWriter:
+        """A buffered writer (a context manager): ``write(data, *, idempotency_key=None)``
+        validates and buffers small writes; a background thread flushes them as one sorted
+        set of files and ONE commit once ``max_rows`` rows or ``max_bytes`` bytes are
+        buffered or the oldest write is ``max_seconds`` old. ``flush()`` and ``close()``
+        return the versions committed since the last of them (once everything written
+        before is committed) and raise what a background flush hit. ``write`` blocks while
+        the buffer is full (see ``sediment.ingest.buffered``)."""
+        from sediment.ingest.buffered import BufferedWriter
+
+        return BufferedWriter(self._handle, max_rows=max_rows, max_bytes=max_bytes,
+                              max_seconds=max_seconds)
 
     def upsert_files(self, paths: Sequence[str] | str, *,
                      progress: Callable[[int], None] | None = None,

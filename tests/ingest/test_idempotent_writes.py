@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import make_table, rows, run_together
 
 import sediment as sd
+from helpers import make_table, rows, run_together
 from sediment.errors import CommitOutcomeUnknownError, DataError, WriteOutcomeUnknownError
 from sediment.ingest import idempotency
 from sediment.maintenance.gc import gc
