@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import make_table, rows, run_together
 
 import sediment as sd
+from helpers import make_table, rows, run_together
 from sediment.errors import DataError, TableNotFoundError
 from sediment.ingest import buffered
 
