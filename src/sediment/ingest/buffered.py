@@ -56,6 +56,25 @@ class _Write:
     key: KeyedWrite | None
 
 
+def _combined(writes: list[_Write]) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The writes' batches, in order, joined into few large ones (runs of one schema): the
+    flush validates them again against its head, once per batch, and thousands of
+    100-row batches made that half a flush's time."""
+    run: list[pa.RecordBatch] = []
+    for b in (b for w in writes for b in w.batches):
+        if run and b.schema != run[0].schema:
+            yield from _joined(run)
+            run = []
+        run.append(b)
+    yield from _joined(run)
+
+
+def _joined(run: list[pa.RecordBatch]) -> Iterator[tuple[str, pa.RecordBatch]]:
+    if run:
+        for b in pa.Table.from_batches(run).combine_chunks().to_batches():
+            yield "writes", b
+
+
 class BufferedWriter:
     """Buffers small writes to one table and commits them in flushes (see the module). Use
     it as a context manager: leaving the block closes it (flushing what is left)."""
@@ -67,7 +86,9 @@ class BufferedWriter:
                             f"max_seconds must be positive")
         self.table = table
         self.max_rows, self.max_bytes, self.max_seconds = max_rows, max_bytes, max_seconds
-        self._schema = schema_of(table.states.cached_head(), table.name)
+        head = table.states.cached_head()
+        self._schema = schema_of(head, table.name)
+        self._index = index_of(table, head)  # the key window, read once
         self._cond = threading.Condition()
         self._buffer: list[_Write] = []
         self._rows = self._bytes = 0
@@ -138,7 +159,7 @@ class BufferedWriter:
     def _already_committed(self, key: KeyedWrite) -> bool:
         """Whether the table recorded ``key`` for these records (IdempotencyKeyReusedError
         for other records)."""
-        record = index_of(self.table, self.table.states.cached_head()).get(key.key)
+        record = self._index.get(key.key)
         if record is None:
             return False
         record.check(self.table.name, key.payload)
@@ -202,12 +223,7 @@ class BufferedWriter:
             started = time.perf_counter()
             state = table.states.head()
 
-            def batches(ws: list[_Write] = writes) -> Iterator[tuple[str, pa.RecordBatch]]:
-                for w in ws:
-                    for b in w.batches:
-                        yield "write", b
-
-            staged = stage_batches(table, state, batches())
+            staged = stage_batches(table, state, _combined(writes))
             keys = [w.key for w in writes if w.key is not None]
             if not keys:
                 return commit_staged(table, staged, started, state=state).version
