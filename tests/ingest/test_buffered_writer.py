@@ -128,3 +128,18 @@ def test_bad_records_are_refused_at_write(tmp_path: Path) -> None:
     with table.writer() as w, pytest.raises(DataError, match=table.name):
         w.write(rows(3, 1).drop_columns(["value"]))
     assert table.version == 1
+
+
+def test_a_flush_whose_key_another_writer_committed_commits_only_the_rest(
+        tmp_path: Path) -> None:
+    table = make_table(tmp_path / "s")
+    keyed, plain = rows(10, 1), rows(10, 2)
+    with table.writer(max_seconds=60) as w:
+        w.write(keyed, idempotency_key="shared")
+        other = sd.Store.open(str(tmp_path / "s")).table(table.name)
+        first = other.ingest(keyed, idempotency_key="shared").version  # wins the key
+        w.write(plain)
+        (v,) = w.flush()
+    assert v == first + 1
+    expected = pd.concat([keyed.to_pandas(), plain.to_pandas()])
+    pd.testing.assert_frame_equal(frame(table.query()), frame(expected))

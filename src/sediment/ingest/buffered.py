@@ -230,7 +230,8 @@ class BufferedWriter:
             try:
                 results = commit_staged_keyed(table, staged, keys, state.version,
                                               upsert=False, started=started,
-                                              index=index_of(table, state))
+                                              index=index_of(table, state),
+                                              unkeyed=len(keys) < len(writes))
                 return results[0].version
             except PartlyCommitted as e:  # some keys landed already: commit the rest
                 writes = [w for w in writes if w.key is None or w.key.key not in e.found]

@@ -139,15 +139,16 @@ def _keyed(table: TableHandle, batches: Callable[[], Iterator[tuple[str, pa.Reco
 
 def commit_staged_keyed(table: TableHandle, staged: StagedFiles, writes: Sequence[KeyedWrite],
                         since: int, *, upsert: bool, started: float,
-                        index: KeyIndex) -> list[IngestResult]:
+                        index: KeyIndex, unkeyed: bool = False) -> list[IngestResult]:
     """Claim ``writes`` (``since``: a head version read before the records were staged) and
     commit ``staged`` with them as one transaction, exactly once: one IngestResult per
     write (the rows each brought; files and bytes of the whole commit). All or none: a key
     claimed for another payload raises IdempotencyKeyReusedError and a key already
     committed returns its original result only when every key is (a replay); a mix of
     committed and new keys raises :class:`PartlyCommitted` (the buffered writer drops the
-    committed writes and commits the rest). The staged files are deleted whenever they are
-    not committed."""
+    committed writes and commits the rest), as does any committed key when ``unkeyed``
+    (the staged files also hold writes without a key, which must still be committed). The
+    staged files are deleted whenever they are not committed."""
     staging = staged.staging
     assert staging is not None
     with staging:  # an error deletes the files (or keeps them when the outcome is unknown)
@@ -155,7 +156,7 @@ def commit_staged_keyed(table: TableHandle, staged: StagedFiles, writes: Sequenc
         for w, rec in zip(writes, records, strict=True):
             rec.check(table.name, w.payload)
         done = {r.key: r for r in records if r.version is not None}
-        if done and len(done) == len(records):
+        if done and len(done) == len(records) and not unkeyed:
             staging.delete()
             return [_answer(r, started) for r in records]
         if done:
@@ -170,7 +171,7 @@ def commit_staged_keyed(table: TableHandle, staged: StagedFiles, writes: Sequenc
         staging.delete([w.filename for w in staged.written
                         if w.filename not in state.refcount
                         and w.filename not in state.unreferenced])
-        if len(outcome.found) != len(writes):
+        if len(outcome.found) != len(writes) or unkeyed:
             raise PartlyCommitted(outcome.found)
         version = next(iter(outcome.found.values()))
         return [IngestResult(w.rows, 0, 0, version, time.perf_counter() - started)
