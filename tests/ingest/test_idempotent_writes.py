@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -223,3 +224,27 @@ def test_the_cli_passes_its_idempotency_key_on(tmp_path: Path) -> None:
     refused = CliRunner().invoke(app, ["delete", table.name, "--key", "x", "--store",
                                        str(tmp_path / "s"), "--idempotency-key", "cli-1"])
     assert refused.exit_code != 0 and "cli-1" in refused.output
+
+
+def test_keyed_writes_through_lost_s3_answers_commit_once(proxied_s3: Any) -> None:
+    """On moto S3 through the fault proxy: the answer to the claim's PUT, then to the log
+    entry's PUT, then to the record's PUT, is dropped after the request is forwarded; each
+    keyed write still commits once, and its retry (a fresh process's handle) writes
+    nothing."""
+    store = proxied_s3.open()
+    table = make_table(store)
+    for i, path in enumerate((r"/idempotency/", r"/log/\d{20}\.json$", r"/idempotency/")):
+        data = rows(20, 20 + i)
+        skip = 1 if i == 2 else 0  # the record's rewrite: the second PUT of the key
+        rule = proxied_s3.proxy.add_rule("drop_response", method="PUT", path=path, count=1,
+                                         skip=skip)
+        try:
+            version = table.ingest(data, idempotency_key=f"s3-{i}").version
+        finally:
+            proxied_s3.proxy.remove_rule(rule)
+        assert rule.fired == 1
+        fresh = proxied_s3.open_direct().table(table.name)
+        assert fresh.ingest(data, idempotency_key=f"s3-{i}").version == version
+    assert {k: len(v) for k, v in keyed_versions(table).items()} == {
+        "s3-0": 1, "s3-1": 1, "s3-2": 1}
+    assert proxied_s3.open_direct().table(table.name).query().num_rows == 60
