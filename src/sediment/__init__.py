@@ -14,6 +14,7 @@ from sediment.errors import (
     CorruptDataError,
     CorruptionError,
     CorruptMetadataError,
+    IdempotencyKeyReusedError,
     SedimentError,
 )
 
@@ -101,6 +102,7 @@ __all__ = [
     "Damage",
     "FileReference",
     "HistoryEntry",
+    "IdempotencyKeyReusedError",
     "Partition",
     "PurgeResult",
     "Range",

@@ -22,8 +22,9 @@ happen into one of these, with a message naming the table, field, file or row co
     ├── TransactionError
     │   ├── TransactionInvalidError  a transaction does not validate against the state it follows
     │   ├── CommitConflictError      retries exhausted while racing other writers
-    │   └── CommitOutcomeUnknownError  the store never said whether the entry landed
-    │                                (also a WriteOutcomeUnknownError)
+    │   ├── CommitOutcomeUnknownError  the store never said whether the entry landed
+    │   │                            (also a WriteOutcomeUnknownError)
+    │   └── IdempotencyKeyReusedError  a write's idempotency key was used for another payload
     ├── CorruptionError              stored bytes that fail their checksum or cannot be decoded
     │   ├── CorruptMetadataError     a log entry, snapshot, tag, catalog entry or manifest
     │   │   └── UnsupportedFormatError  written by a newer format version
@@ -155,6 +156,15 @@ class CommitOutcomeUnknownError(TransactionError, WriteOutcomeUnknownError):
     transaction may have committed. Staged files are kept; reading the table tells."""
 
     committed = None
+
+
+class IdempotencyKeyReusedError(TransactionError):
+    """A keyed write (``idempotency_key=``) whose key the table recorded, within
+    ``write.idempotency_window_seconds``, for a different payload: not a retry of that write
+    but another write under a used key. Nothing was committed; the message names the table
+    and the key."""
+
+    committed = False
 
 
 class CorruptionError(SedimentError):

@@ -456,6 +456,15 @@ _SPECS = [
                  "the state. A stream stopped longer than this and restarted from its "
                  "checkpoint may commit its last batch twice. 30 days.",
                  minimum=0, maximum=_MAX_SECONDS),
+    # --- idempotent writes ------------------------------------------------------------------
+    PropertySpec("write.idempotency_window_seconds", float, 86400.0,
+                 "How long a keyed write's idempotency key is kept (``idempotency_key=`` on "
+                 "ingest, upsert, delete and a writer's write): a retry within it with the "
+                 "same key and payload returns the first write's version and writes nothing; "
+                 "the same key with another payload is refused (IdempotencyKeyReusedError). "
+                 "Past it the key may be used again, and GC deletes its record. Independent "
+                 "of retention.seconds. A day; at least an hour.",
+                 minimum=3600, maximum=_MAX_SECONDS),
     # --- ingest batcher ---
     PropertySpec("batcher.max_files", int, 100,
                  "Most files in one ingest job made by the ingest batcher.", minimum=1),

@@ -103,6 +103,8 @@ class TableSettings(Mapping[str, Any]):
     gc_max_files_per_run: int
     # --- streams
     stream_retention_seconds: float
+    # --- idempotent writes
+    write_idempotency_window_seconds: float
     # --- ingest batcher
     batcher_max_files: int
     batcher_max_bytes: int

@@ -115,6 +115,13 @@ SpillDirOption = Annotated[Path | None, typer.Option(
          "exist. Default: $SEDIMENT_SPILL_DIR, else the system temp folder.")]
 """``--spill-dir`` of ``ingest`` and ``upsert``."""
 
+IdempotencyKeyOption = Annotated[str | None, typer.Option(
+    "--idempotency-key",
+    help="Commit this write at most once under this key: run again with the same key and "
+         "files, it prints the first run's version and writes nothing (within the table's "
+         "write.idempotency_window_seconds); with other records it is refused.")]
+"""``--idempotency-key`` of ``ingest``, ``upsert`` and ``delete``."""
+
 FilesArg = Annotated[list[str], typer.Argument(help="Parquet, CSV or JSON-lines files; globs "
                                                     "and s3:// paths allowed.")]
 """The FILES of ``ingest`` and ``upsert``."""
@@ -125,15 +132,17 @@ def ingest(
     name: TableArg,
     files: FilesArg,
     spill_dir: SpillDirOption = None,
+    idempotency_key: IdempotencyKeyOption = None,
     store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Ingest files into a table as one transaction, with a progress bar."""
-    write_files("ingest", name, files, spill_dir, store, json_out)
+    write_files("ingest", name, files, spill_dir, store, json_out, idempotency_key)
 
 
 def write_files(how: str, name: str, files: list[str], spill_dir: Path | None,
-                store: str | None, json_out: bool) -> None:
+                store: str | None, json_out: bool, idempotency_key: str | None = None
+                ) -> None:
     """``ingest`` or ``upsert`` (``how``) of files into table ``name`` in one transaction,
     with a progress bar; prints the result (the same fields for both)."""
     table = open_table(store, name)
@@ -141,7 +150,8 @@ def write_files(how: str, name: str, files: list[str], spill_dir: Path | None,
     with progress_bar(json_out, "rows") as bar:
         task = bar.add_task(f"{how} {name}", total=None)
         result = write(files, progress=lambda n: bar.advance(task, n),
-                       spill_dir=None if spill_dir is None else str(spill_dir))
+                       spill_dir=None if spill_dir is None else str(spill_dir),
+                       idempotency_key=idempotency_key)
     data = {"table": name, "rows": result.rows, "files": result.files, "bytes": result.bytes,
             "version": result.version, "seconds": result.seconds,
             "rows_per_second": result.rows_per_second}

@@ -13,6 +13,7 @@ import typer
 
 from sediment.cli.data import (
     FilesArg,
+    IdempotencyKeyOption,
     SpillDirOption,
     key_values,
     parse_range,
@@ -33,6 +34,7 @@ def upsert(
     name: TableArg,
     files: FilesArg,
     spill_dir: SpillDirOption = None,
+    idempotency_key: IdempotencyKeyOption = None,
     store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -40,7 +42,7 @@ def upsert(
     replaces every record of its record key (row keys + sort keys) written before it,
     whatever the table's merge rule; of equal keys in the files, the last in file order
     wins. Options and output as ingest's."""
-    write_files("upsert", name, files, spill_dir, store, json_out)
+    write_files("upsert", name, files, spill_dir, store, json_out, idempotency_key)
 
 
 KeyOption = Annotated[list[str] | None, typer.Option(
@@ -85,6 +87,7 @@ def delete(
     range_: RangeOption = None,
     region: RegionOption = None,
     where: WhereOption = None,
+    idempotency_key: IdempotencyKeyOption = None,
     store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
@@ -99,7 +102,7 @@ def delete(
     """
     table, keys, ranges = _selection("delete", name, key, range_, region, where, store)
     before = table.version
-    version = table.delete(keys, ranges, filter=where)
+    version = table.delete(keys, ranges, filter=where, idempotency_key=idempotency_key)
     emit({"table": name, "version": version, "committed": version != before}, json_out,
          lambda d: f"deleted from table {name}: version {version}" if d["committed"]
          else f"table {name}: nothing to delete (version {version})")

@@ -24,9 +24,11 @@ from sediment.query.wire import to_wire
 
 
 def delete(handle: TableHandle, keys: Sequence[Any] | None = None,
-           ranges: Sequence[Range] | Range | None = None, *, filter: Any = None) -> int:  # noqa: A002
+           ranges: Sequence[Range] | Range | None = None, *, filter: Any = None,  # noqa: A002
+           idempotency_key: str | None = None) -> int:
     """Delete every record of ``keys`` (row keys), of ``ranges`` and/or matching ``filter``
     (an expression or ``--where`` text), committed before this; returns the version.
+    ``idempotency_key``: committed exactly once (sediment.ingest.keyed).
 
     Raises QueryError naming the table: nothing named (``clear()`` deletes everything), a
     key or range that does not fit the row key, a filter naming an unknown field or that
@@ -62,4 +64,8 @@ def delete(handle: TableHandle, keys: Sequence[Any] | None = None,
             asked = compiled.key_ranges
             if compiled.keys_only:  # and it says no more than they do
                 tree = None
+    if idempotency_key is not None:
+        from sediment.ingest.keyed import keyed_delete
+
+        return keyed_delete(handle, state, idempotency_key, asked, tree)
     return handle.states.commit(DeleteRecords(asked, tree)).version

@@ -203,13 +203,14 @@ class StagedFiles:
 
 def stage_batches(table: TableHandle, state: TableState,
                   batches: Iterator[tuple[str, pa.RecordBatch]],
-                  progress: Progress | None = None, *, spill_dir: SpillDir = None
-                  ) -> StagedFiles:
+                  progress: Progress | None = None, *, spill_dir: SpillDir = None,
+                  on_batch: Callable[[pa.RecordBatch], None] | None = None) -> StagedFiles:
     """Validate, sort (spilling past the memory limit to ``spill_dir``, else as
     :func:`~sediment.ingest.spill.resolve_spill_dir` finds) and write files cut at the leaves
     of ``state``; nothing is committed (the files stay staged, protected from GC, until
     :func:`commit_staged`; on failure they are deleted). Used by standard ingest and by Spark
-    tasks (which spill where their executor's environment says)."""
+    tasks (which spill where their executor's environment says). ``on_batch`` sees each
+    batch once validated, in input order (a keyed write hashes its payload there)."""
     schema = schema_of(state, table.name)
     settings = settings_of(state, table.name)
     runs = SortedRuns(schema.to_arrow(), schema.key_names, settings.ingest_memory_limit_bytes,
@@ -220,7 +221,10 @@ def stage_batches(table: TableHandle, state: TableState,
     try:
         for src, batch in batches:
             offset = offsets.get(src, 0)
-            runs.add(conform(batch, schema, table.name, offset, src))
+            checked = conform(batch, schema, table.name, offset, src)
+            if on_batch is not None:
+                on_batch(checked)
+            runs.add(checked)
             offsets[src] = offset + batch.num_rows
             rows += batch.num_rows
             if progress is not None:

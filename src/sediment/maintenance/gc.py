@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from sediment.core.transactions import DeleteFiles, ExpireLeases, Transaction
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sidecars import data_file_of, with_sidecars
+from sediment.ingest.idempotency import expire_keys
 from sediment.maintenance.kept import GcKept, GcPlan, GcWindows, Hold, classify
 from sediment.settings import TableSettings, settings_of
 from sediment.state import pending
@@ -73,6 +74,8 @@ class GcResult:
     kept: GcKept = field(default_factory=GcKept)
     """What the pass did not delete and why, with bytes and when each becomes due
     (``sediment.maintenance.kept``)."""
+    expired_keys: int = 0
+    """Idempotency key records deleted past ``write.idempotency_window_seconds``."""
 
     @property
     def did_work(self) -> bool:
@@ -216,8 +219,10 @@ def gc(table: TableHandle, *, now: float | None = None,
     if stale:
         table.objects.delete_many(stale)
     n_orphans = sum(1 for k in orphans if data_file_of(k) == k)
+    expired = expire_keys(table, settings.write_idempotency_window_seconds, store_now,
+                          settings.gc_clock_skew_seconds)
     result = GcResult(deleted, n_orphans, time.perf_counter() - started, tuple(unreadable),
-                      plan.kept)
+                      plan.kept, expired)
     if result.did_work:
         table.status.record("gc", f"gc-{int(now)}", "finished", deleted=deleted,
                             orphans_deleted=n_orphans, seconds=result.seconds)

@@ -43,6 +43,7 @@ from sediment.schema_changes import OPS
 from sediment.serve.middleware import Admission
 from sediment.serve.protocol import (
     decode_value,
+    idempotency_key,
     parse_json,
     quoted,
     read_request,
@@ -154,9 +155,10 @@ def _restore(server: SedimentFlightServer, doc: dict[str, Any], req: Request) ->
     return {"version": table.restore(v)}
 
 
-DELETE_FIELDS = ("table", "format", "keys", "ranges", "filter")
+DELETE_FIELDS = ("table", "format", "keys", "ranges", "filter", "idempotency_key")
 """What a delete body may hold: the table and a read request's fields that say which
-records (no columns, version or iterators: a delete takes none)."""
+records (no columns, version or iterators: a delete takes none), and the delete's
+idempotency key."""
 
 
 def _delete(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
@@ -168,12 +170,14 @@ def _delete(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> 
     if unknown:
         raise BadRequestError(f"malformed delete body for table {table.name}: unknown field "
                               f"{quoted(unknown[0])} (fields: {', '.join(DELETE_FIELDS)})")
-    request = read_request(doc)
+    key = idempotency_key(doc, "delete body")
+    request = read_request({k: v for k, v in doc.items() if k != "idempotency_key"})
     try:  # a wire tree rebuilt for the table's columns (text is parsed by delete itself)
         flt = request.filter_expression(table.schema, table.name)
     except FilterError as e:
         raise FilterError(f"delete on table {table.name}: {e}") from None
-    return {"version": table.delete(request.keys, request.ranges, filter=flt)}
+    return {"version": table.delete(request.keys, request.ranges, filter=flt,
+                                    idempotency_key=key)}
 
 
 ALTER_FIELDS = ("table", "op", "args")

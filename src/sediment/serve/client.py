@@ -255,26 +255,33 @@ class RemoteTable:
 
     # ---- writes ---------------------------------------------------------------------------
     def ingest(self, data: Any, *, progress: Callable[[int], None] | None = None,
-               spill_dir: str | None = None) -> IngestResult:
+               spill_dir: str | None = None,
+               idempotency_key: str | None = None) -> IngestResult:
         """As ``Table.ingest``: the records stream to the server, which commits them in one
         transaction when the stream ends (nothing if it breaks off). ``progress(rows)`` is
-        called here as batches are sent. ``spill_dir`` is the server's business: refused."""
-        return self._put(data, progress, spill_dir, "ingest")
+        called here as batches are sent. ``spill_dir`` is the server's business: refused.
+        ``idempotency_key`` travels in the put's descriptor: a put retried with it (after a
+        lost answer, to a restarted or another server) commits at most once."""
+        return self._put(data, progress, spill_dir, "ingest", idempotency_key)
 
     def upsert(self, data: Any, *, progress: Callable[[int], None] | None = None,
-               spill_dir: str | None = None) -> IngestResult:
+               spill_dir: str | None = None,
+               idempotency_key: str | None = None) -> IngestResult:
         """As ``Table.upsert``: each record replaces every record of its record key written
         before it; of equal keys in ``data``, the last sent wins. Streamed and committed as
         :meth:`ingest` (a put whose descriptor says ``"write": "upsert"``)."""
-        return self._put(data, progress, spill_dir, "upsert")
+        return self._put(data, progress, spill_dir, "upsert", idempotency_key)
 
     def delete(self, keys: Sequence[Any] | None = None, ranges: Any = None, *,
-               filter: Any = None) -> int:  # noqa: A002 (the public name)
+               filter: Any = None,  # noqa: A002 (the public name)
+               idempotency_key: str | None = None) -> int:
         """As ``Table.delete``: every record of ``keys``, in ``ranges`` and/or matching
         ``filter`` (``--where`` text or a pyarrow expression, sent as in :meth:`query`), in
         one metadata commit on the server; returns its version. Nothing named is refused by
-        the server, naming ``clear()``."""
+        the server, naming ``clear()``. ``idempotency_key``: as :meth:`ingest`'s."""
         doc = encode_query(self.name, keys, ranges, filter=filter)
+        if idempotency_key is not None:
+            doc["idempotency_key"] = idempotency_key
         return int(self.store.action("delete", doc)["version"])
 
     # ---- schema changes (the ``alter`` action; one transaction each on the server) ---------
@@ -309,7 +316,7 @@ class RemoteTable:
         return int(self.store.action("alter", doc)["version"])
 
     def _put(self, data: Any, progress: Callable[[int], None] | None,
-             spill_dir: str | None, write: str) -> IngestResult:
+             spill_dir: str | None, write: str, key: str | None = None) -> IngestResult:
         """Stream ``data`` in one put; the server ingests or upserts it (``write``)."""
         if spill_dir is not None:
             raise BadRequestError("spill_dir names a folder on the server's machine and "
@@ -322,6 +329,8 @@ class RemoteTable:
         doc: dict[str, Any] = {"table": self.name, "end_marker": True}
         if write != "ingest":
             doc["write"] = write
+        if key is not None:
+            doc["idempotency_key"] = key
         descriptor = fl.FlightDescriptor.for_command(dumps(doc))
         client, options = self.store.client, self.store.options
         try:

@@ -179,6 +179,15 @@ def dumps(doc: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":"), default=default).encode()
 
 
+def idempotency_key(doc: dict[str, Any], what: str) -> str | None:
+    """A put descriptor's or delete body's ``"idempotency_key"`` (None: none), a string;
+    BadRequestError for anything else (the library checks its length)."""
+    key = doc.get("idempotency_key")
+    if key is not None and not isinstance(key, str):
+        raise BadRequestError(f"malformed {what}: 'idempotency_key' must be a string")
+    return key
+
+
 # ---- errors -------------------------------------------------------------------------------
 def to_flight_error(exc: BaseException) -> fl.FlightError:
     """A Flight error carrying ``exc``'s message, with the Sediment class and the message as

@@ -18,7 +18,9 @@ servers over one store answer consistently, each seeing another's commits within
   ``"end_marker": true`` in the descriptor (the Python client's way), the stream must also
   end with a message whose app metadata is ``END_OF_STREAM``: a client that gives up and
   closes its stream cleanly commits nothing either. The reply metadata is the result as JSON
-  (version, rows...).
+  (version, rows...). ``"idempotency_key"`` in the descriptor commits the put at most once
+  under that key (``Table.ingest(..., idempotency_key=)``), across retries, restarts and
+  servers over the same store.
 * ``do_action``: see :mod:`sediment.serve.actions`.
 
 No request reaches a client as a traceback: Sediment errors (and Arrow's errors of bad input)
@@ -56,6 +58,7 @@ from sediment.serve.middleware import LIGHT_ACTIONS, Admission, Call
 from sediment.serve.protocol import (
     END_OF_STREAM,
     dumps,
+    idempotency_key,
     parse_json,
     quoted,
     read_request,
@@ -299,6 +302,7 @@ class SedimentFlightServer(fl.FlightServerBase):
                 self.writable(f"{'an upsert' if upsert else 'a put'} into table {name}")
                 table = self.table(name)
                 write = table.upsert if upsert else table.ingest
+                key = idempotency_key(doc, "put descriptor")
                 marked = doc.get("end_marker") is True
 
                 def counted() -> Iterator[pa.RecordBatch]:
@@ -327,7 +331,8 @@ class SedimentFlightServer(fl.FlightServerBase):
                                         f"without its end marker (the client stopped "
                                         f"mid-stream); nothing is committed")
 
-                result = write(pa.RecordBatchReader.from_batches(reader.schema, counted()))
+                result = write(pa.RecordBatchReader.from_batches(reader.schema, counted()),
+                               idempotency_key=key)
                 writer.write(pa.py_buffer(dumps(dataclasses.asdict(result))))
             self.guard(req, body)
 

@@ -10,7 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sediment.core.transactions import TRANSACTION_KINDS, Transaction, transaction_from_json
+from sediment.core.transactions import (
+    TRANSACTION_KINDS,
+    KeyedWrite,
+    Transaction,
+    transaction_from_json,
+)
+from sediment.core.transactions.idempotency import keys_from_json
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, UnsupportedFormatError
 from sediment.state.documents import open_sealed, sealed
 from sediment.storage.base import ObjectStore
@@ -184,6 +190,21 @@ class TransactionLog:
         except ObjectNotFoundError:
             return None
         return self._entry(version, doc)
+
+    def keys_at(self, version: int) -> tuple[KeyedWrite, ...] | None:
+        """The idempotency keys the entry at ``version`` carries (empty: none), read from its
+        checked document without building the transaction; None when there is no entry
+        (not yet written, or pruned)."""
+        try:
+            doc = self._fetch(version)
+        except ObjectNotFoundError:
+            return None
+        body = doc.get("transaction")
+        try:
+            return keys_from_json(body) if isinstance(body, dict) else ()
+        except (TypeError, ValueError, IndexError) as e:
+            raise CorruptMetadataError(f"{self._where(version)}: malformed idempotency keys: "
+                                       f"{e!r}") from e
 
     def versions_after(self, version: int) -> list[int]:
         """Committed versions greater than ``version``, in order (one listing)."""

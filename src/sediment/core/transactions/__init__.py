@@ -3,7 +3,8 @@
 One module per family of kinds: ``table`` (create, properties, online, clear, reinitialise),
 ``files`` (files in and out), ``partitions`` (the tree and pushing references down), ``jobs``
 (compaction), ``restore``, ``records`` (deletes) and ``schema`` (schema changes); ``streams``
-holds no kind: its StreamMark is a field of AddFiles (a streaming writer's batch). Every kind
+holds no kind: its StreamMark is a field of AddFiles (a streaming writer's batch), nor does
+``idempotency`` (its KeyedWrite values ride on AddFiles and DeleteRecords). Every kind
 is listed here, in ``TRANSACTION_KINDS``: the log decodes those and refuses any other
 (``transaction_from_json``), and a kind a family defines but this list lacks fails the
 project's tests.
@@ -20,6 +21,7 @@ from sediment.core.transactions.files import (
     DeleteFiles,
     ExpireLeases,
 )
+from sediment.core.transactions.idempotency import KeyedWrite
 from sediment.core.transactions.jobs import (
     AssignJobIds,
     JobAssignment,
@@ -84,7 +86,7 @@ def transaction_from_json(kind: str, doc: dict[str, Any], *, where: str) -> Tran
 __all__ = ["AddFiles", "AddFilesWithSplits", "AlterSchema", "AssignJobIds", "ClearTable",
            "DeleteFiles", "DeleteRecords",
            "ExpireLeases", "FollowScheme", "InitialiseTable",
-           "JobAssignment", "ReinitialiseTable", "ReplaceFileReferences",
+           "JobAssignment", "KeyedWrite", "ReinitialiseTable", "ReplaceFileReferences",
            "ReplaceFileReferencesBatch", "RestoreVersion",
            "SetOnline", "SetProperties",
            "SplitFileReferences", "SplitPartition", "SplitReference", "StreamMark",

@@ -28,6 +28,7 @@ from sediment.core.transactions.base import (
     sums_from_json,
     with_sums,
 )
+from sediment.core.transactions.idempotency import KeyedWrite, keys_from_json, keys_to_json
 from sediment.core.transactions.partitions import SplitPartition
 from sediment.core.transactions.streams import StreamMark
 
@@ -50,6 +51,9 @@ class AddFiles(Transaction):
     stream: StreamMark | None = field(default=None, kw_only=True)
     """The streaming writer's batch these files are (sediment.core.transactions.streams):
     recorded in the state with them, so that a replay of the batch is recognised."""
+    keys: Sequence[KeyedWrite] = field(default=(), kw_only=True)
+    """The keyed writes these files are (sediment.core.transactions.idempotency): logged
+    with them, never kept in the state."""
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
@@ -116,14 +120,15 @@ def _with_options(txn: AddFiles, doc: dict[str, Any]) -> dict[str, Any]:
             doc[flag] = True
     if txn.stream is not None:
         doc["stream"] = txn.stream.to_json()
-    return doc
+    return keys_to_json(doc, txn.keys)
 
 
 def _options(doc: dict[str, Any]) -> dict[str, Any]:
     """The AddFiles options a logged body sets (inverse of :func:`_with_options`)."""
     return {"upsert": bool(doc.get("upsert", False)),
             "overwrite": bool(doc.get("overwrite", False)),
-            "stream": StreamMark.from_json(doc["stream"]) if "stream" in doc else None}
+            "stream": StreamMark.from_json(doc["stream"]) if "stream" in doc else None,
+            "keys": keys_from_json(doc)}
 
 
 @dataclass(frozen=True, slots=True)

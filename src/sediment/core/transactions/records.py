@@ -10,7 +10,7 @@ and compaction removes them for good (sediment.core.deletions).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sediment.core.deletions import Deletion, selection_from_json, selection_to_json
@@ -18,6 +18,7 @@ from sediment.core.regions import Range
 from sediment.core.settling import pending_leaves
 from sediment.core.state import TableState
 from sediment.core.transactions.base import Transaction, counted, fail, require_initialised
+from sediment.core.transactions.idempotency import KeyedWrite, keys_from_json, keys_to_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,9 @@ class DeleteRecords(Transaction):
     kind: ClassVar[str] = "delete_records"
     ranges: tuple[Range, ...] | None
     filter: Mapping[str, Any] | None = None
+    keys: tuple[KeyedWrite, ...] = field(default=(), kw_only=True)
+    """The keyed deletes this is (sediment.core.transactions.idempotency): logged, never
+    kept in the state."""
 
     def validate(self, state: TableState) -> None:
         require_initialised(state)
@@ -58,11 +62,11 @@ class DeleteRecords(Transaction):
                                         pending))
 
     def to_json(self) -> dict[str, Any]:
-        return selection_to_json(self.ranges, self.filter)
+        return keys_to_json(selection_to_json(self.ranges, self.filter), self.keys)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> DeleteRecords:
-        return cls(*selection_from_json(doc))
+        return cls(*selection_from_json(doc), keys=keys_from_json(doc))
 
     def summary(self) -> str:
         what = [] if self.ranges is None else [counted(len(self.ranges), "range")]
