@@ -261,3 +261,45 @@ def test_a_server_killed_after_a_group_commit_then_keyed_retries_land_once(
     final = sd.Store.open(store.uri).table("events").query()
     check_against_reference(final, data)
     assert final.num_rows == 20
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+@pytest.mark.faults
+def test_group_commit_on_s3_through_the_fault_proxy(
+        proxied_s3: Any, start_server: Callable[..., Server]) -> None:
+    """A short run on moto S3 behind the fault proxy, with transient faults (resets, 503s,
+    lost read answers): 6 client threads of keyed puts, each retried with its key on any
+    error, land every record exactly once in fewer commits than puts."""
+    from faultproxy import transient_fault_specs
+
+    store = proxied_s3.open_direct()
+    table = store.create_table("events", SCHEMA, properties=FRESH)
+    start = table.version
+    server = start_server(proxied_s3.uri, env=proxied_s3.env())
+    proxied_s3.proxy.add_rules(transient_fault_specs(0.02))
+    clients, puts = 6, 3
+    sent: list[pa.Table] = []
+    lock = threading.Lock()
+
+    def work(c: int) -> None:
+        remote = server.connect().table("events")
+        for i in range(puts):
+            data = client_rows(c, i)
+            for _attempt in range(5):
+                try:
+                    remote.ingest(data, idempotency_key=f"c{c}-{i}")
+                    break
+                except sd.SedimentError:
+                    continue
+            else:
+                raise AssertionError(f"put c{c}-{i} never landed")
+            with lock:
+                sent.append(data)
+
+    with ThreadPoolExecutor(clients) as pool:
+        for f in [pool.submit(work, c) for c in range(clients)]:
+            f.result()
+    proxied_s3.proxy.clear()
+    check_against_reference(table.query(), sent)
+    assert table.version - start < clients * puts
