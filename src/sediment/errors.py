@@ -45,7 +45,7 @@ happen into one of these, with a message naming the table, field, file or row co
     └── ServiceError                 the Flight service refused a call
         ├── AuthenticationError      no bearer token, or a wrong one
         ├── ReadOnlyError            a put or mutating action to a --read-only server
-        └── ServerBusyError          at --max-concurrency calls, or shutting down
+        └── ServerBusyError          at --max-concurrency calls or put bytes, shutting down
 """
 
 from __future__ import annotations
@@ -267,7 +267,13 @@ class ReadOnlyError(ServiceError):
 
 
 class ServerBusyError(ServiceError):
-    """The server is at ``--max-concurrency`` calls, or shutting down: retry later."""
+    """The server is at ``--max-concurrency`` calls, holds as many put bytes as it may while
+    they wait for group commits (``--group-commit-max-bytes``), or is shutting down: retry
+    later. ``retry_after``: seconds the server suggests waiting (None: no hint)."""
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class WhereError(QueryError):

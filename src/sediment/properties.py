@@ -465,6 +465,14 @@ _SPECS = [
                  "Past it the key may be used again, and GC deletes its record. Independent "
                  "of retention.seconds. A day; at least an hour.",
                  minimum=3600, maximum=_MAX_SECONDS),
+    PropertySpec("write.group_commit_ms", float, 20.0,
+                 "Group commit in ``sediment serve``: puts (ingest and upsert) into this table "
+                 "arriving within this many milliseconds of the first are written as one "
+                 "sorted set of files and committed as one transaction; each put is "
+                 "acknowledged once that commit has landed. 0 turns it off (each put its own "
+                 "commit). Unset on the table, the server's ``--group-commit-ms`` applies "
+                 "(default 20). A group is also cut at a quarter of the server's "
+                 "``--group-commit-max-bytes``.", minimum=0, maximum=10_000),
     # --- ingest batcher ---
     PropertySpec("batcher.max_files", int, 100,
                  "Most files in one ingest job made by the ingest batcher.", minimum=1),

@@ -105,6 +105,7 @@ class TableSettings(Mapping[str, Any]):
     stream_retention_seconds: float
     # --- idempotent writes
     write_idempotency_window_seconds: float
+    write_group_commit_ms: float
     # --- ingest batcher
     batcher_max_files: int
     batcher_max_bytes: int

@@ -13,7 +13,7 @@ import pytest
 import sediment as sd
 from helpers import make_table, rows, run_together
 from sediment.errors import DataError, TableNotFoundError
-from sediment.ingest import buffered
+from sediment.ingest import group
 
 COLUMNS = ["key", "timestamp", "value", "nullable_value"]
 
@@ -99,14 +99,14 @@ def test_a_full_buffer_blocks_the_writer_while_a_flush_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = make_table(tmp_path / "s")
     release, staging = threading.Event(), threading.Event()
-    real = buffered.stage_batches
+    real = group.stage_batches
 
     def slow_stage(*args: object, **kw: object) -> object:
         staging.set()
         release.wait(10)
         return real(*args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(buffered, "stage_batches", slow_stage)
+    monkeypatch.setattr(group, "stage_batches", slow_stage)
     piece = rows(100, 1)
     w = table.writer(max_bytes=piece.nbytes + 1, max_seconds=60)
     w.write(piece)

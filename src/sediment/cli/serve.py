@@ -54,6 +54,16 @@ def serve(
         help="How long a call may wait on its client (a read it stopped taking, a put it "
              "stopped sending) before its --max-concurrency slot is freed and the call "
              "abandoned (a put commits nothing).")] = 60.0,
+    group_commit_ms: Annotated[float, typer.Option(
+        "--group-commit-ms", metavar="MS",
+        help="Group commit: puts to one table arriving within this many milliseconds are "
+             "committed as one transaction, each acknowledged once it has landed (a table's "
+             "write.group_commit_ms overrides it; 0 turns it off).")] = 20.0,
+    group_commit_max_bytes: Annotated[int, typer.Option(
+        "--group-commit-max-bytes", metavar="BYTES",
+        help="Most put bytes held in memory waiting for group commits (all tables); past "
+             "it a put is refused as busy with a retry-after hint. A group is cut at a "
+             "quarter of it; a larger put streams into a commit of its own.")] = 256 << 20,
     shutdown_grace: Annotated[float, typer.Option(
         "--shutdown-grace", metavar="SECONDS",
         help="After SIGTERM/SIGINT, how long running calls may go on; past it the server "
@@ -71,6 +81,10 @@ def serve(
         raise CliError("--max-concurrency must be at least 1")
     if not 0 < idle_timeout <= 86_400:
         raise CliError("--idle-timeout must be more than 0 and at most 86400 seconds")
+    if not 0 <= group_commit_ms <= 10_000:
+        raise CliError("--group-commit-ms must be 0 (off) to 10000 milliseconds")
+    if group_commit_max_bytes < 1:
+        raise CliError("--group-commit-max-bytes must be at least 1")
     if shutdown_grace < 0:
         raise CliError("--shutdown-grace must be 0 or more seconds")
     if not 0 <= port <= 65535:
@@ -93,7 +107,9 @@ def serve(
     server = SedimentFlightServer(opened, f"{scheme}://{bind}:{port}", token=token,
                                   read_only=read_only, max_concurrency=max_concurrency,
                                   idle_timeout=idle_timeout,
-                                  tls_certificates=certificates)
+                                  tls_certificates=certificates,
+                                  group_commit_ms=group_commit_ms,
+                                  group_commit_max_bytes=group_commit_max_bytes)
     log = logging.getLogger("sediment.serve")
     stopping: list[threading.Thread] = []
     requested = threading.Event()

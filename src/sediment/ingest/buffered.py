@@ -31,48 +31,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
 
 from sediment.core.head import schema_of
 from sediment.core.transactions import KeyedWrite
 from sediment.errors import DataError, IdempotencyKeyReusedError
+from sediment.ingest.group import Write, commit_writes
 from sediment.ingest.idempotency import PayloadHash, check_key
-from sediment.ingest.keyed import PartlyCommitted, commit_staged_keyed, index_of
+from sediment.ingest.keyed import index_of
 from sediment.ingest.sources import IngestInput, conform, iter_input
-from sediment.ingest.standard import commit_staged, stage_batches
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
-
-
-@dataclass(slots=True)
-class _Write:
-    batches: list[pa.RecordBatch]
-    rows: int
-    key: KeyedWrite | None
-
-
-def _combined(writes: list[_Write]) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """The writes' batches, in order, joined into few large ones (runs of one schema): the
-    flush validates them again against its head, once per batch, and thousands of
-    100-row batches made that half a flush's time."""
-    run: list[pa.RecordBatch] = []
-    for b in (b for w in writes for b in w.batches):
-        if run and b.schema != run[0].schema:
-            yield from _joined(run)
-            run = []
-        run.append(b)
-    yield from _joined(run)
-
-
-def _joined(run: list[pa.RecordBatch]) -> Iterator[tuple[str, pa.RecordBatch]]:
-    if run:
-        for b in pa.Table.from_batches(run).combine_chunks().to_batches():
-            yield "writes", b
 
 
 class BufferedWriter:
@@ -90,7 +60,7 @@ class BufferedWriter:
         self._schema = schema_of(head, table.name)
         self._index = index_of(table, head)  # the key window, read once
         self._cond = threading.Condition()
-        self._buffer: list[_Write] = []
+        self._buffer: list[Write] = []
         self._rows = self._bytes = 0
         self._oldest: float | None = None
         self._keys: dict[str, str] = {}  # buffered keys -> payloads
@@ -147,7 +117,7 @@ class BufferedWriter:
                 self._raise_if_closed()
             if not rows:
                 return
-            self._buffer.append(_Write(batches, rows, key))
+            self._buffer.append(Write(batches, rows, key))
             if key is not None:
                 self._keys[key.key] = key.payload
             self._rows += rows
@@ -174,7 +144,7 @@ class BufferedWriter:
         return self._rows >= self.max_rows or self._bytes >= self.max_bytes \
             or self._blocked > 0
 
-    def _take(self) -> list[_Write]:
+    def _take(self) -> list[Write]:
         """The buffer, emptied (called holding the condition, no flush running)."""
         taken, self._buffer = self._buffer, []
         self._rows = self._bytes = 0
@@ -201,7 +171,7 @@ class BufferedWriter:
                 writes = self._take()
             self._commit(writes)
 
-    def _commit(self, writes: list[_Write]) -> None:
+    def _commit(self, writes: list[Write]) -> None:
         """Commit ``writes`` (taken from the buffer) as one transaction; its version, or
         its error, is kept for the next flush()/close()."""
         try:
@@ -217,25 +187,11 @@ class BufferedWriter:
                 self._flushing = False
                 self._cond.notify_all()
 
-    def _commit_once(self, writes: list[_Write]) -> int | None:
-        table = self.table
-        while writes:
-            started = time.perf_counter()
-            state = table.states.head()
-
-            staged = stage_batches(table, state, _combined(writes))
-            keys = [w.key for w in writes if w.key is not None]
-            if not keys:
-                return commit_staged(table, staged, started, state=state).version
-            try:
-                results = commit_staged_keyed(table, staged, keys, state.version,
-                                              upsert=False, started=started,
-                                              index=index_of(table, state),
-                                              unkeyed=len(keys) < len(writes))
-                return results[0].version
-            except PartlyCommitted as e:  # some keys landed already: commit the rest
-                writes = [w for w in writes if w.key is None or w.key.key not in e.found]
-        return None
+    def _commit_once(self, writes: list[Write]) -> int | None:
+        """One transaction (:func:`~sediment.ingest.group.commit_writes`); its version (keyed
+        writes an earlier commit already holds are not written again)."""
+        results = commit_writes(self.table, writes)
+        return max(r.version for r in results) if results else None
 
     def flush(self) -> list[int]:
         """Commit everything written so far; returns the versions committed since the last

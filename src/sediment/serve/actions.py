@@ -52,6 +52,7 @@ from sediment.serve.protocol import (
 from sediment.serve.stats import Request, Stats
 
 if TYPE_CHECKING:
+    from sediment.serve.puts import GroupedPuts
     from sediment.store import Store
     from sediment.table import Table
 
@@ -63,6 +64,7 @@ class SedimentFlightServer(Protocol):
     read_only: bool
     stats: Stats
     admission: Admission
+    puts: GroupedPuts
 
     def table(self, name: str) -> Table: ...
 
@@ -255,7 +257,7 @@ def _health(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> 
 
 def _stats(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
     return {**server.stats.snapshot(), "active_calls": server.admission.active,
-            "max_concurrency": server.admission.limit}
+            "max_concurrency": server.admission.limit, "group_commit": server.puts.stats()}
 
 
 ACTIONS: dict[str, tuple[str, bool, Handler]] = {

@@ -195,7 +195,10 @@ def to_flight_error(exc: BaseException) -> fl.FlightError:
     :data:`MESSAGE_BYTES`: a message quoting a huge input would not fit in gRPC's metadata)."""
     classes = [c.__name__ for c in type(exc).__mro__ if issubclass(c, SedimentError)]
     message = bounded_message(str(exc))
-    info = dumps({"error": type(exc).__name__, "classes": classes, "message": message})
+    doc: dict[str, Any] = {"error": type(exc).__name__, "classes": classes, "message": message}
+    if isinstance(exc, ServerBusyError) and exc.retry_after is not None:
+        doc["retry_after"] = exc.retry_after  # seconds the client may wait before retrying
+    info = dumps(doc)
     kind: Callable[..., fl.FlightError]
     if isinstance(exc, AuthenticationError):
         kind = fl.FlightUnauthenticatedError
@@ -223,15 +226,21 @@ def from_flight_error(exc: fl.FlightError) -> SedimentError:
     extra = getattr(exc, "extra_info", b"") or b""
     names: list[str] = []
     message = ""
+    retry_after = None
     try:
         doc = json.loads(extra.decode()) if extra else {}
         if isinstance(doc, dict):
             names = [str(n) for n in doc.get("classes", [doc.get("error", "")])]
             message = str(doc.get("message", ""))
+            hint = doc.get("retry_after")
+            if isinstance(hint, int | float) and not isinstance(hint, bool):
+                retry_after = float(hint)
     except (UnicodeDecodeError, json.JSONDecodeError):
         pass
     for name in names:  # the server's class, else its nearest base this side knows
         cls = _LOCAL_ERRORS.get(name) or getattr(errors_module, name, None)
+        if isinstance(cls, type) and issubclass(cls, ServerBusyError):
+            return cls(message, retry_after=retry_after)
         if isinstance(cls, type) and issubclass(cls, SedimentError):
             return cls(message)
     text = message or str(exc)

@@ -12,7 +12,10 @@ servers over one store answer consistently, each seeing another's commits within
   records estimate.
 * ``do_get``: streams one leaf (or a whole query) as Arrow batches in bounded memory (a
   query of exact keys only is read at once: its answer is those keys' records).
-* ``do_put``: ingests the stream in one transaction when it ends (upserts it with
+* ``do_put``: with group commit on (the default; ``write.group_commit_ms``, ``serve
+  --group-commit-ms``), puts to one table arriving within the window are committed together
+  as one transaction, each answered once that commit has landed (:mod:`sediment.serve.puts`);
+  otherwise each put ingests its stream in one transaction when it ends (upserts it with
   ``"write": "upsert"`` in the descriptor: ``Table.upsert``); a broken or cancelled
   stream (a client that died) fails the ingest and commits nothing. With
   ``"end_marker": true`` in the descriptor (the Python client's way), the stream must also
@@ -49,6 +52,7 @@ from sediment.errors import (
     ServiceError,
 )
 from sediment.handle import handle_of
+from sediment.ingest.standard import IngestResult
 from sediment.properties import defaults
 from sediment.query.estimate import estimate_records
 from sediment.query.planner import QueryPlan
@@ -65,6 +69,7 @@ from sediment.serve.protocol import (
     table_name,
     to_flight_error,
 )
+from sediment.serve.puts import GROUP_COMMIT_MAX_BYTES, GROUP_COMMIT_MS, GroupedPuts
 from sediment.serve.stats import LOG, Request, Stats, log_value, outcome_of
 from sediment.store import Store
 from sediment.table import Table
@@ -100,8 +105,11 @@ class SedimentFlightServer(fl.FlightServerBase):
     def __init__(self, store: Store, location: str, *, token: str | None = None,
                  read_only: bool = False, max_concurrency: int = 32,
                  idle_timeout: float | None = 60.0,
-                 tls_certificates: list[tuple[bytes, bytes]] | None = None) -> None:
+                 tls_certificates: list[tuple[bytes, bytes]] | None = None,
+                 group_commit_ms: float = GROUP_COMMIT_MS,
+                 group_commit_max_bytes: int = GROUP_COMMIT_MAX_BYTES) -> None:
         self.stats = Stats()
+        self.puts = GroupedPuts(group_commit_ms, group_commit_max_bytes)
         self.admission = Admission(token, max_concurrency, self.stats, idle_timeout)
         super().__init__(location, tls_certificates=tls_certificates or [],
                          middleware={"admission": self.admission})
@@ -331,8 +339,16 @@ class SedimentFlightServer(fl.FlightServerBase):
                                         f"without its end marker (the client stopped "
                                         f"mid-stream); nothing is committed")
 
-                result = write(pa.RecordBatchReader.from_batches(reader.schema, counted()),
-                               idempotency_key=key)
+                def stream(batches: Iterator[pa.RecordBatch]) -> IngestResult:
+                    return write(pa.RecordBatchReader.from_batches(reader.schema, batches),
+                                 idempotency_key=key)
+
+                state = handle_of(table).states.cached_head()
+                if self.puts.window_of(state) > 0:  # group commit (see sediment.serve.puts)
+                    result = self.puts.put(table, state, counted(), upsert=upsert, key=key,
+                                           stream=stream)
+                else:
+                    result = stream(counted())
                 writer.write(pa.py_buffer(dumps(dataclasses.asdict(result))))
             self.guard(req, body)
 
@@ -375,6 +391,7 @@ class SedimentFlightServer(fl.FlightServerBase):
         """Stop serving once the running calls end; the idle watcher stops too."""
         super().shutdown()
         self.admission.close()
+        self.puts.close()
 
 
 PUT_WRITES = ("ingest", "upsert")

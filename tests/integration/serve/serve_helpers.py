@@ -41,7 +41,7 @@ class Server:
 
     def __init__(self, store: str, args: list[str], log: Path, env: dict[str, str] | None,
                  scheme: str = "grpc", roots: bytes | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None, command: list[str] | None = None) -> None:
         self.port = free_port()
         self.uri = f"{scheme}://127.0.0.1:{self.port}"
         self.log = log
@@ -49,7 +49,7 @@ class Server:
         self.roots = roots
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sediment.cli", "serve", "--store", store,
+                [*(command or [sys.executable, "-m", "sediment.cli"]), "serve", "--store", store,
                  "--port", str(self.port), *args],
                 stdout=subprocess.DEVNULL, stderr=out, stdin=subprocess.DEVNULL,
                 env={**os.environ, **(env or {})})

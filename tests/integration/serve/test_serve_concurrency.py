@@ -65,7 +65,8 @@ def test_eight_clients_mixing_ingest_and_queries(store: sd.Store, start_server: 
     versions = {frozenset(local.query(columns=["key"], version=v).column("key").to_pylist())
                 for v in range(1, local.version + 1)}
     assert len(answers) > 0 and all(a in versions for a in answers)
-    assert sorted(committed) == list(range(2, local.version + 1))
+    # puts committed together (group commit) share a version; every version is some put's
+    assert sorted(set(committed)) == list(range(2, local.version + 1))
 
 
 def _put_running(server: Server) -> None:
