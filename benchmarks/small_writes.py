@@ -122,6 +122,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a process this benchmark started: SIGTERM, then SIGKILL after 60 s."""
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 @contextlib.contextmanager
 def server(store: str, env: dict[str, str], log: Path, args: list[str]) -> Iterator[str]:
     """``sediment serve`` on a free loopback port; its URI."""
@@ -146,11 +155,7 @@ def server(store: str, env: dict[str, str], log: Path, args: list[str]) -> Itera
                 time.sleep(0.1)
         yield uri
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
 
 
 @contextlib.contextmanager
@@ -164,11 +169,7 @@ def maintainer(store: str, env: dict[str, str], log: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
 
 
 def files_per_leaf(table: sd.Table) -> int:

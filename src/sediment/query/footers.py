@@ -121,31 +121,10 @@ class FooterCache:
         would flush the cache: it reads the store directly); ``fresh``: a second read after
         a failed check, nothing from the cache. The caller calls ``keep_reads``
         (sediment.query.cached_files) after each verified read."""
-        if self.disk is not None:
-            return self._open_cached(filename, sums, fresh, cache_rows)
-        path = self.objects.path(filename)
-        with self._lock:
-            footer = self._items.get(filename)
-            if footer is not None:
-                self._items.move_to_end(filename)
         try:
-            source = self.fs.open_input_file(path)
-            if footer is None:
-                if sums is None or not checksums.VERIFY_READS:
-                    pf = pq.ParquetFile(source, **VERIFY)
-                    md = pf.metadata
-                else:
-                    md = self._checked_footer(filename, path, source, sums)
-                    pf = pq.ParquetFile(source, metadata=md, **VERIFY)
-                footer = self._bounds(md)
-                if self.capacity:
-                    with self._lock:
-                        self._items[filename] = footer
-                        while len(self._items) > self.capacity:
-                            self._items.popitem(last=False)
-            else:
-                pf = pq.ParquetFile(source, metadata=footer.metadata, **VERIFY)
-            return pf, footer
+            if self.disk is not None:
+                return self._open_cached(filename, sums, fresh, cache_rows)
+            return self._open_direct(filename, sums)
         except FileNotFoundError:
             raise ObjectNotFoundError(f"data file {filename} is missing from "
                                       f"{self.objects.uri}") from None
@@ -155,6 +134,24 @@ class FooterCache:
                                        ) from e
         except OSError as e:
             raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
+
+    def _open_direct(self, filename: str, sums: Sums | None
+                     ) -> tuple[pq.ParquetFile, FileFooter]:
+        """:meth:`open` reading the store through its Arrow file system."""
+        path = self.objects.path(filename)
+        footer = self.cached(filename)
+        source = self.fs.open_input_file(path)
+        if footer is None:
+            if sums is None or not checksums.VERIFY_READS:
+                pf = pq.ParquetFile(source, **VERIFY)
+                md = pf.metadata
+            else:
+                md = self._checked_footer(filename, path, source, sums)
+                pf = pq.ParquetFile(source, metadata=md, **VERIFY)
+            footer = self._keep(filename, md)
+        else:
+            pf = pq.ParquetFile(source, metadata=footer.metadata, **VERIFY)
+        return pf, footer
 
     def _checked_footer(self, filename: str, path: str, source: pa.NativeFile,
                         sums: Sums) -> pq.FileMetaData:
@@ -191,50 +188,32 @@ class FooterCache:
                      ) -> tuple[pq.ParquetFile, FileFooter]:
         """:meth:`open` through the disk cache: the footer from the file's tail (checked
         against ``sums`` when known, read again once), the file a CachedParquetFile."""
-        with self._lock:
-            footer = self._items.get(filename)
-            if footer is not None:
-                self._items.move_to_end(filename)
-        try:
-            size = self._size(filename, sums)
-            if footer is None:
-                problem = ""
-                for attempt in range(READS):
-                    reads = self.reads(fresh=fresh or attempt > 0)
-                    tail = footer_bytes(reads, filename, size, FOOTER_GUESS)
-                    found = footer_problem(tail, size, sums)
-                    if found is None:
-                        md = pq.read_metadata(pa.BufferReader(tail))
-                        reads.keep(checked=sums is not None)  # else: read twice, compared
-                        break
-                    problem = found
-                else:
-                    raise damaged(self.table, filename, self.objects.uri, OSError(problem))
-                footer = self._bounds(md)
-                if self.capacity:
-                    with self._lock:
-                        self._items[filename] = footer
-                        while len(self._items) > self.capacity:
-                            self._items.popitem(last=False)
-            if not cache_rows:
-                source = self.fs.open_input_file(self.objects.path(filename))
-                return pq.ParquetFile(source, metadata=footer.metadata, **VERIFY), footer
-            reads = self.reads(fresh=fresh)
-            pf = CachedParquetFile(RangeFile(reads, filename, size),
-                                   metadata=footer.metadata, **VERIFY)
-            pf.reads = reads
-            pf.key = filename
-            pf.checked = sums is not None
-            return pf, footer
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"data file {filename} is missing from "
-                                      f"{self.objects.uri}") from None
-        except pa.ArrowInvalid as e:
-            raise CorruptMetadataError(f"data file {filename} of table {self.table or '?'} "
-                                       f"in {self.objects.uri} is not valid Parquet: {e}"
-                                       ) from e
-        except OSError as e:
-            raise StorageError(f"reading data file {filename} in {self.objects.uri}: {e}") from e
+        footer = self.cached(filename)
+        size = self._size(filename, sums)
+        if footer is None:
+            problem = ""
+            for attempt in range(READS):
+                reads = self.reads(fresh=fresh or attempt > 0)
+                tail = footer_bytes(reads, filename, size, FOOTER_GUESS)
+                found = footer_problem(tail, size, sums)
+                if found is None:
+                    md = pq.read_metadata(pa.BufferReader(tail))
+                    reads.keep(checked=sums is not None)  # else: read twice, compared
+                    break
+                problem = found
+            else:
+                raise damaged(self.table, filename, self.objects.uri, OSError(problem))
+            footer = self._keep(filename, md)
+        if not cache_rows:
+            source = self.fs.open_input_file(self.objects.path(filename))
+            return pq.ParquetFile(source, metadata=footer.metadata, **VERIFY), footer
+        reads = self.reads(fresh=fresh)
+        pf = CachedParquetFile(RangeFile(reads, filename, size),
+                               metadata=footer.metadata, **VERIFY)
+        pf.reads = reads
+        pf.key = filename
+        pf.checked = sums is not None
+        return pf, footer
 
     def page_index(self, filename: str, sums: Sums | None) -> PageIndex | None:
         """The file's Parquet page index (sediment.files.pages), read when a lookup first
@@ -457,6 +436,16 @@ class FooterCache:
             reads.keep(checked=layout.format >= 2)
             return block
         raise AssertionError("unreachable")
+
+    def _keep(self, filename: str, md: pq.FileMetaData) -> FileFooter:
+        """The footer of ``md``, kept (bounded by ``capacity``)."""
+        footer = self._bounds(md)
+        if self.capacity:
+            with self._lock:
+                self._items[filename] = footer
+                while len(self._items) > self.capacity:
+                    self._items.popitem(last=False)
+        return footer
 
     def _bounds(self, md: pq.FileMetaData) -> FileFooter:
         mins, maxs = first_field_bounds(md, self.first_key)
