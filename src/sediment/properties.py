@@ -423,6 +423,11 @@ _SPECS = [
     PropertySpec("compaction.threads", int, 0,
                  "Compaction jobs run at once by the local runner (0: number of CPUs).",
                  minimum=0),
+    PropertySpec("compaction.max_bytes_per_second", int, 0,
+                 "I/O throttle of compaction: the bytes per second that this table's "
+                 "compaction jobs in one process read and write together (0: no throttle); "
+                 "each process (a maintainer, a worker, a Spark executor) has its own.",
+                 minimum=0),
     PropertySpec("compaction.iterators", str, "",
                  "JSON list of iterators applied when compacting (and at query time, so "
                  "results do not depend on how far compaction got).",

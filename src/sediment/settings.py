@@ -96,6 +96,7 @@ class TableSettings(Mapping[str, Any]):
     compaction_job_timeout_seconds: float
     compaction_threads: int
     compaction_iterators: str
+    compaction_max_bytes_per_second: int
     gc_delay_seconds: float
     gc_orphan_timeout_seconds: float
     gc_clock_skew_seconds: float

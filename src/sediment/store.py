@@ -210,7 +210,7 @@ class Store(SchemeMethods):
                      properties: Mapping[str, Any] | None = None,
                      initial_files: Callable[[TableHandle], tuple[AddFiles, Staging]]
                      | None = None, scheme: str | None = None,
-                     exist_ok: bool = False) -> Table:
+                     exist_ok: bool = False, online: bool = True) -> Table:
         """Create a table (one partition, or a tree cut at ``split_points``).
 
         ``exist_ok``: when the store has a table of that name already, return it if its
@@ -224,6 +224,10 @@ class Store(SchemeMethods):
         scheme's, SchemeNotFoundError when there is no such scheme). Its
         ``partition.split.threshold`` is the scheme's: given in ``properties``, it sets the
         scheme's (for every member), before the table is made.
+
+        ``online=False``: the table is created offline (Sleeper's ``sleeper.table.online``):
+        its first version says so, so no maintainer acts on it until ``table.set_online(True)``
+        (``sediment online``), not even between its creation and a later ``offline``.
 
         ``initial_files`` (used by bulk load) writes files into the new table and returns the
         AddFiles of them (with their checksums) and the staging holding them; they are
@@ -265,7 +269,7 @@ class Store(SchemeMethods):
                                               str(props.get("partitioning", "lexicographic")))
         table_id = uuid.uuid4().hex
         states = StateStore(self.table_objects(table_id), table_id, name)
-        states.commit(InitialiseTable(schema, props, partitions))
+        states.commit(InitialiseTable(schema, props, partitions, online))
         if initial_files is not None:
             try:
                 add, staging = initial_files(Table(self, name, table_id, states)._handle)

@@ -196,6 +196,17 @@ def test_create_table_text_output(runner: CliRunner, store: str) -> None:
     assert "created table t" in out and "version 1" in out
 
 
+def test_create_table_offline(runner: CliRunner, store: str) -> None:
+    out = ok(runner, "create-table", "t", "--store", store, "--row-key", "k:string",
+             "--offline").stdout
+    assert "created table t" in out and "offline" in out
+    assert json_of(ok(runner, "describe", "t", "--store", store, "--json"))["online"] is False
+    history = json_of(ok(runner, "history", "t", "--store", store, "--json"))
+    assert len(history) == 1 and "offline" in history[0]["summary"]
+    ok(runner, "online", "t", "--store", store)
+    assert sd.Store.open(store).table("t").online
+
+
 def test_create_table_from_schema_file(runner: CliRunner, store: str, tmp_path: Path) -> None:
     path = tmp_path / "schema.json"
     path.write_text(json.dumps({

@@ -345,6 +345,27 @@ def test_offline_tables_only_collect_garbage(tmp_path: Path) -> None:
     assert not set(with_sidecars(old)) & listed  # but GC ran
 
 
+def test_a_table_created_offline_is_left_alone_from_its_first_version(tmp_path: Path) -> None:
+    store = sd.Store.open(str(tmp_path), create=True)
+    table = store.create_table("quiet", SCHEMA, online=False,
+                               properties={"compaction.strategy": "basic",
+                                           "compaction.batch_size": 2})
+    assert not table.online
+    assert "offline" in table.history()[0].summary  # version 1 says so: no window
+    for i in range(3):
+        table.ingest(rows(40, seed=i))
+    m = Maintainer(lambda: [table], tick_seconds=0.01, gc_every=0)
+    try:
+        m.tick()
+        assert len(table.files()) == 3  # no compaction while offline
+        table.set_online(True)
+        m.tick()
+        m._settle(threading.Event())
+    finally:
+        m.close()
+    assert len(table.files()) < 3
+
+
 def test_pool_runs_smallest_first_and_close_drops_queued_jobs() -> None:
     from sediment.maintenance.pool import SmallestFirstPool
 

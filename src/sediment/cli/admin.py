@@ -145,6 +145,9 @@ def create_table(
     scheme: Annotated[str | None, typer.Option(
         "--scheme", metavar="SCHEME",
         help="Join this partition scheme (create-scheme): the table follows its tree.")] = None,
+    offline: Annotated[bool, typer.Option(
+        "--offline", help="Create the table offline: no maintainer acts on it until "
+                          "`sediment online TABLE`.")] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Create a table from a schema file or --row-key/--sort-key/--value fields.
@@ -168,11 +171,12 @@ def create_table(
     props = parse_assignments(prop or [], what="--property")
     st = open_store(store)
     table = st.create_table(name, schema, split_points=splits or None, properties=props,
-                            scheme=scheme)
+                            scheme=scheme, online=not offline)
     info = table.describe()
     emit(info, json_out,
          lambda d: f"created table {d['name']} in {st.uri} (version {d['version']}, "
-                   f"{d['leaf_partitions']} leaf partition{'s' * (d['leaf_partitions'] != 1)})")
+                   f"{d['leaf_partitions']} leaf partition{'s' * (d['leaf_partitions'] != 1)}"
+                   f"{'' if d['online'] else ', offline'})")
 
 
 @commands.command()

@@ -40,6 +40,7 @@ from sediment.compaction.sources import (
     resolve_inputs,
 )
 from sediment.compaction.strategy import CompactionJob
+from sediment.compaction.throttle import input_bytes_per_row, throttle_for, throttled
 from sediment.core.deletions import Deletion
 from sediment.core.model import RANK_BITS, is_upsert
 from sediment.core.prefetch import prefetched
@@ -372,7 +373,11 @@ def run_compaction_job(objects: ObjectStore, schema: Schema, properties: Mapping
         upserts = upserts and not complete
         writer = SortedFileWriter(objects, staging.new_file(job.partition_id), schema,
                                   properties, sequence=True)
-        for b in stream:
+        out = writer
+        for b in throttled(stream, throttle_for(staging.table,
+                                                properties.compaction_max_bytes_per_second),
+                           input_bytes_per_row=input_bytes_per_row(job.inputs, sums),
+                           rows_read=lambda: rows_in[0], written=lambda: out.bytes_written):
             writer.write(b)
         if writer.rows == 0:
             writer.abort()

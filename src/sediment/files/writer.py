@@ -192,6 +192,12 @@ class SortedFileWriter:
         self._pending_rows = 0
         self.rows = 0
 
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of the data file produced so far (buffered ones included): what a
+        throttle of the writer's caller charges."""
+        return int(self._out.tell())
+
     def _create(self) -> pa.NativeFile:
         """Create the data file and its key-filter sidecar (after ``ready``)."""
         if self._ready is not None:

@@ -27,12 +27,15 @@ from sediment.schema import Schema
 
 @dataclass(frozen=True, slots=True)
 class InitialiseTable(Transaction):
-    """Version 1 of every table: schema, properties and the initial partition tree."""
+    """Version 1 of every table: schema, properties and the initial partition tree, and
+    whether background maintenance may act on it (``online``: a table created offline is
+    never touched by a maintainer between its creation and a later ``set_online``)."""
 
     kind: ClassVar[str] = "initialise"
     schema: Schema
     properties: Mapping[str, Any]
     partitions: Sequence[Partition]
+    online: bool = True
 
     def validate(self, state: TableState) -> None:
         if state.schema is not None or state.version != 0:
@@ -49,20 +52,25 @@ class InitialiseTable(Transaction):
         state.schemas = ((state.version + 1, self.schema),)
         state.properties = validate_properties(self.properties, stored=True)
         state.partitions = {p.id: p for p in self.partitions}
-        state.online = True
+        state.online = self.online
 
     def to_json(self) -> dict[str, Any]:
+        # "online" is written only when false: entries of tables created online read the
+        # same as before the field existed
         return {"schema": self.schema.to_json(), "properties": dict(self.properties),
-                "partitions": [p.to_json() for p in self.partitions]}
+                "partitions": [p.to_json() for p in self.partitions],
+                **({} if self.online else {"online": False})}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> InitialiseTable:
         return cls(Schema.from_json(doc["schema"]), doc.get("properties", {}),
-                   [Partition.from_json(p) for p in doc["partitions"]])
+                   [Partition.from_json(p) for p in doc["partitions"]],
+                   bool(doc.get("online", True)))
 
     def summary(self) -> str:
         return (f"created with {counted(len(self.schema.field_names), 'field')}, "
-                f"{counted(sum(p.is_leaf for p in self.partitions), 'leaf partition')}")
+                f"{counted(sum(p.is_leaf for p in self.partitions), 'leaf partition')}"
+                f"{'' if self.online else ', offline'}")
 
 
 @dataclass(frozen=True, slots=True)
