@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import sediment as sd
 from reference import Reference, assert_matches
 from sediment.errors import CorruptMetadataError
-from sediment.files.keyfilter import HEADER_BYTES, FilterLayout, hash_keys
+from sediment.files.keyfilter import HEADER_BYTES, FilterLayout, hash_key_values, hash_keys
 from sediment.files.writer import keys_name
 from sediment.properties import defaults
 from sediment.storage.local import LocalObjectStore
@@ -62,6 +62,12 @@ KEY_LISTS = st.one_of(
     st.lists(st.binary(max_size=40), min_size=1, max_size=300),
     st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=300),
 )
+
+
+@given(KEY_LISTS)
+def test_values_in_hand_hash_as_their_arrow_array(keys: list[Any]) -> None:
+    # the executor's one-point path hashes the value itself, never an array of it
+    assert hash_key_values(keys).tolist() == hash_keys(pa.array(keys)).tolist()
 
 
 @settings(max_examples=150, deadline=None)

@@ -96,6 +96,12 @@ def _hash_small(values: list[object]) -> np.ndarray:
     return np.array(out, dtype=np.uint64)
 
 
+def hash_key_values(values: list[object]) -> np.ndarray:
+    """:func:`hash_keys` of a few key values in hand (str, bytes or int: the model's), with
+    no Arrow array made of them."""
+    return _hash_small(values)
+
+
 def _hash_binary(arr: pa.Array) -> np.ndarray:
     """Horner's polynomial over each key's bytes, then mixed with the length."""
     large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)

@@ -25,7 +25,7 @@ from sediment.core.prefetch import read_ahead
 from sediment.core.regions import Range, Region
 from sediment.core.state import schema_in_force
 from sediment.files.columns import IDENTITY, ColumnMap, column_map, conform
-from sediment.files.keyfilter import hash_keys
+from sediment.files.keyfilter import hash_key_values, hash_keys
 from sediment.files.keys import bounds_inside, rows_in, sort_indices, sorted_span
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
@@ -182,6 +182,11 @@ class Executor:
         return hash_keys(pa.array(points, type=self._point_type))
 
     def _hash_one(self, point: Any) -> np.ndarray:
+        # a point is already the model's value (str, bytes or int): hashed as one, without
+        # an Arrow array of one Python value (whose conversion imports pandas: 0.25 s of a
+        # command's first lookup)
+        if isinstance(point, (str, bytes, int)) and not isinstance(point, bool):
+            return hash_key_values([point])
         return hash_keys(pa.array([point], type=self._point_type))
 
     def columns_schema(self, columns: Sequence[str]) -> pa.Schema:
