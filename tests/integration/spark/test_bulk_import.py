@@ -22,6 +22,7 @@ from spark_helpers import (
     leaves,
     make_frame,
     open_store,
+    spark_and_store,
     write_input,
 )
 
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.spark
 PRESPLIT = {"bulk_import.target_leaf_rows": 600}
 
 
+@spark_and_store(("local", "local"), ("cluster", "s3"))
 def test_dataframe_presplits_and_matches_reference(spark: Any, store_uri: Any) -> None:
     store = open_store(store_uri)
     table = store.create_table("events", SCHEMA, properties=PRESPLIT)
@@ -62,6 +64,7 @@ def test_dataframe_presplits_and_matches_reference(spark: Any, store_uri: Any) -
     assert_files_in_their_regions(table)
 
 
+@spark_and_store(("local", "local"), ("cluster", "s3"))
 def test_files_of_every_format_match_reference(spark: Any, store_uri: Any,
                                                tmp_path: Path) -> None:
     """Parquet, CSV and JSON lines, by path and by glob; on S3 when the store is on S3."""
