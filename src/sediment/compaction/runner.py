@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sediment import metrics
 from sediment.compaction.job import JobOutput, run_compaction_job
 from sediment.compaction.strategy import (
     CompactionJob,
@@ -201,6 +202,7 @@ def commit_job(table: TableHandle, job: CompactionJob, out: JobOutput | str, *,
     except (SedimentError, OSError) as e:
         return failed(_reason(e))
     status.record("compaction", job.job_id, "committed", partition_id=job.partition_id)
+    metrics.compaction(table.name, out.seconds, out.rows_in)
     return JobResult(job, True, out.rows_in, rows_out, bytes_out, out.seconds)
 
 

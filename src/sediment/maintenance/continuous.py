@@ -45,6 +45,7 @@ from sediment.compaction.strategy import (
     short_part,
 )
 from sediment.handle import handle_of
+from sediment.ingest.batcher_store import REQUESTS
 from sediment.maintenance.gc import gc
 from sediment.maintenance.orchestrator import StoreMaintenance
 from sediment.maintenance.pool import SmallestFirstPool
@@ -383,6 +384,18 @@ class Maintainer:
         """Report ``error`` in ``table``'s next report row (e.g. a table that could not be
         opened, which therefore is not among those ``tables`` returned)."""
         self._note(table, error)
+
+    # ---- what the metrics endpoint reads when scraped ----------------------------------------
+    def jobs_waiting(self) -> int:
+        """Jobs (and splits) queued for a thread, not started: ``sediment_queue_depth{queue=
+        "jobs"}``."""
+        return self._pool.waiting
+
+    def batcher_waiting(self) -> int:
+        """File-ingest requests pending in the batchers of the tables maintained (one
+        listing per table, names only): ``sediment_queue_depth{queue="batcher"}``."""
+        return sum(sum(1 for o in t.objects.list(REQUESTS) if o.key.endswith(".json"))
+                   for t in list(self._tables))
 
     # ---- running -------------------------------------------------------------------------
     def report(self) -> list[dict[str, object]]:

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sediment import metrics
 from sediment.core.transactions import DeleteFiles, ExpireLeases, Transaction
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sidecars import data_file_of, with_sidecars
@@ -207,6 +208,7 @@ def gc(table: TableHandle, *, now: float | None = None,
         # one request per batch; sidecars under current and legacy names (files.sidecars)
         table.objects.delete_many(with_sidecars(batch, legacy=True))
         deleted += len(batch)
+        metrics.gc_deleted(table.name, len(batch))
 
     orphans = list(plan.orphans_ready)
     if orphans:
