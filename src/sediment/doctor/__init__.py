@@ -1,0 +1,34 @@
+"""``sediment doctor``: is a store healthy? Cheap checks of every table (see
+:mod:`sediment.doctor.checks`), each finding with what to do; the command exits non-zero when
+something needs attention."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from sediment.doctor.checks import CHECKS, check_table
+from sediment.doctor.findings import DoctorReport, Finding
+from sediment.errors import SedimentError
+from sediment.handle import TableHandle
+
+__all__ = ["CHECKS", "DoctorReport", "Finding", "check_table", "examine"]
+
+
+def examine(store_uri: str, names: Sequence[str], open_table: Callable[[str], TableHandle],
+            *, now: float | None = None) -> DoctorReport:
+    """Check every table of ``names`` (opened with ``open_table``: the store's catalog is
+    the caller's); a table that does not open is a finding, the others are still checked."""
+    started = time.monotonic()
+    findings: list[Finding] = []
+    for name in names:
+        try:
+            table = open_table(name)
+        except SedimentError as e:
+            findings.append(Finding(name, "unopenable", f"table {name} does not open: "
+                                    f"{type(e).__name__}: {e}",
+                                    f"run `sediment verify {name}`; a damaged catalog entry "
+                                    f"or log needs restoring from a backup or a dump"))
+            continue
+        findings.extend(check_table(table, now=now))
+    return DoctorReport(store_uri, tuple(names), tuple(findings), time.monotonic() - started)
