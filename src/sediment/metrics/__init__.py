@@ -33,8 +33,9 @@ V = TypeVar("V")
 _families: Families | None = None
 _lock = threading.Lock()
 
-_leaves: dict[str, weakref.WeakMethod[Callable[[], int]] | Callable[[], int]] = {}
-"""Table name -> a function answering the most files a read of one of its leaves merges."""
+_leaves: dict[str, list[weakref.WeakMethod[Callable[[], int]]]] = {}
+"""Table name -> the methods answering the most files a read of one of its leaves merges (one
+per live head cache of the table: a process may open a table more than once)."""
 _queues: dict[str, Callable[[], int]] = {}
 """Queue name -> a function answering its depth now."""
 _caches: dict[str, Callable[[], tuple[int, int]]] = {}
@@ -120,12 +121,14 @@ def cache(name: str, hit: bool) -> None:
 
 # ---- computed on each scrape --------------------------------------------------------------
 def watch_leaves(table: str, most_files: Callable[[], int]) -> None:
-    """Answer ``sediment_files_per_leaf{table}`` with ``most_files()`` on each scrape (the
-    last registration of a table wins; a bound method is held weakly, so a table's cache
-    that is dropped stops answering)."""
-    held = weakref.WeakMethod(most_files) if hasattr(most_files, "__self__") else most_files
+    """Answer ``sediment_files_per_leaf{table}`` with the largest answer of the
+    ``most_files`` methods registered for ``table`` on each scrape. A method is held weakly:
+    the head cache that registered it answers while it lives, and registering costs no
+    memory past it."""
+    held = weakref.WeakMethod(most_files)
     with _lock:
-        _leaves[table] = held
+        live = [m for m in _leaves.get(table, ()) if m() is not None]
+        _leaves[table] = [*live, held]
 
 
 def watch_queue(queue: str, depth: Callable[[], int]) -> None:
@@ -146,12 +149,15 @@ def scraped() -> tuple[dict[str, int], dict[str, int], dict[str, tuple[int, int]
     cache. A source that fails is left out of this scrape (a metrics endpoint never fails
     the process it watches)."""
     with _lock:
-        leaves, queues, caches = dict(_leaves), dict(_queues), dict(_caches)
+        leaves = {t: [fn for m in ms if (fn := m()) is not None] for t, ms in _leaves.items()}
+        queues, caches = dict(_queues), dict(_caches)
     most: dict[str, int] = {}
-    for table, held in leaves.items():
-        fn = held() if isinstance(held, weakref.WeakMethod) else held
-        if fn is not None:
-            _answer(most, table, fn)
+    for table, fns in leaves.items():
+        answers: dict[str, int] = {}
+        for i, fn in enumerate(fns):
+            _answer(answers, str(i), fn)
+        if answers:
+            most[table] = max(answers.values())
     depth: dict[str, int] = {}
     for queue, fn in queues.items():
         _answer(depth, queue, fn)

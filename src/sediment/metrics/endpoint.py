@@ -74,8 +74,9 @@ class MetricsEndpoint:
         self._server = make_server(host.strip("[]"), port, self._app,
                                    server_class=_Threading, handler_class=_Quiet)
         self.port = int(self._server.server_port)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        name="sediment-metrics")
+        # a short poll: close() waits for the loop to see it (the default waits up to 0.5 s)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                        daemon=True, name="sediment-metrics")
         self._thread.start()
 
     def close(self) -> None:

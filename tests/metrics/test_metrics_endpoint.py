@@ -1,0 +1,129 @@
+"""The metrics of one process, scraped from its endpoint (in this process): every family
+of the issue is exposed; the counters move with what the table's own history says was
+committed, ingested, compacted and collected; the endpoint keeps Sediment's access rules
+(loopback or a token, the Host check)."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import sediment as sd
+from sediment.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
+from sediment.metrics.families import FAMILIES
+
+SCHEMA = sd.Schema(row_keys=[("k", pa.string())], values=[("v", pa.int64())])
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[MetricsEndpoint]:
+    e = MetricsEndpoint("127.0.0.1", 0, allowed=["metrics.example"])
+    yield e
+    e.close()
+
+
+def fetch(port: int, path: str = "/metrics", host: str = "127.0.0.1",
+          token: str | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Host": host})
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of a scrape: (name, labels) -> value."""
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def value(scrape: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
+          **labels: str) -> float:
+    return scrape.get((name, frozenset(labels.items())), 0.0)
+
+
+def test_every_family_is_exposed_and_counters_follow_the_history(
+        endpoint: MetricsEndpoint, tmp_path: Path) -> None:
+    name = f"t{uuid.uuid4().hex[:8]}"  # the process's counters are shared by its tests
+    table = sd.Store.open(str(tmp_path / "s"), create=True).create_table(
+        name, SCHEMA, properties={"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
+                                  "retention.seconds": 0, "compaction.strategy": "basic",
+                                  "compaction.batch_size": 2})
+    before = samples(fetch(endpoint.port)[1])
+    rows = 0
+    for i in range(3):
+        table.ingest(pa.table({"k": [f"a{i}", f"b{i}"], "v": [i, i]}))
+        rows += 2
+    assert table.query(keys=["a0"]).num_rows == 1
+    table.compact(full=True)
+    gc = table.gc()
+    status, text = fetch(endpoint.port)
+    assert status == 200
+    families = {f.name for f in text_string_to_metric_families(text)}
+    exposed = {n.removesuffix("_total") for n in FAMILIES}
+    assert exposed <= families
+    after = samples(text)
+
+    kinds: dict[str, int] = {}
+    for entry in table.history():
+        kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
+    for kind, n in kinds.items():
+        assert value(after, "sediment_commits_total", table=name, kind=kind) == n, kind
+    assert value(after, "sediment_ingest_rows_total", table=name) == rows
+    assert value(after, "sediment_compaction_rows_total", table=name) == rows
+    assert value(after, "sediment_compaction_seconds_count") > \
+        value(before, "sediment_compaction_seconds_count")
+    assert value(after, "sediment_gc_deleted_files_total", table=name) == gc.deleted > 0
+    assert value(after, "sediment_files_per_leaf", table=name) == \
+        max(len(table.files()), 1)
+    misses = value(after, "sediment_cache_misses_total", cache="footer")
+    assert misses > value(before, "sediment_cache_misses_total", cache="footer")
+
+
+def test_the_endpoint_answers_only_its_host_names_and_path(endpoint: MetricsEndpoint) -> None:
+    assert fetch(endpoint.port, host="metrics.example:9464")[0] == 200
+    assert fetch(endpoint.port, host="localhost")[0] == 200
+    status, body = fetch(endpoint.port, host="attacker.example")
+    assert status == 421 and "misdirected" in body
+    assert fetch(endpoint.port, path="/")[0] == 404
+
+
+def test_a_token_is_required_when_set_and_beyond_loopback() -> None:
+    with pytest.raises(MetricsEndpointError, match="non-loopback address needs a token"):
+        MetricsEndpoint("0.0.0.0", 0)
+    with pytest.raises(MetricsEndpointError, match="not a port number"):
+        MetricsEndpoint("127.0.0.1", 70000)
+    e = MetricsEndpoint("127.0.0.1", 0, token="s3cret")
+    try:
+        assert fetch(e.port)[0] == 401
+        assert fetch(e.port, token="wrong")[0] == 401
+        assert fetch(e.port, token="s3cret")[0] == 200
+    finally:
+        e.close()
+
+
+def test_scraped_sources_that_fail_are_left_out(endpoint: MetricsEndpoint) -> None:
+    from sediment import metrics
+
+    def broken() -> int:
+        raise OSError("gone")
+
+    metrics.watch_queue("test_broken", broken)
+    metrics.watch_queue("test_depth", lambda: 7)
+    started = time.monotonic()
+    status, text = fetch(endpoint.port)
+    assert status == 200 and time.monotonic() - started < 10
+    scrape = samples(text)
+    assert value(scrape, "sediment_queue_depth", queue="test_depth") == 7
+    assert ("sediment_queue_depth", frozenset({("queue", "test_broken")})) not in scrape
