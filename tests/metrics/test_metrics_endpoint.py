@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import sediment as sd
 from sediment.metrics.endpoint import MetricsEndpoint, MetricsEndpointError
 from sediment.metrics.families import FAMILIES
+from support.scrape import scrape, value
 
 SCHEMA = sd.Schema(row_keys=[("k", pa.string())], values=[("v", pa.int64())])
 
@@ -42,17 +43,6 @@ def fetch(port: int, path: str = "/metrics", host: str = "127.0.0.1",
         return e.code, e.read().decode()
 
 
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Every sample of a scrape: (name, labels) -> value."""
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
-
-
-def value(scrape: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-          **labels: str) -> float:
-    return scrape.get((name, frozenset(labels.items())), 0.0)
-
-
 def test_every_family_is_exposed_and_counters_follow_the_history(
         endpoint: MetricsEndpoint, tmp_path: Path) -> None:
     name = f"t{uuid.uuid4().hex[:8]}"  # the process's counters are shared by its tests
@@ -60,7 +50,7 @@ def test_every_family_is_exposed_and_counters_follow_the_history(
         name, SCHEMA, properties={"gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
                                   "retention.seconds": 0, "compaction.strategy": "basic",
                                   "compaction.batch_size": 2})
-    before = samples(fetch(endpoint.port)[1])
+    before = scrape(endpoint.port)
     rows = 0
     for i in range(3):
         table.ingest(pa.table({"k": [f"a{i}", f"b{i}"], "v": [i, i]}))
@@ -73,7 +63,7 @@ def test_every_family_is_exposed_and_counters_follow_the_history(
     families = {f.name for f in text_string_to_metric_families(text)}
     exposed = {n.removesuffix("_total") for n in FAMILIES}
     assert exposed <= families
-    after = samples(text)
+    after = scrape(endpoint.port)
 
     kinds: dict[str, int] = {}
     for entry in table.history():
@@ -124,6 +114,7 @@ def test_scraped_sources_that_fail_are_left_out(endpoint: MetricsEndpoint) -> No
     started = time.monotonic()
     status, text = fetch(endpoint.port)
     assert status == 200 and time.monotonic() - started < 10
-    scrape = samples(text)
-    assert value(scrape, "sediment_queue_depth", queue="test_depth") == 7
-    assert ("sediment_queue_depth", frozenset({("queue", "test_broken")})) not in scrape
+    assert "test_depth" in text
+    scraped = scrape(endpoint.port)
+    assert value(scraped, "sediment_queue_depth", queue="test_depth") == 7
+    assert ("sediment_queue_depth", frozenset({("queue", "test_broken")})) not in scraped

@@ -33,9 +33,10 @@ V = TypeVar("V")
 _families: Families | None = None
 _lock = threading.Lock()
 
-_leaves: dict[str, list[weakref.WeakMethod[Callable[[], int]]]] = {}
-"""Table name -> the methods answering the most files a read of one of its leaves merges (one
-per live head cache of the table: a process may open a table more than once)."""
+_leaves: dict[str, list[weakref.WeakMethod[Callable[[], tuple[int, int]]]]] = {}
+"""Table name -> the methods answering (version, the most files a read of one of its leaves
+merges at that version): one per live head cache of the table (a process may open a table
+more than once; the newest version answers)."""
 _queues: dict[str, Callable[[], int]] = {}
 """Queue name -> a function answering its depth now."""
 _caches: dict[str, Callable[[], tuple[int, int]]] = {}
@@ -120,11 +121,12 @@ def cache(name: str, hit: bool) -> None:
 
 
 # ---- computed on each scrape --------------------------------------------------------------
-def watch_leaves(table: str, most_files: Callable[[], int]) -> None:
-    """Answer ``sediment_files_per_leaf{table}`` with the largest answer of the
-    ``most_files`` methods registered for ``table`` on each scrape. A method is held weakly:
-    the head cache that registered it answers while it lives, and registering costs no
-    memory past it."""
+def watch_leaves(table: str, most_files: Callable[[], tuple[int, int]]) -> None:
+    """Answer ``sediment_files_per_leaf{table}`` on each scrape with the files of the newest
+    version the ``most_files`` methods registered for ``table`` answer (each: its version
+    and the most files a read of one leaf merges there). A method is held weakly: the head
+    cache that registered it answers while it lives, and registering costs no memory past
+    it."""
     held = weakref.WeakMethod(most_files)
     with _lock:
         live = [m for m in _leaves.get(table, ()) if m() is not None]
@@ -153,17 +155,17 @@ def scraped() -> tuple[dict[str, int], dict[str, int], dict[str, tuple[int, int]
         queues, caches = dict(_queues), dict(_caches)
     most: dict[str, int] = {}
     for table, fns in leaves.items():
-        answers: dict[str, int] = {}
-        for i, fn in enumerate(fns):
-            _answer(answers, str(i), fn)
+        answers: dict[str, tuple[int, int]] = {}
+        for i, leaf in enumerate(fns):
+            _answer(answers, str(i), leaf)
         if answers:
-            most[table] = max(answers.values())
+            most[table] = max(answers.values())[1]  # the newest version's
     depth: dict[str, int] = {}
-    for queue, fn in queues.items():
-        _answer(depth, queue, fn)
+    for queue, queued in queues.items():
+        _answer(depth, queue, queued)
     counts: dict[str, tuple[int, int]] = {}
-    for name, fn2 in caches.items():
-        _answer(counts, name, fn2)
+    for name, counted in caches.items():
+        _answer(counts, name, counted)
     return most, depth, counts
 
 

@@ -60,11 +60,12 @@ class HeadCache:
         """A background re-read of the log is under way (see ``cached_head``)."""
         metrics.watch_leaves(name, self.most_files_per_leaf)
 
-    def most_files_per_leaf(self) -> int:
-        """The most files a read of one leaf of the cached head merges (0 before the first
-        read): ``sediment_files_per_leaf``, computed when scraped."""
+    def most_files_per_leaf(self) -> tuple[int, int]:
+        """The cached head's version and the most files a read of one of its leaves merges
+        ((-1, 0) before the first read): ``sediment_files_per_leaf``, computed when
+        scraped."""
         head, _ = self.cached()
-        return 0 if head is None else most_files_per_leaf(head)
+        return (-1, 0) if head is None else (head.version, most_files_per_leaf(head))
 
     # ---- the head: read and swapped under the lock, never mutated ----------------------
     def cached(self) -> tuple[TableState | None, float]:
