@@ -39,6 +39,7 @@ from sediment.core.transactions import (
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sample import estimate_count
 from sediment.files.staging import Staging
+from sediment.metrics import traces
 from sediment.query.planner import sums_of
 
 if TYPE_CHECKING:
@@ -233,12 +234,13 @@ def execute_job(table: TableHandle, job: CompactionJob, region: Region, *,
     executor's): its output, or why it failed (a storage or data error: one bad job fails
     alone)."""
     try:
-        head = table.read_head() if head is None else head
-        return run_compaction_job(table.objects, head.schema, head.settings, job, region,
-                                  head.iterators, staging=Staging(table.objects, table.name),
-                                  sums=sums_of(head.state, job.inputs),
-                                  schemas=head.state.schemas,
-                                  **deletes_of(head.state, job, region))
+        with traces.span("sediment.compaction", table.name):
+            head = table.read_head() if head is None else head
+            return run_compaction_job(table.objects, head.schema, head.settings, job, region,
+                                      head.iterators, staging=Staging(table.objects, table.name),
+                                      sums=sums_of(head.state, job.inputs),
+                                      schemas=head.state.schemas,
+                                      **deletes_of(head.state, job, region))
     except (SedimentError, OSError) as e:
         return _reason(e)
 

@@ -38,6 +38,7 @@ from sediment.errors import (
     TransactionInvalidError,
     WriteOutcomeUnknownError,
 )
+from sediment.metrics import traces
 from sediment.state import pending
 from sediment.state.head_cache import HeadCache, prop
 from sediment.state.snapshot import write_snapshot
@@ -79,7 +80,8 @@ class CommitLoop:
         """
         if self.objects.exists(DROPPED_MARKER):
             raise TableNotFoundError(f"table {self.name} was dropped; nothing was committed")
-        state, txn = self._commit(source)
+        with traces.span("sediment.commit", self.name):
+            state, txn = self._commit(source)
         if not txn.is_empty():
             self._maybe_snapshot(state)
         return state.copy()
