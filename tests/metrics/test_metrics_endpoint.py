@@ -11,6 +11,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -118,3 +119,30 @@ def test_scraped_sources_that_fail_are_left_out(endpoint: MetricsEndpoint) -> No
     scraped = scrape(endpoint.port)
     assert value(scraped, "sediment_queue_depth", queue="test_depth") == 7
     assert ("sediment_queue_depth", frozenset({("queue", "test_broken")})) not in scraped
+
+
+def test_a_lost_race_for_a_version_counts_one_conflict(endpoint: MetricsEndpoint,
+                                                        tmp_path: Path) -> None:
+    """Two writers of one table (two stores opened on it): the second commits while the
+    first builds its transaction on the head it read, so the first loses that version once
+    and lands on the next."""
+    from sediment.core.transactions.table import SetProperties
+
+    name = f"t{uuid.uuid4().hex[:8]}"
+    first = sd.Store.open(str(tmp_path / "s"), create=True).create_table(name, SCHEMA)
+    second = sd.Store.open(str(tmp_path / "s")).table(name)
+    builds: list[int] = []
+
+    def build(head: Any) -> SetProperties:
+        builds.append(head.version)
+        if len(builds) == 1:  # the other writer takes the version this one is about to try
+            second.ingest(pa.table({"k": ["x"], "v": [1]}))
+        return SetProperties({"compaction.batch_size": 5})
+
+    before = scrape(endpoint.port)
+    state = first._handle.states.commit(build)
+    after = scrape(endpoint.port)
+    assert builds == [1, 2] and state.version == 3
+    assert value(after, "sediment_commit_conflicts_total", table=name) - \
+        value(before, "sediment_commit_conflicts_total", table=name) == 1
+    assert value(after, "sediment_commits_total", table=name, kind="set_properties") == 1
