@@ -21,6 +21,7 @@ from sediment.cli import app
 from sediment.compaction.runner import create_jobs
 from sediment.dump.lock import LOCK_KEY
 from sediment.ingest.batcher_store import JOBS, put_json
+from sediment.maintenance.heartbeat import Heartbeat
 from sediment.state.log import log_key
 from sediment.state.snapshot import snapshot_key
 
@@ -95,8 +96,14 @@ def test_damaged_metadata_is_found(tmp_path: Path) -> None:
 
 def _leftovers(root: Path) -> sd.Table:
     """A table with a dead pending-file lease, an orphan past the orphan timeout, a dump
-    whose heartbeat stopped and a batcher job abandoned by its runner."""
+    whose heartbeat stopped and a batcher job abandoned by its runner; a maintainer killed
+    hours ago (its heartbeat left) and one beating now."""
     table = _table(root)
+    for name, age in (("killed", HOURS_AGO), ("running", time.time())):
+        beat = Heartbeat(10.0)
+        beat.key = f"maintainers/{name}.json"
+        beat.beat([table._handle])
+        os.utime(root / beat.key, (age, age))
     _aged(_local(table, "pending/dead-writer.json"), b"{}")
     _aged(_local(table, "data/root/orphan.parquet"), b"written by a killed writer")
     _aged(_local(table, LOCK_KEY), json.dumps({"job_id": "d1", "root": "/dumps/x"}).encode())
@@ -110,7 +117,11 @@ def test_leftovers_past_their_time_are_found(tmp_path: Path) -> None:
     result, doc = _doctor(tmp_path / "s")
     assert result.exit_code == 1
     found = _checks(doc)
-    assert set(found) == {"stale_lease", "orphans_due", "dump_stuck", "batcher_stuck"}
+    assert set(found) == {"stale_lease", "orphans_due", "dump_stuck", "batcher_stuck",
+                          "maintainer_stopped"}
+    assert "maintainers/killed.json" in found["maintainer_stopped"]["problem"]
+    assert found["maintainer_stopped"]["table"] is None
+    assert [f["check"] for f in doc["findings"]].count("maintainer_stopped") == 1
     assert "pending/dead-writer.json" in found["stale_lease"]["problem"]
     assert "sediment gc" in found["stale_lease"]["action"]
     assert "data/root/orphan.parquet" in found["orphans_due"]["problem"]
@@ -143,4 +154,4 @@ def test_the_command_as_a_process(tmp_path: Path) -> None:
                                             if k != "SEDIMENT_STORE"})
     assert done.returncode == 1, done.stderr
     doc = json.loads(done.stdout)
-    assert doc["ok"] is False and len(doc["findings"]) == 4
+    assert doc["ok"] is False and len(doc["findings"]) == 5

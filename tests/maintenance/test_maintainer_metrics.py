@@ -1,7 +1,8 @@
 """``sediment maintain --loop --metrics-port``: the real maintainer's endpoint, scraped over
 HTTP, follows what it does to a table: its compaction commits and the files its collector
 deletes match the table's own history, files per leaf falls to one, and the batcher's queue
-counts a file-ingest request waiting."""
+counts a file-ingest request waiting; its heartbeat is in the store while it runs and gone
+once it stops."""
 
 from __future__ import annotations
 
@@ -63,5 +64,9 @@ def test_the_maintainers_metrics_move_with_its_work(tmp_path: Path) -> None:
         batcher.submit(table, str(tmp_path / "in.parquet"))
         wait_for_scrape(port, lambda s: value(s, "sediment_queue_depth", queue="batcher") == 1,
                         what="the batcher request waiting")
+        beats = list((tmp_path / "s" / "maintainers").glob("*.json"))
+        assert len(beats) == 1  # its heartbeat, for `sediment doctor`
     finally:
         stop_process(proc)
+    assert proc.returncode == 0, log.read_text()
+    assert not beats[0].exists()  # stopped on purpose: no heartbeat left to miss

@@ -22,14 +22,16 @@ commands = typer.Typer()
 def doctor(store: StoreOption = None, json_out: JsonOption = False) -> None:
     """Check a store's health: log gaps, unreadable tags, snapshots or log entries, stale
     pending-file leases, orphans and garbage past their time, leaves over their files bound,
-    compaction jobs whose maintainer stopped, stuck dumps and batcher jobs. Reads no data
+    maintainers that stopped beating, compaction jobs whose runner stopped, stuck dumps and
+    batcher jobs. Reads no data
     file (`sediment verify` does). Each finding says what to do; exits with status 1 when
     anything needs attention (after printing)."""
     from sediment.doctor import examine
     from sediment.handle import handle_of
 
     st = open_store(store)
-    report = examine(st.uri, st.tables(), lambda name: handle_of(st.table(name)))
+    report = examine(st.uri, st.tables(), lambda name: handle_of(st.table(name)),
+                     root=st.objects.root())
     emit(report.to_json() if json_out else report, json_out, lambda _: _render(report))
     if not report.ok:
         raise typer.Exit(1)

@@ -47,6 +47,7 @@ from sediment.compaction.strategy import (
 from sediment.handle import handle_of
 from sediment.ingest.batcher_store import REQUESTS
 from sediment.maintenance.gc import gc
+from sediment.maintenance.heartbeat import Heartbeat
 from sediment.maintenance.orchestrator import StoreMaintenance
 from sediment.maintenance.pool import SmallestFirstPool
 from sediment.maintenance.schemes import split_table
@@ -419,10 +420,13 @@ class Maintainer:
         stop = stop or threading.Event()
         reports = 0
         next_report = time.monotonic() + report_every
+        heartbeat = Heartbeat(report_every)  # for `sediment doctor`: this maintainer runs
         try:
             while not stop.is_set():
                 started = time.monotonic()
                 self.tick()
+                if heartbeat.due(self._tables) or time.monotonic() >= next_report:
+                    heartbeat.beat(self._tables)
                 if time.monotonic() >= next_report:
                     reports += 1
                     if max_reports and reports >= max_reports:
@@ -437,6 +441,7 @@ class Maintainer:
                 self._wake.clear()
         finally:
             self.close()
+            heartbeat.stop()
 
     def _settle(self, stop: threading.Event, max_ticks: int = 100) -> None:
         """Tick until nothing runs and a tick starts nothing (at most ``max_ticks`` ticks that
