@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import sediment as sd
 from helpers import stop_process
@@ -23,7 +24,10 @@ from support.scrape import Scrape, value, wait_for_scrape
 SCHEMA = sd.Schema(row_keys=[("k", pa.string())], values=[("v", pa.int64())])
 
 
+@pytest.mark.slow
 def test_the_maintainers_metrics_move_with_its_work(tmp_path: Path) -> None:
+    """Slow (4-12 s): a maintainer process started and stopped, and two compactions and the
+    collection of their inputs waited for."""
     store = sd.Store.open(str(tmp_path / "s"), create=True)
     table = store.create_table("t", SCHEMA, properties={
         "compaction.strategy": "basic", "compaction.batch_size": 2, "gc.delay_seconds": 0,
