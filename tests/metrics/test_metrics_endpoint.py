@@ -1,7 +1,8 @@
 """The metrics of one process, scraped from its endpoint (in this process): every family
 of the issue is exposed; the counters move with what the table's own history says was
-committed, ingested, compacted and collected; the endpoint keeps Sediment's access rules
-(loopback or a token, the Host check)."""
+committed, ingested, compacted and collected, a lost race counts one conflict and a lost
+answer one unknown outcome; the endpoint keeps Sediment's access rules (loopback or a token,
+the Host check)."""
 
 from __future__ import annotations
 
@@ -146,3 +147,25 @@ def test_a_lost_race_for_a_version_counts_one_conflict(endpoint: MetricsEndpoint
     assert value(after, "sediment_commit_conflicts_total", table=name) - \
         value(before, "sediment_commit_conflicts_total", table=name) == 1
     assert value(after, "sediment_commits_total", table=name, kind="set_properties") == 1
+
+
+def test_a_commit_the_store_never_confirmed_counts_one_unknown_outcome(
+        endpoint: MetricsEndpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sediment.core.transactions.table import SetProperties
+    from sediment.errors import CommitOutcomeUnknownError, WriteOutcomeUnknownError
+
+    name = f"t{uuid.uuid4().hex[:8]}"
+    table = sd.Store.open(str(tmp_path / "s"), create=True).create_table(name, SCHEMA)
+    states = table._handle.states
+
+    def lost(*args: Any, **kwargs: Any) -> bool:
+        raise WriteOutcomeUnknownError("the store's answer was lost (injected)")
+
+    monkeypatch.setattr(states.log, "try_append", lost)
+    before = scrape(endpoint.port)
+    with pytest.raises(CommitOutcomeUnknownError):
+        states.commit(SetProperties({"compaction.batch_size": 5}))
+    after = scrape(endpoint.port)
+    assert value(after, "sediment_commit_unknown_outcomes_total", table=name) - \
+        value(before, "sediment_commit_unknown_outcomes_total", table=name) == 1
+    assert value(after, "sediment_commits_total", table=name, kind="set_properties") == 0
