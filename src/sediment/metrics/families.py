@@ -62,8 +62,9 @@ class Families:
                                        "compaction jobs.", ["table"], registry=r)
         self.gc_deleted = Counter("sediment_gc_deleted_files", "Unreferenced data files "
                                   "garbage collection deleted.", ["table"], registry=r)
-        self.request_seconds = Histogram("sediment_request_seconds", "Time of each Flight "
-                                         "request, by method.", ["method"],
+        self.request_seconds = Histogram("sediment_request_seconds", "Time of each request, "
+                                         "by method (Flight methods; http:<endpoint> in the "
+                                         "dashboard).", ["method"],
                                          buckets=REQUEST_BUCKETS, registry=r)
         self.group_puts = Histogram("sediment_group_commit_puts", "Puts committed together "
                                     "by each group commit.", buckets=GROUP_PUTS_BUCKETS,

@@ -1,6 +1,6 @@
 """``sediment dashboard --metrics-port``: the real dashboard's endpoint, scraped over HTTP,
 follows a table as its pages read it (its most files per leaf, as the table's own file list
-says, before and after an ingest) and answers only the dashboard's host names
+says, before and after an ingest) and times its requests by endpoint, and answers only the dashboard's host names
 (``--allowed-host`` included)."""
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ def test_the_dashboards_metrics_move_with_its_pages(tmp_path: Path) -> None:
         assert fetch(f"{server.url}/api/tables/t")[0] == 200
         after = scrape(port)
         assert value(after, "sediment_files_per_leaf", table="t") == len(table.files()) == 4
+        timed = "sediment_request_seconds_count"
+        assert value(after, timed, method="http:api_table") - \
+            value(before, timed, method="http:api_table") == 1
         assert scrape(port, host="dash.example")  # the dashboard's own --allowed-host
         with pytest.raises(urllib.error.HTTPError) as refused:
             scrape(port, host="rebound.example")
