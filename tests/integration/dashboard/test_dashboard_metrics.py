@@ -1,7 +1,7 @@
 """``sediment dashboard --metrics-port``: the real dashboard's endpoint, scraped over HTTP,
 follows a table as its pages read it (its most files per leaf, as the table's own file list
-says, before and after an ingest) and times its requests by endpoint, and answers only the dashboard's host names
-(``--allowed-host`` included)."""
+says, before and after an ingest), times its requests by endpoint, and answers only the
+dashboard's host names (``--allowed-host`` included)."""
 
 from __future__ import annotations
 
