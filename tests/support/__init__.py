@@ -5,6 +5,7 @@
 - :mod:`support.internals`: test-only helpers over Sediment's internals (samples, sorted files,
   snapshot ranges, the leaf of a key).
 - :mod:`support.merge_reference`: the merge rules (the ``merge`` table property) in pandas.
+- :mod:`support.scrape`: scrapes of a process's metrics endpoint (``--metrics-port``).
 
 Tests import it as ``support`` (``tests/`` is on ``sys.path``: tests/conftest.py); benchmarks
 put ``tests/`` on ``sys.path`` in benchmarks/_common.py.

@@ -116,6 +116,7 @@ def _register() -> None:
         changes,
         dashboard,
         data,
+        doctor,
         maintenance,
         migrate,
         records,
@@ -128,7 +129,7 @@ def _register() -> None:
     )
 
     for module in (admin, data, records, changes, maintenance, reports, versions, verify,
-                   spark, migrate, serve, dashboard, schemes):
+                   doctor, spark, migrate, serve, dashboard, schemes):
         app.registered_commands.extend(module.commands.registered_commands)
     app.add_typer(alter.alter_app, name="alter")
     app.add_typer(batcher.batcher_app, name="batcher")

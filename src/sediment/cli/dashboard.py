@@ -13,6 +13,12 @@ from typing import Annotated
 import typer
 
 from sediment.cli.errors import CliError
+from sediment.cli.metrics_options import (
+    MetricsHostOption,
+    MetricsPortOption,
+    check_metrics,
+    start_metrics,
+)
 from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
 from sediment.dashboard.security import TOKEN_ENV, check_bind, host_allow_list
 from sediment.errors import install_hint
@@ -53,6 +59,8 @@ def dashboard(
         help="A host name (or address) browsers reach the dashboard by, besides the bound "
              "address, localhost, 127.0.0.1 and [::1]; repeatable. Requests naming any other "
              "Host are refused (421).")] = None,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
 ) -> None:
     """Serve a read-only web dashboard of the store's tables, partitions, files and jobs
     (pages and a JSON API under /api) until interrupted."""
@@ -63,12 +71,14 @@ def dashboard(
         raise CliError(f"--port {port} is not a port number")
     if not 0.5 <= refresh <= 3600:
         raise CliError("--refresh must be between 0.5 and 3600 seconds")
+    check_metrics(metrics_port, metrics_host, token, allowed_host or ())
     missing = missing_modules()
     if missing:
         raise CliError(f"the dashboard needs {', '.join(missing)}: "
                        f"{install_hint('dashboard')}")
     opened = open_store(store)
     check_port_free(host, port, what="serve the dashboard")
+    start_metrics(metrics_port, metrics_host, token, allowed_host or ())
 
     from sediment.dashboard.app import serve
 

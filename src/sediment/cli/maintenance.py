@@ -13,6 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from sediment.cli.humanize import human_bytes
+from sediment.cli.metrics_options import (
+    MetricsHostOption,
+    MetricsPortOption,
+    check_metrics,
+    start_metrics,
+)
 from sediment.cli.options import JsonOption, StoreOption, open_store
 from sediment.cli.output import iso_time
 from sediment.cli.passes import (
@@ -157,13 +163,19 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
                  "--threads", min=0, help="With --loop: jobs run at once (0: one per "
                                           "CPU).")] = 0,
              store: StoreOption = None, json_out: JsonOption = False,
-             orphan_timeout: OrphanTimeoutOption = None) -> None:
+             orphan_timeout: OrphanTimeoutOption = None,
+             metrics_port: MetricsPortOption = None,
+             metrics_host: MetricsHostOption = "127.0.0.1") -> None:
     """Split, compact and collect garbage until nothing is left to do (offline tables:
     GC only). With --loop (local jobs): maintain continuously, starting splits and compaction
     jobs as soon as they are due and each job committing as it ends, each job in a worker
     process; one report row per table every --interval seconds (GC runs at that period too)."""
     if workers not in ("process", "thread"):
         raise typer.BadParameter(f"--workers is process or thread, not {workers!r}")
+    if metrics_port is not None and (spark or not loop):
+        raise typer.BadParameter("--metrics-port goes with --loop (local jobs): a single "
+                                 "pass ends before a scrape could see it")
+    check_metrics(metrics_port, metrics_host, None)
     def maintenance_of_store() -> StoreMaintenance:
         """The one maintenance of a store (``Store.maintain``'s): the same table steps, the
         same settling of partition-scheme members, the same store steps."""
@@ -206,6 +218,12 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
                                 orphan_timeout=orphan_timeout, threads=threads,
                                 workers="process" if workers == "process" else "thread",
                                 store=whole)
+        if metrics_port is not None:
+            from sediment import metrics
+
+            metrics.watch_queue("jobs", maintainer.jobs_waiting)
+            metrics.watch_queue("batcher", maintainer.batcher_waiting)
+            start_metrics(metrics_port, metrics_host, None)
         maintainer.run(report_every=interval, max_reports=max_loops, stop=stop,
                        on_report=on_report)
         return

@@ -19,6 +19,12 @@ import typer
 
 from sediment.access import is_loopback
 from sediment.cli.errors import CliError
+from sediment.cli.metrics_options import (
+    MetricsHostOption,
+    MetricsPortOption,
+    check_metrics,
+    start_metrics,
+)
 from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
 
 commands = typer.Typer()
@@ -68,6 +74,8 @@ def serve(
         "--shutdown-grace", metavar="SECONDS",
         help="After SIGTERM/SIGINT, how long running calls may go on; past it the server "
              "exits (status 1) and a put still streaming commits nothing.")] = 30.0,
+    metrics_port: MetricsPortOption = None,
+    metrics_host: MetricsHostOption = "127.0.0.1",
 ) -> None:
     """Serve the store over Arrow Flight (queries, ingest, actions) until SIGTERM/SIGINT."""
     token = read_token(token_file, TOKEN_ENV, env_option=token_env)
@@ -89,6 +97,7 @@ def serve(
         raise CliError("--shutdown-grace must be 0 or more seconds")
     if not 0 <= port <= 65535:
         raise CliError(f"--port {port} is not a port number")
+    check_metrics(metrics_port, metrics_host, token)
     certificates = None
     if tls_cert is not None and tls_key is not None:
         try:
@@ -97,6 +106,7 @@ def serve(
             raise CliError(f"cannot read TLS file: {e.strerror or e}: {e.filename}") from None
     opened = open_store(store)
     check_port_free(host, port, what="serve")  # after the store: a wrong --store comes first
+    start_metrics(metrics_port, metrics_host, token)  # before the first request: all counted
 
     from sediment.serve.server import SedimentFlightServer
 

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sediment import metrics
 from sediment.compaction.job import JobOutput, run_compaction_job
 from sediment.compaction.strategy import (
     CompactionJob,
@@ -38,6 +39,7 @@ from sediment.core.transactions import (
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sample import estimate_count
 from sediment.files.staging import Staging
+from sediment.metrics import traces
 from sediment.query.planner import sums_of
 
 if TYPE_CHECKING:
@@ -201,6 +203,7 @@ def commit_job(table: TableHandle, job: CompactionJob, out: JobOutput | str, *,
     except (SedimentError, OSError) as e:
         return failed(_reason(e))
     status.record("compaction", job.job_id, "committed", partition_id=job.partition_id)
+    metrics.compaction(table.name, out.seconds, out.rows_in)
     return JobResult(job, True, out.rows_in, rows_out, bytes_out, out.seconds)
 
 
@@ -231,12 +234,13 @@ def execute_job(table: TableHandle, job: CompactionJob, region: Region, *,
     executor's): its output, or why it failed (a storage or data error: one bad job fails
     alone)."""
     try:
-        head = table.read_head() if head is None else head
-        return run_compaction_job(table.objects, head.schema, head.settings, job, region,
-                                  head.iterators, staging=Staging(table.objects, table.name),
-                                  sums=sums_of(head.state, job.inputs),
-                                  schemas=head.state.schemas,
-                                  **deletes_of(head.state, job, region))
+        with traces.span("sediment.compaction", table.name):
+            head = table.read_head() if head is None else head
+            return run_compaction_job(table.objects, head.schema, head.settings, job, region,
+                                      head.iterators, staging=Staging(table.objects, table.name),
+                                      sums=sums_of(head.state, job.inputs),
+                                      schemas=head.state.schemas,
+                                      **deletes_of(head.state, job, region))
     except (SedimentError, OSError) as e:
         return _reason(e)
 

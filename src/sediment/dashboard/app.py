@@ -38,6 +38,7 @@ from sediment.errors import (
     SedimentError,
     TableNotFoundError,
 )
+from sediment.metrics.asgi import TimedRequests
 from sediment.store import Store
 
 HERE = Path(__file__).parent
@@ -203,7 +204,8 @@ def create_app(store: Store, *, token: str | None = None,
         Route("/static/{file}", static),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(HostCheck, allowed=hosts),
-                                               Middleware(Guard, token=token)],
+                                               Middleware(Guard, token=token),
+                                               Middleware(TimedRequests)],
                     exception_handlers={404: not_found, CorruptionError: damaged})
     app.state.views = views
     return app

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from sediment import metrics
 from sediment.core.transactions import KeyedWrite
 from sediment.errors import ServerBusyError, definitely_not_committed
 from sediment.ingest.keyed import PartlyCommitted, commit_staged_keyed, index_of
@@ -175,6 +176,11 @@ class GroupCommitter:
             self._cond.notify_all()
         return put.future
 
+    def waiting(self) -> int:
+        """Puts queued, not yet in a group that commits."""
+        with self._cond:
+            return len(self._queue)
+
     def close(self) -> None:
         """Commit what is queued, then stop the thread."""
         with self._cond:
@@ -208,6 +214,7 @@ class GroupCommitter:
     def _run(self) -> None:
         while (group := self._next_group()) is not None:
             started = time.perf_counter()
+            metrics.group_commit(len(group), time.monotonic() - group[0].arrived)
             self._commit(group)
             self.groups += 1
             self.commit_seconds = 0.8 * self.commit_seconds + \

@@ -29,6 +29,7 @@ from sediment.files.writer import SortedFileWriter, WrittenFile
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
 from sediment.ingest.spill import SortedRuns, SpillDir, resolve_spill_dir
 from sediment.ingest.stall import wait_for_room
+from sediment.metrics import traces
 from sediment.partitioning import partitioning_of
 from sediment.schema import Schema
 from sediment.settings import TableSettings, settings_of
@@ -311,6 +312,7 @@ def _ingest_batches(table: TableHandle, state: TableState,
                     before_commit: BeforeCommit | None = None, *,
                     spill_dir: SpillDir = None, upsert: bool = False) -> IngestResult:
     started = time.perf_counter()
-    staged = stage_batches(table, state, batches, progress, spill_dir=spill_dir)
-    return commit_staged(table, staged, started, before_commit=before_commit, state=state,
-                         kind="upsert" if upsert else "ingest", upsert=upsert)
+    with traces.span("sediment.ingest", table.name):
+        staged = stage_batches(table, state, batches, progress, spill_dir=spill_dir)
+        return commit_staged(table, staged, started, before_commit=before_commit, state=state,
+                             kind="upsert" if upsert else "ingest", upsert=upsert)

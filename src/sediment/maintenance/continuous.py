@@ -45,7 +45,9 @@ from sediment.compaction.strategy import (
     short_part,
 )
 from sediment.handle import handle_of
+from sediment.ingest.batcher_store import REQUESTS
 from sediment.maintenance.gc import gc
+from sediment.maintenance.heartbeat import Heartbeat
 from sediment.maintenance.orchestrator import StoreMaintenance
 from sediment.maintenance.pool import SmallestFirstPool
 from sediment.maintenance.schemes import split_table
@@ -384,6 +386,18 @@ class Maintainer:
         opened, which therefore is not among those ``tables`` returned)."""
         self._note(table, error)
 
+    # ---- what the metrics endpoint reads when scraped ----------------------------------------
+    def jobs_waiting(self) -> int:
+        """Jobs (and splits) queued for a thread, not started: ``sediment_queue_depth{queue=
+        "jobs"}``."""
+        return self._pool.waiting
+
+    def batcher_waiting(self) -> int:
+        """File-ingest requests pending in the batchers of the tables maintained (one
+        listing per table, names only): ``sediment_queue_depth{queue="batcher"}``."""
+        return sum(sum(1 for o in t.objects.list(REQUESTS) if o.key.endswith(".json"))
+                   for t in list(self._tables))
+
     # ---- running -------------------------------------------------------------------------
     def report(self) -> list[dict[str, object]]:
         """One row per table of what happened since the last report (then reset)."""
@@ -406,10 +420,13 @@ class Maintainer:
         stop = stop or threading.Event()
         reports = 0
         next_report = time.monotonic() + report_every
+        heartbeat = Heartbeat(report_every)  # for `sediment doctor`: this maintainer runs
         try:
             while not stop.is_set():
                 started = time.monotonic()
                 self.tick()
+                if heartbeat.due(self._tables) or time.monotonic() >= next_report:
+                    heartbeat.beat(self._tables)
                 if time.monotonic() >= next_report:
                     reports += 1
                     if max_reports and reports >= max_reports:
@@ -424,6 +441,7 @@ class Maintainer:
                 self._wake.clear()
         finally:
             self.close()
+            heartbeat.stop()
 
     def _settle(self, stop: threading.Event, max_ticks: int = 100) -> None:
         """Tick until nothing runs and a tick starts nothing (at most ``max_ticks`` ticks that

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sediment import metrics
 from sediment.core.transactions import DeleteFiles, ExpireLeases, Transaction
 from sediment.errors import SedimentError, TransactionInvalidError
 from sediment.files.sidecars import data_file_of, with_sidecars
@@ -177,6 +178,14 @@ def survey(table: TableHandle, *, now: float | None = None,
     return _plan(table, listed, leases, now, now, orphan_timeout)[0]
 
 
+def stale_leases(table: TableHandle, now: float | None = None) -> tuple[str, ...]:
+    """The pending-file leases of ``table`` not renewed for longer than the lease timeout
+    (their writers died or stalled), which the next GC pass records expired and deletes;
+    writing nothing (``now``: this machine's clock, as :func:`survey`)."""
+    now = time.time() if now is None else now
+    return pending.scan_leases(table.objects, now, table.name).dead
+
+
 def gc(table: TableHandle, *, now: float | None = None,
        orphan_timeout: float | None = None) -> GcResult:
     """One garbage-collection pass over ``table``. ``now`` stands in for both this machine's
@@ -207,6 +216,7 @@ def gc(table: TableHandle, *, now: float | None = None,
         # one request per batch; sidecars under current and legacy names (files.sidecars)
         table.objects.delete_many(with_sidecars(batch, legacy=True))
         deleted += len(batch)
+        metrics.gc_deleted(table.name, len(batch))
 
     orphans = list(plan.orphans_ready)
     if orphans:

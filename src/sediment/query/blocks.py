@@ -41,6 +41,8 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 
+from sediment import metrics
+
 ENV = "SEDIMENT_BLOCK_CACHE_BYTES"
 """The process's bound in bytes, over any table's ``query.block_cache_bytes`` (0: off)."""
 
@@ -211,6 +213,14 @@ BLOCKS = _process_cache()
 """The process's block cache."""
 
 os.register_at_fork(after_in_child=BLOCKS._after_fork)
+
+
+def _counts() -> tuple[int, int]:
+    s = BLOCKS.stats()
+    return s.hits, s.misses
+
+
+metrics.watch_cache("block", _counts)  # counted by the cache itself, read when scraped
 
 
 def configure(table_bytes: int) -> BlockCache | None:

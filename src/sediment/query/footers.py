@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment import metrics
 from sediment.errors import (
     CorruptionError,
     CorruptMetadataError,
@@ -42,12 +43,21 @@ from sediment.files.thrift_compact import BINARY, ThriftError
 from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem
 from sediment.files.writer import keys_name
 from sediment.query.cached_files import CachedParquetFile, RangeFile, footer_bytes
-from sediment.storage import checksums
+from sediment.storage import checksums, diskcache
 from sediment.storage.base import ObjectStore
 from sediment.storage.diskcache import DiskCache
 from sediment.storage.rangereads import RangeReads
 
 log = logging.getLogger(__name__)
+
+
+def _disk_counts() -> tuple[int, int]:
+    s = diskcache.stats()
+    return s["hits"], s["misses"]
+
+
+# the disk cache counts for itself (storage knows nothing of metrics): read when scraped
+metrics.watch_cache("disk", _disk_counts)
 
 FOOTER_GUESS = 64 * 1024
 """Bytes read from a file's end to check its footer: a Sediment file's footer fits (else a
@@ -110,6 +120,7 @@ class FooterCache:
             footer = self._items.get(filename)
             if footer is not None:
                 self._items.move_to_end(filename)
+        metrics.cache("footer", footer is not None)
         return footer
 
     def open(self, filename: str, sums: Sums | None = None, *, fresh: bool = False,

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from sediment.errors import ObjectNotFoundError
 from sediment.iterators.base import RecordIterator
+from sediment.metrics import traces
 from sediment.query.executor import Executor
 from sediment.query.filters import QueryFilter
 from sediment.query.planner import QueryPlan, SubQuery
@@ -100,13 +101,20 @@ class Scan:
         if self.on_missing is not None:
             self.on_missing()
 
+    @property
+    def name(self) -> str:
+        """The table's name ("" for a scan made without its source)."""
+        return self.source.name if self.source is not None else ""
+
     # ---- Arrow ------------------------------------------------------------------------------
     def to_arrow(self) -> pa.Table:
         """Every record as one ``pyarrow.Table``, sorted by key (``Table.query``'s answer).
         Holds the whole answer in memory: :meth:`to_batches` streams it."""
         try:
-            return self._wanted(self.executor.run(self.plan, self.read, self.iterators,
-                                                  self.query_filter, self.request.block_cache))
+            with traces.span("sediment.query", self.name):
+                return self._wanted(self.executor.run(self.plan, self.read, self.iterators,
+                                                      self.query_filter,
+                                                      self.request.block_cache))
         except ObjectNotFoundError:
             self.explain_missing()
             raise
@@ -122,9 +130,10 @@ class Scan:
         batch that needs the file is read."""
         def batches() -> Iterator[pa.RecordBatch]:
             try:
-                for b in self.executor.stream(self.plan, self.read, self.iterators,
-                                              self.query_filter, self.request.block_cache):
-                    yield b.select(self.wanted)
+                with traces.span("sediment.query", self.name):
+                    for b in self.executor.stream(self.plan, self.read, self.iterators,
+                                                  self.query_filter, self.request.block_cache):
+                        yield b.select(self.wanted)
             except ObjectNotFoundError:
                 self.explain_missing()
                 raise

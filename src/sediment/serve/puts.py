@@ -114,6 +114,13 @@ class GroupedPuts:
         with self._lock:
             return sum(c.groups for c in self._committers.values())
 
+    def waiting(self) -> int:
+        """Puts queued for their group, not yet committing (all tables):
+        ``sediment_queue_depth{queue="group_commit"}``."""
+        with self._lock:
+            committers = list(self._committers.values())
+        return sum(c.waiting() for c in committers)
+
     def put(self, table: Table, state: TableState, batches: Iterator[pa.RecordBatch], *,
             upsert: bool, key: str | None,
             stream: Callable[[Iterator[pa.RecordBatch]], IngestResult]) -> IngestResult:

@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.flight as fl
 
+from sediment import metrics
 from sediment.errors import (
     BadRequestError,
     DataError,
@@ -110,6 +111,7 @@ class SedimentFlightServer(fl.FlightServerBase):
                  group_commit_max_bytes: int = GROUP_COMMIT_MAX_BYTES) -> None:
         self.stats = Stats()
         self.puts = GroupedPuts(group_commit_ms, group_commit_max_bytes)
+        metrics.watch_queue("group_commit", self.puts.waiting)
         self.admission = Admission(token, max_concurrency, self.stats, idle_timeout)
         super().__init__(location, tls_certificates=tls_certificates or [],
                          middleware={"admission": self.admission})

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from sediment import metrics
+
 LOG = logging.getLogger("sediment.serve")
 
 LATENCY_WINDOW = 10_000
@@ -94,6 +96,7 @@ class Stats:
             m.rows += req.rows
             m.errors += req.outcome != "ok"
             m.latencies.append(seconds)
+        metrics.request(req.method, seconds)
         LOG.info("method=%s table=%s rows=%d duration_ms=%.2f outcome=%s",
                  log_value(req.method), log_value(req.table or "-"), req.rows, seconds * 1000,
                  log_value(req.outcome))

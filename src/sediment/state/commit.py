@@ -27,8 +27,9 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from sediment import metrics
 from sediment.core.state import TableState
-from sediment.core.transactions import Transaction
+from sediment.core.transactions import AddFiles, Transaction
 from sediment.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
@@ -37,6 +38,7 @@ from sediment.errors import (
     TransactionInvalidError,
     WriteOutcomeUnknownError,
 )
+from sediment.metrics import traces
 from sediment.state import pending
 from sediment.state.head_cache import HeadCache, prop
 from sediment.state.snapshot import write_snapshot
@@ -78,7 +80,8 @@ class CommitLoop:
         """
         if self.objects.exists(DROPPED_MARKER):
             raise TableNotFoundError(f"table {self.name} was dropped; nothing was committed")
-        state, txn = self._commit(source)
+        with traces.span("sediment.commit", self.name):
+            state, txn = self._commit(source)
         if not txn.is_empty():
             self._maybe_snapshot(state)
         return state.copy()
@@ -117,8 +120,10 @@ class CommitLoop:
                     state.version = version
                     state.last_update = now
                     self.heads.publish(state, time.monotonic())
+                    metrics.commit(self.name, txn.kind, _rows_added(txn))
                     return state, txn
             lost += 1
+            metrics.commit_conflict(self.name)
             attempts = int(prop(head, "state.commit.max_attempts"))
             if lost >= attempts:
                 raise CommitConflictError(
@@ -135,6 +140,7 @@ class CommitLoop:
         try:
             return self.log.try_append(version, now, txn, commit_id, scheme_version)
         except WriteOutcomeUnknownError as e:
+            metrics.commit_unknown(self.name)
             raise CommitOutcomeUnknownError(
                 f"table {self.name}: could not learn whether version {version} ({txn.kind}) "
                 f"was committed: {e}; its files are kept, and a later read of the table "
@@ -186,6 +192,14 @@ class CommitLoop:
             write_snapshot(self.objects, state, self.heads.known_digests)
         except SedimentError as e:
             log.warning("snapshot of table %s at %s failed: %s", self.name, state.version, e)
+
+
+def _rows_added(txn: Transaction) -> int:
+    """The records an add-files transaction brings in (ingest, upsert, bulk import, load:
+    ``sediment_ingest_rows_total``); 0 for every other kind."""
+    if not isinstance(txn, AddFiles):
+        return 0
+    return sum(r.records for r in txn.references)
 
 
 def _scheme_version(state: TableState) -> int | None:

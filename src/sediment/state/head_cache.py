@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any
 
+from sediment import metrics
+from sediment.core.crowding import most_files_per_leaf
 from sediment.core.state import TableState
 from sediment.errors import CorruptMetadataError, SedimentError
 from sediment.properties import PROPERTIES
@@ -56,6 +58,14 @@ class HeadCache:
         """When the cached head was last known to be current (monotonic seconds)."""
         self._refreshing = False
         """A background re-read of the log is under way (see ``cached_head``)."""
+        metrics.watch_leaves(name, self.most_files_per_leaf)
+
+    def most_files_per_leaf(self) -> tuple[int, int]:
+        """The cached head's version and the most files a read of one of its leaves merges
+        ((-1, 0) before the first read): ``sediment_files_per_leaf``, computed when
+        scraped."""
+        head, _ = self.cached()
+        return (-1, 0) if head is None else (head.version, most_files_per_leaf(head))
 
     # ---- the head: read and swapped under the lock, never mutated ----------------------
     def cached(self) -> tuple[TableState | None, float]:

@@ -1,0 +1,52 @@
+"""``sediment doctor``: is a store healthy? Cheap checks of every table (see
+:mod:`sediment.doctor.checks`), each finding with what to do; the command exits non-zero when
+something needs attention."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from sediment.core.units import human_seconds
+from sediment.doctor.checks import CHECKS, check_table
+from sediment.doctor.findings import DoctorReport, Finding
+from sediment.errors import SedimentError
+from sediment.handle import TableHandle
+from sediment.maintenance.heartbeat import heartbeats
+from sediment.storage.base import ObjectStore
+
+__all__ = ["CHECKS", "DoctorReport", "Finding", "check_table", "examine", "maintainers"]
+
+
+def examine(store_uri: str, names: Sequence[str], open_table: Callable[[str], TableHandle],
+            *, root: ObjectStore | None = None, now: float | None = None) -> DoctorReport:
+    """Check every table of ``names`` (opened with ``open_table``: the store's catalog is
+    the caller's); a table that does not open is a finding, the others are still checked.
+    ``root``: the store's root, for the heartbeats of its maintainers."""
+    started = time.monotonic()
+    findings: list[Finding] = [] if root is None else maintainers(root, now)
+    for name in names:
+        try:
+            table = open_table(name)
+        except SedimentError as e:
+            findings.append(Finding(name, "unopenable", f"table {name} does not open: "
+                                    f"{type(e).__name__}: {e}",
+                                    f"run `sediment verify {name}`; a damaged catalog entry "
+                                    f"or log needs restoring from a backup or a dump"))
+            continue
+        findings.extend(check_table(table, now=now))
+    return DoctorReport(store_uri, tuple(names), tuple(findings), time.monotonic() - started)
+
+
+def maintainers(root: ObjectStore, now: float | None = None) -> list[Finding]:
+    """Maintainers (``maintain --loop``) that stopped beating without stopping cleanly."""
+    out = []
+    for b in heartbeats(root, now):
+        if not b.stale:
+            continue
+        who = f"{b.doc.get('host', '?')} (process {b.doc.get('pid', '?')})"
+        out.append(Finding(None, "maintainer_stopped", f"the maintainer on {who} last beat "
+                           f"{human_seconds(b.age)} ago ({b.key})",
+                           f"restart `sediment maintain --loop` there or elsewhere; if it was "
+                           f"stopped for good (a kill -9 leaves its heartbeat), delete {b.key}"))
+    return out
