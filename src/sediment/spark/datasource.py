@@ -82,9 +82,24 @@ from sediment.spark.writer import (
 
 TARGET_ROWS = "spark.read.target_partition_rows"
 __all__ = ["WRITES", "LeafPartition", "SedimentDataSource", "SedimentReader", "SedimentWriter",
-           "StagedMessage", "base_request", "check_fields", "intersect", "pinned_version",
-           "write_kind"]
+           "StagedMessage", "TRUST_OPTION", "base_request", "check_fields", "intersect",
+           "pinned_version", "write_kind"]
 """(The writer's names live in ``sediment.spark.writer``; they are importable from here.)"""
+
+
+TRUST_OPTION = "trusted_iterator_modules"
+"""The option giving the module prefixes whose python iterators the source's workers load
+(comma separated), besides those their environment trusts: Spark starts a source's Python
+workers with the JVM's environment, which a driver that trusted a module after its session
+started cannot change (:func:`sediment.spark.read_table` sets it from the driver's)."""
+
+
+def trust_options(options: Mapping[str, str]) -> None:
+    """Trust, in this worker, the modules the :data:`TRUST_OPTION` option names."""
+    from sediment.iterators.trust import trust_iterator_modules
+
+    given = options.get(TRUST_OPTION, "")
+    trust_iterator_modules(p for p in given.split(",") if p.strip())
 
 
 def _columns(options: Mapping[str, str], names: list[str]) -> list[str]:
@@ -162,6 +177,7 @@ class SedimentDataSource(DataSource):
         return "sediment"
 
     def schema(self) -> StructType:
+        trust_options(self.options)
         table = tasks.open_table(_spec(self.options), self.options["table"])
         # Spark keeps this instance (pickled after schema()) for the DataFrame's lifetime:
         # every action on the DataFrame reads the version current at load() (or the one its
@@ -183,6 +199,7 @@ class SedimentDataSource(DataSource):
         from sediment.spark.stream_source import refuse_stream_options
 
         refuse_stream_options(self.options)
+        trust_options(self.options)
         options = dict(self.options)
         pinned = getattr(self, "pinned_version", None)
         if pinned is not None and "request" in options:
@@ -391,6 +408,7 @@ class SedimentReader(DataSourceReader):
         if not partition.leaf_id:
             return
         use_worker_bound()  # a Python worker among many: a small block cache
+        trust_options(self.options)
         table = tasks.open_table(self.spec, self.name, self.table_id)
         # as table.query prepares it, restricted to this partition's ranges
         prepared = table.prepare(ReadRequest.from_json(partition.request))
