@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from support.iterator_modules import even_rows, imports_logged, keep_even, write_iterator_module
 
 import sediment as sd
 from sediment.errors import IteratorModuleError, PropertyError
 from sediment.iterators import trust_iterator_modules, trusted_iterator_modules
 from sediment.iterators.trust import TRUST_ENV, is_trusted
 from sediment.query.request import ReadRequest
+from support.iterator_modules import even_rows, imports_logged, keep_even, write_iterator_module
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("value", pa.int64())])
