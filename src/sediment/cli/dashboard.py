@@ -16,6 +16,7 @@ from sediment.cli.errors import CliError
 from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
 from sediment.dashboard.security import TOKEN_ENV, check_bind, host_allow_list
 from sediment.errors import install_hint
+from sediment.tokens import Tokens
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -46,6 +47,13 @@ def dashboard(
     token_file: Annotated[Path | None, typer.Option(
         "--token-file", help=f"File holding the token browsers and API clients must give "
         f"(default: ${TOKEN_ENV}).")] = None,
+    tokens_file: Annotated[Path | None, typer.Option(
+        "--tokens-file", metavar="FILE",
+        help='Scoped tokens, one JSON object a line: {"name", "sha256" (the token\'s '
+             'SHA-256 in hex), "tables" (name patterns), "right" (read, write or admin)}. '
+             'The dashboard only reads, so any right reaches it: a token sees the tables '
+             'its patterns match, and gets 403 for the others (logged with its name). A '
+             '--token-file token, if any, sees every table.')] = None,
     refresh: Annotated[float, typer.Option(
         "--refresh", help="Seconds between the pages' refreshes.")] = 5.0,
     allowed_host: Annotated[list[str] | None, typer.Option(
@@ -57,7 +65,8 @@ def dashboard(
     """Serve a read-only web dashboard of the store's tables, partitions, files and jobs
     (pages and a JSON API under /api) until interrupted."""
     token = read_token(token_file, TOKEN_ENV)
-    check_bind(host, token)  # DashboardSecurityError: one error line, nothing bound
+    tokens = Tokens.read(tokens_file) if tokens_file is not None else None
+    check_bind(host, token or tokens)  # DashboardSecurityError: one error line, nothing bound
     host_allow_list(host, allowed_host or ())  # the same for a malformed --allowed-host
     if not 1 <= port <= 65535:
         raise CliError(f"--port {port} is not a port number")
@@ -74,6 +83,6 @@ def dashboard(
 
     bind = f"[{host}]" if ":" in host else host
     typer.echo(f"dashboard of {opened.uri} on http://{bind}:{port}/"
-               f"{' (token required)' if token else ''}; Ctrl-C stops it", err=True)
-    serve(opened, host=host, port=port, token=token, refresh_seconds=refresh,
+               f"{' (token required)' if token or tokens else ''}; Ctrl-C stops it", err=True)
+    serve(opened, host=host, port=port, token=token, tokens=tokens, refresh_seconds=refresh,
           allowed_hosts=allowed_host or ())

@@ -20,6 +20,7 @@ import typer
 from sediment.access import is_loopback
 from sediment.cli.errors import CliError
 from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
+from sediment.tokens import Tokens
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -42,6 +43,13 @@ def serve(
     token_env: Annotated[str | None, typer.Option(
         "--token-env", metavar="NAME",
         help=f"Environment variable holding the token (default: ${TOKEN_ENV}).")] = None,
+    tokens_file: Annotated[Path | None, typer.Option(
+        "--tokens-file", metavar="FILE",
+        help='Scoped tokens, one JSON object a line: {"name", "sha256" (the token\'s '
+             'SHA-256 in hex, never the token), "tables" (name patterns such as "logs_*"), '
+             '"right" (read, write or admin)}. Each call may do only what its token\'s '
+             'scope allows; refusals are logged with the token\'s name. A --token-file '
+             'token, if any, keeps every right.')] = None,
     insecure: Annotated[bool, typer.Option(
         "--insecure", help="Allow a non-loopback bind without a token.")] = False,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate "
@@ -71,10 +79,11 @@ def serve(
 ) -> None:
     """Serve the store over Arrow Flight (queries, ingest, actions) until SIGTERM/SIGINT."""
     token = read_token(token_file, TOKEN_ENV, env_option=token_env)
-    if not is_loopback(host) and token is None and not insecure:
+    tokens = Tokens.read(tokens_file) if tokens_file is not None else None
+    if not is_loopback(host) and token is None and tokens is None and not insecure:
         raise CliError(f"refusing to bind {host}: a non-loopback address needs a token "
-                       f"(--token-file, --token-env or ${TOKEN_ENV}) or an explicit "
-                       f"--insecure")
+                       f"(--token-file, --token-env, ${TOKEN_ENV} or --tokens-file) or an "
+                       f"explicit --insecure")
     if (tls_cert is None) != (tls_key is None):
         raise CliError("--tls-cert and --tls-key go together")
     if max_concurrency < 1:
@@ -105,6 +114,7 @@ def serve(
     scheme = "grpc+tls" if certificates else "grpc"
     bind = f"[{host}]" if ":" in host else host
     server = SedimentFlightServer(opened, f"{scheme}://{bind}:{port}", token=token,
+                                  tokens=tokens,
                                   read_only=read_only, max_concurrency=max_concurrency,
                                   idle_timeout=idle_timeout,
                                   tls_certificates=certificates,
@@ -140,7 +150,7 @@ def serve(
     signal.signal(signal.SIGINT, stop)
     log.info("serving %s on %s://%s:%d%s%s", opened.uri, scheme, bind, server.port,
              " (read-only)" if read_only else "",
-             " (token required)" if token else " (no token)")
+             " (token required)" if token or tokens else " (no token)")
     while not requested.wait(0.5):
         pass
     for t in stopping:
