@@ -128,9 +128,12 @@ class Tokens:
         mine = {s.name for s, _ in self._entries}
         digests = {d for _, d in self._entries}
         for scope, digest in other._entries:
-            if scope.name in mine or digest in digests:
-                raise TokensFileError(f"token {scope.name!r} is given twice (in --tokens-file "
-                                      f"and as --token-file or its variable)")
+            if scope.name in mine:
+                raise TokensFileError(f"token name {scope.name!r} is taken by a token of "
+                                      f"--tokens-file (the --token-file token is named so)")
+            if digest in digests:
+                raise TokensFileError("the --token-file token (or its variable's) is also in "
+                                      "--tokens-file: one token, one scope")
         joined = Tokens([])
         joined._entries = [*self._entries, *other._entries]
         return joined
