@@ -1,0 +1,65 @@
+"""Python iterators in ``sediment query`` processes: a command that trusts the module
+(``--trust-iterator-module``) answers through it; one
+that does not is one error line naming the module, and never imports it. (The variable's way
+is the serve tests'.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import sediment as sd
+from sediment.iterators.trust import TRUST_ENV
+from support.iterator_modules import (
+    environment,
+    even_rows,
+    imports_logged,
+    keep_even,
+    write_iterator_module,
+)
+
+SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
+                   values=[("value", pa.int64())])
+DATA = pa.table({"key": [f"k{i % 5}" for i in range(30)], "ts": list(range(30)),
+                 "value": [(i * 7) % 13 for i in range(30)]}, schema=SCHEMA.to_arrow())
+
+
+def _query(store: str, env: dict[str, str], *before: str, out: Path
+           ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sediment.cli", *before, "query", "--store",
+                           store, "events", "--format", "parquet", "-o", str(out)],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_query_loads_a_trusted_module_only(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    name = write_iterator_module(tmp_path, "cli")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(TRUST_ENV, name)  # this process makes the table
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    store.create_table("events", SCHEMA, properties={
+        "query.iterators": json.dumps([keep_even(name)])}).ingest(DATA)
+    log = tmp_path / "imports.log"
+
+    by_option = _query(store.uri, environment(tmp_path, None, log),
+                       "--trust-iterator-module", name, out=tmp_path / "a.parquet")
+    assert by_option.returncode == 0, by_option.stderr
+    got = pq.read_table(tmp_path / "a.parquet")
+    assert {tuple(r.values()) for r in got.to_pylist()} == even_rows(DATA)
+    assert imports_logged(log) == 1
+
+    refused = _query(store.uri, environment(tmp_path, None, log),
+                     "--trust-iterator-module", "acme_iters", out=tmp_path / "c.parquet")
+    assert refused.returncode == 1
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: table events property "
+                                                   "query.iterators: python iterator")
+    assert f"module '{name}' is not trusted by this process (trusted: acme_iters)" in lines[0]
+    assert imports_logged(log) == 1  # the refusing process never imported it
+    assert not (tmp_path / "c.parquet").exists()
