@@ -37,6 +37,7 @@ def _query(store: str, env: dict[str, str], *before: str, out: Path
                           capture_output=True, text=True, env=env, timeout=120)
 
 
+@pytest.mark.slow  # two command processes (a second or more each to start): the full lane
 def test_query_loads_a_trusted_module_only(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     name = write_iterator_module(tmp_path, "cli")
