@@ -111,7 +111,8 @@ def test_a_class_that_is_no_record_iterator_is_refused_before_it_is_called(
         sd.iterators.iterator_from_config({"type": "python", "class": f"{name}:Missing"})
 
 
-def test_unknown_modules_bad_paths_and_options(module: tuple[str, Path]) -> None:
+def test_unknown_modules_bad_paths_and_options(module: tuple[str, Path],
+                                              tmp_path: Path) -> None:
     name, _ = module
     trust_iterator_modules([name, "nowhere_such"])
     assert trusted_iterator_modules() == (name, "nowhere_such")
@@ -127,5 +128,10 @@ def test_unknown_modules_bad_paths_and_options(module: tuple[str, Path]) -> None
                                            "fld": "value"})
     with pytest.raises(PropertyError, match="unknown field 'nope'"):
         sd.iterators.iterator_from_config(keep_even(name, "nope"), SCHEMA)
+    (tmp_path / "broken_iters.py").write_text("raise RuntimeError('half written')\n")
+    trust_iterator_modules(["broken_iters"])
+    with pytest.raises(IteratorModuleError, match="module 'broken_iters' cannot be imported "
+                                                  "here: RuntimeError: half written"):
+        sd.iterators.iterator_from_config({"type": "python", "class": "broken_iters:X"})
     with pytest.raises(IteratorModuleError, match="'a..b' is not a module path"):
         trust_iterator_modules(["a..b"])

@@ -55,8 +55,10 @@ def trust_iterator_modules(prefixes: Iterable[str]) -> tuple[str, ...]:
         if not _dotted(p):
             raise IteratorModuleError(f"trusted iterator module {p!r} is not a module path "
                                       f"(dotted identifiers, such as acme.iterators)")
-    trusted = tuple(dict.fromkeys((*trusted_iterator_modules(), *added)))
-    os.environ[TRUST_ENV] = ",".join(trusted)
+    before = trusted_iterator_modules()
+    trusted = tuple(dict.fromkeys((*before, *added)))
+    if trusted != before:
+        os.environ[TRUST_ENV] = ",".join(trusted)
     return trusted
 
 
@@ -85,9 +87,9 @@ def load_iterator_class(path: Any) -> type[RecordIterator]:
             f"--trust-iterator-module {module} or ${TRUST_ENV}")
     try:
         loaded = importlib.import_module(module)
-    except ImportError as e:
+    except Exception as e:  # noqa: BLE001 - a trusted module's own failure, named
         raise IteratorModuleError(f"python iterator {path}: module {module!r} cannot be "
-                                  f"imported here: {e}") from None
+                                  f"imported here: {type(e).__name__}: {e}") from None
     cls = getattr(loaded, name, None)
     if not (isinstance(cls, type) and issubclass(cls, RecordIterator)):
         raise IteratorModuleError(f"python iterator {path}: module {module!r} has no "

@@ -71,6 +71,7 @@ from sediment.query.request import ReadRequest
 from sediment.spark import tasks
 from sediment.spark.pushdown import bloom_filter, bloom_point, other_field, with_other_fields
 from sediment.spark.sparktypes import batch_schema, cast_for_spark, spark_struct
+from sediment.spark.tasks import TRUST_OPTION, trust_options
 from sediment.spark.tasks import options_spec as _spec
 from sediment.spark.writer import (
     WRITES,
@@ -85,21 +86,6 @@ __all__ = ["WRITES", "LeafPartition", "SedimentDataSource", "SedimentReader", "S
            "StagedMessage", "TRUST_OPTION", "base_request", "check_fields", "intersect",
            "pinned_version", "write_kind"]
 """(The writer's names live in ``sediment.spark.writer``; they are importable from here.)"""
-
-
-TRUST_OPTION = "trusted_iterator_modules"
-"""The option giving the module prefixes whose python iterators the source's workers load
-(comma separated), besides those their environment trusts: Spark starts a source's Python
-workers with the JVM's environment, which a driver that trusted a module after its session
-started cannot change (:func:`sediment.spark.read_table` sets it from the driver's)."""
-
-
-def trust_options(options: Mapping[str, str]) -> None:
-    """Trust, in this worker, the modules the :data:`TRUST_OPTION` option names."""
-    from sediment.iterators.trust import trust_iterator_modules
-
-    given = options.get(TRUST_OPTION, "")
-    trust_iterator_modules(p for p in given.split(",") if p.strip())
 
 
 def _columns(options: Mapping[str, str], names: list[str]) -> list[str]:
