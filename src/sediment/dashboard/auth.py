@@ -124,7 +124,7 @@ class Guard(BaseHTTPMiddleware):
             tokens.scope_of(_bearer(request))
         if scope is None:
             return _refused(request, "this dashboard needs its token")
-        table = table_of_path(path)
+        table = table_of_path(request.scope["path"])  # (what the routes match, decoded)
         if table is not None and not scope.allows("read", table):
             LOG.warning("refused path=%r reason=scope token=%r table=%r", path, scope.name,
                         table)
