@@ -10,24 +10,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import sediment as sd
 from sediment.iterators.trust import TRUST_ENV
 from support.iterator_modules import (
+    DATA,
+    SCHEMA,
     environment,
     even_rows,
     imports_logged,
     keep_even,
+    row_set,
     write_iterator_module,
 )
-
-SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
-                   values=[("value", pa.int64())])
-DATA = pa.table({"key": [f"k{i % 5}" for i in range(30)], "ts": list(range(30)),
-                 "value": [(i * 7) % 13 for i in range(30)]}, schema=SCHEMA.to_arrow())
 
 
 def _query(store: str, env: dict[str, str], *before: str, out: Path
@@ -52,7 +49,7 @@ def test_query_loads_a_trusted_module_only(tmp_path: Path,
                        "--trust-iterator-module", name, out=tmp_path / "a.parquet")
     assert by_option.returncode == 0, by_option.stderr
     got = pq.read_table(tmp_path / "a.parquet")
-    assert {tuple(r.values()) for r in got.to_pylist()} == even_rows(DATA)
+    assert row_set(got) == even_rows(DATA)
     assert imports_logged(log) == 1
 
     refused = _query(store.uri, environment(tmp_path, None, log),

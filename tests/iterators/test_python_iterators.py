@@ -9,7 +9,6 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 import sediment as sd
@@ -17,12 +16,15 @@ from sediment.errors import IteratorModuleError, PropertyError
 from sediment.iterators import trust_iterator_modules, trusted_iterator_modules
 from sediment.iterators.trust import TRUST_ENV, is_trusted
 from sediment.query.request import ReadRequest
-from support.iterator_modules import even_rows, imports_logged, keep_even, write_iterator_module
-
-SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
-                   values=[("value", pa.int64())])
-DATA = pa.table({"key": [f"k{i % 7}" for i in range(40)], "ts": list(range(40)),
-                 "value": [(i * 5) % 11 for i in range(40)]}, schema=SCHEMA.to_arrow())
+from support.iterator_modules import (
+    DATA,
+    SCHEMA,
+    even_rows,
+    imports_logged,
+    keep_even,
+    row_set,
+    write_iterator_module,
+)
 
 
 @pytest.fixture
@@ -39,10 +41,6 @@ def _store(tmp_path: Path) -> sd.Store:
     return sd.Store.open(str(tmp_path / "store"), create=True)
 
 
-def _rows(t: pa.Table) -> set[tuple[object, ...]]:
-    return {tuple(r.values()) for r in t.to_pylist()}
-
-
 def test_a_trusted_module_iterator_runs_on_reads_and_compactions(
         module: tuple[str, Path], tmp_path: Path) -> None:
     name, _ = module
@@ -51,7 +49,7 @@ def test_a_trusted_module_iterator_runs_on_reads_and_compactions(
     read = store.create_table("r", SCHEMA, properties={
         "query.iterators": json.dumps([keep_even(name)])})
     read.ingest(DATA)
-    assert _rows(read.query()) == even_rows(DATA)
+    assert row_set(read.query()) == even_rows(DATA)
     compacted = store.create_table("c", SCHEMA, properties={
         "compaction.iterators": json.dumps([keep_even(name)])})
     compacted.ingest(DATA.slice(0, 20))
@@ -60,11 +58,11 @@ def test_a_trusted_module_iterator_runs_on_reads_and_compactions(
     assert len(compacted.files()) == 1
     # the records as stored: compaction dropped the odd ones
     raw = compacted.prepare(ReadRequest(raw=True)).to_arrow()
-    assert _rows(raw) == even_rows(DATA)
+    assert row_set(raw) == even_rows(DATA)
     # a request's iterator too
     plain = store.create_table("p", SCHEMA)
     plain.ingest(DATA)
-    assert _rows(plain.query(iterators=[keep_even(name)])) == even_rows(DATA)
+    assert row_set(plain.query(iterators=[keep_even(name)])) == even_rows(DATA)
 
 
 def test_an_untrusted_module_is_refused_naming_it_and_never_imported(

@@ -10,7 +10,6 @@ import json
 import os
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 import sediment as sd
@@ -19,16 +18,14 @@ from sediment.handle import handle_of
 from sediment.iterators.trust import TRUST_ENV
 from sediment.maintenance.workers import WorkerProcesses
 from sediment.query.request import ReadRequest
-from support.iterator_modules import even_rows, keep_even, write_iterator_module
-
-SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
-                   values=[("value", pa.int64())])
-DATA = pa.table({"key": [f"k{i % 9}" for i in range(60)], "ts": list(range(60)),
-                 "value": [(i * 7) % 19 for i in range(60)]}, schema=SCHEMA.to_arrow())
-
-
-def _rows(t: pa.Table) -> set[tuple[object, ...]]:
-    return {tuple(r.values()) for r in t.to_pylist()}
+from support.iterator_modules import (
+    DATA,
+    SCHEMA,
+    even_rows,
+    keep_even,
+    row_set,
+    write_iterator_module,
+)
 
 
 def _table(store: sd.Store, name: str, module: str) -> sd.Table:
@@ -66,7 +63,7 @@ def test_workers_load_the_iterators_their_maintainer_trusts(
     assert results["good"].committed, results["good"].error
     assert len(good.files()) == 1
     stored = good.prepare(ReadRequest(raw=True)).to_arrow()  # the records as written
-    assert _rows(stored) == even_rows(DATA)
+    assert row_set(stored) == even_rows(DATA)
     assert not results["refused"].committed
     assert f"module '{later}' is not trusted by this process (trusted: {trusted})" in \
         str(results["refused"].error)

@@ -1,5 +1,6 @@
 """Iterator modules of a user's own, written into a test's folder: what the python-iterator
-tests load (in this process, a CLI command, a server, maintainer workers, Spark).
+tests load (in this process, a CLI command, a server, maintainer workers, Spark), and the
+records they read through them.
 
 ``acme_iters_<tag>`` holds ``KeepEven`` (keeps rows whose integer ``field`` is even: a
 RecordIterator subclass) and ``NotAnIterator`` (a plain class). Importing it appends a line
@@ -13,6 +14,16 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+
+import sediment as sd
+
+SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
+                   values=[("value", pa.int64())])
+"""The schema of the tables these tests make."""
+
+DATA = pa.table({"key": [f"k{i % 9}" for i in range(60)], "ts": list(range(60)),
+                 "value": [(i * 7) % 19 for i in range(60)]}, schema=SCHEMA.to_arrow())
+"""60 records over 9 keys, about half of them with an even value."""
 
 SOURCE = '''
 import os
@@ -58,6 +69,11 @@ def write_iterator_module(folder: Path, tag: str) -> str:
 def keep_even(module: str, field: str = "value") -> dict[str, str]:
     """The configuration of ``module``'s KeepEven on ``field``."""
     return {"type": "python", "class": f"{module}:KeepEven", "field": field}
+
+
+def row_set(data: pa.Table) -> set[tuple[object, ...]]:
+    """The rows of ``data`` as a set of tuples (an answer's order aside)."""
+    return {tuple(r.values()) for r in data.to_pylist()}
 
 
 def even_rows(data: pa.Table, field: str = "value") -> set[tuple[object, ...]]:

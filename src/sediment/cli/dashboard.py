@@ -13,10 +13,16 @@ from typing import Annotated
 import typer
 
 from sediment.cli.errors import CliError
-from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
+from sediment.cli.options import (
+    TOKENS_FILE_FORMAT,
+    StoreOption,
+    check_port_free,
+    open_store,
+    read_token,
+    read_tokens,
+)
 from sediment.dashboard.security import TOKEN_ENV, check_bind, host_allow_list
 from sediment.errors import install_hint
-from sediment.tokens import Tokens
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -49,11 +55,9 @@ def dashboard(
         f"(default: ${TOKEN_ENV}).")] = None,
     tokens_file: Annotated[Path | None, typer.Option(
         "--tokens-file", metavar="FILE",
-        help='Scoped tokens, one JSON object a line: {"name", "sha256" (the token\'s '
-             'SHA-256 in hex), "tables" (name patterns), "right" (read, write or admin)}. '
-             'The dashboard only reads, so any right reaches it: a token sees the tables '
-             'its patterns match, and gets 403 for the others (logged with its name). A '
-             '--token-file token, if any, sees every table.')] = None,
+        help=TOKENS_FILE_FORMAT + "The dashboard only reads, so any right reaches it: a "
+             "token sees the tables its patterns match, and gets 403 for the others (logged "
+             "with its name). A --token-file token, if any, sees every table.")] = None,
     refresh: Annotated[float, typer.Option(
         "--refresh", help="Seconds between the pages' refreshes.")] = 5.0,
     allowed_host: Annotated[list[str] | None, typer.Option(
@@ -65,7 +69,7 @@ def dashboard(
     """Serve a read-only web dashboard of the store's tables, partitions, files and jobs
     (pages and a JSON API under /api) until interrupted."""
     token = read_token(token_file, TOKEN_ENV)
-    tokens = Tokens.read(tokens_file) if tokens_file is not None else None
+    tokens = read_tokens(tokens_file)
     check_bind(host, token or tokens)  # DashboardSecurityError: one error line, nothing bound
     host_allow_list(host, allowed_host or ())  # the same for a malformed --allowed-host
     if not 1 <= port <= 65535:

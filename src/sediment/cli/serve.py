@@ -19,8 +19,14 @@ import typer
 
 from sediment.access import is_loopback
 from sediment.cli.errors import CliError
-from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
-from sediment.tokens import Tokens
+from sediment.cli.options import (
+    TOKENS_FILE_FORMAT,
+    StoreOption,
+    check_port_free,
+    open_store,
+    read_token,
+    read_tokens,
+)
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -45,11 +51,9 @@ def serve(
         help=f"Environment variable holding the token (default: ${TOKEN_ENV}).")] = None,
     tokens_file: Annotated[Path | None, typer.Option(
         "--tokens-file", metavar="FILE",
-        help='Scoped tokens, one JSON object a line: {"name", "sha256" (the token\'s '
-             'SHA-256 in hex, never the token), "tables" (name patterns such as "logs_*"), '
-             '"right" (read, write or admin)}. Each call may do only what its token\'s '
-             'scope allows; refusals are logged with the token\'s name. A --token-file '
-             'token, if any, keeps every right.')] = None,
+        help=TOKENS_FILE_FORMAT + "Each call may do only what its token's scope allows "
+             "(read < write < admin); refusals are logged with the token's name. A "
+             "--token-file token, if any, keeps every right.")] = None,
     insecure: Annotated[bool, typer.Option(
         "--insecure", help="Allow a non-loopback bind without a token.")] = False,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate "
@@ -79,7 +83,7 @@ def serve(
 ) -> None:
     """Serve the store over Arrow Flight (queries, ingest, actions) until SIGTERM/SIGINT."""
     token = read_token(token_file, TOKEN_ENV, env_option=token_env)
-    tokens = Tokens.read(tokens_file) if tokens_file is not None else None
+    tokens = read_tokens(tokens_file)
     if not is_loopback(host) and token is None and tokens is None and not insecure:
         raise CliError(f"refusing to bind {host}: a non-loopback address needs a token "
                        f"(--token-file, --token-env, ${TOKEN_ENV} or --tokens-file) or an "

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from serve_helpers import Server
 
@@ -18,21 +17,15 @@ import sediment as sd
 from sediment.errors import IteratorModuleError
 from sediment.iterators.trust import TRUST_ENV
 from support.iterator_modules import (
+    DATA,
+    SCHEMA,
     environment,
     even_rows,
     imports_logged,
     keep_even,
+    row_set,
     write_iterator_module,
 )
-
-SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
-                   values=[("value", pa.int64())])
-DATA = pa.table({"key": [f"k{i % 6}" for i in range(36)], "ts": list(range(36)),
-                 "value": [(i * 5) % 17 for i in range(36)]}, schema=SCHEMA.to_arrow())
-
-
-def _rows(t: pa.Table) -> set[tuple[object, ...]]:
-    return {tuple(r.values()) for r in t.to_pylist()}
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +58,14 @@ def test_a_trusted_module_runs_in_properties_requests_and_new_tables(
     server, _, log = served
     _, trusted, _ = modules
     c = server.connect()
-    assert _rows(c.table("evens").query()) == even_rows(DATA)
-    assert _rows(c.table("evens").query(keys=["k1"])) == \
+    assert row_set(c.table("evens").query()) == even_rows(DATA)
+    assert row_set(c.table("evens").query(keys=["k1"])) == \
         {r for r in even_rows(DATA) if r[0] == "k1"}
-    assert _rows(c.table("plain").query(iterators=[keep_even(trusted)])) == even_rows(DATA)
+    assert row_set(c.table("plain").query(iterators=[keep_even(trusted)])) == even_rows(DATA)
     made = c.create_table("made", SCHEMA, properties={
         "compaction.iterators": json.dumps([keep_even(trusted)])})
     made.ingest(DATA)
-    assert _rows(made.query()) == even_rows(DATA)
+    assert row_set(made.query()) == even_rows(DATA)
     assert imports_logged(log) == 1  # once, by the server
 
 

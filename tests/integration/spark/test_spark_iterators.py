@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 import sediment as sd
@@ -18,14 +17,16 @@ from sediment.iterators.trust import TRUST_ENV
 from sediment.query.request import ReadRequest
 from sediment.spark import read_table
 from sediment.spark.datasource import TRUST_OPTION
-from support.iterator_modules import even_rows, keep_even, write_iterator_module
+from support.iterator_modules import (
+    DATA,
+    SCHEMA,
+    even_rows,
+    keep_even,
+    row_set,
+    write_iterator_module,
+)
 
 pytestmark = pytest.mark.spark
-
-SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
-                   values=[("value", pa.int64())])
-DATA = pa.table({"key": [f"k{i % 11:02d}" for i in range(88)], "ts": list(range(88)),
-                 "value": [(i * 5) % 23 for i in range(88)]}, schema=SCHEMA.to_arrow())
 
 
 def _rows(records: list[dict[str, Any]]) -> set[tuple[object, ...]]:
@@ -43,7 +44,7 @@ def test_executors_run_trusted_iterators_and_refuse_others(
     monkeypatch.setenv(TRUST_ENV, "")
     sd.iterators.trust_iterator_modules([trusted])
     store = sd.Store.open(str(tmp_path / "store"), create=True)
-    reads = store.create_table("reads", SCHEMA, split_points=["k05"], properties={
+    reads = store.create_table("reads", SCHEMA, split_points=["k5"], properties={
         "query.iterators": json.dumps([keep_even(trusted)])})
     reads.ingest(DATA)
     assert _rows([r.asDict() for r in read_table(spark, reads).collect()]) == even_rows(DATA)
@@ -56,7 +57,7 @@ def test_executors_run_trusted_iterators_and_refuse_others(
     result = compacted.compact(runner="spark")
     assert result.errors == () and result.jobs_committed == 1
     stored = compacted.prepare(ReadRequest(raw=True)).to_arrow()  # as the executor wrote it
-    assert {tuple(r.values()) for r in stored.to_pylist()} == even_rows(DATA)
+    assert row_set(stored) == even_rows(DATA)
 
     # a module the driver does not trust: the executors refuse it too
     plain = store.create_table("plain", SCHEMA)
