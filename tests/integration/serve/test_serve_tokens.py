@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 import sediment as sd
 from sediment.cli.app import app
 from sediment.errors import AuthenticationError, PermissionDeniedError
+from sediment.serve.actions import ACTION_RIGHTS, ACTIONS
 
 TOKENS = {  # name: (token, tables, right)
     "reader": ("tok-reader-1", ["logs_*"], "read"),
@@ -125,6 +126,10 @@ def test_admin_rights_hold_on_the_admins_tables_only(server: Server, store: sd.S
     legacy = _as(server, "legacy")  # --token-file: every right on every table
     assert legacy.tables() == sorted(store.tables())
     legacy.table("secrets").tag("checked")
+
+
+def test_every_action_has_its_right() -> None:
+    assert set(ACTION_RIGHTS) == set(ACTIONS)
 
 
 def test_refusals_are_counted_and_logged_with_the_token_name(server: Server) -> None:
