@@ -19,6 +19,8 @@ happen into one of these, with a message naming the table, field, file or row co
     ├── SchemaError                  bad schema definition (no row key, duplicate names, ...)
     │   └── SchemeMismatchError      a table's row keys differ from its partition scheme's
     ├── PropertyError                unknown property or invalid value
+    │   └── IteratorModuleError      a python iterator whose module is untrusted, cannot be
+    │                                imported, or names no RecordIterator subclass
     ├── TransactionError
     │   ├── TransactionInvalidError  a transaction does not validate against the state it follows
     │   ├── CommitConflictError      retries exhausted while racing other writers
@@ -45,6 +47,8 @@ happen into one of these, with a message naming the table, field, file or row co
     └── ServiceError                 the Flight service refused a call
         ├── AuthenticationError      no bearer token, or a wrong one
         ├── ReadOnlyError            a put or mutating action to a --read-only server
+        ├── PermissionDeniedError    a call its token's scope does not allow (right, tables)
+        ├── TokensFileError          a --tokens-file that cannot be read or has a bad line
         └── ServerBusyError          at --max-concurrency calls or put bytes, shutting down
 """
 
@@ -131,6 +135,13 @@ class SchemeMismatchError(SchemaError):
 
 class PropertyError(SedimentError):
     """An unknown table/store property or an invalid value for one."""
+
+
+class IteratorModuleError(PropertyError):
+    """A ``{"type": "python", "class": "module:Name"}`` iterator this process will not load:
+    its module is not trusted here (``--trust-iterator-module``,
+    ``$SEDIMENT_TRUSTED_ITERATOR_MODULES``), cannot be imported, or has no
+    ``RecordIterator`` subclass of that name. The message names the module."""
 
 
 class TransactionError(SedimentError):
@@ -264,6 +275,16 @@ class AuthenticationError(ServiceError):
 
 class ReadOnlyError(ServiceError):
     """A put or a mutating action sent to a server started with ``--read-only``."""
+
+
+class PermissionDeniedError(ServiceError):
+    """A call its token's scope does not allow: a right below the call's (read < write <
+    admin) or a table none of the token's patterns match (``--tokens-file``)."""
+
+
+class TokensFileError(ServiceError):
+    """A ``--tokens-file`` that cannot be read, or a line of it that is no token entry (the
+    file and the line named)."""
 
 
 class ServerBusyError(ServiceError):

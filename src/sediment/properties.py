@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sediment.errors import PropertyError, did_you_mean
+from sediment.errors import IteratorModuleError, PropertyError, did_you_mean
 from sediment.iterators.merge_rules import MERGE_RULES
 
 if TYPE_CHECKING:
@@ -526,6 +526,13 @@ def validate_properties(values: Mapping[str, Any], *, context: str = "",
                 "`sediment properties` for the list")
         try:
             out[name] = spec.parse(value, context=context, schema=schema)
+        except IteratorModuleError:
+            if not stored:
+                raise
+            # a python iterator this process does not trust (or cannot import): the value
+            # is the table's, and valid where the module is trusted; the reads and
+            # compactions that need it say so
+            out[name] = value
         except PropertyError as e:
             if not stored:
                 raise

@@ -96,6 +96,12 @@ def _root(
     store: Annotated[str | None, typer.Option(
         "--store", metavar="URI",
         help="Store root for the command that follows (its own --store wins).")] = None,
+    trust_iterator_module: Annotated[list[str] | None, typer.Option(
+        "--trust-iterator-module", metavar="PREFIX",
+        help="Load python iterators ({\"type\": \"python\", \"class\": \"module:Name\"}) "
+             "from modules under PREFIX (a module path; repeatable), in this command and "
+             "the processes it starts (maintainer workers, a local Spark); added to "
+             "$SEDIMENT_TRUSTED_ITERATOR_MODULES (comma separated).")] = None,
 ) -> None:
     """Sediment: an LSM table store of sorted Parquet files on object storage.
 
@@ -103,6 +109,10 @@ def _root(
     the SEDIMENT_STORE environment variable. Every read command takes --json.
     """
     ROOT_STORE.set(store)
+    if trust_iterator_module:
+        from sediment.iterators.trust import trust_iterator_modules
+
+        trust_iterator_modules(trust_iterator_module)
 
 
 # ---- the command groups -------------------------------------------------------------------------

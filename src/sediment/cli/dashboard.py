@@ -19,7 +19,14 @@ from sediment.cli.metrics_options import (
     check_metrics,
     start_metrics,
 )
-from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
+from sediment.cli.options import (
+    TOKENS_FILE_FORMAT,
+    StoreOption,
+    check_port_free,
+    open_store,
+    read_token,
+    read_tokens,
+)
 from sediment.dashboard.security import TOKEN_ENV, check_bind, host_allow_list
 from sediment.errors import install_hint
 
@@ -52,6 +59,11 @@ def dashboard(
     token_file: Annotated[Path | None, typer.Option(
         "--token-file", help=f"File holding the token browsers and API clients must give "
         f"(default: ${TOKEN_ENV}).")] = None,
+    tokens_file: Annotated[Path | None, typer.Option(
+        "--tokens-file", metavar="FILE",
+        help=TOKENS_FILE_FORMAT + "The dashboard only reads, so any right reaches it: a "
+             "token sees the tables its patterns match, and gets 403 for the others (logged "
+             "with its name). A --token-file token, if any, sees every table.")] = None,
     refresh: Annotated[float, typer.Option(
         "--refresh", help="Seconds between the pages' refreshes.")] = 5.0,
     allowed_host: Annotated[list[str] | None, typer.Option(
@@ -65,7 +77,8 @@ def dashboard(
     """Serve a read-only web dashboard of the store's tables, partitions, files and jobs
     (pages and a JSON API under /api) until interrupted."""
     token = read_token(token_file, TOKEN_ENV)
-    check_bind(host, token)  # DashboardSecurityError: one error line, nothing bound
+    tokens = read_tokens(tokens_file)
+    check_bind(host, token or tokens)  # DashboardSecurityError: one error line, nothing bound
     host_allow_list(host, allowed_host or ())  # the same for a malformed --allowed-host
     if not 1 <= port <= 65535:
         raise CliError(f"--port {port} is not a port number")
@@ -84,6 +97,6 @@ def dashboard(
 
     bind = f"[{host}]" if ":" in host else host
     typer.echo(f"dashboard of {opened.uri} on http://{bind}:{port}/"
-               f"{' (token required)' if token else ''}; Ctrl-C stops it", err=True)
-    serve(opened, host=host, port=port, token=token, refresh_seconds=refresh,
+               f"{' (token required)' if token or tokens else ''}; Ctrl-C stops it", err=True)
+    serve(opened, host=host, port=port, token=token, tokens=tokens, refresh_seconds=refresh,
           allowed_hosts=allowed_host or ())

@@ -29,6 +29,7 @@ from sediment.cli.errors import CliError
 if TYPE_CHECKING:
     from sediment.store import Store
     from sediment.table import Table
+    from sediment.tokens import Tokens
 
 STORE_ENV = "SEDIMENT_STORE"
 """Environment variable naming the store when ``--store`` is not given."""
@@ -174,6 +175,23 @@ def read_token(token_file: Path | None, env: str, *, env_option: str | None = No
     if not value.strip():
         raise CliError(f"${name} is empty: set a token or unset it")
     return value.strip()
+
+
+TOKENS_FILE_FORMAT = ('Scoped tokens, one JSON object a line: {"name", "sha256" (the '
+                      'token\'s SHA-256 in hex, never the token), "tables" (name patterns '
+                      'such as "logs_*"), "right" (read, write or admin)}. ')
+"""The start of the help of ``--tokens-file`` (``serve``, ``dashboard``): the file's format;
+each command says what the rights mean to it."""
+
+
+def read_tokens(tokens_file: Path | None) -> Tokens | None:
+    """A service's scoped tokens from ``--tokens-file`` (None when not given);
+    TokensFileError, one ``error:`` line, naming the file and the line at fault."""
+    if tokens_file is None:
+        return None
+    from sediment.tokens import Tokens
+
+    return Tokens.read(tokens_file)
 
 
 def check_port_free(host: str, port: int, *, what: str) -> None:

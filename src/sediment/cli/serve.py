@@ -25,7 +25,14 @@ from sediment.cli.metrics_options import (
     check_metrics,
     start_metrics,
 )
-from sediment.cli.options import StoreOption, check_port_free, open_store, read_token
+from sediment.cli.options import (
+    TOKENS_FILE_FORMAT,
+    StoreOption,
+    check_port_free,
+    open_store,
+    read_token,
+    read_tokens,
+)
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -48,6 +55,11 @@ def serve(
     token_env: Annotated[str | None, typer.Option(
         "--token-env", metavar="NAME",
         help=f"Environment variable holding the token (default: ${TOKEN_ENV}).")] = None,
+    tokens_file: Annotated[Path | None, typer.Option(
+        "--tokens-file", metavar="FILE",
+        help=TOKENS_FILE_FORMAT + "Each call may do only what its token's scope allows "
+             "(read < write < admin); refusals are logged with the token's name. A "
+             "--token-file token, if any, keeps every right.")] = None,
     insecure: Annotated[bool, typer.Option(
         "--insecure", help="Allow a non-loopback bind without a token.")] = False,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate "
@@ -79,10 +91,11 @@ def serve(
 ) -> None:
     """Serve the store over Arrow Flight (queries, ingest, actions) until SIGTERM/SIGINT."""
     token = read_token(token_file, TOKEN_ENV, env_option=token_env)
-    if not is_loopback(host) and token is None and not insecure:
+    tokens = read_tokens(tokens_file)
+    if not is_loopback(host) and token is None and tokens is None and not insecure:
         raise CliError(f"refusing to bind {host}: a non-loopback address needs a token "
-                       f"(--token-file, --token-env or ${TOKEN_ENV}) or an explicit "
-                       f"--insecure")
+                       f"(--token-file, --token-env, ${TOKEN_ENV} or --tokens-file) or an "
+                       f"explicit --insecure")
     if (tls_cert is None) != (tls_key is None):
         raise CliError("--tls-cert and --tls-key go together")
     if max_concurrency < 1:
@@ -115,6 +128,7 @@ def serve(
     scheme = "grpc+tls" if certificates else "grpc"
     bind = f"[{host}]" if ":" in host else host
     server = SedimentFlightServer(opened, f"{scheme}://{bind}:{port}", token=token,
+                                  tokens=tokens,
                                   read_only=read_only, max_concurrency=max_concurrency,
                                   idle_timeout=idle_timeout,
                                   tls_certificates=certificates,
@@ -150,7 +164,7 @@ def serve(
     signal.signal(signal.SIGINT, stop)
     log.info("serving %s on %s://%s:%d%s%s", opened.uri, scheme, bind, server.port,
              " (read-only)" if read_only else "",
-             " (token required)" if token else " (no token)")
+             " (token required)" if token or tokens else " (no token)")
     while not requested.wait(0.5):
         pass
     for t in stopping:

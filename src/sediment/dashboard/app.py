@@ -26,8 +26,8 @@ from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from sediment.access import HostCheck, same_token
-from sediment.dashboard.auth import Guard, read_form, safe_next, with_cookie
+from sediment.access import HostCheck
+from sediment.dashboard.auth import Guard, read_form, safe_next, scope_of, with_cookie
 from sediment.dashboard.query import FORM_FIELDS, query_view
 from sediment.dashboard.security import check_bind, host_allow_list
 from sediment.dashboard.views import Views
@@ -40,6 +40,7 @@ from sediment.errors import (
 )
 from sediment.metrics.asgi import TimedRequests
 from sediment.store import Store
+from sediment.tokens import Tokens
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -65,12 +66,21 @@ def _not_found(name: str) -> dict[str, str]:
     return {"error": f"no table {name!r} in this store"}
 
 
-def create_app(store: Store, *, token: str | None = None,
+def _visible(data: dict[str, Any], request: Request) -> dict[str, Any]:
+    """The store view with only the tables the request's token reaches."""
+    scope = scope_of(request)
+    return {**data, "tables": [r for r in data["tables"] if scope.allows("read", r["name"])]}
+
+
+def create_app(store: Store, *, token: str | None = None, tokens: Tokens | None = None,
                refresh_seconds: float = REFRESH_SECONDS, host: str = "127.0.0.1",
                allowed_hosts: Iterable[str] = ()) -> Starlette:
-    """The dashboard over ``store``; with ``token``, every page and API call needs it. It
-    answers only requests whose ``Host`` is the bound address ``host``, a loopback name or
-    one of ``allowed_hosts`` (421 otherwise, before the token is even looked at)."""
+    """The dashboard over ``store``; with ``token`` (every table) or ``tokens`` (scoped:
+    :mod:`sediment.tokens`), every page and API call needs one. It answers only requests
+    whose ``Host`` is the bound address ``host``, a loopback name or one of
+    ``allowed_hosts`` (421 otherwise, before the token is even looked at)."""
+    if token is not None:
+        tokens = Tokens.single(token) if tokens is None else tokens.plus(Tokens.single(token))
     hosts = host_allow_list(host, allowed_hosts)
     views = Views(store)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -80,7 +90,7 @@ def create_app(store: Store, *, token: str | None = None,
              api: str, status: int = 200) -> Response:
         context = {"title": title, "view": view, "data": data, "api": api,
                    "refresh_ms": int(refresh_seconds * 1000), "store": store.uri,
-                   "token": token is not None}
+                   "token": tokens is not None}
         return templates.TemplateResponse(request, template, context, status_code=status,
                                           headers={"Cache-Control": "no-store"})
 
@@ -93,8 +103,8 @@ def create_app(store: Store, *, token: str | None = None,
 
     # ---- pages -------------------------------------------------------------------------
     def store_page(request: Request) -> Response:
-        return page(request, "store.html", "Tables", "store", views.store_view(),
-                    "/api/store")
+        return page(request, "store.html", "Tables", "store",
+                    _visible(views.store_view(), request), "/api/store")
 
     def table_page(request: Request) -> Response:
         data, status = table_or_404(request, views.table_view)
@@ -122,7 +132,7 @@ def create_app(store: Store, *, token: str | None = None,
 
     # ---- JSON API ----------------------------------------------------------------------
     def api_store(request: Request) -> Response:
-        return _json(views.store_view())
+        return _json(_visible(views.store_view(), request))
 
     def api_table(request: Request) -> Response:
         return _json(*table_or_404(request, views.table_view))
@@ -152,13 +162,14 @@ def create_app(store: Store, *, token: str | None = None,
 
     # ---- login, static -----------------------------------------------------------------
     async def login(request: Request) -> Response:
-        if token is None:
+        if tokens is None:
             return RedirectResponse("/", 303)
         if request.method == "POST":
             form = await read_form(request)
             target = safe_next(form.get("next"))
-            if same_token(form.get("token"), token):
-                return with_cookie(RedirectResponse(target, 303), token)
+            given = form.get("token")
+            if given and tokens.scope_of(given) is not None:
+                return with_cookie(RedirectResponse(target, 303), given)
             return page(request, "login.html", "Sign in", "login",
                         {"next": target, "wrong": True}, "", 401)
         return page(request, "login.html", "Sign in", "login",
@@ -204,7 +215,7 @@ def create_app(store: Store, *, token: str | None = None,
         Route("/static/{file}", static),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(HostCheck, allowed=hosts),
-                                               Middleware(Guard, token=token),
+                                               Middleware(Guard, tokens=tokens),
                                                Middleware(TimedRequests)],
                     exception_handlers={404: not_found, CorruptionError: damaged})
     app.state.views = views
@@ -223,7 +234,8 @@ def warm_up(views: Views, tables: int = WARM_TABLES) -> None:
 
 
 def serve(store: Store, *, host: str = "127.0.0.1", port: int = 8050,
-          token: str | None = None, refresh_seconds: float = REFRESH_SECONDS,
+          token: str | None = None, tokens: Tokens | None = None,
+          refresh_seconds: float = REFRESH_SECONDS,
           allowed_hosts: Iterable[str] = ()) -> None:
     """Run the dashboard until interrupted. Refuses (DashboardSecurityError) a bind beyond
     loopback without a token, or an ``allowed_hosts`` entry that is no host name, before any
@@ -232,9 +244,9 @@ def serve(store: Store, *, host: str = "127.0.0.1", port: int = 8050,
     thread (:func:`warm_up`)."""
     import uvicorn
 
-    check_bind(host, token)
-    app = create_app(store, token=token, refresh_seconds=refresh_seconds, host=host,
-                     allowed_hosts=allowed_hosts)
+    check_bind(host, token or tokens)
+    app = create_app(store, token=token, tokens=tokens, refresh_seconds=refresh_seconds,
+                     host=host, allowed_hosts=allowed_hosts)
     threading.Thread(target=warm_up, args=(app.state.views,), name="dashboard-warm-up",
                      daemon=True).start()
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from sediment.access import allowed_hosts, is_loopback
 from sediment.errors import SedimentError
+from sediment.tokens import Tokens
 
 TOKEN_ENV = "SEDIMENT_DASHBOARD_TOKEN"
 """Environment variable holding the dashboard's token when ``--token-file`` is not given."""
@@ -23,12 +24,13 @@ class DashboardSecurityError(SedimentError):
     """A dashboard that would be open to the network without a token."""
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse a bind beyond loopback without a token (before anything is opened)."""
+def check_bind(host: str, token: str | Tokens | None) -> None:
+    """Refuse a bind beyond loopback without a token or tokens (before anything is
+    opened)."""
     if not is_loopback(host) and not token:
         raise DashboardSecurityError(
             f"refusing to bind the dashboard to {host}: a non-loopback address needs a "
-            f"token (--token-file or ${TOKEN_ENV}); or bind 127.0.0.1")
+            f"token (--token-file, ${TOKEN_ENV} or --tokens-file); or bind 127.0.0.1")
 
 
 def host_allow_list(host: str, allowed: Iterable[str] = ()) -> frozenset[str]:

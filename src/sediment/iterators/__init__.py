@@ -31,7 +31,13 @@ these on every read and compaction.
 Every number in a configuration must be finite: ``NaN``, ``Infinity`` and ``1e999``, which
 Python's JSON parser reads, are refused naming the field.
 
-Every type, the four above included, is one entry of the registry
+- ``{"type": "python", "class": "package.module:Name", ...}``: an iterator of your own, a
+  subclass of :class:`RecordIterator` called with the other options as keyword arguments;
+  loaded only when this process trusts the module (``--trust-iterator-module PREFIX``,
+  ``$SEDIMENT_TRUSTED_ITERATOR_MODULES``), else IteratorModuleError naming the module (see
+  :mod:`sediment.iterators.trust`).
+
+Every type, the five above included, is one entry of the registry
 (``sediment.iterators.registry``); more are added with ``register_iterator(kind, factory)``,
 whose factory gets the config and the table schema (None when a property is checked on its
 own). An unknown type is refused listing the registered ones.
@@ -40,6 +46,8 @@ own). An unknown type is refused listing the registered ones.
 from sediment.iterators.base import AgeOff, RecordIterator, RowFilter, apply_iterators
 from sediment.iterators.combine import Aggregate, KeepLatest
 from sediment.iterators.registry import iterator_from_config, iterators_from_property
+from sediment.iterators.trust import trust_iterator_modules, trusted_iterator_modules
 
 __all__ = ["AgeOff", "Aggregate", "KeepLatest", "RecordIterator", "RowFilter", "apply_iterators",
-           "iterator_from_config", "iterators_from_property"]
+           "iterator_from_config", "iterators_from_property", "trust_iterator_modules",
+           "trusted_iterator_modules"]

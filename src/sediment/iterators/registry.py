@@ -2,9 +2,11 @@
 path from a JSON configuration to an iterator.
 
 The built-in types are registered below, explicitly, in one table (age_off, filter,
-aggregate, keep_latest); ``register_iterator`` adds another (or replaces one) at run time. A
-configuration is checked the same way whatever its type: no option given twice, every number
-finite, the factory's own checks, then (with a schema) the fields it names and their types.
+aggregate, keep_latest, and python: a class by import path from a trusted module, see
+:mod:`sediment.iterators.trust`); ``register_iterator`` adds another (or replaces one) at
+run time. A configuration is checked the same way whatever its type: no option given twice,
+every number finite, the factory's own checks, then (with a schema) the fields it names
+and their types.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sediment.iterators.base import (
     row_filter_from_config,
 )
 from sediment.iterators.combine import aggregate_from_config, keep_latest_from_config
+from sediment.iterators.trust import PYTHON_TYPE, python_iterator_from_config
 from sediment.schema import Schema
 
 IteratorFactory = Callable[[Mapping[str, Any], Schema | None], RecordIterator]
@@ -39,6 +42,7 @@ _REGISTRY: dict[str, IteratorFactory] = {
     "filter": row_filter_from_config,
     "aggregate": aggregate_from_config,
     "keep_latest": keep_latest_from_config,
+    PYTHON_TYPE: python_iterator_from_config,
 }
 
 
@@ -63,8 +67,8 @@ def build_registered(cfg: Mapping[str, Any], schema: Schema | None = None, *,
                             f"({', '.join(iterator_types())})")
     try:
         return factory(cfg, schema)
-    except PropertyError as e:
-        raise PropertyError(f"{where}: {e}") from None
+    except PropertyError as e:  # (its class kept: IteratorModuleError stays one)
+        raise type(e)(f"{where}: {e}") from None
     except KeyError as e:
         raise PropertyError(f"{where}: {kind} iterator needs {e}") from None
     except (TypeError, ValueError) as e:

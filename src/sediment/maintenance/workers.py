@@ -14,10 +14,13 @@ whatever the dead worker wrote is an orphan, which GC collects once its lease la
 jobs the broken pool was running are run again the same way. Nothing is committed twice: a
 job's commit is conditional on its assignment (``ReplaceFileReferences``).
 
-Custom iterator kinds registered with ``register_iterator`` at run time exist only in the
-process that registered them; a table whose ``compaction.iterators`` names one needs thread
-workers (``sediment maintain --loop --workers thread``) unless the registering module is
-imported by ``sediment`` itself.
+Iterators of your own travel as ``{"type": "python", "class": "module:Name"}``
+(:mod:`sediment.iterators.trust`): a worker loads one when the maintainer trusts its module,
+as it is spawned with the maintainer's environment (``$SEDIMENT_TRUSTED_ITERATOR_MODULES``,
+which ``--trust-iterator-module`` and ``trust_iterator_modules`` write) and Python path.
+Kinds registered with ``register_iterator`` at run time exist only in the process that
+registered them: a table whose ``compaction.iterators`` names one needs thread workers
+(``sediment maintain --loop --workers thread``).
 """
 
 from __future__ import annotations

@@ -27,6 +27,13 @@ action                    body                                                  
 ``health``                ``{}``                                                 no
 ``stats``                 ``{}``                                                 no
 ========================  =====================================================  ==========
+
+With scoped tokens (``--tokens-file``, :mod:`sediment.tokens`) each action needs the right
+:data:`ACTION_RIGHTS` gives it on the table its body names (``name`` for ``create-table`` and
+``drop-table``, ``table`` for the others; ``health`` and ``stats`` name none): read for what
+only reads; write for what changes a table's records or maintains it (``delete``, ``tag``,
+``compact``, ``maintain``; puts too); admin for what makes, drops, reshapes or rewinds a table
+(``create-table``, ``drop-table``, ``alter``, ``restore``).
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from sediment.serve.protocol import (
     table_name,
 )
 from sediment.serve.stats import Request, Stats
+from sediment.tokens import Right
 
 if TYPE_CHECKING:
     from sediment.serve.puts import GroupedPuts
@@ -281,14 +289,40 @@ ACTIONS: dict[str, tuple[str, bool, Handler]] = {
 }
 
 
-def run_action(server: SedimentFlightServer, kind: str, body: Any, req: Request) -> Any:
-    """Run action ``kind`` (ReadOnlyError for a mutating one on a read-only server)."""
+ACTION_RIGHTS: dict[str, Right] = {
+    "create-table": "admin", "drop-table": "admin", "alter": "admin", "restore": "admin",
+    "delete": "write", "tag": "write", "compact": "write", "maintain": "write",
+    "open-table": "read", "describe": "read", "history": "read", "health": "read",
+    "stats": "read",
+}
+"""The right each action needs of the caller's token on the table its body names (see the
+module docstring)."""
+
+NO_TABLE = frozenset({"health", "stats"})
+"""Actions on no table in particular: the right alone is checked."""
+
+
+def action_table(kind: str, doc: dict[str, Any]) -> str | None:
+    """The table an action's body names, as its right is checked on it (None: no table; a
+    name that is no string is checked as ``""``, and refused as malformed by the action)."""
+    if kind in NO_TABLE:
+        return None
+    name = doc.get("name" if kind in ("create-table", "drop-table") else "table")
+    return name if isinstance(name, str) else ""
+
+
+def run_action(server: SedimentFlightServer, kind: str, body: Any, req: Request,
+               allow: Callable[[Right, str | None, str], None] | None = None) -> Any:
+    """Run action ``kind`` (ReadOnlyError for a mutating one on a read-only server;
+    ``allow(right, table, what)``: raises when the caller may not, see :data:`ACTION_RIGHTS`)."""
     entry = ACTIONS.get(kind)
     if entry is None:
         raise BadRequestError(f"unknown action {quoted(kind)} (actions: {', '.join(ACTIONS)})")
     _doc, mutates, handler = entry
     raw = body.to_pybytes() if body is not None else b""
     doc = parse_json(raw or b"{}", f"{kind} body")
+    if allow is not None:
+        allow(ACTION_RIGHTS[kind], action_table(kind, doc), f"action {kind}")
     if mutates:
         server.writable(f"action {kind}")
     return handler(server, doc, req)

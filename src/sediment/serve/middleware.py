@@ -1,5 +1,8 @@
-"""Admission of every Flight call, before any handler runs: the bearer token (compared in
-constant time) and the concurrency bound (a "busy" refusal past it, and while draining).
+"""Admission of every Flight call, before any handler runs: the bearer token (its digest
+compared in constant time with every token's, :class:`sediment.tokens.Tokens`) and the
+concurrency bound (a "busy" refusal past it, and while draining). The token found gives the
+call its scope (:attr:`Call.scope`): what it may do is checked by each handler once it knows
+the table (:meth:`Call.allow`), every refusal logged with the token's name.
 
 A slot is held by a call until it completes, or until it has waited on its client for
 ``idle_timeout`` seconds (a ``do_get`` whose client stopped reading, a ``do_put`` whose client
@@ -22,10 +25,16 @@ from typing import Any
 
 import pyarrow.flight as fl
 
-from sediment.access import same_token
-from sediment.errors import AuthenticationError, BadRequestError, ServerBusyError, ServiceError
+from sediment.errors import (
+    AuthenticationError,
+    BadRequestError,
+    PermissionDeniedError,
+    ServerBusyError,
+    ServiceError,
+)
 from sediment.serve.protocol import to_flight_error
 from sediment.serve.stats import Request, Stats, log_value
+from sediment.tokens import ANYONE, Right, Scope, Tokens
 
 LOG = logging.getLogger("sediment.serve")
 
@@ -43,10 +52,13 @@ error a ``get_schema`` handler raises, a Flight error included."""
 class Call(fl.ServerMiddleware):
     """One admitted call: its slot (when it holds one) and whether it waits on its client."""
 
-    def __init__(self, gate: Admission, method: str, holds: bool) -> None:
+    def __init__(self, gate: Admission, method: str, holds: bool,
+                 scope: Scope = ANYONE) -> None:
         self.gate = gate
         self.method = method
         self.holds = holds
+        self.scope = scope
+        """What the call's token may do (every right on every table without tokens)."""
         self.table = ""
         self.idle_since: float | None = time.monotonic()
         """Since when the call waits on its client (None: the server works on it)."""
@@ -68,6 +80,18 @@ class Call(fl.ServerMiddleware):
                 f"{self.gate.idle_timeout:g} s (--idle-timeout) and was abandoned; nothing "
                 f"of it is committed")
 
+    def allow(self, right: Right, table: str | None, what: str) -> None:
+        """Refuse (PermissionDeniedError, logged with the token's name) what the call's scope
+        does not allow: ``right`` on ``table`` (None: on no table in particular)."""
+        try:
+            self.scope.check(right, table, what)
+        except PermissionDeniedError:
+            self.gate.stats.refused("scope")
+            LOG.warning("refused method=%s reason=scope token=%s right=%s table=%s",
+                        log_value(what), log_value(self.scope.name), right,
+                        log_value(table if table is not None else "-"))
+            raise
+
     def call_completed(self, exception: Any) -> None:
         self.gate.finish(self)
 
@@ -76,15 +100,16 @@ class Admission(fl.ServerMiddlewareFactory):
     """One factory for both checks so that their order is fixed: authentication first (a
     caller without the token learns nothing, not even that the server is busy), then a slot.
 
-    ``token``: the bearer token every call must carry (None: no check). ``limit``: most calls
+    ``tokens``: the bearer tokens a call may carry, each with its scope (None: no check,
+    every call has every right). ``limit``: most calls
     at once. ``idle_timeout``: seconds a call may wait on its client before its slot is freed
     (None: for ever). ``draining``: set on shutdown; every new call is refused as busy.
     """
 
-    def __init__(self, token: str | None, limit: int, stats: Stats,
+    def __init__(self, tokens: Tokens | None, limit: int, stats: Stats,
                  idle_timeout: float | None = None) -> None:
         super().__init__()
-        self._token = token.encode() if token is not None else None
+        self._tokens = tokens
         self.limit = limit
         self.stats = stats
         self.idle_timeout = idle_timeout
@@ -97,10 +122,11 @@ class Admission(fl.ServerMiddlewareFactory):
             threading.Thread(target=self._reap, name="sediment-serve-idle",
                              daemon=True).start()
 
-    def _refusal(self, headers: dict[str, list[Any]]) -> str | None:
-        """Why a call is not authenticated (None: it is). Never says what was sent."""
-        if self._token is None:
-            return None
+    def _scope(self, headers: dict[str, list[Any]]) -> Scope | str:
+        """The scope of a call's token, or why the call is not authenticated. Never says
+        what was sent."""
+        if self._tokens is None:
+            return ANYONE
         values = headers.get("authorization", [])
         if not values:
             return "no token"
@@ -111,12 +137,14 @@ class Admission(fl.ServerMiddlewareFactory):
                 given = v[7:].strip()
         if not given:
             return "not a bearer token"
-        return None if same_token(given, self._token) else "wrong token"
+        scope = self._tokens.scope_of(given)
+        return "wrong token" if scope is None else scope
 
     def start_call(self, info: Any, headers: dict[str, list[Any]]) -> Call:
         method = str(getattr(info.method, "name", info.method)).lower()
-        refusal = self._refusal(headers)
-        if refusal is not None:
+        scope = self._scope(headers)
+        if isinstance(scope, str):
+            refusal = scope
             self.stats.refused("auth")
             LOG.warning("refused method=%s reason=authentication detail=%s", method,
                         log_value(refusal))
@@ -127,7 +155,7 @@ class Admission(fl.ServerMiddlewareFactory):
             self.stats.record(Request(method, outcome="error:BadRequestError"), 0.0)
             raise to_flight_error(BadRequestError(
                 f"sediment serve does not offer {method}: {_REFUSED[info.method]}"))
-        call = Call(self, method, holds=False)
+        call = Call(self, method, holds=False, scope=scope)
         if info.method in _NO_SLOT and not self.draining:
             return call
         self.hold(call)

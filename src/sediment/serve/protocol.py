@@ -47,6 +47,7 @@ from sediment.errors import (
     AuthenticationError,
     BadRequestError,
     DataError,
+    PermissionDeniedError,
     ReadOnlyError,
     SedimentError,
     ServerBusyError,
@@ -202,7 +203,7 @@ def to_flight_error(exc: BaseException) -> fl.FlightError:
     kind: Callable[..., fl.FlightError]
     if isinstance(exc, AuthenticationError):
         kind = fl.FlightUnauthenticatedError
-    elif isinstance(exc, ReadOnlyError):
+    elif isinstance(exc, ReadOnlyError | PermissionDeniedError):
         kind = fl.FlightUnauthorizedError
     elif isinstance(exc, ServerBusyError):
         kind = fl.FlightUnavailableError
@@ -215,7 +216,7 @@ def to_flight_error(exc: BaseException) -> fl.FlightError:
 
 _LOCAL_ERRORS: dict[str, type[SedimentError]] = {
     c.__name__: c for c in (ServiceError, AuthenticationError, ReadOnlyError, ServerBusyError,
-                            BadRequestError)}
+                            BadRequestError, PermissionDeniedError)}
 
 
 def from_flight_error(exc: fl.FlightError) -> SedimentError:

@@ -74,6 +74,7 @@ from sediment.serve.puts import GROUP_COMMIT_MAX_BYTES, GROUP_COMMIT_MS, Grouped
 from sediment.serve.stats import LOG, Request, Stats, log_value, outcome_of
 from sediment.store import Store
 from sediment.table import Table
+from sediment.tokens import ANYONE, Right, Tokens
 
 T = TypeVar("T")
 
@@ -85,6 +86,10 @@ class _Detached:
     """What a handler called without a Flight context (in-process) has for its call."""
 
     table = ""
+    scope = ANYONE
+
+    def allow(self, right: Right, table: str | None, what: str) -> None:
+        return None
 
     def waiting(self) -> None:
         return None
@@ -101,9 +106,12 @@ def call_of(context: Any) -> Call | _Detached:
 
 class SedimentFlightServer(fl.FlightServerBase):
     """``sediment serve``: see the module docstring. ``location``: ``grpc://host:port`` or
-    ``grpc+tls://host:port`` (then ``tls_certificates`` as ``[(cert_pem, key_pem)]``)."""
+    ``grpc+tls://host:port`` (then ``tls_certificates`` as ``[(cert_pem, key_pem)]``).
+    ``tokens``: the scoped tokens callers may send (``--tokens-file``); ``token``: one more,
+    with every right on every table (``--token-file``); neither: no token is asked for."""
 
     def __init__(self, store: Store, location: str, *, token: str | None = None,
+                 tokens: Tokens | None = None,
                  read_only: bool = False, max_concurrency: int = 32,
                  idle_timeout: float | None = 60.0,
                  tls_certificates: list[tuple[bytes, bytes]] | None = None,
@@ -112,7 +120,10 @@ class SedimentFlightServer(fl.FlightServerBase):
         self.stats = Stats()
         self.puts = GroupedPuts(group_commit_ms, group_commit_max_bytes)
         metrics.watch_queue("group_commit", self.puts.waiting)
-        self.admission = Admission(token, max_concurrency, self.stats, idle_timeout)
+        if token is not None:
+            tokens = Tokens.single(token) if tokens is None else tokens.plus(
+                Tokens.single(token))
+        self.admission = Admission(tokens, max_concurrency, self.stats, idle_timeout)
         super().__init__(location, tls_certificates=tls_certificates or [],
                          middleware={"admission": self.admission})
         self.store = store
@@ -178,7 +189,9 @@ class SedimentFlightServer(fl.FlightServerBase):
         call = call_of(context)
         with self.stats.track("list_flights") as req:
             call.working()
-            infos = self.guard(req, lambda: [self._info_of(n) for n in self.store.tables()])
+            self.guard(req, lambda: call.allow("read", None, "list_flights"))
+            infos = self.guard(req, lambda: [self._info_of(n) for n in self.store.tables()
+                                             if call.scope.allows("read", n)])
             req.rows = len(infos)
         call.waiting()  # the rest is sending them
         yield from infos
@@ -194,6 +207,7 @@ class SedimentFlightServer(fl.FlightServerBase):
                 call.working()
                 doc = self._command(descriptor, "query descriptor")
                 req.table = str(doc.get("table", ""))
+                call.allow("read", req.table, "get_flight_info")
                 if "changes" in doc:
                     return self._changes_info(doc, descriptor)
                 table, prepared = self.prepare(doc, "query descriptor")
@@ -240,6 +254,7 @@ class SedimentFlightServer(fl.FlightServerBase):
                 raise BadRequestError("malformed ticket: expected {\"query\": {...}, "
                                       "\"leaf\": <leaf id or null>}")
             req.table = call.table = str(query.get("table", ""))
+            call.allow("read", req.table, "do_get")
             if "changes" in query:
                 return self.table(table_name(query, "ticket")).changes_of(
                     read_request(query))
@@ -308,6 +323,7 @@ class SedimentFlightServer(fl.FlightServerBase):
                 doc = self._command(descriptor, "put descriptor")
                 name = table_name(doc, "put descriptor")
                 req.table = call.table = name
+                call.allow("write", name, "do_put")
                 upsert = put_write(doc) == "upsert"
                 self.writable(f"{'an upsert' if upsert else 'a put'} into table {name}")
                 table = self.table(name)
@@ -363,7 +379,7 @@ class SedimentFlightServer(fl.FlightServerBase):
                 call.working()
                 if kind not in LIGHT_ACTIONS and isinstance(call, Call):
                     self.admission.hold(call)  # health and stats never wait behind others
-                return run_action(self, kind, action.body, req)
+                return run_action(self, kind, action.body, req, call.allow)
             answer = self.guard(req, body)
         yield fl.Result(pa.py_buffer(dumps(answer)))
 

@@ -87,6 +87,7 @@ class Stats:
         self.started = time.time()
         self.refused_busy = 0
         self.refused_auth = 0
+        self.refused_scope = 0
 
     def record(self, req: Request, seconds: float) -> None:
         """Count one finished request and log it (method, table, rows, duration, outcome)."""
@@ -105,6 +106,8 @@ class Stats:
         with self._lock:
             if reason == "busy":
                 self.refused_busy += 1
+            elif reason == "scope":  # a token's scope (sediment.tokens)
+                self.refused_scope += 1
             else:
                 self.refused_auth += 1
 
@@ -133,4 +136,5 @@ class Stats:
                     "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
                 }
             return {"uptime_seconds": time.time() - self.started, "methods": methods,
-                    "refused_busy": self.refused_busy, "refused_auth": self.refused_auth}
+                    "refused_busy": self.refused_busy, "refused_auth": self.refused_auth,
+                    "refused_scope": self.refused_scope}

@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from sediment.iterators.trust import trusted_iterator_modules
 from sediment.query.blocks import use_worker_bound
 from sediment.schemes.join import JoinPiece, PreparedJoin, prepare_join
 from sediment.spark import tasks
@@ -37,6 +38,7 @@ def _spec(options: dict[str, str]) -> dict[str, Any]:
 
 
 def _plan(options: dict[str, str]) -> PreparedJoin:
+    tasks.trust_options(options)
     spec = _spec(options)
     left = tasks.open_table(spec, options["left"])
     right = tasks.open_table(spec, options["right"])
@@ -114,4 +116,7 @@ def co_join(spark: SparkSession, left: Any, right: Any, on: str | Sequence[str] 
     if columns is not None:
         options["columns"] = json.dumps(list(columns))
     options.update({k: str(x) for k, x in spec.items() if k != "uri" and x is not None})
+    trusted = trusted_iterator_modules()
+    if trusted:  # the source's workers may have started before the driver trusted them
+        options[tasks.TRUST_OPTION] = ",".join(trusted)
     return spark.read.format(FORMAT).options(**options).load()

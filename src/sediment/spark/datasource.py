@@ -71,6 +71,7 @@ from sediment.query.request import ReadRequest
 from sediment.spark import tasks
 from sediment.spark.pushdown import bloom_filter, bloom_point, other_field, with_other_fields
 from sediment.spark.sparktypes import batch_schema, cast_for_spark, spark_struct
+from sediment.spark.tasks import TRUST_OPTION, trust_options
 from sediment.spark.tasks import options_spec as _spec
 from sediment.spark.writer import (
     WRITES,
@@ -82,8 +83,8 @@ from sediment.spark.writer import (
 
 TARGET_ROWS = "spark.read.target_partition_rows"
 __all__ = ["WRITES", "LeafPartition", "SedimentDataSource", "SedimentReader", "SedimentWriter",
-           "StagedMessage", "base_request", "check_fields", "intersect", "pinned_version",
-           "write_kind"]
+           "StagedMessage", "TRUST_OPTION", "base_request", "check_fields", "intersect",
+           "pinned_version", "write_kind"]
 """(The writer's names live in ``sediment.spark.writer``; they are importable from here.)"""
 
 
@@ -162,6 +163,7 @@ class SedimentDataSource(DataSource):
         return "sediment"
 
     def schema(self) -> StructType:
+        trust_options(self.options)
         table = tasks.open_table(_spec(self.options), self.options["table"])
         # Spark keeps this instance (pickled after schema()) for the DataFrame's lifetime:
         # every action on the DataFrame reads the version current at load() (or the one its
@@ -183,6 +185,7 @@ class SedimentDataSource(DataSource):
         from sediment.spark.stream_source import refuse_stream_options
 
         refuse_stream_options(self.options)
+        trust_options(self.options)
         options = dict(self.options)
         pinned = getattr(self, "pinned_version", None)
         if pinned is not None and "request" in options:
@@ -391,6 +394,7 @@ class SedimentReader(DataSourceReader):
         if not partition.leaf_id:
             return
         use_worker_bound()  # a Python worker among many: a small block cache
+        trust_options(self.options)
         table = tasks.open_table(self.spec, self.name, self.table_id)
         # as table.query prepares it, restricted to this partition's ranges
         prepared = table.prepare(ReadRequest.from_json(partition.request))

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sediment.handle import handle_of
+from sediment.iterators.trust import trusted_iterator_modules
 from sediment.query.request import ReadRequest
 from sediment.spark.sparktypes import parquet_readable, spark_struct
 
@@ -60,6 +61,7 @@ def read_table(spark: Any, table: Any, *, version: int | str | None = None,
     import pyarrow as pa
     from pyspark.sql import functions as F  # noqa: N812 (Spark's own spelling)
 
+    from sediment.spark.datasource import TRUST_OPTION
     from sediment.spark.session import register_data_source
 
     v = table.resolve_version(version)
@@ -99,6 +101,9 @@ def read_table(spark: Any, table: Any, *, version: int | str | None = None,
         options = {"store": str(spec["uri"]), "table": table.name,
                    "request": read.to_json_text()}
         options.update({k: str(x) for k, x in spec.items() if k != "uri" and x is not None})
+        trusted = trusted_iterator_modules()
+        if trusted:  # the source's workers may have started before the driver trusted them
+            options[TRUST_OPTION] = ",".join(trusted)
         if native:
             options["leaves"] = ",".join(through_source)
         source = spark.read.format("sediment").options(**options).load()

@@ -19,6 +19,7 @@ from sediment.compaction.strategy import CompactionJob
 from sediment.core.model import FileSums
 from sediment.core.state import TableState
 from sediment.files.writer import WrittenFile
+from sediment.iterators.trust import trusted_iterator_modules
 
 if TYPE_CHECKING:
     from sediment.core.head import Head
@@ -26,9 +27,13 @@ if TYPE_CHECKING:
 
 
 def _run_on_executor(spec: dict[str, Any], name: str, job: CompactionJob, region: Any,
-                     table_id: str | None = None) -> dict[str, Any]:
+                     table_id: str | None = None, trusted: tuple[str, ...] = ()
+                     ) -> dict[str, Any]:
     from sediment.compaction.runner import execute_job
+    from sediment.iterators.trust import trust_iterator_modules
     from sediment.spark.tasks import open_handle
+
+    trust_iterator_modules(trusted)  # the driver's (an executor's environment may predate it)
 
     out = execute_job(open_handle(spec, name, table_id), job, region)
     if isinstance(out, str):
@@ -68,11 +73,12 @@ def run_jobs_on_spark(table: TableHandle, state: TableState, jobs: Sequence[Comp
 
     spark = SparkSession.getActiveSession() or session()
     spec, name, table_id = table.store_spec(), table.name, table.table_id
+    trusted = trusted_iterator_modules()
     for j in jobs:
         record_job_started(table, j)
     work = [(j, state.partitions[j.partition_id].region) for j in jobs]
     outputs = spark.sparkContext.parallelize(work, max(1, len(work))).map(
-        lambda jr: _run_on_executor(spec, name, jr[0], jr[1], table_id)).collect()
+        lambda jr: _run_on_executor(spec, name, jr[0], jr[1], table_id, trusted)).collect()
     by_id = {o["job_id"]: o for o in outputs}
     results = []
     for j in jobs:  # written by executors: the driver's to protect now (adopt)

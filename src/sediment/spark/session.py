@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sediment.errors import JobError
+from sediment.iterators.trust import TRUST_ENV, trusted_iterator_modules
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -95,6 +96,9 @@ def session(master: str | None = None, *, app_name: str = "sediment",
         builder = builder.config("spark.pyspark.python", sys.executable)
         builder = builder.config("spark.pyspark.driver.python", sys.executable)
         builder = builder.config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        trusted = trusted_iterator_modules()
+        if trusted:  # a cluster's executors: their Python workers load these iterators
+            builder = builder.config(f"spark.executorEnv.{TRUST_ENV}", ",".join(trusted))
         for k, v in session_conf(master or "local[*]", conf).items():
             builder = builder.config(k, v)
         spark = builder.getOrCreate()

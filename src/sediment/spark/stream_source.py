@@ -164,6 +164,7 @@ class SedimentStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- the driver ------------------------------------------------------------------------
     def _table(self) -> Any:
+        tasks.trust_options(self.options)
         return tasks.open_table(self.spec, self.name, self.table_id)
 
     def _states(self) -> Any:

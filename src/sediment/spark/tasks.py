@@ -44,6 +44,23 @@ _STORE_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key"
                   "session_token")
 
 
+TRUST_OPTION = "trusted_iterator_modules"
+"""The option giving the module prefixes whose python iterators the source's workers load
+(comma separated), besides those their environment trusts: Spark starts a source's Python
+workers with the JVM's environment, which a driver that trusted a module after its session
+started cannot change (:func:`sediment.spark.read_table` and :func:`sediment.spark.co_join`
+set it from the driver's; ``spark.read.format("sediment")`` and
+``spark.readStream.format("sediment")`` take it from their caller)."""
+
+
+def trust_options(options: Mapping[str, str]) -> None:
+    """Trust, in this worker, the modules the :data:`TRUST_OPTION` option names."""
+    from sediment.iterators.trust import trust_iterator_modules
+
+    given = options.get(TRUST_OPTION, "")
+    trust_iterator_modules(p for p in given.split(",") if p.strip())
+
+
 def options_spec(options: Mapping[str, str]) -> dict[str, Any]:
     """The store spec of the data source's options ``store`` and the S3 options (what
     :func:`open_table` takes); QueryError when option ``store`` or ``table`` is missing."""
