@@ -70,11 +70,21 @@ def local_table(request: pytest.FixtureRequest, tmp_path: Path) -> sd.Table:
     return build(tmp_path / "store", None, request.param)
 
 
+@pytest.fixture(scope="module")
+def built() -> dict[tuple[str, str], sd.Table]:
+    """The module's tables, by (kind, store kind): built by the first test that needs one
+    (the S3 ones some 20 requests each) and only read by the tests after it."""
+    return {}
+
+
 @pytest.fixture(params=["plain", "aggregate", "keep_latest"])
-def any_table(request: pytest.FixtureRequest, store_uri: tuple[str, dict[str, Any]]
-              ) -> sd.Table:
+def any_table(request: pytest.FixtureRequest, store_uri: tuple[str, dict[str, Any]],
+              built: dict[tuple[str, str], sd.Table]) -> sd.Table:
     uri, options = store_uri
-    return build(uri, options, request.param)
+    key = (request.param, "s3" if uri.startswith("s3://") else "local")
+    if key not in built:
+        built[key] = build(uri, options, request.param)
+    return built[key]
 
 
 def test_tables_have_what_the_routes_must_handle(local_table: sd.Table) -> None:
