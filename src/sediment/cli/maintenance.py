@@ -156,12 +156,22 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
              threads: Annotated[int, typer.Option(
                  "--threads", min=0, help="With --loop: jobs run at once (0: one per "
                                           "CPU).")] = 0,
+             batcher_threads: Annotated[int, typer.Option(
+                 "--batcher-threads", min=0,
+                 help="With --loop: ingest batcher jobs run at once (files queued with "
+                      "`batcher submit` are ingested with no other command; 0: none).")] = 1,
+             lease_timeout: Annotated[float, typer.Option(
+                 "--lease-timeout", min=0.1,
+                 help="With --loop: seconds after its last heartbeat that a maintainer's "
+                      "tables are taken over by the other maintainers of the store.")] = 30.0,
              store: StoreOption = None, json_out: JsonOption = False,
              orphan_timeout: OrphanTimeoutOption = None) -> None:
     """Split, compact and collect garbage until nothing is left to do (offline tables:
     GC only). With --loop (local jobs): maintain continuously, starting splits and compaction
     jobs as soon as they are due and each job committing as it ends, each job in a worker
-    process; one report row per table every --interval seconds (GC runs at that period too)."""
+    process, and run the ingest batcher's jobs; one report row per table every --interval
+    seconds (GC runs at that period too). Several --loop maintainers over one store share its
+    tables through leases in the store (`sediment report maintainers`)."""
     if workers not in ("process", "thread"):
         raise typer.BadParameter(f"--workers is process or thread, not {workers!r}")
     def maintenance_of_store() -> StoreMaintenance:
@@ -178,6 +188,7 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         session(master)
     elif loop:
         from sediment.maintenance.continuous import Maintainer
+        from sediment.maintenance.lease_store import LeaseHolder
 
         stop = stop_on_signals("stopping: waiting for running compaction jobs (again to abort)")
         try:
@@ -205,7 +216,9 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         maintainer = Maintainer(tables, gc_every=interval, refresh_tables=interval,
                                 orphan_timeout=orphan_timeout, threads=threads,
                                 workers="process" if workers == "process" else "thread",
-                                store=whole)
+                                store=whole, batcher_threads=batcher_threads,
+                                leases=LeaseHolder(open_store(store).objects,
+                                                   timeout=lease_timeout))
         maintainer.run(report_every=interval, max_reports=max_loops, stop=stop,
                        on_report=on_report)
         return

@@ -45,6 +45,7 @@ from sediment.compaction.strategy import (
     short_part,
 )
 from sediment.handle import handle_of
+from sediment.maintenance.batching import BatcherLane
 from sediment.maintenance.gc import gc
 from sediment.maintenance.orchestrator import StoreMaintenance
 from sediment.maintenance.pool import SmallestFirstPool
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from sediment.core.model import Partition
     from sediment.core.state import TableState
     from sediment.handle import TableHandle
+    from sediment.maintenance.lease_store import LeaseHolder
 
 SCHEME_CHECK_SECONDS = 5.0
 """How often a partition scheme's split is looked at (it reads every member's state)."""
@@ -111,6 +113,10 @@ class Maintainer:
     the module docstring). With ``workers="process"`` each of those
     threads hands its job's merge to one of as many worker processes
     (sediment.maintenance.workers), so jobs use every core instead of sharing one GIL.
+    ``batcher_threads`` (0: none) run the tables' ingest batcher jobs
+    (sediment.maintenance.batching). ``leases`` (sediment.maintenance.lease_store): which tables
+    this maintainer holds among several over one store; it looks only at those (None: at
+    every table).
     """
 
     def __init__(self, tables: Callable[[], Sequence[object]], *, threads: int = 0,
@@ -118,7 +124,8 @@ class Maintainer:
                  refresh_tables: float = 10.0,
                  orphan_timeout: float | None = None,
                  workers: Literal["thread", "process"] = "thread",
-                 store: StoreMaintenance | None = None) -> None:
+                 store: StoreMaintenance | None = None, batcher_threads: int = 0,
+                 leases: LeaseHolder | None = None) -> None:
         self._tables_fn = tables
         self._store = store
         self._store_at = float("-inf")
@@ -151,6 +158,9 @@ class Maintainer:
         """Partition scheme id -> when its members last asked it to split."""
         self._ran_at: dict[str, tuple[str, float]] = {}  # job id -> table, when we last ran it
         self._failed: dict[str, tuple[float, str]] = {}  # table -> when it last failed, error
+        self._batcher = BatcherLane(batcher_threads, note=self._note_locked,
+                                    on_end=self._wake.set) if batcher_threads else None
+        self.leases = leases
 
     # ---- one tick ------------------------------------------------------------------------
     def tick(self) -> int:
@@ -163,7 +173,12 @@ class Maintainer:
             except Exception as e:  # noqa: BLE001 - listing tables again next refresh
                 self._note("*", f"{type(e).__name__}: {e}")
             self._tables_at = now
-        if self._store is not None and now - self._store_at >= self.gc_every:
+        tables = self._tables
+        if self.leases is not None:  # several maintainers: only the tables leased to us
+            self.leases.offer([t.name for t in tables], busy=self._busy_tables())
+            tables = [t for t in tables if self.leases.holds(t.name)]
+        if self._store is not None and now - self._store_at >= self.gc_every and \
+                (self.leases is None or self.leases.holds_store()):
             self._store_at = now
             self._gc_pool.submit(self._store_steps, self._store)
         self._reap()
@@ -174,9 +189,9 @@ class Maintainer:
         # idle thread, the tables after it start no jobs in this tick: a thread that frees
         # while they are looked at belongs to the table passed over, whose turn comes first
         # in the next tick.
-        turn = self._turn % len(self._tables) if self._tables else 0
+        turn = self._turn % len(tables) if tables else 0
         passed_over = False
-        for i, t in enumerate(self._tables[turn:] + self._tables[:turn]):
+        for i, t in enumerate(tables[turn:] + tables[:turn]):
             failed = self._failed.get(t.name)
             if failed is not None and now - failed[0] < self.gc_every:
                 self._note(t.name, failed[1])  # still reported; retried once a GC period
@@ -205,6 +220,8 @@ class Maintainer:
         before = act.splits + act.jobs_started
         head = t.read_head()  # the tick's one read of the table's head
         if head.state.online:
+            if self._batcher is not None:
+                self._batcher.tick(t, now)
             # one split a tick, and only while jobs keep up (a thread's worth of them queued
             # at most): a split leaves both children with every file of the parent to
             # rewrite, and leaves that cross the threshold together (uniform keys) would
@@ -379,6 +396,20 @@ class Maintainer:
     def _note(self, table: str, error: str) -> None:
         self._activity.setdefault(table, TableActivity()).errors.append(error)
 
+    def _note_locked(self, table: str, error: str) -> None:
+        with self._lock:
+            self._note(table, error)
+
+    def _busy_tables(self) -> set[str]:
+        """Tables with a compaction, GC or batcher job of ours under way (a lease is not
+        given up while one runs: see sediment.maintenance.leases)."""
+        with self._lock:
+            busy = {name for name, fut in self._running.values() if not fut.done()}
+        busy |= {n for n, f in list(self._collecting.items()) if not f.done()}
+        if self._batcher is not None:
+            busy |= set(self._batcher.running())
+        return busy
+
     def note(self, table: str, error: str) -> None:
         """Report ``error`` in ``table``'s next report row (e.g. a table that could not be
         opened, which therefore is not among those ``tables`` returned)."""
@@ -394,8 +425,21 @@ class Maintainer:
                 running[name] = running.get(name, 0) + 1
             # swapped under the lock: the GC thread adds to the activity of the next report
             activity, self._activity = self._activity, {}
-        return [{"table": name, **act.row(), "running": running.get(name, 0)}
-                for name, act in sorted(activity.items())]
+        ingests = self._batcher.report() if self._batcher is not None else {}
+        for name in ingests:
+            activity.setdefault(name, TableActivity())
+        rows = []
+        for name, act in sorted(activity.items()):
+            row = {"table": name, **act.row(), "running": running.get(name, 0)}
+            b = ingests.get(name)
+            if b is not None:
+                row["ingests"] = b.committed
+                row["ingests_failed"] = b.failed
+                if b.errors:
+                    row["error"] = "; ".join(dict.fromkeys(
+                        [*([str(row["error"])] if "error" in row else []), *b.errors]))
+            rows.append(row)
+        return rows
 
     def run(self, *, report_every: float, on_report: Callable[[list[dict[str, object]]], None],
             max_reports: int = 0, stop: threading.Event | None = None) -> None:
@@ -434,6 +478,8 @@ class Maintainer:
                 pending: list[Future[Any]] = [fut for _, fut in self._running.values()
                                               if not fut.done()]
             pending += [f for f in list(self._collecting.values()) if not f.done()]
+            if self._batcher is not None:
+                pending += self._batcher.pending()
             if pending:
                 wait(pending, timeout=0.5)
                 continue
@@ -451,7 +497,11 @@ class Maintainer:
             for _, fut in self._running.values():
                 fut.cancel()  # only a job that has not started can be cancelled
         self._pool.shutdown()
+        if self._batcher is not None:
+            self._batcher.close()
         self._gc_pool.shutdown(wait=True)
+        if self.leases is not None:  # after the jobs: a lease is let go once nothing runs
+            self.leases.close()
         if self._processes is not None:
             self._processes.close()
         self._reap()
