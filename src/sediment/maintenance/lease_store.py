@@ -145,6 +145,7 @@ class LeaseHolder:
         self._busy: set[str] = set()
         self._held: dict[str, tuple[int, float]] = {}
         """Lease -> its epoch and when (monotonic) its last beat was sent."""
+        self._taken: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.rounds = 0
@@ -202,14 +203,17 @@ class LeaseHolder:
         with self._lock:
             wanted, busy = list(self._wanted), set(self._busy)
             held = dict(self._held)
+        # beats first, before any listing: the sooner they are sent, the longer the leases
+        # may be acted on (a beat of an epoch another has superseded changes nothing: the
+        # highest epoch holds the lease)
+        for name, (epoch, _) in held.items():
+            self._beat(name, epoch)
         self._beat_member(held)
         listing = list_maintainers(self.objects)
-        for name, (epoch, _) in held.items():  # still ours? then beat it
+        for name, (epoch, _) in held.items():  # still ours?
             v = listing.leases.get(name)
             if v is None or v.epoch != epoch or v.member != self.member or v.released:
                 self._drop(name)
-                continue
-            self._beat(name, epoch, listing.lease_docs[name])
         members = [MemberView(m, age) for m, (age, _) in listing.members.items()]
         plan = plan_leases(self.member, wanted, listing.leases, members,
                            timeout=self.timeout, busy=busy)
@@ -223,11 +227,10 @@ class LeaseHolder:
         return json.dumps({"lease": name, "epoch": epoch, "member": self.member,
                            "heartbeat": time.time(), **more}).encode()
 
-    def _beat(self, name: str, epoch: int, doc: dict[str, Any]) -> None:
+    def _beat(self, name: str, epoch: int) -> None:
         sent = time.monotonic()
         self.objects.put(lease_key(name, epoch),
-                         self._doc(name, epoch, taken=doc.get("taken"),
-                                   beats=int(doc.get("beats", 0)) + 1))
+                         self._doc(name, epoch, taken=self._taken.get(name)))
         with self._lock:
             if name in self._held:
                 self._held[name] = (epoch, sent)
@@ -235,12 +238,13 @@ class LeaseHolder:
     def _take(self, name: str, epoch: int, listing: Listing) -> None:
         sent = time.monotonic()
         before = listing.leases.get(name)
-        data = self._doc(name, epoch, taken=time.time(), beats=0, nonce=uuid.uuid4().hex,
+        data = self._doc(name, epoch, taken=time.time(), nonce=uuid.uuid4().hex,
                          previous=None if before is None else before.member)
         if not create_once(self.objects, lease_key(name, epoch), data):
             return  # another maintainer took it first
         with self._lock:
             self._held[name] = (epoch, sent)
+            self._taken[name] = time.time()
         # the epochs before the previous one are history no one reads
         old = [k for k in listing.old_epochs if (p := _parse_lease_key(k)) and p[0] == name]
         if old:
