@@ -160,7 +160,7 @@ def test_the_batcher_loop_ingests_every_file_once_across_a_sigkill(tmp_path: Pat
 
     with maintainers(tmp_path, uri) as m:
         a = m.start()
-        submit(range(0, 6))
+        submit(range(6))
         wait_for(lambda: table.version > 1, 20, "a first batcher job committed")
         submit(range(6, 10))
         m.kill(a)  # with requests queued, claimed or staged
