@@ -90,10 +90,11 @@ class Listing:
     old_epochs: list[str] = field(default_factory=list)
 
 
-def list_maintainers(objects: ObjectStore) -> Listing:
+def list_maintainers(objects: ObjectStore, *, now: float | None = None) -> Listing:
     """Read the members and the latest epoch of every lease (one listing each, one read per
-    lease and member)."""
-    now = object_store_time(objects) or time.time()
+    lease and member). Ages are against ``now`` when given (a reader that must not write,
+    the dashboard, passes its own clock), else against the object store's clock."""
+    now = now if now is not None else object_store_time(objects) or time.time()
     latest: dict[str, tuple[int, str, float]] = {}
     old: list[str] = []
     for o in objects.list(LEASES):
@@ -293,12 +294,13 @@ class LeaseHolder:
             log.warning("maintainer %s: leases not released: %s", self.member, e)
 
 
-def maintainers_report(objects: ObjectStore) -> dict[str, Any]:
+def maintainers_report(objects: ObjectStore, *, now: float | None = None) -> dict[str, Any]:
     """Who holds what (``sediment report maintainers``, the dashboard): every member with its
     host, pid, leases and last heartbeat, and every lease with its holder, epoch, last
     heartbeat and state (``held``, ``expired``: free for another to take, ``released``).
-    Ages are seconds by the object store's clock."""
-    listing = list_maintainers(objects.root())
+    Ages are seconds by the object store's clock (by ``now``, when given: see
+    :func:`list_maintainers`)."""
+    listing = list_maintainers(objects.root(), now=now)
     timeouts = {m: float(doc.get("timeout", 30.0)) for m, (_, doc) in listing.members.items()}
     leases = []
     for name, v in sorted(listing.leases.items()):
