@@ -272,6 +272,8 @@ def test_maintain_loop_runs_the_batcher_and_reports_its_leases(
         refs["a"].add(data)
         paths.append(str(path))
     ok(runner, "batcher", "submit", "a", *paths, "--store", root)
+    queued = ok(runner, "batcher", "status", "a", "--store", root).stdout
+    assert "queue depth" in queued and "2 request(s)" in queued and " s ago" in queued
     out = ok(runner, "maintain", "--store", root, "--loop", "--max-loops", "2", "--interval",
              "0.3", "--workers", "thread", "--batcher-threads", "2", "--json").stdout
     docs = [json.loads(line) for line in out.splitlines()]
