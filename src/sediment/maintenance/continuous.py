@@ -33,7 +33,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sediment.compaction.runner import JobResult, due_jobs, run_job
@@ -45,6 +44,7 @@ from sediment.compaction.strategy import (
     short_part,
 )
 from sediment.handle import handle_of
+from sediment.maintenance.activity import TableActivity, report_rows
 from sediment.maintenance.batching import BatcherLane
 from sediment.maintenance.gc import gc
 from sediment.maintenance.orchestrator import StoreMaintenance
@@ -79,28 +79,6 @@ leaf: 15-16 with a quarter (medium merges of 100-500k records then hold the kept
 with a twentieth, 14-17 with a fiftieth (a leaf whose every due job is a merge of ten new files
 waits for the long lane); 15-16 with jobs long when expected to take a quarter of a second at
 the rate recent jobs merged."""
-
-
-@dataclass(slots=True)
-class TableActivity:
-    """What the maintainer did to one table since the last report."""
-
-    ticks: int = 0
-    splits: int = 0
-    jobs_started: int = 0
-    jobs_committed: int = 0
-    jobs_failed: int = 0
-    files_deleted: int = 0
-    errors: list[str] = field(default_factory=list)
-
-    def row(self) -> dict[str, object]:
-        # "ticks": the maintainer's looks at the table in the interval (not whole passes)
-        out: dict[str, object] = {"ticks": self.ticks, "splits": self.splits,
-                                  "jobs": self.jobs_committed, "failed": self.jobs_failed,
-                                  "deleted": self.files_deleted}
-        if self.errors:
-            out["error"] = "; ".join(dict.fromkeys(self.errors))
-        return out
 
 
 class Maintainer:
@@ -426,20 +404,7 @@ class Maintainer:
             # swapped under the lock: the GC thread adds to the activity of the next report
             activity, self._activity = self._activity, {}
         ingests = self._batcher.report() if self._batcher is not None else {}
-        for name in ingests:
-            activity.setdefault(name, TableActivity())
-        rows = []
-        for name, act in sorted(activity.items()):
-            row = {"table": name, **act.row(), "running": running.get(name, 0)}
-            b = ingests.get(name)
-            if b is not None:
-                row["ingests"] = b.committed
-                row["ingests_failed"] = b.failed
-                if b.errors:
-                    row["error"] = "; ".join(dict.fromkeys(
-                        [*([str(row["error"])] if "error" in row else []), *b.errors]))
-            rows.append(row)
-        return rows
+        return report_rows(activity, running, ingests)
 
     def run(self, *, report_every: float, on_report: Callable[[list[dict[str, object]]], None],
             max_reports: int = 0, stop: threading.Event | None = None) -> None:
