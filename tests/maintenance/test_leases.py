@@ -60,8 +60,9 @@ def test_a_plan_never_takes_a_live_lease_of_another_nor_releases_busy_work(
     mine = {n for n, v in leases.items() if v.member == me and not v.released}
     assert plan.keep <= mine
     assert set(plan.release) <= mine and not set(plan.release) & busy
-    assert not set(plan.release) & plan.keep
-    assert plan.keep | set(plan.release) >= mine & busy  # busy work is never let go
+    assert plan.drain <= mine & busy  # busy work is drained, never let go
+    assert not set(plan.release) & plan.keep and not plan.drain & plan.keep
+    assert plan.keep | plan.drain >= mine & busy
 
 
 def simulate(members: list[str], names: list[str], rounds: int,
@@ -166,3 +167,17 @@ def test_lease_names_are_kept_whatever_their_characters(name: str) -> None:
     objects = MemoryObjectStore("memory://leases3")
     assert objects.put_if_absent(lease_key(name, 3), b'{"member": "m"}')
     assert list(list_maintainers(objects).leases) == [name]
+
+
+def test_a_member_busy_everywhere_drains_leases_for_a_late_one() -> None:
+    """A member whose every table has a job running still hands leases over: it starts no new
+    work under the ones to hand over and releases each once its work ends."""
+    names = ["t0", "t1", "t2", "t3"]
+    leases = simulate(["a"], names, 2)
+    members = [MemberView("a", 0.0), MemberView("b", 0.0)]
+    plan = plan_leases("a", names, leases, members, timeout=TIMEOUT, busy=set(names))
+    assert len(plan.drain) == 2 and not plan.release and len(plan.keep) == 2
+    assert not plan.take
+    done = plan_leases("a", names, leases, members, timeout=TIMEOUT,
+                       busy=set(names) - plan.drain)
+    assert set(done.release) == plan.drain

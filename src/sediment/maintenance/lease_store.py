@@ -146,6 +146,8 @@ class LeaseHolder:
         self._busy: set[str] = set()
         self._held: dict[str, tuple[int, float]] = {}
         """Lease -> its epoch and when (monotonic) its last beat was sent."""
+        self._draining: frozenset[str] = frozenset()
+        """Leases being handed over: beaten, but no new work starts under them."""
         self._taken: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -171,6 +173,8 @@ class LeaseHolder:
         """True while this maintainer may start work under lease ``name``."""
         with self._lock:
             held = self._held.get(name)
+            if name in self._draining:
+                return False
         return held is not None and \
             time.monotonic() - held[1] < self.timeout * ACT_FRACTION
 
@@ -218,6 +222,8 @@ class LeaseHolder:
         members = [MemberView(m, age) for m, (age, _) in listing.members.items()]
         plan = plan_leases(self.member, wanted, listing.leases, members,
                            timeout=self.timeout, busy=busy)
+        with self._lock:
+            self._draining = plan.drain
         for name in plan.release:
             self._release(name, listing)
         for name, epoch in plan.take:

@@ -16,8 +16,9 @@ This module decides, from one listing, what a member does next (:func:`plan_leas
   for ``n`` leases and ``k`` live members, in the order of a hash of (member, lease), so
   members that look at once want different leases (rendezvous hashing) and few creates race;
 - it releases leases above its share when another live member holds fewer (above
-  ``floor(n / k)`` when one holds fewer than that), never a lease with work of its own under
-  way: a member joining late gets a share within a round or two, and work spreads evenly.
+  ``floor(n / k)`` when one holds fewer than that); a lease with work of its own under way is
+  drained first (no new work starts under it, and it is released once that work ends): a
+  member joining late gets a share within a few rounds, and work spreads evenly.
 
 Why per table: every step of the maintainer (splits, compaction jobs, GC, the batcher) looks
 at one table's head at a time, and a table's jobs commit through its own log; leases per leaf
@@ -62,11 +63,14 @@ class MemberView:
 @dataclass(frozen=True, slots=True)
 class LeasePlan:
     """What one member does next: the leases it ``keep``s, those it ``take``s (name and the
-    epoch to create), and those it ``release``s."""
+    epoch to create), those it ``release``s, and those it ``drain``s: to be handed over, but
+    with work of its own under way, they are kept (and beaten) while that work ends, and no
+    new work starts under them, so they are released at a later round."""
 
     keep: frozenset[str]
     take: tuple[tuple[str, int], ...]
     release: tuple[str, ...]
+    drain: frozenset[str] = frozenset()
 
 
 def rank(member: str, name: str) -> str:
@@ -106,15 +110,20 @@ def plan_leases(me: str, wanted: Sequence[str], leases: Mapping[str, LeaseView],
     # another member is short of its share: hand leases over rather than take more
     cap = lo if fewest < lo else hi
     target = min(len(keep), cap) if fewest < hi else len(keep)
+    drain: set[str] = set()
     if len(keep) > target:
-        spare = sorted((n for n in keep if n not in busy), key=lambda n: rank(me, n),
-                       reverse=True)[:len(keep) - target]
+        # idle ones first (released at once), then busy ones (drained); each the least
+        # wanted first
+        least = sorted(keep, key=lambda n: rank(me, n), reverse=True)
+        spare = ([n for n in least if n not in busy] + [n for n in least if n in busy]
+                 )[:len(keep) - target]
         keep -= set(spare)
-        release += spare
+        release += [n for n in spare if n not in busy]
+        drain = {n for n in spare if n in busy}
     take: list[tuple[str, int]] = []
-    if len(keep) < cap:
+    if len(keep) + len(drain) < cap:
         free = [n for n in names if n not in mine and
                 (n not in leases or not leases[n].live(timeout))]
-        for n in sorted(free, key=lambda n: rank(me, n))[:cap - len(keep)]:
+        for n in sorted(free, key=lambda n: rank(me, n))[:cap - len(keep) - len(drain)]:
             take.append((n, leases[n].epoch + 1 if n in leases else 1))
-    return LeasePlan(frozenset(keep), tuple(take), tuple(release))
+    return LeasePlan(frozenset(keep), tuple(take), tuple(release), frozenset(drain))
