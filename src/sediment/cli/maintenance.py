@@ -167,11 +167,13 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
              store: StoreOption = None, json_out: JsonOption = False,
              orphan_timeout: OrphanTimeoutOption = None) -> None:
     """Split, compact and collect garbage until nothing is left to do (offline tables:
-    GC only). With --loop (local jobs): maintain continuously, starting splits and compaction
-    jobs as soon as they are due and each job committing as it ends, each job in a worker
-    process, and run the ingest batcher's jobs; one report row per table every --interval
-    seconds (GC runs at that period too). Several --loop maintainers over one store share its
-    tables through leases in the store (`sediment report maintainers`)."""
+    GC only). With --loop: maintain continuously, starting splits and compaction jobs as
+    soon as they are due and each job committing as it ends, each job in a worker process
+    (with --spark: each tick's jobs of a table as one Spark stage), and run the ingest
+    batcher's jobs (with --spark, big groups as bulk imports); one report row per table
+    every --interval seconds (GC runs at that period too). Several --loop maintainers over
+    one store share its tables through leases in the store (`sediment report
+    maintainers`)."""
     if workers not in ("process", "thread"):
         raise typer.BadParameter(f"--workers is process or thread, not {workers!r}")
     def maintenance_of_store() -> StoreMaintenance:
@@ -182,13 +184,15 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         return store_maintenance(open_store(store), runner="spark" if spark else "local",
                                  orphan_timeout=orphan_timeout)
 
+    spark_session = None
     if spark:
         from sediment.spark import session
 
-        session(master)
-    elif loop:
+        spark_session = session(master)
+    if loop:
         from sediment.maintenance.continuous import Maintainer
         from sediment.maintenance.lease_store import LeaseHolder
+        from sediment.runners import load_runner
 
         stop = stop_on_signals("stopping: waiting for running compaction jobs (again to abort)")
         try:
@@ -215,10 +219,14 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
 
         maintainer = Maintainer(tables, gc_every=interval, refresh_tables=interval,
                                 orphan_timeout=orphan_timeout, threads=threads,
-                                workers="process" if workers == "process" else "thread",
+                                workers="process" if workers == "process" and not spark
+                                else "thread",
                                 store=whole, batcher_threads=batcher_threads,
                                 leases=LeaseHolder(open_store(store).objects,
-                                                   timeout=lease_timeout))
+                                                   timeout=lease_timeout),
+                                # with --spark: each tick's jobs of a table in one Spark stage
+                                batch_runner=load_runner("compaction", "spark")
+                                if spark else None, spark=spark_session)
         maintainer.run(report_every=interval, max_reports=max_loops, stop=stop,
                        on_report=on_report)
         return

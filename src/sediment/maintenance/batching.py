@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sediment.ingest import batcher
 from sediment.ingest.batcher_recovery import JobOutcome
@@ -47,11 +47,14 @@ class BatcherLane:
     """Runs batcher jobs on ``threads`` threads for the tables a maintainer hands it.
 
     ``note(table, error)`` reports an error in the maintainer's next row for the table;
-    ``on_end`` is called when a job ends (the maintainer's loop wakes to look again)."""
+    ``on_end`` is called when a job ends (the maintainer's loop wakes to look again);
+    ``spark``: a session, to which big groups go as bulk imports (else all is ingested here)."""
 
     def __init__(self, threads: int, *, note: Callable[[str, str], None],
-                 on_end: Callable[[], None] = lambda: None) -> None:
+                 on_end: Callable[[], None] = lambda: None, spark: Any = None) -> None:
         self.threads = threads
+        self.spark = spark
+        """A Spark session: groups of ``batcher.bulk_import_min_bytes`` go to bulk import."""
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="sediment-batcher")
         self._note = note
         self._on_end = on_end
@@ -83,7 +86,7 @@ class BatcherLane:
         """On a batcher thread: settle abandoned jobs, plan what is due and queue its jobs
         (they run on the other threads while this one is free for the next table)."""
         try:
-            d = batcher.due(table)
+            d = batcher.due(table, spark_available=self.spark is not None)
         except Exception as e:  # noqa: BLE001 - reported; looked at again next time
             self._note(table.name, f"batcher: {type(e).__name__}: {e}")
             return
@@ -101,7 +104,7 @@ class BatcherLane:
 
     def _job(self, table: TableHandle, b: batcher.Batch, route: str) -> object:
         try:
-            o: JobOutcome = batcher.run_batch(table, b, route)
+            o: JobOutcome = batcher.run_batch(table, b, route, self.spark)
         except Exception as e:  # noqa: BLE001 - a daemon: the requests stay claimed and
             # the job recorded; recovery settles it once it times out
             self._note(table.name, f"batcher: {type(e).__name__}: {e}")

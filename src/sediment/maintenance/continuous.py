@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Literal
 
-from sediment.compaction.runner import JobResult, due_jobs, run_job
+from sediment.compaction.runner import JobResult, JobRunner, due_jobs, run_job
 from sediment.compaction.strategy import (
     CompactionJob,
     crowded_files,
@@ -92,7 +92,10 @@ class Maintainer:
     threads hands its job's merge to one of as many worker processes
     (sediment.maintenance.workers), so jobs use every core instead of sharing one GIL.
     ``batcher_threads`` (0: none) run the tables' ingest batcher jobs
-    (sediment.maintenance.batching). ``leases`` (sediment.maintenance.lease_store): which tables
+    (sediment.maintenance.batching). ``batch_runner`` (a compaction runner of
+    sediment.runners, e.g. Spark's): each tick hands all of a table's due jobs to it at
+    once, on one thread, instead of a job per idle thread; ``spark`` (a session) sends the
+    batcher's big groups to bulk import. ``leases`` (sediment.maintenance.lease_store): which tables
     this maintainer holds among several over one store; it looks only at those (None: at
     every table).
     """
@@ -103,7 +106,8 @@ class Maintainer:
                  orphan_timeout: float | None = None,
                  workers: Literal["thread", "process"] = "thread",
                  store: StoreMaintenance | None = None, batcher_threads: int = 0,
-                 leases: LeaseHolder | None = None) -> None:
+                 leases: LeaseHolder | None = None,
+                 batch_runner: JobRunner | None = None, spark: Any = None) -> None:
         self._tables_fn = tables
         self._store = store
         self._store_at = float("-inf")
@@ -137,7 +141,9 @@ class Maintainer:
         self._ran_at: dict[str, tuple[str, float]] = {}  # job id -> table, when we last ran it
         self._failed: dict[str, tuple[float, str]] = {}  # table -> when it last failed, error
         self._batcher = BatcherLane(batcher_threads, note=self._note_locked,
-                                    on_end=self._wake.set) if batcher_threads else None
+                                    on_end=self._wake.set, spark=spark) \
+            if batcher_threads else None
+        self._batch_runner = batch_runner
         self.leases = leases
 
     # ---- one tick ------------------------------------------------------------------------
@@ -333,6 +339,9 @@ class Maintainer:
                 out.append(j)
             return out
 
+        if self._batch_runner is not None:
+            self._compact_batch(t, head, act, recent, now)
+            return
         due = due_jobs(t, exclude=recent, select=select, head=head)
         state = due.state
         live = set(state.jobs)  # forget this table's jobs that are no longer assigned
@@ -348,6 +357,26 @@ class Maintainer:
                 self._running[j.job_id] = (t.name, fut)
             act.jobs_started += 1
 
+    def _compact_batch(self, t: TableHandle, head: Head, act: TableActivity,
+                       recent: set[str], now: float) -> None:
+        """Every due job of ``t`` (as the strategy plans them, and the stale ones) in one
+        call of the batch runner on one thread: one Spark stage per table per tick, whose
+        executors run the merges while the driver commits each job as it comes back."""
+        assert self._batch_runner is not None
+        due = due_jobs(t, exclude=recent, head=head)
+        live = set(due.state.jobs)
+        self._ran_at = {j: v for j, v in self._ran_at.items() if v[0] != t.name or j in live}
+        if not due.jobs:
+            return
+        fut = self._pool.submit(sum(j.records for j in due.jobs),
+                                functools.partial(self._batch_runner, t, due.state, due.jobs))
+        fut.add_done_callback(lambda _: self._wake.set())
+        with self._lock:
+            for j in due.jobs:
+                self._ran_at[j.job_id] = (t.name, now)
+                self._running[j.job_id] = (t.name, fut)
+        act.jobs_started += len(due.jobs)
+
     def _reap(self) -> None:
         """Count the jobs that ended since the last tick."""
         with self._lock:
@@ -355,12 +384,14 @@ class Maintainer:
                     if fut.done()]
             for jid, _, _ in done:
                 del self._running[jid]
-        for _, name, fut in done:
+        for jid, name, fut in done:
             if fut.cancelled():
                 continue
             act = self._activity.setdefault(name, TableActivity())
             try:
                 r = fut.result()
+                if isinstance(r, list):  # a batch runner's results: this job's
+                    r = next(x for x in r if x.job.job_id == jid)
                 assert isinstance(r, JobResult)
             except Exception as e:  # noqa: BLE001 - a bug in a job must not stop the daemon
                 act.jobs_failed += 1
