@@ -181,3 +181,19 @@ def test_a_member_busy_everywhere_drains_leases_for_a_late_one() -> None:
     done = plan_leases("a", names, leases, members, timeout=TIMEOUT,
                        busy=set(names) - plan.drain)
     assert set(done.release) == plan.drain
+
+
+def test_leases_of_dropped_tables_and_silent_members_are_forgotten() -> None:
+    objects = MemoryObjectStore("memory://leases4")
+    a = LeaseHolder(objects, timeout=0.05, member="a")
+    b = LeaseHolder(objects, timeout=0.05, member="b")
+    try:
+        a.offer(["kept", "dropped"], store=False)
+        assert set(a.held()) == {"kept", "dropped"}
+        a.close()  # released; "dropped" then goes from the store's tables
+        b.offer(["kept"], store=False)
+        wait_for(lambda: b.held() == ["kept"])
+        wait_for(lambda: set(list_maintainers(objects).leases) == {"kept"})
+        assert set(list_maintainers(objects).members) == {"b"}
+    finally:
+        b.close()

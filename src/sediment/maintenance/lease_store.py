@@ -88,6 +88,8 @@ class Listing:
     members: dict[str, tuple[float, dict[str, Any]]]
     now: float
     old_epochs: list[str] = field(default_factory=list)
+    keys: dict[str, list[str]] = field(default_factory=dict)
+    """Lease -> every epoch object listed."""
 
 
 def list_maintainers(objects: ObjectStore, *, now: float | None = None) -> Listing:
@@ -97,11 +99,13 @@ def list_maintainers(objects: ObjectStore, *, now: float | None = None) -> Listi
     now = now if now is not None else object_store_time(objects) or time.time()
     latest: dict[str, tuple[int, str, float]] = {}
     old: list[str] = []
+    keys: dict[str, list[str]] = {}
     for o in objects.list(LEASES):
         parsed = _parse_lease_key(o.key)
         if parsed is None:
             continue
         name, epoch = parsed
+        keys.setdefault(name, []).append(o.key)
         prev = latest.get(name)
         if prev is None or epoch > prev[0]:
             if prev is not None:
@@ -123,7 +127,7 @@ def list_maintainers(objects: ObjectStore, *, now: float | None = None) -> Listi
         doc = _read(objects, o.key)
         if doc is not None and "member" in doc:
             members[str(doc["member"])] = (max(0.0, now - o.mtime), doc)
-    return Listing(leases, docs, members, now, old)
+    return Listing(leases, docs, members, now, old, keys)
 
 
 class LeaseHolder:
@@ -155,11 +159,14 @@ class LeaseHolder:
         self.errors: list[str] = []
 
     # ---- what the maintainer asks ------------------------------------------------------------
-    def offer(self, tables: Iterable[str], *, busy: Iterable[str] = ()) -> None:
+    def offer(self, tables: Iterable[str], *, busy: Iterable[str] = (),
+              store: bool = True) -> None:
         """The tables this maintainer could maintain now, and those with work of its own
-        under way (never released); starts the beating thread on the first call."""
+        under way (never released); ``store``: it runs the store steps too (one that
+        maintains only some tables does not, and leaves their lease to others). Starts the
+        beating thread on the first call."""
         with self._lock:
-            self._wanted = [*tables, STORE_LEASE]
+            self._wanted = [*tables, *([STORE_LEASE] if store else [])]
             self._busy = set(busy)
             first = not self._offered
             self._offered = True
@@ -228,7 +235,7 @@ class LeaseHolder:
             self._release(name, listing)
         for name, epoch in plan.take:
             self._take(name, epoch, listing)
-        self._forget(listing)
+        self._forget(listing, wanted)
 
     def _doc(self, name: str, epoch: int, **more: Any) -> bytes:
         return json.dumps({"lease": name, "epoch": epoch, "member": self.member,
@@ -277,10 +284,20 @@ class LeaseHolder:
         self.objects.put(f"{MEMBERS}{quote(self.member, safe='')}.json",
                          json.dumps(doc).encode())
 
-    def _forget(self, listing: Listing) -> None:
+    def _forget(self, listing: Listing, wanted: list[str]) -> None:
+        """Delete members silent for ``FORGET_TIMEOUTS`` of their timeouts, and the leases
+        of tables no longer here (dropped) once as long unheld."""
+        def forget(member: str) -> float:  # by the longer of our and the holder's timeouts
+            doc = listing.members.get(member, (0.0, {}))[1]
+            return FORGET_TIMEOUTS * max(self.timeout, float(doc.get("timeout", 0.0)))
+
         gone = [f"{MEMBERS}{quote(m, safe='')}.json" for m, (age, doc) in listing.members.items()
                 if m != self.member and
                 age > FORGET_TIMEOUTS * float(doc.get("timeout", self.timeout))]
+        # a lease of a dropped table: released or expired, and not beaten for that long
+        gone += [k for name, v in listing.leases.items()
+                 if name not in wanted and name != STORE_LEASE and v.age > forget(v.member)
+                 for k in listing.keys.get(name, [])]
         if gone:
             self.objects.delete_many(gone)
 
