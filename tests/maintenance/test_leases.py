@@ -197,3 +197,28 @@ def test_leases_of_dropped_tables_and_silent_members_are_forgotten() -> None:
         assert set(list_maintainers(objects).members) == {"b"}
     finally:
         b.close()
+
+
+def test_a_round_that_cannot_write_keeps_beating_and_reports_why() -> None:
+    from sediment.errors import StorageError
+
+    class Refusing(MemoryObjectStore):
+        refuse = True
+
+        def put(self, key: str, data: bytes) -> None:
+            if self.refuse and key.startswith("maintainers/"):
+                raise StorageError(f"refused {key}")
+            super().put(key, data)
+
+    objects = Refusing("memory://leases5")
+    a = LeaseHolder(objects, timeout=30.0, member="a")
+    a.round()
+    errors = a.take_errors()
+    assert len(errors) == 1 and "StorageError: refused maintainers/members/a.json" in errors[0]
+    assert a.take_errors() == [] and not a.held()
+    objects.refuse = False
+    a.offer(["x"])
+    try:
+        assert a.holds("x") and a.take_errors() == []
+    finally:
+        a.close()

@@ -161,6 +161,8 @@ class Maintainer:
         if self.leases is not None:  # several maintainers: only the tables leased to us
             self.leases.offer([t.name for t in tables], busy=self._busy_tables(),
                               store=self._store is not None)
+            for error in self.leases.take_errors():
+                self._note("(leases)", error)
             tables = [t for t in tables if self.leases.holds(t.name)]
         if self._store is not None and now - self._store_at >= self.gc_every and \
                 (self.leases is None or self.leases.holds_store()):

@@ -206,10 +206,17 @@ class LeaseHolder:
         tries again (the leases not beaten then stop being acted on: ``holds``)."""
         try:
             self._round()
-        except SedimentError as e:
-            self.errors = [*self.errors[-9:], f"{type(e).__name__}: {e}"]
+        except Exception as e:  # noqa: BLE001 - the beating thread must go on
+            with self._lock:
+                self.errors = [*self.errors[-9:], f"{type(e).__name__}: {e}"]
             log.warning("maintainer %s: leases: %s", self.member, e)
         self.rounds += 1
+
+    def take_errors(self) -> list[str]:
+        """The rounds' errors since the last call (the maintainer reports them)."""
+        with self._lock:
+            out, self.errors = self.errors, []
+        return out
 
     def _round(self) -> None:
         with self._lock:
