@@ -50,9 +50,9 @@ from sediment.maintenance.gc import gc
 from sediment.maintenance.orchestrator import StoreMaintenance
 from sediment.maintenance.pool import SmallestFirstPool
 from sediment.maintenance.schemes import split_table
+from sediment.maintenance.split_pacing import SplitPacing
 from sediment.maintenance.splitting import leaf_records
 from sediment.maintenance.workers import WorkerProcesses
-from sediment.settings import settings_of
 
 if TYPE_CHECKING:
     from sediment.core.head import Head
@@ -60,13 +60,6 @@ if TYPE_CHECKING:
     from sediment.core.state import TableState
     from sediment.handle import TableHandle
     from sediment.maintenance.lease_store import LeaseHolder
-
-SCHEME_CHECK_SECONDS = 5.0
-"""How often a partition scheme's split is looked at (it reads every member's state)."""
-
-SPLIT_WAIT_SECONDS = 5.0
-"""How long a leaf over the split threshold may wait to hold few files before it splits
-anyway (see Maintainer._split_ready)."""
 
 LONG_JOB_FRACTION = 0.05
 """A job with an input of at least this fraction of the split threshold's records is long: it
@@ -122,10 +115,7 @@ class Maintainer:
         self._processes = WorkerProcesses(self.threads) if workers == "process" else None
         self._running: dict[str, tuple[str, Future[object]]] = {}  # job id -> table, future
         self._activity: dict[str, TableActivity] = {}
-        self._stuck: dict[tuple[str, str], int] = {}  # (table, leaf) -> records when stuck
-        self._over_since: dict[tuple[str, str], tuple[float, int]] = {}
-        """(table, leaf) -> when it was first seen over the threshold, and its files at the
-        last look (see _split_ready)."""
+        self._splits = SplitPacing()
         self._lock = threading.Lock()
         self._turn = 0
         self._wake = threading.Event()
@@ -136,8 +126,6 @@ class Maintainer:
         self._gc_pool = ThreadPoolExecutor(1, thread_name_prefix="sediment-gc")
         self._collecting: dict[str, Future[None]] = {}
         """Table -> its GC pass under way (one at a time, off the tick's thread)."""
-        self._scheme_at: dict[str, float] = {}
-        """Partition scheme id -> when its members last asked it to split."""
         self._ran_at: dict[str, tuple[str, float]] = {}  # job id -> table, when we last ran it
         self._failed: dict[str, tuple[float, str]] = {}  # table -> when it last failed, error
         self._batcher = BatcherLane(batcher_threads, note=self._note_locked,
@@ -213,7 +201,7 @@ class Maintainer:
             # at most): a split leaves both children with every file of the parent to
             # rewrite, and leaves that cross the threshold together (uniform keys) would
             # otherwise hand the workers all of that at once
-            if self._pool.waiting < self.threads and self._split_due(t, head):
+            if self._pool.waiting < self.threads and self._splits.due(t.name, head):
                 r = split_table(t, limit=1, ready=functools.partial(self._split_ready, t),
                                 head=head)
                 act.splits += r.splits
@@ -224,7 +212,7 @@ class Maintainer:
                 for leaf in r.unsplittable:
                     p = head.state.partitions.get(leaf)
                     if p is not None:
-                        self._stuck[(t.name, leaf)] = leaf_records(head.state, p)
+                        self._splits.stuck(t.name, leaf, leaf_records(head.state, p))
             if may_compact and self._pool.idle:
                 self._compact(t, head, act)
         collecting = self._collecting.get(t.name)
@@ -264,45 +252,8 @@ class Maintainer:
                     self._note(f"({r.what})", r.note)
 
     def _split_ready(self, t: TableHandle, state: TableState, leaf: Partition) -> bool:
-        """A leaf over the threshold splits at once when no merge of its files is under way
-        (nothing to wait for); else once it holds few files (a third of a batch, at least 2,
-        counting a running job as the one file it leaves), right after a merge takes some of
-        its files (that count fell since the last look), or ``SPLIT_WAIT_SECONDS`` after it
-        was first seen over the threshold. Both children start with a reference to
-        every file of the leaf, and each rewrites its share of them: split at the leaf's
-        busiest moment, they start near the batch size while the rewrites queue for the long
-        lane (measured in steady_state: the peaks in files per leaf came right after
-        splits)."""
-        now = time.monotonic()
-        key = (t.name, leaf.id)
-        refs = state.references(leaf.id).values()
-        files = files_after_jobs(refs)
-        since, before = self._over_since.get(key, (now, files))
-        calm = max(2, settings_of(state, t.name).compaction_batch_size // 3)
-        idle = all(r.job_id is None for r in refs)  # no merge under way: nothing to wait for
-        if idle or files <= calm or files < before or now - since >= SPLIT_WAIT_SECONDS:
-            self._over_since.pop(key, None)
-            return True
-        self._over_since[key] = (since, files)
-        return False
-
-    def _split_due(self, t: TableHandle, head: Head) -> bool:
-        """A leaf is over the threshold and not known to be unsplittable at its size (an
-        unsplittable leaf is reported once, not every tick)."""
-        scheme = head.settings.partition_scheme
-        if scheme:  # its scheme splits, on every member's records: looked at now and then
-            now = time.monotonic()
-            if now - self._scheme_at.get(scheme, float("-inf")) < SCHEME_CHECK_SECONDS:
-                return False
-            self._scheme_at[scheme] = now
-            return True
-        state = head.state
-        threshold = head.settings.partition_split_threshold
-        for leaf in state.leaf_partitions():
-            n = leaf_records(state, leaf)
-            if n > threshold and self._stuck.get((t.name, leaf.id)) != n:
-                return True
-        return False
+        """See SplitPacing.ready."""
+        return self._splits.ready(t.name, state, leaf)
 
     def _compact(self, t: TableHandle, head: Head, act: TableActivity) -> None:
         settings = head.settings
