@@ -222,3 +222,15 @@ def test_a_round_that_cannot_write_keeps_beating_and_reports_why() -> None:
         assert a.holds("x") and a.take_errors() == []
     finally:
         a.close()
+
+
+def test_a_damaged_lease_is_taken_at_the_next_epoch_once_it_times_out() -> None:
+    objects = MemoryObjectStore("memory://leases6")
+    assert objects.put_if_absent(lease_key("x", 4), b"{not json")
+    a = LeaseHolder(objects, timeout=0.1, member="a")
+    try:
+        a.offer(["x"], store=False)
+        wait_for(lambda: a.held() == ["x"])
+        assert list_maintainers(objects).leases["x"].epoch == 5
+    finally:
+        a.close()

@@ -116,17 +116,17 @@ def list_maintainers(objects: ObjectStore, *, now: float | None = None) -> Listi
     leases: dict[str, LeaseView] = {}
     docs: dict[str, dict[str, Any]] = {}
     for name, (epoch, key, mtime) in latest.items():
-        doc = _read(objects, key)
-        if doc is None:
-            continue
+        # unreadable (damaged, or gone meanwhile): a lease of nobody, taken at the next
+        # epoch once its object is as old as a timeout
+        doc = _read(objects, key) or {}
         docs[name] = doc
         leases[name] = LeaseView(name, epoch, str(doc.get("member", "")),
                                  max(0.0, now - mtime), bool(doc.get("released")))
     members: dict[str, tuple[float, dict[str, Any]]] = {}
     for o in objects.list(MEMBERS):
-        doc = _read(objects, o.key)
-        if doc is not None and "member" in doc:
-            members[str(doc["member"])] = (max(0.0, now - o.mtime), doc)
+        member = _read(objects, o.key)
+        if member is not None and "member" in member:
+            members[str(member["member"])] = (max(0.0, now - o.mtime), member)
     return Listing(leases, docs, members, now, old, keys)
 
 
