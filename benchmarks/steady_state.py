@@ -2,7 +2,8 @@
 
 Run: ``python benchmarks/steady_state.py [--seconds N] [--batch-rows N] [--interval S]
 [--split-threshold N] [--qps N] [--stall-files N] [--quick]`` (default 60 s; ``--quick``:
-20 s).
+20 s). ``--maintainers N [--tables N] [--files N]``: N maintainers against one over the same
+backlog, and the batcher loop's latency (``benchmarks/steady_maintainers.py``).
 
 One table of the benchmark schema (see ``support.workload``) with ``partition.split.threshold`` 2M
 (``--quick``: 1M), ``compaction.batch_size`` 12, the default ``size_ratio`` strategy and
@@ -443,6 +444,17 @@ def main() -> None:
         p.add_argument("--threads", type=int, default=0,
                        help="jobs the maintainer runs at once (maintain --loop --threads; "
                             "0: its default)"),
+        p.add_argument("--maintainers", type=int, default=0,
+                       help="N maintainers against one over the same backlog, and the batcher "
+                            "loop's latency (benchmarks/steady_maintainers.py)"),
+        p.add_argument("--tables", type=int, default=4,
+                       help="--maintainers: tables of the backlog"),
+        p.add_argument("--files", type=int, default=0,
+                       help="--maintainers: ingests per table (default 36; quick 18)"),
+        p.add_argument("--batch-rows-backlog", type=int, default=20_000,
+                       help="--maintainers: rows per backlog ingest"),
+        p.add_argument("--submits", type=int, default=10,
+                       help="--maintainers: files submitted to the batcher"),
         p.add_argument("--child", default=None, help=argparse.SUPPRESS),
         p.add_argument("--root", default=None, help=argparse.SUPPRESS),
         p.add_argument("--args-file", default=None, help=argparse.SUPPRESS),
@@ -450,6 +462,11 @@ def main() -> None:
     ))
     if args.child:
         run_child_main(args.child, args.root, args.args_file, args.out_file)
+        return
+    if args.maintainers:
+        import steady_maintainers
+
+        steady_maintainers.run(args)
         return
     seconds = args.seconds or (20.0 if args.quick else 60.0)
     threshold = args.split_threshold or (1_000_000 if args.quick else 2_000_000)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -255,3 +256,37 @@ def test_report_errors(runner: CliRunner, store: tuple[str, dict[str, Reference]
     assert "nope" in fails(runner, "report", "files", "--store", root, "--table", "nope")
     result = runner.invoke(app, ["report", "files", "--store", root])
     assert result.exit_code != 0  # --table is required
+
+
+def test_maintain_loop_runs_the_batcher_and_reports_its_leases(
+        runner: CliRunner, store: tuple[str, dict[str, Reference]], tmp_path: Path) -> None:
+    """Files queued with `batcher submit` are ingested by `maintain --loop` with no other
+    command; `report maintainers` shows the loop's leases, released when it stopped."""
+    root, refs = store
+    sd.Store.open(root).table("a").set_properties({"batcher.max_age_seconds": 0})
+    paths = []
+    for i in range(2):
+        data = rows(50, seed=100 + i)
+        path = tmp_path / f"queued-{i}.parquet"
+        pq.write_table(data, path)
+        refs["a"].add(data)
+        paths.append(str(path))
+    ok(runner, "batcher", "submit", "a", *paths, "--store", root)
+    queued = ok(runner, "batcher", "status", "a", "--store", root).stdout
+    assert "queue depth" in queued and "2 request(s)" in queued and " s ago" in queued
+    out = ok(runner, "maintain", "--store", root, "--loop", "--max-loops", "2", "--interval",
+             "0.3", "--workers", "thread", "--batcher-threads", "2", "--json").stdout
+    docs = [json.loads(line) for line in out.splitlines()]
+    assert sum(int(d.get("ingests", 0)) for d in docs if d["table"] == "a") == 1
+    assert_matches(table(root, "a").query(), refs["a"])
+    status = json.loads(ok(runner, "batcher", "status", "a", "--store", root, "--json").stdout)
+    assert status["pending"]["requests"] == 0 and status["pending"]["oldest_age_seconds"] is None
+
+    report = json.loads(ok(runner, "report", "maintainers", "--store", root, "--json").stdout)
+    assert report["members"] == []  # it left when it stopped...
+    leases = {r["lease"]: r for r in report["leases"]}
+    assert set(leases) == {"a", "b", "off", "(store)"}  # ...letting every lease go
+    assert {r["state"] for r in leases.values()} == {"released"}
+    assert len({r["member"] for r in leases.values()}) == 1
+    text = ok(runner, "report", "maintainers", "--store", root).stdout
+    assert "0 maintainers" in text and "4 leases" in text and "released" in text

@@ -21,7 +21,6 @@ from sediment.cli import app
 from sediment.compaction.runner import create_jobs
 from sediment.dump.lock import LOCK_KEY
 from sediment.ingest.batcher_store import JOBS, put_json
-from sediment.maintenance.heartbeat import Heartbeat
 from sediment.state.log import log_key
 from sediment.state.snapshot import snapshot_key
 
@@ -100,10 +99,11 @@ def _leftovers(root: Path) -> sd.Table:
     hours ago (its heartbeat left) and one beating now."""
     table = _table(root)
     for name, age in (("killed", HOURS_AGO), ("running", time.time())):
-        beat = Heartbeat(10.0)
-        beat.key = f"maintainers/{name}.json"
-        beat.beat([table._handle])
-        os.utime(root / beat.key, (age, age))
+        member = root / "maintainers" / "members" / f"{name}.json"
+        member.parent.mkdir(parents=True, exist_ok=True)
+        member.write_text(json.dumps({"member": name, "host": "h", "pid": 1, "timeout": 10.0,
+                                      "leases": []}))
+        os.utime(member, (age, age))
     _aged(_local(table, "pending/dead-writer.json"), b"{}")
     _aged(_local(table, "data/root/orphan.parquet"), b"written by a killed writer")
     _aged(_local(table, LOCK_KEY), json.dumps({"job_id": "d1", "root": "/dumps/x"}).encode())
@@ -119,7 +119,7 @@ def test_leftovers_past_their_time_are_found(tmp_path: Path) -> None:
     found = _checks(doc)
     assert set(found) == {"stale_lease", "orphans_due", "dump_stuck", "batcher_stuck",
                           "maintainer_stopped"}
-    assert "maintainers/killed.json" in found["maintainer_stopped"]["problem"]
+    assert "maintainers/members/killed.json" in found["maintainer_stopped"]["problem"]
     assert found["maintainer_stopped"]["table"] is None
     assert [f["check"] for f in doc["findings"]].count("maintainer_stopped") == 1
     assert "pending/dead-writer.json" in found["stale_lease"]["problem"]

@@ -39,11 +39,11 @@ def run_in_thread(m: Maintainer, stop: threading.Event, reports: list[Any],
 
 @pytest.mark.slow  # a maintainer keeping up with a live ingest until it settles: the full lane
 def test_keeps_up_with_ingest_and_settles(tmp_path: Path, monkeypatch: Any) -> None:
-    import sediment.maintenance.continuous as continuous
+    import sediment.maintenance.split_pacing as split_pacing
 
     # leaves split as soon as they cross the threshold (not once they hold few files: this
     # run is too short for the wait, see test_a_leaf_over_the_threshold_splits_once_...)
-    monkeypatch.setattr(continuous, "SPLIT_WAIT_SECONDS", 0.0)
+    monkeypatch.setattr(split_pacing, "SPLIT_WAIT_SECONDS", 0.0)
     table = make_table(tmp_path, **{"partition.split.threshold": 3000,
                                     "compaction.batch_size": 6})
     ref = Reference(SCHEMA)
@@ -274,7 +274,7 @@ def test_a_merge_of_many_small_files_is_short_while_the_long_lane_is_busy(
 
 def test_a_leaf_over_the_threshold_splits_once_it_holds_few_files(
         tmp_path: Path, monkeypatch: Any) -> None:
-    import sediment.maintenance.continuous as continuous
+    import sediment.maintenance.split_pacing as split_pacing
     from sediment.handle import handle_of
 
     table = make_table(tmp_path)  # batch size 12: "a few" files are 4
@@ -295,9 +295,9 @@ def test_a_leaf_over_the_threshold_splits_once_it_holds_few_files(
         for i in range(9, 14):
             table.ingest(rows(100, seed=i))
         assert not ready()  # 1 + 5 files: waits for a merge of them
-        monkeypatch.setattr(continuous, "SPLIT_WAIT_SECONDS", 0.0)
+        monkeypatch.setattr(split_pacing, "SPLIT_WAIT_SECONDS", 0.0)
         assert ready()  # ... but not for longer than SPLIT_WAIT_SECONDS
-        monkeypatch.setattr(continuous, "SPLIT_WAIT_SECONDS", 60.0)
+        monkeypatch.setattr(split_pacing, "SPLIT_WAIT_SECONDS", 60.0)
         assert not ready()
     finally:
         gate.set()

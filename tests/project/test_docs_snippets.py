@@ -56,7 +56,7 @@ EXEMPT: dict[str, str] = {
     "docs/howto/cosharding.md:3": "needs a Spark session "
                                   "(tests/integration/spark/test_cojoin.py runs the same)",
     "docs/howto/engines.md:9": "needs the store above, from the shell",
-    "docs/howto/maintainer.md:3": "installs a systemd service (needs root and systemd)",
+    "docs/howto/maintainer.md:4": "installs a systemd service (needs root and systemd)",
     "docs/howto/operating.md:3": "needs a Spark session "
                                  "(tests/integration/spark/test_spark_iterators.py runs the same)",
     "docs/howto/spark.md:1": "installs packages on cluster machines",

@@ -282,9 +282,9 @@ def test_dump_of_a_member_loads_into_a_plain_table(store: sd.Store, tmp_path: Pa
 
 def test_the_continuous_maintainer_splits_schemes(store: sd.Store, monkeypatch:
                                                   pytest.MonkeyPatch) -> None:
-    from sediment.maintenance import continuous
+    from sediment.maintenance import continuous, split_pacing
 
-    monkeypatch.setattr(continuous, "SCHEME_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(split_pacing, "SCHEME_CHECK_SECONDS", 0.0)
     u, o = two_members(store, threshold=300)
     u.ingest(users_rows(KEYS[:400]))
     o.ingest(orders_rows(KEYS[:400]))

@@ -44,7 +44,8 @@ def submit_cmd(
     store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
-    """Queue files for ingest into a table (nothing is ingested until `batcher run`)."""
+    """Queue files for ingest into a table (ingested by `batcher run`, or by a running
+    `maintain --loop` within batcher.max_age_seconds)."""
     from sediment.ingest import batcher
 
     table = open_table(store, name)
@@ -57,7 +58,8 @@ def submit_cmd(
 
 @batcher_app.command("status")
 def status_cmd(name: TableArg, store: StoreOption = None, json_out: JsonOption = False) -> None:
-    """Pending requests, the jobs a run would make now, running and recent jobs, failures."""
+    """The queue (its depth and the age of its oldest request), the jobs a run would make
+    now, running and recent jobs, failures."""
     from sediment.ingest import batcher
 
     data = batcher.status(open_table(store, name))
@@ -69,9 +71,9 @@ def _render_status(d: dict[str, Any]) -> list[RenderableType]:
     age = p["oldest_age_seconds"]
     out: list[RenderableType] = [key_value_table([
         ("table", d["table"]),
-        ("pending requests", p["requests"]),
-        ("pending bytes", _size(p["bytes"])),
-        ("oldest request", "" if age is None else f"{age:.0f} s ago"),
+        ("queue depth", f"{p['requests']} request(s)"),
+        ("queued bytes", _size(p["bytes"])),
+        ("oldest request", "" if age is None else f"{age:.1f} s ago"),
         ("jobs ready now", len(d["ready"])),
         ("requests waiting", d["waiting"]),
         ("failed requests", len(d["failed_requests"])),

@@ -162,19 +162,31 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
              threads: Annotated[int, typer.Option(
                  "--threads", min=0, help="With --loop: jobs run at once (0: one per "
                                           "CPU).")] = 0,
+             batcher_threads: Annotated[int, typer.Option(
+                 "--batcher-threads", min=0,
+                 help="With --loop: ingest batcher jobs run at once (files queued with "
+                      "`batcher submit` are ingested with no other command; 0: none).")] = 1,
+             lease_timeout: Annotated[float, typer.Option(
+                 "--lease-timeout", min=0.1,
+                 help="With --loop: seconds after its last heartbeat that a maintainer's "
+                      "tables are taken over by the other maintainers of the store.")] = 30.0,
              store: StoreOption = None, json_out: JsonOption = False,
              orphan_timeout: OrphanTimeoutOption = None,
              metrics_port: MetricsPortOption = None,
              metrics_host: MetricsHostOption = "127.0.0.1") -> None:
     """Split, compact and collect garbage until nothing is left to do (offline tables:
-    GC only). With --loop (local jobs): maintain continuously, starting splits and compaction
-    jobs as soon as they are due and each job committing as it ends, each job in a worker
-    process; one report row per table every --interval seconds (GC runs at that period too)."""
+    GC only). With --loop: maintain continuously, starting splits and compaction jobs as
+    soon as they are due and each job committing as it ends, each job in a worker process
+    (with --spark: each tick's jobs of a table as one Spark stage), and run the ingest
+    batcher's jobs (with --spark, big groups as bulk imports); one report row per table
+    every --interval seconds (GC runs at that period too). Several --loop maintainers over
+    one store share its tables through leases in the store (`sediment report
+    maintainers`)."""
     if workers not in ("process", "thread"):
         raise typer.BadParameter(f"--workers is process or thread, not {workers!r}")
-    if metrics_port is not None and (spark or not loop):
-        raise typer.BadParameter("--metrics-port goes with --loop (local jobs): a single "
-                                 "pass ends before a scrape could see it")
+    if metrics_port is not None and not loop:
+        raise typer.BadParameter("--metrics-port goes with --loop: a single pass ends before "
+                                 "a scrape could see it")
     check_metrics(metrics_port, metrics_host, None)
     def maintenance_of_store() -> StoreMaintenance:
         """The one maintenance of a store (``Store.maintain``'s): the same table steps, the
@@ -184,12 +196,15 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         return store_maintenance(open_store(store), runner="spark" if spark else "local",
                                  orphan_timeout=orphan_timeout)
 
+    spark_session = None
     if spark:
         from sediment.spark import session
 
-        session(master)
-    elif loop:
+        spark_session = session(master)
+    if loop:
         from sediment.maintenance.continuous import Maintainer
+        from sediment.maintenance.lease_store import LeaseHolder
+        from sediment.runners import load_runner
 
         stop = stop_on_signals("stopping: waiting for running compaction jobs (again to abort)")
         try:
@@ -216,8 +231,14 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
 
         maintainer = Maintainer(tables, gc_every=interval, refresh_tables=interval,
                                 orphan_timeout=orphan_timeout, threads=threads,
-                                workers="process" if workers == "process" else "thread",
-                                store=whole)
+                                workers="process" if workers == "process" and not spark
+                                else "thread",
+                                store=whole, batcher_threads=batcher_threads,
+                                leases=LeaseHolder(open_store(store).objects,
+                                                   timeout=lease_timeout),
+                                # with --spark: each tick's jobs of a table in one Spark stage
+                                batch_runner=load_runner("compaction", "spark")
+                                if spark else None, spark=spark_session)
         if metrics_port is not None:
             from sediment import metrics
 

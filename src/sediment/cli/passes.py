@@ -78,12 +78,14 @@ def emit_rows(rows: list[dict[str, Any]], json_out: bool, *, loop: bool = False)
     emit(rows, json_out, render)
 
 
-LOOP_COLUMNS = ("tables", "ticks", "splits", "jobs", "failed", "deleted", "running", "errors")
+LOOP_COLUMNS = ("tables", "ticks", "splits", "jobs", "failed", "deleted", "ingests", "running",
+                "errors")
 """The columns of ``maintain --loop``'s line, each a total over the tables in the interval."""
 
 LOOP_LEGEND = ("  tables: tables maintained  ticks: looks at them  splits: leaves split\n"
                "  jobs: compaction jobs committed  failed: jobs failed  deleted: files GC "
                "deleted\n"
+               "  ingests: batcher jobs committed (files queued by `batcher submit`)\n"
                "  running: jobs running now  errors: tables in error (each named on stderr)")
 
 

@@ -65,7 +65,8 @@ def _partition_tree(rows: list[dict[str, Any]]) -> RenderableType:
 
 @commands.command()
 def report(
-    what: Annotated[str, typer.Argument(help="partitions, files, jobs, tasks or schemes")],
+    what: Annotated[str, typer.Argument(help="partitions, files, jobs, tasks, schemes or "
+                                        "maintainers")],
     table: Annotated[str | None, typer.Option("--table", "-t",
                                               help="Table to report on.")] = None,
     store: StoreOption = None,
@@ -73,12 +74,19 @@ def report(
     json_out: JsonOption = False,
 ) -> None:
     """Reports: the partition tree, file references, compaction jobs, or all job events of a
-    table; or (schemes, no --table) the store's partition schemes with their member tables.
+    table; or (schemes, no --table) the store's partition schemes with their member tables;
+    or (maintainers, no --table) the `maintain --loop` processes of the store, which
+    tables each holds and when each last sent a heartbeat.
 
     partitions and files read --version (a number or a tag; default: latest)."""
-    if what not in ("partitions", "files", "jobs", "tasks", "schemes"):
-        raise CliError(f"unknown report {what!r}: use partitions, files, jobs, tasks or "
-                       "schemes")
+    if what not in ("partitions", "files", "jobs", "tasks", "schemes", "maintainers"):
+        raise CliError(f"unknown report {what!r}: use partitions, files, jobs, tasks, "
+                       "schemes or maintainers")
+    if what == "maintainers":
+        from sediment.maintenance.lease_store import maintainers_report
+
+        emit(maintainers_report(open_store(store).objects), json_out, _render_maintainers)
+        return
     if what == "schemes":
         st = open_store(store)
         rows = [st.describe_scheme(n).to_json() for n in st.schemes()]
@@ -136,3 +144,19 @@ def _details(details: Any) -> str:
     if not isinstance(details, dict):
         return "" if details is None else str(details)
     return "  ".join(f"{k}={human_value(k, v)}" for k, v in details.items())
+
+
+def _render_maintainers(d: dict[str, Any]) -> list[RenderableType]:
+    """``report maintainers`` for people: the members, then the leases."""
+    members = make_table(
+        ["maintainer", "host", "pid", "heartbeat", "live", "holds"],
+        [[m["member"], m["host"], m["pid"], f"{m['heartbeat_age_seconds']:.1f} s ago",
+          "yes" if m["live"] else "no", ", ".join(m["leases"]) or "(none)"]
+         for m in d["members"]],
+        title=f"{len(d['members'])} maintainers", no_wrap=["maintainer"])
+    leases = make_table(
+        ["lease", "holder", "epoch", "heartbeat", "state"],
+        [[r["lease"], r["member"], r["epoch"], f"{r['heartbeat_age_seconds']:.1f} s ago",
+          r["state"]] for r in d["leases"]],
+        title=f"{len(d['leases'])} leases", numeric=["epoch"], no_wrap=["holder"])
+    return [members, leases]

@@ -21,7 +21,9 @@ from sediment.dashboard.jobs import JobEvents
 from sediment.dashboard.leaves import FileSizes, leaf_list
 from sediment.errors import TableNotFoundError
 from sediment.handle import handle_of
+from sediment.ingest.batcher import pending
 from sediment.maintenance.gc import survey
+from sediment.maintenance.lease_store import maintainers_report
 from sediment.properties import defaults, describe_properties
 from sediment.store import Store
 from sediment.table import Table
@@ -88,16 +90,26 @@ class Views:
 
     # ---- views -----------------------------------------------------------------------------
     def store_view(self) -> dict[str, Any]:
-        """Every table: records, leaves, files, version, last commit, online, keeping up."""
+        """Every table: records, leaves, files, version, last commit, online, keeping up,
+        its batcher queue; and the maintainers of the store with the leases they hold."""
         rows = []
+        now = time.time()
         for name in self.store.tables():
             try:
                 t = self.table(name)
                 state = t.state()
-                rows.append(self._summary(t, state, self._figures.get(t.table_id, state)))
+                row = self._summary(t, state, self._figures.get(t.table_id, state))
+                queued = pending(t)
+                row["batcher"] = {"queue_depth": len(queued), "oldest_age_seconds":
+                                  (now - queued[0].submitted) if queued else None}
+                rows.append(row)
             except TableNotFoundError:
                 continue  # dropped while listing
-        return {"store": self.store.uri, "generated": iso(time.time()), "tables": rows}
+        # ages by this server's clock: the dashboard writes nothing (no clock probe)
+        maintainers = maintainers_report(self.store.objects, now=now)
+        maintainers["time"] = iso(maintainers["time"])
+        return {"store": self.store.uri, "generated": iso(now), "tables": rows,
+                "maintainers": maintainers}
 
     def table_view(self, name: str) -> dict[str, Any]:
         """A table's summary, merge rule and unsettled deletes, files-per-leaf histogram,

@@ -5,6 +5,7 @@ something needs attention."""
 from __future__ import annotations
 
 import time
+from urllib.parse import quote
 from collections.abc import Callable, Sequence
 
 from sediment.core.units import human_seconds
@@ -12,8 +13,12 @@ from sediment.doctor.checks import CHECKS, check_table
 from sediment.doctor.findings import DoctorReport, Finding
 from sediment.errors import SedimentError
 from sediment.handle import TableHandle
-from sediment.maintenance.heartbeat import heartbeats
+from sediment.maintenance.lease_store import MEMBERS, list_maintainers
 from sediment.storage.base import ObjectStore
+
+STOPPED_TIMEOUTS = 2
+"""A maintainer silent for this many of its lease timeouts has stopped: its leases have
+been free for another to take for a whole timeout."""
 
 __all__ = ["CHECKS", "DoctorReport", "Finding", "check_table", "examine", "maintainers"]
 
@@ -39,14 +44,21 @@ def examine(store_uri: str, names: Sequence[str], open_table: Callable[[str], Ta
 
 
 def maintainers(root: ObjectStore, now: float | None = None) -> list[Finding]:
-    """Maintainers (``maintain --loop``) that stopped beating without stopping cleanly."""
+    """Maintainers (``maintain --loop``) that stopped beating without stopping cleanly: their
+    member objects (``maintainers/members/``, the leases' membership) older than
+    :data:`STOPPED_TIMEOUTS` of their lease timeouts. A clean stop deletes the member."""
     out = []
-    for b in heartbeats(root, now):
-        if not b.stale:
+    listing = list_maintainers(root, now=now)
+    for member, (age, doc) in sorted(listing.members.items()):
+        timeout = float(doc.get("timeout", 30.0) or 30.0)
+        if age <= STOPPED_TIMEOUTS * timeout:
             continue
-        who = f"{b.doc.get('host', '?')} (process {b.doc.get('pid', '?')})"
-        out.append(Finding(None, "maintainer_stopped", f"the maintainer on {who} last beat "
-                           f"{human_seconds(b.age)} ago ({b.key})",
-                           f"restart `sediment maintain --loop` there or elsewhere; if it was "
-                           f"stopped for good (a kill -9 leaves its heartbeat), delete {b.key}"))
+        who = f"{doc.get('host', '?')} (process {doc.get('pid', '?')})"
+        key = f"{MEMBERS}{quote(member, safe='')}.json"
+        out.append(Finding(None, "maintainer_stopped", f"the maintainer {member} on {who} "
+                           f"last beat {human_seconds(age)} ago ({key})",
+                           f"restart `sediment maintain --loop` there or elsewhere (the "
+                           f"others took its leases after {human_seconds(timeout)}); a "
+                           f"maintainer stopped for good is forgotten by the others after "
+                           f"10 lease timeouts, or delete {key}"))
     return out

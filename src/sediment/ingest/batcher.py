@@ -357,6 +357,40 @@ def _prune_jobs(table: TableHandle) -> None:
                                    if o.key[len(JOBS):].split(".", 1)[0] in old])
 
 
+@dataclass(frozen=True, slots=True)
+class DueBatches:
+    """What a run finds to do: the abandoned jobs it settled, the batches due now with their
+    routes, and how many requests wait for their group to fill or age."""
+
+    recovered: tuple[JobOutcome, ...]
+    batches: tuple[tuple[Batch, str], ...]
+    waiting: int
+
+
+def due(table: TableLike, *, now: float | None = None, flush: bool = False,
+        spark_available: bool = False) -> DueBatches:
+    """The first half of ``run``: settle abandoned jobs, prune old job records, and plan the
+    batches due now (each with its route). The continuous maintainer calls it, then runs the
+    batches with :func:`run_batch` on its own threads, several at once."""
+    table = handle_of(table)
+    now = time.time() if now is None else now
+    recovered = recover(table, now=now)
+    _prune_jobs(table)
+    props = settings_of(table.states.head(), table.name)
+    requests = pending(table)
+    batches = plan_batches(requests, props, now, flush=flush)
+    return DueBatches(tuple(recovered),
+                      tuple((b, route_for(b, props, spark_available)) for b in batches),
+                      len(requests) - sum(b.files for b in batches))
+
+
+def run_batch(table: TableLike, batch: Batch, route: str, spark: SparkSession | None = None,
+              *, spill_dir: str | None = None) -> JobOutcome:
+    """Run one planned batch as one job (claim, stage, decide, commit: see the module
+    docstring); jobs of one table may run side by side, each claiming its own requests."""
+    return _run_job(handle_of(table), batch, route, spark, spill_dir)
+
+
 def run(table: TableLike, spark: SparkSession | None = None, *, now: float | None = None,
         flush: bool = False, spill_dir: str | None = None) -> RunResult:
     """Settle abandoned jobs, then make and run every job that is due (see module docs).
@@ -367,18 +401,11 @@ def run(table: TableLike, spark: SparkSession | None = None, *, now: float | Non
     group that is neither full nor old enough runs too (``sediment batcher run --now``).
     """
     table = handle_of(table)
-    now = time.time() if now is None else now
-    recovered = recover(table, now=now)
-    props = settings_of(table.states.head(), table.name)
-    requests = pending(table)
-    batches = plan_batches(requests, props, now, flush=flush)
-    outcomes = [_run_job(table, b, route_for(b, props, spark is not None), spark, spill_dir)
-                for b in batches]
-    _prune_jobs(table)
-    waiting = len(requests) - sum(b.files for b in batches)
+    d = due(table, now=now, flush=flush, spark_available=spark is not None)
+    outcomes = [_run_job(table, b, route, spark, spill_dir) for b, route in d.batches]
     errors = [o.error for o in outcomes if o.error]
-    errors += [o.error for o in recovered if o.state == "unsettled" and o.error]
-    return RunResult(tuple(outcomes), tuple(recovered), waiting, tuple(errors))
+    errors += [o.error for o in d.recovered if o.state == "unsettled" and o.error]
+    return RunResult(tuple(outcomes), d.recovered, d.waiting, tuple(errors))
 
 
 def status(table: TableLike, *, now: float | None = None) -> dict[str, Any]:

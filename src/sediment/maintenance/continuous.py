@@ -33,10 +33,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from sediment.compaction.runner import JobResult, due_jobs, run_job
+from sediment.compaction.runner import JobResult, JobRunner, due_jobs, run_job
 from sediment.compaction.strategy import (
     CompactionJob,
     crowded_files,
@@ -46,27 +45,22 @@ from sediment.compaction.strategy import (
 )
 from sediment.handle import handle_of
 from sediment.ingest.batcher_store import REQUESTS
+from sediment.maintenance.activity import TableActivity, report_rows
+from sediment.maintenance.batching import BatcherLane
 from sediment.maintenance.gc import gc
-from sediment.maintenance.heartbeat import Heartbeat
 from sediment.maintenance.orchestrator import StoreMaintenance
 from sediment.maintenance.pool import SmallestFirstPool
 from sediment.maintenance.schemes import split_table
+from sediment.maintenance.split_pacing import SplitPacing
 from sediment.maintenance.splitting import leaf_records
 from sediment.maintenance.workers import WorkerProcesses
-from sediment.settings import settings_of
 
 if TYPE_CHECKING:
     from sediment.core.head import Head
     from sediment.core.model import Partition
     from sediment.core.state import TableState
     from sediment.handle import TableHandle
-
-SCHEME_CHECK_SECONDS = 5.0
-"""How often a partition scheme's split is looked at (it reads every member's state)."""
-
-SPLIT_WAIT_SECONDS = 5.0
-"""How long a leaf over the split threshold may wait to hold few files before it splits
-anyway (see Maintainer._split_ready)."""
+    from sediment.maintenance.lease_store import LeaseHolder
 
 LONG_JOB_FRACTION = 0.05
 """A job with an input of at least this fraction of the split threshold's records is long: it
@@ -81,28 +75,6 @@ waits for the long lane); 15-16 with jobs long when expected to take a quarter o
 the rate recent jobs merged."""
 
 
-@dataclass(slots=True)
-class TableActivity:
-    """What the maintainer did to one table since the last report."""
-
-    ticks: int = 0
-    splits: int = 0
-    jobs_started: int = 0
-    jobs_committed: int = 0
-    jobs_failed: int = 0
-    files_deleted: int = 0
-    errors: list[str] = field(default_factory=list)
-
-    def row(self) -> dict[str, object]:
-        # "ticks": the maintainer's looks at the table in the interval (not whole passes)
-        out: dict[str, object] = {"ticks": self.ticks, "splits": self.splits,
-                                  "jobs": self.jobs_committed, "failed": self.jobs_failed,
-                                  "deleted": self.files_deleted}
-        if self.errors:
-            out["error"] = "; ".join(dict.fromkeys(self.errors))
-        return out
-
-
 class Maintainer:
     """Keeps tables maintained until stopped: see the module docstring.
 
@@ -113,6 +85,13 @@ class Maintainer:
     the module docstring). With ``workers="process"`` each of those
     threads hands its job's merge to one of as many worker processes
     (sediment.maintenance.workers), so jobs use every core instead of sharing one GIL.
+    ``batcher_threads`` (0: none) run the tables' ingest batcher jobs
+    (sediment.maintenance.batching). ``batch_runner`` (a compaction runner of
+    sediment.runners, e.g. Spark's): each tick hands all of a table's due jobs to it at
+    once, on one thread, instead of a job per idle thread; ``spark`` (a session) sends the
+    batcher's big groups to bulk import. ``leases`` (sediment.maintenance.lease_store): which tables
+    this maintainer holds among several over one store; it looks only at those (None: at
+    every table).
     """
 
     def __init__(self, tables: Callable[[], Sequence[object]], *, threads: int = 0,
@@ -120,7 +99,9 @@ class Maintainer:
                  refresh_tables: float = 10.0,
                  orphan_timeout: float | None = None,
                  workers: Literal["thread", "process"] = "thread",
-                 store: StoreMaintenance | None = None) -> None:
+                 store: StoreMaintenance | None = None, batcher_threads: int = 0,
+                 leases: LeaseHolder | None = None,
+                 batch_runner: JobRunner | None = None, spark: Any = None) -> None:
         self._tables_fn = tables
         self._store = store
         self._store_at = float("-inf")
@@ -135,10 +116,7 @@ class Maintainer:
         self._processes = WorkerProcesses(self.threads) if workers == "process" else None
         self._running: dict[str, tuple[str, Future[object]]] = {}  # job id -> table, future
         self._activity: dict[str, TableActivity] = {}
-        self._stuck: dict[tuple[str, str], int] = {}  # (table, leaf) -> records when stuck
-        self._over_since: dict[tuple[str, str], tuple[float, int]] = {}
-        """(table, leaf) -> when it was first seen over the threshold, and its files at the
-        last look (see _split_ready)."""
+        self._splits = SplitPacing()
         self._lock = threading.Lock()
         self._turn = 0
         self._wake = threading.Event()
@@ -149,10 +127,13 @@ class Maintainer:
         self._gc_pool = ThreadPoolExecutor(1, thread_name_prefix="sediment-gc")
         self._collecting: dict[str, Future[None]] = {}
         """Table -> its GC pass under way (one at a time, off the tick's thread)."""
-        self._scheme_at: dict[str, float] = {}
-        """Partition scheme id -> when its members last asked it to split."""
         self._ran_at: dict[str, tuple[str, float]] = {}  # job id -> table, when we last ran it
         self._failed: dict[str, tuple[float, str]] = {}  # table -> when it last failed, error
+        self._batcher = BatcherLane(batcher_threads, note=self._note_locked,
+                                    on_end=self._wake.set, spark=spark) \
+            if batcher_threads else None
+        self._batch_runner = batch_runner
+        self.leases = leases
 
     # ---- one tick ------------------------------------------------------------------------
     def tick(self) -> int:
@@ -165,7 +146,15 @@ class Maintainer:
             except Exception as e:  # noqa: BLE001 - listing tables again next refresh
                 self._note("*", f"{type(e).__name__}: {e}")
             self._tables_at = now
-        if self._store is not None and now - self._store_at >= self.gc_every:
+        tables = self._tables
+        if self.leases is not None:  # several maintainers: only the tables leased to us
+            self.leases.offer([t.name for t in tables], busy=self._busy_tables(),
+                              store=self._store is not None)
+            for error in self.leases.take_errors():
+                self._note("(leases)", error)
+            tables = [t for t in tables if self.leases.holds(t.name)]
+        if self._store is not None and now - self._store_at >= self.gc_every and \
+                (self.leases is None or self.leases.holds_store()):
             self._store_at = now
             self._gc_pool.submit(self._store_steps, self._store)
         self._reap()
@@ -176,9 +165,9 @@ class Maintainer:
         # idle thread, the tables after it start no jobs in this tick: a thread that frees
         # while they are looked at belongs to the table passed over, whose turn comes first
         # in the next tick.
-        turn = self._turn % len(self._tables) if self._tables else 0
+        turn = self._turn % len(tables) if tables else 0
         passed_over = False
-        for i, t in enumerate(self._tables[turn:] + self._tables[:turn]):
+        for i, t in enumerate(tables[turn:] + tables[:turn]):
             failed = self._failed.get(t.name)
             if failed is not None and now - failed[0] < self.gc_every:
                 self._note(t.name, failed[1])  # still reported; retried once a GC period
@@ -207,11 +196,13 @@ class Maintainer:
         before = act.splits + act.jobs_started
         head = t.read_head()  # the tick's one read of the table's head
         if head.state.online:
+            if self._batcher is not None:
+                self._batcher.tick(t, now)
             # one split a tick, and only while jobs keep up (a thread's worth of them queued
             # at most): a split leaves both children with every file of the parent to
             # rewrite, and leaves that cross the threshold together (uniform keys) would
             # otherwise hand the workers all of that at once
-            if self._pool.waiting < self.threads and self._split_due(t, head):
+            if self._pool.waiting < self.threads and self._splits.due(t.name, head):
                 r = split_table(t, limit=1, ready=functools.partial(self._split_ready, t),
                                 head=head)
                 act.splits += r.splits
@@ -222,7 +213,7 @@ class Maintainer:
                 for leaf in r.unsplittable:
                     p = head.state.partitions.get(leaf)
                     if p is not None:
-                        self._stuck[(t.name, leaf)] = leaf_records(head.state, p)
+                        self._splits.stuck(t.name, leaf, leaf_records(head.state, p))
             if may_compact and self._pool.idle:
                 self._compact(t, head, act)
         collecting = self._collecting.get(t.name)
@@ -262,45 +253,8 @@ class Maintainer:
                     self._note(f"({r.what})", r.note)
 
     def _split_ready(self, t: TableHandle, state: TableState, leaf: Partition) -> bool:
-        """A leaf over the threshold splits at once when no merge of its files is under way
-        (nothing to wait for); else once it holds few files (a third of a batch, at least 2,
-        counting a running job as the one file it leaves), right after a merge takes some of
-        its files (that count fell since the last look), or ``SPLIT_WAIT_SECONDS`` after it
-        was first seen over the threshold. Both children start with a reference to
-        every file of the leaf, and each rewrites its share of them: split at the leaf's
-        busiest moment, they start near the batch size while the rewrites queue for the long
-        lane (measured in steady_state: the peaks in files per leaf came right after
-        splits)."""
-        now = time.monotonic()
-        key = (t.name, leaf.id)
-        refs = state.references(leaf.id).values()
-        files = files_after_jobs(refs)
-        since, before = self._over_since.get(key, (now, files))
-        calm = max(2, settings_of(state, t.name).compaction_batch_size // 3)
-        idle = all(r.job_id is None for r in refs)  # no merge under way: nothing to wait for
-        if idle or files <= calm or files < before or now - since >= SPLIT_WAIT_SECONDS:
-            self._over_since.pop(key, None)
-            return True
-        self._over_since[key] = (since, files)
-        return False
-
-    def _split_due(self, t: TableHandle, head: Head) -> bool:
-        """A leaf is over the threshold and not known to be unsplittable at its size (an
-        unsplittable leaf is reported once, not every tick)."""
-        scheme = head.settings.partition_scheme
-        if scheme:  # its scheme splits, on every member's records: looked at now and then
-            now = time.monotonic()
-            if now - self._scheme_at.get(scheme, float("-inf")) < SCHEME_CHECK_SECONDS:
-                return False
-            self._scheme_at[scheme] = now
-            return True
-        state = head.state
-        threshold = head.settings.partition_split_threshold
-        for leaf in state.leaf_partitions():
-            n = leaf_records(state, leaf)
-            if n > threshold and self._stuck.get((t.name, leaf.id)) != n:
-                return True
-        return False
+        """See SplitPacing.ready."""
+        return self._splits.ready(t.name, state, leaf)
 
     def _compact(self, t: TableHandle, head: Head, act: TableActivity) -> None:
         settings = head.settings
@@ -340,6 +294,9 @@ class Maintainer:
                 out.append(j)
             return out
 
+        if self._batch_runner is not None:
+            self._compact_batch(t, head, act, recent, now)
+            return
         due = due_jobs(t, exclude=recent, select=select, head=head)
         state = due.state
         live = set(state.jobs)  # forget this table's jobs that are no longer assigned
@@ -355,6 +312,26 @@ class Maintainer:
                 self._running[j.job_id] = (t.name, fut)
             act.jobs_started += 1
 
+    def _compact_batch(self, t: TableHandle, head: Head, act: TableActivity,
+                       recent: set[str], now: float) -> None:
+        """Every due job of ``t`` (as the strategy plans them, and the stale ones) in one
+        call of the batch runner on one thread: one Spark stage per table per tick, whose
+        executors run the merges while the driver commits each job as it comes back."""
+        assert self._batch_runner is not None
+        due = due_jobs(t, exclude=recent, head=head)
+        live = set(due.state.jobs)
+        self._ran_at = {j: v for j, v in self._ran_at.items() if v[0] != t.name or j in live}
+        if not due.jobs:
+            return
+        fut = self._pool.submit(sum(j.records for j in due.jobs),
+                                functools.partial(self._batch_runner, t, due.state, due.jobs))
+        fut.add_done_callback(lambda _: self._wake.set())
+        with self._lock:
+            for j in due.jobs:
+                self._ran_at[j.job_id] = (t.name, now)
+                self._running[j.job_id] = (t.name, fut)
+        act.jobs_started += len(due.jobs)
+
     def _reap(self) -> None:
         """Count the jobs that ended since the last tick."""
         with self._lock:
@@ -362,12 +339,14 @@ class Maintainer:
                     if fut.done()]
             for jid, _, _ in done:
                 del self._running[jid]
-        for _, name, fut in done:
+        for jid, name, fut in done:
             if fut.cancelled():
                 continue
             act = self._activity.setdefault(name, TableActivity())
             try:
                 r = fut.result()
+                if isinstance(r, list):  # a batch runner's results: this job's
+                    r = next(x for x in r if x.job.job_id == jid)
                 assert isinstance(r, JobResult)
             except Exception as e:  # noqa: BLE001 - a bug in a job must not stop the daemon
                 act.jobs_failed += 1
@@ -380,6 +359,20 @@ class Maintainer:
 
     def _note(self, table: str, error: str) -> None:
         self._activity.setdefault(table, TableActivity()).errors.append(error)
+
+    def _note_locked(self, table: str, error: str) -> None:
+        with self._lock:
+            self._note(table, error)
+
+    def _busy_tables(self) -> set[str]:
+        """Tables with a compaction, GC or batcher job of ours under way (a lease is not
+        given up while one runs: see sediment.maintenance.leases)."""
+        with self._lock:
+            busy = {name for name, fut in self._running.values() if not fut.done()}
+        busy |= {n for n, f in list(self._collecting.items()) if not f.done()}
+        if self._batcher is not None:
+            busy |= set(self._batcher.running())
+        return busy
 
     def note(self, table: str, error: str) -> None:
         """Report ``error`` in ``table``'s next report row (e.g. a table that could not be
@@ -408,8 +401,8 @@ class Maintainer:
                 running[name] = running.get(name, 0) + 1
             # swapped under the lock: the GC thread adds to the activity of the next report
             activity, self._activity = self._activity, {}
-        return [{"table": name, **act.row(), "running": running.get(name, 0)}
-                for name, act in sorted(activity.items())]
+        ingests = self._batcher.report() if self._batcher is not None else {}
+        return report_rows(activity, running, ingests)
 
     def run(self, *, report_every: float, on_report: Callable[[list[dict[str, object]]], None],
             max_reports: int = 0, stop: threading.Event | None = None) -> None:
@@ -420,13 +413,10 @@ class Maintainer:
         stop = stop or threading.Event()
         reports = 0
         next_report = time.monotonic() + report_every
-        heartbeat = Heartbeat(report_every)  # for `sediment doctor`: this maintainer runs
         try:
             while not stop.is_set():
                 started = time.monotonic()
                 self.tick()
-                if heartbeat.due(self._tables) or time.monotonic() >= next_report:
-                    heartbeat.beat(self._tables)
                 if time.monotonic() >= next_report:
                     reports += 1
                     if max_reports and reports >= max_reports:
@@ -441,7 +431,6 @@ class Maintainer:
                 self._wake.clear()
         finally:
             self.close()
-            heartbeat.stop()
 
     def _settle(self, stop: threading.Event, max_ticks: int = 100) -> None:
         """Tick until nothing runs and a tick starts nothing (at most ``max_ticks`` ticks that
@@ -452,6 +441,8 @@ class Maintainer:
                 pending: list[Future[Any]] = [fut for _, fut in self._running.values()
                                               if not fut.done()]
             pending += [f for f in list(self._collecting.values()) if not f.done()]
+            if self._batcher is not None:
+                pending += self._batcher.pending()
             if pending:
                 wait(pending, timeout=0.5)
                 continue
@@ -469,7 +460,11 @@ class Maintainer:
             for _, fut in self._running.values():
                 fut.cancel()  # only a job that has not started can be cancelled
         self._pool.shutdown()
+        if self._batcher is not None:
+            self._batcher.close()
         self._gc_pool.shutdown(wait=True)
+        if self.leases is not None:  # after the jobs: a lease is let go once nothing runs
+            self.leases.close()
         if self._processes is not None:
             self._processes.close()
         self._reap()

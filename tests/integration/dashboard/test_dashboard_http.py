@@ -316,3 +316,37 @@ def test_table_page_says_what_gc_keeps(server: Server, store: sd.Store) -> None:
     # the tag taken before maintenance holds the files maintenance replaced
     assert ("unreferenced", "tag") in rows and ("unreferenced", "retention") in rows
     assert sum(b for _, b in rows.values()) == plan.unreferenced_bytes
+
+
+def test_store_api_shows_batcher_queues_and_maintainers(server: Server, store: sd.Store,
+                                                        tmp_path: Path) -> None:
+    """Each table's batcher queue (depth, oldest request) and the maintainers with their
+    leases, as `batcher status` and `report maintainers` give them."""
+    import pyarrow.parquet as pq
+
+    from helpers import rows
+    from sediment.handle import handle_of
+    from sediment.ingest import batcher
+    from sediment.maintenance.lease_store import LeaseHolder
+
+    web = store.table("web")
+    path = tmp_path / "queued.parquet"
+    pq.write_table(rows(10, seed=1), path)
+    queued = batcher.submit(web, [str(path)], now=1_000.0)  # long ago: an age to check
+    holder = LeaseHolder(store.objects, timeout=600.0, member="dash-test")
+    holder.offer(["web"])
+    try:
+        data = get_json(server, "/api/store")
+        by_name = {t["name"]: t["batcher"] for t in data["tables"]}
+        assert by_name["web"]["queue_depth"] == 1 == batcher.status(web)["pending"]["requests"]
+        assert by_name["web"]["oldest_age_seconds"] > 1e9
+        assert all(b == {"queue_depth": 0, "oldest_age_seconds": None}
+                   for n, b in by_name.items() if n != "web")
+        m = data["maintainers"]
+        assert [(r["member"], r["live"], r["leases"]) for r in m["members"]] == \
+            [("dash-test", True, ["(store)", "web"])]
+        assert {(r["lease"], r["member"], r["state"]) for r in m["leases"]} == \
+            {("web", "dash-test", "held"), ("(store)", "dash-test", "held")}
+    finally:
+        holder.close()
+        handle_of(web).objects.delete_many([f"batcher/requests/{r.id}.json" for r in queued])

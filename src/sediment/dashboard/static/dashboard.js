@@ -102,6 +102,10 @@
     }));
   }
 
+  function ago(seconds) {
+    return seconds === null || seconds === undefined ? "" : seconds.toFixed(1) + " s ago";
+  }
+
   function link(href, text) {
     const a = el("a", text);
     a.href = href;
@@ -137,7 +141,16 @@
       link(tableHref(t.name), t.name), num(t.records), num(t.leaves), num(t.files),
       t.version, el("span", t.last_commit, "time"), t.online ? "online" : "offline", num(t.max_files_per_leaf),
       num(t.batch_size), el("span", t.keeping_up ? "keeping up" : "behind",
-                            t.keeping_up ? "good" : "bad")]);
+                            t.keeping_up ? "good" : "bad"),
+      num(t.batcher.queue_depth), ago(t.batcher.oldest_age_seconds)]);
+    const m = data.maintainers;
+    fillTable("maintainers", m.members, r => [
+      r.member, r.host, r.pid, ago(r.heartbeat_age_seconds),
+      el("span", r.live ? "live" : "silent", r.live ? "good" : "bad"),
+      r.leases.join(", ") || "(none)"]);
+    fillTable("leases", m.leases, r => [
+      r.lease, r.member, r.epoch, ago(r.heartbeat_age_seconds),
+      el("span", r.state, r.state === "expired" ? "bad" : r.state === "held" ? "good" : "")]);
     const names = tables.map(t => esc(t.name));
     return draw("chart-keeping-up", [
       {type: "bar", name: "max files per leaf", x: names, y: tables.map(t => t.max_files_per_leaf),
