@@ -5,8 +5,8 @@ something needs attention."""
 from __future__ import annotations
 
 import time
-from urllib.parse import quote
 from collections.abc import Callable, Sequence
+from urllib.parse import quote
 
 from sediment.core.units import human_seconds
 from sediment.doctor.checks import CHECKS, check_table
