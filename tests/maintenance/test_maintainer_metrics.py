@@ -68,9 +68,9 @@ def test_the_maintainers_metrics_move_with_its_work(tmp_path: Path) -> None:
         batcher.submit(table, str(tmp_path / "in.parquet"))
         wait_for_scrape(port, lambda s: value(s, "sediment_queue_depth", queue="batcher") == 1,
                         what="the batcher request waiting")
-        beats = list((tmp_path / "s" / "maintainers").glob("*.json"))
-        assert len(beats) == 1  # its heartbeat, for `sediment doctor`
+        beats = list((tmp_path / "s" / "maintainers" / "members").glob("*.json"))
+        assert len(beats) == 1  # its membership of the leases, for `sediment doctor`
     finally:
         stop_process(proc)
     assert proc.returncode == 0, log.read_text()
-    assert not beats[0].exists()  # stopped on purpose: no heartbeat left to miss
+    assert not beats[0].exists()  # stopped on purpose: no member left to miss
