@@ -505,12 +505,16 @@ class Table:
 
         yield from self._changes.follow(a, poll_seconds, handled, stop, columns, filter)
 
-    def history(self) -> list[HistoryEntry]:
-        """Every committed transaction: version, time, kind and a one-line summary.
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        """Every committed transaction still kept (``retention.seconds``: older ones are
+        pruned): version, time, kind and a one-line summary, in commit order. ``limit``: only
+        the ``limit`` newest, read without listing the rest of the log (what a page of
+        recent commits needs, however long the table has run).
 
-        Raises CorruptMetadataError: a gap or a damaged entry in the log.
+        Raises CorruptMetadataError: a gap or a damaged entry in the log; QueryError: a
+        negative ``limit``.
         """
-        return self._handle.states.history()
+        return self._handle.states.history(limit)
 
     def partitions(self, version: int | None = None) -> list[Partition]:
         """The partition tree, parents before children."""
