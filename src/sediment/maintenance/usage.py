@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from sediment.files.sidecars import data_file_of
 from sediment.maintenance.gc import survey
+from sediment.maintenance.kept import GcPlan
 from sediment.status.events import STATUS_PREFIX
 from sediment.storage.base import ObjectInfo, ObjectStore
 
@@ -77,6 +78,11 @@ class Usage:
 def table_usage(table: TableHandle, *, now: float | None = None) -> Usage:
     """``table``'s usage now (one listing of its folder; the head read after it, as GC
     reads it)."""
+    return usage_and_plan(table, now=now)[0]
+
+
+def usage_and_plan(table: TableHandle, *, now: float | None = None) -> tuple[Usage, GcPlan]:
+    """``table_usage`` and the GC survey it comes from (the dashboard shows both)."""
     listed = list(table.objects.list(""))
     data = [o for o in listed if o.key.startswith(DATA_PREFIX) and not o.key.endswith("/")]
     plan = survey(table, now=time.time() if now is None else now, listed=data)
@@ -103,7 +109,7 @@ def table_usage(table: TableHandle, *, now: float | None = None) -> Usage:
     metadata = sum(o.size for o in listed
                    if not o.key.startswith((DATA_PREFIX, STATUS_PREFIX)))
     return Usage(live, sidecars, unreferenced, orphaned, metadata, status, len(files),
-                 len(listed))
+                 len(listed)), plan
 
 
 @dataclass(frozen=True, slots=True)
