@@ -85,12 +85,9 @@ class AgeOff(_RowLocal):
 
     def mask(self, batch: pa.RecordBatch) -> pa.Array:
         col = batch.column(self.field)
+        cutoff = self.cutoff(col.type)
         if pa.types.is_timestamp(col.type):
-            scale = _UNITS[col.type.unit]
             col = col.cast(pa.int64())
-        else:
-            scale = _UNITS[self.unit]
-        cutoff = int((self.now() - self.ttl_seconds) * scale)
         # a cutoff the field's type cannot hold (a ttl of centuries, an int32 field in ms)
         # keeps every value or none: compared as it is, it would overflow the scalar
         lo, hi = _int_range(col.type)
