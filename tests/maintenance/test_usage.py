@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 import helpers
+import sediment as sd
 from helpers import rows
 from sediment.cli import app
 from sediment.files.sidecars import data_file_of
@@ -88,3 +91,22 @@ def test_usage_sorts_every_byte_by_what_holds_it(tmp_path: Path) -> None:
     r = runner.invoke(app, ["du", "--store", str(tmp_path)])
     assert r.exit_code == 0 and table.name in r.stdout and "unreferenced tag" in r.stdout
     assert os.path.isdir(tmp_path)
+
+
+@pytest.mark.s3
+def test_store_usage_on_s3_counts_every_object(s3_store_uri: tuple[str, dict[str, Any]]
+                                               ) -> None:
+    uri, options = s3_store_uri
+    store = sd.Store.open(uri, **options, create=True)
+    table = helpers.make_table(store, **{"compaction.strategy": "basic",
+                                         "compaction.batch_size": 2})
+    table.ingest(rows(100, 1))
+    table.ingest(rows(100, 2))
+    table.compact()
+    u = store.usage()
+    listed = {o.key: o.size for o in store.objects.list("") if not o.key.endswith("/")}
+    assert u.bytes == sum(listed.values())
+    assert u.tables[table.name].unreferenced == {"retention": sum(
+        s for k, s in listed.items() if "/data/" in k) - u.tables[table.name].live
+        - u.tables[table.name].sidecars}
+    assert u.catalog == sum(s for k, s in listed.items() if not k.startswith("tables/"))
