@@ -226,6 +226,14 @@ _SPECS = [
                  "15-minute GC delay (sleeper.table.gc.delay.minutes), which only protects "
                  "running queries. 0: only gc.delay_seconds protects old versions.",
                  minimum=0, maximum=_MAX_SECONDS),
+    PropertySpec("status.retention.seconds", float, 604800.0,
+                 "How long job and task events (the ``status/`` folder: reports, the "
+                 "dashboard's jobs) are kept one by one: the maintainer rolls older ones up "
+                 "into one totals object per kind of job (counts by status, rows and bytes) "
+                 "and deletes them, so reports read a bounded number of events however long "
+                 "the table runs. 7 days: a week of per-job detail for a look back at an "
+                 "incident; totals are kept for ever.",
+                 minimum=0, maximum=_MAX_SECONDS),
     # --- data files ----------------------------------------------------------------------
     PropertySpec("parquet.row_group_rows", int, 4096,
                  "Rows per Parquet row group: small groups make exact-key reads fast (measured "
@@ -428,6 +436,14 @@ _SPECS = [
                  "compaction jobs in one process read and write together (0: no throttle); "
                  "each process (a maintainer, a worker, a Spark executor) has its own.",
                  minimum=0),
+    PropertySpec("compaction.expired_fraction", float, 0.5,
+                 "With an age-off iterator among compaction.iterators: the maintainer "
+                 "rewrites a file once at least this fraction of its records are past their "
+                 "TTL (estimated from the age-off field's Parquet statistics, per row group), "
+                 "so storage shrinks as records expire instead of when their leaf happens to "
+                 "be compacted; records that pending deletes and purges remove count the same "
+                 "way. At 1 only files whose every record expired are rewritten.",
+                 minimum=0.01, maximum=1.0),
     PropertySpec("compaction.iterators", str, "",
                  "JSON list of iterators applied when compacting (and at query time, so "
                  "results do not depend on how far compaction got).",

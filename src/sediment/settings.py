@@ -49,6 +49,7 @@ class TableSettings(Mapping[str, Any]):
     state_commit_backoff_seconds: float
     state_cache_refresh_seconds: float
     retention_seconds: float
+    status_retention_seconds: float
     # --- data files
     parquet_row_group_rows: int
     parquet_page_size_bytes: int
@@ -95,6 +96,7 @@ class TableSettings(Mapping[str, Any]):
     compaction_batch_rows: int
     compaction_job_timeout_seconds: float
     compaction_threads: int
+    compaction_expired_fraction: float
     compaction_iterators: str
     compaction_max_bytes_per_second: int
     gc_delay_seconds: float

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from sediment.handle import TableHandle
     from sediment.maintenance.orchestrator import StoreMaintenance
     from sediment.maintenance.passes import MaintenanceResult
+    from sediment.maintenance.usage import StoreUsage
     from sediment.table import Table
 
 log = logging.getLogger(__name__)
@@ -435,6 +436,19 @@ class Store(SchemeMethods):
 
     def _delete_prefix(self, prefix: str) -> None:
         self.objects.delete_many(o.key for o in self.objects.list(prefix))
+
+    def usage(self) -> StoreUsage:
+        """Where the store's bytes go: each table's :meth:`Table.usage`, their sum, the
+        catalogs (tables, schemes, the store file) and the folders no catalog entry names
+        (dropped tables, killed creates: the store's maintenance removes them).
+
+        Raises StorageError: the object store failed; CorruptMetadataError: a catalog entry
+        is unreadable."""
+        from sediment.handle import handle_of
+        from sediment.maintenance.usage import store_usage
+
+        tables = {n: handle_of(self.table(n)) for n in self.tables()}
+        return store_usage(self.objects, tables, root_files=(STORE_FILE,))
 
     def maintain(self, *, table: str | None = None, runner: Literal["local", "spark"] = "local",
                  orphan_timeout: float | None = None) -> dict[str, MaintenanceResult]:

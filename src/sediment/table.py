@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from sediment.maintenance.passes import MaintenanceResult
     from sediment.maintenance.purge import PurgeResult
     from sediment.maintenance.splitting import SplitResult
+    from sediment.maintenance.usage import Usage
     from sediment.maintenance.verify import VerifyReport
     from sediment.query.engines import PlannedFile
     from sediment.query.inspect import TableInspector
@@ -505,12 +506,16 @@ class Table:
 
         yield from self._changes.follow(a, poll_seconds, handled, stop, columns, filter)
 
-    def history(self) -> list[HistoryEntry]:
-        """Every committed transaction: version, time, kind and a one-line summary.
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        """Every committed transaction still kept (``retention.seconds``: older ones are
+        pruned): version, time, kind and a one-line summary, in commit order. ``limit``: only
+        the ``limit`` newest, read without listing the rest of the log (what a page of
+        recent commits needs, however long the table has run).
 
-        Raises CorruptMetadataError: a gap or a damaged entry in the log.
+        Raises CorruptMetadataError: a gap or a damaged entry in the log; QueryError: a
+        negative ``limit``.
         """
-        return self._handle.states.history()
+        return self._handle.states.history(limit)
 
     def partitions(self, version: int | None = None) -> list[Partition]:
         """The partition tree, parents before children."""
@@ -526,6 +531,18 @@ class Table:
     def files(self, version: int | None = None) -> list[FileReference]:
         """Every file reference, by partition then filename."""
         return list(self.state(version).all_references())
+
+    def usage(self) -> Usage:
+        """Where this table's bytes go now: live data files and their sidecars (samples and
+        key filters), unreferenced and orphaned files by the reason GC keeps them (or due:
+        its next pass deletes them), metadata (log, snapshots, tags, leases) and job events
+        (``sediment du``; see ``sediment.maintenance.usage``). One listing of the table's
+        folder.
+
+        Raises StorageError: the object store failed."""
+        from sediment.maintenance.usage import table_usage
+
+        return table_usage(self._handle)
 
     def describe(self, version: int | None = None) -> dict[str, Any]:
         """Schema, properties, version and counts, as plain data (the CLI's ``describe``).

@@ -298,9 +298,7 @@ def history(
     json_out: JsonOption = False,
 ) -> None:
     """List the table's committed versions: version, time (UTC), kind and summary."""
-    entries = open_table(store, name).history()
-    if limit is not None:
-        entries = entries[-limit:]
+    entries = open_table(store, name).history(limit=limit)
     rows = [{"version": e.version, "time": iso_time(e.time), "kind": e.kind,
              "summary": e.summary} for e in entries]
     emit(rows, json_out, lambda rs: make_table(

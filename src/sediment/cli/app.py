@@ -134,12 +134,13 @@ def _register() -> None:
         schemes,
         serve,
         spark,
+        usage,
         verify,
         versions,
     )
 
     for module in (admin, data, records, changes, maintenance, reports, versions, verify,
-                   doctor, spark, migrate, serve, dashboard, schemes):
+                   doctor, spark, migrate, serve, dashboard, schemes, usage):
         app.registered_commands.extend(module.commands.registered_commands)
     app.add_typer(alter.alter_app, name="alter")
     app.add_typer(batcher.batcher_app, name="batcher")

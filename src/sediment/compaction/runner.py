@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sediment import metrics
+from sediment.compaction.expiry import expired_fractions
 from sediment.compaction.job import JobOutput, run_compaction_job
 from sediment.compaction.strategy import (
     CompactionJob,
@@ -133,9 +134,13 @@ def _create_jobs(table: TableHandle, head: Head, *, full: bool,
                  select: JobSelection | None) -> tuple[list[CompactionJob], Head]:
     """``create_jobs`` on ``head``: the jobs and the head after their assignment."""
     settings = head.settings
+    # what age-off would drop from each file (empty without an age-off, or for a full pass,
+    # which rewrites every leaf anyway)
+    expired = {} if full else expired_fractions(
+        table, head, (r for r in head.state.all_references() if r.job_id is None))
 
     def plan(state: TableState) -> list[CompactionJob]:
-        planned = plan_compaction_jobs(state, settings, full=full)
+        planned = plan_compaction_jobs(state, settings, full=full, expired=expired)
         return planned if select is None else select(state, planned)
 
     jobs: list[CompactionJob] = []

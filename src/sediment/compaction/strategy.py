@@ -29,6 +29,11 @@
    and replaced records and settles the rest, so they free their storage at the next pass
    and reads of the leaf read one file again (an upsert of 1% of a table's keys rewrites the
    leaves it touched once, as a Paimon primary-key table's compaction does).
+   With an age-off among the compaction iterators, the files of a leaf that no group takes
+   and of which at least ``compaction.expired_fraction`` of the records are past the TTL
+   (``expired``: estimated by the caller from Parquet statistics, sediment.compaction.expiry)
+   are merged together, a batch at a time: age-off drops those records, so storage shrinks as
+   they expire rather than when new data happens to reach the leaf.
 3. When the merge rule or the compaction iterators combine records in an order that matters
    across files (``partial``, ``concat``: ``RecordIterator.needs_consecutive_inputs``), a
    multi-file job takes every reference of its leaf, and only while no job runs in the leaf
@@ -179,7 +184,8 @@ def _size_ratio(files: list[FileReference], batch: int, ratio: float, *, in_leaf
 
 def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
                          full: bool = False,
-                         new_id: Callable[[], str] = lambda: uuid.uuid4().hex
+                         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+                         expired: Mapping[str, float] | None = None
                          ) -> list[CompactionJob]:
     """Jobs for the leaves of an online table (none for an offline one).
 
@@ -192,7 +198,9 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
     holding more than one unassigned reference, or one estimated reference, gets one job
     merging all of them, whatever the strategy. ``compaction.max_jobs_per_pass`` (0: no cap)
     bounds the jobs planned: taken round robin over the leaves, the leaves with the most
-    references first (ties in key order), so no leaf starves behind the others."""
+    references first (ties in key order), so no leaf starves behind the others.
+    ``expired``: filename -> the fraction of its records age-off would drop now (see the
+    module docstring)."""
     if not state.online:
         return []
     settings = as_settings(properties)
@@ -222,6 +230,12 @@ def plan_compaction_jobs(state: TableState, properties: Mapping[str, Any], *,
             # goes on (single files where only consecutive inputs may merge: see below)
             groups += [[r] for r in wide] if whole_leaf else \
                 [wide[i : i + batch] for i in range(0, len(wide), batch)]
+            if expired:
+                taken |= {r.filename for r in wide}
+                aged = [r for r in free if r.filename not in taken and
+                        expired.get(r.filename, 0.0) >= settings.compaction_expired_fraction]
+                groups += [[r] for r in aged] if whole_leaf else \
+                    [aged[i : i + batch] for i in range(0, len(aged), batch)]
         alone = not running and not any(state.references(a.id)
                                         for a in state.ancestors(leaf.id))
         if whole_leaf and any(len(g) > 1 for g in groups):

@@ -24,6 +24,7 @@ from sediment.handle import handle_of
 from sediment.ingest.batcher import pending
 from sediment.maintenance.gc import survey
 from sediment.maintenance.lease_store import maintainers_report
+from sediment.maintenance.usage import usage_and_plan
 from sediment.properties import defaults, describe_properties
 from sediment.store import Store
 from sediment.table import Table
@@ -154,12 +155,13 @@ class Views:
 
     def _gc_of(self, t: Table) -> dict[str, Any]:
         """What GC has yet to free and why (``sediment.maintenance.kept``): bytes by reason,
-        surveyed again at most every ``GC_SURVEY_SECONDS``."""
+        and where all of the table's bytes go (``sediment.maintenance.usage``, as ``sediment
+        du``), surveyed again at most every ``GC_SURVEY_SECONDS``."""
         with self._lock:
             hit = self._gc.get(t.table_id)
         if hit is not None and time.monotonic() - hit[0] < GC_SURVEY_SECONDS:
             return hit[1]
-        plan = survey(handle_of(t))
+        usage, plan = usage_and_plan(handle_of(t))  # one listing for both
         kept = [{"class": cls, "reason": k.reason, "files": k.files, "bytes": k.bytes,
                  "due": None if k.due is None else iso(k.due),
                  "last_due": None if k.last_due is None else iso(k.last_due)}
@@ -167,7 +169,7 @@ class Views:
                                    ("orphan", plan.kept.orphans))
                 for k in group.values()]
         data = {"unreferenced_bytes": plan.unreferenced_bytes,
-                "orphan_bytes": plan.orphan_bytes, "kept": kept}
+                "orphan_bytes": plan.orphan_bytes, "kept": kept, "usage": usage.to_json()}
         with self._lock:
             self._gc[t.table_id] = (time.monotonic(), data)
         return data

@@ -75,14 +75,19 @@ class AgeOff(_RowLocal):
     def fields(self) -> set[str]:
         return {self.field}
 
+    def cutoff(self, column_type: pa.DataType) -> int:
+        """The oldest value kept in a column of ``column_type``, in the column's own integer
+        scale (a timestamp's unit, else ``unit``): what :meth:`mask` compares with, and
+        what compaction compares Parquet statistics with to estimate what age-off drops."""
+        scale = _UNITS[column_type.unit] if pa.types.is_timestamp(column_type) \
+            else _UNITS[self.unit]
+        return int((self.now() - self.ttl_seconds) * scale)
+
     def mask(self, batch: pa.RecordBatch) -> pa.Array:
         col = batch.column(self.field)
+        cutoff = self.cutoff(col.type)
         if pa.types.is_timestamp(col.type):
-            scale = _UNITS[col.type.unit]
             col = col.cast(pa.int64())
-        else:
-            scale = _UNITS[self.unit]
-        cutoff = int((self.now() - self.ttl_seconds) * scale)
         # a cutoff the field's type cannot hold (a ttl of centuries, an int32 field in ms)
         # keeps every value or none: compared as it is, it would overflow the scalar
         lo, hi = _int_range(col.type)

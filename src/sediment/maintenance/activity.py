@@ -18,6 +18,8 @@ class TableActivity:
     jobs_committed: int = 0
     jobs_failed: int = 0
     files_deleted: int = 0
+    metadata_deleted: int = 0
+    """Log entries, snapshots, snapshot objects and job events pruned or rolled up."""
     errors: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, object]:
@@ -25,6 +27,8 @@ class TableActivity:
         out: dict[str, object] = {"ticks": self.ticks, "splits": self.splits,
                                   "jobs": self.jobs_committed, "failed": self.jobs_failed,
                                   "deleted": self.files_deleted}
+        if self.metadata_deleted:
+            out["pruned"] = self.metadata_deleted
         if self.errors:
             out["error"] = "; ".join(dict.fromkeys(self.errors))
         return out

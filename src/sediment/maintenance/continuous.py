@@ -7,7 +7,10 @@ continuous ingest the files that arrive meanwhile pile up (measured: passes that
 batch size). Here every ``tick`` the maintainer looks at each table's head state and starts
 what is due at once: splits for leaves over the threshold, references pushed down, and new
 compaction jobs for the files no job holds, each job committing on its own as it ends while
-the others run. GC, which only acts on files older than its delay, runs every ``gc_every``.
+the others run. GC, which only acts on files older than its delay, runs every ``gc_every``;
+every ``PRUNE_GC_PERIODS`` GC periods (and at the first) the same thread bounds the table's
+metadata (``sediment.maintenance.retention``: log entries and snapshots past
+``retention.seconds`` pruned, job events past ``status.retention.seconds`` rolled up).
 
 Jobs are assigned only as threads free to run them: a tick plans (and claims the files of)
 as many jobs as threads are idle, in the plan's order (the leaves with the most files first),
@@ -50,6 +53,7 @@ from sediment.maintenance.batching import BatcherLane
 from sediment.maintenance.gc import gc
 from sediment.maintenance.orchestrator import StoreMaintenance
 from sediment.maintenance.pool import SmallestFirstPool
+from sediment.maintenance.retention import tidy_metadata
 from sediment.maintenance.schemes import split_table
 from sediment.maintenance.split_pacing import SplitPacing
 from sediment.maintenance.splitting import leaf_records
@@ -61,6 +65,11 @@ if TYPE_CHECKING:
     from sediment.core.state import TableState
     from sediment.handle import TableHandle
     from sediment.maintenance.lease_store import LeaseHolder
+
+PRUNE_GC_PERIODS = 6
+"""Metadata is pruned every this many GC periods (a minute with ``maintain --loop``'s default
+10 s interval): a prune lists the log and the snapshot objects, and what it frees grows by the
+commits of one period only, so once a minute bounds the metadata as well as every tick would."""
 
 LONG_JOB_FRACTION = 0.05
 """A job with an input of at least this fraction of the split threshold's records is long: it
@@ -124,6 +133,8 @@ class Maintainer:
         self._tables: list[TableHandle] = []
         self._tables_at = float("-inf")
         self._gc_at: dict[str, float] = {}
+        self._pruned_at: dict[str, float] = {}
+        """Table -> when its metadata was last pruned (see PRUNE_GC_PERIODS)."""
         self._gc_pool = ThreadPoolExecutor(1, thread_name_prefix="sediment-gc")
         self._collecting: dict[str, Future[None]] = {}
         """Table -> its GC pass under way (one at a time, off the tick's thread)."""
@@ -238,6 +249,24 @@ class Maintainer:
             act.files_deleted += g.deleted + g.orphans_deleted
             act.errors.extend(f"gc kept every unreferenced file: {m}"
                               for m in g.unreadable_tags)
+        now = time.monotonic()
+        if now - self._pruned_at.get(t.name, float("-inf")) >= self.gc_every * PRUNE_GC_PERIODS:
+            self._pruned_at[t.name] = now
+            self._tidy(t)
+
+    def _tidy(self, t: TableHandle) -> None:
+        """Bound ``t``'s metadata (on the GC thread, after a GC pass)."""
+        try:
+            r = tidy_metadata(t)
+        except Exception as e:  # noqa: BLE001 - reported; the next prune period tries again
+            with self._lock:
+                self._note(t.name, f"prune: {type(e).__name__}: {e}")
+            return
+        with self._lock:
+            act = self._activity.setdefault(t.name, TableActivity())
+            act.metadata_deleted += r.deleted
+            if r.pruned.note:
+                act.errors.append(f"prune: {r.pruned.note}")
 
     def _store_steps(self, store: StoreMaintenance) -> None:
         """The store steps, on the GC thread; what they could not do is reported."""

@@ -166,13 +166,16 @@ def _plan(table: TableHandle, listed: list[ObjectInfo], leases: Mapping[str, flo
 
 
 def survey(table: TableHandle, *, now: float | None = None,
-           orphan_timeout: float | None = None) -> GcPlan:
+           orphan_timeout: float | None = None,
+           listed: list[ObjectInfo] | None = None) -> GcPlan:
     """What a GC pass would delete and keep now, writing nothing (dead leases protect
     nothing, as in a pass): ``Table.describe`` and the dashboard report it. Reads never
     write, so no probe asks the store for its time: ``now`` (default: this machine's clock)
     judges the ages of orphans, pins and leases too, which may put a file within the
-    clock-skew margin of its due time in the neighbouring class; bytes do not depend on it."""
-    listed = list(table.objects.list("data/"))
+    clock-skew margin of its due time in the neighbouring class; bytes do not depend on it.
+    ``listed``: the caller's listing of the table's ``data/`` (``sediment.maintenance.usage``
+    lists the whole folder once)."""
+    listed = list(table.objects.list("data/")) if listed is None else listed
     now = time.time() if now is None else now
     leases = pending.scan_leases(table.objects, now, table.name).lapses
     return _plan(table, listed, leases, now, now, orphan_timeout)[0]

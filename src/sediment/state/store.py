@@ -75,9 +75,22 @@ class StateStore:
         first_log = next(iter(self.log.versions_after(0)), None)
         return 1 if first_log is None or first_log <= 1 else first_log - 1
 
-    def history(self) -> list[HistoryEntry]:
-        """Every logged transaction still kept (pruning removes the oldest)."""
-        versions = self.log.versions_after(0)
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        """Every logged transaction still kept (pruning removes the oldest), in commit order;
+        ``limit``: only the ``limit`` newest. With a limit the log is listed from the head's
+        version less ``limit`` on (the head found by probing the slots after the cached
+        one), so the cost is that of the rows asked for, not of the whole log."""
+        if limit is not None:
+            if limit < 0:
+                raise QueryError(f"history of table {self.name}: limit {limit} is negative")
+            head = self.head().version
+            after = max(0, head - limit)
+            versions = [v for v in self.log.versions_after(after) if v <= head]
+            if not versions or versions[0] == after + 1:
+                return self.log.history_after(after, listed=versions) if versions else []
+            # the oldest of them were pruned: the kept ones, checked as below
+        else:
+            versions = self.log.versions_after(0)
         start = versions[0] - 1 if versions else 0
         if start and start not in snapshot_versions(self.objects):
             raise CorruptMetadataError(f"log of table {self.name} has a gap: version "

@@ -3,6 +3,14 @@
 Events are written with plain puts under unique names (no coordination needed) and read back
 for reports. A job's life is its events: created, started, finished, committed or failed (with
 the reason), each carrying what is known then (rows and bytes in/out, seconds, rate).
+
+Events are kept one by one for ``status.retention.seconds``; :meth:`StatusStore.expire` (run by
+the maintainer) rolls older ones up into one totals object per kind of job and deletes them, so
+a report reads a bounded number of objects however long the table runs. A rollup is written
+under a fresh name (``status/rollup/<kind>/<until>.json``) holding the previous rollup's
+totals plus the events after its ``until`` and up to its own, so two maintainers rolling up
+at once never count an event twice: the newest rollup is the one read, the older ones are
+deleted after it.
 """
 
 from __future__ import annotations
@@ -22,7 +30,51 @@ from sediment.storage.checksums import ChecksumMismatch
 log = logging.getLogger(__name__)
 
 STATUS_PREFIX = "status/"
+ROLLUP_PREFIX = f"{STATUS_PREFIX}rollup/"
 KINDS = ("compaction", "split", "gc", "ingest", "bulk_import", "dump")
+
+
+def _event_key(kind: str, at: float) -> str:
+    """The key prefix of events of ``kind`` at time ``at`` (names sort by time)."""
+    return f"{STATUS_PREFIX}{kind}/{at:017.6f}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rollup:
+    """The totals of the events of one ``kind`` up to ``until`` (seconds since the epoch) that
+    expiry deleted: per status, how many (``counts``) and the sums of their numeric details
+    (``sums``: rows, bytes, seconds)."""
+
+    kind: str
+    until: float
+    counts: dict[str, int] = field(default_factory=dict)
+    sums: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def plus(self, events: list[Event], until: float) -> Rollup:
+        """These totals with ``events`` (those after ``self.until``) added, up to ``until``."""
+        counts = dict(self.counts)
+        sums = {k: dict(v) for k, v in self.sums.items()}
+        for ev in events:
+            if ev.time <= self.until:
+                continue  # counted by the rollup this one follows
+            counts[ev.status] = counts.get(ev.status, 0) + 1
+            into = sums.setdefault(ev.status, {})
+            for k, v in ev.details.items():
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    into[k] = into.get(k, 0) + v
+        return Rollup(self.kind, max(until, self.until), counts, sums)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryResult:
+    """What one :meth:`StatusStore.expire` did: events rolled up and deleted, and older
+    rollups deleted."""
+
+    events: int = 0
+    rollups: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,18 +109,22 @@ class StatusStore:
             pass
         return ev
 
-    def events(self, kind: str | None = None, *, since: float | None = None) -> Iterator[Event]:
-        """Events in time order (of one kind, or all). An event that cannot be read is left
-        out (a report is never refused for one); one that fails its checksum even when read
-        again is left out with a warning naming it."""
+    def events(self, kind: str | None = None, *, since: float | None = None,
+               keys: list[str] | None = None) -> Iterator[Event]:
+        """Events in time order (of one kind, or all; ``keys``: those objects of ``kind``
+        only, as listed by the caller). An event
+        that cannot be read is left out (a report is never refused for one); one that fails
+        its checksum even when read again is left out with a warning naming it."""
         kinds = [kind] if kind else list(KINDS)
         out: list[Event] = []
         for k in kinds:
-            start = None if since is None else f"{STATUS_PREFIX}{k}/{since:017.6f}"
-            for o in self.objects.list(f"{STATUS_PREFIX}{k}/", start_after=start):
+            start = None if since is None else _event_key(k, since)
+            listed = keys if keys is not None else \
+                [o.key for o in self.objects.list(f"{STATUS_PREFIX}{k}/", start_after=start)]
+            for key in listed:
                 try:
-                    doc = read_sealed(self.objects, o.key,
-                                      f"status event {o.key} in {self.objects.uri}")
+                    doc = read_sealed(self.objects, key,
+                                      f"status event {key} in {self.objects.uri}")
                     out.append(Event(doc["kind"], doc["job_id"], doc["status"],
                                      float(doc["time"]), doc.get("partition_id"),
                                      doc.get("details") or {}))
@@ -80,6 +136,53 @@ class StatusStore:
                     continue
         out.sort(key=lambda e: e.time)
         return iter(out)
+
+    # ---- expiry ------------------------------------------------------------------------------
+    def rollup(self, kind: str) -> Rollup:
+        """The newest totals of ``kind``'s expired events (empty when none expired)."""
+        return self._newest_rollup(kind)[0]
+
+    def _newest_rollup(self, kind: str) -> tuple[Rollup, list[str]]:
+        """The newest readable rollup of ``kind`` and the keys of every rollup listed."""
+        keys = sorted(o.key for o in self.objects.list(f"{ROLLUP_PREFIX}{kind}/"))
+        for key in reversed(keys):
+            try:
+                doc = read_sealed(self.objects, key, f"status rollup {key} in "
+                                                     f"{self.objects.uri}")
+                return Rollup(kind, float(doc["until"]), dict(doc["counts"]),
+                              {k: dict(v) for k, v in doc["sums"].items()}), keys
+            except (SedimentError, ValueError, KeyError, TypeError, AttributeError) as e:
+                log.warning("status rollup %s cannot be read (%s): an older one is used",
+                            key, e)
+        return Rollup(kind, 0.0), keys
+
+    def expire(self, retention_seconds: float, *, now: float | None = None) -> ExpiryResult:
+        """Roll the events older than ``retention_seconds`` up into each kind's totals and
+        delete them (see the module docstring). Listing stops at the first event inside the
+        window (names sort by time), so the cost is the expired events plus one page."""
+        now = time.time() if now is None else now
+        until = now - retention_seconds
+        events = rollups = 0
+        for kind in KINDS:
+            old = []
+            end = _event_key(kind, until)
+            for o in self.objects.list(f"{STATUS_PREFIX}{kind}/"):
+                if o.key >= end:
+                    break
+                old.append(o.key)
+            if not old:
+                continue
+            previous, keys = self._newest_rollup(kind)
+            expired = list(self.events(kind, keys=old))
+            rolled = previous.plus(expired, until)
+            key = f"{ROLLUP_PREFIX}{kind}/{rolled.until:017.6f}-{uuid.uuid4().hex[:8]}.json"
+            self.objects.put(key, sealed(rolled.to_json()))
+            # the new rollup is down: the events and the rollups it replaces may go
+            self.objects.delete_many(old)
+            self.objects.delete_many(keys)
+            events += len(old)
+            rollups += len(keys)
+        return ExpiryResult(events, rollups)
 
     def jobs(self, kind: str | None = None) -> list[dict[str, Any]]:
         """One row per job: its latest status and the details gathered from all its events."""

@@ -316,6 +316,10 @@ def test_table_page_says_what_gc_keeps(server: Server, store: sd.Store) -> None:
     # the tag taken before maintenance holds the files maintenance replaced
     assert ("unreferenced", "tag") in rows and ("unreferenced", "retention") in rows
     assert sum(b for _, b in rows.values()) == plan.unreferenced_bytes
+    # and where all of the table's bytes go, as ``sediment du`` and Table.usage() say
+    assert b'id="usage"' in body
+    assert view["usage"] == store.table("events").usage().to_json()
+    assert sum(view["usage"]["unreferenced"].values()) == plan.unreferenced_bytes
 
 
 def test_store_api_shows_batcher_queues_and_maintainers(server: Server, store: sd.Store,

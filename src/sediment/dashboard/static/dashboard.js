@@ -350,6 +350,12 @@
     fillTable("gc-kept", view.gc.kept, k => [
       k.class, k.reason, num(k.files), bytes(k.bytes),
       k.due === null ? "not by time" : el("span", k.due, "time")]);
+    const u = view.gc.usage;
+    fillTable("usage", [["live data", u.live], ["sidecars (samples, filters)", u.sidecars],
+      ...Object.entries(u.unreferenced).map(([r, b]) => ["unreferenced: " + r, b]),
+      ...Object.entries(u.orphaned).map(([r, b]) => ["orphaned: " + r, b]),
+      ["metadata", u.metadata], ["job events", u.status], ["total", u.total]],
+      r => [r[0], bytes(r[1])]);
     fillTable("history", view.history, h => [h.version, el("span", h.time, "time"), h.kind,
                                              h.detail ? h.summary + ": " + h.detail : h.summary]);
     fillTable("deletes", view.deletes, d => [d.version, d.deletes, num(d.leaves)]);
