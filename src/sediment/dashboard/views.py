@@ -22,7 +22,6 @@ from sediment.dashboard.leaves import FileSizes, leaf_list
 from sediment.errors import TableNotFoundError
 from sediment.handle import handle_of
 from sediment.ingest.batcher import pending
-from sediment.maintenance.gc import survey
 from sediment.maintenance.lease_store import maintainers_report
 from sediment.maintenance.usage import usage_and_plan
 from sediment.properties import defaults, describe_properties
