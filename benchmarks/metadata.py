@@ -53,7 +53,8 @@ from _common import goal_line, parse_args, print_table, save_results, temp_dir
 import sediment as sd
 import sediment.state.versions as versions
 from sediment.dashboard.views import Views
-from sediment.maintenance.continuous import PRUNE_GC_PERIODS, Maintainer
+from sediment.maintenance.collecting import PRUNE_GC_PERIODS
+from sediment.maintenance.continuous import Maintainer
 from sediment.state.versions import OBJECT_GRACE_SECONDS
 from sediment.workload import benchmark_schema, generate
 

@@ -7,10 +7,9 @@ continuous ingest the files that arrive meanwhile pile up (measured: passes that
 batch size). Here every ``tick`` the maintainer looks at each table's head state and starts
 what is due at once: splits for leaves over the threshold, references pushed down, and new
 compaction jobs for the files no job holds, each job committing on its own as it ends while
-the others run. GC, which only acts on files older than its delay, runs every ``gc_every``;
-every ``PRUNE_GC_PERIODS`` GC periods (and at the first) the same thread bounds the table's
-metadata (``sediment.maintenance.retention``: log entries and snapshots past
-``retention.seconds`` pruned, job events past ``status.retention.seconds`` rolled up).
+the others run. GC, which only acts on files older than its delay, runs every ``gc_every``
+on a thread of its own, followed now and then by the bounding of the table's metadata
+(``sediment.maintenance.collecting``).
 
 Jobs are assigned only as threads free to run them: a tick plans (and claims the files of)
 as many jobs as threads are idle, in the plan's order (the leaves with the most files first),
@@ -35,7 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any, Literal
 
 from sediment.compaction.runner import JobResult, JobRunner, due_jobs, run_job
@@ -50,10 +49,9 @@ from sediment.handle import handle_of
 from sediment.ingest.batcher_store import REQUESTS
 from sediment.maintenance.activity import TableActivity, report_rows
 from sediment.maintenance.batching import BatcherLane
-from sediment.maintenance.gc import gc
+from sediment.maintenance.collecting import CollectorLane
 from sediment.maintenance.orchestrator import StoreMaintenance
 from sediment.maintenance.pool import SmallestFirstPool
-from sediment.maintenance.retention import tidy_metadata
 from sediment.maintenance.schemes import split_table
 from sediment.maintenance.split_pacing import SplitPacing
 from sediment.maintenance.splitting import leaf_records
@@ -65,11 +63,6 @@ if TYPE_CHECKING:
     from sediment.core.state import TableState
     from sediment.handle import TableHandle
     from sediment.maintenance.lease_store import LeaseHolder
-
-PRUNE_GC_PERIODS = 6
-"""Metadata is pruned every this many GC periods (a minute with ``maintain --loop``'s default
-10 s interval): a prune lists the log and the snapshot objects, and what it frees grows by the
-commits of one period only, so once a minute bounds the metadata as well as every tick would."""
 
 LONG_JOB_FRACTION = 0.05
 """A job with an input of at least this fraction of the split threshold's records is long: it
@@ -113,7 +106,6 @@ class Maintainer:
                  batch_runner: JobRunner | None = None, spark: Any = None) -> None:
         self._tables_fn = tables
         self._store = store
-        self._store_at = float("-inf")
         self.orphan_timeout = orphan_timeout
         """Overrides each table's ``gc.orphan_timeout_seconds`` (see
         ``sediment.maintenance.gc.gc``)."""
@@ -132,12 +124,8 @@ class Maintainer:
         """Set when a job ends: the loop plans again at once."""
         self._tables: list[TableHandle] = []
         self._tables_at = float("-inf")
-        self._gc_at: dict[str, float] = {}
-        self._pruned_at: dict[str, float] = {}
-        """Table -> when its metadata was last pruned (see PRUNE_GC_PERIODS)."""
-        self._gc_pool = ThreadPoolExecutor(1, thread_name_prefix="sediment-gc")
-        self._collecting: dict[str, Future[None]] = {}
-        """Table -> its GC pass under way (one at a time, off the tick's thread)."""
+        self._collector = CollectorLane(gc_every, orphan_timeout, self._lock, self._act,
+                                        self._note)
         self._ran_at: dict[str, tuple[str, float]] = {}  # job id -> table, when we last ran it
         self._failed: dict[str, tuple[float, str]] = {}  # table -> when it last failed, error
         self._batcher = BatcherLane(batcher_threads, note=self._note_locked,
@@ -164,10 +152,8 @@ class Maintainer:
             for error in self.leases.take_errors():
                 self._note("(leases)", error)
             tables = [t for t in tables if self.leases.holds(t.name)]
-        if self._store is not None and now - self._store_at >= self.gc_every and \
-                (self.leases is None or self.leases.holds_store()):
-            self._store_at = now
-            self._gc_pool.submit(self._store_steps, self._store)
+        if self._store is not None and (self.leases is None or self.leases.holds_store()):
+            self._collector.store_tick(self._store, now)
         self._reap()
         started = 0
         # each tick starts at the table after the last one that started work: the first ones
@@ -227,59 +213,8 @@ class Maintainer:
                         self._splits.stuck(t.name, leaf, leaf_records(head.state, p))
             if may_compact and self._pool.idle:
                 self._compact(t, head, act)
-        collecting = self._collecting.get(t.name)
-        if now - self._gc_at.get(t.name, float("-inf")) >= self.gc_every and \
-                (collecting is None or collecting.done()):
-            self._gc_at[t.name] = now
-            self._collecting[t.name] = self._gc_pool.submit(self._collect, t)
+        self._collector.tick(t, now)
         return act.splits + act.jobs_started - before
-
-    def _collect(self, t: TableHandle) -> None:
-        """One GC pass of ``t``, on the GC thread: it lists the table's objects (tens of
-        milliseconds per thousands of files), which on the tick's thread held back the
-        planning of jobs while new files kept arriving."""
-        try:
-            g = gc(t, orphan_timeout=self.orphan_timeout)
-        except Exception as e:  # noqa: BLE001 - reported; the next GC period tries again
-            with self._lock:
-                self._note(t.name, f"gc: {type(e).__name__}: {e}")
-            return
-        with self._lock:
-            act = self._activity.setdefault(t.name, TableActivity())
-            act.files_deleted += g.deleted + g.orphans_deleted
-            act.errors.extend(f"gc kept every unreferenced file: {m}"
-                              for m in g.unreadable_tags)
-        now = time.monotonic()
-        if now - self._pruned_at.get(t.name, float("-inf")) >= self.gc_every * PRUNE_GC_PERIODS:
-            self._pruned_at[t.name] = now
-            self._tidy(t)
-
-    def _tidy(self, t: TableHandle) -> None:
-        """Bound ``t``'s metadata (on the GC thread, after a GC pass)."""
-        try:
-            r = tidy_metadata(t)
-        except Exception as e:  # noqa: BLE001 - reported; the next prune period tries again
-            with self._lock:
-                self._note(t.name, f"prune: {type(e).__name__}: {e}")
-            return
-        with self._lock:
-            act = self._activity.setdefault(t.name, TableActivity())
-            act.metadata_deleted += r.deleted
-            if r.pruned.note:
-                act.errors.append(f"prune: {r.pruned.note}")
-
-    def _store_steps(self, store: StoreMaintenance) -> None:
-        """The store steps, on the GC thread; what they could not do is reported."""
-        try:
-            results = store.run_store_steps()
-        except Exception as e:  # noqa: BLE001 - reported; the next GC period tries again
-            with self._lock:
-                self._note("(unnamed folders)", f"{type(e).__name__}: {e}")
-            return
-        with self._lock:
-            for r in results:
-                if r.note:
-                    self._note(f"({r.what})", r.note)
 
     def _split_ready(self, t: TableHandle, state: TableState, leaf: Partition) -> bool:
         """See SplitPacing.ready."""
@@ -386,8 +321,11 @@ class Maintainer:
             else:
                 act.jobs_failed += 1
 
+    def _act(self, table: str) -> TableActivity:
+        return self._activity.setdefault(table, TableActivity())
+
     def _note(self, table: str, error: str) -> None:
-        self._activity.setdefault(table, TableActivity()).errors.append(error)
+        self._act(table).errors.append(error)
 
     def _note_locked(self, table: str, error: str) -> None:
         with self._lock:
@@ -398,7 +336,7 @@ class Maintainer:
         given up while one runs: see sediment.maintenance.leases)."""
         with self._lock:
             busy = {name for name, fut in self._running.values() if not fut.done()}
-        busy |= {n for n, f in list(self._collecting.items()) if not f.done()}
+        busy |= self._collector.running()
         if self._batcher is not None:
             busy |= set(self._batcher.running())
         return busy
@@ -469,7 +407,7 @@ class Maintainer:
             with self._lock:
                 pending: list[Future[Any]] = [fut for _, fut in self._running.values()
                                               if not fut.done()]
-            pending += [f for f in list(self._collecting.values()) if not f.done()]
+            pending += self._collector.pending()
             if self._batcher is not None:
                 pending += self._batcher.pending()
             if pending:
@@ -491,7 +429,7 @@ class Maintainer:
         self._pool.shutdown()
         if self._batcher is not None:
             self._batcher.close()
-        self._gc_pool.shutdown(wait=True)
+        self._collector.close()
         if self.leases is not None:  # after the jobs: a lease is let go once nothing runs
             self.leases.close()
         if self._processes is not None:
