@@ -57,7 +57,7 @@ EXEMPT: dict[str, str] = {
                                   "(tests/integration/spark/test_cojoin.py runs the same)",
     "docs/howto/engines.md:9": "needs the store above, from the shell",
     "docs/howto/maintainer.md:4": "installs a systemd service (needs root and systemd)",
-    "docs/howto/operating.md:3": "needs a Spark session "
+    "docs/howto/operating.md:4": "needs a Spark session "
                                  "(tests/integration/spark/test_spark_iterators.py runs the same)",
     "docs/howto/spark.md:1": "installs packages on cluster machines",
     "docs/howto/streams.md:4": "reads a Spark stream of an S3 store "
