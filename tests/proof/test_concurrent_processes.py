@@ -24,6 +24,7 @@ import pytest
 import workers as w
 
 import sediment as sd
+from sediment.maintenance.lease_store import list_maintainers
 
 PROPERTIES = {
     "partition.split.threshold": 600,
@@ -81,15 +82,20 @@ class Run:
                                           "--store", self.uri, "--table", w.TABLE, "--loop",
                                           "--interval", str(self.maintain_interval), "--json"])
         try:
-            # the writers start once every maintainer reports (ticks): on a loaded machine
-            # the maintainers can take longer to start than the writers take to finish, and
-            # the run then proves nothing about maintenance concurrent with ingest
-            for i in range(self.maintainers):
-                while '"table"' not in self.log(f"maintain-{i}") and \
-                        time.monotonic() < started + timeout / 2:
+            # the writers start once every maintainer has joined the store's leases and one
+            # reports ticks of the table (the one holding its lease; the others stand by): on
+            # a loaded machine the maintainers can take longer to start than the writers take
+            # to finish, and the run then proves nothing about maintenance concurrent with
+            # ingest
+            objects = sd.Store.open(self.uri, **self.options).objects
+            while (len(list_maintainers(objects).members) < self.maintainers or
+                   not any('"table"' in self.log(f"maintain-{i}")
+                           for i in range(self.maintainers))) and \
+                    time.monotonic() < started + timeout / 2:
+                for i in range(self.maintainers):
                     assert self.procs[f"maintain-{i}"].poll() is None, \
                         self.log(f"maintain-{i}")
-                    time.sleep(0.05)
+                time.sleep(0.05)
             for i in range(self.writers):
                 self._start(f"writer-{i}", w.command("ingest", {
                     **base, "writer": f"w{i}", "batches": self.batches, "rows": self.rows,
@@ -190,8 +196,9 @@ class Run:
 
 
 def test_writers_maintainer_and_readers_on_local_disk(tmp_path: Path) -> None:
-    # two maintainers, and jobs count as stale after 0.5 s: both run the same jobs, the
-    # first commit wins and the other must fail cleanly (its output an orphan for GC)
+    # two maintainers (one holds the table's lease, the other stands by), and jobs count as
+    # stale after 0.5 s: a job run again while its first run goes on commits once, the
+    # other run fails cleanly (its output an orphan for GC)
     run = Run(str(tmp_path / "store"), {}, tmp_path, writers=3, batches=12, rows=150,
               readers=2, maintainers=2,
               properties={"compaction.job_timeout_seconds": 0.5},
