@@ -194,7 +194,7 @@ TABLE_PUBLIC = {
     "reinitialise",
     "resolve_version", "restore", "scan", "schema", "set_online", "set_properties", "split",
     "state", "store", "table_id", "tag", "tag_version", "tags", "unpin", "upsert",
-    "upsert_files", "verify", "version", "writer", "delete", "purge",
+    "upsert_files", "verify", "version", "writer", "delete", "purge", "usage",
     "add_columns", "drop_columns", "rename_column", "widen_column", "schema_at",
     "changes", "changes_of", "follow",
     # conversions and engines
