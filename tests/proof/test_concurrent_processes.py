@@ -219,7 +219,8 @@ def test_writers_maintainer_and_readers_on_s3(s3_server: str,
     env = {"AWS_ENDPOINT_URL": s3_server, "AWS_ACCESS_KEY_ID": options["access_key_id"],
            "AWS_SECRET_ACCESS_KEY": options["secret_access_key"],
            "AWS_REGION": options["region"]}
-    run = Run(uri, options, tmp_path, writers=2, batches=8, rows=120, readers=1, env=env,
+    # fewer batches than on local disk: each ingest and query is a few dozen requests to moto
+    run = Run(uri, options, tmp_path, writers=2, batches=5, rows=120, readers=1, env=env,
               maintain_interval=0.2, split_points=["m"], awaits=("replace_file_references",))
     run.execute(timeout=150)
     summary = run.check()

@@ -297,7 +297,7 @@ def test_kill_during_ingest_and_compaction_on_s3(
     h = Harness(uri, options, tmp_path, "compact", seed=7)
     run_kill_points(h, [{"kind": "add_files", "when": "before", "nth": 2},
                         {"kind": "replace_file_references", "when": "before", "nth": 1}])
-    run_random_kills(h, 2, 3.0)
+    run_random_kills(h, 1, 3.0)  # the local tests take the many random kills
     h.clean_up_and_check()
 
 

@@ -28,6 +28,9 @@ from support.internals import leaf_for_key
 KEYS = [f"k{i:03d}" for i in range(120)]
 
 
+# one worker runs the module, so each table below is built once (see ``built``)
+pytestmark = pytest.mark.xdist_group("engines")
+
 def canon(t: pa.Table) -> list[dict[str, Any]]:
     """Rows in a canonical order (engines need not keep query()'s order)."""
     return t.sort_by([(n, "ascending") for n in t.column_names]).to_pylist()

@@ -172,7 +172,7 @@ def test_sub_ranges_keep_multi_field_row_keys_whole(tmp_path: Path) -> None:
 
 # ---- reads on Spark ----------------------------------------------------------------------
 @pytest.mark.spark
-@spark_and_store(("local", "local"), ("local", "s3"), ("cluster", "s3"))
+@spark_and_store(("local", "local"), ("cluster", "s3"))
 def test_exact_key_filter_reads_one_partition(spark: Any, store_uri: Any) -> None:
     store = open_store(store_uri)
     _, first, second, _ = _table(store)
@@ -342,7 +342,7 @@ def test_pushdown_scans_that_spark_plans_afresh(spark_local: Any, tmp_path: Path
 
 # ---- writes --------------------------------------------------------------------------------
 @pytest.mark.spark
-@spark_and_store(("local", "local"), ("local", "s3"), ("cluster", "s3"))
+@spark_and_store(("local", "local"), ("cluster", "s3"))
 def test_write_append_commits_once(spark: Any, store_uri: Any) -> None:
     store = open_store(store_uri)
     table, first, second, _ = _table(store)
