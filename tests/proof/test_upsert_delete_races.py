@@ -240,7 +240,7 @@ def test_deletes_race_compaction_and_splits_through_faults(proxied_s3: ProxiedS3
     s3.proxy._rng.seed(29 * w.SCALE)
     # fewer operations than on local disk: each is a dozen requests through the proxy, and
     # the check reads every version back over S3 (the suite's time budget)
-    run = KeyedRun(s3.uri, s3.options, tmp_path, plans=[WRITER, DELETER], ops=6 * w.SCALE,
+    run = KeyedRun(s3.uri, s3.options, tmp_path, plans=[WRITER, DELETER], ops=4 * w.SCALE,
                    env=s3.env(), maintain_interval=0.2, split_points=["m"],
                    properties={"partition.split.threshold": 120},
                    awaits=("replace_file_references", "split_partition"))
