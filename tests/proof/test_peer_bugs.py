@@ -35,10 +35,9 @@ import sediment as sd
 from helpers import make_table, rows
 from reference import Reference, assert_matches
 from sediment.errors import VersionExpiredError
+from support.races import WAIT, Gate, InThread
 
 HERE = Path(__file__).resolve()
-WAIT = 60.0
-"""Seconds any side waits for the other before the test fails (never reached when it works)."""
 
 
 def _wait(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
@@ -46,46 +45,6 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> No
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.01)
-
-
-class Gate:
-    """Hold one thread at a point (``arrive``) until the test lets it go (``release``)."""
-
-    def __init__(self) -> None:
-        self.arrived = threading.Event()
-        self.released = threading.Event()
-
-    def arrive(self) -> None:
-        self.arrived.set()
-        assert self.released.wait(WAIT), "the test never let the held thread go"
-
-    def wait_arrived(self, what: str) -> None:
-        assert self.arrived.wait(WAIT), f"timed out waiting for {what}"
-
-    def release(self) -> None:
-        self.released.set()
-
-
-def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["result"] = work()
-        except BaseException as e:  # noqa: BLE001 - re-raised by the test
-            out["error"] = e
-
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    return th, out
-
-
-def _joined(th: threading.Thread, out: dict[str, Any]) -> Any:
-    th.join(WAIT)
-    assert not th.is_alive(), "the held thread never finished"
-    if "error" in out:
-        raise out["error"]
-    return out["result"]
 
 
 def _files_missing(table: sd.Table, version: int | None = None) -> list[str]:
@@ -126,13 +85,13 @@ def test_compaction_racing_an_insert_into_its_leaf_keeps_the_insert(
         return real_commit_job(*args, **kwargs)
 
     monkeypatch.setattr(runner, "commit_job", held)
-    th, out = _in_thread(lambda: table.compact(full=True))
+    job = InThread(lambda: table.compact(full=True))
     gate.wait_arrived("the compaction to reach its commit")
     concurrent = rows(250, seed=4)
     inserted = table.ingest(concurrent)  # acknowledged while the compaction is in flight
     reference.add(concurrent)
     gate.release()
-    result = _joined(th, out)
+    result = job.result()
 
     assert result.jobs_committed == 1 and not result.errors, result
     history = table.history()
@@ -187,10 +146,10 @@ def test_two_writers_racing_one_log_version_under_lost_answers_lose_nothing(
     lost = s3.proxy.add_rule("drop_response", method="PUT", path=r"/log/\d{20}\.json$",
                              count=2, name="lost log-entry answer")
     batches = [rows(200, seed=11), rows(200, seed=12)]
-    threads = [_in_thread(lambda t=t, b=b: t.ingest(b))
-               for t, b in zip((first, second), batches, strict=True)]
+    jobs = [InThread(lambda t=t, b=b: t.ingest(b))
+            for t, b in zip((first, second), batches, strict=True)]
     try:
-        results = [_joined(th, out) for th, out in threads]
+        results = [j.result() for j in jobs]
     finally:
         s3.proxy.clear()
 
@@ -357,7 +316,7 @@ def test_short_retention_keeps_what_readers_pinned(
         return holds
 
     monkeypatch.setattr(gc_module, "tag_holds", held)
-    th, out = _in_thread(lambda: table.gc())
+    job = InThread(lambda: table.gc())
     first.wait_arrived("GC to read the pins")
     table.pin("reader-during", pinned_during, 600)  # GC planned without it
     first.release()
@@ -366,7 +325,7 @@ def test_short_retention_keeps_what_readers_pinned(
         table.pin("reader-late", pinned_late, 600)  # its files are recorded deleted
     assert "reader-late" not in {t.name for t in table.tags()}, "a refused pin is let go"
     second.release()
-    result = _joined(th, out)
+    result = job.result()
     assert result.deleted == 2, "GC deleted E and F, recorded C and D but spared them"
 
     def final_adds(v: int) -> int:
