@@ -23,12 +23,13 @@ not load) might protect any file: GC then deletes no unreferenced file at all in
 reports the tag (``GcResult.unreadable_tags``, a warning in the log) and goes on with orphans,
 which no version ever referenced and so no tag can protect.
 
-A reader may pin (or tag) an old version while a pass runs, after the pass read the pins: the
-pass then reads them again after recording its deletions and spares what a pin now holds (the
-spared files are orphans, kept while the pin lives), and the pin, once written, reads the log
+A reader may pin an old version while a pass runs, after the pass read the pins: the pass
+then reads the tags and pins again after recording its deletions and spares what one now holds
+(the spared files are orphans, kept while it lives), and the pin, once written, reads the log
 and is refused when its version's files are recorded deleted (``Table.pin``). Each side writes,
 then reads the other's write, so no pin succeeds whose files go (the race of PostHog PR #78455,
-a short-retention vacuum deleting the files a concurrent reader's version still needed).
+a short-retention vacuum deleting the files a concurrent reader's version still needed). Tags
+are not refused so (a tag may name a version GC already collected: ``diff`` reads its log).
 
 Live pins (``state.tags``) count as tags (an onward pin, a change-feed follower's, keeps also
 every file of the versions after its own: those unreferenced after it was committed), and keep

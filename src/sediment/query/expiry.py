@@ -94,7 +94,7 @@ def check_files(states: StateStore, name: str, state: TableState,
 
 def check_pinnable(states: StateStore, name: str, state: TableState) -> None:
     """Raise VersionExpiredError when GC recorded any file of ``state`` deleted, present or
-    not: for a pin or tag of ``state`` just written, whose GC may have decided without it.
+    not: for a pin of ``state`` just written, which a running GC pass may have decided without.
     The handshake with GC (``sediment.maintenance.gc``): the pin is written, then the log
     read (here); GC records its deletions, then reads the pins. Either GC sees the pin and
     spares its files, or the read here sees the record and the pin is refused."""
