@@ -23,7 +23,13 @@ from sediment.core.transactions import (
     SetProperties,
 )
 from sediment.core.transactions.schema import filtered_fields
-from sediment.errors import PropertyError, QueryError, SchemaError, did_you_mean
+from sediment.errors import (
+    PropertyError,
+    QueryError,
+    SchemaError,
+    VersionExpiredError,
+    did_you_mean,
+)
 from sediment.handle import TableHandle
 from sediment.properties import PROPERTIES, check_combined, defaults, validate_properties
 from sediment.runners import load_runner
@@ -125,13 +131,23 @@ class Table:
 
         Raises InvalidTagNameError: a malformed name; TagExistsError: ``name`` is a tag;
         TagError: a time to live that is not positive (or above a century);
-        WriteOutcomeUnknownError: the store never answered whether the pin was written.
+        WriteOutcomeUnknownError: the store never answered whether the pin was written;
+        VersionExpiredError: ``version``'s log was pruned, or GC recorded any of its files
+        deleted (then the pin is let go: see ``sediment.maintenance.gc``).
         """
-        from sediment.state.tags import create_pin
+        from sediment.query.expiry import check_pinnable
+        from sediment.state.tags import create_pin, delete_pin
 
         v = self.version if version is None else int(version)
-        self.state(v)  # QueryError for an unknown version, VersionExpiredError for a pruned one
-        return create_pin(self._handle.states, name, v, ttl_seconds, files, onward=onward)
+        state = self.state(v)  # QueryError: an unknown version; VersionExpiredError: pruned
+        states = self._handle.states
+        pin = create_pin(states, name, v, ttl_seconds, files, onward=onward)
+        try:  # a GC pass that read the pins before this one may have recorded its files
+            check_pinnable(states, self.name, state)
+        except VersionExpiredError:
+            delete_pin(states, name)
+            raise
+        return pin
 
     def unpin(self, name: str) -> bool:
         """Let the pin ``name`` go (False when there was none, or it expired and was

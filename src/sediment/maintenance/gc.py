@@ -23,6 +23,14 @@ not load) might protect any file: GC then deletes no unreferenced file at all in
 reports the tag (``GcResult.unreadable_tags``, a warning in the log) and goes on with orphans,
 which no version ever referenced and so no tag can protect.
 
+A reader may pin an old version while a pass runs, after the pass read the pins: the pass
+then reads the tags and pins again after recording its deletions and spares what one now holds
+(the spared files are orphans, kept while it lives), and the pin, once written, reads the log
+and is refused when its version's files are recorded deleted (``Table.pin``). Each side writes,
+then reads the other's write, so no pin succeeds whose files go (the race of PostHog PR #78455,
+a short-retention vacuum deleting the files a concurrent reader's version still needed). Tags
+are not refused so (a tag may name a version GC already collected: ``diff`` reads its log).
+
 Live pins (``state.tags``) count as tags (an onward pin, a change-feed follower's, keeps also
 every file of the versions after its own: those unreferenced after it was committed), and keep
 the files they name besides (a batcher job's staged files, neither referenced nor leased once
@@ -189,6 +197,19 @@ def stale_leases(table: TableHandle, now: float | None = None) -> tuple[str, ...
     return pending.scan_leases(table.objects, now, table.name).dead
 
 
+def _unheld(table: TableHandle, recorded: list[str], store_now: float) -> list[str]:
+    """Of ``recorded`` (just recorded deleted), those no tag or live pin holds now: a reader
+    may have pinned their version after the plan read the pins. Read after the record, so
+    that a pin written later sees the record and is refused (``Table.pin``): either way no
+    pin succeeds whose files go. The files spared are orphans, kept while the pin lives.
+    A tag unreadable now spares them all."""
+    holds, problems = tag_holds(table, store_now)
+    if problems:
+        return []
+    held = {f for h in holds for f in h.files}
+    return [f for f in recorded if f not in held]
+
+
 def gc(table: TableHandle, *, now: float | None = None,
        orphan_timeout: float | None = None) -> GcResult:
     """One garbage-collection pass over ``table``. ``now`` stands in for both this machine's
@@ -216,6 +237,7 @@ def gc(table: TableHandle, *, now: float | None = None,
             table.states.commit(DeleteFiles(batch))
         except TransactionInvalidError:
             break  # another collector recorded them first, or a restore referenced them again
+        batch = _unheld(table, batch, store_now)
         # one request per batch; sidecars under current and legacy names (files.sidecars)
         table.objects.delete_many(with_sidecars(batch, legacy=True))
         deleted += len(batch)

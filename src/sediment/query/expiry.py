@@ -11,7 +11,8 @@ retention (``retention.seconds``):
 - its log entries and snapshots were pruned (the version is below the oldest loadable one).
 
 The check costs set lookups over the files a read would open, against the head (refreshed, so a
-collection another process just recorded is seen); no storage request but the head's refresh.
+collection another process just recorded is seen); no storage request but the head's refresh,
+except one per file recorded deleted (a file a pin kept is recorded but still there).
 """
 
 from __future__ import annotations
@@ -77,10 +78,29 @@ def load_version(states: StateStore, name: str, version: int) -> TableState:
 def check_files(states: StateStore, name: str, state: TableState,
                 files: Iterable[str] | None = None) -> None:
     """Raise VersionExpiredError when GC deleted any of ``files`` (default: every file of
-    ``state``) that ``state``, an old version, reads. Nothing for the head itself."""
+    ``state``) that ``state``, an old version, reads. Nothing for the head itself.
+
+    A file recorded deleted that is still there counts only once it is gone: GC spares the
+    recorded files that a pin written while it ran holds (``sediment.maintenance.gc``), and
+    that pin's reader reads them. One existence check per recorded file, stopping at the
+    first missing one (a version past retention: usually the first)."""
     head = states.head()
     if state.version >= head.version:
         return
-    gone = collected(state.refcount if files is None else files, head)
+    gone = sorted(collected(state.refcount if files is None else files, head))
+    if any(not states.objects.exists(f) for f in gone):
+        raise expired_by_gc(name, state, head, gone)
+
+
+def check_pinnable(states: StateStore, name: str, state: TableState) -> None:
+    """Raise VersionExpiredError when GC recorded any file of ``state`` deleted, present or
+    not: for a pin of ``state`` just written, which a running GC pass may have decided without.
+    The handshake with GC (``sediment.maintenance.gc``): the pin is written, then the log
+    read (here); GC records its deletions, then reads the pins. Either GC sees the pin and
+    spares its files, or the read here sees the record and the pin is refused."""
+    head = states.head()
+    if state.version >= head.version:
+        return
+    gone = collected(state.refcount, head)
     if gone:
         raise expired_by_gc(name, state, head, sorted(gone))
