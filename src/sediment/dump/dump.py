@@ -41,6 +41,7 @@ from sediment.dump.manifest import (
     FORMAT,
     JOB_MANIFEST,
     dumps,
+    file_entry,
     range_to_json,
     read_manifest,
     sha256,
@@ -54,6 +55,7 @@ from sediment.query.planner import QueryPlan, SubQuery, check_range, sums_of
 from sediment.runners import load_runner
 from sediment.state.versions import create_tag, delete_tag, list_tags
 from sediment.storage.base import ObjectStore
+from sediment.storage.transfer import DigestingWriter
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -65,6 +67,10 @@ LOCK_TIMEOUT_SECONDS = 120.0
 """How long the dump lock may go without a heartbeat (by the store's clock) before another dump
 to the same root resumes the job (``dump_table(lock_timeout=...)`` overrides it)."""
 BATCH_ROWS = 1_000_000
+BATCH_BYTES = 32 * 1024 * 1024
+"""A batch file is written once this many bytes of rows (Arrow's in-memory size) are held,
+whatever their count: what a dump task holds at once (a few tasks run at a time) stays far
+below the 256 MiB a process may use, however wide the rows."""
 RETRIES = 3
 @dataclass(frozen=True, slots=True)
 class DumpTask:
@@ -107,15 +113,16 @@ def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
                  row_group_rows: int) -> dict[str, Any]:
     files: list[dict[str, Any]] = []
     if data.num_rows:
-        buf = io.BytesIO()
-        pq.write_table(data, buf, compression="zstd", row_group_size=row_group_rows,
-                       write_page_checksum=True,
-                       sorting_columns=[pq.SortingColumn(i) for i in range(len(names))])
-        raw = buf.getvalue()
         path = f"{prefix}/{version}-data.parquet"
-        dest.put(path, raw)
-        files.append({"path": path, "kind": "data", "rows": data.num_rows, "bytes": len(raw),
-                      "sha256": sha256(raw)})
+        # streamed into the store as it is encoded (S3: a multipart upload past a part)
+        with dest.open_writer(path) as out:
+            sink = DigestingWriter(out)
+            pq.write_table(data, sink, compression="zstd", row_group_size=row_group_rows,
+                           write_page_checksum=True,
+                           sorting_columns=[pq.SortingColumn(i) for i in range(len(names))])
+        d = sink.digest
+        files.append({"path": path, "kind": "data", "rows": data.num_rows, "bytes": d.size,
+                      "crc32": f"{d.crc:08x}", "sha256": d.sha256})
     sampler = KeySampler(names, sample_size)
     if data.num_rows:
         sampler.add(data)
@@ -125,8 +132,7 @@ def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
     raw = buf.getvalue()
     path = f"{prefix}/{version}-sample.parquet"
     dest.put(path, raw)
-    files.append({"path": path, "kind": "sample", "rows": sample.num_rows, "bytes": len(raw),
-                  "sha256": sha256(raw)})
+    files.append(file_entry(path, "sample", sample.num_rows, raw))
     manifest = {"format": FORMAT, "version": version, "range": range_to_json(rng),
                 "rows": data.num_rows, "bytes": sum(f["bytes"] for f in files), "files": files,
                 "final": final}
@@ -134,12 +140,20 @@ def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
     return manifest
 
 
+def clear_task_folder(dest: ObjectStore, folder: str) -> None:
+    """Delete what an earlier try of a task left in its folder: its objects, and the
+    multipart uploads a try killed mid-file left incomplete (a rerun writes every file
+    again, from its first part)."""
+    dest.abort_uploads(list(dest.multipart_uploads(folder + "/")))
+    dest.delete_many([o.key for o in dest.list(folder + "/")])
+
+
 def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: int,
                   task: DumpTask) -> list[str]:
     """Write one task's batches (clearing its folder first); returns its manifest paths."""
     folder = f"{job_id}/{task.task_id}"
     guard()  # a job resumed by another dump is that dump's to write
-    dest.delete_many([o.key for o in dest.list(folder + "/")])
+    clear_task_folder(dest, folder)
     head = _PINNED.get(table, version)
     state = head.state
     subs = []
@@ -160,30 +174,33 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
         executor.file_map(subs[0].references[0], subs[0]).identity
     whole = whole_file(executor, list(subs[0].references), task.range, head.iterators,
                        subs[0].sums) if runs else None
-    if whole is not None:
+    # a file written before checksums (no sums) is rewritten: nothing to check a copy by
+    sums = None if whole is None else subs[0].sums.get(whole.filename)
+    if whole is not None and sums is not None:
         return [copy_file(table, dest, f"{folder}/batch-00000", version, task.range,
-                          whole, subs[0].sums.get(whole.filename))]
+                          whole, sums)]
     # (a dump reads every byte once and vouches for it: not through the block cache)
     batches = executor.stream(QueryPlan(state.version, tuple(subs)), schema.field_names,
                               head.iterators, block_cache=False)
     paths: list[str] = []
     pending: list[pa.RecordBatch] = []
-    held = 0
+    held = size = 0
 
     def flush(final: bool) -> None:
-        nonlocal pending, held
+        nonlocal pending, held, size
         data = pa.Table.from_batches(pending, schema=schema.to_arrow())
         prefix = f"{folder}/batch-{len(paths):05d}"
         guard()
         _write_batch(dest, prefix, version, data, schema.row_key_names, task.range, final,
                      settings.sample_size, settings.parquet_row_group_rows)
         paths.append(f"{prefix}/{version}-manifest.json")
-        pending, held = [], 0
+        pending, held, size = [], 0, 0
 
     for b in batches:
         pending.append(b)
         held += b.num_rows
-        if held >= BATCH_ROWS:
+        size += b.nbytes
+        if held >= BATCH_ROWS or size >= BATCH_BYTES:
             flush(False)
     flush(True)
     return paths
