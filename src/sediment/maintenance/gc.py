@@ -248,5 +248,6 @@ def gc(table: TableHandle, *, now: float | None = None,
                       plan.kept, expired, aborted)
     if result.did_work:
         table.status.record("gc", f"gc-{int(now)}", "finished", deleted=deleted,
-                            orphans_deleted=n_orphans, seconds=result.seconds)
+                            orphans_deleted=n_orphans, uploads_aborted=aborted,
+                            seconds=result.seconds)
     return result
