@@ -2,10 +2,14 @@
 
 Tasks are the dump range cut at leaf-partition boundaries. Task ``t`` writes, per batch ``b``,
 ``<job>/<t>/<b>/<version>-data.parquet`` (omitted when empty), ``<version>-sample.parquet`` and
-``<version>-manifest.json`` (files, key range, version, rows, bytes, SHA-256 checksums); the last
-batch's manifest says ``final``. When every task is done the job writes
-``<job>/job-manifest.json`` listing every task, with the checksums of their manifests, and the
-table's schema and properties at the version (a table loaded from the dump answers alike).
+``<version>-manifest.json`` (files, key range, version, rows, bytes, and each file's CRC-32,
+with its SHA-256 too where its bytes passed through the dump); the last batch's manifest says
+``final``. Files of any size: a data file is streamed into the destination as it is encoded
+(S3: a multipart upload), and a whole file is copied inside the storage service where both
+ends are on it (``sediment.storage.transfer``), else streamed part by part. When every task is
+done the job writes ``<job>/job-manifest.json`` listing every task, with the checksums of their
+manifests, and the table's schema and properties at the version (a table loaded from the dump
+answers alike).
 
 - One job at a time: a lock object in the table (put-if-absent) with a heartbeat that a
   background thread keeps fresh while tasks run (``sediment.dump.lock``); a second dump is
@@ -13,35 +17,36 @@ table's schema and properties at the version (a table loaded from the dump answe
   same root: finished tasks (final manifest present) are kept, the others rerun. A stalled dump
   that lost its lock that way writes nothing more, and succeeds with the resumer's job manifest
   once it is written.
-- A task that fails is retried, first clearing its own folder.
+- A task that fails is retried, first clearing its own folder (and aborting the multipart
+  uploads an earlier try left there: a killed dump's files are written again from their
+  first part).
 - The pinned version is protected from GC by a tag held for the job's life.
 """
 
 from __future__ import annotations
 
-import io
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from sediment.core.deletions import applicable
 from sediment.core.head import Head
 from sediment.core.regions import Range
 from sediment.core.state import TableState
 from sediment.core.transactions.table import SCHEME_PROPERTIES
+from sediment.dump.batches import clear_task_folder
+from sediment.dump.batches import write_batch as _write_batch
 from sediment.dump.lock import GUARD, LOCK_KEY, DumpLock, DumpLockLostError, check_owner, guard
 from sediment.dump.lock import abandon as abandon_lock
 from sediment.dump.manifest import (
     FORMAT,
     JOB_MANIFEST,
     dumps,
-    file_entry,
     range_to_json,
     read_manifest,
     sha256,
@@ -49,13 +54,11 @@ from sediment.dump.manifest import (
 from sediment.dump.pinned import PINNED as _PINNED
 from sediment.dump.whole import copy_file, whole_file
 from sediment.errors import CorruptDataError, JobError, QueryError, SedimentError
-from sediment.files.sample import KeySampler
 from sediment.partitioning import partitioning_of
 from sediment.query.planner import QueryPlan, SubQuery, check_range, sums_of
 from sediment.runners import load_runner
 from sediment.state.versions import create_tag, delete_tag, list_tags
 from sediment.storage.base import ObjectStore
-from sediment.storage.transfer import DigestingWriter
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -106,46 +109,6 @@ def plan_dump_tasks(state: TableState, rng: Range) -> list[DumpTask]:
     return [DumpTask(f"task-{i:05d}", t.leaves[0] if t.leaves else "", t.range, t.query,
                      t.leaves)
             for i, t in enumerate(partitioning_of(state).tiles(state, rng))]
-
-
-def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
-                 names: Sequence[str], rng: Range, final: bool, sample_size: int,
-                 row_group_rows: int) -> dict[str, Any]:
-    files: list[dict[str, Any]] = []
-    if data.num_rows:
-        path = f"{prefix}/{version}-data.parquet"
-        # streamed into the store as it is encoded (S3: a multipart upload past a part)
-        with dest.open_writer(path) as out:
-            sink = DigestingWriter(out)
-            pq.write_table(data, sink, compression="zstd", row_group_size=row_group_rows,
-                           write_page_checksum=True,
-                           sorting_columns=[pq.SortingColumn(i) for i in range(len(names))])
-        d = sink.digest
-        files.append({"path": path, "kind": "data", "rows": data.num_rows, "bytes": d.size,
-                      "crc32": f"{d.crc:08x}", "sha256": d.sha256})
-    sampler = KeySampler(names, sample_size)
-    if data.num_rows:
-        sampler.add(data)
-    sample = sampler.sample(pa.schema([data.schema.field(n) for n in names]))
-    buf = io.BytesIO()
-    pq.write_table(sample, buf, compression="zstd", write_page_checksum=True)
-    raw = buf.getvalue()
-    path = f"{prefix}/{version}-sample.parquet"
-    dest.put(path, raw)
-    files.append(file_entry(path, "sample", sample.num_rows, raw))
-    manifest = {"format": FORMAT, "version": version, "range": range_to_json(rng),
-                "rows": data.num_rows, "bytes": sum(f["bytes"] for f in files), "files": files,
-                "final": final}
-    dest.put(f"{prefix}/{version}-manifest.json", dumps(manifest))
-    return manifest
-
-
-def clear_task_folder(dest: ObjectStore, folder: str) -> None:
-    """Delete what an earlier try of a task left in its folder: its objects, and the
-    multipart uploads a try killed mid-file left incomplete (a rerun writes every file
-    again, from its first part)."""
-    dest.abort_uploads(list(dest.multipart_uploads(folder + "/")))
-    dest.delete_many([o.key for o in dest.list(folder + "/")])
 
 
 def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: int,

@@ -147,6 +147,12 @@ class S3Writer(ObjectWriter):
         finally:
             self._release()
 
+    def __del__(self) -> None:
+        # a writer dropped without commit or abort gives its part slot back (else the
+        # process would hold one slot fewer for good); its upload is GC's to abort
+        if self._slot is not None:
+            self._slot.release()
+
     def _release(self) -> None:
         self._buf = bytearray()
         if self._slot is not None:
