@@ -190,3 +190,34 @@ def test_a_dump_killed_mid_upload_resumes_and_aborts_the_upload(
     assert uploads() == []  # aborted when the task was restarted
     assert job.rows == 400
     assert store.load(job.manifest_uri, "loaded").query().equals(expected(first, second))
+
+
+@pytest.mark.s3
+def test_abandoning_a_dump_aborts_the_uploads_its_tasks_left(
+        s3_store_uri: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dump that stopped mid-upload (here a task that starts an upload, sends a part and
+    dies with it unfinished, as a killed process does) and is then abandoned leaves no
+    incomplete upload under its job's folder: S3 would keep its parts, and bill them."""
+    import sediment.dump.dump as dump_mod
+
+    uri, options = s3_store_uri
+    store = sd.Store.open(uri, **options, create=True)
+    table = store.create_table("t", SCHEMA)
+    table.ingest(blobs(10, 100, 5))
+    bucket = uri[len("s3://"):].split("/", 1)[0]
+    root = f"s3://{bucket}/dumps-{uuid.uuid4().hex[:8]}"
+    dest: Any = open_object_store(root, **options)
+
+    def dies_mid_upload(_table: Any, _dest: Any, job_id: str, *_: Any) -> list[str]:
+        key = dest._k(f"{job_id}/task-00000/batch-00000/1-data.parquet")
+        up = dest._client.create_multipart_upload(Bucket=bucket, Key=key)
+        dest._client.upload_part(Bucket=bucket, Key=key, UploadId=up["UploadId"],
+                                 PartNumber=1, Body=b"x" * 100)
+        raise RuntimeError("killed")  # not a SedimentError: the job stops, lock held
+
+    monkeypatch.setattr(dump_mod, "run_dump_task", dies_mid_upload)
+    with pytest.raises(RuntimeError, match="killed"):
+        table.dump(root)
+    assert len(list(dest.multipart_uploads(""))) == 1
+    table.abandon_dump()
+    assert list(dest.multipart_uploads("")) == []

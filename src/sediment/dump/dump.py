@@ -25,6 +25,7 @@ answers alike).
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -62,6 +63,8 @@ from sediment.storage.base import ObjectStore
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
+
+log = logging.getLogger(__name__)
 
 __all__ = ["LOCK_KEY", "DumpJob", "DumpLockLostError", "DumpTask", "abandon_dump", "dump_table",
            "plan_dump_tasks", "run_dump_task", "run_dump_task_retried"]
@@ -207,10 +210,18 @@ def run_dump_task_retried(table: TableHandle, dest: ObjectStore, job_id: str, ve
 
 
 def abandon_dump(table: TableHandle) -> None:
-    """Remove the dump lock (and the version tag) of an interrupted job."""
+    """Remove the dump lock (and the version tag) of an interrupted job, and abort the
+    multipart uploads its killed tasks left under its folder (S3 keeps, and bills, their
+    parts; a root that cannot be reached any more is left as it is, with a warning)."""
     held = abandon_lock(table.objects)
     if held is not None and held.get("job_id"):
         _forget_tag(table, f"dump-{held['job_id']}")
+        try:
+            dest = table.object_store_at(str(held["root"]))
+            dest.abort_uploads(list(dest.multipart_uploads(f"{held['job_id']}/")))
+        except (SedimentError, KeyError) as e:
+            log.warning("table %s: the abandoned dump's uploads under %s were not aborted: %s",
+                        table.name, held.get("root"), e)
 
 
 def _forget_tag(table: TableHandle, tag: str) -> None:
