@@ -6,8 +6,8 @@ CRC-32s has only these). :func:`check_dump_file` reads the file part by part
 (``ObjectStore.read_parts``) taking both, reads it again while they differ (a byte changed on
 the way is gone on the next read), then refuses it with CorruptMetadataError naming the file
 and its manifest. The file is then opened as Parquet: held in memory when it is one part,
-else through ranged reads (``streams.RangedFile``) of its footer and of its key columns row
-group by row group: its row count, its schema, its order and its range are checked
+else through ranged reads (the store's Arrow filesystem) of its footer and of its key columns,
+a batch of rows at a time: its row count, its schema, its order and its range are checked
 (checksums only prove the files are the ones the manifests name).
 """
 
@@ -29,7 +29,6 @@ from sediment.files.sums import footer_crc
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import ChecksumMismatch
-from sediment.storage.streams import RangedFile
 from sediment.storage.transfer import Digest, Expected
 
 READS = 3
@@ -47,10 +46,13 @@ class CheckedFile:
     data: bytes | None = None
 
     def source(self, objects: ObjectStore, key: str) -> Any:
-        """The file for ``pq.ParquetFile``: its bytes, or ranged reads of ``key``."""
+        """The file for ``pq.ParquetFile``: its bytes, or ``key`` opened through the store's
+        Arrow filesystem (ranged reads by Arrow's own client, as every other reader of
+        Sediment's data files opens them)."""
         if self.data is not None:
             return pa.BufferReader(self.data)
-        return pa.PythonFile(RangedFile(objects, key, self.size), mode="r")
+        fs, _ = objects.arrow_filesystem()
+        return fs.open_input_file(objects.path(key))
 
 
 def expected(entry: dict[str, Any], where: str) -> Expected:
@@ -64,30 +66,28 @@ def expected(entry: dict[str, Any], where: str) -> Expected:
                     None if sha is None else str(sha))
 
 
-def _digest(src: ObjectStore, path: str, keep: bool) -> tuple[Digest, bytes, bytes | None]:
-    """One read of the file: its digest, its last two parts (the footer is in them), and
-    its bytes when ``keep`` (it fits one part)."""
+def _digest(src: ObjectStore, path: str, size: int) -> tuple[Digest, bytes, bytes | None]:
+    """One read of the file whose manifest says it has ``size`` bytes (one byte more is
+    asked for, so that a longer file shows: no HEAD needed): its digest, its last two parts
+    (the footer is in them), and its bytes when it fits one part."""
     digest = Digest()
     tail: list[bytes] = []
-    for part in src.read_parts(path):
+    for part in src.read_parts(path, size=size + 1):
         digest.update(part)
         tail = [*tail[-1:], part]
     joined = b"".join(tail)
-    return digest, joined, joined if keep else None
+    return digest, joined, joined if digest.size <= src.part_size else None
 
 
 def check_dump_file(src: ObjectStore, path: str, mpath: str, entry: dict[str, Any]
                     ) -> CheckedFile:
     """Read ``path`` and check it against its manifest ``entry`` (see the module)."""
     want = expected(entry, f"task manifest {mpath}")
-    info = src.head(path)
-    if info is None:
-        raise CorruptMetadataError(f"task manifest {mpath}: file {path} is missing from "
-                                   f"{src.uri}")
+    size = int(entry["bytes"])
     problem = "?"
     for _ in range(READS):
         try:
-            digest, tail, data = _digest(src, path, info.size <= src.part_size)
+            digest, tail, data = _digest(src, path, size)
         except ObjectNotFoundError:
             raise CorruptMetadataError(f"task manifest {mpath}: file {path} is missing from "
                                        f"{src.uri}") from None
@@ -136,30 +136,34 @@ def check_parquet(source: Any, path: str, mpath: str, rows: int,
     return pf
 
 
+KEY_BATCH_ROWS = 1 << 16
+"""Rows of key columns checked at once (a few MiB of keys, whatever the file's size)."""
+
+
 def check_keys(pf: pq.ParquetFile, path: str, mpath: str, schema: Schema, rng: Range) -> None:
-    """A dumped data file is sorted and inside its task's range, read one row group's keys
-    at a time (the last key of one carried into the next). Checksums cannot tell: a file
+    """A dumped data file is sorted and inside its task's range, read one batch of keys at
+    a time (the last key of one carried into the next). Checksums cannot tell: a file
     outside its range would be referenced from leaves whose regions hide its rows from
     queries (and compaction would drop them), an unsorted one breaks every merge."""
     names = schema.key_names
     carried: pa.Table | None = None
     seen = 0
-    for g in range(pf.metadata.num_row_groups):
-        group = pf.read_row_group(g, columns=names)
+    for batch in pf.iter_batches(batch_size=KEY_BATCH_ROWS, columns=names):
+        group = pa.Table.from_batches([batch])
         keys = group if carried is None else pa.concat_tables([carried, group])
-        first = 0 if carried is None else 1
-        if keys.num_rows:
-            order = sort_indices(keys, names)  # stable: sorted data gives 0, 1, 2, ...
-            if not pc.all(pc.equal(order, pa.array(np.arange(keys.num_rows,
-                                                              dtype=np.uint64)))).as_py():
-                raise CorruptMetadataError(f"dump file {path} (named in {mpath}) is not "
-                                           f"sorted by {', '.join(names)}")
-            mask = range_mask(group, schema.row_key_names, rng)
-            if mask is not None and not pc.all(mask).as_py():
-                row = pc.indices_nonzero(pc.invert(mask))[0].as_py()
-                raise CorruptMetadataError(
-                    f"dump file {path} (named in {mpath}): row {seen + row} has key "
-                    f"{row_key(group, row, schema.row_key_names)!r}, outside the task's range "
-                    f"{rng}")
-            carried = keys.slice(keys.num_rows - 1) if keys.num_rows > first else carried
+        if group.num_rows == 0:
+            continue
+        order = sort_indices(keys, names)  # stable: sorted data gives 0, 1, 2, ...
+        if not pc.all(pc.equal(order, pa.array(np.arange(keys.num_rows,
+                                                          dtype=np.uint64)))).as_py():
+            raise CorruptMetadataError(f"dump file {path} (named in {mpath}) is not sorted by "
+                                       f"{', '.join(names)}")
+        mask = range_mask(group, schema.row_key_names, rng)
+        if mask is not None and not pc.all(mask).as_py():
+            row = pc.indices_nonzero(pc.invert(mask))[0].as_py()
+            raise CorruptMetadataError(
+                f"dump file {path} (named in {mpath}): row {seen + row} has key "
+                f"{row_key(group, row, schema.row_key_names)!r}, outside the task's range "
+                f"{rng}")
+        carried = group.slice(group.num_rows - 1)
         seen += group.num_rows
