@@ -20,7 +20,7 @@ from sediment.storage.transfer import Expected, transfer
 from support.s3 import s3_client
 
 PART = 256 * 1024
-DATA = os.urandom(3 * 1024 * 1024 + 12_345)  # 13 parts, the last short
+DATA = os.urandom(2 * 1024 * 1024 + 12_345)  # 9 parts, the last short
 
 
 def _chunks(data: bytes) -> list[bytes]:
@@ -106,7 +106,7 @@ def test_a_copy_on_one_service_moves_no_data_through_the_client(
         proxied_s3: Any, s3_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both ends behind the same endpoint: ``CopyObject`` (S3's CRC-32 of the copy checked)
     and, past ``copy_limit``, ``UploadPartCopy``; the proxy counts the bodies that pass, a
-    few KiB of XML for 3 MiB copied. A store on another endpoint (the server direct, not
+    few KiB of XML for 2 MiB copied. A store on another endpoint (the server direct, not
     through the proxy) is another service: the bytes are streamed, every one through the
     client, and checked."""
     monkeypatch.setattr(S3ObjectStore, "part_size", PART)
