@@ -187,12 +187,20 @@ class PrefixedObjectStore(ObjectStore):
     def __init__(self, inner: ObjectStore, prefix: str) -> None:
         self.inner = inner
         self.probe_limit = inner.probe_limit
-        self.part_size = inner.part_size
         self.prefix = prefix.strip("/") + "/"
         self.uri = inner.uri.rstrip("/") + "/" + prefix.strip("/")
 
     def _k(self, key: str) -> str:
         return self.prefix + key
+
+    @property
+    def part_size(self) -> int:
+        """The inner store's (a view reads and writes through it; setting it sets theirs)."""
+        return self.inner.part_size
+
+    @part_size.setter
+    def part_size(self, value: int) -> None:
+        self.inner.part_size = value
 
     def root(self) -> ObjectStore:
         return self.inner.root()
