@@ -7,18 +7,23 @@ Data: Sleeper's system-test schema (see ``support.workload``), ingested (not tim
 table pre-split into ``--leaves`` leaves, so the table holds one sorted file per leaf. Timed, in
 the same run and on the same disk (page cache warm for every variant):
 
-* dump: ``table.dump(root)`` of the whole table: one task per leaf, each a region-filtered read
-  of its file, re-encoded as ``<version>-data.parquet`` + sample + manifest with SHA-256
-  checksums, then the job manifest;
+* dump: ``table.dump(root)`` of the whole table: one task per leaf, each leaf's one file
+  copied whole as ``<version>-data.parquet`` + sample + manifest with its CRC-32 (and SHA-256
+  where streamed), then the job manifest; with ``--s3`` the dump root is on the same service,
+  so the files are copied inside S3;
 * load: ``store.load(manifest, new_table)``: verify every checksum, path, row count and the
-  tiling, then copy the files byte for byte into a new table and commit once;
+  tiling (each file read part by part), then copy the files byte for byte into a new table
+  (inside S3 with ``--s3``) and commit once;
 * baseline for dump: ``shutil.copytree`` of the table's ``data/`` folder (the bytes a dump
   reads); baseline for load: ``shutil.copytree`` of the dump's job folder (the bytes a load
   copies). With ``--s3`` the same runs go to a loopback moto S3 server, and the baselines are
   object-store get + put of the same files (8 threads).
 
 Figures: rows/s and MB/s (MB = 10^6 bytes of the baseline's bytes, so ratios compare like with
-like), and the ratio of each Sediment operation's throughput to its baseline's.
+like), the ratio of each Sediment operation's throughput to its baseline's, and each run's peak
+RSS (sampled, and its growth over the run's start) against the 256 MiB a dump or load may hold
+whatever its files' sizes: files move in parts of ``--part-size`` MiB (default: the stores'
+8 MiB; lower it to see the bound hold on small data) and never whole.
 """
 
 from __future__ import annotations
@@ -97,7 +102,8 @@ def run_once(store: sd.Store, table: sd.Table, scratch: str, rows: int, i: int, 
         job = table.dump(dump_root)
     assert job.rows == rows, (job.rows, rows)
     out["dump"] = {"seconds": t.seconds, "bytes": data_bytes, "bytes_written": job.bytes,
-                   "tasks": job.tasks, "peak_rss_delta_mib": mem.delta_mib}
+                   "tasks": job.tasks, "peak_rss_delta_mib": mem.delta_mib,
+                   "peak_rss_mib": mem.peak_mib}
 
     # baseline for load: copy the dump's job folder
     with RssSampler() as mem, Timer() as t:
@@ -115,7 +121,7 @@ def run_once(store: sd.Store, table: sd.Table, scratch: str, rows: int, i: int, 
     d = loaded.describe()
     assert d["records"] == rows, (d["records"], rows)
     out["load"] = {"seconds": t.seconds, "bytes": size, "files": d["files"],
-                   "peak_rss_delta_mib": mem.delta_mib}
+                   "peak_rss_delta_mib": mem.delta_mib, "peak_rss_mib": mem.peak_mib}
     store.drop_table(name)
     return out
 
@@ -126,7 +132,14 @@ def main() -> None:
         p.add_argument("--leaves", type=int, default=8),
         p.add_argument("--repeats", type=int, default=None),
         p.add_argument("--s3", action="store_true",
-                       help="run on a loopback moto S3 server instead of a local folder")))
+                       help="run on a loopback moto S3 server instead of a local folder"),
+        p.add_argument("--part-size", type=float, default=None,
+                       help="MiB per part of streamed writes and reads (default: 8)")))
+    if args.part_size:
+        from sediment.storage.local import LocalObjectStore
+        from sediment.storage.s3 import S3ObjectStore
+
+        LocalObjectStore.part_size = S3ObjectStore.part_size = int(args.part_size * 2**20)
     rows = args.rows or (200_000 if args.quick else 2_000_000)
     repeats = args.repeats or (1 if args.quick else 3)
     with Timer() as t_gen:
@@ -177,6 +190,11 @@ def main() -> None:
           f"{best['dump']['tasks']} tasks")
     print(f"dump throughput vs plain copy of the table's files: {fmt(ratios['dump_vs_copy'])}x")
     print(f"load throughput vs plain copy of the dump's files:  {fmt(ratios['load_vs_copy'])}x")
+    for k in ("dump", "load"):
+        r = best[k]
+        print(f"{k}: the process grew by {r['peak_rss_delta_mib']:,.0f} MiB at its peak "
+              f"({r['peak_rss_mib']:,.0f} MiB, the generated data's leftovers included; a "
+              "dump or load holds at most 256 MiB of its own)")
     if not args.no_save:
         save_results("dump_load" + ("_s3" if args.s3 else ""),
                      {"rows": rows, "leaves": args.leaves, "repeats": repeats,

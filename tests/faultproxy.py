@@ -332,7 +332,10 @@ class FaultProxy:
         self.counts: Counter[str] = Counter()
         """``requests`` (received), ``forwarded``, one count per action that fired,
         ``upstream_errors`` (the upstream closed or failed: the client connection is closed),
-        ``protocol_errors`` (a request the proxy could not parse: closed)."""
+        ``protocol_errors`` (a request the proxy could not parse: closed), and the bytes of
+        the bodies forwarded: ``body_bytes_up`` (requests' bodies, as received) and
+        ``body_bytes_down`` (responses' bodies): how a test proves that a server-side copy's
+        data never passed through the client."""
         self.events: list[tuple[float, str, str, str]] = []
         """(time, action, method, path) of every fault, up to LOG_LIMIT."""
         self._stop = threading.Event()
@@ -558,6 +561,8 @@ class FaultProxy:
                     return
                 with self._lock:
                     self.counts["forwarded"] += 1
+                    self.counts["body_bytes_up"] += len(req.body)
+                    self.counts["body_bytes_down"] += len(resp.raw) - resp.head_len
                 if action is not None and action.action == "drop_response":
                     _reset(client)
                     return

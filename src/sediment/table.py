@@ -233,7 +233,8 @@ class Table:
 
     def abandon_dump(self) -> None:
         """Remove the lock (and the version tag) of an interrupted dump job, so that another
-        dump may start; nothing is done when no dump holds the lock."""
+        dump may start, and abort the multipart uploads its tasks left unfinished under its
+        folder; nothing is done when no dump holds the lock."""
         from sediment.dump.dump import abandon_dump
 
         abandon_dump(self._handle)

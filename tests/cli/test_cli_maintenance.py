@@ -138,7 +138,7 @@ def test_gc_runs_on_every_table(runner: CliRunner,
     rows_ = by_table(doc)
     assert set(rows_) == {"a", "b", "off"}  # GC also cleans offline tables
     assert rows_["a"]["deleted"] == 3 and rows_["b"]["deleted"] == 0
-    assert rows_["a"]["orphans_deleted"] == 0
+    assert rows_["a"]["orphans_deleted"] == 0 and rows_["a"]["uploads_aborted"] == 0
     a = table(root, "a")
     assert a.state().unreferenced == {}
     assert_matches(a.query(), refs["a"])

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -590,7 +591,8 @@ class Dump:
         doc = self.manifest(task)
         for f in doc["files"]:
             if f["kind"] == kind:
-                f.update(sha256=_sha(data), bytes=len(data), **changes)
+                f.update(sha256=_sha(data), crc32=f"{zlib.crc32(data):08x}", bytes=len(data),
+                         **changes)
         self.put_manifest(doc, task)
         return path
 

@@ -172,6 +172,38 @@ def test_orphans_deleted_after_timeout(store_uri: tuple[str, dict[str, Any]]) ->
     assert table.history()[-1].kind == "add_files"
 
 
+@pytest.mark.s3
+def test_incomplete_multipart_uploads_aborted_after_the_orphan_timeout(
+        s3_store_uri: tuple[str, dict[str, Any]]) -> None:
+    """A writer killed mid-object leaves a multipart upload that S3 keeps (and bills) until
+    it is aborted: pyarrow's own writes of data files (a CreateMultipartUpload on the data
+    file's key, parts sent, never completed: made here by those very requests) and
+    Sediment's streamed writes alike. GC aborts the table's once older than the orphan
+    timeout, by the store's clock; a young one, and another table's, are kept."""
+    uri, options = s3_store_uri
+    table = make_table(uri, options)
+    ref = Reference(SCHEMA)
+    ingest(table, ref, 100, 1)
+    objects = table._handle.objects
+    found, key = objects.locate(new_data_filename("root"))
+    root: Any = found  # the S3 store: its client, bucket and keys
+    other = root.child("tables/other-table")
+    for k in (key, "tables/other-table/data/root/x.parquet"):
+        up = root._client.create_multipart_upload(Bucket=root.bucket, Key=root._k(k))
+        root._client.upload_part(Bucket=root.bucket, Key=root._k(k), UploadId=up["UploadId"],
+                                 PartNumber=1, Body=b"x" * 1000)
+    (upload,) = objects.multipart_uploads("")
+    assert upload.key == key.split("/", 2)[2]
+    # by the store's clock: its own start time of the upload (moto's is a fixed date)
+    assert gc(table._handle, now=upload.initiated + 60).uploads_aborted == 0
+    assert len(list(objects.multipart_uploads(""))) == 1
+    r = gc(table._handle, now=upload.initiated + 3601)
+    assert r.uploads_aborted == 1 and r.did_work
+    assert list(objects.multipart_uploads("")) == []
+    assert len(list(other.multipart_uploads(""))) == 1  # not this table's
+    assert_matches(table.query(), ref)
+
+
 def test_young_orphans_kept_old_ones_deleted(tmp_path: Path) -> None:
     table = make_table(tmp_path)
     ref = Reference(SCHEMA)

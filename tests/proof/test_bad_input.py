@@ -13,6 +13,7 @@ import json
 import logging
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -340,7 +341,8 @@ class DumpEditor:
         path, entry, doc = self.data_file(task)
         pq.write_table(data, path)
         raw = path.read_bytes()
-        entry.update(sha256=_sha(raw), bytes=len(raw), rows=data.num_rows)
+        entry.update(sha256=_sha(raw), crc32=f"{zlib.crc32(raw):08x}", bytes=len(raw),
+                     rows=data.num_rows)
         doc["rows"] = data.num_rows
         self.save_manifest(task, doc)
 
@@ -384,8 +386,8 @@ def test_dump_file_in_another_tasks_folder(store: sd.Store, table: sd.Table,
                                            dumped: DumpEditor) -> None:
     _, other, _ = dumped.data_file(1)
     _, entry, doc = dumped.data_file(0)
-    entry.update(path=other["path"], sha256=other["sha256"], bytes=other["bytes"],
-                 rows=other["rows"])
+    entry.update(path=other["path"], sha256=other["sha256"], crc32=other["crc32"],
+                 bytes=other["bytes"], rows=other["rows"])
     dumped.save_manifest(0, doc)
     load_both(store, table, dumped, r"outside its task's folder")
 

@@ -37,6 +37,7 @@ from sediment.errors import CorruptDataError, CorruptionError, CorruptMetadataEr
 from sediment.files.keyfilter import FilterLayout
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name
 from sediment.storage.checksums import ChecksumMismatch
+from sediment.storage.s3 import S3ObjectStore
 from support.s3 import DUMMY_AWS_ENV, S3_CREDENTIALS, S3_REGION, UNSET_AWS_ENV, s3_client
 
 pytestmark = [pytest.mark.s3, pytest.mark.faults]
@@ -429,19 +430,24 @@ def test_dump_refuses_a_damaged_file_and_retries_a_flip(world: World) -> None:
 
 
 def test_whole_file_dump_verifies_what_it_copies(world: World,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
-    """A leaf of one file is dumped by copying its bytes and its sample (whole GETs): a data
-    file flipped every time is CorruptDataError (checked before it is hashed for the
-    manifest); a sample flipped every time is rebuilt with a warning; the load is right."""
+                                                 caplog: pytest.LogCaptureFixture,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leaf of one file is dumped by copying its bytes and its sample. Streamed (as to a
+    dump root on another service: a copy inside S3 passes no byte through the client, and
+    is checked by S3's CRC-32 of the copy instead), a data file flipped every time is
+    CorruptDataError (checked against its sums before its checksums enter the manifest); a
+    sample flipped every time is rebuilt with a warning; the load is right."""
     name = "w" + uuid.uuid4().hex[:8]
     table = world.store.create_table(name, SCHEMA, properties=PROPS)
     table.ingest(REFERENCE)
     (ref,) = table.files()
     root = f"{world.s3.uri}-dumps/{uuid.uuid4().hex[:8]}"
     raw = world.unfaulted(name)._handle.objects.get(ref.filename)
-    rule = world.rule(_key(ref.filename), raw.index(b"v-000300") + 7, PERSISTENT,
-                      ranged=False)
-    _refused(lambda: world.open(name).dump(root + "/bad"), CorruptDataError, ref.filename)
+    rule = world.rule(_key(ref.filename), raw.index(b"v-000300") + 7, PERSISTENT)
+    with monkeypatch.context() as streamed:
+        streamed.setattr(S3ObjectStore, "copy_from", lambda *a, **k: None)
+        _refused(lambda: world.open(name).dump(root + "/bad"), CorruptDataError,
+                 ref.filename)
     assert rule.fired >= 2
     world.proxy.clear()
     world.open(name).abandon_dump()

@@ -41,6 +41,10 @@ UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
                  "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE",
                  "AWS_SHARED_CREDENTIALS_FILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE")
 STARTUP_SECONDS = 15.0
+PART_MIN_SIZE = 64 * 1024
+"""The smallest part (but the last) the server takes in a multipart upload (moto's
+``S3_UPLOAD_PART_MIN_SIZE``; S3's is 5 MiB): the tests prove multipart uploads, copies and
+their resumption on objects of a few MiB with parts of a few hundred KiB."""
 
 SERIALISED_MOTO = """
 import sys, threading
@@ -117,6 +121,7 @@ def server_env(port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in UNSET_AWS_ENV}
     env.update(DUMMY_AWS_ENV)
     env["MOTO_PORT"] = str(port)
+    env["S3_UPLOAD_PART_MIN_SIZE"] = str(PART_MIN_SIZE)
     no_proxy = ",".join(filter(None, [env.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
     env["NO_PROXY"] = env["no_proxy"] = no_proxy
     return env

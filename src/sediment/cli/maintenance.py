@@ -103,12 +103,14 @@ def split(table: TableOption = None, loop: LoopOption = False, interval: Interva
 def gc(table: TableOption = None, loop: LoopOption = False, interval: IntervalOption = 60.0,
        max_loops: PassesOption = 0, store: StoreOption = None,
        json_out: JsonOption = False, orphan_timeout: OrphanTimeoutOption = None) -> None:
-    """Delete unreferenced files past the GC delay and orphans past the orphan timeout; say
-    what is kept, why (tag, pin, retention, gc_delay, clock_skew; orphans: lease,
-    orphan_timeout), how many bytes and when it becomes due."""
+    """Delete unreferenced files past the GC delay and orphans past the orphan timeout, and
+    abort incomplete multipart uploads (S3) past it; say what is kept, why (tag, pin,
+    retention, gc_delay, clock_skew; orphans: lease, orphan_timeout), how many bytes and when
+    it becomes due."""
     def act(t: Table, progress: Progress) -> dict[str, Any]:
         r = t.gc(orphan_timeout=orphan_timeout)
         return {"deleted": r.deleted, "orphans_deleted": r.orphans_deleted,
+                "uploads_aborted": r.uploads_aborted,
                 "kept_bytes": r.kept.bytes,
                 "kept": kept_json(r.kept) if json_out else kept_text(r.kept),
                 **_tag_errors(r.unreadable_tags)}

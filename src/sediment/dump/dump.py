@@ -2,10 +2,14 @@
 
 Tasks are the dump range cut at leaf-partition boundaries. Task ``t`` writes, per batch ``b``,
 ``<job>/<t>/<b>/<version>-data.parquet`` (omitted when empty), ``<version>-sample.parquet`` and
-``<version>-manifest.json`` (files, key range, version, rows, bytes, SHA-256 checksums); the last
-batch's manifest says ``final``. When every task is done the job writes
-``<job>/job-manifest.json`` listing every task, with the checksums of their manifests, and the
-table's schema and properties at the version (a table loaded from the dump answers alike).
+``<version>-manifest.json`` (files, key range, version, rows, bytes, and each file's CRC-32,
+with its SHA-256 too where its bytes passed through the dump); the last batch's manifest says
+``final``. Files of any size: a data file is streamed into the destination as it is encoded
+(S3: a multipart upload), and a whole file is copied inside the storage service where both
+ends are on it (``sediment.storage.transfer``), else streamed part by part. When every task is
+done the job writes ``<job>/job-manifest.json`` listing every task, with the checksums of their
+manifests, and the table's schema and properties at the version (a table loaded from the dump
+answers alike).
 
 - One job at a time: a lock object in the table (put-if-absent) with a heartbeat that a
   background thread keeps fresh while tasks run (``sediment.dump.lock``); a second dump is
@@ -13,28 +17,31 @@ table's schema and properties at the version (a table loaded from the dump answe
   same root: finished tasks (final manifest present) are kept, the others rerun. A stalled dump
   that lost its lock that way writes nothing more, and succeeds with the resumer's job manifest
   once it is written.
-- A task that fails is retried, first clearing its own folder.
+- A task that fails is retried, first clearing its own folder (and aborting the multipart
+  uploads an earlier try left there: a killed dump's files are written again from their
+  first part).
 - The pinned version is protected from GC by a tag held for the job's life.
 """
 
 from __future__ import annotations
 
-import io
+import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from sediment.core.deletions import applicable
 from sediment.core.head import Head
 from sediment.core.regions import Range
 from sediment.core.state import TableState
 from sediment.core.transactions.table import SCHEME_PROPERTIES
+from sediment.dump.batches import clear_task_folder
+from sediment.dump.batches import write_batch as _write_batch
 from sediment.dump.lock import GUARD, LOCK_KEY, DumpLock, DumpLockLostError, check_owner, guard
 from sediment.dump.lock import abandon as abandon_lock
 from sediment.dump.manifest import (
@@ -48,7 +55,6 @@ from sediment.dump.manifest import (
 from sediment.dump.pinned import PINNED as _PINNED
 from sediment.dump.whole import copy_file, whole_file
 from sediment.errors import CorruptDataError, JobError, QueryError, SedimentError
-from sediment.files.sample import KeySampler
 from sediment.partitioning import partitioning_of
 from sediment.query.planner import QueryPlan, SubQuery, check_range, sums_of
 from sediment.runners import load_runner
@@ -58,6 +64,8 @@ from sediment.storage.base import ObjectStore
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
 
+log = logging.getLogger(__name__)
+
 __all__ = ["LOCK_KEY", "DumpJob", "DumpLockLostError", "DumpTask", "abandon_dump", "dump_table",
            "plan_dump_tasks", "run_dump_task", "run_dump_task_retried"]
 
@@ -65,6 +73,10 @@ LOCK_TIMEOUT_SECONDS = 120.0
 """How long the dump lock may go without a heartbeat (by the store's clock) before another dump
 to the same root resumes the job (``dump_table(lock_timeout=...)`` overrides it)."""
 BATCH_ROWS = 1_000_000
+BATCH_BYTES = 32 * 1024 * 1024
+"""A batch file is written once this many bytes of rows (Arrow's in-memory size) are held,
+whatever their count: what a dump task holds at once (a few tasks run at a time) stays far
+below the 256 MiB a process may use, however wide the rows."""
 RETRIES = 3
 @dataclass(frozen=True, slots=True)
 class DumpTask:
@@ -102,44 +114,12 @@ def plan_dump_tasks(state: TableState, rng: Range) -> list[DumpTask]:
             for i, t in enumerate(partitioning_of(state).tiles(state, rng))]
 
 
-def _write_batch(dest: ObjectStore, prefix: str, version: int, data: pa.Table,
-                 names: Sequence[str], rng: Range, final: bool, sample_size: int,
-                 row_group_rows: int) -> dict[str, Any]:
-    files: list[dict[str, Any]] = []
-    if data.num_rows:
-        buf = io.BytesIO()
-        pq.write_table(data, buf, compression="zstd", row_group_size=row_group_rows,
-                       write_page_checksum=True,
-                       sorting_columns=[pq.SortingColumn(i) for i in range(len(names))])
-        raw = buf.getvalue()
-        path = f"{prefix}/{version}-data.parquet"
-        dest.put(path, raw)
-        files.append({"path": path, "kind": "data", "rows": data.num_rows, "bytes": len(raw),
-                      "sha256": sha256(raw)})
-    sampler = KeySampler(names, sample_size)
-    if data.num_rows:
-        sampler.add(data)
-    sample = sampler.sample(pa.schema([data.schema.field(n) for n in names]))
-    buf = io.BytesIO()
-    pq.write_table(sample, buf, compression="zstd", write_page_checksum=True)
-    raw = buf.getvalue()
-    path = f"{prefix}/{version}-sample.parquet"
-    dest.put(path, raw)
-    files.append({"path": path, "kind": "sample", "rows": sample.num_rows, "bytes": len(raw),
-                  "sha256": sha256(raw)})
-    manifest = {"format": FORMAT, "version": version, "range": range_to_json(rng),
-                "rows": data.num_rows, "bytes": sum(f["bytes"] for f in files), "files": files,
-                "final": final}
-    dest.put(f"{prefix}/{version}-manifest.json", dumps(manifest))
-    return manifest
-
-
 def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: int,
                   task: DumpTask) -> list[str]:
     """Write one task's batches (clearing its folder first); returns its manifest paths."""
     folder = f"{job_id}/{task.task_id}"
     guard()  # a job resumed by another dump is that dump's to write
-    dest.delete_many([o.key for o in dest.list(folder + "/")])
+    clear_task_folder(dest, folder)
     head = _PINNED.get(table, version)
     state = head.state
     subs = []
@@ -160,30 +140,33 @@ def run_dump_task(table: TableHandle, dest: ObjectStore, job_id: str, version: i
         executor.file_map(subs[0].references[0], subs[0]).identity
     whole = whole_file(executor, list(subs[0].references), task.range, head.iterators,
                        subs[0].sums) if runs else None
-    if whole is not None:
+    # a file written before checksums (no sums) is rewritten: nothing to check a copy by
+    sums = None if whole is None else subs[0].sums.get(whole.filename)
+    if whole is not None and sums is not None:
         return [copy_file(table, dest, f"{folder}/batch-00000", version, task.range,
-                          whole, subs[0].sums.get(whole.filename))]
+                          whole, sums)]
     # (a dump reads every byte once and vouches for it: not through the block cache)
     batches = executor.stream(QueryPlan(state.version, tuple(subs)), schema.field_names,
                               head.iterators, block_cache=False)
     paths: list[str] = []
     pending: list[pa.RecordBatch] = []
-    held = 0
+    held = size = 0
 
     def flush(final: bool) -> None:
-        nonlocal pending, held
+        nonlocal pending, held, size
         data = pa.Table.from_batches(pending, schema=schema.to_arrow())
         prefix = f"{folder}/batch-{len(paths):05d}"
         guard()
         _write_batch(dest, prefix, version, data, schema.row_key_names, task.range, final,
                      settings.sample_size, settings.parquet_row_group_rows)
         paths.append(f"{prefix}/{version}-manifest.json")
-        pending, held = [], 0
+        pending, held, size = [], 0, 0
 
     for b in batches:
         pending.append(b)
         held += b.num_rows
-        if held >= BATCH_ROWS:
+        size += b.nbytes
+        if held >= BATCH_ROWS or size >= BATCH_BYTES:
             flush(False)
     flush(True)
     return paths
@@ -227,10 +210,18 @@ def run_dump_task_retried(table: TableHandle, dest: ObjectStore, job_id: str, ve
 
 
 def abandon_dump(table: TableHandle) -> None:
-    """Remove the dump lock (and the version tag) of an interrupted job."""
+    """Remove the dump lock (and the version tag) of an interrupted job, and abort the
+    multipart uploads its killed tasks left under its folder (S3 keeps, and bills, their
+    parts; a root that cannot be reached any more is left as it is, with a warning)."""
     held = abandon_lock(table.objects)
     if held is not None and held.get("job_id"):
         _forget_tag(table, f"dump-{held['job_id']}")
+        try:
+            dest = table.object_store_at(str(held["root"]))
+            dest.abort_uploads(list(dest.multipart_uploads(f"{held['job_id']}/")))
+        except (SedimentError, KeyError) as e:
+            log.warning("table %s: the abandoned dump's uploads under %s were not aborted: %s",
+                        table.name, held.get("root"), e)
 
 
 def _forget_tag(table: TableHandle, tag: str) -> None:

@@ -20,32 +20,31 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sediment.core.model import FileReference, FileSums
 from sediment.core.regions import Range
 from sediment.core.transactions import AddFiles
 from sediment.core.transactions.table import SCHEME_PROPERTIES
-from sediment.dump.manifest import range_from_json, read_manifest, safe_path, sha256, tiles
+from sediment.dump.checked import CheckedFile, check_dump_file, check_keys, check_parquet, expected
+from sediment.dump.manifest import range_from_json, read_manifest, safe_path, tiles
 from sediment.errors import (
+    CorruptDataError,
     CorruptMetadataError,
     ObjectNotFoundError,
     PropertyError,
     SchemaError,
 )
-from sediment.files.keys import range_mask, row_key, sort_indices
-from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.staging import Staging
-from sediment.files.sums import sums_of
+from sediment.files.verified import reading
 from sediment.files.writer import sample_name, write_key_filters
 from sediment.partitioning import PARTITIONINGS
 from sediment.properties import validate_properties
 from sediment.schema import Schema
 from sediment.storage.base import ObjectStore
-from sediment.storage.checksums import ChecksumMismatch, get_verified
+from sediment.storage.checksums import ChecksumMismatch, crc32, get_verified
+from sediment.storage.transfer import Digest, Expected, transfer
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -59,13 +58,20 @@ class DumpedFile:
     range: Range
     bytes: int = 0
     """Bytes of the data and sample files (as their manifest states and verification checked)."""
-    checked: tuple[tuple[str, int], tuple[str, int]] | None = None
-    """(SHA-256, bytes) of the data and the sample file as their task manifest lists them:
-    a load checks the bytes it copies against them (they are read again after verification)."""
+    checked: tuple[Expected, Expected] | None = None
+    """The data and the sample file as their task manifest lists them (size, CRC-32,
+    SHA-256): a load checks the bytes it copies against them (they are read again, or
+    copied by the storage service, after verification)."""
+    sums: CheckedFile | None = None
+    """The data file's size, CRC-32 and footer CRC-32 as verification read them: the sums
+    its copy is committed with."""
     manifest: str = ""
     """The task manifest listing the files (for errors)."""
 
 
+COPIES = 4
+"""Files copied at once: a streamed copy holds a part being read and the writer's part
+buffers (``storage.streams``), so a few at a time keep a load far below 256 MiB."""
 Progress = Callable[[int, int], None]
 """``progress(done, total)`` of a load: bytes copied of the total, the total first."""
 
@@ -87,11 +93,13 @@ def _read_manifest(src: ObjectStore, key: str, named_in: str, where: str, *,
         raise CorruptMetadataError(f"{named_in}: file {key} is missing from {src.uri}") from None
 
 
-def _read_dump_file(src: ObjectStore, path: str, mpath: str, sha: str, size: int) -> bytes:
-    """A dump file's bytes, checked against the SHA-256 and size its manifest lists, read
+def _read_dump_file(src: ObjectStore, path: str, mpath: str, want: Expected) -> bytes:
+    """A small dump file's bytes (a sample), checked against what its manifest lists, read
     again while they differ (a byte changed on the way), then CorruptMetadataError."""
     def check(data: bytes) -> bytes:
-        if sha256(data) != sha or len(data) != size:
+        digest = Digest()
+        digest.update(data)
+        if want.problem(digest.size, digest.crc, digest.sha256) is not None:
             detail = f"it fails its checksum (named in {mpath})"
             raise ChecksumMismatch(f"dump file {path}: {detail}", detail)
         return data
@@ -102,47 +110,6 @@ def _read_dump_file(src: ObjectStore, path: str, mpath: str, sha: str, size: int
     except ObjectNotFoundError:
         raise CorruptMetadataError(f"task manifest {mpath}: file {path} is missing from "
                                    f"{src.uri}") from None
-
-
-def _check_parquet(data: bytes, path: str, mpath: str, rows: int,
-                   fields: list[tuple[str, pa.DataType]] | None) -> None:
-    """A dumped file is Parquet with the row count (and data files the schema) its manifest
-    states: checksums only prove the files are the ones the manifests name."""
-    try:
-        pf = pq.ParquetFile(pa.BufferReader(data))
-        got = [(f.name, f.type) for f in pf.schema_arrow]
-    except (pa.ArrowException, OSError) as e:
-        raise CorruptMetadataError(f"dump file {path} (named in {mpath}) is not valid "
-                                   f"Parquet: {e}") from e
-    if pf.metadata.num_rows != rows:
-        raise CorruptMetadataError(f"dump file {path} holds {pf.metadata.num_rows} rows, its "
-                                   f"manifest {mpath} says {rows}")
-    if got and got[-1] == (SEQ, SEQ_FIELD.type):
-        # a compacted file dumped whole keeps its hidden sequence column; as the loading
-        # table's own file it is ignored (FileReference.sequenced: see files/sequence.py)
-        got = got[:-1]
-    if fields is not None and got != fields:
-        raise CorruptMetadataError(f"dump file {path} (named in {mpath}) has columns {got}, "
-                                   f"not the dump's schema {fields}")
-
-
-def _check_keys(data: bytes, path: str, mpath: str, schema: Schema, rng: Range) -> None:
-    """A dumped data file is sorted and inside its task's range. Checksums cannot tell: a
-    file outside its range would be referenced from leaves whose regions hide its rows from
-    queries (and compaction would drop them), an unsorted one breaks every merge."""
-    keys = pq.read_table(pa.BufferReader(data), columns=schema.key_names)
-    if keys.num_rows == 0:
-        return
-    order = sort_indices(keys, schema.key_names)  # stable: sorted data gives 0, 1, 2, ...
-    if not pc.all(pc.equal(order, pa.array(np.arange(keys.num_rows, dtype=np.uint64)))).as_py():
-        raise CorruptMetadataError(f"dump file {path} (named in {mpath}) is not sorted by "
-                                   f"{', '.join(schema.key_names)}")
-    mask = range_mask(keys, schema.row_key_names, rng)
-    if mask is not None and not pc.all(mask).as_py():
-        row = pc.indices_nonzero(pc.invert(mask))[0].as_py()
-        raise CorruptMetadataError(f"dump file {path} (named in {mpath}): row {row} has key "
-                                   f"{row_key(keys, row, schema.row_key_names)!r}, outside the "
-                                   f"task's range {rng}")
 
 
 def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[DumpedFile]]:
@@ -171,23 +138,24 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
                     raise CorruptMetadataError(f"task manifest {mpath}: version "
                                                f"{doc['version']} is not the job's {version}")
                 files = {f["kind"]: f for f in doc["files"]}
+                checked: dict[str, CheckedFile] = {}
                 for f in doc["files"]:
                     fpath = safe_path(f["path"], f"task manifest {mpath}")
                     if not fpath.startswith(mpath.rsplit("/", 1)[0] + "/"):
                         raise CorruptMetadataError(f"task manifest {mpath}: {fpath} is outside "
                                                    "its task's folder")
-                    data = _read_dump_file(src, fpath, mpath, str(f["sha256"]),
-                                           int(f["bytes"]))
-                    _check_parquet(data, fpath, mpath, int(f["rows"]),
-                                   fields if f["kind"] == "data" else None)
+                    got = check_dump_file(src, fpath, mpath, f)
+                    pf = check_parquet(got.source(src, fpath), fpath, mpath, int(f["rows"]),
+                                       fields if f["kind"] == "data" else None)
                     if f["kind"] == "data":
-                        _check_keys(data, fpath, mpath, dumped, trange)
+                        check_keys(pf, fpath, mpath, dumped, trange)
+                    checked[f["kind"]] = got
                 if "data" in files:
                     d, s = files["data"], files["sample"]
                     out.append(DumpedFile(d["path"], s["path"], int(d["rows"]), trange,
                                           int(d["bytes"]) + int(s["bytes"]),
-                                          ((str(d["sha256"]), int(d["bytes"])),
-                                           (str(s["sha256"]), int(s["bytes"]))), mpath))
+                                          (expected(d, mpath), expected(s, mpath)),
+                                          checked["data"], mpath))
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptMetadataError(f"{where} is malformed: {e!r}") from e
     return job, out
@@ -284,16 +252,27 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
 
     def copy(item: tuple[DumpedFile, str]) -> None:
         f, name = item
-        if f.checked is None:
-            raw, sample = src.get(f.data), src.get(f.sample)
-        else:  # read again since verify_dump: checked again, so what is copied is what it checked
-            (dsha, dsize), (ssha, ssize) = f.checked
-            raw = _read_dump_file(src, f.data, f.manifest, dsha, dsize)
-            sample = _read_dump_file(src, f.sample, f.manifest, ssha, ssize)
-        table.objects.put(name, raw)
+        want_data, want_sample = f.checked or (Expected(), Expected())
+        checked = f.sums
+        if checked is None:
+            raise CorruptMetadataError(f"task manifest {f.manifest}: file {f.data} was not "
+                                       "verified (open_dump verifies a dump)")
+        # copied by the storage service where both ends are on it, else streamed part by
+        # part; checked against what verification read either way (what is copied is
+        # what was checked)
+        want = Expected(checked.size, checked.crc, want_data.sha256)
+        try:
+            reading(table.name, f.data, src.uri, lambda _: transfer(
+                src, f.data, table.objects, name, size=checked.size, expect=want))
+        except CorruptDataError as e:
+            raise CorruptMetadataError(f"dump file {f.data}: checksum mismatch: it fails its "
+                                       f"checksum (named in {f.manifest}): {e}") from e
+        sample = _read_dump_file(src, f.sample, f.manifest, want_sample)
         table.objects.put(sample_name(name), sample)
-        write_key_filters(table.objects, name, raw, schema, props)
-        sums[name] = sums_of(raw, sample)  # of the bytes copied, for the commit
+        write_key_filters(table.objects, name, checked.source(table.objects, name), schema,
+                          props)
+        sums[name] = FileSums(checked.size, checked.footer, checked.crc,
+                              crc32(sample))  # of the bytes copied, for the commit
         samples[name] = sample
 
     staging = Staging(table.objects, table.name)
@@ -304,7 +283,7 @@ def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
         if progress is not None:
             progress(0, total)
         done = 0
-        with ThreadPoolExecutor(8) as pool:
+        with ThreadPoolExecutor(COPIES) as pool:
             futures = {pool.submit(copy, c): c[0].bytes for c in copies}
             for fut in as_completed(futures):
                 fut.result()

@@ -15,7 +15,7 @@ from sediment.core.regions import Range
 from sediment.errors import CorruptMetadataError
 from sediment.state.documents import open_sealed, sealed
 from sediment.storage.base import ObjectStore
-from sediment.storage.checksums import ChecksumMismatch, get_verified
+from sediment.storage.checksums import ChecksumMismatch, crc32, get_verified
 
 JOB_MANIFEST = "job-manifest.json"
 FORMAT = 1
@@ -23,6 +23,13 @@ FORMAT = 1
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def file_entry(path: str, kind: str, rows: int, raw: bytes) -> dict[str, Any]:
+    """A task manifest's entry for a file whose bytes are in hand: its CRC-32 (the project's
+    checksum of a file, which every entry carries) and its SHA-256."""
+    return {"path": path, "kind": kind, "rows": rows, "bytes": len(raw),
+            "crc32": f"{crc32(raw):08x}", "sha256": sha256(raw)}
 
 
 def range_to_json(r: Range) -> dict[str, Any]:

@@ -13,14 +13,14 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileReference
 from sediment.core.regions import Range
 from sediment.dump.lock import guard
-from sediment.dump.manifest import FORMAT, dumps, range_to_json, sha256
+from sediment.dump.manifest import FORMAT, dumps, file_entry, range_to_json
 from sediment.errors import CorruptionError
 from sediment.files.samples_io import decode_sample
 from sediment.files.sidecars import SAMPLE, read_sidecar
-from sediment.files.verified import Sums, decode_all, reading, whole_problem
+from sediment.files.verified import Sums, reading
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
-from sediment.storage.checksums import crc32
+from sediment.storage.transfer import Expected, Transferred, transfer
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -51,19 +51,18 @@ def whole_file(executor: Any, refs: Sequence[FileReference], tile: Range,
     return ref
 
 
-def _data_bytes(table: TableHandle, ref: FileReference, sums: Sums | None) -> bytes:
-    """The data file's bytes, verified before they are hashed for the manifest (else a
-    damaged read would become a valid-looking dump): its whole CRC-32 against ``sums``, or
-    without sums every page decoded with verification; read again once, then
-    CorruptDataError."""
-    def read(_: int) -> bytes:
-        raw = table.objects.get(ref.filename)
-        if sums is None:
-            decode_all(pa.BufferReader(raw))
-        elif checksums.VERIFY_READS and \
-                (problem := whole_problem(len(raw), crc32(raw), sums)) is not None:
-            raise OSError(problem)
-        return raw
+def _copy_data(table: TableHandle, dest: ObjectStore, path: str, ref: FileReference,
+               sums: Sums) -> Transferred:
+    """Copy the data file to ``path``, checked against its ``sums`` (size and whole CRC-32)
+    so that a damaged read never becomes a valid-looking dump: inside the storage service
+    where both ends are on it (S3's CRC-32 of the copy checked; no byte passes through this
+    process), else streamed part by part with its CRC-32 taken on the way. A mismatch is
+    read again once, then CorruptDataError naming the file."""
+    expect = Expected(sums.size, sums.crc) if checksums.VERIFY_READS else Expected()
+
+    def read(_: int) -> Transferred:
+        return transfer(table.objects, ref.filename, dest, path, size=sums.size,
+                        expect=expect)
 
     return reading(table.name, ref.filename, table.objects.uri, read)
 
@@ -82,20 +81,26 @@ def _sample_bytes(table: TableHandle, ref: FileReference, sums: Sums | None) -> 
 
 
 def copy_file(table: TableHandle, dest: ObjectStore, prefix: str, version: int, tile: Range,
-              ref: FileReference, sums: Sums | None = None) -> str:
+              ref: FileReference, sums: Sums) -> str:
     """Dump a whole data file and its sample by copying their bytes (no re-encoding), both
-    verified first (against the file's ``sums`` when known)."""
+    checked (the data file against its ``sums``). Each file's entry carries its CRC-32 (the
+    project's checksum of a file), and its SHA-256 when its bytes passed through here (a
+    streamed copy); a load checks what is there."""
     files: list[dict[str, Any]] = []
     guard()
-    for kind in ("data", "sample"):
-        raw = _data_bytes(table, ref, sums) if kind == "data" else \
-            _sample_bytes(table, ref, sums)
-        path = f"{prefix}/{version}-{kind}.parquet"
-        dest.put(path, raw)
-        rows = ref.records if kind == "data" else pq.ParquetFile(pa.BufferReader(raw)
-                                                                 ).metadata.num_rows
-        files.append({"path": path, "kind": kind, "rows": rows, "bytes": len(raw),
-                      "sha256": sha256(raw)})
+    path = f"{prefix}/{version}-data.parquet"
+    done = _copy_data(table, dest, path, ref, sums)
+    entry: dict[str, Any] = {"path": path, "kind": "data", "rows": ref.records,
+                             "bytes": done.size,
+                             "crc32": f"{sums.crc if done.crc32 is None else done.crc32:08x}"}
+    if done.sha256 is not None:
+        entry["sha256"] = done.sha256
+    files.append(entry)
+    raw = _sample_bytes(table, ref, sums)  # small: a few thousand keys
+    path = f"{prefix}/{version}-sample.parquet"
+    dest.put(path, raw)
+    files.append(file_entry(path, "sample", pq.ParquetFile(pa.BufferReader(raw)
+                                                            ).metadata.num_rows, raw))
     manifest = {"format": FORMAT, "version": version, "range": range_to_json(tile),
                 "rows": ref.records, "bytes": sum(f["bytes"] for f in files), "files": files,
                 "final": True, "copied": True}

@@ -377,13 +377,14 @@ def with_sequence_nulls(t: pa.Table) -> pa.Table:
     return t.append_column(SEQ_FIELD, pa.nulls(t.num_rows, pa.int64()))
 
 
-def write_key_filters(objects: ObjectStore, filename: str, data: bytes, schema: Schema,
+def write_key_filters(objects: ObjectStore, filename: str, data: Any, schema: Schema,
                       properties: Mapping[str, Any]) -> bool:
     """Build the key-filter sidecar of a Parquet file written elsewhere (a loaded dump file),
-    from its first row-key column. Returns False (no sidecar: lookups read the file as
+    from its first row-key column; ``data`` is its bytes or a file ``pq.ParquetFile`` reads
+    (ranged reads of a large one). Returns False (no sidecar: lookups read the file as
     before) when filters are off or the row groups are not all one size but the last."""
     bits = int(properties["parquet.key_filter_bits"])
-    pf = pq.ParquetFile(pa.BufferReader(data))
+    pf = pq.ParquetFile(pa.BufferReader(data) if isinstance(data, bytes | bytearray) else data)
     md = pf.metadata
     sizes = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
     if not bits or not sizes or len(set(sizes[:-1])) > 1 or sizes[-1] > sizes[0]:

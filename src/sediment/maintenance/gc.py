@@ -6,7 +6,9 @@ machine up to that much behind) are recorded as deleted by a DeleteFiles transac
 batch, then deleted from storage (in that order: see ``gc``). Orphans are files under ``data/``
 that no transaction ever added (a failed ingest or compaction, a killed job) older than
 ``gc.orphan_timeout_seconds``; so are the temp files of writes a crash interrupted
-(``ObjectStore.temporaries``), anywhere in the table's folder. A file that a live writer still
+(``ObjectStore.temporaries``), anywhere in the table's folder, and the multipart uploads such
+writes left incomplete on S3 (``ObjectStore.multipart_uploads``: Sediment's own and pyarrow's
+of data files, aborted once older than the orphan timeout). A file that a live writer still
 means to commit is named by its lease (``sediment.state.pending``) and is never an orphan,
 however long the writer takes. Orphan and lease ages are read off the object store's own clock
 (modification times against a probe written now), so no machine's clock enters them.
@@ -85,10 +87,13 @@ class GcResult:
     (``sediment.maintenance.kept``)."""
     expired_keys: int = 0
     """Idempotency key records deleted past ``write.idempotency_window_seconds``."""
+    uploads_aborted: int = 0
+    """Incomplete multipart uploads under the table's folder (a writer killed mid-object)
+    aborted once older than the orphan timeout, by the store's clock."""
 
     @property
     def did_work(self) -> bool:
-        return bool(self.deleted or self.orphans_deleted)
+        return bool(self.deleted or self.orphans_deleted or self.uploads_aborted)
 
 
 _FILES_AT: dict[tuple[str, str, int], tuple[frozenset[str], float]] = {}
@@ -253,12 +258,18 @@ def gc(table: TableHandle, *, now: float | None = None,
              if store_now - o.mtime >= max(timeout, TEMPORARY_TIMEOUT_SECONDS)]
     if stale:
         table.objects.delete_many(stale)
+    # multipart uploads a killed writer left incomplete (ours, and pyarrow's own of data
+    # files: both under the table's folder), which S3 keeps, and bills, until aborted
+    aborted = table.objects.abort_uploads(
+        [u for u in table.objects.multipart_uploads("")
+         if store_now - u.initiated >= timeout])
     n_orphans = sum(1 for k in orphans if data_file_of(k) == k)
     expired = expire_keys(table, settings.write_idempotency_window_seconds, store_now,
                           settings.gc_clock_skew_seconds)
     result = GcResult(deleted, n_orphans, time.perf_counter() - started, tuple(unreadable),
-                      plan.kept, expired)
+                      plan.kept, expired, aborted)
     if result.did_work:
         table.status.record("gc", f"gc-{int(now)}", "finished", deleted=deleted,
-                            orphans_deleted=n_orphans, seconds=result.seconds)
+                            orphans_deleted=n_orphans, uploads_aborted=aborted,
+                            seconds=result.seconds)
     return result

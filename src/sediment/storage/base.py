@@ -10,6 +10,14 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from sediment.storage.streams import (
+    PART_SIZE,
+    BufferedWriter,
+    CopyResult,
+    MultipartUpload,
+    ObjectWriter,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ObjectInfo:
@@ -31,6 +39,9 @@ class ObjectStore(ABC):
     """The normalised root URI (``file:///abs/path`` percent-encoded, ``s3://bucket/prefix``
     and ``memory://x`` as written); ``open_object_store(uri)`` opens this store again."""
     probe_limit: int = 64
+    part_size: int = PART_SIZE
+    """Bytes per part of a streaming write (S3: a multipart upload's parts) and per ranged
+    read of :meth:`read_parts` (``sediment.storage.streams``)."""
     """How many new log entries a state refresh reads one GET after another before it lists
     the log instead: many where a GET is cheap and a listing costs O(folder size) (local disk,
     memory), few where every request is a network round trip (S3)."""
@@ -69,6 +80,49 @@ class ObjectStore(ABC):
 
     def exists(self, key: str) -> bool:
         return self.head(key) is not None
+
+    # ---- objects of any size (sediment.storage.streams) -------------------------------
+    def open_writer(self, key: str, *, size: int | None = None) -> ObjectWriter:
+        """A streaming write of ``key`` (``size``: the bytes to come when known, which may
+        choose larger parts); the object appears whole at ``commit``. By default the bytes
+        are gathered and put at once (stores that hold objects in memory)."""
+        return BufferedWriter(self, key)
+
+    def read_parts(self, key: str, *, size: int | None = None,
+                   part_size: int | None = None) -> Iterator[bytes]:
+        """The object's bytes in ranged reads of ``part_size`` (default :attr:`part_size`),
+        one part in memory at a time; ``size`` spares the HEAD when known.
+        ObjectNotFoundError when it is missing."""
+        if size is None:
+            info = self.head(key)
+            if info is None:
+                from sediment.errors import ObjectNotFoundError
+
+                raise ObjectNotFoundError(f"no object {key!r} in {self.uri}")
+            size = info.size
+        step = part_size or self.part_size
+        for start in range(0, size, step):
+            yield self.get_range(key, start, min(size, start + step))
+
+    def copy_from(self, source: ObjectStore, source_key: str, key: str) -> CopyResult | None:
+        """Copy ``source_key`` of ``source`` to ``key`` here without the bytes passing
+        through this process, when the storage service can (both ends on it); None when it
+        cannot, and the caller streams instead (``sediment.storage.transfer``)."""
+        return None
+
+    def multipart_uploads(self, prefix: str) -> Iterator[MultipartUpload]:
+        """Uploads under ``prefix`` started and never completed nor aborted (a writer
+        killed mid-object); none where writes do not leave them (local disk, memory)."""
+        return iter(())
+
+    def abort_uploads(self, uploads: Iterable[MultipartUpload]) -> int:
+        """Abort ``uploads`` (gone ones are no error); how many were aborted."""
+        return 0
+
+    def locate(self, key: str) -> tuple[ObjectStore, str]:
+        """The store that holds ``key`` at its root, and the key there (a prefixed view's
+        inner store and prefixed key): how two stores tell whether they share a service."""
+        return self, key
 
     def list_folders(self, prefix: str) -> builtins.list[str]:
         """Names of the folders directly under ``prefix`` (which ends with '/'), sorted: the
@@ -139,6 +193,15 @@ class PrefixedObjectStore(ObjectStore):
     def _k(self, key: str) -> str:
         return self.prefix + key
 
+    @property
+    def part_size(self) -> int:
+        """The inner store's (a view reads and writes through it; setting it sets theirs)."""
+        return self.inner.part_size
+
+    @part_size.setter
+    def part_size(self, value: int) -> None:
+        self.inner.part_size = value
+
     def root(self) -> ObjectStore:
         return self.inner.root()
 
@@ -180,6 +243,28 @@ class PrefixedObjectStore(ObjectStore):
 
     def local_path(self, key: str) -> str | None:
         return self.inner.local_path(self._k(key))
+
+    def open_writer(self, key: str, *, size: int | None = None) -> ObjectWriter:
+        return self.inner.open_writer(self._k(key), size=size)
+
+    def read_parts(self, key: str, *, size: int | None = None,
+                   part_size: int | None = None) -> Iterator[bytes]:
+        return self.inner.read_parts(self._k(key), size=size, part_size=part_size)
+
+    def copy_from(self, source: ObjectStore, source_key: str, key: str) -> CopyResult | None:
+        return self.inner.copy_from(source, source_key, self._k(key))
+
+    def multipart_uploads(self, prefix: str) -> Iterator[MultipartUpload]:
+        n = len(self.prefix)
+        for u in self.inner.multipart_uploads(self._k(prefix)):
+            yield MultipartUpload(u.key[n:], u.upload_id, u.initiated)
+
+    def abort_uploads(self, uploads: Iterable[MultipartUpload]) -> int:
+        return self.inner.abort_uploads(MultipartUpload(self._k(u.key), u.upload_id,
+                                                        u.initiated) for u in uploads)
+
+    def locate(self, key: str) -> tuple[ObjectStore, str]:
+        return self.inner.locate(self._k(key))
 
     def sync(self, keys: Iterable[str]) -> None:
         self.inner.sync(self._k(k) for k in keys)

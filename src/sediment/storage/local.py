@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 
 from sediment.errors import ObjectNotFoundError, StorageError
 from sediment.storage.base import ObjectInfo, ObjectStore
+from sediment.storage.streams import ObjectWriter
 
 _TMP = ".tmp-"
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
@@ -177,6 +178,16 @@ class LocalObjectStore(ObjectStore):
                 raise StorageError(f"syncing the folder of {key!r} in {self.uri}: {e}") from e
         return True
 
+    def open_writer(self, key: str, *, size: int | None = None) -> ObjectWriter:
+        """A temp file beside the object, written as bytes come, fsynced and renamed into
+        place at commit (as a put; a crash leaves a temp file, which GC collects)."""
+        path = self._p(key)
+        try:
+            self._make_directories(path.parent)
+            return _LocalWriter(self, key, path)
+        except OSError as e:
+            raise StorageError(f"writing {key!r} in {self.uri}: {e}") from e
+
     def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
         yield from self._walk(prefix, start_after, temporary=False)
 
@@ -273,3 +284,38 @@ class LocalObjectStore(ObjectStore):
 
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
         return self._fs, str(self.directory)
+
+
+class _LocalWriter(ObjectWriter):
+    """A streaming write to a temp file beside the object, renamed into place at commit."""
+
+    def __init__(self, store: LocalObjectStore, key: str, path: Path) -> None:
+        super().__init__(key)
+        self._store = store
+        self._path = path
+        self._tmp = path.parent / f"{_TMP}{uuid.uuid4().hex}"
+        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by commit or abort
+
+    def _write(self, data: memoryview) -> None:
+        try:
+            self._file.write(data)
+        except OSError as e:
+            raise StorageError(f"writing {self.key!r} in {self._store.uri}: {e}") from e
+
+    def _commit(self) -> None:
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.replace(self._tmp, self._path)
+            if self._store.sync_directories:
+                _fsync_directory(self._path.parent)
+        except OSError as e:
+            self._abort()
+            raise StorageError(f"writing {self.key!r} in {self._store.uri}: {e}") from e
+
+    def _abort(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._tmp)

@@ -13,6 +13,7 @@ from botocore.exceptions import BotoCoreError, ClientError, FlexibleChecksumErro
 from sediment.errors import AccessDeniedError, ObjectNotFoundError, StorageError
 from sediment.storage.base import ObjectInfo, ObjectStore
 from sediment.storage.checksums import ChecksumMismatch
+from sediment.storage.streams import CopyResult, MultipartUpload, ObjectWriter
 
 _S3_ERRORS = (ClientError, BotoCoreError)
 """What a failed S3 request raises: the service's answer, or botocore's own failure (no
@@ -39,6 +40,12 @@ class S3ObjectStore(ObjectStore):
     paging over a few dozen keys instead of a thousand puts."""
     delete_batch_size = 1000
     """Keys per DeleteObjects request (S3's limit is 1000); lowered as ``list_page_size``."""
+    copy_limit = 5 * 1024**3
+    """Largest object copied by one ``CopyObject`` (S3's limit); larger ones are copied in
+    parts (``UploadPartCopy``). The tests lower it, and ``part_size`` and
+    ``copy_part_size``, to prove multipart paths on objects of a few MiB."""
+    copy_part_size = 512 * 1024**2
+    """Bytes per ``UploadPartCopy`` (no memory: S3 moves them; at most 5 GiB)."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
                  region: str | None = None, access_key_id: str | None = None,
@@ -141,6 +148,39 @@ class S3ObjectStore(ObjectStore):
                                  "409"):
                 return False
             raise self._error("conditional put", key, e) from e
+
+    # ---- objects of any size (sediment.storage.streams, s3_multipart) -------------------
+    def open_writer(self, key: str, *, size: int | None = None) -> ObjectWriter:
+        """A multipart upload fed as bytes come (one PUT when under a part)."""
+        from sediment.storage.s3_multipart import S3Writer
+
+        return S3Writer(self, key, size)
+
+    def same_service(self, other: ObjectStore) -> bool:
+        """Does ``other`` reach the same S3 service as this store, with the same
+        credentials (so a copy request here may name its objects)?"""
+        return isinstance(other, S3ObjectStore) and other.endpoint_url == self.endpoint_url \
+            and other.region == self.region and other._creds == self._creds
+
+    def copy_from(self, source: ObjectStore, source_key: str, key: str) -> CopyResult | None:
+        """A copy inside S3 when ``source`` is on the same service (:meth:`same_service`),
+        else None."""
+        from sediment.storage.s3_multipart import copy_object
+
+        store, full = source.locate(source_key)
+        if not isinstance(store, S3ObjectStore) or not self.same_service(store):
+            return None
+        return copy_object(self, store, full, key)
+
+    def multipart_uploads(self, prefix: str) -> Iterator[MultipartUpload]:
+        from sediment.storage.s3_multipart import list_uploads
+
+        return list_uploads(self, prefix)
+
+    def abort_uploads(self, uploads: Iterable[MultipartUpload]) -> int:
+        from sediment.storage.s3_multipart import abort_uploads
+
+        return abort_uploads(self, uploads)
 
     def list(self, prefix: str, *, start_after: str | None = None) -> Iterator[ObjectInfo]:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._k(prefix)}
