@@ -65,6 +65,7 @@ RETENTION = 0.0
 SKEW = 1.0
 STATUS_RETENTION = 10.0
 PREFIXES = ("log/", "snapshots/", "objects/", "status/")
+TIMED = ("state_load", "history_100", "report", "dashboard_page", "raw_history_100")
 
 
 def best(fn: Any, repeats: int = 5) -> float:
@@ -125,7 +126,7 @@ def main() -> None:
         p.add_argument("--grace", type=float, default=10.0)))
     commits = args.commits or (2_000 if args.quick else 20_000)
     versions.PRUNE_GRACE_SECONDS = args.grace  # see the module docstring
-    checkpoints = sorted({c for c in (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)
+    checkpoints = sorted({c for c in (1_000, 2_000, 5_000, 10_000, 15_000, 20_000, 50_000, 100_000)
                           if c <= commits} | {commits})
     batches = list(generate(ROWS * 200, seed=1, batch_rows=ROWS))
     rows: list[list[Any]] = []
@@ -157,13 +158,16 @@ def main() -> None:
                 # compactions, GC) as well as the ingests
                 m["commits_per_second"] = table._handle.states.head().version / elapsed
                 results["checkpoints"][done] = m
-                print(f"{done:>7,} ingests ({m['commits_per_second']:.0f} commits/s): "
-                      f"{m['metadata_objects']:,} metadata objects {m['objects']}", flush=True)
+                m["elapsed_seconds"] = elapsed
+                times = ", ".join(f"{k} {m[k] * 1000:.1f} ms" for k in TIMED)
+                print(f"{done:>7,} ingests in {elapsed:,.0f} s ({m['commits_per_second']:.0f} "
+                      f"commits/s): {m['metadata_objects']:,} metadata objects {m['objects']}; "
+                      f"{times}", flush=True)
         finally:
             stop.set()
             runner.join()
         first = results["checkpoints"][checkpoints[0]]
-        keys = ["state_load", "history_100", "report", "dashboard_page", "raw_history_100"]
+        keys = list(TIMED)
         for c, m in results["checkpoints"].items():
             rows.append([c, *(f"{m[k] * 1000:.1f} ms ({m[k] / first[k]:.2f}x)" for k in keys),
                          m["metadata_objects"]])
