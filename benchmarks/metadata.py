@@ -9,7 +9,7 @@ beside it in this process: compacting, collecting garbage, and every sixth GC pe
 the log and snapshots past ``retention.seconds`` and rolling job events up past
 ``status.retention.seconds``. At 1,000 commits and at each checkpoint after it, timed cold
 (in a fresh process, a fresh Store each time, best of 5; wall and CPU time; three such
-samples 2 s apart, the median kept):
+samples 100 ingests apart, the median kept):
 
 - **state load**: ``store.table(name).state()`` (newest snapshot + replay of 0 to 99
   entries, as the head falls);
@@ -82,11 +82,12 @@ GOALS = ("state_load_50", "history_100", "report", "dashboard_page")
 whose replay (0 to 99 entries after the newest snapshot) depends on where the head falls."""
 FIXED_REPLAY = 50
 SAMPLES = 3
-SAMPLE_GAP = 2.0
-"""Each checkpoint is measured ``SAMPLES`` times this many seconds apart (ingest paused, the
-maintainer running), a prune period between the first and the last: the events a report
-reads rise between two rollups and fall at each, and one sample lands anywhere in that
-cycle. The median is kept."""
+SAMPLE_GAP = 100
+"""Each checkpoint is measured ``SAMPLES`` times, this many ingests apart (some 5 s: a prune
+period between the first sample and the last): the events a report reads rise between two
+rollups and fall at each, the log between two prunes, and one sample lands anywhere in that
+cycle. The median is kept. Ingest goes on between the samples: paused for longer than
+``status.retention.seconds``, the table would have no recent jobs left to report."""
 
 
 def best(fn: Any, repeats: int = 5) -> tuple[float, float]:
@@ -163,15 +164,15 @@ def most_commits(heads: list[tuple[float, int]], window: float) -> int:
 def measure_apart(uri: str, name: str, table_root: Path) -> dict[str, Any]:
     """``measure`` in a fresh process (as a report command or a dashboard would read): the
     maintainer's compactions in this one hold the GIL for long stretches, which timed here
-    made the figures swing tenfold from one checkpoint to the next. ``SAMPLES`` of them
-    (see ``SAMPLE_GAP``): the median of each time, the most objects of each kind."""
-    samples = []
-    for i in range(SAMPLES):
-        if i:
-            time.sleep(SAMPLE_GAP)
-        out = subprocess.run([sys.executable, __file__, "--measure", uri, name,
-                              str(table_root)], capture_output=True, text=True, check=True)
-        samples.append(dict(json.loads(out.stdout.strip().splitlines()[-1])))
+    made the figures swing tenfold from one checkpoint to the next."""
+    out = subprocess.run([sys.executable, __file__, "--measure", uri, name, str(table_root)],
+                         capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def merged(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """``SAMPLES`` measures of a checkpoint as one: the median of each time, the most
+    objects of each kind."""
     merged: dict[str, Any] = {"samples": samples}
     for k in (*TIMED, *(f"{k}_cpu" for k in TIMED)):
         values = [m[k] for m in samples if k in m]
@@ -232,19 +233,24 @@ def main() -> None:
         done = 0
         try:
             for target in checkpoints:
-                while done < target:
-                    table.ingest(pa.Table.from_batches([batches[done % len(batches)]]))
-                    done += 1
-                elapsed = time.perf_counter() - started
-                m = measure_apart(uri, "events", table_root)
+                samples = []
+                for i in range(SAMPLES):
+                    while done < target + i * SAMPLE_GAP:
+                        table.ingest(pa.Table.from_batches([batches[done % len(batches)]]))
+                        done += 1
+                    if i == 0:
+                        elapsed = time.perf_counter() - started
+                        version = table._handle.states.head().version
+                    samples.append(measure_apart(uri, "events", table_root))
+                m = merged(samples)
                 # every commit counts toward the log, the maintainer's (job assignments,
                 # compactions, GC) as well as the ingests
-                m["commits_per_second"] = table._handle.states.head().version / elapsed
-                results["checkpoints"][done] = m
+                m["commits_per_second"] = version / elapsed
+                results["checkpoints"][target] = m
                 m["elapsed_seconds"] = elapsed
                 times = ", ".join(f"{k} {m[k] * 1000:.1f} ms (CPU {m[k + '_cpu'] * 1000:.1f})"
                                   for k in TIMED)
-                print(f"{done:>7,} ingests in {elapsed:,.0f} s ({m['commits_per_second']:.0f} "
+                print(f"{target:>7,} ingests in {elapsed:,.0f} s ({m['commits_per_second']:.0f} "
                       f"commits/s): {m['metadata_objects']:,} metadata objects {m['objects']}; "
                       f"{times}", flush=True)
         finally:
