@@ -173,10 +173,10 @@ def test_one_off_maintain_prunes_as_the_loop_does(runner: CliRunner, tmp_path: P
     log entries and snapshots past retention pruned, events past their retention rolled up."""
     root = str(tmp_path / "store")
     t = sd.Store.open(root, create=True).create_table("p", SCHEMA, properties={
-        **PROPS, "state.snapshot.interval": 5, "status.retention.seconds": 0})
+        **PROPS, "state.snapshot.interval": 3, "status.retention.seconds": 0})
     ref = Reference(SCHEMA)
-    for i in range(12):
-        data = rows(50, seed=i)
+    for i in range(7):
+        data = rows(30, seed=i)
         t.ingest(data)
         ref.add(data)
     objects = t._handle.objects
@@ -197,7 +197,7 @@ def test_one_off_maintain_prunes_as_the_loop_does(runner: CliRunner, tmp_path: P
     assert row["pruned"] >= len(gone)
     t = table(root, "p")
     assert t._handle.states.earliest_version() > 1
-    assert len(list(objects.list("log/"))) <= 5 + 1  # up to the newest snapshot's interval
+    assert len(list(objects.list("log/"))) <= 3 + 1  # up to the newest snapshot's interval
     assert [e.version for e in t.history()][-1] == t.version
     assert_matches(t.query(), ref)
 
