@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from sediment.core.model import FileReference, Partition
     from sediment.core.regions import Range, Region
     from sediment.maintenance.purge import PurgeResult
+    from sediment.maintenance.usage import StoreUsage, Usage
     from sediment.maintenance.verify import Damage, VerifyReport
     from sediment.query.request import ReadRequest
     from sediment.query.scan import Scan
@@ -37,6 +38,8 @@ _LAZY: dict[str, str] = {
     "Range": "sediment.core.regions",
     "Region": "sediment.core.regions",
     "PurgeResult": "sediment.maintenance.purge",
+    "StoreUsage": "sediment.maintenance.usage",
+    "Usage": "sediment.maintenance.usage",
     "Damage": "sediment.maintenance.verify",
     "VerifyReport": "sediment.maintenance.verify",
     "ReadRequest": "sediment.query.request",
@@ -112,7 +115,9 @@ __all__ = [
     "Schema",
     "SedimentError",
     "Store",
+    "StoreUsage",
     "Table",
+    "Usage",
     "VerifyReport",
     "__version__",
     "connect",

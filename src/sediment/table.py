@@ -649,7 +649,10 @@ class Table:
                  orphan_timeout: float | None = None,
                  progress: Callable[[int, int], None] | None = None) -> MaintenanceResult:
         """Split, compact and collect garbage until there is nothing left to do (compaction
-        jobs in local threads, or as Spark tasks with ``runner="spark"``).
+        jobs in local threads, or as Spark tasks with ``runner="spark"``), then bound the
+        metadata as the continuous maintainer does: log entries and snapshots past
+        ``retention.seconds`` pruned (never below a tag or a pin), job events past
+        ``status.retention.seconds`` rolled up (``MaintenanceResult.metadata_deleted``).
         ``progress(done, total)``: each pass's compaction jobs, as for :meth:`compact`
         (``(0, jobs)`` at the start of every pass).
 

@@ -167,6 +167,41 @@ def test_maintain_store_and_table(runner: CliRunner,
     assert doc[0]["passes"] == 1 and doc[0]["jobs"] == 0
 
 
+def test_one_off_maintain_prunes_as_the_loop_does(runner: CliRunner, tmp_path: Path,
+                                                  no_prune_grace: None) -> None:
+    """``sediment maintain`` without --loop ends each table with the loop's metadata bounds:
+    log entries and snapshots past retention pruned, events past their retention rolled up."""
+    root = str(tmp_path / "store")
+    t = sd.Store.open(root, create=True).create_table("p", SCHEMA, properties={
+        **PROPS, "state.snapshot.interval": 3, "status.retention.seconds": 0})
+    ref = Reference(SCHEMA)
+    for i in range(7):
+        data = rows(30, seed=i)
+        t.ingest(data)
+        ref.add(data)
+    objects = t._handle.objects
+    prefixes = ("log/", "snapshots/", "objects/", "status/")
+
+    def metadata() -> set[str]:
+        return {o.key for p in prefixes for o in objects.list(p)
+                if not o.key.startswith("status/rollup/")}
+
+    before = metadata()
+    (doc,) = json_docs(ok(runner, "maintain", "--store", root, "--table", "p",
+                          "--json").stdout)
+    (row,) = doc
+    assert row["jobs"] >= 1
+    gone = before - metadata()
+    assert {k.split("/")[0] for k in gone} >= {"log", "snapshots", "status"}
+    # it counts what it deleted of the old objects and of those the pass itself wrote
+    assert row["pruned"] >= len(gone)
+    t = table(root, "p")
+    assert t._handle.states.earliest_version() > 1
+    assert len(list(objects.list("log/"))) <= 3 + 1  # up to the newest snapshot's interval
+    assert [e.version for e in t.history()][-1] == t.version
+    assert_matches(t.query(), ref)
+
+
 @pytest.mark.parametrize("command", ["compact", "split", "gc", "maintain"])
 def test_loop_with_max_loops(runner: CliRunner, store: tuple[str, dict[str, Reference]],
                              command: str) -> None:

@@ -166,7 +166,7 @@ def test_all_is_sorted_unique_and_importable() -> None:
 
 def test_all_names_the_public_api() -> None:
     for name in ("Store", "Schema", "Table", "Range", "Region", "Partition", "FileReference",
-                 "HistoryEntry", "SedimentError"):
+                 "HistoryEntry", "SedimentError", "Usage", "StoreUsage"):
         assert name in sediment.__all__
     assert isinstance(sediment.__version__, str)
     # every public class comes from a sediment module

@@ -59,6 +59,8 @@ def test_inspect_tables(tmp_path: Path) -> None:
     assert hist.schema.field("committed_at").type == TIME == pa.timestamp("us", tz="UTC")
     assert hist["version"].to_pylist() == [h.version for h in t.history()]
     assert hist["is_current"].to_pylist()[-1] is True
+    newest = t.inspect.history(limit=2)
+    assert newest.to_pylist() == hist.slice(hist.num_rows - 2).to_pylist()
     first = t.history()[0]
     assert hist["committed_at"][0].value == round(first.time * 1_000_000)
 

@@ -177,8 +177,10 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
              metrics_port: MetricsPortOption = None,
              metrics_host: MetricsHostOption = "127.0.0.1") -> None:
     """Split, compact and collect garbage until nothing is left to do (offline tables:
-    GC only). With --loop: maintain continuously, starting splits and compaction jobs as
-    soon as they are due and each job committing as it ends, each job in a worker process
+    GC only), then prune the log and snapshots past retention.seconds and roll job events
+    up past status.retention.seconds. With --loop: maintain continuously, starting splits
+    and compaction jobs as soon as they are due and each job committing as it ends, each
+    job in a worker process
     (with --spark: each tick's jobs of a table as one Spark stage), and run the ingest
     batcher's jobs (with --spark, big groups as bulk imports); one report row per table
     every --interval seconds (GC runs at that period too). Several --loop maintainers over
@@ -260,6 +262,8 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         # an offline table: its steps split and compact nothing, GC runs
         m = results[t.name] = maintenance.maintain_table(t, progress=progress)
         row = {**_scheme_of(t), **_counts(m), **_tag_errors(tag_protection(handle_of(t))[1])}
+        if m.prune_note and "error" not in row:  # the unreadable tag named once, not twice
+            row["error"] = f"prune: {m.prune_note}"
         if m.errors:  # a damaged member of its scheme: named, the others maintained
             problems = [row["error"]] if "error" in row else []
             row["error"] = "; ".join([*problems, "scheme members left as they are: "
@@ -282,9 +286,11 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
 
 
 def _counts(m: MaintenanceResult) -> dict[str, Any]:
-    """A ``maintain`` report row's numbers."""
+    """A ``maintain`` report row's numbers (``pruned``, as in the loop's rows: the metadata
+    objects the closing prune deleted, when it deleted any)."""
     return {"passes": m.passes, "splits": m.splits, "jobs": m.jobs_committed,
-            "failed": m.jobs_failed, "deleted": m.files_deleted}
+            "failed": m.jobs_failed, "deleted": m.files_deleted,
+            **({"pruned": m.metadata_deleted} if m.metadata_deleted else {})}
 
 
 def _scheme_of(t: Table) -> dict[str, Any]:

@@ -7,6 +7,11 @@ step works on the head the step before left, the states its own commits made, so
 read again only when another writer commits meanwhile. GC is the exception by design: it loads
 the state after listing the table's files and reading the leases, the order that makes its
 deletions safe (:mod:`sediment.maintenance.gc`).
+
+After the last pass, :func:`maintain` bounds the table's metadata once
+(:func:`sediment.maintenance.retention.tidy_metadata`), as the continuous maintainer's GC lane
+does on its slow cadence: a prune lists the log and the snapshots, and what it frees does not
+depend on how many passes ran, so it is no step of a pass.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sediment.compaction.runner import CompactionResult, JobRunner, Progress, compact_on
 from sediment.maintenance.gc import GcResult, gc
+from sediment.maintenance.retention import tidy_metadata
 from sediment.maintenance.schemes import split_table
 from sediment.maintenance.splitting import SplitResult
 
@@ -40,6 +46,11 @@ class MaintenanceResult:
     """What the passes went past: members of the table's partition scheme that a split could
     not read or bring up to date, each ``table T: <error>`` (``SplitResult.errors``); the
     table itself and the scheme's other members are maintained."""
+    metadata_deleted: int = 0
+    """Metadata objects the closing prune deleted (``MetadataResult.deleted``)."""
+    prune_note: str = ""
+    """Why the closing prune kept what it could have deleted (``PruneResult.note``: an
+    unreadable tag holds everything), or empty."""
 
     def plus(self, other: MaintenanceResult) -> MaintenanceResult:
         """Both results summed (a table maintained again, as a scheme member is)."""
@@ -47,7 +58,8 @@ class MaintenanceResult:
             self.passes + other.passes, self.splits + other.splits,
             self.jobs_committed + other.jobs_committed, self.jobs_failed + other.jobs_failed,
             self.files_deleted + other.files_deleted, self.seconds + other.seconds,
-            tuple(dict.fromkeys(self.errors + other.errors)))
+            tuple(dict.fromkeys(self.errors + other.errors)),
+            self.metadata_deleted + other.metadata_deleted, other.prune_note)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +151,11 @@ def maintain(table: TableHandle, *, max_passes: int = MAX_PASSES, runner: JobRun
              on_pass: Callable[..., None] | None = None, orphan_timeout: float | None = None,
              progress: Progress | None = None,
              steps: Sequence[TableStep] = TABLE_STEPS) -> MaintenanceResult:
-    """Run passes until one does nothing (or ``max_passes``). ``on_pass(n, *results)``: after
+    """Run passes until one does nothing (or ``max_passes``), then bound the table's metadata
+    once, as the continuous maintainer's GC lane does (``tidy_metadata``: the log and
+    snapshots pruned past ``retention.seconds``, job events rolled up past
+    ``status.retention.seconds``), so a store kept by one-off runs (cron) stays bounded too.
+    ``on_pass(n, *results)``: after
     pass ``n`` with each step's result (split, compaction, GC). ``progress(done, total)``:
     each pass's compaction jobs, ``(0, total)`` when the pass has planned them, then as they
     end (so ``done`` starts again from 0 at each pass)."""
@@ -158,6 +174,8 @@ def maintain(table: TableHandle, *, max_passes: int = MAX_PASSES, runner: JobRun
             on_pass(passes, *(o.result for o in outcomes))
         if not any(o.more for o in outcomes):
             break
+    tidied = tidy_metadata(table)
     return MaintenanceResult(passes, totals["splits"], totals["jobs_committed"],
                              totals["jobs_failed"], totals["files_deleted"],
-                             time.perf_counter() - started, tuple(errors))
+                             time.perf_counter() - started, tuple(errors), tidied.deleted,
+                             tidied.pruned.note)

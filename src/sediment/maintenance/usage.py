@@ -58,10 +58,12 @@ class Usage:
 
     @property
     def total(self) -> int:
+        """Every byte counted, whatever holds it."""
         return (self.live + self.sidecars + sum(self.unreferenced.values()) +
                 sum(self.orphaned.values()) + self.metadata + self.status)
 
     def plus(self, other: Usage) -> Usage:
+        """Both usages summed, reason by reason (a store's total over its tables)."""
         return Usage(self.live + other.live, self.sidecars + other.sidecars,
                      _add(self.unreferenced, other.unreferenced),
                      _add(self.orphaned, other.orphaned), self.metadata + other.metadata,
@@ -69,6 +71,7 @@ class Usage:
                      self.objects + other.objects)
 
     def to_json(self) -> dict[str, Any]:
+        """The figures as ``sediment du --json`` prints them (``total`` included)."""
         return {"live": self.live, "sidecars": self.sidecars,
                 "unreferenced": dict(self.unreferenced), "orphaned": dict(self.orphaned),
                 "metadata": self.metadata, "status": self.status, "total": self.total,
@@ -124,6 +127,7 @@ class StoreUsage:
 
     @property
     def total(self) -> Usage:
+        """The tables' usages summed."""
         out = Usage()
         for u in self.tables.values():
             out = out.plus(u)
@@ -131,9 +135,11 @@ class StoreUsage:
 
     @property
     def bytes(self) -> int:
+        """Every byte of the store: its tables', its catalogs' and its unnamed folders'."""
         return self.total.total + self.catalog + self.unnamed
 
     def to_json(self) -> dict[str, Any]:
+        """The figures as ``sediment du --json`` prints them for a whole store."""
         return {"tables": {n: u.to_json() for n, u in sorted(self.tables.items())},
                 "total": self.total.to_json(), "catalog": self.catalog,
                 "unnamed": self.unnamed, "bytes": self.bytes}

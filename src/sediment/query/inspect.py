@@ -135,10 +135,12 @@ class TableInspector:
             "region": pa.array([str(p.region) for p in ps], pa.string()),
         })
 
-    def history(self) -> pa.Table:
+    def history(self, limit: int | None = None) -> pa.Table:
         """One row per committed transaction still in the log: version, ``committed_at``
-        (timestamp[us, UTC]), kind, summary, and ``is_current`` for the head."""
-        entries = self._table.history()
+        (timestamp[us, UTC]), kind, summary, and ``is_current`` for the head. ``limit``:
+        only the ``limit`` newest rows, read without the rest of the log
+        (``Table.history``)."""
+        entries = self._table.history(limit)
         head = max((e.version for e in entries), default=0)
         return pa.table({
             "version": pa.array([e.version for e in entries], pa.int64()),

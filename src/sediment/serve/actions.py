@@ -9,7 +9,8 @@ action                    body                                                  
 ``drop-table``            ``{"name"}``                                           yes
 ``open-table``            ``{"table"}``: its name and id (does it exist?)        no
 ``describe``              ``{"table", "version"}``                               no
-``history``               ``{"table"}``                                          no
+``history``               ``{"table", "limit"}``: the ``limit`` newest entries     no
+                          (all when absent), read from the head back
 ``tag``                   ``{"table", "name", "version"}``                       yes
 ``restore``               ``{"table", "version"}``                               yes
 ``delete``                ``{"table", "keys", "ranges", "filter"}``: keys,        yes
@@ -143,8 +144,15 @@ def _describe(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -
 
 
 def _history(server: SedimentFlightServer, doc: dict[str, Any], req: Request) -> Any:
+    """``Table.history``: with a ``limit``, only the newest entries are listed and read, so a
+    client paging recent commits costs what it asks for, not the whole log."""
     table = _open(server, doc, req, "history body")
-    entries = [_plain(e) for e in table.history()]
+    limit = doc.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 0):
+        raise BadRequestError(f"malformed history body for table {table.name}: 'limit' must "
+                              f"be a whole number of at least 0, not {quoted(limit)}")
+    entries = [_plain(e) for e in table.history(limit)]
     req.rows = len(entries)
     return entries
 

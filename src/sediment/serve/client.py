@@ -363,8 +363,13 @@ class RemoteTable:
     def describe(self, version: int | None = None) -> dict[str, Any]:
         return dict(self.store.action("describe", {"table": self.name, "version": version}))
 
-    def history(self) -> list[HistoryEntry]:
-        return [HistoryEntry(**e) for e in self.store.action("history", {"table": self.name})]
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        """As ``Table.history``: ``limit`` newest entries (all when None), in commit order;
+        the server reads only those."""
+        body: dict[str, Any] = {"table": self.name}
+        if limit is not None:
+            body["limit"] = limit
+        return [HistoryEntry(**e) for e in self.store.action("history", body)]
 
     def tag(self, name: str, version: int | None = None) -> Tag:
         return Tag(**self.store.action("tag", {"table": self.name, "name": name,

@@ -16,6 +16,7 @@ from serve_helpers import SCHEMA, Server, rows
 
 import sediment as sd
 from sediment.errors import (
+    BadRequestError,
     DataError,
     InvalidTableNameError,
     InvalidTagNameError,
@@ -145,6 +146,12 @@ def test_ingest_versions_tags_and_time_travel(remote: Any, store: sd.Store) -> N
     assert table.query(version="one").equals(local.query(version=first.version))
     assert table.query(version=first.version).num_rows == 2
     assert table.history() == local.history()
+    assert table.history(limit=2) == local.history()[-2:]  # read from the head back
+    assert table.history(limit=0) == []
+    for bad in (-1, "2", True):
+        with pytest.raises(BadRequestError, match="malformed history body for table "
+                                                  "versions: 'limit' must be a whole number"):
+            remote.action("history", {"table": "versions", "limit": bad})
     assert table.describe() == local.describe()
     assert table.describe(first.version)["records"] == 2
     restored = table.restore("one")
