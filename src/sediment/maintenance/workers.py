@@ -25,9 +25,7 @@ registered them: a table whose ``compaction.iterators`` names one needs thread w
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
-import os
 import signal
 import threading
 from collections.abc import Mapping
@@ -61,16 +59,6 @@ if TYPE_CHECKING:
 RETRIES = 3
 """Times a job is started in a fresh pool after the worker running it died."""
 
-NICENESS = 10
-"""Added to a worker's niceness: the merges take the CPU the maintainer's own process leaves,
-not the reverse. That process plans, commits and runs the batcher lane's ingests, small
-jobs on a request's time; with the workers at the maintainer's priority, merges on both cores
-of the benchmark machine stretched a 2k-row batcher job from 0.02 s of CPU to 0.35-1.1 s of
-wall time, and submit to visible reached 1.9 s (``batcher.max_age_seconds`` 1); at +10,
-0.2-0.3 s and 1.44 s, the backlog's throughput unchanged within the noise (benchmarks/
-steady_state.py ``--maintainers 2``, load average 17-19 on 2 cores). CPU no one else wants
-is the workers' whatever their niceness."""
-
 _STORES: dict[tuple[str, str], ObjectStore] = {}
 
 
@@ -101,11 +89,9 @@ def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
 def _ignore_stop_signals() -> None:
     """Workers leave Ctrl-C and SIGTERM to the maintainer, which stops them once their jobs
     end (a terminal's Ctrl-C reaches the whole process group; a worker dying of it would only
-    be run again), and yield the CPU to it (:data:`NICENESS`)."""
+    be run again)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    with contextlib.suppress(OSError, AttributeError):  # no os.nice: runs at full priority
-        os.nice(NICENESS)
     # several run side by side: each keeps a small block cache, not a server's
     from sediment.query.blocks import use_worker_bound
     use_worker_bound()
