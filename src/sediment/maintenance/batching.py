@@ -21,7 +21,9 @@ benchmarks/steady_state.py ``--maintainers 2`` under merges on both cores, submi
 median 2.1 s, max 3.5 s with ``batcher.max_age_seconds`` 1. Here a thread of the lane keeps
 each table's next look: ``CHECK_SECONDS`` after the last one (for new requests), or the moment
 its waiting group comes of age (``DueBatches.next_due``), whichever is first, or as soon as its
-jobs end when they outlast that.
+jobs end when they outlast that. Measured since (the same run, traced): a group's job starts
+within 0.05 s of its coming of age, and the job takes 0.2-0.6 s, most of it the fsyncs of the
+batcher's records, claims and pins (some 30 on local disk), 0.03 s of it CPU.
 """
 
 from __future__ import annotations
