@@ -27,6 +27,7 @@ every leaf within the batch size at the end; every submitted file visible within
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -224,8 +225,10 @@ def run(args: Any) -> None:
         print(f"  {member}: {', '.join(leases)}")
     lat = sorted(latencies)
     for who, ls in (("1 maintainer", sorted(lat1)), (f"{args.maintainers} maintainers", lat)):
+        p99 = ls[math.ceil(0.99 * len(ls)) - 1] if ls else 0.0  # nearest rank
         print(f"batcher loop with {who}, submit to visible ({len(ls)} files): "
-              f"min {ls[0]:.2f} s, median {ls[len(ls) // 2]:.2f} s, max {ls[-1]:.2f} s"
+              f"min {ls[0]:.2f} s, median {ls[len(ls) // 2]:.2f} s, p99 {p99:.2f} s, "
+              f"max {ls[-1]:.2f} s"
               if ls else f"batcher loop with {who}: no file became visible")
     goals = [
         goal_line("duplicated jobs (started or committed twice)",

@@ -360,11 +360,14 @@ def _prune_jobs(table: TableHandle) -> None:
 @dataclass(frozen=True, slots=True)
 class DueBatches:
     """What a run finds to do: the abandoned jobs it settled, the batches due now with their
-    routes, and how many requests wait for their group to fill or age."""
+    routes, how many requests wait for their group to fill or age, and when (``time.time()``)
+    that group comes of age if nothing else releases it first (None: nothing waits): the
+    continuous maintainer looks again at that moment, not a polling period later."""
 
     recovered: tuple[JobOutcome, ...]
     batches: tuple[tuple[Batch, str], ...]
     waiting: int
+    next_due: float | None = None
 
 
 def due(table: TableLike, *, now: float | None = None, flush: bool = False,
@@ -379,9 +382,12 @@ def due(table: TableLike, *, now: float | None = None, flush: bool = False,
     props = settings_of(table.states.head(), table.name)
     requests = pending(table)
     batches = plan_batches(requests, props, now, flush=flush)
+    planned = {r.id for b in batches for r in b.requests}
+    waiting = [r.submitted for r in requests if r.id not in planned]
     return DueBatches(tuple(recovered),
                       tuple((b, route_for(b, props, spark_available)) for b in batches),
-                      len(requests) - sum(b.files for b in batches))
+                      len(waiting),
+                      min(waiting) + _settings(props)[2] if waiting else None)
 
 
 def run_batch(table: TableLike, batch: Batch, route: str, spark: SparkSession | None = None,

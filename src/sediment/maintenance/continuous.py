@@ -123,6 +123,8 @@ class Maintainer:
         self._wake = threading.Event()
         """Set when a job ends: the loop plans again at once."""
         self._tables: list[TableHandle] = []
+        self._online: list[TableHandle] = []
+        """The tables this tick found online (their batcher queues are looked at)."""
         self._tables_at = float("-inf")
         self._collector = CollectorLane(gc_every, orphan_timeout, self._lock, self._act,
                                         self._note)
@@ -164,6 +166,7 @@ class Maintainer:
         # in the next tick.
         turn = self._turn % len(tables) if tables else 0
         passed_over = False
+        self._online = []
         for i, t in enumerate(tables[turn:] + tables[:turn]):
             failed = self._failed.get(t.name)
             if failed is not None and now - failed[0] < self.gc_every:
@@ -185,6 +188,8 @@ class Maintainer:
                 error = f"{type(e).__name__}: {e}"
                 self._note(t.name, error)
                 self._failed[t.name] = (now, error)
+        if self._batcher is not None:  # the lane looks at their queues on its own clock
+            self._batcher.hold(self._online)
         return started
 
     def _tick_table(self, t: TableHandle, now: float, may_compact: bool) -> int:
@@ -193,8 +198,7 @@ class Maintainer:
         before = act.splits + act.jobs_started
         head = t.read_head()  # the tick's one read of the table's head
         if head.state.online:
-            if self._batcher is not None:
-                self._batcher.tick(t, now)
+            self._online.append(t)
             # one split a tick, and only while jobs keep up (a thread's worth of them queued
             # at most): a split leaves both children with every file of the parent to
             # rewrite, and leaves that cross the threshold together (uniform keys) would
