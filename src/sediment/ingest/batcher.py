@@ -71,6 +71,11 @@ import pyarrow.fs as pafs
 
 from sediment.errors import DataError, SedimentError
 from sediment.handle import handle_of
+from sediment.ingest.batch_planning import RUNNER_OF_ROUTE as RUNNER_OF_ROUTE
+from sediment.ingest.batch_planning import Batch as Batch
+from sediment.ingest.batch_planning import batcher_limits
+from sediment.ingest.batch_planning import plan_batches as plan_batches
+from sediment.ingest.batch_planning import route_for as route_for
 from sediment.ingest.batcher_recovery import JobOutcome as JobOutcome
 from sediment.ingest.batcher_recovery import recover as recover
 from sediment.ingest.batcher_store import CLAIMED as CLAIMED
@@ -98,7 +103,7 @@ from sediment.ingest.batcher_store import save_job as _save_job
 from sediment.ingest.sources import expand_paths, file_format
 from sediment.ingest.standard import StagedFiles, ingest_files
 from sediment.runners import load_runner
-from sediment.settings import as_settings, settings_of
+from sediment.settings import settings_of
 from sediment.state.store import definitely_not_committed
 from sediment.storage.conditional import create_once
 
@@ -113,73 +118,6 @@ KEEP_FINISHED_JOBS = 200
 """Finished job records kept for ``status`` (older ones are deleted by ``run``)."""
 
 
-# ---- requests and planning (pure) ------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Requests that make one job, and why it is released now: ``files`` (count reached),
-    ``bytes`` (size reached), ``age`` (the oldest request waited long enough) or ``flush``
-    (released at once on request: ``run(flush=True)``)."""
-
-    requests: tuple[Request, ...]
-    reason: str
-
-    @property
-    def files(self) -> int:
-        return len(self.requests)
-
-    @property
-    def bytes(self) -> int:
-        return sum(r.size for r in self.requests)
-
-    @property
-    def oldest(self) -> float:
-        return min(r.submitted for r in self.requests)
-
-
-def _settings(properties: Mapping[str, Any]) -> tuple[int, int, float]:
-    settings = as_settings(properties)
-    return settings.batcher_max_files, settings.batcher_max_bytes, \
-        settings.batcher_max_age_seconds
-
-
-def plan_batches(requests: Sequence[Request], properties: Mapping[str, Any],
-                 now: float, *, flush: bool = False) -> list[Batch]:
-    """Group requests, oldest first, into jobs of at most ``batcher.max_files`` files and
-    ``batcher.max_bytes`` bytes (a larger file is a job alone). Full groups are released; the
-    last, partial group only once its oldest request is ``batcher.max_age_seconds`` old, or at
-    once with ``flush`` (reason ``flush``)."""
-    max_files, max_bytes, max_age = _settings(properties)
-    ordered = sorted(requests, key=lambda r: (r.submitted, r.id))
-    out: list[Batch] = []
-    group: list[Request] = []
-    size = 0
-    for r in ordered:
-        if group and (len(group) >= max_files or size + r.size > max_bytes):
-            out.append(Batch(tuple(group), "files" if len(group) >= max_files else "bytes"))
-            group, size = [], 0
-        group.append(r)
-        size += r.size
-    if group:
-        if len(group) >= max_files:
-            out.append(Batch(tuple(group), "files"))
-        elif size >= max_bytes:
-            out.append(Batch(tuple(group), "bytes"))
-        elif now - group[0].submitted >= max_age:
-            out.append(Batch(tuple(group), "age"))
-        elif flush:
-            out.append(Batch(tuple(group), "flush"))
-    return out
-
-
-def route_for(batch: Batch, properties: Mapping[str, Any], spark_available: bool) -> str:
-    """``bulk_import`` for a big enough job when Spark is available, else ``ingest``."""
-    threshold = as_settings(properties).batcher_bulk_import_min_bytes
-    return "bulk_import" if spark_available and batch.bytes >= threshold else "ingest"
-
-
-RUNNER_OF_ROUTE = {"ingest": "local", "bulk_import": "spark"}
-"""The batcher runner of :mod:`sediment.runners` that runs a job of each route (the route is
-what a job's record keeps)."""
 
 
 def ingest_batch(table: TableHandle, paths: Sequence[str], *,
@@ -387,7 +325,7 @@ def due(table: TableLike, *, now: float | None = None, flush: bool = False,
     return DueBatches(tuple(recovered),
                       tuple((b, route_for(b, props, spark_available)) for b in batches),
                       len(waiting),
-                      min(waiting) + _settings(props)[2] if waiting else None)
+                      min(waiting) + batcher_limits(props)[2] if waiting else None)
 
 
 def run_batch(table: TableLike, batch: Batch, route: str, spark: SparkSession | None = None,
