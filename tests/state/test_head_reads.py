@@ -66,7 +66,8 @@ def test_a_maintenance_pass_reads_the_head_once_per_step_that_needs_it(
     result = table.maintain(orphan_timeout=0)
     assert result.jobs_committed == 4 and result.passes == 2
     assert reads.log_reads <= 3 * result.passes, reads  # 33 before
-    assert reads.head_calls <= 3 * result.passes, reads  # 43 before
+    # and the metadata prune that ends a one-off maintain its own
+    assert reads.head_calls <= 3 * result.passes + 1, reads  # 43 before
 
 
 @pytest.mark.parametrize("operation", ["gc", "dump"])

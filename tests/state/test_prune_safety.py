@@ -387,3 +387,70 @@ def test_the_store_clock_probe(object_store: ObjectStore) -> None:
     assert list(object_store.list("")) == []  # the probe is gone, at the root of the store
     assert deletion_clock(object_store, time.time() + 3600) <= time.time() + 5
     assert deletion_clock(object_store, 1000.0) == 1000.0  # a clock behind is more careful
+
+
+PRUNE_ALL = {"retention.seconds": 0, "gc.delay_seconds": 0, "gc.clock_skew_seconds": 0,
+             "state.snapshot.interval": 1}
+
+
+@pytest.mark.parametrize("when", ["before its floor", "after its floor"])
+def test_a_pin_racing_prune_either_holds_its_version_or_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_prune_grace: None,
+        when: str) -> None:
+    """A reader pins an old version while prune runs (the pin of PostHog PR #78455's reader
+    against a short-retention vacuum): prune held after it read the pins. Before it records
+    its floor, the pin is written unseen: prune reads the pins again after its floor, sees
+    it, and deletes nothing; the version reads. After the floor, the pin reads it and is
+    refused (VersionExpiredError, the pin let go); prune goes on. Never a pin that succeeds
+    over a version whose log is gone."""
+    from helpers import make_table, rows
+    from reference import Reference, assert_matches
+    from sediment.errors import VersionExpiredError
+    from support.races import Gate, InThread
+
+    table = make_table(tmp_path / "store", split_points=None, **PRUNE_ALL)
+    reference = Reference(table.schema)
+    counts: dict[int, int] = {}
+    for seed in range(6):
+        data = rows(20, seed=seed)
+        table.ingest(data)
+        reference.add(data)
+        counts[table.version] = len(reference.history)
+    old = min(counts)
+    gate = Gate()
+    if when == "before its floor":
+        real = versions.forget_expired_pins
+
+        def held(*args: Any, **kwargs: Any) -> Any:  # right after prune read the pins
+            out = real(*args, **kwargs)
+            gate.arrive()
+            return out
+        monkeypatch.setattr(versions, "forget_expired_pins", held)
+    else:
+        real_floor = versions.record_floor
+
+        def held(*args: Any, **kwargs: Any) -> Any:  # its floor recorded, pins not read again
+            out = real_floor(*args, **kwargs)
+            gate.arrive()
+            return out
+        monkeypatch.setattr(versions, "record_floor", held)
+    job = InThread(table.prune)
+    gate.wait_arrived("prune to read the pins")
+    if when == "before its floor":
+        table.pin("reader", old, 600)
+        gate.release()
+        result = job.result()
+        assert result.log_entries == 0 and "holds version" in result.note, result
+        assert_matches(table.query(version=old), reference.upto(counts[old]))
+        table.unpin("reader")
+        assert table.prune().log_entries > 0  # the next prune goes on
+    else:
+        with pytest.raises(VersionExpiredError, match="prune"):
+            table.pin("reader", old, 600)
+        assert "reader" not in {t.name for t in table.tags()}, "a refused pin is let go"
+        gate.release()
+        assert job.result().log_entries > 0
+    with pytest.raises(VersionExpiredError):
+        table.query(version=old)
+    assert not list(table._handle.states.objects.list("prune/")), "floors are deleted"
+    assert_matches(table.query(), reference)

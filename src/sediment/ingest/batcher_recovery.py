@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sediment.errors import CorruptMetadataError, SedimentError
+from sediment.errors import CorruptMetadataError, SedimentError, VersionExpiredError
 from sediment.handle import handle_of
 from sediment.ingest.batcher_store import (
     CLAIMED,
@@ -189,7 +189,7 @@ def _unsettled(table: TableHandle, job: dict[str, Any], marker: _Marker, e: Sedi
     job_id, base = job["id"], int(job["base_version"])
     files = list(job.get("files") or [])
     reqs = job.get("requests") or []
-    if isinstance(e, CorruptMetadataError):
+    if isinstance(e, CorruptMetadataError | VersionExpiredError):  # the log after base is gone
         error = (f"batcher job {job_id} of table {table.name} cannot be settled: {e}; whether "
                  f"its staged files {files[:3]} were committed after version {base} cannot be "
                  "told without that log, so its requests are neither re-queued nor given up "

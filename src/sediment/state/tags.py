@@ -32,8 +32,11 @@ from sediment.errors import (
     TagError,
     TagExistsError,
     TagNotFoundError,
+    VersionExpiredError,
 )
+from sediment.properties import defaults
 from sediment.state.documents import MetadataChecksumMismatch, open_sealed, sealed
+from sediment.state.prune_floor import still_readable
 from sediment.state.store import StateStore
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import ChecksumMismatch, get_verified
@@ -89,7 +92,22 @@ def create_tag(states: StateStore, name: str, version: int) -> Tag:
     doc = {"name": name, "version": version, "created": created, "id": uuid.uuid4().hex}
     if not create_once(states.objects, key, sealed(doc)):
         raise TagExistsError(f"table {states.name}: tag {name!r} already exists")
+    _held_or_let_go(states, key, f"tag {name!r}", version)
     return Tag(name, version, created)
+
+
+def _held_or_let_go(states: StateStore, key: str, what: str, version: int) -> None:
+    """The tag's (or pin's) half of the handshake with prune (``sediment.state.prune_floor``):
+    written, it reads the floors and the log, and is deleted again when prune is taking its
+    version, or took it after the caller checked the version read."""
+    if still_readable(states.objects, version):
+        return
+    states.objects.delete_many([key])
+    seconds = float({**defaults(), **states.head().properties}["retention.seconds"])
+    raise VersionExpiredError(
+        f"table {states.name}: version {version} has expired: prune is deleting (or deleted) "
+        f"its log, as it does for versions older than the table's retention.seconds = "
+        f"{seconds:g} s; {what} let go. Tag a newer version, or raise retention.seconds")
 
 
 def create_pin(states: StateStore, name: str, version: int, ttl_seconds: float,
@@ -120,6 +138,7 @@ def create_pin(states: StateStore, name: str, version: int, ttl_seconds: float,
     pin = Tag(name, int(version), created, created + ttl, owner, kept, onward)
     for _ in range(8):  # a pin deleted between our reads: look again
         if create_once(states.objects, key, data):
+            _held_or_let_go(states, key, f"pin {name!r}", int(version))
             return pin
         try:
             held = _read_tag(states.objects, key, states.name)
@@ -129,6 +148,8 @@ def create_pin(states: StateStore, name: str, version: int, ttl_seconds: float,
             raise TagExistsError(f"table {states.name}: {name!r} is a tag, not a pin: a tag "
                                  "is never turned into a pin (use another name)")
         states.objects.put(key, data)  # renew: only pins are ever overwritten
+        if held.version != int(version):  # moved: prune held the old version, not this one
+            _held_or_let_go(states, key, f"pin {name!r}", int(version))
         return pin
     raise TagError(f"table {states.name}: pin {name!r} kept appearing and vanishing while it "
                    "was being pinned; try again")

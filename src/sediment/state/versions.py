@@ -19,6 +19,7 @@ from sediment.core.state import TableState
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, QueryError, SedimentError
 from sediment.schema import Schema
 from sediment.state.log import LOG_PREFIX, log_key, version_of_key
+from sediment.state.prune_floor import forget_floors, record_floor
 from sediment.state.snapshot import (
     OBJECT_PREFIX,
     read_metarange,
@@ -232,6 +233,16 @@ def prune(states: StateStore, retention_seconds: float, *, now: float | None = N
         note = f"log entries {gap[:5]} after the base {base} are missing: nothing deleted"
         log.warning("%s: %s", where, note)
         return PruneResult(base=None, unusable_snapshots=tuple(unusable), note=note)
+    # the handshake with a tag or pin written since the scan (sediment.state.prune_floor)
+    floor = record_floor(states.objects, base)
+    again = scan_tags(states, clock)
+    late = sorted(t.version for t in again.tags if t.version < base)
+    if again.unreadable or late:
+        states.objects.delete_many([floor])
+        note = (f"a tag or pin written while prune ran holds version "
+                f"{late[0] if late else '?'} below the base {base}: nothing pruned")
+        log.warning("%s: %s", where, note)
+        return PruneResult(unusable_snapshots=tuple(unusable), note=note)
     old_logs = [o.key for v, o in sorted(logs.items()) if v <= base]
     old_snaps = [v for v in snaps if v < base]
     keep_digests: set[str] = set()
@@ -251,6 +262,7 @@ def prune(states: StateStore, retention_seconds: float, *, now: float | None = N
     states.objects.delete_many(old_logs)
     states.objects.delete_many(snapshot_key(v) for v in old_snaps)
     states.objects.delete_many(dead_objects)
+    forget_floors(states.objects, floor, clock)
     note = "" if complete else ("a snapshot above the base is unreadable: no snapshot object "
                                 "was deleted")
     return PruneResult(len(old_logs), len(old_snaps), len(dead_objects), base,
