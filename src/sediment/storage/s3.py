@@ -213,6 +213,9 @@ class S3ObjectStore(ObjectStore):
                 kwargs["secret_key"] = self._creds["aws_secret_access_key"]
                 if self._creds["aws_session_token"]:
                     kwargs["session_token"] = self._creds["aws_session_token"]
+            # as many attempts as the boto3 client's: pyarrow's default (3) lets one request in
+            # 23 fail under a 35% error rate (benchmarks/soak.py --chaos), one in 190 with 5
+            kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=5)
             self._fs = pafs.S3FileSystem(**kwargs)
         base = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
         return self._fs, base
