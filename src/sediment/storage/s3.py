@@ -61,7 +61,11 @@ class S3ObjectStore(ObjectStore):
         }
         self._client = boto3.session.Session().client(
             "s3", endpoint_url=self.endpoint_url, region_name=self.region,
-            config=Config(retries={"max_attempts": 5, "mode": "standard"},
+            # "legacy": the same retries of throttling, 5xx and dropped connections, with no retry
+            # quota: standard mode's (500 tokens, 14 a retried error, 1 back a clean answer)
+            # empties under a sustained error rate and turns retries off for the client's life
+            # (benchmarks/soak.py --chaos: one operation in two then failed at a 35% rate)
+            config=Config(retries={"max_attempts": 5, "mode": "legacy"},
                           max_pool_connections=32),
             aws_access_key_id=self._creds["aws_access_key_id"] or None,
             aws_secret_access_key=self._creds["aws_secret_access_key"] or None,
@@ -213,9 +217,10 @@ class S3ObjectStore(ObjectStore):
                 kwargs["secret_key"] = self._creds["aws_secret_access_key"]
                 if self._creds["aws_session_token"]:
                     kwargs["session_token"] = self._creds["aws_session_token"]
-            # as many attempts as the boto3 client's: pyarrow's default (3) lets one request in
-            # 23 fail under a 35% error rate (benchmarks/soak.py --chaos), one in 190 with 5
-            kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=5)
+            # as many attempts as the boto3 client's (pyarrow's default, 3, lets one request in 23
+            # fail under a 35% error rate), and no retry quota (the AWS SDK's standard strategy
+            # has one, as botocore's standard mode: see above)
+            kwargs["retry_strategy"] = pafs.AwsDefaultS3RetryStrategy(max_attempts=5)
             self._fs = pafs.S3FileSystem(**kwargs)
         base = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
         return self._fs, base
