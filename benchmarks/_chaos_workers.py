@@ -87,6 +87,19 @@ def column_name(writer: str, i: int) -> str:
     return f"c_{writer}_{i}".replace(".", "_")
 
 
+def open_table(args: dict[str, Any]) -> sd.Table:
+    """The table, opened again until the faults let it be (a worker that cannot open it
+    would only be started again)."""
+    for attempt in range(30):
+        try:
+            return w.open_table(args)
+        except sd.SedimentError:
+            if attempt == 29:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
 def run_op(table: sd.Table, args: dict[str, Any], i: int) -> int:
     """Commit operation ``i`` (exactly once: its idempotency key); the version it committed
     (a column that exists already: the version that added it)."""
@@ -117,7 +130,7 @@ def writer_worker(args: dict[str, Any]) -> None:
     resume = bool(started) and first not in ended  # the predecessor's op in flight: again
     if started and not resume:
         first += 1
-    table = w.open_table(args)
+    table = open_table(args)
     until = float(args["until"])
     rng = random.Random(f"{args['seed']}/{args['writer']}/{first}")
     i = first
@@ -142,7 +155,7 @@ def writer_worker(args: dict[str, Any]) -> None:
 def sink_worker(args: dict[str, Any]) -> None:
     flushed = [d["flushed"] for d in read_jsonl(args["out"]) if "flushed" in d]
     n = (flushed[-1] + 1) if flushed else 0
-    table = w.open_table(args)
+    table = open_table(args)
     until = float(args["until"])
     rng = random.Random(f"{args['seed']}/sink/{n}")
     while time.time() < until:
@@ -171,7 +184,7 @@ def sink_worker(args: dict[str, Any]) -> None:
 
 
 def reader_worker(args: dict[str, Any]) -> None:
-    table = w.open_table(args)
+    table = open_table(args)
     rng = random.Random(f"{args['seed']}/{args['reader']}/{time.time()}")
     stop = Path(args["stop"])
     while not stop.exists():
@@ -195,7 +208,7 @@ def reader_worker(args: dict[str, Any]) -> None:
 
 
 def gc_worker(args: dict[str, Any]) -> None:
-    table = w.open_table(args)
+    table = open_table(args)
     stop = Path(args["stop"])
     while not stop.exists():
         doc: dict[str, Any] = {"t": time.time()}
