@@ -78,6 +78,8 @@ class Chaos:
         self.log: dict[int, tuple[str, list[str]]] = {}  # version -> (kind, idempotency keys)
         self.unread: list[int] = []
         self.deadline = 0.0
+        self.phases: dict[str, float] = {}
+        """Seconds past the deadline at which each kind of process was done."""
         self.faketime = shutil.which("faketime")
 
     # ---- processes ---------------------------------------------------------------------
@@ -131,7 +133,7 @@ class Chaos:
         started = time.time()
         self.deadline = started + a.minutes * 60
         self.start()
-        dump_at = started + a.minutes * 30
+        dump_at = started + a.minutes * 60 * getattr(a, "dump_at", 0.5)
         next_kill = time.time() + self.rng.uniform(0.5, 1.5) * a.chaos_seconds
         next_tail = 0.0
         while time.time() < self.deadline:
@@ -155,15 +157,18 @@ class Chaos:
                 if p.poll() is not None and not self._finished(name):
                     self.exits[name] += 1  # a crash of its own: reported, started again
                     self._spawn(name)
-        for name, p in self.procs.items():
-            if name.startswith(("writer-", "sink", "dump")):
-                self._wait(name, p, 600)
+        # the maintainers, readers and GC stop while the writers finish their last operation
         self.stop.touch()
         for name, p in self.procs.items():
             if name.startswith("maintain-") and p.poll() is None:
                 p.send_signal(signal.SIGINT)
         for name, p in self.procs.items():
+            if name.startswith(("writer-", "sink", "dump")):
+                self._wait(name, p, 600)
+                self.phases[f"{name.split('-')[0]} done"] = time.time() - self.deadline
+        for name, p in self.procs.items():
             self._wait(name, p, 120)
+        self.phases["all stopped"] = time.time() - self.deadline
         self.tail()
         return time.time() - started
 
@@ -391,7 +396,10 @@ def run_chaos(args: Any) -> dict[str, Any]:
             proxy.clear()
         result: dict[str, Any] = {"store": "s3+chaos", "seconds": seconds,
                                   "clock_skew": SKEW if c.faketime else None}
+        result["seconds_past_deadline"] = c.phases
+        t0 = time.perf_counter()
         result.update(c.check())
+        result["check_seconds"] = time.perf_counter() - t0
         result.update(c.settle())
         result["requests"] = counts.get("requests", 0)
         result["requests_per_second"] = result["requests"] / seconds
