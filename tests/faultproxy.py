@@ -465,6 +465,8 @@ class FaultProxy:
     def _corrupt(self, rule: Rule, req: Request, resp: Response) -> Response:
         """``resp`` with one body byte flipped by ``rule`` (see the module docs), or unchanged
         (and the reservation of :meth:`_decide` given back) when it has none to flip."""
+        if req.method == "HEAD":
+            return self._corrupt_head(rule, req, resp)
         body = memoryview(resp.raw)[resp.head_len:]
         spans = _chunk_spans(body) if resp.chunked else [(0, len(body))]
         size = sum(n for _, n in spans)
