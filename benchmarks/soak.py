@@ -388,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.chaos_seconds is None:
         args.chaos_seconds = 30.0 if args.chaos else 10.0
     if args.chaos:
-        from _chaos import report_chaos, run_chaos
+        from _chaos import run_chaos
+        from _chaos_report import report_chaos
 
         return report_chaos(run_chaos(args), args)
     results = []
