@@ -166,8 +166,9 @@ class Chaos:
             if name.startswith(("writer-", "sink", "dump")):
                 self._wait(name, p, 600)
                 self.phases[f"{name.split('-')[0]} done"] = time.time() - self.deadline
-        for name, p in self.procs.items():
-            self._wait(name, p, 120)
+        grace = time.time() + getattr(a, "stop_grace", 120.0)
+        for name, p in self.procs.items():  # past the grace, kill -9 as the chaos would
+            self._wait(name, p, max(0.0, grace - time.time()))
         self.phases["all stopped"] = time.time() - self.deadline
         self.tail()
         return time.time() - started

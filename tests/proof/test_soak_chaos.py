@@ -6,8 +6,9 @@ under a clock 5 minutes ahead, a dump and load, and a kill -9 every ~10 s. Every
 the final table are checked against the reference the harness replays from the log; then one
 GC and prune with every delay at 0 leave nothing but what the head references.
 
-Short: fewer processes than the long runs (the machine has 2 cores) and the dump is not among
-the processes killed (a killed dump's lock holds the next one off for two minutes).
+Short: fewer processes than the long runs (the machine has 2 cores), the dump is not among
+the processes killed (a killed dump's lock holds the next one off for two minutes), and a
+maintainer, reader or GC still busy 5 s after the writers are done is killed, not waited for.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from _chaos_report import ZERO_TARGETS  # noqa: E402
 def test_chaos_minute(tmp_path: Path) -> None:
     args = argparse.Namespace(minutes=0.6, writers=3, readers=1, maintainers=1,
                               chaos_seconds=10.0, seed=7, fault_scale=1.0,
-                              work=str(tmp_path / "work"), kill_dump=False, dump_at=0.05)
+                              work=str(tmp_path / "work"), kill_dump=False, dump_at=0.05,
+                              stop_grace=5.0)
     r = _chaos.run_chaos(args)
     problems = {k: r[k] for k in ZERO_TARGETS if r[k]}
     assert not problems, f"{problems}: {r['wrong_examples']} {r['leftover_examples']}"
