@@ -462,3 +462,22 @@ def test_misreported_data_file_size_is_never_an_answer(proxied_s3: ProxiedS3) ->
     rule = proxied_s3.proxy.add_rule("corrupt", method="HEAD", path=DATA, count=1)
     assert _rows(proxied_s3.open().table("t").query()) == _reference(rows)
     assert rule.fired == 1
+
+
+def test_garbled_listing_fails_as_a_storage_error(b: Bucket) -> None:
+    """A listing whose ``LastModified`` had a byte flipped (``06:14:31`` read as ``06:14;31``,
+    as the chaos soak met it) makes botocore's parser raise a bare ValueError: the S3 store
+    turns it into a StorageError naming the prefix (a failed request the caller retries),
+    never an exception no caller expects; the next listing is whole."""
+    import urllib.request
+
+    b.put("obj")
+    with urllib.request.urlopen(f"{b.s3.direct_endpoint}/{b.name}?list-type=2") as r:
+        xml = r.read()
+    at = xml.index(b"<LastModified>") + len(b"<LastModified>2026-11-28T06:14")
+    rule = b.proxy.add_rule("corrupt", query="list-type", offset=at, xor=0x01, count=1)
+    store = open_object_store(f"s3://{b.name}", **b.s3.options)
+    with pytest.raises(StorageError, match="S3 list of '' .* does not parse"):
+        list(store.list(""))
+    assert rule.fired == 1
+    assert [o.key for o in store.list("")] == ["obj"]

@@ -86,6 +86,12 @@ class S3ObjectStore(ObjectStore):
             return AccessDeniedError(message)
         return StorageError(message)
 
+    def _unparsed(self, op: str, key: str, e: ValueError) -> StorageError:
+        """A listing whose answer botocore could not parse (a byte changed on the way: the
+        parser raises ValueError, not a BotoCoreError): a failed request, as any other."""
+        return StorageError(f"S3 {op} of {key!r} in {self.uri} failed: its answer does not "
+                            f"parse ({e})")
+
     @staticmethod
     def _code(e: ClientError | BotoCoreError) -> str:
         """The S3 error code of a service answer ("" for botocore's own failures)."""
@@ -158,6 +164,8 @@ class S3ObjectStore(ObjectStore):
                                      o["LastModified"].timestamp())
         except _S3_ERRORS as e:
             raise self._error("list", prefix, e) from e
+        except ValueError as e:  # botocore's parser: a garbled time or size in the answer
+            raise self._unparsed("list", prefix, e) from e
 
     def list_folders(self, prefix: str) -> builtins.list[str]:
         full = self._k(prefix)
@@ -170,6 +178,8 @@ class S3ObjectStore(ObjectStore):
                              for p in page.get("CommonPrefixes", []))
         except _S3_ERRORS as e:
             raise self._error("list", prefix, e) from e
+        except ValueError as e:
+            raise self._unparsed("list", prefix, e) from e
         return sorted(n for n in names if n)
 
     def delete_many(self, keys: Iterable[str]) -> None:
