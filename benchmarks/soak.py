@@ -7,6 +7,7 @@ The long variant of ``tests/proof`` (the concurrency and crash suites), run as a
     .venv/bin/python benchmarks/soak.py --quick                 # 30 s smoke run
     .venv/bin/python benchmarks/soak.py --proof-scale 10        # + tests/proof, 10x longer
     .venv/bin/python benchmarks/soak.py --faults --minutes 2    # S3 through the fault proxy
+    .venv/bin/python benchmarks/soak.py --chaos --minutes 60    # FoundationDB's fault mix
 
 Processes (each its own Python, racing only through the object store): ``--writers`` ingest
 batches of unique records until the time is up; ``--maintainers`` run ``sediment maintain
@@ -35,6 +36,11 @@ so are some answers of other writes, and connections are reset, answered 503 or 
 random (``--fault-scale`` multiplies the probabilities). The checks run without the proxy. A
 failed ingest or query is then allowed (reported) as long as nothing it did is visible; lost,
 duplicated and wrong stay 0-targets. The proxy's fault counts are printed and saved.
+
+With ``--chaos`` the run is ``benchmarks/_chaos.py``'s (see there): FoundationDB's fault mix
+on every request, keyed writers (ingest, upsert, delete, new columns), a streaming sink, a
+dump and load, GC and prune under a skewed clock, a kill -9 about every 30 s; ``./dev soak``
+runs it for 5 or 60 minutes.
 
 Exit status 1 when any of the zero-targets is not met.
 """
@@ -351,14 +357,21 @@ def main(argv: list[str] | None = None) -> int:
                        help="run only on the loopback S3 server, every process through the "
                             "fault proxy (tests/faultproxy.py): lost answers, resets, 503s, "
                             "delays at random")
+        p.add_argument("--chaos", action="store_true",
+                       help="FoundationDB's fault mix on the loopback S3 server, keyed writers, "
+                            "a sink, a dump and load, GC and prune under a skewed clock "
+                            "(benchmarks/_chaos.py)")
+        p.add_argument("--work", default="", help="with --chaos: keep the processes' logs "
+                                                  "in this folder")
         p.add_argument("--fault-scale", type=float, default=1.0,
-                       help="with --faults: multiply every fault probability by this")
-        p.add_argument("--writers", type=int, default=3)
+                       help="with --faults or --chaos: multiply every fault probability by this")
+        p.add_argument("--writers", type=int, default=None, help="default 3 (--chaos: 8)")
         p.add_argument("--maintainers", type=int, default=2)
         p.add_argument("--readers", type=int, default=2)
         p.add_argument("--rows", type=int, default=2000, help="records per ingest")
-        p.add_argument("--chaos-seconds", type=float, default=10.0,
-                       help="kill -9 a writer or maintainer this often (0: never)")
+        p.add_argument("--chaos-seconds", type=float, default=None,
+                       help="kill -9 a writer or maintainer this often (0: never; default 10; "
+                            "--chaos: any process, 30 on average)")
         p.add_argument("--seed", type=int, default=1)
         p.add_argument("--proof-scale", type=int, default=0,
                        help="also run tests/proof with SEDIMENT_PROOF_SCALE=N (N times the "
@@ -370,6 +383,15 @@ def main(argv: list[str] | None = None) -> int:
         args.minutes = 0.5 if args.quick else 2.0
     if args.quick:
         args.rows = min(args.rows, 500)
+    if args.writers is None:
+        args.writers = 8 if args.chaos else 3
+    if args.chaos_seconds is None:
+        args.chaos_seconds = 30.0 if args.chaos else 10.0
+    if args.chaos:
+        from _chaos import run_chaos
+        from _chaos_report import report_chaos
+
+        return report_chaos(run_chaos(args), args)
     results = []
     if args.faults:
         from faultproxy import FaultProxy

@@ -20,6 +20,8 @@ Actions (``FaultProxy.add_rule``):
 ``delay``          sleep ``delay`` seconds, then forward normally.
 ``status``         answer ``status`` (default 503) with an S3-style XML error without
                    forwarding (nothing happened; botocore and the AWS C++ SDK retry 500/503).
+                   ``code`` is the error's ``<Code>`` (default: S3's for the status, e.g.
+                   ``SlowDown`` for 503; ``InternalError`` for S3's other 503).
 ``corrupt``        forward the request, then flip one byte of a 200/206 response body (``xor``,
                    default 0x01) before answering: the object is intact upstream, this one
                    read of it is not (bit rot on the wire, a bad cache, a broken proxy).
@@ -36,7 +38,9 @@ Actions (``FaultProxy.add_rule``):
                    (moto sends ``x-amz-checksum-crc32`` on whole GETs only). ``ranged``:
                    True matches only GETs with a ``Range`` header, False only GETs without,
                    None both. The method defaults to GET. ``fired`` counts only answers that
-                   had a byte flipped.
+                   had a byte flipped. With ``method="HEAD"`` (no body) the answer's
+                   ``Content-Length`` is xored with ``xor`` instead: the object's size is
+                   misreported.
 
 A rule matches on ``method`` (exact, None: any), ``path`` (regex searched in the unquoted
 request path, without the query), ``query`` (regex searched in the raw query string),
@@ -118,6 +122,7 @@ class Rule:
     xor: int = 0x01
     ranged: bool | None = None
     keep_checksums: bool = False
+    code: str | None = None
     matched: int = 0
     fired: int = 0
     _path_re: re.Pattern[str] | None = field(default=None, repr=False)
@@ -160,7 +165,8 @@ class Rule:
                 "probability": self.probability,
                 "skip": self.skip, "delay": self.delay, "status": self.status,
                 "name": self.name, "offset": self.offset, "xor": self.xor,
-                "ranged": self.ranged, "keep_checksums": self.keep_checksums}
+                "ranged": self.ranged, "keep_checksums": self.keep_checksums,
+                "code": self.code}
 
     def to_json(self) -> dict[str, Any]:
         return {**self.spec(), "matched": self.matched, "fired": self.fired}
@@ -390,9 +396,10 @@ class FaultProxy:
                  query: str | None = None, body: str | None = None, count: int | None = None,
                  probability: float = 1.0, skip: int = 0, delay: float = 0.0, status: int = 503,
                  name: str = "", offset: int | None = None, xor: int = 0x01,
-                 ranged: bool | None = None, keep_checksums: bool = False) -> Rule:
+                 ranged: bool | None = None, keep_checksums: bool = False,
+                 code: str | None = None) -> Rule:
         rule = Rule(action, method, path, query, body, count, probability, skip, delay, status,
-                    name, offset, xor, ranged, keep_checksums)
+                    name, offset, xor, ranged, keep_checksums, code)
         with self._lock:
             self._rules.append(rule)
         return rule
@@ -461,6 +468,8 @@ class FaultProxy:
     def _corrupt(self, rule: Rule, req: Request, resp: Response) -> Response:
         """``resp`` with one body byte flipped by ``rule`` (see the module docs), or unchanged
         (and the reservation of :meth:`_decide` given back) when it has none to flip."""
+        if req.method == "HEAD":
+            return self._corrupt_head(rule, req, resp)
         body = memoryview(resp.raw)[resp.head_len:]
         spans = _chunk_spans(body) if resp.chunked else [(0, len(body))]
         size = sum(n for _, n in spans)
@@ -487,6 +496,24 @@ class FaultProxy:
         out = bytearray(body)
         out[at] ^= rule.xor
         return Response(resp.status, head + bytes(out), resp.close, len(head), resp.chunked)
+
+    def _corrupt_head(self, rule: Rule, req: Request, resp: Response) -> Response:
+        """A HEAD answer whose ``Content-Length`` (the object's size) is xored with
+        ``rule.xor``, or unchanged (the reservation given back) when it has none."""
+        lines = resp.raw[: resp.head_len].split(b"\r\n")
+        for i, line in enumerate(lines):
+            name, _, value = line.partition(b":")
+            if resp.status == 200 and name.strip().lower() == b"content-length" \
+                    and value.strip().isdigit():
+                lines[i] = b"Content-Length: " + str(int(value) ^ rule.xor).encode()
+                head = b"\r\n".join(lines)
+                with self._lock:
+                    self._record(rule, req)
+                return Response(resp.status, head + resp.raw[resp.head_len:], resp.close,
+                                len(head), resp.chunked)
+        with self._lock:
+            rule.fired -= 1
+        return resp
 
     # ---- serving -----------------------------------------------------------------------------
     def _track(self, sock: socket.socket) -> None:
@@ -542,7 +569,7 @@ class FaultProxy:
                     _reset(client)
                     return
                 if action is not None and action.action == "status":
-                    client.sendall(self._error_response(action.status, req))
+                    client.sendall(self._error_response(action.status, req, action.code))
                     if req.wants_close:
                         return
                     continue
@@ -628,8 +655,8 @@ class FaultProxy:
         return Response(status, head + body, close, len(head), chunked)
 
     @staticmethod
-    def _error_response(status: int, req: Request) -> bytes:
-        code = _S3_CODES.get(status, "InternalError")
+    def _error_response(status: int, req: Request, code: str | None = None) -> bytes:
+        code = code or _S3_CODES.get(status, "InternalError")
         body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
                 f"<Message>injected by faultproxy</Message><Resource>{req.path}</Resource>"
                 f"<RequestId>faultproxy</RequestId></Error>").encode()
@@ -692,6 +719,45 @@ def random_fault_specs(scale: float = 1.0, *, log_path: str = r"/log/\d{20}\.jso
         {"action": "reset", "probability": p(0.02), "name": "reset"},
         {"action": "status", "status": 503, "probability": p(0.01), "name": "503"},
         {"action": "delay", "delay": 0.05, "probability": p(0.02), "name": "delay"},
+    ]
+
+
+def chaos_fault_specs(scale: float = 1.0) -> list[dict[str, Any]]:
+    """FoundationDB's S3 fault mix (apple/foundationdb PR #12656: 15% errors, 20% throttling,
+    10% delays, 0.5% corrupted bodies), plus lost answers of writes and resets, for
+    ``benchmarks/soak.py --chaos`` (``add_rules`` arguments). The shares are of every request
+    (a delay may come with another fault): errors are 500 and 503 ``InternalError`` answers,
+    throttling 503 ``SlowDown``; corruption flips a byte of a GET's body (whole and ranged
+    object reads, and listings) or of a HEAD's ``Content-Length``. ``scale`` multiplies
+    every probability."""
+    def p(x: float) -> float:
+        return min(1.0, x * scale)
+
+    listing = r"(^|&)list-type="
+    objects = r"^/[^/]+/."  # a key under the bucket (a listing's path is the bucket)
+    return [
+        {"action": "delay", "delay": 0.1, "probability": p(0.10), "name": "delay"},
+        {"action": "drop_response", "method": "PUT", "path": r"/log/\d{20}\.json$",
+         "probability": p(0.05), "name": "lost log-entry answer"},
+        {"action": "drop_response", "method": "PUT", "probability": p(0.01),
+         "name": "lost write answer"},
+        {"action": "drop_response", "method": "DELETE", "probability": p(0.01),
+         "name": "lost delete answer"},
+        {"action": "reset", "probability": p(0.01), "name": "reset"},
+        {"action": "corrupt", "method": "GET", "query": listing, "probability": p(0.005),
+         "name": "corrupt listing"},
+        {"action": "corrupt", "path": objects, "ranged": False, "probability": p(0.005),
+         "name": "corrupt whole read"},
+        {"action": "corrupt", "path": objects, "ranged": True, "probability": p(0.005),
+         "name": "corrupt ranged read"},
+        {"action": "corrupt", "method": "HEAD", "probability": p(0.005),
+         "name": "corrupt head"},
+        {"action": "status", "status": 500, "probability": p(0.075),
+         "name": "500 InternalError"},
+        {"action": "status", "status": 503, "code": "InternalError",
+         "probability": p(0.075 / 0.925), "name": "503 InternalError"},
+        {"action": "status", "status": 503, "probability": p(0.20 / 0.85),
+         "name": "503 SlowDown"},
     ]
 
 

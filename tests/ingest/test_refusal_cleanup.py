@@ -112,3 +112,16 @@ def test_a_load_into_a_dropped_table_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(TableNotFoundError, match="target was dropped"):
         store.load(job.manifest_uri, "target", progress=drop_before_copying)
     assert _objects_left(target) == [DROPPED_MARKER]
+
+
+@pytest.mark.s3
+def test_an_ingest_on_s3_writes_no_folder_markers(
+        s3_store_uri: tuple[str, dict[str, Any]]) -> None:
+    """S3 has no folders: the data file writer creates none (each marker would be one more
+    request, one more chance to fail under faults), and the files read back whole."""
+    uri, options = s3_store_uri
+    table = make_table(uri, options)
+    table.ingest(rows(500, seed=3))
+    store_keys = [o.key for o in sd.Store.open(uri, **options).objects.list("")]
+    assert not [k for k in store_keys if k.endswith("/")]
+    assert _objects_left(table) and table.query().num_rows == 500

@@ -24,10 +24,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from botocore.exceptions import BotoCoreError, FlexibleChecksumError
+from botocore.exceptions import BotoCoreError, ClientError, FlexibleChecksumError
 
 import sediment as sd
-from faultproxy import FaultProxy, ProxiedS3, Request, corruption_fault_specs
+from faultproxy import (
+    FaultProxy,
+    ProxiedS3,
+    Request,
+    chaos_fault_specs,
+    corruption_fault_specs,
+)
 from sediment.errors import CorruptMetadataError, SedimentError, StorageError
 from sediment.storage import open_object_store
 from sediment.storage.checksums import ChecksumMismatch
@@ -254,6 +260,66 @@ def test_chunked_body_is_flipped_in_its_data_only(chunked_proxy: FaultProxy) -> 
     assert rule.fired == len(want) and chunked_proxy.counts["upstream_errors"] == 0
 
 
+def test_head_has_its_content_length_misreported(b: Bucket) -> None:
+    """``method="HEAD"``: the answer has no body; its Content-Length (the object's size) is
+    xored instead, once; a 404 has nothing to misreport (not fired)."""
+    b.put("obj")
+    rule = b.proxy.add_rule("corrupt", method="HEAD", path="/obj", xor=0x01)
+    with pytest.raises(ClientError):  # a 404: nothing to misreport
+        b.via.head_object(Bucket=b.name, Key="objx")
+    assert rule.fired == 0
+    size = b.via.head_object(Bucket=b.name, Key="obj")["ContentLength"]
+    assert size == len(BODY) ^ 0x01 and rule.fired == 1
+    assert b.proxy.counts["corrupt"] == 1
+    assert b.direct.head_object(Bucket=b.name, Key="obj")["ContentLength"] == len(BODY)
+
+
+def test_status_rules_send_the_code_given(b: Bucket) -> None:
+    """A 503 is S3's ``SlowDown`` unless the rule names another code (``InternalError``)."""
+    import boto3
+    from botocore.config import Config
+
+    b.put("obj")
+    client = boto3.session.Session().client(
+        "s3", endpoint_url=b.proxy.url, region_name="us-east-1", aws_access_key_id="testing",
+        aws_secret_access_key="testing", config=Config(retries={"total_max_attempts": 1}))
+    for code in (None, "InternalError"):
+        rule = b.proxy.add_rule("status", status=503, code=code, count=1)
+        with pytest.raises(ClientError) as e:
+            client.get_object(Bucket=b.name, Key="obj")
+        assert e.value.response["Error"]["Code"] == (code or "SlowDown")
+        assert rule.fired == 1
+
+
+def test_chaos_specs_are_foundationdbs_mix() -> None:
+    """The shares of ``chaos_fault_specs`` over requests no earlier rule took: 15% errors
+    (half 500, half 503 InternalError), 20% SlowDown, 10% delays, 0.5% of each corruption."""
+    specs = {s["name"]: s for s in chaos_fault_specs()}
+    p = {name: s["probability"] for name, s in specs.items()}
+    assert p["delay"] == 0.10 and specs["delay"]["action"] == "delay"
+    assert p["500 InternalError"] == pytest.approx(0.075)
+    assert (1 - p["500 InternalError"]) * p["503 InternalError"] == pytest.approx(0.075)
+    assert 0.85 * p["503 SlowDown"] == pytest.approx(0.20)
+    assert specs["503 InternalError"]["code"] == "InternalError"
+    assert {p[n] for n in ("corrupt listing", "corrupt whole read", "corrupt ranged read",
+                           "corrupt head")} == {0.005}
+    proxy = FaultProxy("http://127.0.0.1:9")  # never started: rules only
+    proxy.add_rules([s for s in chaos_fault_specs(scale=1000)  # every probability 1
+                     if s["action"] == "corrupt"])
+
+    def fired(method: str, target: str, headers: list[tuple[str, str]] | None = None
+              ) -> list[str]:
+        return [r.name for r in proxy._decide(Request(method, target, "HTTP/1.1",
+                                                      headers or [], b""))]
+
+    assert fired("GET", "/bucket?list-type=2&prefix=t/") == ["corrupt listing"]
+    assert fired("GET", "/bucket/t/log/1.json") == ["corrupt whole read"]
+    assert fired("GET", "/bucket/t/d.parquet", [("Range", "bytes=0-9")]) == \
+        ["corrupt ranged read"]
+    assert fired("HEAD", "/bucket/t/d.parquet") == ["corrupt head"]
+    assert fired("GET", "/bucket?location") == []  # not a listing, not an object
+
+
 # ---- rules across processes, and the proofs' mix ----------------------------------------------
 def test_rules_round_trip_through_json() -> None:
     proxy = FaultProxy("http://127.0.0.1:9")  # never started: rules only
@@ -382,3 +448,36 @@ def test_flipped_data_file_range_is_never_an_answer(proxied_s3: ProxiedS3) -> No
     _right_or_refused(lambda: proxied_s3.open().table("t").query(), _reference(rows),
                       "CorruptDataError")
     assert rule.fired >= 1
+
+
+def test_misreported_data_file_size_is_never_an_answer(proxied_s3: ProxiedS3) -> None:
+    """A HEAD of a data file answers a size one byte off, once (pyarrow's S3 filesystem sizes
+    the files it opens by a HEAD): the footer is looked for at the wrong end, its recorded sums
+    refuse it, and it is read again through a fresh HEAD: the right answer."""
+    rows = pa.table({"key": [f"k{i:04d}" for i in range(500)], "ts": list(range(500)),
+                     "value": [f"v-{i}" for i in range(500)]})
+    table = proxied_s3.open().create_table("t", SCHEMA,
+                                           properties={"state.cache.refresh_seconds": 0})
+    table.ingest(rows)
+    rule = proxied_s3.proxy.add_rule("corrupt", method="HEAD", path=DATA, count=1)
+    assert _rows(proxied_s3.open().table("t").query()) == _reference(rows)
+    assert rule.fired == 1
+
+
+def test_garbled_listing_fails_as_a_storage_error(b: Bucket) -> None:
+    """A listing whose ``LastModified`` had a byte flipped (``06:14:31`` read as ``06:14;31``,
+    as the chaos soak met it) makes botocore's parser raise a bare ValueError: the S3 store
+    turns it into a StorageError naming the prefix (a failed request the caller retries),
+    never an exception no caller expects; the next listing is whole."""
+    import urllib.request
+
+    b.put("obj")
+    with urllib.request.urlopen(f"{b.s3.direct_endpoint}/{b.name}?list-type=2") as r:
+        xml = r.read()
+    at = xml.index(b"<LastModified>") + len(b"<LastModified>2026-11-28T06:14")
+    rule = b.proxy.add_rule("corrupt", query="list-type", offset=at, xor=0x01, count=1)
+    store = open_object_store(f"s3://{b.name}", **b.s3.options)
+    with pytest.raises(StorageError, match="S3 list of '' .* does not parse"):
+        list(store.list(""))
+    assert rule.fired == 1
+    assert [o.key for o in store.list("")] == ["obj"]

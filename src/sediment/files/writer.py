@@ -203,7 +203,8 @@ class SortedFileWriter:
         if self._ready is not None:
             self._ready()
         try:
-            self._fs.create_dir(self._path.rsplit("/", 1)[0], recursive=True)
+            if self._fs.type_name != "s3":  # S3 has no folders: markers, a request each
+                self._fs.create_dir(self._path.rsplit("/", 1)[0], recursive=True)
             stream = self._fs.open_output_stream(self._path)
         except (OSError, pa.ArrowException) as e:
             raise StorageError(f"cannot create data file {self._path}: {e}") from e

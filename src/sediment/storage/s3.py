@@ -68,7 +68,11 @@ class S3ObjectStore(ObjectStore):
         }
         self._client = boto3.session.Session().client(
             "s3", endpoint_url=self.endpoint_url, region_name=self.region,
-            config=Config(retries={"max_attempts": 5, "mode": "standard"},
+            # "legacy": the same retries of throttling, 5xx and dropped connections, with no retry
+            # quota: standard mode's (500 tokens, 14 a retried error, 1 back a clean answer)
+            # empties under a sustained error rate and turns retries off for the client's life
+            # (benchmarks/soak.py --chaos: one operation in two then failed at a 35% rate)
+            config=Config(retries={"max_attempts": 5, "mode": "legacy"},
                           max_pool_connections=32),
             aws_access_key_id=self._creds["aws_access_key_id"] or None,
             aws_secret_access_key=self._creds["aws_secret_access_key"] or None,
@@ -88,6 +92,12 @@ class S3ObjectStore(ObjectStore):
         if self._code(e) in _DENIED:
             return AccessDeniedError(message)
         return StorageError(message)
+
+    def _unparsed(self, op: str, key: str, e: ValueError) -> StorageError:
+        """A listing whose answer botocore could not parse (a byte changed on the way: the
+        parser raises ValueError, not a BotoCoreError): a failed request, as any other."""
+        return StorageError(f"S3 {op} of {key!r} in {self.uri} failed: its answer does not "
+                            f"parse ({e})")
 
     @staticmethod
     def _code(e: ClientError | BotoCoreError) -> str:
@@ -194,6 +204,8 @@ class S3ObjectStore(ObjectStore):
                                      o["LastModified"].timestamp())
         except _S3_ERRORS as e:
             raise self._error("list", prefix, e) from e
+        except ValueError as e:  # botocore's parser: a garbled time or size in the answer
+            raise self._unparsed("list", prefix, e) from e
 
     def list_folders(self, prefix: str) -> builtins.list[str]:
         full = self._k(prefix)
@@ -206,6 +218,8 @@ class S3ObjectStore(ObjectStore):
                              for p in page.get("CommonPrefixes", []))
         except _S3_ERRORS as e:
             raise self._error("list", prefix, e) from e
+        except ValueError as e:
+            raise self._unparsed("list", prefix, e) from e
         return sorted(n for n in names if n)
 
     def delete_many(self, keys: Iterable[str]) -> None:
@@ -253,6 +267,10 @@ class S3ObjectStore(ObjectStore):
                 kwargs["secret_key"] = self._creds["aws_secret_access_key"]
                 if self._creds["aws_session_token"]:
                     kwargs["session_token"] = self._creds["aws_session_token"]
+            # as many attempts as the boto3 client's (pyarrow's default, 3, lets one request in 23
+            # fail under a 35% error rate), and no retry quota (the AWS SDK's standard strategy
+            # has one, as botocore's standard mode: see above)
+            kwargs["retry_strategy"] = pafs.AwsDefaultS3RetryStrategy(max_attempts=5)
             self._fs = pafs.S3FileSystem(**kwargs)
         base = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
         return self._fs, base
