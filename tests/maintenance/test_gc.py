@@ -194,7 +194,7 @@ def test_incomplete_multipart_uploads_aborted_after_the_orphan_timeout(
                                  PartNumber=1, Body=b"x" * 1000)
     (upload,) = objects.multipart_uploads("")
     assert upload.key == key.split("/", 2)[2]
-    # by the store's clock: its own start time of the upload (moto's is a fixed date)
+    # by the store's clock against the upload's listed start
     assert gc(table._handle, now=upload.initiated + 60).uploads_aborted == 0
     assert len(list(objects.multipart_uploads(""))) == 1
     r = gc(table._handle, now=upload.initiated + 3601)

@@ -8,7 +8,8 @@ moto's S3 server checks ``If-None-Match: *`` and then stores the object without 
 concurrent conditional PUTs of one key can both succeed. Real S3 (and MinIO) decide this
 atomically. :data:`SERIALISED_MOTO` serves moto's own WSGI app behind one lock, so each request
 runs alone and conditional writes are atomic, as Sediment's commit protocol requires of its
-object store.
+object store. It also lists each incomplete multipart upload with its real start (moto's own
+listing dates every one 2010-11-10), as S3 does: GC judges an upload's age by it.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ PART_MIN_SIZE = 64 * 1024
 their resumption on objects of a few MiB with parts of a few hundred KiB."""
 
 SERIALISED_MOTO = """
-import sys, threading
+import re, sys, threading, time
 from werkzeug.serving import run_simple
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication, MotoRequestHandler, create_backend_app)
@@ -59,9 +60,29 @@ modules = tuple(moto.backends.list_of_moto_modules())
 moto.backends.list_of_moto_modules = lambda: iter(modules)
 app = DomainDispatcherApplication(create_backend_app)
 lock = threading.Lock()
+# moto lists every incomplete multipart upload as started on 2010-11-10, so a collector judging
+# an upload's age by its listed start (as GC does on S3) takes a live writer's for a dead one;
+# each upload's real start is kept and listed instead (the same length: no header changes)
+started = {}
+FIXED = b"<Initiated>2010-11-10T20:48:33.000Z</Initiated>"
+def iso(t):
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(t)).encode()
+def dated(match):
+    upload = match.group(0)
+    found = re.search(rb"<UploadId>([^<]+)</UploadId>", upload)
+    when = started.get(found.group(1), time.time()) if found else time.time()
+    return upload.replace(FIXED, b"<Initiated>" + iso(when) + b"</Initiated>")
 def serialised(environ, start_response):
     with lock:
-        return list(app(environ, start_response))
+        body = list(app(environ, start_response))
+        if "uploads" in environ.get("QUERY_STRING", ""):
+            data = b"".join(body)
+            if environ["REQUEST_METHOD"] == "POST":
+                for upload_id in re.findall(rb"<UploadId>([^<]+)</UploadId>", data):
+                    started[upload_id] = time.time()
+            elif FIXED in data:
+                return [re.sub(rb"<Upload>.*?</Upload>", dated, data, flags=re.S)]
+        return body
 run_simple(host, port, serialised, threaded=True, request_handler=MotoRequestHandler)
 """
 """The launcher: ``python -c SERIALISED_MOTO HOST PORT`` (see the module docs)."""
