@@ -222,16 +222,18 @@ class Chaos:
                         told[f"w{i}#{d['op']}"] = d["version"]
                 elif "error" in d:
                     gave_up += 1
-        sink_told = 0
+        sink_told: list[int] = []  # the writes of batches a flush acknowledged
         sink_failed = 0
+        last = -1  # a batch runs from the write after the last one logged
         for d in cw.read_jsonl(self.work / "sink.jsonl"):
             if "flushed" in d:
-                sink_told = max(sink_told, d["flushed"] + 1)
+                sink_told.extend(range(last + 1, d["flushed"] + 1))
+                last = d["flushed"]
             elif "failed" in d:
                 sink_failed += 1
+                last = d["failed"]
         missing_commits = sorted(k for k, v in told.items() if k not in key_versions)
-        missing_commits += [f"sink#{m}" for m in range(sink_told)
-                            if f"sink#{m}" not in key_versions]
+        missing_commits += [f"sink#{m}" for m in sink_told if f"sink#{m}" not in key_versions]
         misreported = sorted(k for k, v in told.items()
                              if k in key_versions and key_versions[k][0] != v)
         # the reference: the logged operations in version order
