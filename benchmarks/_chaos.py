@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import glob
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -61,6 +61,13 @@ SKEW = "+5m"
 """The clock skew of the GC-and-prune process (``faketime``'s offset)."""
 
 
+def _libfaketime() -> str | None:
+    """Debian's libfaketime (package ``faketime``), or None."""
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+                   + glob.glob("/usr/lib/faketime/libfaketime.so.1"))
+    return found[0] if found else None
+
+
 class Chaos:
     def __init__(self, uri: str, direct: dict[str, Any], proxied: dict[str, Any],
                  env: dict[str, str], work: Path, args: Any) -> None:
@@ -80,13 +87,16 @@ class Chaos:
         self.deadline = 0.0
         self.phases: dict[str, float] = {}
         """Seconds past the deadline at which each kind of process was done."""
-        self.faketime = shutil.which("faketime")
+        self.faketime = _libfaketime()
 
     # ---- processes ---------------------------------------------------------------------
     def _spawn(self, name: str) -> None:
         log = open(self.work / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        env = self.env
+        if name == "gc" and self.faketime:  # preloaded, not the faketime wrapper: a kill -9
+            env = {**env, "LD_PRELOAD": self.faketime, "FAKETIME": SKEW}  # must hit Python
         self.procs[name] = subprocess.Popen(
-            self.argv[name], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            self.argv[name], env=env, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         log.close()
@@ -94,8 +104,6 @@ class Chaos:
     def _worker(self, name: str, mode: str, **extra: Any) -> None:
         self.argv[name] = cw.command(mode, {"uri": self.uri, "options": self.proxied,
                                             "seed": self.args.seed, **extra})
-        if name == "gc" and self.faketime:
-            self.argv[name] = [self.faketime, "-f", SKEW, *self.argv[name]]
         self._spawn(name)
 
     def start(self) -> None:
@@ -214,16 +222,18 @@ class Chaos:
                         told[f"w{i}#{d['op']}"] = d["version"]
                 elif "error" in d:
                     gave_up += 1
-        sink_told = 0
+        sink_told: list[int] = []  # the writes of batches a flush acknowledged
         sink_failed = 0
+        last = -1  # a batch runs from the write after the last one logged
         for d in cw.read_jsonl(self.work / "sink.jsonl"):
             if "flushed" in d:
-                sink_told = max(sink_told, d["flushed"] + 1)
+                sink_told.extend(range(last + 1, d["flushed"] + 1))
+                last = d["flushed"]
             elif "failed" in d:
                 sink_failed += 1
+                last = d["failed"]
         missing_commits = sorted(k for k, v in told.items() if k not in key_versions)
-        missing_commits += [f"sink#{m}" for m in range(sink_told)
-                            if f"sink#{m}" not in key_versions]
+        missing_commits += [f"sink#{m}" for m in sink_told if f"sink#{m}" not in key_versions]
         misreported = sorted(k for k, v in told.items()
                              if k in key_versions and key_versions[k][0] != v)
         # the reference: the logged operations in version order

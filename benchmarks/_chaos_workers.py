@@ -162,8 +162,9 @@ def sink_worker(args: dict[str, Any]) -> None:
         batch = list(range(n, n + rng.randint(2, 6)))
         error = ""
         for attempt in range(60):
-            writer = table.writer(max_seconds=0.5)
+            writer = None
             try:
+                writer = table.writer(max_seconds=0.5)  # reads the head: may fail too
                 for m in batch:  # every write again: the keys make a retry exactly once
                     writer.write(w.to_arrow(sink_rows(m)), idempotency_key=f"sink#{m}")
                     time.sleep(rng.uniform(0, 0.05))
@@ -174,7 +175,8 @@ def sink_worker(args: dict[str, Any]) -> None:
             except sd.SedimentError as e:
                 error = f"{type(e).__name__}: {e}"
                 try:  # what the writer buffered is dropped
-                    writer.close()
+                    if writer is not None:
+                        writer.close()
                 except sd.SedimentError:
                     pass
                 time.sleep(min(2.0, 0.05 * 2 ** min(attempt, 6)) * rng.random())
