@@ -319,7 +319,9 @@ def test_a_failed_writer_stops_protecting_its_file(tmp_path: Path,
 
     real = LocalObjectStore.arrow_filesystem
 
-    class NoStreams:
+    class NoStreams:  # a local file system (pyarrow's type name) that cannot open a file
+        type_name = "local"
+
         def create_dir(self, path: str, recursive: bool = True) -> None:
             pass
 

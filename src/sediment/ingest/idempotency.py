@@ -101,7 +101,8 @@ def record_key(key: str) -> str:
 class PayloadHash:
     """SHA-256 of a write's records after validation, independent of how they are cut into
     batches: rows are re-cut into :data:`HASH_CHUNK_ROWS`-row pieces, each copied afresh
-    (``take``: no slice offsets) and hashed as Arrow IPC. ``kind`` (ingest, upsert) is
+    (``take``: no slice offsets) and hashed as Arrow IPC, without the columns null in every
+    row of the piece (a record without a column reads as null in it). ``kind`` (ingest, upsert) is
     hashed first: the same records upserted are another payload than ingested."""
 
     def __init__(self, kind: str) -> None:
@@ -123,6 +124,11 @@ class PayloadHash:
             self._held, self._rows = rest.to_batches(), rest.num_rows
 
     def _emit(self, table: pa.Table) -> None:
+        # a column null in every row is what a record without it reads as: a retry sent after
+        # a column was added (the records fitted to the new schema gain it, all null) is the
+        # same payload as its first attempt
+        table = table.select([i for i, c in enumerate(table.columns)
+                              if c.null_count < table.num_rows])
         fresh = table.take(np.arange(table.num_rows)).combine_chunks()
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, fresh.schema) as w:
@@ -176,7 +182,7 @@ class KeyRecord:
                 f"table {table}: idempotency key {self.key!r} was used for a different "
                 f"payload (first at version {self.version if self.version else '?'}, "
                 f"recorded {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(self.created))} "
-                f"UTC): a retry must send the same records; nothing was committed")
+                f"UTC): a retry must send the same records; this call committed nothing")
 
 
 class KeyIndex:
