@@ -224,6 +224,10 @@ def gc(table: TableHandle, *, now: float | None = None,
     says exactly why the rest stays."""
     started = time.perf_counter()
     listed = list(table.objects.list("data/"))
+    # incomplete multipart uploads, listed before the leases are read as the files are: an
+    # upload in flight is a live writer's file, which its lease (taken before the upload
+    # starts) protects
+    uploads = list(table.objects.multipart_uploads(""))
     store_now = (object_store_time(table.objects) or time.time()) if now is None else now
     leases = _live_leases(table, store_now)
     now = time.time() if now is None else now
@@ -261,8 +265,8 @@ def gc(table: TableHandle, *, now: float | None = None,
     # multipart uploads a killed writer left incomplete (ours, and pyarrow's own of data
     # files: both under the table's folder), which S3 keeps, and bills, until aborted
     aborted = table.objects.abort_uploads(
-        [u for u in table.objects.multipart_uploads("")
-         if store_now - u.initiated >= timeout])
+        [u for u in uploads
+         if store_now - u.initiated >= timeout and data_file_of(u.key) not in leases])
     n_orphans = sum(1 for k in orphans if data_file_of(k) == k)
     expired = expire_keys(table, settings.write_idempotency_window_seconds, store_now,
                           settings.gc_clock_skew_seconds)

@@ -106,14 +106,14 @@ class Deletes:
         records (compaction keeps what still hides older records in files it does not
         merge). ``merge``: the table's merge rule (``data`` then holds whole runs of record
         keys): a filter judges the record the rule makes of a key's records older than the
-        delete, and removes all of them or none, so the answer does not depend on how far
-        compaction had combined them."""
+        delete and left by the deletes before it, and removes all of them or none, so the
+        answer does not depend on how far compaction had combined them."""
         if not deletions or not data.num_rows:
             return data
         dead = np.zeros(data.num_rows, dtype=bool)
         seq = data.column(SEQ).to_numpy()
         upserted = (seq & UPSERT_BIT) != 0 if sparing else None
-        for d in deletions:
+        for d in sorted(deletions, key=lambda d: d.version):  # in commit order
             c = self._compile(d)
             older = seq < c.bound
             if upserted is not None and d.version in sparing:
@@ -122,7 +122,9 @@ class Deletes:
                 continue
             hit = self._in_ranges(data, c)
             if c.expression is not None and merge is not None:
-                hit &= self._merged_matching(data, older & hit, c.expression, merge)
+                # the rule's record of what earlier deletes left: a key deleted, then written
+                # again, is judged by its new records alone
+                hit &= self._merged_matching(data, older & hit & ~dead, c.expression, merge)
             elif c.expression is not None:
                 hit &= self._matching(data, c.expression)
             dead |= older & hit
