@@ -89,7 +89,7 @@ class BufferedWriter:
                 batches.append(checked)
                 rows += checked.num_rows
                 if hasher is not None:
-                    hasher.update(checked)
+                    hasher.update(b)
         key = None
         if idempotency_key is not None and hasher is not None:
             check_key(name, idempotency_key)

@@ -99,11 +99,16 @@ def record_key(key: str) -> str:
 
 
 class PayloadHash:
-    """SHA-256 of a write's records after validation, independent of how they are cut into
-    batches: rows are re-cut into :data:`HASH_CHUNK_ROWS`-row pieces, each copied afresh
-    (``take``: no slice offsets) and hashed as Arrow IPC, without the columns null in every
-    row of the piece (a record without a column reads as null in it). ``kind`` (ingest, upsert) is
-    hashed first: the same records upserted are another payload than ingested."""
+    """SHA-256 of a write's records as the caller gave them, independent of how they are cut
+    into batches: rows are re-cut into :data:`HASH_CHUNK_ROWS`-row pieces, each copied afresh
+    (``take``: no slice offsets) and hashed as Arrow IPC without schema metadata, without the
+    columns null in every row of the piece (a record without a column reads as null in it).
+    ``kind`` (ingest, upsert) is hashed first: the same records upserted are another payload
+    than ingested.
+
+    The records are hashed before they are fitted to the table's schema: a retry is the same
+    request sent again, so it hashes the same whatever schema changes landed between its
+    attempts (a column added, widened or dropped), where the fitted records would differ."""
 
     def __init__(self, kind: str) -> None:
         self._hash = hashlib.sha256(kind.encode() + b"\0")
@@ -114,7 +119,12 @@ class PayloadHash:
     def update(self, batch: pa.RecordBatch) -> None:
         if not batch.num_rows:
             return
-        self._held.append(batch)
+        if self._held and not batch.schema.equals(self._held[0].schema, check_metadata=False):
+            # records as given may change shape between sources (files of one write): each
+            # shape's run is hashed on its own, cut the same way on every attempt
+            self._emit(pa.Table.from_batches(self._held))
+            self._held, self._rows = [], 0
+        self._held.append(batch.replace_schema_metadata(None))
         self._rows += batch.num_rows
         self.rows += batch.num_rows
         while self._rows >= HASH_CHUNK_ROWS:
@@ -124,9 +134,7 @@ class PayloadHash:
             self._held, self._rows = rest.to_batches(), rest.num_rows
 
     def _emit(self, table: pa.Table) -> None:
-        # a column null in every row is what a record without it reads as: a retry sent after
-        # a column was added (the records fitted to the new schema gain it, all null) is the
-        # same payload as its first attempt
+        # a column null in every row is what a record without it reads as
         table = table.select([i for i, c in enumerate(table.columns)
                               if c.null_count < table.num_rows])
         fresh = table.take(np.arange(table.num_rows)).combine_chunks()

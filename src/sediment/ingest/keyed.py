@@ -40,7 +40,7 @@ from sediment.ingest.idempotency import (
     commit_keyed,
     delete_payload,
 )
-from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
+from sediment.ingest.sources import IngestInput, expand_paths, iter_input, read_file
 from sediment.ingest.spill import SpillDir, resolve_spill_dir
 from sediment.ingest.standard import IngestResult, Progress, StagedFiles, stage_batches
 from sediment.settings import settings_of
@@ -52,24 +52,6 @@ if TYPE_CHECKING:
 def index_of(table: TableHandle, state: TableState) -> KeyIndex:
     """The key index of ``table`` with the window ``state``'s settings give."""
     return KeyIndex(table, settings_of(state, table.name).write_idempotency_window_seconds)
-
-
-def _readable_twice(data: Any) -> bool:
-    if isinstance(data, pa.Table | pa.RecordBatch):
-        return True
-    if isinstance(data, list | tuple):
-        return all(_readable_twice(d) for d in data)
-    return type(data).__module__.startswith("pandas") and hasattr(data, "columns")
-
-
-def _hash_only(table: TableHandle, state: TableState, data: IngestInput, kind: str) -> str:
-    schema = schema_of(state, table.name)
-    hasher = PayloadHash(kind)
-    offset = 0
-    for batch in iter_input(data, table.name):
-        hasher.update(conform(batch, schema, table.name, offset))
-        offset += batch.num_rows
-    return hasher.hexdigest()
 
 
 def _answer(record: KeyRecord, started: float) -> IngestResult:
@@ -87,11 +69,8 @@ def keyed_ingest(table: TableHandle, data: IngestInput, key: str, *,
     """Ingest (``upsert``: upsert) ``data`` under idempotency key ``key`` (see the module).
     Raises IdempotencyKeyReusedError for a key recorded with another payload; otherwise as
     ``ingest``."""
-    twice = _readable_twice(data)
     return _keyed(table, lambda: (("input", b) for b in iter_input(data, table.name)), key,
-                  progress=progress, spill_dir=spill_dir, upsert=upsert,
-                  hash_first=(lambda state, kind: _hash_only(table, state, data, kind))
-                  if twice else None)
+                  progress=progress, spill_dir=spill_dir, upsert=upsert)
 
 
 def keyed_ingest_files(table: TableHandle, paths: Sequence[str] | str, key: str, *,
@@ -115,8 +94,8 @@ def keyed_ingest_files(table: TableHandle, paths: Sequence[str] | str, key: str,
 
 
 def _keyed(table: TableHandle, batches: Callable[[], Iterator[tuple[str, pa.RecordBatch]]],
-           key: str, *, progress: Progress | None, spill_dir: SpillDir, upsert: bool,
-           hash_first: Callable[[TableState, str], str] | None = None) -> IngestResult:
+           key: str, *, progress: Progress | None, spill_dir: SpillDir, upsert: bool
+           ) -> IngestResult:
     check_key(table.name, key)
     started = time.perf_counter()
     folder = resolve_spill_dir(spill_dir, table.name)
@@ -124,10 +103,14 @@ def _keyed(table: TableHandle, batches: Callable[[], Iterator[tuple[str, pa.Reco
     state = table.states.head()
     index = index_of(table, state)
     record = index.get(key)
-    if record is not None and record.version is not None and hash_first is not None:
-        record.check(table.name, hash_first(state, kind))
-        return _answer(record, started)
     hasher = PayloadHash(kind)
+    if record is not None and record.version is not None:
+        # a retry of a committed write: its records are hashed as given, nothing is staged
+        # (it is answered with the first attempt's version, or refused as another payload)
+        for _src, batch in batches():
+            hasher.update(batch)
+        record.check(table.name, hasher.hexdigest())
+        return _answer(record, started)
     staged = stage_batches(table, state, batches(), progress, spill_dir=folder,
                            on_batch=hasher.update)
     if staged.rows == 0:  # nothing to commit, nothing to remember

@@ -211,7 +211,8 @@ def stage_batches(table: TableHandle, state: TableState,
     of ``state``; nothing is committed (the files stay staged, protected from GC, until
     :func:`commit_staged`; on failure they are deleted). Used by standard ingest and by Spark
     tasks (which spill where their executor's environment says). ``on_batch`` sees each
-    batch once validated, in input order (a keyed write hashes its payload there)."""
+    batch as given, once it validated, in input order (a keyed write hashes its payload
+    there: see :class:`~sediment.ingest.idempotency.PayloadHash`)."""
     schema = schema_of(state, table.name)
     settings = settings_of(state, table.name)
     runs = SortedRuns(schema.to_arrow(), schema.key_names, settings.ingest_memory_limit_bytes,
@@ -224,7 +225,7 @@ def stage_batches(table: TableHandle, state: TableState,
             offset = offsets.get(src, 0)
             checked = conform(batch, schema, table.name, offset, src)
             if on_batch is not None:
-                on_batch(checked)
+                on_batch(batch)
             runs.add(checked)
             offsets[src] = offset + batch.num_rows
             rows += batch.num_rows

@@ -152,7 +152,7 @@ class GroupedPuts:
                 rows += checked.num_rows
                 held.append(checked)
                 if hasher is not None:
-                    hasher.update(checked)
+                    hasher.update(b)
             if rows == 0:  # nothing to commit (as an ingest of nothing)
                 return IngestResult(0, 0, 0, state.version, time.perf_counter() - started)
             keyed = None
