@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sediment.core.crowding import most_files_per_leaf
 from sediment.core.head import schema_of
 from sediment.core.state import TableState
 from sediment.core.transactions import KeyedWrite
@@ -45,6 +46,10 @@ fraction of one commit's time on S3 (50-100 ms), so a put waits little more than
 GROUP_COMMIT_MAX_BYTES = 256 << 20
 """The server's default bound on put bytes held for group commits (all tables)."""
 PROPERTY = "write.group_commit_ms"
+CROWDED_STRETCH = 4.0
+"""The most the spacing between groups stretches while a leaf is crowded (see
+:meth:`GroupedPuts.spacing_of`): 4 x 1/8 s, half a second at the default rate, keeps a
+put's wait within the acknowledgement goal (1 s) when no maintainer runs at all."""
 
 
 class MemoryBudget:
@@ -98,6 +103,22 @@ class GroupedPuts:
             return float(settings_of(state).write_group_commit_ms) / 1000
         return self.window_ms / 1000
 
+    @staticmethod
+    def spacing_of(state: TableState) -> float:
+        """Seconds at least between two groups' cuts in this table: 1 /
+        ``write.group_commit_max_rate`` (0: no limit), stretched while compaction falls
+        behind: once a leaf of ``state`` is read from more than half of
+        ``compaction.batch_size`` files, by that leaf's files over that half, up to
+        ``CROWDED_STRETCH`` (fewer, bigger files while the maintainer catches up; puts are
+        never refused or held past the stretched spacing for it)."""
+        settings = settings_of(state)
+        rate = float(settings.write_group_commit_max_rate)
+        if rate <= 0:
+            return 0.0
+        calm = max(1, settings.compaction_batch_size // 2)
+        files = most_files_per_leaf(state)
+        return min(CROWDED_STRETCH, max(1.0, files / calm)) / rate
+
     def committer(self, table: Table) -> GroupCommitter:
         handle = handle_of(table)
         with self._lock:
@@ -105,7 +126,9 @@ class GroupedPuts:
             if found is None:
                 found = GroupCommitter(handle,
                                        lambda: self.window_of(handle.states.cached_head()),
-                                       self.group_bytes, after_commit=type(self).after_commit)
+                                       self.group_bytes, after_commit=type(self).after_commit,
+                                       spacing=lambda: self.spacing_of(
+                                           handle.states.cached_head()))
                 self._committers[table.table_id] = found
             return found
 
