@@ -108,16 +108,18 @@ class GroupedPuts:
         """Seconds at least between two groups' cuts in this table: 1 /
         ``write.group_commit_max_rate`` (0: no limit), stretched while compaction falls
         behind: once a leaf of ``state`` is read from more than half of
-        ``compaction.batch_size`` files, by that leaf's files over that half, up to
-        ``CROWDED_STRETCH`` (fewer, bigger files while the maintainer catches up; puts are
-        never refused or held past the stretched spacing for it)."""
+        ``compaction.batch_size`` files, by a factor rising linearly from 1 there to
+        ``CROWDED_STRETCH`` at the batch size and beyond (fewer, bigger files while the
+        maintainer catches up; no put is refused or held longer than the stretched spacing
+        for it)."""
         settings = settings_of(state)
         rate = float(settings.write_group_commit_max_rate)
         if rate <= 0:
             return 0.0
-        calm = max(1, settings.compaction_batch_size // 2)
-        files = most_files_per_leaf(state)
-        return min(CROWDED_STRETCH, max(1.0, files / calm)) / rate
+        batch = settings.compaction_batch_size
+        calm = batch // 2
+        over = (most_files_per_leaf(state) - calm) / max(1, batch - calm)
+        return (1 + (CROWDED_STRETCH - 1) * min(1.0, max(0.0, over))) / rate
 
     def committer(self, table: Table) -> GroupCommitter:
         handle = handle_of(table)

@@ -59,16 +59,16 @@ def test_one_request_rereads_an_expired_catalog_entry(
 
 def test_the_spacing_is_the_rate_stretched_while_a_leaf_is_crowded(tmp_path: Path) -> None:
     """1 / write.group_commit_max_rate while every leaf holds at most half a compaction
-    batch; past that, stretched by the fullest leaf's files over that half, at most
-    CROWDED_STRETCH times; 0 (no limit) with a rate of 0."""
+    batch; past that, stretched linearly up to CROWDED_STRETCH times at the batch size and
+    beyond; 0 (no limit) with a rate of 0."""
     table = make_table(tmp_path / "s", **{"compaction.batch_size": 4,
                                           "write.group_commit_max_rate": 5.0})
     spacing = []
-    for i in range(10):
+    for i in range(6):
         spacing.append(GroupedPuts.spacing_of(table.state()))
         table.ingest(rows(3, i))
     assert spacing[:3] == [0.2, 0.2, 0.2]  # 0, 1, 2 files: calm (half of 4)
-    assert spacing[3] == pytest.approx(0.2 * 3 / 2)
-    assert spacing[-1] == pytest.approx(0.2 * CROWDED_STRETCH)  # 9 files: 4.5 capped at 4
+    assert spacing[3] == pytest.approx(0.2 * (1 + (CROWDED_STRETCH - 1) / 2))  # 3 files
+    assert spacing[4] == spacing[5] == pytest.approx(0.2 * CROWDED_STRETCH)  # 4, 5 files
     table.set_properties({"write.group_commit_max_rate": 0})
     assert GroupedPuts.spacing_of(table.state()) == 0.0
