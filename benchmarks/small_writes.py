@@ -23,13 +23,13 @@ checked. Goal: the writer's rows/s at least 20x the baseline's.
 
 **Over Flight** (``sediment serve``, one table): P client processes x T threads each put
 100-row batches (``remote.ingest``) one after another for S seconds, with group commit on
-(the server's default window, 20 ms) and off (``--group-commit-ms 0``), on local disk and
-on moto S3 through the fault proxy (``tests/faultproxy.py``, no faults: one more HTTP hop,
-as a real network adds). A put refused as busy waits its retry-after hint and is put again.
-Reported per run: acknowledged rows/s, commits/s on the table, p50/p99 acknowledgement
-latency, busy refusals; the acknowledged rows are checked against the table's. Goals (S3):
-group commit on at least 20x the rows/s of off, at most 10 commits/s, p99 acknowledgement
-at most 1 s.
+(the server's default window, 20 ms, growing under load to 1 / ``write.group_commit_max_rate``)
+and off (``--group-commit-ms 0``), on local disk and on moto S3 through the fault proxy
+(``tests/faultproxy.py``, no faults: one more HTTP hop, as a real network adds). A put
+refused as busy waits its retry-after hint and is put again. Reported per run:
+acknowledged rows/s, commits/s on the table, p50/p99 acknowledgement latency, busy refusals;
+the acknowledged rows are checked against the table's. Goals (S3): group commit on at least
+20x the rows/s of off, at most 10 commits/s, p99 acknowledgement at most 1 s.
 """
 
 from __future__ import annotations

@@ -493,7 +493,19 @@ _SPECS = [
                  "acknowledged once that commit has landed. 0 turns it off (each put its own "
                  "commit). Unset on the table, the server's ``--group-commit-ms`` applies "
                  "(default 20). A group is also cut at a quarter of the server's "
-                 "``--group-commit-max-bytes``.", minimum=0, maximum=10_000),
+                 "``--group-commit-max-bytes``. This is the least a group gathers: under "
+                 "load the window grows (write.group_commit_max_rate).",
+                 minimum=0, maximum=10_000),
+    PropertySpec("write.group_commit_max_rate", float, 8.0,
+                 "Group commit in ``sediment serve``: the most groups a server commits into "
+                 "this table per second. A group is cut no sooner than 1/rate seconds after "
+                 "the one before it, so under a load that would commit more often the window "
+                 "grows past write.group_commit_ms and each commit carries more puts (fewer, "
+                 "bigger files per leaf, fewer commits for the log and for compaction); "
+                 "while a leaf holds more than half of compaction.batch_size files, the "
+                 "spacing stretches up to 4 times (at the batch size). N clients that each "
+                 "wait for their answer put at most N x rate times a second. "
+                 "0: no limit (the window alone decides).", minimum=0, maximum=10_000),
     # --- ingest batcher ---
     PropertySpec("batcher.max_files", int, 100,
                  "Most files in one ingest job made by the ingest batcher.", minimum=1),

@@ -109,6 +109,7 @@ class TableSettings(Mapping[str, Any]):
     # --- idempotent writes
     write_idempotency_window_seconds: float
     write_group_commit_ms: float
+    write_group_commit_max_rate: float
     # --- ingest batcher
     batcher_max_files: int
     batcher_max_bytes: int

@@ -10,15 +10,19 @@ slots): a 4-job compaction pass 24 and 15, an ingest 3 and 3, ``Table.maintain``
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
 import sediment as sd
 from helpers import SCHEMA, rows
+from sediment.handle import handle_of
 from sediment.ingest.standard import ingest_files
 from support.counting import CountingMemoryStore, StateReads, count_head_calls
 
@@ -100,3 +104,31 @@ def test_the_commit_loop_reads_the_log_again_on_a_conflict(
     assert result.version == before + 2  # after the other writer's
     assert reads.log_entries_read >= 1, reads  # the entry that took the version
     assert table.query().num_rows == 1650
+
+
+def test_readers_of_an_expired_head_share_one_reread(
+        counted: tuple[sd.Table, StateReads], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight readers find the cached head past its age limit at once (the herd of puts after
+    an idle spell): one reads the log (slowly here), the others take what it read."""
+    table, reads = counted
+    table.set_properties({"state.cache.refresh_seconds": 0.05})
+    states = handle_of(table).states
+    version = states.cached_head().version
+    time.sleep(0.1)  # expired
+    real = CountingMemoryStore.head
+
+    def slow(self: CountingMemoryStore, key: str) -> Any:
+        time.sleep(0.2)
+        return real(self, key)
+
+    monkeypatch.setattr(CountingMemoryStore, "head", slow)
+    reads.reset()
+    got: list[int] = []
+    threads = [threading.Thread(target=lambda: got.append(states.cached_head().version))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [version] * 8
+    assert reads.log_checks == 1 and reads.log_misses == 1, reads  # one probe: 8 before

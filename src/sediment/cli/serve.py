@@ -76,7 +76,8 @@ def serve(
         "--group-commit-ms", metavar="MS",
         help="Group commit: puts to one table arriving within this many milliseconds are "
              "committed as one transaction, each acknowledged once it has landed (a table's "
-             "write.group_commit_ms overrides it; 0 turns it off).")] = 20.0,
+             "write.group_commit_ms overrides it; 0 turns it off). The least a group "
+             "gathers: under load the window grows (write.group_commit_max_rate).")] = 20.0,
     group_commit_max_bytes: Annotated[int, typer.Option(
         "--group-commit-max-bytes", metavar="BYTES",
         help="Most put bytes held in memory waiting for group commits (all tables); past "

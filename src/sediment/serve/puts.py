@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sediment.core.crowding import most_files_per_leaf
 from sediment.core.head import schema_of
 from sediment.core.state import TableState
 from sediment.core.transactions import KeyedWrite
@@ -45,6 +46,10 @@ fraction of one commit's time on S3 (50-100 ms), so a put waits little more than
 GROUP_COMMIT_MAX_BYTES = 256 << 20
 """The server's default bound on put bytes held for group commits (all tables)."""
 PROPERTY = "write.group_commit_ms"
+CROWDED_STRETCH = 4.0
+"""The most the spacing between groups stretches while a leaf is crowded (see
+:meth:`GroupedPuts.spacing_of`): 4 x 1/8 s, half a second at the default rate, keeps a
+put's wait within the acknowledgement goal (1 s) when no maintainer runs at all."""
 
 
 class MemoryBudget:
@@ -98,6 +103,24 @@ class GroupedPuts:
             return float(settings_of(state).write_group_commit_ms) / 1000
         return self.window_ms / 1000
 
+    @staticmethod
+    def spacing_of(state: TableState) -> float:
+        """Seconds at least between two groups' cuts in this table: 1 /
+        ``write.group_commit_max_rate`` (0: no limit), stretched while compaction falls
+        behind: once a leaf of ``state`` is read from more than half of
+        ``compaction.batch_size`` files, by a factor rising linearly from 1 there to
+        ``CROWDED_STRETCH`` at the batch size and beyond (fewer, bigger files while the
+        maintainer catches up; no put is refused or held longer than the stretched spacing
+        for it)."""
+        settings = settings_of(state)
+        rate = float(settings.write_group_commit_max_rate)
+        if rate <= 0:
+            return 0.0
+        batch = settings.compaction_batch_size
+        calm = batch // 2
+        over = (most_files_per_leaf(state) - calm) / max(1, batch - calm)
+        return (1 + (CROWDED_STRETCH - 1) * min(1.0, max(0.0, over))) / rate
+
     def committer(self, table: Table) -> GroupCommitter:
         handle = handle_of(table)
         with self._lock:
@@ -105,7 +128,9 @@ class GroupedPuts:
             if found is None:
                 found = GroupCommitter(handle,
                                        lambda: self.window_of(handle.states.cached_head()),
-                                       self.group_bytes, after_commit=type(self).after_commit)
+                                       self.group_bytes, after_commit=type(self).after_commit,
+                                       spacing=lambda: self.spacing_of(
+                                           handle.states.cached_head()))
                 self._committers[table.table_id] = found
             return found
 

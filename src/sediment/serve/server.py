@@ -12,7 +12,8 @@ servers over one store answer consistently, each seeing another's commits within
   records estimate.
 * ``do_get``: streams one leaf (or a whole query) as Arrow batches in bounded memory (a
   query of exact keys only is read at once: its answer is those keys' records).
-* ``do_put``: with group commit on (the default; ``write.group_commit_ms``, ``serve
+* ``do_put`` (:mod:`sediment.serve.put_handler`): with group commit on (the default;
+  ``write.group_commit_ms``, ``serve
   --group-commit-ms``), puts to one table arriving within the window are committed together
   as one transaction, each answered once that commit has landed (:mod:`sediment.serve.puts`);
   otherwise each put ingests its stream in one transaction when it ends (upserts it with
@@ -33,7 +34,6 @@ traceback under a reference, and the client gets a short message naming that ref
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 import traceback
@@ -47,13 +47,11 @@ import pyarrow.flight as fl
 from sediment import metrics
 from sediment.errors import (
     BadRequestError,
-    DataError,
     ReadOnlyError,
     SedimentError,
     ServiceError,
 )
 from sediment.handle import handle_of
-from sediment.ingest.standard import IngestResult
 from sediment.properties import defaults
 from sediment.query.estimate import estimate_records
 from sediment.query.planner import QueryPlan
@@ -61,15 +59,13 @@ from sediment.query.scan import Scan
 from sediment.serve.actions import ACTIONS, run_action
 from sediment.serve.middleware import LIGHT_ACTIONS, Admission, Call
 from sediment.serve.protocol import (
-    END_OF_STREAM,
     dumps,
-    idempotency_key,
     parse_json,
-    quoted,
     read_request,
     table_name,
     to_flight_error,
 )
+from sediment.serve.put_handler import serve_put
 from sediment.serve.puts import GROUP_COMMIT_MAX_BYTES, GROUP_COMMIT_MS, GroupedPuts
 from sediment.serve.stats import LOG, Request, Stats, log_value, outcome_of
 from sediment.store import Store
@@ -129,6 +125,7 @@ class SedimentFlightServer(fl.FlightServerBase):
         self.store = store
         self.read_only = read_only
         self._tables: dict[str, tuple[float, Table]] = {}
+        self._rereading: set[str] = set()
         self._lock = threading.Lock()
         # the catalog is re-read as often as table heads are (the store's default)
         self._refresh = float(defaults()["state.cache.refresh_seconds"])
@@ -137,13 +134,21 @@ class SedimentFlightServer(fl.FlightServerBase):
     def table(self, name: str) -> Table:
         """The open table ``name``: kept between requests so its caches are shared, its
         catalog entry read again past the refresh interval (a table dropped and made again
-        by another server is seen then)."""
+        by another server is seen then; while one request reads it again, the others are
+        answered from the entry as it was)."""
         now = time.monotonic()
         with self._lock:
             hit = self._tables.get(name)
-        if hit is not None and now - hit[0] < self._refresh:
-            return hit[1]
-        fresh = self.store.table(name)  # InvalidTableNameError, TableNotFoundError
+            # one request re-reads an expired entry; the others keep it meanwhile (a herd of
+            # puts each reading the catalog again at every expiry made the slowest puts)
+            if hit is not None and (now - hit[0] < self._refresh or name in self._rereading):
+                return hit[1]
+            self._rereading.add(name)
+        try:
+            fresh = self.store.table(name)  # InvalidTableNameError, TableNotFoundError
+        finally:
+            with self._lock:
+                self._rereading.discard(name)
         if hit is not None and hit[1].table_id == fresh.table_id:
             fresh = hit[1]
         with self._lock:
@@ -321,53 +326,8 @@ class SedimentFlightServer(fl.FlightServerBase):
             def body() -> None:
                 call.working()
                 doc = self._command(descriptor, "put descriptor")
-                name = table_name(doc, "put descriptor")
-                req.table = call.table = name
-                call.allow("write", name, "do_put")
-                upsert = put_write(doc) == "upsert"
-                self.writable(f"{'an upsert' if upsert else 'a put'} into table {name}")
-                table = self.table(name)
-                write = table.upsert if upsert else table.ingest
-                key = idempotency_key(doc, "put descriptor")
-                marked = doc.get("end_marker") is True
-
-                def counted() -> Iterator[pa.RecordBatch]:
-                    while True:
-                        call.waiting()  # for the client's next message
-                        try:
-                            chunk = reader.read_chunk()
-                        except StopIteration:
-                            call.working()
-                            break
-                        call.working()  # ServiceError if it came past the idle timeout
-                        if chunk.data is not None and chunk.data.num_rows:
-                            req.rows += chunk.data.num_rows
-                            yield chunk.data
-                        if marked and chunk.app_metadata is not None and \
-                                chunk.app_metadata.to_pybytes() == END_OF_STREAM:
-                            return
-                    # a client that dies mid-stream ends the stream as if it were done:
-                    # only the call's cancellation tells the two apart
-                    what = "upsert" if upsert else "ingest"
-                    if context is not None and context.is_cancelled():
-                        raise DataError(f"{what} into table {name}: the client went away "
-                                        f"mid-stream; nothing is committed")
-                    if marked:
-                        raise DataError(f"{what} into table {name}: the put stream ended "
-                                        f"without its end marker (the client stopped "
-                                        f"mid-stream); nothing is committed")
-
-                def stream(batches: Iterator[pa.RecordBatch]) -> IngestResult:
-                    return write(pa.RecordBatchReader.from_batches(reader.schema, batches),
-                                 idempotency_key=key)
-
-                state = handle_of(table).states.cached_head()
-                if self.puts.window_of(state) > 0:  # group commit (see sediment.serve.puts)
-                    result = self.puts.put(table, state, counted(), upsert=upsert, key=key,
-                                           stream=stream)
-                else:
-                    result = stream(counted())
-                writer.write(pa.py_buffer(dumps(dataclasses.asdict(result))))
+                serve_put(doc, call, context, reader, writer, req, puts=self.puts,
+                          table_of=self.table, writable=self.writable)
             self.guard(req, body)
 
     def do_action(self, context: Any, action: fl.Action) -> Iterator[fl.Result]:
@@ -410,21 +370,6 @@ class SedimentFlightServer(fl.FlightServerBase):
         super().shutdown()
         self.admission.close()
         self.puts.close()
-
-
-PUT_WRITES = ("ingest", "upsert")
-"""What a put descriptor's ``"write"`` may ask for (default ``ingest``)."""
-
-
-def put_write(doc: dict[str, Any]) -> str:
-    """The write a put descriptor asks for: ``"write": "upsert"`` replaces every record of
-    each record key the stream carries (``Table.upsert``); ``"ingest"`` (or no ``write``)
-    adds the records (``Table.ingest``). BadRequestError for anything else."""
-    write = doc.get("write", "ingest")
-    if write not in PUT_WRITES:
-        raise BadRequestError(f"malformed put descriptor: 'write' must be one of "
-                              f"{', '.join(PUT_WRITES)}, not {quoted(write)}")
-    return str(write)
 
 
 def for_client(exc: Exception, req: Request) -> Exception:

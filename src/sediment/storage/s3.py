@@ -271,6 +271,10 @@ class S3ObjectStore(ObjectStore):
             # fail under a 35% error rate), and no retry quota (the AWS SDK's standard strategy
             # has one, as botocore's standard mode: see above)
             kwargs["retry_strategy"] = pafs.AwsDefaultS3RetryStrategy(max_attempts=5)
+            # an output stream opens nothing until it is written past a part or closed: a
+            # file smaller than a part is then one PutObject, not a multipart upload's three
+            # requests (create, one part, complete)
+            kwargs["allow_delayed_open"] = True
             self._fs = pafs.S3FileSystem(**kwargs)
         base = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
         return self._fs, base
