@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,7 +35,7 @@ from sediment.core.model import FileReference
 from sediment.core.transactions import AddFiles
 from sediment.dump.lock import LOCK_KEY, read_lock
 from sediment.errors import CorruptMetadataError, WriteOutcomeUnknownError
-from sediment.ingest import batcher
+from sediment.ingest import batcher, batcher_store
 from sediment.ingest.batcher_store import decision
 from sediment.state import log as log_module
 from sediment.state import pending
@@ -204,8 +205,12 @@ def _batcher_request(tmp_path: Path) -> Made:
     path = tmp_path / "in.parquet"
     pq.write_table(rows(10, 1), path)
     [request] = batcher.submit(table, [str(path)])
-    return Made(table._handle.objects, f"batcher/requests/{request.id}.json",
-                lambda: batcher.pending(table), ("table events",))
+    def read() -> Any:
+        batcher_store._SETTLED.clear()  # a request is read once per process: read it anew
+        return batcher.pending(table)
+
+    return Made(table._handle.objects, f"batcher/requests/{request.id}.json", read,
+                ("table events",))
 
 
 def _batcher_decision(tmp_path: Path) -> Made:

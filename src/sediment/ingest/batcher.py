@@ -164,7 +164,8 @@ def submit(table: TableLike, paths: Sequence[str] | str, *, now: float | None = 
 def pending(table: TableLike) -> list[Request]:
     """Requests waiting for a job, oldest first."""
     table = handle_of(table)
-    return sorted((Request.from_json(d) for d in _list_docs(table, REQUESTS)),
+    return sorted((Request.from_json(d)
+                   for d in _list_docs(table, REQUESTS, settled=lambda d: True)),
                   key=lambda r: (r.submitted, r.id))
 
 
@@ -306,6 +307,9 @@ class DueBatches:
     batches: tuple[tuple[Batch, str], ...]
     waiting: int
     next_due: float | None = None
+    max_age: float = 0.0
+    """The table's ``batcher.max_age_seconds``: a request seen within half of it is planned
+    before it comes of age (the lane looks at an idle queue less often, up to that)."""
 
 
 def due(table: TableLike, *, now: float | None = None, flush: bool = False,
@@ -322,10 +326,10 @@ def due(table: TableLike, *, now: float | None = None, flush: bool = False,
     batches = plan_batches(requests, props, now, flush=flush)
     planned = {r.id for b in batches for r in b.requests}
     waiting = [r.submitted for r in requests if r.id not in planned]
+    max_age = batcher_limits(props)[2]
     return DueBatches(tuple(recovered),
                       tuple((b, route_for(b, props, spark_available)) for b in batches),
-                      len(waiting),
-                      min(waiting) + batcher_limits(props)[2] if waiting else None)
+                      len(waiting), min(waiting) + max_age if waiting else None, max_age)
 
 
 def run_batch(table: TableLike, batch: Batch, route: str, spark: SparkSession | None = None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,17 +76,44 @@ def put_json(table: TableHandle, key: str, doc: Mapping[str, Any]) -> None:
     table.objects.put(key, encode_json(doc))
 
 
-def list_docs(table: TableHandle, prefix: str) -> Iterator[dict[str, Any]]:
+_SETTLED: dict[tuple[str, str], dict[str, Any]] = {}
+"""(the table's folder, key) -> a batcher document that never changes once written: a request
+(its id fixes its content; a requeued request is written again the same) or the record of a
+finished job. The continuous maintainer looks at every table's queue twice a second; reading
+only the documents it has not seen keeps an idle table's look to its listings, where it read
+every record kept (up to ``KEEP_FINISHED_JOBS`` finished jobs, twice a look: hundreds of GETs a
+second per table on S3). Claims and unfinished jobs change (a claim is deleted and made again
+for another job), so they are read every time."""
+_SETTLED_MAX = 50_000
+"""Documents kept at most (the cache starts again empty past it)."""
+
+
+def list_docs(table: TableHandle, prefix: str, *,
+              settled: Callable[[dict[str, Any]], bool] | None = None
+              ) -> Iterator[dict[str, Any]]:
+    """The documents under ``prefix``; those ``settled`` says never change again are read once
+    per process (a copy of each is yielded)."""
+    folder = table.objects.uri
     for o in table.objects.list(prefix):
-        if o.key.endswith(".json"):
+        if not o.key.endswith(".json"):
+            continue
+        doc = _SETTLED.get((folder, o.key))
+        if doc is None:
             doc = read_json(table, o.key)
-            if doc is not None:
-                yield doc
+            if doc is None:
+                continue
+            if settled is not None and settled(doc):
+                if len(_SETTLED) >= _SETTLED_MAX:
+                    _SETTLED.clear()
+                _SETTLED[(folder, o.key)] = doc
+        yield dict(doc)
 
 
 def jobs(table: TableHandle) -> list[dict[str, Any]]:
     """Every recorded batcher job, oldest first."""
-    return sorted((d for d in list_docs(table, JOBS) if "id" in d),
+    return sorted((d for d in list_docs(table, JOBS,
+                                        settled=lambda d: d.get("state") in TERMINAL)
+                   if "id" in d),
                   key=lambda d: (d.get("created", 0), d["id"]))
 
 

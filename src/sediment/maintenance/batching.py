@@ -44,9 +44,16 @@ if TYPE_CHECKING:
     from sediment.handle import TableHandle
 
 CHECK_SECONDS = 0.5
-"""How often a table's batcher queue is looked at for new requests (a listing of its requests
-and jobs): a request is known to the lane at most this long after its submit, so a group whose
-``batcher.max_age_seconds`` is longer starts the moment it comes of age."""
+"""How often a busy table's batcher queue is looked at for new requests (listings of its
+requests, claims and jobs): a request is known to the lane at most this long after its submit,
+so a group whose ``batcher.max_age_seconds`` is longer starts the moment it comes of age."""
+
+IDLE_CHECK_MAX_SECONDS = 30.0
+"""The longest wait between two looks at an idle queue. A look that finds nothing (no request
+waiting, no job due) doubles the table's wait, up to this and to half its
+``batcher.max_age_seconds`` (a request seen then is still planned before it comes of age);
+a look that finds work goes back to ``CHECK_SECONDS``. Looks cost listings (requests on S3):
+an idle table's queue is listed a few times a minute, not six times a second."""
 
 
 @dataclass(slots=True)
@@ -67,6 +74,14 @@ def _warm_up() -> None:
     (0.02-0.03 s of CPU)."""
     with contextlib.suppress(ImportError):
         import pandas  # noqa: F401
+
+
+def next_wait(wait: float, d: batcher.DueBatches) -> float:
+    """The wait before a table's next look, after a look at it that found ``d`` (see
+    :data:`IDLE_CHECK_MAX_SECONDS`)."""
+    if d.batches or d.waiting or d.recovered:
+        return CHECK_SECONDS
+    return max(CHECK_SECONDS, min(wait * 2, IDLE_CHECK_MAX_SECONDS, d.max_age / 2))
 
 
 class BatcherLane:
@@ -93,6 +108,8 @@ class BatcherLane:
         self._held: dict[str, TableHandle] = {}
         self._next: dict[str, float] = {}
         """Table -> when (``time.monotonic()``) it is next looked at."""
+        self._every: dict[str, float] = {}
+        """Table -> the wait between its looks (``CHECK_SECONDS`` while it has work)."""
         self._closing = False
         self._activity: dict[str, BatcherActivity] = {}
         self._clock = threading.Thread(target=self._run, name="sediment-batcher-clock",
@@ -117,6 +134,7 @@ class BatcherLane:
                 self._next[name] = float("-inf")
             for name in self._next.keys() - self._held.keys():
                 del self._next[name]
+                self._every.pop(name, None)
             self._changed.notify_all()
 
     def _run(self) -> None:
@@ -133,7 +151,7 @@ class BatcherLane:
                     if at > now:
                         wake = min(wake, at)
                         continue
-                    self._next[name] = now + CHECK_SECONDS
+                    self._next[name] = now + self._every.get(name, CHECK_SECONDS)
                     self._busy[name] = []
                     try:
                         self._submit(name, self._plan, t)
@@ -151,6 +169,7 @@ class BatcherLane:
             return
         act = self._act(table.name)
         with self._lock:
+            self._every[table.name] = next_wait(self._every.get(table.name, CHECK_SECONDS), d)
             if d.next_due is not None and table.name in self._next:
                 # the moment the waiting group comes of age, if before the next look
                 self._next[table.name] = min(self._next[table.name], time.monotonic() +
