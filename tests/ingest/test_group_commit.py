@@ -277,8 +277,11 @@ def test_group_cuts_are_spaced_and_each_carries_more(tmp_path: Path,
     finally:
         committer.close()
     assert all(isinstance(a, IngestResult) for a in answers)
+    # recorded as staging starts, just after the committer's own cut: a gap may look up to
+    # ``slack`` shorter than the spacing
+    slack = 0.05
     gaps = [b - a for a, b in zip(cuts, cuts[1:], strict=False)]
-    assert gaps and min(gaps) >= 0.25 - 0.05  # recorded as staging starts, just after
+    assert gaps and min(gaps) >= 0.25 - slack
     commits = table.version - start
-    assert commits == len(cuts) <= 1 + (cuts[-1] - cuts[0]) / 0.25
+    assert commits == len(cuts) <= 1 + (cuts[-1] - cuts[0]) / (0.25 - slack)
     assert table.query().num_rows == 120

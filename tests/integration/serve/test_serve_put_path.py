@@ -31,7 +31,7 @@ def test_one_request_rereads_an_expired_catalog_entry(
 
         def slow(self: sd.Store, name: str) -> Any:
             reads.append(time.monotonic())
-            time.sleep(0.3)
+            time.sleep(1.0)  # far above the threads' start on a loaded machine
             return real(self, name)
 
         monkeypatch.setattr(sd.Store, "table", slow)
@@ -51,8 +51,8 @@ def test_one_request_rereads_an_expired_catalog_entry(
         for t in threads:
             t.join()
         assert len(reads) == 1
-        assert sorted(took)[:7] == pytest.approx([0.0] * 7, abs=0.2)
-        assert max(took) >= 0.3
+        assert sorted(took)[:7] == pytest.approx([0.0] * 7, abs=0.5)
+        assert max(took) >= 1.0
     finally:
         server.shutdown()
 
