@@ -25,9 +25,7 @@ registered them: a table whose ``compaction.iterators`` names one needs thread w
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
-import os
 import signal
 import threading
 from collections.abc import Mapping
@@ -61,14 +59,6 @@ if TYPE_CHECKING:
 RETRIES = 3
 """Times a job is started in a fresh pool after the worker running it died."""
 
-WORKER_NICENESS = 10
-"""How much lower than the maintainer's the workers' CPU priority is (``os.nice``), as
-RocksDB lowers its compaction threads': merges are background work that keeps every core
-busy, while the maintainer's own work is short and waited for (a batcher job's ingest a user
-waits to see, commits, lease heartbeats), and each of its many small waits (a file written, an
-fsync, a request) ends with a wake-up that should not queue behind the workers. With idle
-cores the workers run as fast as before."""
-
 _STORES: dict[tuple[str, str], ObjectStore] = {}
 
 
@@ -96,15 +86,12 @@ def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
     return out.handed_over()
 
 
-def _start_worker() -> None:
-    """A worker's set-up. It leaves Ctrl-C and SIGTERM to the maintainer, which stops it once
-    its jobs end (a terminal's Ctrl-C reaches the whole process group; a worker dying of it
-    would only be run again). It runs at a lower CPU priority (:data:`WORKER_NICENESS`)."""
+def _ignore_stop_signals() -> None:
+    """Workers leave Ctrl-C and SIGTERM to the maintainer, which stops them once their jobs
+    end (a terminal's Ctrl-C reaches the whole process group; a worker dying of it would only
+    be run again)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if hasattr(os, "nice"):
-        with contextlib.suppress(OSError):
-            os.nice(WORKER_NICENESS)
     # several run side by side: each keeps a small block cache, not a server's
     from sediment.query.blocks import use_worker_bound
     use_worker_bound()
@@ -129,7 +116,7 @@ class WorkerProcesses:
         """A pool whose workers start now: a spawned worker takes a second or more to import
         Sediment, PyArrow and DataFusion, which the first jobs would otherwise wait for
         while new files pile up (a spawn pool starts a worker per submitted call)."""
-        pool = ProcessPoolExecutor(self.processes, initializer=_start_worker,
+        pool = ProcessPoolExecutor(self.processes, initializer=_ignore_stop_signals,
                                    mp_context=multiprocessing.get_context("spawn"))
         for _ in range(self.processes):
             pool.submit(_ready)
