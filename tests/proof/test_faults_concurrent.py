@@ -132,7 +132,7 @@ def test_one_writer_every_log_answer_lost(proxied_s3: ProxiedS3, tmp_path: Path)
     """Every log entry's answer is lost (each commit is ambiguous) for one writer process and
     the maintainer: every commit must still be recognised as its writer's own."""
     s3 = proxied_s3
-    run = FaultyRun(s3.uri, s3.options, tmp_path, writers=1, batches=5, rows=60, readers=1,
+    run = FaultyRun(s3.uri, s3.options, tmp_path, writers=1, batches=3, rows=60, readers=1,
                     env=s3.env(), maintain_interval=0.2, split_points=["m"])
     rule = s3.proxy.add_rule("drop_response", method="PUT", path=r"/log/\d{20}\.json$")
     try:
