@@ -87,16 +87,24 @@ def ordered_ranges(table: pa.Table, names: Sequence[str]) -> Iterator[np.ndarray
         return None
     k = max(1, min(_MAX_RANGES, n // _RANGE_ROWS))
     bounds = np.unique(picked[(np.arange(1, k) * len(picked)) // k])
-    # a row's range: how many bounds are at or below its prefix
-    which = np.searchsorted(bounds, prefix, side="right").astype(np.uint8)
+
+    def sort(rows: np.ndarray) -> np.ndarray:
+        order = _sorted_rows(table, names, prefix[rows], rows)
+        assert order is not None  # (no tie limit)
+        return order
 
     def ranges() -> Iterator[np.ndarray]:
-        for r in range(len(bounds) + 1):
+        if not len(bounds):
+            yield sort(np.arange(n))
+            return
+        # the first range by one comparison; every row's range is found while it is written
+        yield sort(np.flatnonzero(prefix < bounds[0]))
+        # a row's range: how many bounds are at or below its prefix
+        which = np.searchsorted(bounds, prefix, side="right").astype(np.uint8)
+        for r in range(1, len(bounds) + 1):
             rows = np.flatnonzero(which == r)
             if len(rows):
-                order = _sorted_rows(table, names, prefix[rows], rows)
-                assert order is not None  # (no tie limit)
-                yield order
+                yield sort(rows)
 
     return ranges()
 
