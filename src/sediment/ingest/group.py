@@ -312,13 +312,15 @@ class GroupCommitter:
                 0.2 * (time.perf_counter() - began)
 
     def _commit(self, group: list[_Put], staged: StagedGroup) -> None:
-        try:
-            results = commit_writes(self.table, [p.write for p in group],
-                                    upsert=staged.upsert, staged=staged)
-        except BaseException as e:  # noqa: BLE001 - each put is answered with it, or retried
-            self._failed(group, e)
-            return
-        self._answer(group, results)
+        # the commit's status event is written once the puts are answered: off their path
+        with self.table.status.deferred():
+            try:
+                results = commit_writes(self.table, [p.write for p in group],
+                                        upsert=staged.upsert, staged=staged)
+            except BaseException as e:  # noqa: BLE001 - each put is answered with it, or retried
+                self._failed(group, e)
+                return
+            self._answer(group, results)
 
     def _answer(self, group: list[_Put], results: list[IngestResult]) -> None:
         if self.after_commit is not None:
