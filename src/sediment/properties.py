@@ -504,7 +504,7 @@ _SPECS = [
                  "bigger files per leaf, fewer commits for the log and for compaction); "
                  "while compaction falls behind in a leaf (more than half of "
                  "compaction.batch_size files once its running jobs land, or more than "
-                 "three quarters counting every file), the spacing stretches up to 4 times "
+                 "two thirds counting every file), the spacing stretches up to 4 times "
                  "(at the batch size). N clients that each "
                  "wait for their answer put at most N x rate times a second. "
                  "0: no limit (the window alone decides).", minimum=0, maximum=10_000),

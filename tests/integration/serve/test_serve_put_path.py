@@ -81,8 +81,8 @@ def test_files_a_running_job_merges_stretch_the_spacing_only_near_the_batch_size
         tmp_path: Path) -> None:
     """A leaf of 8 files, 7 of them the inputs of a running compaction job, is not behind
     (it holds 2 files once the job lands): no stretch, where counting every file stretched
-    it twice. Near the batch size the files counted one by one brake again: 10 of 12 files
-    stretch the spacing as 1/3 of the way to the most, 12 to the most."""
+    it twice. Near the batch size the files counted one by one brake again: past two thirds
+    of a batch of 12, linearly up to the most at 12 files."""
     table = make_table(tmp_path / "s", **{"compaction.batch_size": 12,
                                           "write.group_commit_max_rate": 10.0})
     for i in range(8):
@@ -92,10 +92,11 @@ def test_files_a_running_job_merges_stretch_the_spacing_only_near_the_batch_size
         AssignJobIds([JobAssignment("running", ROOT_PARTITION_ID, tuple(held))]))
     assert GroupedPuts.spacing_of(table.state()) == pytest.approx(0.1)  # 8 files, 2 after
     table.ingest(rows(2, 8))
-    assert GroupedPuts.spacing_of(table.state()) == pytest.approx(0.1)  # 9 files
+    assert GroupedPuts.spacing_of(table.state()) == pytest.approx(
+        0.1 * (1 + (CROWDED_STRETCH - 1) / 4))  # 9 files: a quarter of the way from 8
     table.ingest(rows(2, 9))
     assert GroupedPuts.spacing_of(table.state()) == pytest.approx(
-        0.1 * (1 + (CROWDED_STRETCH - 1) / 3))  # 10 files, near the batch size
+        0.1 * (1 + (CROWDED_STRETCH - 1) / 2))  # 10 files
     for i in range(10, 12):
         table.ingest(rows(2, i))
     assert GroupedPuts.spacing_of(table.state()) == pytest.approx(0.1 * CROWDED_STRETCH)
