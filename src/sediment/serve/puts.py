@@ -229,5 +229,10 @@ class GroupedPuts:
             c.close()
 
     def stats(self) -> dict[str, Any]:
+        """Groups so far, bytes held, the server's window and bound, and ``seconds``: where
+        the puts' time went, per table (:class:`~sediment.ingest.group.GroupTimings`)."""
+        with self._lock:
+            committers = list(self._committers.values())
         return {"groups": self.groups(), "held_bytes": self.budget.held,
-                "window_ms": self.window_ms, "max_bytes": self.budget.limit}
+                "window_ms": self.window_ms, "max_bytes": self.budget.limit,
+                "seconds": {c.table.name: c.timings.as_dict() for c in committers}}
