@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from sediment.compaction.strategy import files_after_jobs
+from sediment.core.crowding import files_per_leaf
 from sediment.core.head import schema_of
 from sediment.core.state import TableState
 from sediment.core.transactions import KeyedWrite
@@ -74,12 +75,13 @@ def crowding_stretch(state: TableState, batch: int) -> float:
     times)."""
     calm = batch // 2
     near = batch - max(1, batch // 3)
-    behind = raw = 0
-    for leaf in state.leaf_partitions():
-        above = sum(len(state.references(a.id)) for a in state.ancestors(leaf.id))
-        refs = state.references(leaf.id).values()
-        behind = max(behind, above + files_after_jobs(refs))
-        raw = max(raw, above + len(refs))
+    now = files_per_leaf(state)  # one walk, from the totals: no reference decoded
+    raw = max(now.values(), default=0)
+    behind = 0
+    for leaf_id, files in now.items():
+        if files > max(calm, behind):  # (a leaf's count after its jobs is at most its count)
+            refs = state.references(leaf_id)  # decoded for crowded leaves only
+            behind = max(behind, files - len(refs) + files_after_jobs(refs.values()))
     over = max((behind - calm) / max(1, batch - calm), (raw - near) / max(1, batch - near))
     return 1 + (CROWDED_STRETCH - 1) * min(1.0, max(0.0, over))
 
