@@ -28,7 +28,9 @@ and off (``--group-commit-ms 0``), on local disk and on moto S3 through the faul
 (``tests/faultproxy.py``, no faults: one more HTTP hop, as a real network adds). A put
 refused as busy waits its retry-after hint and is put again. Reported per run:
 acknowledged rows/s, commits/s on the table, p50/p99 acknowledgement latency, busy refusals;
-the acknowledged rows are checked against the table's. Goals (S3): group commit on at least
+the acknowledged rows are checked against the table's; with group commit on, where a put's
+time went in the server (queued until its group was cut, then cut to answer; per group,
+staging its files and committing them: the server's stats). Goals (S3): group commit on at least
 20x the rows/s of off, at most 10 commits/s, p99 acknowledgement at most 1 s.
 """
 
@@ -260,6 +262,15 @@ def flight_run(label: str, store_uri: str, options: dict[str, Any], env: dict[st
     stored = sum(f.records for f in table.files())
     assert stored >= acked, (label, stored, acked)
     lat = np.array([x for p in parts for x in p["latencies_ms"]] or [0.0])
+    # where a put's time went in the server (sediment.ingest.group.GroupTimings), per put
+    # and per group, in ms
+    spent = stats.get("seconds", {}).get("bench", {})
+    puts_in, groups = max(1, spent.get("puts", 0)), max(1, stats.get("groups") or 0)
+    phases = {"put_queued_ms": 1000 * spent.get("waited", 0.0) / puts_in,
+              "put_cut_to_answer_ms": 1000 * spent.get("answered_after_cut", 0.0) / puts_in,
+              "group_staging_ms": 1000 * spent.get("staging", 0.0) / groups,
+              "group_committing_ms": 1000 * spent.get("committing", 0.0) / groups} \
+        if spent else {}
     return {"store": label, "group_commit_ms": group_ms, "clients": clients,
             "seconds": args.seconds, "rows": acked, "rows_stored": stored,
             "puts": sum(p["puts"] for p in parts), "busy": sum(p["busy"] for p in parts),
@@ -268,7 +279,7 @@ def flight_run(label: str, store_uri: str, options: dict[str, Any], env: dict[st
             "ack_p50_ms": float(np.percentile(lat, 50)),
             "ack_p99_ms": float(np.percentile(lat, 99)), "groups": stats.get("groups"),
             "max_files_per_leaf": max(peak) if peak else None,
-            "batch_size": int(table.properties["compaction.batch_size"])}
+            "batch_size": int(table.properties["compaction.batch_size"]), **phases}
 
 
 def flight_part(args: Any, results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -294,6 +305,14 @@ def flight_part(args: Any, results: dict[str, Any]) -> list[dict[str, Any]]:
                   fmt(r["ack_p99_ms"])] for r in runs],
                 title=f"100-row puts over Flight, {args.procs} processes x {args.threads} "
                       f"threads, {args.seconds:g} s each")
+    grouped = [r for r in runs if "put_queued_ms" in r]
+    if grouped:
+        print_table(["store", "put queued ms", "cut to answer ms", "staging ms/group",
+                     "committing ms/group"],
+                    [[r["store"], fmt(r["put_queued_ms"]), fmt(r["put_cut_to_answer_ms"]),
+                      fmt(r["group_staging_ms"]), fmt(r["group_committing_ms"])]
+                     for r in grouped],
+                    title="where a put's time went in the server, group commit on")
     results["flight"] = {"procs": args.procs, "threads": args.threads,
                          "seconds": args.seconds, "runs": runs}
     goals = []

@@ -502,8 +502,10 @@ _SPECS = [
                  "the one before it, so under a load that would commit more often the window "
                  "grows past write.group_commit_ms and each commit carries more puts (fewer, "
                  "bigger files per leaf, fewer commits for the log and for compaction); "
-                 "while a leaf holds more than half of compaction.batch_size files, the "
-                 "spacing stretches up to 4 times (at the batch size). N clients that each "
+                 "while compaction falls behind in a leaf (more than half of "
+                 "compaction.batch_size files once its running jobs land, or more than "
+                 "two thirds counting every file), the spacing stretches up to 4 times "
+                 "(at the batch size). N clients that each "
                  "wait for their answer put at most N x rate times a second. "
                  "0: no limit (the window alone decides).", minimum=0, maximum=10_000),
     # --- ingest batcher ---

@@ -285,3 +285,28 @@ def test_group_cuts_are_spaced_and_each_carries_more(tmp_path: Path,
     commits = table.version - start
     assert commits == len(cuts) <= 1 + (cuts[-1] - cuts[0]) / (0.25 - slack)
     assert table.query().num_rows == 120
+
+
+def test_a_groups_status_event_is_written_after_its_puts_are_answered(
+        tmp_path: Path) -> None:
+    """The commit's status event (a PUT on S3) is off the puts' path: when ``after_commit``
+    runs (just before the puts are answered) no event of the group is written yet; each
+    committed group's event is there once it is answered."""
+    table = make_table(tmp_path / "s")
+    handle = handle_of(table)
+    seen: list[int] = []
+
+    def after(answers: list[IngestResult]) -> None:
+        seen.append(sum(1 for e in handle.status.events("ingest")
+                        if e.job_id == f"v{answers[0].version}"))
+
+    committer = GroupCommitter(handle, lambda: 0.05, 1 << 20, after_commit=after)
+    try:
+        answers = results([committer.submit(write(rows(3, i)), upsert=False)
+                           for i in range(4)])
+    finally:
+        committer.close()
+    versions = {a.version for a in answers}
+    assert seen and set(seen) == {0}
+    recorded = {e.job_id for e in handle.status.events("ingest")}
+    assert {f"v{v}" for v in versions} <= recorded

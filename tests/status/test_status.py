@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+
+import pytest
 
 from sediment.status import StatusStore
 from sediment.status.events import KINDS
@@ -17,3 +20,23 @@ def test_every_recorded_kind_is_reported(tmp_path: Path) -> None:
     assert "bulk_import" in KINDS  # bulk imports commit with kind="bulk_import"
     jobs = status.jobs("bulk_import")
     assert [j["status"] for j in jobs] == ["committed"]
+
+
+def test_deferred_events_are_written_when_the_block_ends(tmp_path: Path) -> None:
+    """Events recorded inside ``deferred()`` on this thread are held until the block ends
+    (also when it ends with an error), each with the time it was recorded; another thread's
+    events, and events after the block, are written at once."""
+    status = StatusStore(LocalObjectStore(tmp_path))
+    with pytest.raises(RuntimeError), status.deferred():
+        first = status.record("ingest", "v1", "committed")
+        with status.deferred():  # nested: the outer block writes
+            status.record("ingest", "v2", "committed")
+        other = threading.Thread(target=status.record, args=("gc", "g1", "finished"))
+        other.start()
+        other.join()
+        assert [e.job_id for e in status.events()] == ["g1"]
+        raise RuntimeError("the block fails")
+    status.record("ingest", "v3", "committed")
+    events = list(status.events("ingest"))
+    assert [e.job_id for e in events] == ["v1", "v2", "v3"]
+    assert events[0].time == first.time

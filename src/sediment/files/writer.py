@@ -58,6 +58,25 @@ def _reset_filter_pool_lock() -> None:
 os.register_at_fork(after_in_child=_reset_filter_pool_lock)
 
 
+_closer_pool: tuple[int, ThreadPoolExecutor] | None = None
+CLOSER_THREADS = 16
+"""Threads that close key-filter sidecars (upload them) beside their data files: enough for
+the writers of a server taking puts one ingest each (dozens at once) not to queue behind
+each other for them."""
+
+
+def _closer() -> ThreadPoolExecutor:
+    """Threads that close writers' key-filter sidecars, one pool per process (as
+    :func:`_filter_builder`'s; apart from it, so that an upload never waits behind filter
+    building, nor the reverse)."""
+    global _closer_pool
+    with _filter_pool_lock:
+        if _closer_pool is None or _closer_pool[0] != os.getpid():
+            _closer_pool = (os.getpid(), ThreadPoolExecutor(
+                CLOSER_THREADS, thread_name_prefix="sediment-sidecar-close"))
+        return _closer_pool[1]
+
+
 def _filter_builder() -> ThreadPoolExecutor:
     """Threads that build key-filter blocks while writers encode Parquet, one pool per process
     (a pool inherited through fork has no threads: it would never run anything). Made under a
@@ -268,19 +287,25 @@ class SortedFileWriter:
         # the sample is built and stored (a put: an fsync of it and of its folder on local
         # disk) on a thread while the file's last pages, page index and footer are written
         stored = _filter_builder().submit(self._store_sample)
+        # the key-filter sidecar is closed (its upload: a PUT on S3) on a thread of its own
+        # while the data file is closed and its size read back: one round trip where these
+        # took three in turn (data PUT, sidecar PUT, HEAD)
+        keys = None if self._keys_sink is None else _closer().submit(self._keys_sink.close)
         try:
-            if isinstance(self._sink, SummingSink):
-                self._sink.mark()  # what close writes (page indexes, footer) is kept whole
-            self._writer.close()
-            self._out.close()  # flushes the buffer into the sink, and closes it
-            if self._keys_sink is not None:
-                self._keys_sink.close()
+            try:
+                if isinstance(self._sink, SummingSink):
+                    self._sink.mark()  # what close writes (page indexes, footer) is kept whole
+                self._writer.close()
+                self._out.close()  # flushes the buffer into the sink, and closes it
+                info = self.objects.head(self.filename)
+            finally:
+                if keys is not None:
+                    keys.result()  # (raises what closing the sidecar raised)
         except BaseException:
             with contextlib.suppress(Exception):  # settled before an abort deletes it
                 stored.result()
             raise
         sample_bytes = stored.result()
-        info = self.objects.head(self.filename)
         if not isinstance(self._sink, SummingSink):  # no sums: WRITE_SUMS is off
             return WrittenFile(self.filename, self.rows, 0 if info is None else info.size)
         size = self._sink.size

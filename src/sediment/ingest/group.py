@@ -182,11 +182,46 @@ def _commit_group(table: TableHandle, group: StagedGroup) -> list[IngestResult]:
 
 
 @dataclass(slots=True)
+class GroupTimings:
+    """Where a table's puts spent their time in group commit (seconds, totals; the
+    committer's threads add to them, the server's stats read them): what to look at when
+    puts are slow. Per put, ``waited`` (queued until its group was cut) plus the time from
+    the cut to its answer (``answered_after_cut``) is its time in the committer; per group,
+    ``staging`` (cut to files written) and ``committing`` (the committer's time on it,
+    from taking it to its answers, after the commit's retries)."""
+
+    puts: int = 0
+    waited: float = 0.0
+    answered_after_cut: float = 0.0
+    staging: float = 0.0
+    committing: float = 0.0
+
+    def cut(self, at: float, group: list[_Put]) -> None:
+        for p in group:
+            p.cut = at
+            self.waited += at - p.arrived
+
+    def answered(self, at: float, group: list[_Put]) -> None:
+        """``group``'s puts were answered (with their results) at ``at``."""
+        for p in group:
+            if p.cut is not None:
+                self.puts += 1
+                self.answered_after_cut += at - p.cut
+
+    def as_dict(self) -> dict[str, float]:
+        return {"puts": self.puts, "waited": round(self.waited, 3),
+                "answered_after_cut": round(self.answered_after_cut, 3),
+                "staging": round(self.staging, 3), "committing": round(self.committing, 3)}
+
+
+@dataclass(slots=True)
 class _Put:
     write: Write
     upsert: bool
     arrived: float
     future: Future[IngestResult] = field(default_factory=Future)
+    cut: float | None = None
+    """When its group was cut (monotonic seconds)."""
 
 
 class GroupCommitter:
@@ -214,6 +249,8 @@ class GroupCommitter:
         self.max_bytes = max_bytes
         self.after_commit = after_commit
         self.groups = 0  # groups committed (or failed): for stats and tests
+        self.timings = GroupTimings()
+        """Where the groups' time went (totals): for stats and benchmarks."""
         self.commit_seconds = 0.05
         """What a group takes here from its cut to its answers (a smoothed mean): a busy
         server's retry hint."""
@@ -286,7 +323,9 @@ class GroupCommitter:
         log on the way; the commit validates at the real head), one ahead of the committer."""
         try:
             while (group := self._next_group()) is not None:
-                metrics.group_commit(len(group), time.monotonic() - group[0].arrived)
+                cut = time.monotonic()
+                metrics.group_commit(len(group), cut - group[0].arrived)
+                self.timings.cut(cut, group)
                 staged: StagedGroup | BaseException
                 try:
                     staged = stage_writes(self.table, [p.write for p in group],
@@ -294,6 +333,7 @@ class GroupCommitter:
                                           state=self.table.states.cached_head())
                 except BaseException as e:  # noqa: BLE001 - the committer answers it in turn
                     staged = e
+                self.timings.staging += time.monotonic() - cut
                 self._staged.put((group, staged))
         finally:
             self._staged.put(None)
@@ -302,29 +342,35 @@ class GroupCommitter:
         while (item := self._staged.get()) is not None:
             group, staged = item
             began = time.perf_counter()
+            taken = time.monotonic()
             if isinstance(staged, BaseException):
                 self._failed(group, staged)  # nothing was committed: as a failed commit
             else:
                 began = staged.started
                 self._commit(group, staged)
+            self.timings.committing += time.monotonic() - taken
             self.groups += 1
             self.commit_seconds = 0.8 * self.commit_seconds + \
                 0.2 * (time.perf_counter() - began)
 
     def _commit(self, group: list[_Put], staged: StagedGroup) -> None:
-        try:
-            results = commit_writes(self.table, [p.write for p in group],
-                                    upsert=staged.upsert, staged=staged)
-        except BaseException as e:  # noqa: BLE001 - each put is answered with it, or retried
-            self._failed(group, e)
-            return
-        self._answer(group, results)
+        # the commit's status event is written once the puts are answered: off their path
+        with self.table.status.deferred():
+            try:
+                results = commit_writes(self.table, [p.write for p in group],
+                                        upsert=staged.upsert, staged=staged)
+            except BaseException as e:  # noqa: BLE001 - each put is answered with it, or retried
+                self._failed(group, e)
+                return
+            self._answer(group, results)
 
     def _answer(self, group: list[_Put], results: list[IngestResult]) -> None:
         if self.after_commit is not None:
             self.after_commit(results)
+        answered = time.monotonic()
         for put, result in zip(group, results, strict=True):
             put.future.set_result(result)
+        self.timings.answered(answered, group)
 
     def _failed(self, group: list[_Put], error: BaseException) -> None:
         """A group's commit failed: retry put by put where that cannot write anything twice,

@@ -26,7 +26,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from sediment.core.crowding import most_files_per_leaf
+from sediment.compaction.strategy import files_after_jobs
+from sediment.core.crowding import files_per_leaf
 from sediment.core.head import schema_of
 from sediment.core.state import TableState
 from sediment.core.transactions import KeyedWrite
@@ -47,9 +48,42 @@ GROUP_COMMIT_MAX_BYTES = 256 << 20
 """The server's default bound on put bytes held for group commits (all tables)."""
 PROPERTY = "write.group_commit_ms"
 CROWDED_STRETCH = 4.0
-"""The most the spacing between groups stretches while a leaf is crowded (see
-:meth:`GroupedPuts.spacing_of`): 4 x 1/8 s, half a second at the default rate, keeps a
+"""The most the spacing between groups stretches while compaction falls behind (see
+:func:`crowding_stretch`): 4 x 1/8 s, half a second at the default rate, keeps a
 put's wait within the acknowledgement goal (1 s) when no maintainer runs at all."""
+
+
+def crowding_stretch(state: TableState, batch: int) -> float:
+    """The factor (1 to ``CROWDED_STRETCH``) the spacing between groups stretches by while
+    compaction falls behind in a leaf of ``state``, the larger of two measures:
+
+    - **behind**: the files a read of the leaf will merge once its running compaction jobs
+      land (each job's inputs counted as the one file it leaves, as the planner counts
+      them: ``files_after_jobs``) past half of ``batch`` (what the maintainer brings a
+      crowded leaf back to), rising linearly to the most at ``batch``: the maintainer has
+      not (yet) planned the work that excess needs;
+    - **near the bound**: the files a read merges now, counting a running job's inputs
+      one by one, past two thirds of ``batch``, rising to the most at ``batch``: a job
+      that is slow to land, with new files arriving, is braked before the leaf passes it.
+      (A job landing within ~1.2 s of its leaf going past half a batch keeps the leaf
+      within ``batch`` at the default rate: 1.56 s when every file counted from half a
+      batch on, 1.0 s with this measure from three quarters.)
+
+    Files a running job is about to merge away slow the puts down less until the leaf
+    nears the bound (a leaf the maintainer keeps at half a batch holds 7-9 files while a
+    job runs: stretched 1-1.75 times, where every file counted stretched it 1.5-2.5
+    times)."""
+    calm = batch // 2
+    near = batch - max(1, batch // 3)
+    now = files_per_leaf(state)  # one walk, from the totals: no reference decoded
+    raw = max(now.values(), default=0)
+    behind = 0
+    for leaf_id, files in now.items():
+        if files > max(calm, behind):  # (a leaf's count after its jobs is at most its count)
+            refs = state.references(leaf_id)  # decoded for crowded leaves only
+            behind = max(behind, files - len(refs) + files_after_jobs(refs.values()))
+    over = max((behind - calm) / max(1, batch - calm), (raw - near) / max(1, batch - near))
+    return 1 + (CROWDED_STRETCH - 1) * min(1.0, max(0.0, over))
 
 
 class MemoryBudget:
@@ -107,19 +141,13 @@ class GroupedPuts:
     def spacing_of(state: TableState) -> float:
         """Seconds at least between two groups' cuts in this table: 1 /
         ``write.group_commit_max_rate`` (0: no limit), stretched while compaction falls
-        behind: once a leaf of ``state`` is read from more than half of
-        ``compaction.batch_size`` files, by a factor rising linearly from 1 there to
-        ``CROWDED_STRETCH`` at the batch size and beyond (fewer, bigger files while the
-        maintainer catches up; no put is refused or held longer than the stretched spacing
-        for it)."""
+        behind (see :func:`crowding_stretch`; fewer, bigger files while the maintainer
+        catches up; no put is refused or held longer than the stretched spacing for it)."""
         settings = settings_of(state)
         rate = float(settings.write_group_commit_max_rate)
         if rate <= 0:
             return 0.0
-        batch = settings.compaction_batch_size
-        calm = batch // 2
-        over = (most_files_per_leaf(state) - calm) / max(1, batch - calm)
-        return (1 + (CROWDED_STRETCH - 1) * min(1.0, max(0.0, over))) / rate
+        return crowding_stretch(state, settings.compaction_batch_size) / rate
 
     def committer(self, table: Table) -> GroupCommitter:
         handle = handle_of(table)
@@ -203,5 +231,10 @@ class GroupedPuts:
             c.close()
 
     def stats(self) -> dict[str, Any]:
+        """Groups so far, bytes held, the server's window and bound, and ``seconds``: where
+        the puts' time went, per table (:class:`~sediment.ingest.group.GroupTimings`)."""
+        with self._lock:
+            committers = list(self._committers.values())
         return {"groups": self.groups(), "held_bytes": self.budget.held,
-                "window_ms": self.window_ms, "max_bytes": self.budget.limit}
+                "window_ms": self.window_ms, "max_bytes": self.budget.limit,
+                "seconds": {c.table.name: c.timings.as_dict() for c in committers}}

@@ -63,7 +63,8 @@ def test_concurrent_clients_lose_nothing_and_share_commits(
         store: sd.Store, start_server: Callable[..., Server]) -> None:
     """8 client threads, each 6 ingests (of keys every client writes) then 3 upserts (of its
     own keys), at once: every record once, equal keys in each client's order, the last
-    upsert winning, and fewer commits than puts."""
+    upsert winning, and fewer commits than puts; the server's stats count every put in
+    where the time went."""
     table = store.create_table("events", SCHEMA, split_points=["k5"], properties=FRESH)
     server = start_server(store.uri)
     start = table.version
@@ -95,6 +96,11 @@ def test_concurrent_clients_lose_nothing_and_share_commits(
     assert commits < puts, (commits, puts)
     stats = server.connect().stats()["group_commit"]
     assert stats["groups"] == commits and stats["held_bytes"] == 0
+    # where the puts' time went: every put counted once, each phase taking some time
+    spent = stats["seconds"]["events"]
+    assert spent["puts"] == puts
+    assert all(spent[k] > 0 for k in ("answered_after_cut", "staging", "committing"))
+    assert spent["waited"] >= 0
 
 
 CLIENT_SCRIPT = """

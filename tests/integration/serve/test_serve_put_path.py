@@ -1,6 +1,6 @@
 """What a put meets in the server before its group commits, in-process: the catalog entry of
 its table (one request re-reads an expired entry while the others keep it) and the spacing
-between groups (the rate, stretched while a leaf is crowded)."""
+between groups (the rate, stretched while compaction falls behind in a leaf)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ import pytest
 
 import sediment as sd
 from helpers import make_table, rows
+from sediment.core.state import ROOT_PARTITION_ID
+from sediment.core.transactions.jobs import AssignJobIds, JobAssignment
+from sediment.handle import handle_of
 from sediment.serve.puts import CROWDED_STRETCH, GroupedPuts
 from sediment.serve.server import SedimentFlightServer
 
@@ -72,3 +75,28 @@ def test_the_spacing_is_the_rate_stretched_while_a_leaf_is_crowded(tmp_path: Pat
     assert spacing[4] == spacing[5] == pytest.approx(0.2 * CROWDED_STRETCH)  # 4, 5 files
     table.set_properties({"write.group_commit_max_rate": 0})
     assert GroupedPuts.spacing_of(table.state()) == 0.0
+
+
+def test_files_a_running_job_merges_stretch_the_spacing_only_near_the_batch_size(
+        tmp_path: Path) -> None:
+    """A leaf of 8 files, 7 of them the inputs of a running compaction job, is not behind
+    (it holds 2 files once the job lands): no stretch, where counting every file stretched
+    it twice. Near the batch size the files counted one by one brake again: past two thirds
+    of a batch of 12, linearly up to the most at 12 files."""
+    table = make_table(tmp_path / "s", **{"compaction.batch_size": 12,
+                                          "write.group_commit_max_rate": 10.0})
+    for i in range(8):
+        table.ingest(rows(2, i))
+    held = sorted(table.state().references(ROOT_PARTITION_ID))[:7]
+    handle_of(table).states.commit(
+        AssignJobIds([JobAssignment("running", ROOT_PARTITION_ID, tuple(held))]))
+    assert GroupedPuts.spacing_of(table.state()) == pytest.approx(0.1)  # 8 files, 2 after
+    table.ingest(rows(2, 8))
+    assert GroupedPuts.spacing_of(table.state()) == pytest.approx(
+        0.1 * (1 + (CROWDED_STRETCH - 1) / 4))  # 9 files: a quarter of the way from 8
+    table.ingest(rows(2, 9))
+    assert GroupedPuts.spacing_of(table.state()) == pytest.approx(
+        0.1 * (1 + (CROWDED_STRETCH - 1) / 2))  # 10 files
+    for i in range(10, 12):
+        table.ingest(rows(2, i))
+    assert GroupedPuts.spacing_of(table.state()) == pytest.approx(0.1 * CROWDED_STRETCH)
