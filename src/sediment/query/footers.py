@@ -428,7 +428,7 @@ class FooterCache:
                     while self._blocks_size > self.filter_bytes:
                         _, old = self._blocks.popitem(last=False)
                         self._blocks_size -= len(old)
-        return bool(layout.may_contain(block, hashes).any())
+        return layout.may_contain_any(block, hashes)
 
     def _checked_block(self, name: str, layout: FilterLayout, start: int, end: int) -> bytes:
         """A key-filter block, its CRC checked (format 2), read again once when it fails."""
