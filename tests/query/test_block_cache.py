@@ -141,6 +141,28 @@ def test_sorted_span_finds_what_a_mask_finds_in_integers(values: list[int], typ:
         assert span[1] - span[0] == len(got) and (not got or span[0] == got[0])
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 200), min_size=1, max_size=60),
+       st.sampled_from([pa.string(), pa.large_binary(), pa.int64(), pa.int8(), pa.uint32(),
+                        pa.timestamp("us")]), st.integers(0, 5), st.integers(-5, 300))
+def test_a_cached_page_run_finds_what_sorted_span_finds(values: list[int], typ: pa.DataType,
+                                                        cut: int, probe: int) -> None:
+    """KeyedPages (a warm lookup's search over views made once) against sorted_span, on
+    sliced columns (an offset into shared buffers), duplicates and absent keys."""
+    values = [v % 100 for v in values] if typ == pa.int8() else values
+    text = pa.types.is_string(typ) or pa.types.is_large_binary(typ)
+    as_key = (lambda v: f"{v:03d}" if pa.types.is_string(typ) else f"{v:03d}".encode()) \
+        if text else (lambda v: v)
+    col = pa.array([as_key(v) for v in sorted(values)], typ if text else pa.int64())
+    col = (col if text else col.cast(typ)).slice(min(cut, len(values) - 1))
+    page = blocks.KeyedPages.of(pa.table({"v": [1] * len(col), "k": col}), 1)
+    for target in {*values, probe, 2**40}:
+        got, want = page.span(as_key(target)), sorted_span(col, as_key(target))
+        assert got is not None and want is not None
+        assert got[1] - got[0] == want[1] - want[0] and (got == want or got[0] == got[1])
+    assert page.span(True) == sorted_span(col, True)  # a value of another type
+
+
 # ---- reads answer the same with the cache on, off and tiny -------------------------------------
 def _reference(table: sd.Table, version: int, keys: list[str], ranges: list[sd.Range]
                ) -> list[pa.Table]:

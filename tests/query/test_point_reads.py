@@ -4,6 +4,7 @@ files written before page indexes), against pyarrow."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,14 @@ def test_a_cold_lookup_reads_one_page_per_column(tmp_path: Path,
         read.append((name, start, end))
         return get_range(name, start, end)
 
+    get_ranges = objects.get_ranges
+
+    def counting_ranges(name: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+        read.extend((name, s, e) for s, e in spans)  # (local disk: one open for them all)
+        return get_ranges(name, spans)
+
     monkeypatch.setattr(objects, "get_range", counting)
+    monkeypatch.setattr(objects, "get_ranges", counting_ranges)
     path = objects.path(ref.filename)
     size = Path(path).stat().st_size
     index = load_page_index(lambda s, e: get_range(ref.filename, s, e), size, ref.filename)

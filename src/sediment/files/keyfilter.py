@@ -275,6 +275,13 @@ class FilterLayout:
             x = (x + h2) & 0xFFFFFFFF
         return True
 
+    def may_contain_any(self, block: bytes, hashes: np.ndarray) -> bool:
+        """Whether the row group may hold any of the keys (a lookup's few keys probed in
+        plain Python: no array built, no numpy reduction)."""
+        if len(hashes) <= SMALL:
+            return any(self._probe_one(block, h) for h in hashes.tolist())
+        return bool(self.may_contain(block, hashes).any())
+
     def may_contain(self, block: bytes, hashes: np.ndarray) -> np.ndarray:
         """Per key: False when the row group certainly lacks it, True when it may hold it."""
         if len(hashes) <= SMALL:

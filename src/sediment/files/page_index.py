@@ -132,7 +132,9 @@ class ColumnPages:
         """The page holding ``row`` of the row group (bisecting the first rows)."""
         if not 0 <= row < self.num_rows:
             raise IndexError(f"row {row} of a row group of {self.num_rows} rows")
-        return int(np.searchsorted(self.first_rows, row, side="right")) - 1
+        # (bisect over the few pages, not np.searchsorted: that gives up the GIL, and a
+        # lookup asks this of every column, which with many threads hands it over each time)
+        return bisect.bisect_right(self.first_rows, row) - 1
 
     def pages_holding(self, value: Any) -> Sequence[int]:
         """The pages whose [min, max] may hold ``value`` (in the model's form): for a sorted

@@ -9,13 +9,13 @@ for and ages out.
 
 Entries are keyed by (store, file, row group, page, column) and hold one ``pa.Array``, or by
 (store, file, row group, first row, columns) and hold the pages of those columns cut at the
-same rows as one ``pa.Table`` (a warm lookup then only slices it); each is charged its
-buffers' bytes. Admission is scan-resistant, as in RocksDB's block cache with a
-high-priority pool and in segmented LRU: a new entry enters a *probation* segment (a fifth of
-the bound); only an entry asked for again moves to the *protected* segment, and evictions
-take probation's oldest first. A full scan that caches its blocks (only when its read request
-asks: ``ReadRequest.block_cache``) therefore cycles through probation and never evicts the hot
-set.
+same rows as one ``pa.Table`` with views of its keys (:class:`KeyedPages`: a warm lookup
+then bisects them and slices the table); each is charged its buffers' bytes. Admission is
+scan-resistant, as in RocksDB's block cache with a high-priority pool and in segmented LRU:
+a new entry enters a *probation* segment (a fifth of the bound); only an entry asked for
+again moves to the *protected* segment, and evictions take probation's oldest first. A full
+scan that caches its blocks (only when its read request asks: ``ReadRequest.block_cache``)
+therefore cycles through probation and never evicts the hot set.
 
 The bound is per process: ``SEDIMENT_BLOCK_CACHE_BYTES`` when set (0 turns the cache off),
 else the ``query.block_cache_bytes`` of the tables read (see :func:`configure`). Processes that
@@ -31,17 +31,20 @@ metrics.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
 
 from sediment import metrics
+from sediment.files.keys import sorted_span
+from sediment.query.lru import touch
 
 ENV = "SEDIMENT_BLOCK_CACHE_BYTES"
 """The process's bound in bytes, over any table's ``query.block_cache_bytes`` (0: off)."""
@@ -91,9 +94,79 @@ def _env_bound() -> int | None:
     return value
 
 
-Block: TypeAlias = pa.Array | pa.Table
+_INT_FORMATS = {(8, True): "b", (16, True): "h", (32, True): "i", (64, True): "q",
+                (8, False): "B", (16, False): "H", (32, False): "I", (64, False): "Q"}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class KeyedPages:
+    """The pages of several columns cut at the same rows, as one table, with views of its
+    key column's buffers made once (a string or binary column's offsets and bytes, an
+    integer column's values): a warm lookup bisects them and slices the table, and makes no
+    other Arrow call (each may give up the GIL, which collapses many threads' lookups, and
+    costs more than the search)."""
+
+    table: pa.Table
+    key_at: int
+    """The key column's position in ``table``."""
+    kind: type | None
+    """The Python type of the values searched (None: :func:`sorted_span` searches)."""
+    offsets: memoryview | None
+    """String or binary keys: the offsets of each value in ``data``."""
+    data: memoryview | None
+    """String or binary keys: their bytes; integer keys: their values."""
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.table.nbytes)
+
+    @classmethod
+    def of(cls, table: pa.Table, key_at: int) -> KeyedPages:
+        column = table.column(key_at).chunk(0)  # (a table of pages: one chunk a column)
+        t, n, at = column.type, len(column), column.offset
+        if column.null_count == 0:  # (row keys are never null)
+            if pa.types.is_string(t) or pa.types.is_binary(t) or \
+                    pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+                wide = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+                offsets = memoryview(column.buffers()[1]).cast("q" if wide else "i")
+                return cls(table, key_at,
+                           str if pa.types.is_string(t) or pa.types.is_large_string(t)
+                           else bytes, offsets[at:at + n + 1],
+                           memoryview(column.buffers()[2] or b""))
+            if pa.types.is_integer(t):
+                raw: Any = memoryview(column.buffers()[1])  # (cast by a format of the type)
+                values = raw.cast(_INT_FORMATS[t.bit_width, pa.types.is_signed_integer(t)])
+                values = values[at:at + n]
+                return cls(table, key_at, int, None, values)
+        return cls(table, key_at, None, None, None)
+
+    def span(self, value: Any) -> tuple[int, int] | None:
+        """The rows ``[start, end)`` whose key equals ``value`` (the model's form), as
+        :func:`~sediment.files.keys.sorted_span` finds them; None for a value or type it
+        does not search (the caller reads the row group)."""
+        data, asked = self.data, cast(Any, value)  # (typed by ``kind``, checked here)
+        if data is None or type(value) is not self.kind:  # (a bool is no key of an int)
+            return sorted_span(self.table.column(self.key_at).chunk(0), value)
+        offsets = self.offsets
+        if offsets is None:  # integers: bisected as they are
+            return bisect.bisect_left(data, asked), bisect.bisect_right(data, asked)
+        target: bytes = asked.encode() if self.kind is str else asked
+        n = len(offsets) - 1
+
+        def at(i: int) -> bytes:
+            return data[offsets[i]:offsets[i + 1]].tobytes()
+
+        start = bisect.bisect_left(range(n), target, key=at)
+        if start == n or at(start) != target:
+            return start, start
+        if start + 1 == n or at(start + 1) != target:  # a unique key: the common case
+            return start, start + 1
+        return start, bisect.bisect_right(range(n), target, lo=start, key=at)
+
+
+Block: TypeAlias = pa.Array | pa.Table | KeyedPages
 """What an entry holds: a decoded column of a page or row group, or the pages of several
-columns cut at the same rows, as one table."""
+columns cut at the same rows (:class:`KeyedPages`)."""
 
 
 def _size(value: Block) -> int:
@@ -123,7 +196,17 @@ class BlockCache:
         return self.get_many([key])[0]
 
     def get_many(self, keys: Sequence[Hashable]) -> list[Block | None]:
-        """:meth:`get` of each key under one hold of the lock (a row group's columns)."""
+        """:meth:`get` of each key (a row group's columns). When every key is in the
+        protected segment (a warm lookup), without waiting for the lock: the entries move
+        to the newest end only when it is free at once (see sediment.query.lru: threads
+        queueing on it collapse lookups' throughput); else under one hold of it."""
+        protected = self._protected
+        hot = [protected.get(key) for key in keys]
+        if None not in hot:
+            touch(protected, self._lock, list(keys))
+            self._hits += len(keys)  # (without the lock: a counter, where a rare lost
+            # update between threads costs nothing)
+            return [entry[0] for entry in hot if entry is not None]
         out: list[Block | None] = []
         with self._lock:
             for key in keys:

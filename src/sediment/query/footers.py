@@ -43,6 +43,7 @@ from sediment.files.thrift_compact import BINARY, ThriftError
 from sediment.files.verified import READS, VERIFY, Sums, damaged, footer_problem
 from sediment.files.writer import keys_name
 from sediment.query.cached_files import CachedParquetFile, RangeFile, footer_bytes
+from sediment.query.lru import lru_get
 from sediment.storage import checksums, diskcache
 from sediment.storage.base import ObjectStore
 from sediment.storage.diskcache import DiskCache
@@ -58,6 +59,9 @@ def _disk_counts() -> tuple[int, int]:
 
 # the disk cache counts for itself (storage knows nothing of metrics): read when scraped
 metrics.watch_cache("disk", _disk_counts)
+
+_MISSING: Any = object()
+"""Not cached (a cached None says the file has no page index, or no key filters)."""
 
 FOOTER_GUESS = 64 * 1024
 """Bytes read from a file's end to check its footer: a Sediment file's footer fits (else a
@@ -79,7 +83,9 @@ class FileFooter:
 
 class FooterCache:
     """LRU caches of FileFooter by filename and of key-filter blocks by (file, row group),
-    the latter bounded in bytes (data files and sidecars are immutable, so never stale)."""
+    the latter bounded in bytes (data files and sidecars are immutable, so never stale).
+    A hit does not wait for the lock (sediment.query.lru); a miss, which reads, takes it to
+    insert."""
 
     def __init__(self, objects: ObjectStore, first_key: str, capacity: int,
                  filter_bytes: int = 0, table: str = "") -> None:
@@ -116,10 +122,7 @@ class FooterCache:
 
     def cached(self, filename: str) -> FileFooter | None:
         """The file's footer if cached (no I/O)."""
-        with self._lock:
-            footer = self._items.get(filename)
-            if footer is not None:
-                self._items.move_to_end(filename)
+        footer = lru_get(self._items, self._lock, filename, None)
         metrics.cache("footer", footer is not None)
         return footer
 
@@ -231,10 +234,9 @@ class FooterCache:
         needs it, cached; None for a file written without one (before page indexes) or
         with nested columns: its lookups read whole row groups. The footer it parses is
         checked against ``sums`` first (read again once, then CorruptDataError)."""
-        with self._lock:
-            if filename in self._page_indexes:
-                self._page_indexes.move_to_end(filename)
-                return self._page_indexes[filename]
+        known = lru_get(self._page_indexes, self._lock, filename, _MISSING)
+        if known is not _MISSING:
+            return known
 
         size = self._size(filename, sums)
         problem = ""
@@ -360,10 +362,9 @@ class FooterCache:
         """The layout of the file's key filters, read when a lookup first needs it (scans
         never read key filters), cached; None when the file has none (written with
         ``parquet.key_filter_bits`` 0, or before filters existed) or they are damaged."""
-        with self._lock:
-            if filename in self._layouts:
-                self._layouts.move_to_end(filename)
-                return self._layouts[filename]
+        known = lru_get(self._layouts, self._lock, filename, _MISSING)
+        if known is not _MISSING:
+            return known
         layout: FilterLayout | None = None
         try:
             reads = self.reads()
@@ -404,10 +405,7 @@ class FooterCache:
                     hashes: np.ndarray) -> bool:
         """Whether row group ``group`` of the file may hold any of the hashed keys."""
         key = (filename, group)
-        with self._lock:
-            block = self._blocks.get(key)
-            if block is not None:
-                self._blocks.move_to_end(key)
+        block = lru_get(self._blocks, self._lock, key, None)
         if block is None:
             start, end = layout.block_range(group)
             with self._lock:
@@ -430,7 +428,7 @@ class FooterCache:
                     while self._blocks_size > self.filter_bytes:
                         _, old = self._blocks.popitem(last=False)
                         self._blocks_size -= len(old)
-        return bool(layout.may_contain(block, hashes).any())
+        return layout.may_contain_any(block, hashes)
 
     def _checked_block(self, name: str, layout: FilterLayout, start: int, end: int) -> bytes:
         """A key-filter block, its CRC checked (format 2), read again once when it fails."""

@@ -17,18 +17,35 @@ of another column, a key type :func:`sorted_span` does not search.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from sediment.files.keys import sorted_span
+from sediment.files.page_index import ColumnPages
 from sediment.files.pages import PageIndex, page_ranges, read_pages
 from sediment.files.verified import reading
-from sediment.query.blocks import BlockCache
+from sediment.query.blocks import BlockCache, KeyedPages
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
 from sediment.storage.rangereads import RangeReads
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupPlan:
+    """What a lookup of some columns in one row group needs of the file's page index."""
+
+    key: int
+    """The key column's index in the file."""
+    key_pages: ColumnPages
+    wanted: list[int]
+    """The columns' indexes in the file, in the order asked."""
+    aligned: bool
+    """Whether the columns' pages are cut at the same rows (one small file per run)."""
+    at: int
+    """Where the key column is among the columns asked."""
 
 
 class PointReader:
@@ -41,7 +58,7 @@ class PointReader:
         self._reads = reads or (lambda fresh=False: RangeReads(objects, None, fresh=fresh))
         """``reads(fresh=...)``: ranged reads for one checked read (the footer cache's,
         through the disk cache when it is on)."""
-        self._aligned_memo: dict[tuple[str, int, tuple[int, ...]], bool] = {}
+        self._plans: dict[tuple[str, int, str, tuple[str, ...]], _GroupPlan] = {}
 
     def rows(self, index: PageIndex, group: int, key_column: str, keys: Sequence[Any],
              columns: list[str], schema: pa.Schema, blocks: BlockCache | None,
@@ -51,10 +68,8 @@ class PointReader:
         key order; None when this path cannot answer (the caller reads the group).
         ``checked``: the file's pages carry CRCs (it has sums; else the disk cache keeps a
         page's bytes only when a second read gives the same)."""
-        kc = index.column(key_column)
-        key_pages = index.pages(group, kc)
-        wanted = [index.column(name) for name in columns]
-        aligned = self._aligned(index, group, wanted)
+        plan = self._plan(index, group, key_column, columns)
+        kc, key_pages, wanted = plan.key, plan.key_pages, plan.wanted
         # the key's page and, with it, every wanted column's page of the same first row:
         # with pages cut at the same rows (parquet.page_rows) one small file holds the
         # answer, decoded once
@@ -66,14 +81,15 @@ class PointReader:
                 continue
             if len(holding) > 1:
                 return None  # a key whose records span pages: the row group is read
-            first, _ = key_pages.rows(holding[0])
-            if aligned:
-                page = self._page_table(index, group, wanted, first, schema, blocks, checked)
-                span = sorted_span(page.column(columns.index(key_column)).chunk(0), key)
+            first = int(key_pages.first_rows[holding[0]])
+            if plan.aligned:
+                page = self._page_table(index, group, wanted, first, schema, plan.at, blocks,
+                                        checked)
+                span = page.span(key)
                 if span is None:
                     return None
                 if span[1] > span[0]:
-                    parts.append(page.slice(span[0], span[1] - span[0]))
+                    parts.append(page.table.slice(span[0], span[1] - span[0]))
                 continue
             got = dict(zip(together, self._pages(index, group, together, first, blocks,
                                                  checked), strict=True))
@@ -97,38 +113,47 @@ class PointReader:
             return schema.empty_table()
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
-    def _aligned(self, index: PageIndex, group: int, columns: list[int]) -> bool:
-        """Whether the columns' pages of the row group are cut at the same rows (kept per
-        file, group and columns)."""
-        memo = (index.filename, group, tuple(columns))
-        got = self._aligned_memo.get(memo)
+    def _plan(self, index: PageIndex, group: int, key_column: str, columns: list[str]
+              ) -> _GroupPlan:
+        """What a lookup of these columns in the row group needs of the page index, worked
+        out once per file, group and columns (kept: a warm lookup then asks the index for
+        nothing but the key's page)."""
+        memo = (index.filename, group, key_column, tuple(columns))
+        got = self._plans.get(memo)
         if got is None:
-            base = index.pages(group, columns[0]).first_rows
-            got = all(np.array_equal(index.pages(group, c).first_rows, base)
-                      for c in columns[1:])
-            if len(self._aligned_memo) > 100_000:  # a bound, not a policy: flags are cheap
-                self._aligned_memo.clear()
-            self._aligned_memo[memo] = got
+            kc = index.column(key_column)
+            wanted = [index.column(name) for name in columns]
+            base = index.pages(group, wanted[0]).first_rows
+            aligned = all(np.array_equal(index.pages(group, c).first_rows, base)
+                          for c in wanted[1:])
+            got = _GroupPlan(kc, index.pages(group, kc), wanted, aligned,
+                             columns.index(key_column))
+            if len(self._plans) > 100_000:  # a bound, not a policy: plans are small
+                self._plans.clear()
+            self._plans[memo] = got
         return got
 
     def _page_table(self, index: PageIndex, group: int, columns: list[int], first: int,
-                    schema: pa.Schema, blocks: BlockCache | None, checked: bool) -> pa.Table:
+                    schema: pa.Schema, key_at: int, blocks: BlockCache | None,
+                    checked: bool) -> KeyedPages:
         """The pages (cut at the same rows) holding row ``first`` of the columns, as one
-        table: cached as a table, so a warm lookup only slices it (building a table or
-        batch releases and takes back the GIL, which collapses threads' throughput)."""
+        table with its key column (``key_at``) searchable: cached so, a warm lookup only
+        bisects a list and slices the table (building a table or batch, or searching Arrow
+        buffers, gives up and takes back the GIL, which collapses threads' throughput)."""
         filename = index.filename
         uri = self.objects.uri
         key = (uri, filename, group, first, tuple(columns))
         if blocks is not None:
             page = blocks.get(key)
-            if page is not None:
+            if isinstance(page, KeyedPages):
                 return page
 
         def read(attempt: int) -> list[pa.Array]:
             return [p.values for p in self._read_pages(index, group, columns, first, attempt,
                                                        checked)]
 
-        page = pa.Table.from_arrays(reading(self.table, filename, uri, read), schema=schema)
+        table = pa.Table.from_arrays(reading(self.table, filename, uri, read), schema=schema)
+        page = KeyedPages.of(table, key_at)
         if blocks is not None and checksums.VERIFY_READS:  # verified pages only
             blocks.put(key, page)
         return page

@@ -52,10 +52,13 @@ class HeadCache:
         self.known_digests = DigestMemo()
         """Snapshot objects known to exist, forgotten well within the prune grace period (a
         digest remembered past a prune would make a snapshot name a deleted object)."""
-        self._head: TableState | None = None
+        self._now: tuple[TableState | None, float] = (None, 0.0)
+        """The head and when it was last synced, swapped as one tuple: a reader takes it
+        without the lock (one attribute read is atomic), so readers on many threads never
+        queue on a lock (a blocked ``acquire`` gives up the GIL, and with many threads each
+        such wait hands it to another thread: their lookups collapse)."""
         self._lock = threading.Lock()
-        """Guards reading and swapping ``_head`` only: never held across I/O."""
-        self._synced = 0.0
+        """Guards swapping ``_now`` (and the re-read flags) only: never held across I/O."""
         """When the cached head was last known to be current (monotonic seconds)."""
         self._reread: tuple[float, Future[TableState]] | None = None
         """The re-read of an expired head under way for ``cached_head`` (when it started, and
@@ -71,22 +74,20 @@ class HeadCache:
         head, _ = self.cached()
         return (-1, 0) if head is None else (head.version, most_files_per_leaf(head))
 
-    # ---- the head: read and swapped under the lock, never mutated ----------------------
+    # ---- the head: swapped under the lock, read without it, never mutated --------------
     def cached(self) -> tuple[TableState | None, float]:
         """The cached head (None before the first read) and when it was last synced."""
-        with self._lock:
-            return self._head, self._synced
+        return self._now
 
     def publish(self, state: TableState, synced: float) -> TableState:
         """Make ``state`` the cached head unless a newer one was published meanwhile; returns
         the cached head."""
         with self._lock:
-            if self._head is None or state.version >= self._head.version:
-                self._head = state
-                self._synced = max(self._synced, synced)
-            elif state.version == self._head.version:
-                self._synced = max(self._synced, synced)
-            return self._head
+            head, was = self._now
+            if head is None or state.version >= head.version:
+                self._now = (state, max(was, synced))
+                return state
+            return head
 
     def current(self, *, max_age: float | None) -> tuple[TableState, bool]:
         """The head, re-read from storage when never loaded or synced more than ``max_age``

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,12 @@ class ObjectStore(ABC):
     @abstractmethod
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object."""
+
+    def get_ranges(self, key: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Bytes ``[start, end)`` of the object for each span, in order: a :meth:`get_range`
+        each, unless the store reads them more cheaply together (local disk opens the file
+        once for them all)."""
+        return [self.get_range(key, start, end) for start, end in spans]
 
     @abstractmethod
     def put(self, key: str, data: bytes) -> None:
@@ -210,6 +216,9 @@ class PrefixedObjectStore(ObjectStore):
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         return self.inner.get_range(self._k(key), start, end)
+
+    def get_ranges(self, key: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+        return self.inner.get_ranges(self._k(key), spans)
 
     def put(self, key: str, data: bytes) -> None:
         self.inner.put(self._k(key), data)

@@ -12,7 +12,7 @@ import contextlib
 import os
 import stat
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote_to_bytes
@@ -112,6 +112,21 @@ class LocalObjectStore(ObjectStore):
             with open(self._p(key), "rb") as f:
                 f.seek(start)
                 return f.read(max(0, end - start))
+        except _MISSING:
+            raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
+        except OSError as e:
+            raise StorageError(f"reading {key!r} in {self.uri}: {e}") from e
+
+    def get_ranges(self, key: str, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The spans of the file read through one unbuffered open (a cold lookup reads a
+        page of each column: one open, not one per page; every open, read and close gives
+        up the GIL, and with many threads each time hands it to another)."""
+        try:
+            fd = os.open(self._p(key), os.O_RDONLY)  # (no file object: fewer system calls)
+            try:
+                return [os.pread(fd, max(0, end - start), start) for start, end in spans]
+            finally:
+                os.close(fd)
         except _MISSING:
             raise ObjectNotFoundError(f"no object {key!r} in {self.uri}") from None
         except OSError as e:

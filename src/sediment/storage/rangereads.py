@@ -17,7 +17,8 @@ next read, and never reaches the cache.
 On a store whose reads are network round trips (one with a ``cache_name``), the ranges a
 reader needs together (the pages of a row group's columns) are fetched by one GET
 (:meth:`RangeReads.prefetch`), with the cache on or off. Local disk and memory read straight
-through.
+through, the ranges a reader needs together by one call (``ObjectStore.get_ranges``: local
+disk opens the file once for them).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class RangeReads:
         self._served: set[Span] = set()
         """Held ranges handed to the reader (only those were checked: a prefetched range
         the reader never asked for is not kept)."""
+        self._prefetched: dict[Span, bytes] = {}
+        """Ranges of a store read straight through (local disk, memory) that
+        :meth:`prefetch` read together, until the reader's :meth:`read` takes them."""
         self._lock = threading.Lock()
 
     def _name(self, key: str, what: str) -> str:
@@ -85,7 +89,8 @@ class RangeReads:
     def read(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``key``: held, cached, or read from the store (held)."""
         if not self.remote:
-            return self.objects.get_range(key, start, end)
+            got = self._prefetched.pop((key, start, end), None)
+            return self.objects.get_range(key, start, end) if got is None else got
         span = (key, start, end)
         name = self._name(key, f"{start}-{end}")
         got = self._lookup(span, name)
@@ -130,8 +135,14 @@ class RangeReads:
         """Read the ranges of ``key`` not cached yet, those within :data:`COALESCE_BYTES` of
         each other by one GET, and hold them for the reader's :meth:`read` (only the ranges
         it then reads may be kept: the bytes between them, or a range it does not read, are
-        not checked, so never cached)."""
-        if not self.remote:
+        not checked, so never cached). A store read straight through reads the ranges by
+        one ``get_ranges`` and hands them to :meth:`read`."""
+        if not self.remote:  # local disk: the ranges read through one open of the file
+            spans = sorted({(s, e) for s, e in ranges if e > s})
+            if len(spans) > 1:
+                got = self.objects.get_ranges(key, spans)
+                self._prefetched.update(((key, s, e), data)
+                                        for (s, e), data in zip(spans, got, strict=True))
             return
         missing = sorted({(s, e) for s, e in ranges if e > s and
                           self._lookup((key, s, e), self._name(key, f"{s}-{e}")) is None})
