@@ -67,7 +67,7 @@ def _parallel_take(table: pa.Table, indices: pa.Array) -> pa.Table:
     return pa.Table.from_arrays(taken, schema=table.schema)
 
 
-def _prefix_keys(col: pa.Array) -> np.ndarray | None:
+def prefix_keys(col: pa.Array) -> np.ndarray | None:
     """Big-endian uint64 of the first 8 bytes of each string/binary value (zero padded).
 
     One gather: the value bytes (padded by 8 zero bytes) are viewed as a big-endian uint64 at
@@ -96,7 +96,7 @@ def _prefix_keys(col: pa.Array) -> np.ndarray | None:
 
 def _normalised_key_order(table: pa.Table, names: Sequence[str]) -> np.ndarray | None:
     first = table.column(names[0]).combine_chunks()
-    prefix = _prefix_keys(first)
+    prefix = prefix_keys(first)
     if prefix is None:
         return None
     # not stable: tied prefixes are re-sorted below by the full keys and the input position
