@@ -29,8 +29,10 @@ import pyarrow.compute as pc
 from sediment.files.keys import sort_indices
 from sediment.files.sort import prefix_keys
 
-SlabOrder = Callable[[Sequence[pa.RecordBatch], Sequence[str]], "np.ndarray | pa.Array | None"]
-"""A strategy: the slab's order, or None when it does not apply to these pieces."""
+SlabOrder = Callable[[Sequence[pa.RecordBatch], Sequence[str], Sequence[str] | None],
+                     "np.ndarray | pa.Array | None"]
+"""A strategy: the slab's order (``last_of``: see :func:`slab_order`), or None when it does
+not apply to these pieces."""
 
 SMALL_FRACTION = 0.125
 """Placement applies when the pieces other than the largest hold at most this fraction of its
@@ -40,7 +42,6 @@ with) approaches a sort of the slab."""
 _RANK = "__sediment_piece"
 
 _SIGN = np.uint64(1 << 63)
-
 
 def ordered_prefix(col: pa.Array) -> np.ndarray | None:
     """A uint64 per value whose order agrees with the values' (equal prefixes may hide
@@ -63,10 +64,11 @@ def ordered_prefix(col: pa.Array) -> np.ndarray | None:
     return None
 
 
-def place_into_largest(pieces: Sequence[pa.RecordBatch], names: Sequence[str]
-                       ) -> np.ndarray | None:
+def place_into_largest(pieces: Sequence[pa.RecordBatch], names: Sequence[str],
+                       last_of: Sequence[str] | None = None) -> np.ndarray | None:
     """The slab's order by placing the other pieces' rows into the largest piece (see the
-    module docs); None when they are not few or the first key field has no prefix."""
+    module docs); None when they are not few or the first key field has no prefix. With
+    ``last_of``, rows followed by a tied row of equal ``last_of`` fields are left out."""
     sizes = [p.num_rows for p in pieces]
     big = int(np.argmax(sizes))
     n_big = sizes[big]
@@ -86,30 +88,36 @@ def place_into_largest(pieces: Sequence[pa.RecordBatch], names: Sequence[str]
     p_small = ordered_prefix(keys.column(names[0]).chunk(0))
     if p_small is None:
         return None
-    lo = np.searchsorted(p_large, p_small, "left")
+    at = np.searchsorted(p_large, p_small, "left")  # rows of the large piece before each
     hi = np.searchsorted(p_large, p_small, "right")
-    at = lo.copy()  # rows of the large piece before each small row
-    tied = np.flatnonzero(lo < hi)
+    tied = np.flatnonzero(at < hi)
+    dropped_large = dropped_small = np.zeros(0, dtype=np.int64)
     if len(tied):
-        at[tied] = _tied_places(large, keys, names, tied, lo[tied], hi[tied], big,
-                                np.repeat(smalls, [sizes[i] for i in smalls])[small_order])
+        at[tied], dropped_large, dropped_small = _tied_places(
+            large, keys, names, tied, at[tied], hi[tied], big,
+            np.repeat(smalls, [sizes[i] for i in smalls])[small_order], last_of)
     rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in smalls])
-    order = np.empty(n_big + n_small, dtype=np.int64)
-    placed = at + np.arange(n_small)
-    from_large = np.ones(len(order), dtype=bool)
-    from_large[placed] = False
-    order[placed] = rows[small_order]
-    order[from_large] = starts[big] + np.arange(n_big)
+    # (``at`` is ascending: the small rows are sorted, so each goes after the previous one)
+    order = np.insert(starts[big] + np.arange(n_big), at, rows[small_order])
+    if len(dropped_large) or len(dropped_small):
+        keep = np.ones(len(order), dtype=bool)
+        keep[dropped_large + np.searchsorted(at, dropped_large, "right")] = False
+        keep[at[dropped_small] + dropped_small] = False
+        order = order[keep]
     return order
 
 
 def _tied_places(large: pa.RecordBatch, keys: pa.Table, names: Sequence[str],
                  tied: np.ndarray, lo: np.ndarray, hi: np.ndarray, big: int,
-                 ranks: np.ndarray) -> np.ndarray:
+                 ranks: np.ndarray, last_of: Sequence[str] | None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows of the large piece before each tied small row (``keys[tied]``, sorted; ``lo``,
     ``hi``: the large piece's rows of its prefix; ``ranks``: every small row's piece): the
     tied rows and the large piece's rows of their prefixes sorted together by the full key,
-    then piece (the stable merge's tie rule)."""
+    then piece (the stable merge's tie rule). With ``last_of``, also the rows to leave out:
+    of the large piece (its row numbers) and of the small rows (their numbers in ``keys``),
+    each followed in that order by a row of equal ``last_of`` fields (every row between two
+    rows of equal keys has their prefix, so it is among these)."""
     # the large piece's rows of each prefix: one range per distinct prefix (ranges of equal
     # prefixes are equal, of different ones disjoint), expanded to row numbers
     first, at = np.unique(lo, return_index=True)
@@ -127,11 +135,30 @@ def _tied_places(large: pa.RecordBatch, keys: pa.Table, names: Sequence[str],
     is_large = order < len(spans)
     before = np.cumsum(is_large)[~is_large]  # large rows before each tied row, in order
     after = spans[np.maximum(before - 1, 0)] + 1
-    return np.where(before > 0, np.maximum(lo, after), lo)
+    places = np.where(before > 0, np.maximum(lo, after), lo)
+    none = np.zeros(0, dtype=np.int64)
+    if not last_of or len(order) < 2:
+        return places, none, none
+    ordered = both.select(list(last_of)).take(pa.array(order))
+    repeated = np.ones(len(order), dtype=bool)  # is the next row's key the same?
+    repeated[-1] = False
+    for name in last_of:
+        col = ordered.column(name)
+        same = pc.equal(col.slice(1), col.slice(0, len(order) - 1))
+        if col.null_count:  # (sort keys may be null: nulls equal nulls, as in a run)
+            same = pc.or_kleene(same, pc.and_(pc.is_null(col.slice(1)),
+                                              pc.is_null(col.slice(0, len(order) - 1))))
+        repeated[:-1] &= np.asarray(pc.fill_null(same, False).to_numpy(
+            zero_copy_only=False), dtype=bool)
+    gone = order[repeated]
+    return places, spans[gone[gone < len(spans)]], \
+        tied[gone[gone >= len(spans)] - len(spans)]
 
 
-def sort_all(pieces: Sequence[pa.RecordBatch], names: Sequence[str]) -> pa.Array:
-    """The slab's order by Arrow's stable multi-key sort of all its rows."""
+def sort_all(pieces: Sequence[pa.RecordBatch], names: Sequence[str],
+             last_of: Sequence[str] | None = None) -> pa.Array:
+    """The slab's order by Arrow's stable multi-key sort of all its rows (``last_of``: no
+    row left out)."""
     return sort_indices(pa.Table.from_batches(pieces), names)
 
 
@@ -139,12 +166,15 @@ STRATEGIES: tuple[SlabOrder, ...] = (place_into_largest, sort_all)
 """Tried in order; the last always applies."""
 
 
-def slab_order(pieces: Sequence[pa.RecordBatch], names: Sequence[str]
-               ) -> np.ndarray | pa.Array:
+def slab_order(pieces: Sequence[pa.RecordBatch], names: Sequence[str],
+               last_of: Sequence[str] | None = None) -> np.ndarray | pa.Array:
     """Indices that order the rows of ``pieces`` (each sorted by ``names``, concatenated in
-    order) by ``names``, stably: the first of :data:`STRATEGIES` that applies."""
+    order) by ``names``, stably: the first of :data:`STRATEGIES` that applies. With
+    ``last_of`` (a prefix of ``names``), a strategy may leave out rows that a later row of
+    the slab with equal ``last_of`` fields follows (so a merge for a ``merge="last"`` read
+    gathers no record its rule drops); it never leaves out the last of them."""
     for strategy in STRATEGIES:
-        order = strategy(pieces, names)
+        order = strategy(pieces, names, last_of)
         if order is not None:
             return order
     raise AssertionError("sort_all always applies")
