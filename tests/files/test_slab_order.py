@@ -127,6 +127,39 @@ def test_many_small_runs_or_no_prefix_sort_the_slab() -> None:
     assert len(slab_order([floats, floats.slice(0, 1)], NAMES)) == 41
 
 
+@st.composite
+def upserted_slabs(draw: st.DrawFn) -> list[pa.RecordBatch]:
+    """A base whose keys differ in their first 8 bytes, each once, and small runs re-writing
+    some of them: where a key is re-written once, the one-to-one pairs placement orders
+    without a sort."""
+    pool = [f"k{i:07d}" for i in range(200)]
+    base = sorted(draw(st.lists(st.sampled_from(pool), min_size=80, max_size=120,
+                                unique=True)))
+    large = [(k, draw(st.integers(0, 2)), draw(st.integers(0, 2))) for k in base]
+    # mostly distinct (pairs), some keys re-written twice (sorted with their base record)
+    rewritten = sorted(draw(st.lists(st.sampled_from(pool), min_size=1, max_size=10,
+                                     unique=draw(st.booleans()))))
+    cuts = sorted(draw(st.lists(st.integers(0, len(rewritten)), max_size=3)))
+    bounds = [0, *cuts, len(rewritten)]
+    smalls = [[(k, draw(st.integers(0, 2)), draw(st.integers(0, 2))) for k in rewritten[a:z]]
+              for a, z in zip(bounds, bounds[1:], strict=False)]
+    at = draw(st.integers(0, len(smalls)))
+    rows = [*smalls[:at], large, *smalls[at:]]
+    return [_piece(r, pa.string(), i) for i, r in enumerate(rows)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(upserted_slabs())
+def test_pairs_of_a_base_record_and_its_upsert_order_as_the_sort(
+        pieces: list[pa.RecordBatch]) -> None:
+    want = _reference(pieces)
+    assert _ordered(pieces, slab_order(pieces, NAMES)) == want
+    got = _ordered(pieces, slab_order(pieces, NAMES, ["k", "ts"]))
+    position = {r: i for i, r in enumerate(want)}
+    assert [position[r] for r in got] == sorted(position[r] for r in got)
+    assert _keep_last(pieces, got) == _keep_last(pieces, want)
+
+
 def _batches(t: pa.Table, cuts: list[int]) -> Iterator[pa.RecordBatch]:
     bounds = [0, *sorted(min(c, t.num_rows) for c in cuts), t.num_rows]
     return (b for a, z in zip(bounds, bounds[1:], strict=False) if z > a

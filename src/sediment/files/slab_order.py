@@ -113,12 +113,36 @@ def _tied_places(large: pa.RecordBatch, keys: pa.Table, names: Sequence[str],
                  ranks: np.ndarray, last_of: Sequence[str] | None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows of the large piece before each tied small row (``keys[tied]``, sorted; ``lo``,
-    ``hi``: the large piece's rows of its prefix; ``ranks``: every small row's piece): the
-    tied rows and the large piece's rows of their prefixes sorted together by the full key,
-    then piece (the stable merge's tie rule). With ``last_of``, also the rows to leave out:
-    of the large piece (its row numbers) and of the small rows (their numbers in ``keys``),
-    each followed in that order by a row of equal ``last_of`` fields (every row between two
-    rows of equal keys has their prefix, so it is among these)."""
+    ``hi``: the large piece's rows of its prefix; ``ranks``: every small row's piece). With
+    ``last_of``, also the rows to leave out: of the large piece (its row numbers) and of the
+    small rows (their numbers in ``keys``), each followed in the merged order by a row of
+    equal ``last_of`` fields. Prefixes are independent of each other: those of one large row
+    and one small row are ordered as pairs (:func:`_pairs`), the others by a sort."""
+    step = np.diff(lo) > 0
+    single = (hi - lo == 1) & np.r_[True, step] & np.r_[step, True]
+    if single.any():
+        pairs = _pairs(large, keys, names, tied[single], lo[single], big, ranks, last_of)
+        if pairs is not None:
+            if single.all():
+                return pairs
+            rest = ~single
+            sorted_ = _sorted_places(large, keys, names, tied[rest], lo[rest], hi[rest], big,
+                                     ranks, last_of)
+            places = np.empty(len(tied), dtype=np.int64)
+            places[single], places[rest] = pairs[0], sorted_[0]
+            return places, np.concatenate([pairs[1], sorted_[1]]), \
+                np.concatenate([pairs[2], sorted_[2]])
+    return _sorted_places(large, keys, names, tied, lo, hi, big, ranks, last_of)
+
+
+def _sorted_places(large: pa.RecordBatch, keys: pa.Table, names: Sequence[str],
+                   tied: np.ndarray, lo: np.ndarray, hi: np.ndarray, big: int,
+                   ranks: np.ndarray, last_of: Sequence[str] | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_tied_places` by a sort: the tied rows and the large piece's rows of their
+    prefixes sorted together by the full key, then piece (the stable merge's tie rule); the
+    rows left out are those followed in that order by a row of equal ``last_of`` fields
+    (every row between two rows of equal keys has their prefix, so it is among these)."""
     # the large piece's rows of each prefix: one range per distinct prefix (ranges of equal
     # prefixes are equal, of different ones disjoint), expanded to row numbers
     first, at = np.unique(lo, return_index=True)
@@ -154,6 +178,35 @@ def _tied_places(large: pa.RecordBatch, keys: pa.Table, names: Sequence[str],
     gone = order[repeated]
     return places, spans[gone[gone < len(spans)]], \
         tied[gone[gone >= len(spans)] - len(spans)]
+
+
+def _pairs(large: pa.RecordBatch, keys: pa.Table, names: Sequence[str], tied: np.ndarray,
+           lo: np.ndarray, big: int, ranks: np.ndarray, last_of: Sequence[str] | None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`_tied_places` where each tied prefix is one large row and one small row (an
+    upsert of a record the base holds, keys whose first 8 bytes tell them apart): each pair
+    ordered by comparing its two keys field by field, no sort. None when a key has nulls
+    (the sort's order of nulls is left to the sort)."""
+    pair = pa.Table.from_batches([large.select(list(names))]).take(pa.array(lo))
+    mine = keys.take(pa.array(tied))
+    if any(pair.column(n).null_count or mine.column(n).null_count for n in names):
+        return None
+    first = np.zeros(len(tied), dtype=bool)  # does the small row sort before its pair?
+    equal = np.ones(len(tied), dtype=bool)  # are the keys equal on the fields so far?
+    same = equal
+    for i, name in enumerate(names):
+        a, b = mine.column(name), pair.column(name)
+        first |= equal & np.asarray(pc.less(a, b).to_numpy(), dtype=bool)
+        equal &= np.asarray(pc.equal(a, b).to_numpy(), dtype=bool)
+        if last_of and i == len(last_of) - 1:
+            same = equal.copy()
+    first |= equal & (ranks[tied] < big)  # equal keys: in piece order
+    places = lo + ~first
+    none = np.zeros(0, dtype=np.int64)
+    if not last_of:
+        return places, none, none
+    # of two records of one record key, the earlier is left out
+    return places, lo[same & ~first], tied[same & first]
 
 
 def sort_all(pieces: Sequence[pa.RecordBatch], names: Sequence[str],
