@@ -61,7 +61,7 @@ def test_prefix_keys_are_the_first_eight_bytes(values: list[bytes], start: int) 
     """The one-gather prefix (a byte-strided view) equals each value's first 8 bytes, zero
     padded, read big-endian: on sliced arrays and values shorter than 8 bytes too."""
     col = pa.array([b"pad"] * start + values, pa.binary()).slice(start)
-    got = sort_mod._prefix_keys(col)
+    got = sort_mod.prefix_keys(col)
     assert got is not None
     assert got.tolist() == [int.from_bytes(v[:8].ljust(8, b"\0"), "big") for v in values]
 

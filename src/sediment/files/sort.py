@@ -76,7 +76,7 @@ def ordered_ranges(table: pa.Table, names: Sequence[str]) -> Iterator[np.ndarray
     fall in the same range; the order is the same as :func:`sort_order`'s."""
     if table.num_rows < _DATAFUSION_MIN_ROWS:
         return None
-    prefix = _prefix_keys(table.column(names[0]).combine_chunks())
+    prefix = prefix_keys(table.column(names[0]).combine_chunks())
     if prefix is None:
         return None
     n = len(prefix)
@@ -120,7 +120,7 @@ def _parallel_take(table: pa.Table, indices: pa.Array) -> pa.Table:
     return pa.Table.from_arrays(taken, schema=table.schema)
 
 
-def _prefix_keys(col: pa.Array) -> np.ndarray | None:
+def prefix_keys(col: pa.Array) -> np.ndarray | None:
     """Big-endian uint64 of the first 8 bytes of each string/binary value (zero padded).
 
     One gather: the value bytes (padded by 8 zero bytes) are viewed as a big-endian uint64 at
@@ -148,7 +148,7 @@ def _prefix_keys(col: pa.Array) -> np.ndarray | None:
 
 
 def _normalised_key_order(table: pa.Table, names: Sequence[str]) -> np.ndarray | None:
-    prefix = _prefix_keys(table.column(names[0]).combine_chunks())
+    prefix = prefix_keys(table.column(names[0]).combine_chunks())
     if prefix is None:
         return None
     return _sorted_rows(table, names, prefix, None, _MAX_TIE_FRACTION)

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sediment.core.model import RANK_BITS, FileReference
-from sediment.core.prefetch import read_ahead
+from sediment.core.prefetch import prefetched, read_ahead
 from sediment.core.regions import Range, Region
 from sediment.core.state import schema_in_force
 from sediment.files.columns import IDENTITY, ColumnMap, column_map, conform
@@ -135,6 +135,17 @@ def _settles(sub: SubQuery, iterators: Sequence[RecordIterator]) -> bool:
         return False
     return not (iterators and isinstance(iterators[0], KeepLast)
                 and all(d.filter is None for d in sub.deletions))
+
+
+def _last_of(sub: SubQuery, iterators: Sequence[RecordIterator],
+             key_names: Sequence[str]) -> list[str] | None:
+    """The record key, when the merge of the sub-query's files may leave out records that a
+    later one of the same key follows (``merge_sorted``'s ``last_of``): the merge rule keeps
+    the last record of each key (``merge="last"``, first among the iterators) and no
+    deletion judges records before it; else None."""
+    if iterators and isinstance(iterators[0], KeepLast) and not sub.deletions:
+        return list(key_names)
+    return None
 
 
 def _boxes(subs: Sequence[SubQuery]) -> bool:
@@ -450,7 +461,9 @@ class Executor:
             streams = [(b for t in p for b in t.to_batches()) for p in per_file]
             data = pa.Table.from_batches(
                 list(merge_sorted(streams, merge_names(self.schema.key_names),
-                                  schema.append(SEQ_FIELD))), schema=schema.append(SEQ_FIELD))
+                                  schema.append(SEQ_FIELD),
+                                  last_of=_last_of(sub, iterators, self.schema.key_names))),
+                schema=schema.append(SEQ_FIELD))
         if settle:
             data = settle_table(data, self.schema.key_names)
         if sequence:
@@ -519,16 +532,23 @@ class Executor:
         settle = _settles(sub, iterators)
         sequence = len(sub.references) > 1 or bool(sub.deletions) or settle
         blocks = self.block_cache(sub, block_cache)
-        streams = [
+        streams: list[Iterator[pa.RecordBatch]] = [
             (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence,
                                               query_filter=query_filter, blocks=blocks)
              for b in t.to_batches())
             for ref in sub.references
         ]
+        if len(streams) > 1:
+            # the largest file (a leaf's base, beside a few small upserted ones) is decoded a
+            # run ahead on its own thread while this one merges the run before: the merge's
+            # work overlaps Arrow's decoding instead of following it
+            big = max(range(len(streams)), key=lambda i: sub.references[i].records)
+            streams[big] = prefetched(streams[big], depth=2, name="sediment-merge-read")
         merged: Iterator[pa.RecordBatch]
         if sequence:
             merged = merge_sorted(streams, merge_names(self.schema.key_names),
-                                  schema.append(SEQ_FIELD))
+                                  schema.append(SEQ_FIELD),
+                                  last_of=_last_of(sub, iterators, self.schema.key_names))
             if settle:
                 merged = settle_batches(merged, self.schema.key_names)
             merged = (without_sequence(b) for b in self.deletes.apply_batches(
