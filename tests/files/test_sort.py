@@ -4,7 +4,6 @@ DataFusion fallback when ties are common."""
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -29,7 +28,6 @@ def _always_sort_big(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sort_mod, "_DATAFUSION_MIN_ROWS", 0)
     monkeypatch.setattr(sort_mod, "_NORMALISED_MIN_ROWS", 0)
     monkeypatch.setattr(sort_mod, "_MAX_TIE_FRACTION", sort_mod._MAX_TIE_FRACTION)  # restored
-    monkeypatch.setattr(sort_mod, "_RANGE_ROWS", sort_mod._RANGE_ROWS)
 
 
 @settings(max_examples=60, deadline=None)
@@ -78,47 +76,3 @@ def test_sort_order_on_small_tables_is_stable(monkeypatch: pytest.MonkeyPatch) -
     got = sort_table(t.select(["key", "ts", "pos"]), ["key", "ts"])
     want = sorted(range(n), key=lambda i: (i % 7, i))
     assert got.column("pos").to_pylist() == want
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(KEYS, st.integers(-3, 3)), min_size=1, max_size=400),
-       st.integers(1, 40))
-def test_ordered_ranges_are_a_stable_sort_cut_into_key_ranges(rows: list[tuple[str, int]],
-                                                              range_rows: int) -> None:
-    """The ranges, joined, are the rows in key order with equal keys in input order (what
-    an ingest writes while the next range sorts); no key spans two ranges."""
-    sort_mod._RANGE_ROWS = range_rows
-    t = pa.table({"key": [k for k, _ in rows], "ts": pa.array([v for _, v in rows], pa.int64()),
-                  "pos": pa.array(range(len(rows)), pa.int64())})
-    ranges = sort_mod.ordered_ranges(t, ["key", "ts"])
-    if ranges is None:  # keys sharing long prefixes: the whole-table sort's case
-        sample = [k.encode()[:8].ljust(8, b"\0") for k, _ in rows]
-        assert len(set(sample)) < 0.95 * len(sample)
-        return
-    parts = [p.tolist() for p in ranges]
-    got = [i for p in parts for i in p]
-    want = sorted(range(len(rows)), key=lambda i: (rows[i][0].encode(), rows[i][1], i))
-    assert got == want
-    firsts = [{rows[i][0] for i in p} for p in parts]
-    assert all(not (a & b) for j, a in enumerate(firsts) for b in firsts[j + 1:])
-
-
-def test_ordered_ranges_keep_equal_keys_in_input_order_across_many_ranges() -> None:
-    """Repeated keys and keys sharing their first 8 bytes (sorted by the full key within
-    their range), 5,000 rows in ranges of about 300."""
-    sort_mod._RANGE_ROWS = 300
-    rng = np.random.default_rng(7)
-    keys = [bytes(rng.integers(97, 123, 9, dtype=np.uint8)).decode() for _ in range(4_850)]
-    keys += [keys[i][:8] + "~" for i in range(0, 4_850, 97)]  # 50 prefixes shared
-    keys += [keys[i] for i in rng.integers(0, len(keys), 100)]  # 100 keys again
-    order = rng.permutation(len(keys))
-    t = pa.table({"key": [keys[i] for i in order], "ts": pa.array(order % 2, pa.int64())})
-    ranges = sort_mod.ordered_ranges(t, ["key", "ts"])
-    assert ranges is not None
-    parts = list(ranges)
-    assert len(parts) > 10
-    got = np.concatenate(parts).tolist()
-    ref = pc.sort_indices(t.append_column("pos", pa.array(range(t.num_rows), pa.int64())),
-                          sort_keys=[("key", "ascending"), ("ts", "ascending"),
-                                     ("pos", "ascending")])
-    assert got == ref.to_pylist()

@@ -9,10 +9,6 @@ common (keys sharing long prefixes) or the key types do not suit it, DataFusion 
 (below ~64k rows pyarrow does); below ~2k rows pyarrow always does. Measured on 50k rows of the
 benchmark schema: pyarrow's sort_indices ~20 ms, the normalised-key order ~5 ms.
 
-An ingest does not wait for the whole sort: :func:`ordered_ranges` cuts the rows into key
-ranges at sampled prefixes and sorts each when it is asked for, so the Parquet encoding of one
-range overlaps the sort of the next (two cores).
-
 Every path is stable: rows with equal keys keep their input order (the later input row stays
 later, which is how "the later record wins" holds within one write; see
 ``sediment.files.sequence``).
@@ -21,7 +17,7 @@ later, which is how "the later record wins" holds within one write; see
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -35,10 +31,6 @@ _DATAFUSION_MIN_ROWS = 65_536
 _NORMALISED_MIN_ROWS = 2_048
 _MAX_TIE_FRACTION = 0.05
 _PREFIX = 8
-_RANGE_ROWS = 262_144
-"""Rows per key range of :func:`ordered_ranges` (about: the ranges are cut at sampled keys)."""
-_MAX_RANGES = 64
-_SAMPLE = 65_536
 _RUN = "__sediment_run"
 _POS = "__sediment_pos"
 
@@ -63,50 +55,6 @@ def sort_order(table: pa.Table, names: Sequence[str]) -> pa.Array | None:
         if table.num_rows >= _DATAFUSION_MIN_ROWS:
             return None
     return sort_indices(table, names)
-
-
-def ordered_ranges(table: pa.Table, names: Sequence[str]) -> Iterator[np.ndarray] | None:
-    """The rows of ``table`` in key order as index arrays, one per key range, the ranges in
-    order, each sorted only when it is asked for; None when the normalised-key sort does not
-    suit the keys (the caller sorts the whole table instead).
-
-    A caller that writes the rows of one range while the next is sorted (on another core)
-    hides all but the first range's sort (ingest: ``sediment.ingest.spill``). The ranges are
-    cut at prefixes sampled from the first key, so equal prefixes (and so equal keys) always
-    fall in the same range; the order is the same as :func:`sort_order`'s."""
-    if table.num_rows < _DATAFUSION_MIN_ROWS:
-        return None
-    prefix = prefix_keys(table.column(names[0]).combine_chunks())
-    if prefix is None:
-        return None
-    n = len(prefix)
-    picked = np.sort(prefix[::max(1, n // _SAMPLE)])  # (every k-th row: no row twice)
-    # keys sharing long prefixes: tied prefixes are sorted by Arrow, one core (DataFusion
-    # sorts those on every core: see sort_table)
-    if len(np.unique(picked)) < (1 - _MAX_TIE_FRACTION) * len(picked):
-        return None
-    k = max(1, min(_MAX_RANGES, n // _RANGE_ROWS))
-    bounds = np.unique(picked[(np.arange(1, k) * len(picked)) // k])
-
-    def sort(rows: np.ndarray) -> np.ndarray:
-        order = _sorted_rows(table, names, prefix[rows], rows)
-        assert order is not None  # (no tie limit)
-        return order
-
-    def ranges() -> Iterator[np.ndarray]:
-        if not len(bounds):
-            yield sort(np.arange(n))
-            return
-        # the first range by one comparison; every row's range is found while it is written
-        yield sort(np.flatnonzero(prefix < bounds[0]))
-        # a row's range: how many bounds are at or below its prefix
-        which = np.searchsorted(bounds, prefix, side="right").astype(np.uint8)
-        for r in range(1, len(bounds) + 1):
-            rows = np.flatnonzero(which == r)
-            if len(rows):
-                yield sort(rows)
-
-    return ranges()
 
 
 def _parallel_take(table: pa.Table, indices: pa.Array) -> pa.Table:
@@ -148,20 +96,13 @@ def prefix_keys(col: pa.Array) -> np.ndarray | None:
 
 
 def _normalised_key_order(table: pa.Table, names: Sequence[str]) -> np.ndarray | None:
-    prefix = prefix_keys(table.column(names[0]).combine_chunks())
+    first = table.column(names[0]).combine_chunks()
+    prefix = prefix_keys(first)
     if prefix is None:
         return None
-    return _sorted_rows(table, names, prefix, None, _MAX_TIE_FRACTION)
-
-
-def _sorted_rows(table: pa.Table, names: Sequence[str], prefix: np.ndarray,
-                 rows: np.ndarray | None, max_ties: float = 1.0) -> np.ndarray | None:
-    """``rows`` of ``table`` (None: all of them), whose first keys' prefixes are ``prefix``,
-    in key order (stably), or None when more than ``max_ties`` of them tie on the prefix."""
     # not stable: tied prefixes are re-sorted below by the full keys and the input position
-    local = np.argsort(prefix)
-    sp = prefix[local]
-    order = local if rows is None else rows[local]
+    order = np.argsort(prefix)
+    sp = prefix[order]
     tie = np.zeros(len(sp), dtype=bool)
     eq = sp[1:] == sp[:-1]
     tie[1:] |= eq
@@ -169,22 +110,22 @@ def _sorted_rows(table: pa.Table, names: Sequence[str], prefix: np.ndarray,
     n_tie = int(tie.sum())
     if n_tie == 0:  # all prefixes differ: the first key alone decides the order
         return order
-    if n_tie > max_ties * len(sp):
+    if n_tie > _MAX_TIE_FRACTION * len(sp):
         return None
     positions = np.flatnonzero(tie)
     # runs of equal prefixes, numbered in position order, sorted inside by the full keys
     run_start = np.ones(len(positions), dtype=bool)
     run_start[1:] = ~((positions[1:] == positions[:-1] + 1) & eq[positions[1:] - 1])
     run_id = np.cumsum(run_start) - 1
-    tied = order[positions]
-    sub = table.select(list(names)).take(int64s(tied))
+    rows = order[positions]
+    sub = table.select(list(names)).take(int64s(rows))
     # ... and by input position: the argsort above is not stable, so within a run the rows'
     # order no longer tells which came first (sorting by position keeps equal keys in order)
-    sub = sub.append_column(_RUN, int64s(run_id)).append_column(_POS, int64s(tied))
+    sub = sub.append_column(_RUN, int64s(run_id)).append_column(_POS, int64s(rows))
     sub_order = pc.sort_indices(sub, sort_keys=[(_RUN, "ascending"),
                                                 *((n, "ascending") for n in names),
                                                 (_POS, "ascending")])
-    order[positions] = tied[sub_order.to_numpy()]
+    order[positions] = rows[sub_order.to_numpy()]
     return order
 
 

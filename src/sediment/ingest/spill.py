@@ -25,8 +25,7 @@ import pyarrow as pa
 
 from sediment.errors import StorageError
 from sediment.files.merge import merge_sorted
-from sediment.files.sample import int64s
-from sediment.files.sort import ordered_ranges, sort_order, sort_table
+from sediment.files.sort import sort_order, sort_table
 
 SPILL_ENV = "SEDIMENT_SPILL_DIR"
 """Environment variable naming the spill folder when no ``spill_dir`` argument is given."""
@@ -114,30 +113,22 @@ class SortedRuns:
     def _gathered(self) -> Iterator[pa.RecordBatch]:
         """What is buffered, sorted, gathered a piece at a time, the next piece on a thread
         while the caller writes this one (gathering and Parquet encoding both release the
-        GIL: on two cores they overlap, and the sorted copy is never whole in memory). The
-        rows are sorted a key range at a time on that thread too, so only the first range's
-        sort comes before the first write (:func:`~sediment.files.sort.ordered_ranges`)."""
+        GIL: on two cores they overlap, and the sorted copy is never whole in memory)."""
         t = pa.Table.from_batches(self.buffer, schema=self.schema)
         self.buffer, self.buffered = [], 0
+        order = sort_order(t, self.keys)
         step = self.row_group_rows * 4
-        if t.num_rows <= _GATHER_AHEAD_ROWS:  # (not worth a thread)
-            yield from sort_table(t, self.keys).to_batches(max_chunksize=step)
+        if order is None or len(order) <= _GATHER_AHEAD_ROWS:  # (not worth a thread)
+            ordered = sort_table(t, self.keys) if order is None else t.take(order)
+            yield from ordered.to_batches(max_chunksize=step)
             return
         t = t.combine_chunks()  # (a take from chunked columns joins their chunks each time)
-        ranges = ordered_ranges(t, self.keys)
-        if ranges is None:
-            order = sort_order(t, self.keys)
-            if order is None:  # (DataFusion sorts it whole)
-                yield from sort_table(t, self.keys).to_batches(max_chunksize=step)
-                return
-            ranges = iter([order])
-        pieces = (t.take(rows.slice(i, step) if isinstance(rows, pa.Array)
-                         else int64s(rows[i:i + step]))
-                  for rows in ranges for i in range(0, len(rows), step))
         with ThreadPoolExecutor(1, thread_name_prefix="sediment-gather") as pool:
-            ahead = pool.submit(next, pieces, None)
-            while (piece := ahead.result()) is not None:
-                ahead = pool.submit(next, pieces, None)  # (one call at a time: its own thread)
+            ahead = pool.submit(t.take, order.slice(0, step))
+            for start in range(step, len(order) + step, step):
+                piece = ahead.result()
+                if start < len(order):
+                    ahead = pool.submit(t.take, order.slice(start, step))
                 yield from piece.to_batches(max_chunksize=step)
 
     def _read_run(self, path: str) -> Iterator[pa.RecordBatch]:
