@@ -7,7 +7,7 @@ path here loops over records in Python.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -189,6 +189,13 @@ def sorted_span(column: pa.Array, value: Any) -> tuple[int, int] | None:
             return (0, 0)
     else:
         return None
+    return bisect_span(n, target, at)
+
+
+def bisect_span(n: int, target: Any, at: Callable[[int], Any]) -> tuple[int, int]:
+    """The rows ``[start, end)`` of ``n`` sorted values (the ``i``-th is ``at(i)``) equal to
+    ``target``: a binary search, one look past the first match for a unique key (the common
+    case), a second search only for repeated ones."""
     start = bisect.bisect_left(range(n), target, key=at)
     if start == n or at(start) != target:
         return start, start

@@ -43,7 +43,7 @@ from typing import Any, TypeAlias, cast
 import pyarrow as pa
 
 from sediment import metrics
-from sediment.files.keys import sorted_span
+from sediment.files.keys import bisect_span, sorted_span
 from sediment.query.lru import touch
 
 ENV = "SEDIMENT_BLOCK_CACHE_BYTES"
@@ -156,12 +156,7 @@ class KeyedPages:
         def at(i: int) -> bytes:
             return data[offsets[i]:offsets[i + 1]].tobytes()
 
-        start = bisect.bisect_left(range(n), target, key=at)
-        if start == n or at(start) != target:
-            return start, start
-        if start + 1 == n or at(start + 1) != target:  # a unique key: the common case
-            return start, start + 1
-        return start, bisect.bisect_right(range(n), target, lo=start, key=at)
+        return bisect_span(n, target, at)
 
 
 Block: TypeAlias = pa.Array | pa.Table | KeyedPages
