@@ -174,3 +174,29 @@ class ComposedMachine(ChangeFeedMachine):
 TestChangeFeed = ComposedMachine.TestCase
 TestChangeFeed.settings = settings(max_examples=12, stateful_step_count=12, deadline=None,
                                    suppress_health_check=[HealthCheck.too_slow])
+
+
+class KeyedRunMachine(ComposedMachine):
+    """Long runs of keyed commits on a table without a merge rule, which the feed reads
+    together (sediment.query.change_runs): the whole run's rows must be each version's own,
+    from any start inside it."""
+
+    @initialize(split=st.booleans())
+    def create(self, split: bool) -> None:  # type: ignore[override]
+        super().create("none", split)
+
+    def check_composition(self) -> None:
+        super().check_composition()
+        head = self.t.version
+        for start in range(self.first + 1, head, 3):
+            whole = self.t.changes(start, head).read_all()
+            names = whole.column_names
+            parts = Counter[tuple[Any, ...]]()
+            for v in range(start + 1, head + 1):
+                parts += _rows(self.t.changes(v - 1, v).read_all(), names)
+            assert _rows(whole, names) == parts, f"changes({start}, {head})"
+
+
+TestKeyedRuns = KeyedRunMachine.TestCase
+TestKeyedRuns.settings = settings(max_examples=10, stateful_step_count=16, deadline=None,
+                                  suppress_health_check=[HealthCheck.too_slow])

@@ -113,9 +113,11 @@ def range_from_json(doc: Mapping[str, Any]) -> Range:
         fields = [FieldRange(decode_value(lo), bool(lo_inc), decode_value(hi), bool(hi_inc))
                   for _, lo, lo_inc, hi, hi_inc in doc["box"]]
         return Box({}).bind(names, fields)
-    return Range(decode_key(doc.get("start")), decode_key(doc.get("end")),
-                 start_inclusive=bool(doc.get("start_inclusive", True)),
-                 end_inclusive=bool(doc.get("end_inclusive", False)))
+    start, end = doc.get("start"), doc.get("end")
+    first = decode_key(start)
+    # a delete by keys logs one exact range per key: both ends are decoded once
+    return Range.of(first, first if end == start else decode_key(end),
+                    bool(doc.get("start_inclusive", True)), bool(doc.get("end_inclusive", False)))
 
 
 def applicable(deletions: Iterable[Deletion], leaf_id: str, region: Region

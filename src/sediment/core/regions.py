@@ -205,6 +205,19 @@ class Range:
         object.__setattr__(self, "end_inclusive", end_inclusive)
 
     @classmethod
+    def of(cls, start: Key | None, end: Key | None, start_inclusive: bool,
+           end_inclusive: bool) -> Range:
+        """A range of ends that are already key tuples (or None): what decoding a log entry
+        builds, thousands at a time for a delete by keys, without the user-facing
+        conversions of the constructor."""
+        r = object.__new__(cls)
+        object.__setattr__(r, "start", start)
+        object.__setattr__(r, "end", end)
+        object.__setattr__(r, "start_inclusive", start_inclusive)
+        object.__setattr__(r, "end_inclusive", end_inclusive)
+        return r
+
+    @classmethod
     def exact(cls, key: Any) -> Range:
         """Every record whose row key equals (or, for a prefix, starts with) ``key``."""
         k = as_key(key)

@@ -38,7 +38,7 @@ CHANGE_FIELDS = (pa.field(CHANGE_TYPE, pa.string(), nullable=False),
 
 INSERT, PREIMAGE, POSTIMAGE, DELETE = ("insert", "update_preimage", "update_postimage",
                                        "delete")
-_LABELS = np.array([DELETE, PREIMAGE, POSTIMAGE, INSERT], dtype=object)
+_LABELS = pa.array([DELETE, PREIMAGE, POSTIMAGE, INSERT], pa.string())
 """Labels by rank: the order change rows of one record key come in."""
 
 
@@ -95,7 +95,7 @@ def labelled(rows: pa.Table, rank: np.ndarray | int, version: int, time: float) 
     time (seconds since the epoch, as the log keeps it)."""
     n = rows.num_rows
     ranks = np.full(n, rank, np.int8) if isinstance(rank, int) else rank
-    labels = pa.array(_LABELS[ranks], pa.string()) if n else pa.array([], pa.string())
+    labels = _LABELS.take(pa.array(ranks))  # no Python string per row
     millis = int(round(time * 1000))
     columns = [labels, pa.array(np.full(n, version, np.int64)),
                pa.array(np.full(n, millis, np.int64)).cast(CHANGE_FIELDS[2].type)]

@@ -24,6 +24,10 @@ changed. What each kind of commit yields (:func:`commit_reads` decides it, purel
   records are read. (A property change of the merge rule or the iterators changes what a
   read returns from then on without a change row: the feed follows commits of records.)
 
+Consecutive plain ingests, upserts and deletes by key on such a table are read as one run
+(sediment.query.change_runs): their pre-images come from one read at the run's start and the
+records the run adds, not from a read of the version before each.
+
 Rows come out in the shape of the end version's schema: a column renamed later carries its
 new name, a widened one its new type, a column added later is null in older rows and a
 dropped one is absent (matched by field id, sediment.schema_changes).
@@ -50,6 +54,7 @@ from sediment.query.change_rows import (
     labelled,
     record_changes,
 )
+from sediment.query.change_runs import RUN_KEYS, STORAGE_KINDS, Step, run_rows
 from sediment.query.where import parse_where
 from sediment.query.wire import from_wire
 from sediment.schema import Schema
@@ -60,6 +65,10 @@ LOOKUP_ROWS = 500
 group of each file that may hold the key, ~0.5 ms; a sorted read decodes ~1 row/us): a
 commit's row keys are looked up one by one while that costs less than reading the span they
 cover once and joining it with them."""
+
+RUN_STEPS = 1_000
+"""At most this many commits are looked ahead in one run of keyed commits (each holds its
+states until the run is read)."""
 
 Read = Callable[..., pa.Table]
 """``read(state, keys=None, ranges=None, filter=None, columns=None, raw=False)``: ``state``'s
@@ -176,12 +185,18 @@ class ChangeFeed:
                        ) -> pa.Table:
         """The change rows of one commit (``entry`` takes ``before`` to ``after``), shaped,
         filtered and projected."""
-        target = self.target or after.schema
-        if target is None:  # before the table's first commit: nothing to shape
+        if (self.target or after.schema) is None:  # before the first commit: no shape
             return pa.table({})
-        _, keep = self.shape(target)
         what = commit_reads(entry, before, after, self._record_by_record(after))
-        rows, rank = self._rows(what, before, after)
+        return self._shaped(entry, after, *self._rows(what, before, after))
+
+    def _shaped(self, entry: LogEntry, after: TableState, rows: pa.Table,
+                rank: np.ndarray | int) -> pa.Table:
+        """A commit's change rows (read under ``after``'s schema) labelled, shaped by the
+        target schema, filtered and projected."""
+        target = self.target or after.schema
+        assert target is not None
+        _, keep = self.shape(target)
         if after.schema is not None and rows.num_rows:
             rows = conformed(rows, after.schema, target)
         elif not rows.num_rows:
@@ -276,13 +291,74 @@ class ChangeFeed:
     def batches(self, entries: Iterator[LogEntry], start: TableState,
                 replay: Callable[[TableState, LogEntry], None]
                 ) -> Iterator[tuple[int, pa.Table]]:
-        """(version, change rows) of each entry, in commit order."""
+        """(version, change rows) of each entry, in commit order: runs of keyed commits are
+        read together (sediment.query.change_runs), every other commit on its own."""
         before = start
+        run: list[Step] = []
+        looked = 0
         for entry in entries:
             after = before.copy()
             replay(after, entry)
-            yield entry.version, self.commit_changes(entry, before, after)
+            step = self._step(entry, before, after)
+            size = 0 if step is None or step.keys is None else step.keys.num_rows
+            if run and (step is None or looked + size > RUN_KEYS or len(run) >= RUN_STEPS):
+                yield from self._run(run)
+                run, looked = [], 0
+            if step is None:
+                yield entry.version, self.commit_changes(entry, before, after)
+            else:
+                run.append(step)
+                looked += size
             before = after
+        yield from self._run(run)
+
+    def _step(self, entry: LogEntry, before: TableState, after: TableState) -> Step | None:
+        """``entry`` as a step of a run of keyed commits, or None when it must be read on
+        its own (sediment.query.change_runs says which)."""
+        schema = after.schema
+        if schema is None or before.schema != schema or not self._record_by_record(after):
+            return None
+        what = commit_reads(entry, before, after, True)
+        if what.how == "none":
+            kind = entry.transaction.kind
+            passes = kind in STORAGE_KINDS or kind in ("add_files", "add_files_with_splits",
+                                                       "delete_records")
+            return Step(entry, before, after, "none") if passes else None
+        if what.how == "inserts":
+            return Step(entry, before, after, "inserts", what.files)
+        if what.how == "replaced":
+            keys = [*schema.row_key_names, *schema.sort_key_names]
+            mine = self._read(after.only(what.files))
+            refs = getattr(entry.transaction, "references", ())
+            # the record keys it carries are its records' when the iterators dropped none of
+            # them (they only drop: equal counts are equal sets), else read as stored
+            carried = (mine.select(keys) if len(refs) == len(what.files) and
+                       sum(r.records for r in refs) == mine.num_rows else
+                       self._read(after.only(what.files), columns=keys, raw=True))
+            if any(carried.column(n).null_count for n in schema.sort_key_names):
+                return None
+            return Step(entry, before, after, "replaced", what.files,
+                        carried.group_by(keys).aggregate([]).select(keys), mine)
+        d = what.deletion
+        if what.how == "deleted" and d is not None and not d.filter:
+            exact = _exact_keys(d.ranges, schema)
+            if exact is not None:
+                return Step(entry, before, after, "deleted", keys=exact)
+        return None
+
+    def _run(self, run: list[Step]) -> Iterator[tuple[int, pa.Table]]:
+        """(version, change rows) of each step of a run: read together when it holds an
+        upsert or a delete, else each commit as any commit is read."""
+        if not any(s.keys is not None for s in run):
+            for s in run:
+                yield s.entry.version, self.commit_changes(s.entry, s.before, s.after)
+            return
+        schema = run[0].before.schema
+        assert schema is not None
+        rows = run_rows(run, schema, self._read,
+                        lambda state, wanted: self._of_keys(self._read, state, wanted))
+        for s, (changed, rank) in zip(run, rows, strict=True):
+            yield s.entry.version, self._shaped(s.entry, s.after, changed, rank)
 
 
 def _records_in(state: TableState, span: Range) -> int:
