@@ -258,6 +258,36 @@ def test_a_full_scan_leaves_the_cache_alone_unless_its_request_asks(tmp_path: ob
     assert (after.hits - before.hits, after.misses - before.misses) == (1, 0)
 
 
+def test_a_range_enters_the_cache_when_asked_a_second_time(tmp_path: object) -> None:
+    """The doorkeeper: a range read once copies nothing into the cache (its row groups are
+    only remembered); read again, they are cached; the third read is answered from it."""
+    table = sd.Store.open(str(tmp_path), create=True).create_table(
+        "t", SCHEMA, properties={"parquet.row_group_rows": 128})
+    n = 5000
+    table.ingest(pa.table({"key": [f"k{i:05d}" for i in range(n)], "ts": [0] * n,
+                           "value": [f"v{i}" for i in range(n)]}, schema=SCHEMA.to_arrow()))
+    BLOCKS.clear()
+    r = sd.Range("k01000", "k01500")
+    expected = table.query(ranges=[r])
+    first = BLOCKS.stats()
+    assert first.entries == 0
+    assert table.query(ranges=[r]).equals(expected)
+    second = BLOCKS.stats()
+    assert second.entries > 0 and second.inserts - first.inserts == second.entries
+    assert table.query(ranges=[r]).equals(expected)
+    third = BLOCKS.stats()
+    assert third.inserts == second.inserts and third.hits - second.hits == second.entries
+    assert third.misses == second.misses
+
+
+def test_the_doorkeeper_remembers_a_bounded_number_of_keys(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(blocks, "GHOSTS", 3)
+    cache = BlockCache(1_000_000)
+    assert cache.admit(["a", "b", "c", "d"]) == [False] * 4  # "a" is forgotten
+    assert cache.admit(["a", "d"]) == [False, True]
+
+
 def test_readers_stay_right_while_compaction_and_gc_delete_their_files(
         tmp_path: object) -> None:
     """Reader threads look keys up, through the cache, while the table is upserted,

@@ -15,7 +15,9 @@ scan-resistant, as in RocksDB's block cache with a high-priority pool and in seg
 a new entry enters a *probation* segment (a fifth of the bound); only an entry asked for
 again moves to the *protected* segment, and evictions take probation's oldest first. A full
 scan that caches its blocks (only when its read request asks: ``ReadRequest.block_cache``)
-therefore cycles through probation and never evicts the hot set.
+therefore cycles through probation and never evicts the hot set. The row groups a range reads
+enter only when asked a second time (a *doorkeeper*, as in TinyLFU): a range asked once, the
+common case, costs no copy into the cache and evicts nothing.
 
 The bound is per process: ``SEDIMENT_BLOCK_CACHE_BYTES`` when set (0 turns the cache off),
 else the ``query.block_cache_bytes`` of the tables read (see :func:`configure`). Processes that
@@ -59,6 +61,10 @@ log = logging.getLogger(__name__)
 
 PROBATION = 0.2
 """The share of the bound new entries may hold before they are asked for a second time."""
+
+GHOSTS = 65_536
+"""Keys of row groups read once and not cached (see :meth:`BlockCache.admit`) remembered, the
+oldest forgotten first: a few MiB of keys, no data."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +190,7 @@ class BlockCache:
         """Whether the bound came from the process (SEDIMENT_BLOCK_CACHE_BYTES or a worker's
         own): then tables' properties do not resize it."""
         self._hits = self._misses = self._inserts = self._evictions = 0
+        self._ghosts: OrderedDict[Hashable, None] = OrderedDict()
 
     # --- reads ----------------------------------------------------------------------------
     def get(self, key: Hashable) -> Block | None:
@@ -235,6 +242,26 @@ class BlockCache:
             self._inserts += 1
             self._evict()
 
+    def admit(self, keys: Sequence[Hashable]) -> list[bool]:
+        """Of row groups just read for a range (each key missed), which to cache: those read
+        before, not yet cached, and still remembered. A key read for the first time is only
+        remembered (a *ghost*, no data), so a range asked once costs no copy into the cache
+        and evicts nothing; one asked again is cached then. (A lookup's page is cached at
+        once: it is small, and a lookup's key is asked again far more often than a range.)"""
+        out = []
+        ghosts = self._ghosts
+        with self._lock:
+            for key in keys:
+                if key in ghosts:
+                    del ghosts[key]
+                    out.append(True)
+                else:
+                    ghosts[key] = None
+                    out.append(False)
+            while len(ghosts) > GHOSTS:
+                ghosts.popitem(last=False)
+        return out
+
     def _evict(self) -> None:
         """Holding the lock: probation within its share of the bound (a protected entry
         demoted by an over-full protected segment goes back to probation's newest end),
@@ -262,6 +289,7 @@ class BlockCache:
         with self._lock:
             self._probation.clear()
             self._protected.clear()
+            self._ghosts.clear()
             self._probation_bytes = self._protected_bytes = 0
 
     def stats(self) -> CacheStats:
@@ -276,6 +304,7 @@ class BlockCache:
         self._lock = threading.Lock()
         self._probation = OrderedDict()
         self._protected = OrderedDict()
+        self._ghosts = OrderedDict()
         self._probation_bytes = self._protected_bytes = 0
         self._hits = self._misses = self._inserts = self._evictions = 0
 

@@ -299,7 +299,8 @@ class Executor:
     def _file_row_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
                          hashes: np.ndarray | None, *, sequence: bool = False,
                          query_filter: QueryFilter | None = None,
-                         blocks: BlockCache | None = None) -> Iterator[pa.Table]:
+                         blocks: BlockCache | None = None, eager: bool = False
+                         ) -> Iterator[pa.Table]:
         """The file's wanted rows, one (filtered) run of row groups at a time; with
         ``sequence``, each row's resolved sequence in a last column (files/sequence.py).
         ``query_filter`` prunes row groups by their statistics (when it may: see
@@ -313,15 +314,17 @@ class Executor:
         Exact keys of a one-field row key are read a page per column when the file has a
         page index (sediment.query.pointread). With ``blocks`` (the block cache), a run of
         row groups whose wanted columns are all cached is taken from it (the file is not
-        even opened); a run that is not is read whole and each group cached."""
+        even opened); a run that is not is read whole and its groups cached: at once when
+        ``eager`` (the read asked for the cache), else those read before
+        (:meth:`BlockCache.admit`)."""
         pf, footer, groups = self.row_groups(ref, sub, hashes, query_filter)
         yield from self.read_groups(ref, sub, columns, groups, pf, footer,
-                                    sequence=sequence, blocks=blocks)
+                                    sequence=sequence, blocks=blocks, eager=eager)
 
     def read_groups(self, ref: FileReference, sub: SubQuery, columns: list[str],
                     groups: list[int], pf: pq.ParquetFile | None, footer: FileFooter, *,
-                    sequence: bool = False, blocks: BlockCache | None = None
-                    ) -> Iterator[pa.Table]:
+                    sequence: bool = False, blocks: BlockCache | None = None,
+                    eager: bool = False) -> Iterator[pa.Table]:
         """Row groups ``groups`` of the file (chosen by :meth:`row_groups`; ``pf``: the file
         if it opened it), their rows inside the sub-query's leaf and ranges, a run at a time
         (see :meth:`_file_row_groups`)."""
@@ -367,7 +370,7 @@ class Executor:
             exact = t is not None  # (a point read finds exactly the keys' rows)
             if t is None:
                 t = load(run, columns) if blocks is None else \
-                    self._cached_run(blocks, ref.filename, footer, run, columns, load)
+                    self._cached_run(blocks, ref.filename, footer, run, columns, load, eager)
             t = conform(t, cmap, wanted, self._arrow)
             if not exact and (sub.ranges is not None or
                               not _inside(footer, run[0], run[-1], sub.region)):
@@ -377,11 +380,13 @@ class Executor:
 
     def _cached_run(self, blocks: BlockCache, filename: str, footer: FileFooter,
                     run: list[int], columns: list[str],
-                    load: Callable[[list[int], list[str]], pa.Table]) -> pa.Table:
+                    load: Callable[[list[int], list[str]], pa.Table],
+                    eager: bool) -> pa.Table:
         """Consecutive row groups ``run`` of the file's ``columns`` (the file's names): from
         the block cache when every column of every group is there; else read as one run
         (Arrow decodes it on its threads), each group's columns then cached as compact
-        copies (a slice would hold the whole run's buffers)."""
+        copies (a slice would hold the whole run's buffers): all when ``eager``, else those
+        the cache admits (read before)."""
         uri, n = self.objects.uri, len(columns)
         keys = [(uri, filename, g, -1, c) for g in run for c in columns]
         got = blocks.get_many(keys)
@@ -392,11 +397,14 @@ class Executor:
             return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         read = load(run, columns)
         if checksums.VERIFY_READS:  # only verified pages are kept
+            missed = [k for k, a in zip(keys, got, strict=True) if a is None]
+            admitted = set(missed) if eager else \
+                {k for k, yes in zip(missed, blocks.admit(missed), strict=True) if yes}
             at = 0
             for i, g in enumerate(run):
                 rows = footer.metadata.row_group(g).num_rows
                 for j, c in enumerate(columns):
-                    if got[i * n + j] is None:
+                    if keys[i * n + j] in admitted:
                         part = read.column(c).slice(at, rows)
                         blocks.put(keys[i * n + j], pa.concat_arrays(part.chunks))
                 at += rows
@@ -451,7 +459,8 @@ class Executor:
                     if (p := list(self._file_row_groups(ref, sub, columns, hashes,
                                                         sequence=sequence,
                                                         query_filter=query_filter,
-                                                        blocks=blocks)))]
+                                                        blocks=blocks,
+                                                        eager=block_cache is True)))]
         if not per_file:
             return schema.empty_table()
         if len(per_file) == 1:
@@ -534,7 +543,8 @@ class Executor:
         blocks = self.block_cache(sub, block_cache)
         streams: list[Iterator[pa.RecordBatch]] = [
             (b for t in self._file_row_groups(ref, sub, columns, hashes, sequence=sequence,
-                                              query_filter=query_filter, blocks=blocks)
+                                              query_filter=query_filter, blocks=blocks,
+                                              eager=block_cache is True)
              for b in t.to_batches())
             for ref in sub.references
         ]
