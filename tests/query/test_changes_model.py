@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import sediment as sd
+import sediment.query.changes as changes_module
 
 KEYS = ["a", "b", "é", "m", "z"]
 SCHEMA = sd.Schema(row_keys=[("k", pa.string())], sort_keys=[("ts", pa.int64())],
@@ -181,9 +182,18 @@ class KeyedRunMachine(ComposedMachine):
     together (sediment.query.change_runs): the whole run's rows must be each version's own,
     from any start inside it."""
 
-    @initialize(split=st.booleans())
-    def create(self, split: bool) -> None:  # type: ignore[override]
+    @initialize(split=st.booleans(), short_runs=st.booleans())
+    def create(self, split: bool, short_runs: bool) -> None:  # type: ignore[override]
+        # short runs: a run ends once it holds a few keys and records, so runs end
+        # everywhere (the bound of memory a long run of big commits needs)
+        self.bound = changes_module.RUN_ROWS
+        if short_runs:
+            changes_module.RUN_ROWS = 4
         super().create("none", split)
+
+    def teardown(self) -> None:
+        changes_module.RUN_ROWS = getattr(self, "bound", changes_module.RUN_ROWS)
+        super().teardown()
 
     def check_composition(self) -> None:
         super().check_composition()

@@ -48,9 +48,10 @@ STORAGE_KINDS = frozenset({
 """Commit kinds that move records between files and leaves without changing what a read of
 the table returns (nor its schema, iterators or merge rule): a run goes on past them."""
 
-RUN_KEYS = 4_000_000
-"""At most this many keys (deleted row keys plus upserted record keys) are looked ahead in one
-run: the run's key tables and the records of its keys stay in memory until it ends."""
+RUN_ROWS = 4_000_000
+"""A run holds at most about this many keys and records: the keys it deletes and upserts, and
+the records its commits add (every one is read before the run's first rows are handed out).
+A single commit larger than that is a run of its own."""
 
 _V = "__sediment_change_version"
 _DEL = "__sediment_change_delete"
@@ -73,6 +74,14 @@ class Step:
     keys: pa.Table | None = None
     rows: pa.Table | None = None
     """An upsert's records, read when its keys were."""
+
+    @property
+    def size(self) -> int:
+        """What the step holds in a run: its keys and the records it adds (by its files'
+        references)."""
+        refs = getattr(self.entry.transaction, "references", ())
+        added = sum(r.records for r in refs) if self.files else 0
+        return added + (0 if self.keys is None else self.keys.num_rows)
 
 
 class KeyHistory:

@@ -54,7 +54,7 @@ from sediment.query.change_rows import (
     labelled,
     record_changes,
 )
-from sediment.query.change_runs import RUN_KEYS, STORAGE_KINDS, Step, run_rows
+from sediment.query.change_runs import RUN_ROWS, STORAGE_KINDS, Step, run_rows
 from sediment.query.where import parse_where
 from sediment.query.wire import from_wire
 from sediment.schema import Schema
@@ -300,8 +300,8 @@ class ChangeFeed:
             after = before.copy()
             replay(after, entry)
             step = self._step(entry, before, after)
-            size = 0 if step is None or step.keys is None else step.keys.num_rows
-            if run and (step is None or looked + size > RUN_KEYS or len(run) >= RUN_STEPS):
+            size = 0 if step is None else step.size
+            if run and (step is None or looked + size > RUN_ROWS or len(run) >= RUN_STEPS):
                 yield from self._run(run)
                 run, looked = [], 0
             if step is None:
