@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sediment.files import thrift_compact as tc
+from sediment.files.page_decode import decode_page, direct_column
 from sediment.files.page_index import (
     TAIL_GUESS,
     ColumnPages,
@@ -66,6 +67,7 @@ from sediment.files.parquet_meta import (
 )
 from sediment.files.thrift_compact import BINARY, I32, I64, LIST, STRUCT, Struct, TList
 from sediment.files.verified import VERIFY
+from sediment.storage import checksums
 
 __all__ = ["TAIL_GUESS", "ColumnPages", "LeafColumn", "Page", "PageIndex", "ReadRange",
            "load_page_index", "page_ranges", "read_page", "read_pages"]
@@ -183,12 +185,41 @@ def read_pages(index: PageIndex, read_range: ReadRange, row_group: int,
 def _decode(index: PageIndex, read_range: ReadRange, g: int, members: list[tuple[int, int]],
             rows: int) -> list[pa.Array]:
     """The values of pages (column, page) of row group ``g``, all of ``rows`` rows, in the
-    order of ``members`` (the one-page file's columns, in that order)."""
+    order of ``members``: each straight from its bytes where it can be
+    (sediment.files.page_decode), the others read by pyarrow as one one-page file."""
+    got: dict[int, pa.Array] = {}
+    raw: dict[int, bytes | bytearray | memoryview] = {}
+    for c, p in members:
+        column = direct_column(index, g, c)
+        if column is not None:  # (a chunk without a dictionary: the page is all it reads)
+            pages = index.pages(g, c)
+            start = int(pages.offsets[p])
+            raw[c] = read_exactly(read_range, start, start + int(pages.sizes[p]),
+                                  index.filename)
+            values = decode_page(column, raw[c], rows, checksums.VERIFY_READS)
+            if values is not None:
+                got[c] = values
+    rest = [m for m in members if m[0] not in got]
+    if rest:
+        got.update(zip((c for c, _ in rest),
+                       _decode_file(index, read_range, g, rest, rows, raw), strict=True))
+    return [got[c] for c, _ in members]
+
+
+def _decode_file(index: PageIndex, read_range: ReadRange, g: int,
+                 members: list[tuple[int, int]], rows: int,
+                 read: dict[int, bytes | bytearray | memoryview]) -> list[pa.Array]:
+    """The values of pages (column, page) of row group ``g``, all of ``rows`` rows, in the
+    order of ``members``, read by pyarrow as a one-page file of those columns (``read``:
+    the bytes of those pages already read, by column)."""
     pieces: list[bytes | bytearray | memoryview] = [MAGIC]
     parts = []
     for c, p in members:
-        pieces.extend(read_exactly(read_range, s, e, index.filename)
-                      for s, e in page_ranges(index, g, c, p))
+        if c in read:
+            pieces.append(read[c])
+        else:
+            pieces.extend(read_exactly(read_range, s, e, index.filename)
+                          for s, e in page_ranges(index, g, c, p))
         pages = index.pages(g, c)
         parts.append((c, 0 if pages.dictionary is None else pages.dictionary[1],
                       int(pages.sizes[p])))
