@@ -7,9 +7,11 @@ read it from Python. :func:`load_page_index` parses the footer and the index wit
 :mod:`sediment.files.thrift_compact` into a :class:`PageIndex` (one per file, immutable, for
 the caller to cache); :meth:`ColumnPages.pages_holding` bisects a sorted column's pages for a
 value and :meth:`ColumnPages.page_of_row` finds the page of a row. :func:`read_page` reads
-one page (and its chunk's dictionary page) and decodes it as a one-page Parquet file: ``PAR1``,
-the page bytes, a footer describing that page alone, so every encoding, codec, null layout
-and page CRC (``verified.VERIFY``) stays pyarrow's own. Measured (pyarrow 26, zstd, the
+one page (and its chunk's dictionary page) and decodes it: straight from its bytes where
+its layout is simple (:mod:`sediment.files.page_decode`: the default pages Sediment writes),
+else as a one-page Parquet file: ``PAR1``, the page bytes, a footer describing that page
+alone, so every encoding, codec, null layout and page CRC (``verified.VERIFY``) stays
+pyarrow's own. Measured (pyarrow 26, zstd, the
 benchmark schema): a one-page file decodes as fast as pyarrow's own read of the same rows
 from the whole file; encoding its footer and opening it add some 0.05-0.1 ms. So a page read
 pays off when pages hold fewer rows than row groups; pages of several columns cut at the
