@@ -2,8 +2,8 @@
 decoding of the same pages: for every page of random files of the types the direct path
 takes (integers, dates, timestamps, floats, strings and binaries, with nulls), the direct
 decode, where it answers, equals pyarrow's read of the page and of the whole file; it
-answers for every page Sediment's writer makes by default (PLAIN, version 1, no dictionary,
-values of one width); and damage raises what the verified readers expect."""
+answers for every version 1 page of values of one width (PLAIN, as Sediment writes by
+default, or dictionary-encoded); and damage raises what the verified readers expect."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _column(rng: np.random.Generator, t: pa.DataType, n: int, width: int | None)
 @st.composite
 def files(draw: st.DrawFn) -> tuple[bytes, pa.Table, dict[str, bool]]:
     """A random file of direct-path types with nulls, and whether each column's pages
-    must decode directly (one width of values, PLAIN version 1 pages, a codec it takes)."""
+    must decode directly (one width of values, version 1 pages, a codec it takes)."""
     rng = np.random.default_rng(draw(st.integers(0, 1 << 32)))
     n = draw(st.integers(1, 300))
     codec = draw(st.sampled_from(CODECS))
@@ -64,6 +64,9 @@ def files(draw: st.DrawFn) -> tuple[bytes, pa.Table, dict[str, bool]]:
     for i, t in enumerate(draw(st.lists(st.sampled_from(TYPES), min_size=1, max_size=4))):
         width = draw(st.sampled_from([None, 0, 1, 10]))
         values = _column(rng, t, n, width)
+        # few distinct values too: dictionary indices of every width, in runs and packed
+        pool = draw(st.sampled_from([1, 3, 40, n]))
+        values = values.take(pa.array(rng.integers(0, min(pool, n), n)))
         nulls = draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]))
         mask = pa.array(rng.random(n) < nulls)
         name = f"c{i}"
@@ -76,7 +79,7 @@ def files(draw: st.DrawFn) -> tuple[bytes, pa.Table, dict[str, bool]]:
             t != pa.timestamp("s")
     table = pa.table(columns, schema=pa.schema(fields))
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression=codec, use_dictionary=False,
+    pq.write_table(table, sink, compression=codec, use_dictionary=draw(st.booleans()),
                    row_group_size=draw(st.sampled_from([40, 1000])),
                    data_page_size=draw(st.sampled_from([64, 4096])),
                    max_rows_per_page=draw(st.sampled_from([None, 7, 64])),
@@ -102,8 +105,10 @@ def test_direct_decoding_gives_what_pyarrow_gives(file: tuple[bytes, pa.Table,
             for p in range(len(pages)):
                 first, rows = pages.rows(p)
                 start = int(pages.offsets[p])
+                words = None if pages.dictionary is None else \
+                    raw[pages.dictionary[0]:sum(pages.dictionary)]
                 got = None if column is None else decode_page(
-                    column, raw[start:start + int(pages.sizes[p])], rows, True)
+                    column, raw[start:start + int(pages.sizes[p])], rows, True, words)
                 assert got is not None or not direct[leaf.name], (leaf.name, g, p)
                 if got is None:
                     continue

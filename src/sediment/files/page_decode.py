@@ -4,8 +4,10 @@ A cold lookup decodes a page per column (sediment.files.pages). pyarrow decodes 
 inside a Parquet file, so each page used to be framed as a one-page file: a footer encoded
 for it, a ``ParquetFile`` opened on it (its footer parsed again) and a row group read, some
 0.3 ms of a 1.2 ms cold lookup around 0.25 ms of decoding. The pages Sediment writes by
-default are the simplest Parquet has: a flat column, a version 1 data page, PLAIN values,
-no dictionary. Those are decoded here with a few numpy calls on the page's bytes:
+default are the simplest Parquet has: a flat column, a version 1 data page, PLAIN values
+(or, for the columns of ``parquet.dictionary_columns`` and the hidden sequence column,
+indices into the chunk's dictionary page). Those are decoded here with a few numpy calls on
+the page's bytes:
 
 * the page header (Thrift compact) gives the sizes, the CRC and the encodings;
 * the CRC-32 of the compressed bytes is checked (``storage.checksums.VERIFY_READS``) and a
@@ -18,11 +20,13 @@ no dictionary. Those are decoded here with a few numpy calls on the page's bytes
 * fixed-width values (int32, int64, date32, timestamps of the unit stored, floats) are the
   values buffer as they are (``np.frombuffer``), spread over the valid slots when some are
   null; byte arrays (strings, binaries) whose values all have one length are cut out of
-  their 4-byte length prefixes by a reshape, and their offsets are a range.
+  their 4-byte length prefixes by a reshape, and their offsets are a range;
+* dictionary indices (RLE/bit-packed hybrid of the width the page says) pick their values
+  from the dictionary page, decoded as PLAIN values are (``take``).
 
-Anything else (a dictionary page, another encoding, a version 2 page, byte arrays of
-different lengths, other types or codecs) returns None, and the caller decodes the page
-with pyarrow as before: the answer is the same either way (a property test compares them).
+Anything else (another encoding, a version 2 page, byte arrays of different lengths, other
+types or codecs) returns None, and the caller decodes the page with pyarrow as before: the
+answer is the same either way (a property test compares them).
 """
 
 from __future__ import annotations
@@ -44,10 +48,11 @@ from sediment.files.thrift_compact import I32, STRUCT, Struct, ThriftError
 from sediment.files.verified import CRC_FAILURE
 
 # PageHeader, DataPageHeader fields; page types, encodings, codecs (parquet.thrift)
-PH_TYPE, PH_USIZE, PH_CSIZE, PH_CRC, PH_DATA = 1, 2, 3, 4, 5
+PH_TYPE, PH_USIZE, PH_CSIZE, PH_CRC, PH_DATA, PH_DICTIONARY = 1, 2, 3, 4, 5, 7
 DP_VALUES, DP_ENCODING, DP_DEF_ENCODING = 1, 2, 3
-DATA_PAGE = 0
-PLAIN, RLE = 0, 3
+DICT_VALUES, DICT_ENCODING = 1, 2
+DATA_PAGE, DICTIONARY_PAGE = 0, 2
+PLAIN, PLAIN_DICTIONARY, RLE, RLE_DICTIONARY = 0, 2, 3, 8
 UNCOMPRESSED, SNAPPY, GZIP, ZSTD = 0, 1, 2, 6
 OPTIONAL = 1
 _LOGICAL, _L_TIMESTAMP, _TS_UNIT = 10, 8, 2
@@ -74,7 +79,7 @@ def direct_column(index: PageIndex, g: int, c: int) -> DirectColumn | None:
     """How column ``c``'s pages of row group ``g`` decode here, or None when this module
     does not decode them (the caller uses pyarrow). Worked out once per column and codec
     (kept on the index)."""
-    if index.pages(g, c).dictionary is not None or index.arrow is None:
+    if index.arrow is None:
         return None
     template = index.template(g, c)
     memo = (c, template)
@@ -123,24 +128,16 @@ def _column(element: Struct, t: pa.DataType, codec: int) -> DirectColumn | None:
     return DirectColumn(t, dtype, optional, codec, "")
 
 
-def decode_page(column: DirectColumn, raw: bytes | bytearray | memoryview, rows: int,
-                verify: bool) -> pa.Array | None:
-    """The values of the data page ``raw`` (its header, then its body) of ``rows`` rows, or
-    None when its layout is not one decoded here. Damage (a CRC that fails with ``verify``,
-    a header or body that does not decode) raises as pyarrow's read of the page would: an
-    ``OSError`` saying its CRC failed, ``pa.ArrowInvalid`` for bytes that do not decode."""
+def _header(raw: bytes | bytearray | memoryview) -> tuple[Struct, int]:
     try:
-        header, at = tc.decode_struct(raw)
+        return tc.decode_struct(raw)
     except ThriftError as e:
         raise pa.ArrowInvalid(f"a page header does not decode: {e}") from e
-    page = header.get(PH_DATA)
-    if header.get(PH_TYPE) != (I32, DATA_PAGE) or page is None or page[0] != STRUCT:
-        return None
-    data_page: Struct = page[1]
-    if data_page.get(DP_ENCODING) != (I32, PLAIN) or data_page.get(DP_VALUES) != (I32, rows):
-        return None
-    if column.optional and data_page.get(DP_DEF_ENCODING) != (I32, RLE):
-        return None
+
+
+def _body(column: DirectColumn, raw: bytes | bytearray | memoryview, header: Struct, at: int,
+          verify: bool) -> Any:
+    """The page's body (after its header at ``at``), its CRC checked, decompressed."""
     try:
         csize, usize = get_field(header, PH_CSIZE, I32), get_field(header, PH_USIZE, I32)
     except ThriftError as e:
@@ -150,18 +147,60 @@ def decode_page(column: DirectColumn, raw: bytes | bytearray | memoryview, rows:
         raise pa.ArrowInvalid(f"a page of {csize} bytes where {len(body)} follow its header")
     crc = header.get(PH_CRC)
     if verify and crc is not None and zlib.crc32(body) != crc[1] & 0xFFFFFFFF:
-        raise OSError(f"a data page: {CRC_FAILURE}")  # (what pyarrow raises)
-    data = _decompress(column.codec, body, usize)
+        raise OSError(f"a page: {CRC_FAILURE}")  # (what pyarrow raises)
+    return _decompress(column.codec, body, usize)
+
+
+def decode_page(column: DirectColumn, raw: bytes | bytearray | memoryview, rows: int,
+                verify: bool, dictionary: bytes | bytearray | memoryview | None = None
+                ) -> pa.Array | None:
+    """The values of the data page ``raw`` (its header, then its body) of ``rows`` rows, or
+    None when its layout is not one decoded here; ``dictionary``: its chunk's dictionary
+    page, when it has one. Damage (a CRC that fails with ``verify``, a header or body that
+    does not decode) raises as pyarrow's read of the page would: an ``OSError`` saying its
+    CRC failed, ``pa.ArrowInvalid`` for bytes that do not decode."""
+    header, at = _header(raw)
+    page = header.get(PH_DATA)
+    if header.get(PH_TYPE) != (I32, DATA_PAGE) or page is None or page[0] != STRUCT:
+        return None
+    data_page: Struct = page[1]
+    encoding = data_page.get(DP_ENCODING)
+    if encoding not in ((I32, PLAIN), (I32, PLAIN_DICTIONARY), (I32, RLE_DICTIONARY)) or \
+            data_page.get(DP_VALUES) != (I32, rows) or \
+            (encoding != (I32, PLAIN) and dictionary is None):
+        return None
+    if column.optional and data_page.get(DP_DEF_ENCODING) != (I32, RLE):
+        return None
+    words = None
+    if encoding != (I32, PLAIN):  # indices into the chunk's dictionary
+        assert dictionary is not None
+        words = _dictionary(column, dictionary, verify)
+        if words is None:
+            return None
+    data = _body(column, raw, header, at, verify)
     valid = None
     pos = 0
     if column.optional:
         length = int.from_bytes(data[:4], "little")
-        valid = _levels(data[4:4 + length], rows)
+        valid = _runs(data[4:4 + length], rows, 1).astype(bool)
         pos = 4 + length
     count = rows if valid is None else int(np.count_nonzero(valid))
     values = data[pos:]
     bitmap = None if valid is None or count == rows else \
         pa.py_buffer(np.packbits(valid, bitorder="little"))
+    if words is not None:
+        if not values and count:
+            raise pa.ArrowInvalid("a dictionary-encoded page without its indices")
+        indices = _runs(values[1:], count, values[0]) if count else np.zeros(0, np.int64)
+        if count and int(indices.max()) >= len(words):
+            raise pa.ArrowInvalid(f"a page's index {int(indices.max())} past its dictionary "
+                                  f"of {len(words)} values")
+        full = indices.astype(np.int32)
+        if valid is not None and count < rows:
+            full = np.zeros(rows, np.int32)
+            full[valid] = indices
+        return words.take(pa.Array.from_buffers(pa.int32(), rows, [bitmap, pa.py_buffer(full)],
+                                                null_count=rows - count))
     if column.dtype is not None:
         width = np.dtype(column.dtype).itemsize
         if len(values) < count * width:
@@ -202,9 +241,34 @@ def _byte_arrays(column: DirectColumn, values: Any, rows: int, count: int,
                                  null_count=rows - count)
 
 
-def _levels(data: Any, rows: int) -> np.ndarray:
-    """Definition levels of bit width 1 (RLE/bit-packed hybrid) as one bool per row: a
-    run at a time (a page has a few: the writer packs all but long repeats)."""
+def _dictionary(column: DirectColumn, raw: bytes | bytearray | memoryview, verify: bool
+                ) -> pa.Array | None:
+    """The values of a chunk's dictionary page (PLAIN), or None when they are not decoded
+    here."""
+    header, at = _header(raw)
+    page = header.get(PH_DICTIONARY)
+    if header.get(PH_TYPE) != (I32, DICTIONARY_PAGE) or page is None or page[0] != STRUCT or \
+            page[1].get(DICT_ENCODING, (I32, PLAIN)) not in ((I32, PLAIN),
+                                                             (I32, PLAIN_DICTIONARY)):
+        return None
+    n = page[1].get(DICT_VALUES)
+    if n is None or n[0] != I32 or n[1] < 0:
+        raise pa.ArrowInvalid("a dictionary page without its count of values")
+    data = _body(column, raw, header, at, verify)
+    if column.dtype is None:
+        return _byte_arrays(column, data, n[1], n[1], None, None)
+    if len(data) < n[1] * np.dtype(column.dtype).itemsize:
+        raise pa.ArrowInvalid(f"a dictionary of {n[1]} values holds {len(data)} bytes")
+    got = np.frombuffer(data, column.dtype, count=n[1]).copy()
+    return pa.Array.from_buffers(column.type, n[1], [None, pa.py_buffer(got)])
+
+
+def _runs(data: Any, rows: int, width: int) -> np.ndarray:
+    """``rows`` values of ``width`` bits (RLE/bit-packed hybrid: definition levels,
+    dictionary indices), a run at a time (a page has a few: the writer packs all but long
+    repeats)."""
+    if width > 32:
+        raise pa.ArrowInvalid(f"a bit width of {width}")
     runs = []
     pos = got = 0
     size = len(data)
@@ -219,23 +283,31 @@ def _levels(data: Any, rows: int) -> np.ndarray:
             if b < 0x80:
                 break
             shift += 7
-        if header & 1:  # bit-packed: groups of 8 values, a byte each at width 1
-            n = header >> 1
+        if header & 1:  # bit-packed: groups of 8 values, ``width`` bytes a group
+            n = (header >> 1) * width
             if pos + n > size:
-                raise pa.ArrowInvalid("definition levels run past their bytes")
-            runs.append(np.unpackbits(np.frombuffer(data, np.uint8, count=n, offset=pos),
-                                      bitorder="little"))
+                raise pa.ArrowInvalid("bit-packed values run past their bytes")
+            bits = np.unpackbits(np.frombuffer(data, np.uint8, count=n, offset=pos),
+                                 bitorder="little")
+            runs.append(bits if width == 1 else
+                        (bits.reshape(-1, width).astype(np.int64) << _SHIFTS[:width]).sum(1)
+                        if width else np.zeros(8 * (header >> 1), np.int64))
             pos += n
-            got += 8 * n
-        else:  # a repeat: its count, then its value in one byte
+            got += 8 * (header >> 1)
+        else:  # a repeat: its count, then its value in whole bytes
             n = header >> 1
-            if pos >= size or n == 0:
-                raise pa.ArrowInvalid("a definition level run without a value")
-            runs.append(np.full(n, data[pos] & 1, np.uint8))
-            pos += 1
+            end = pos + (width + 7) // 8
+            if end > size or n == 0:
+                raise pa.ArrowInvalid("a repeated run without its value")
+            runs.append(np.full(n, int.from_bytes(data[pos:end], "little"),
+                                np.uint8 if width == 1 else np.int64))
+            pos = end
             got += n
-    levels = runs[0] if len(runs) == 1 else np.concatenate(runs)
-    return levels[:rows].astype(bool)
+    values = runs[0] if len(runs) == 1 else np.concatenate(runs)
+    return values[:rows]
+
+
+_SHIFTS = np.arange(32, dtype=np.int64)
 
 
 _zstd: Any = None

@@ -190,15 +190,21 @@ def _decode(index: PageIndex, read_range: ReadRange, g: int, members: list[tuple
     order of ``members``: each straight from its bytes where it can be
     (sediment.files.page_decode), the others read by pyarrow as one one-page file."""
     got: dict[int, pa.Array] = {}
-    raw: dict[int, bytes | bytearray | memoryview] = {}
+    raw: dict[int, list[bytes | bytearray | memoryview]] = {}
     for c, p in members:
         column = direct_column(index, g, c)
-        if column is not None:  # (a chunk without a dictionary: the page is all it reads)
-            pages = index.pages(g, c)
-            start = int(pages.offsets[p])
-            raw[c] = read_exactly(read_range, start, start + int(pages.sizes[p]),
-                                  index.filename)
-            values = decode_page(column, raw[c], rows, checksums.VERIFY_READS)
+        if column is not None:
+            raw[c] = [read_exactly(read_range, s, e, index.filename)
+                      for s, e in page_ranges(index, g, c, p)]
+            dictionary = index.pages(g, c).dictionary
+            page: bytes | bytearray | memoryview = raw[c][-1]
+            words = None
+            if dictionary is not None:  # its bytes, then the page's (one range or two)
+                words = raw[c][0] if len(raw[c]) == 2 else \
+                    memoryview(raw[c][0])[:dictionary[1]]
+                if len(raw[c]) == 1:
+                    page = memoryview(raw[c][0])[dictionary[1]:]
+            values = decode_page(column, page, rows, checksums.VERIFY_READS, words)
             if values is not None:
                 got[c] = values
     rest = [m for m in members if m[0] not in got]
@@ -210,7 +216,7 @@ def _decode(index: PageIndex, read_range: ReadRange, g: int, members: list[tuple
 
 def _decode_file(index: PageIndex, read_range: ReadRange, g: int,
                  members: list[tuple[int, int]], rows: int,
-                 read: dict[int, bytes | bytearray | memoryview]) -> list[pa.Array]:
+                 read: dict[int, list[bytes | bytearray | memoryview]]) -> list[pa.Array]:
     """The values of pages (column, page) of row group ``g``, all of ``rows`` rows, in the
     order of ``members``, read by pyarrow as a one-page file of those columns (``read``:
     the bytes of those pages already read, by column)."""
@@ -218,7 +224,7 @@ def _decode_file(index: PageIndex, read_range: ReadRange, g: int,
     parts = []
     for c, p in members:
         if c in read:
-            pieces.append(read[c])
+            pieces.extend(read[c])
         else:
             pieces.extend(read_exactly(read_range, s, e, index.filename)
                           for s, e in page_ranges(index, g, c, p))
