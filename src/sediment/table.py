@@ -819,7 +819,8 @@ class Table:
         executors = self._handle.executors
         if request.version is None:
             return prepare_query(state, executors.get(state), self.name, request,
-                                 source=source, iterators=executors.iterators(state, self.name))
+                                 source=source, iterators=executors.iterators(state, self.name),
+                                 plans=executors.plans(state))
         # An old version: the files the plan reads must not have been collected by GC (one
         # set lookup per file against the head). A file found missing on read is judged
         # again, against the head then (GC may run meanwhile): VersionExpiredError, or the

@@ -172,6 +172,9 @@ class PageIndex:
     frames: dict[tuple[int, ...], tuple[bytes, bytes]] = field(default_factory=dict,
                                                              repr=False)
     """One-page footer pieces by column set, kept by ``sediment.files.pages``."""
+    decoders: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """How each column's pages decode from their bytes, kept by
+    ``sediment.files.page_decode``."""
 
     @property
     def num_row_groups(self) -> int:

@@ -7,9 +7,11 @@ read it from Python. :func:`load_page_index` parses the footer and the index wit
 :mod:`sediment.files.thrift_compact` into a :class:`PageIndex` (one per file, immutable, for
 the caller to cache); :meth:`ColumnPages.pages_holding` bisects a sorted column's pages for a
 value and :meth:`ColumnPages.page_of_row` finds the page of a row. :func:`read_page` reads
-one page (and its chunk's dictionary page) and decodes it as a one-page Parquet file: ``PAR1``,
-the page bytes, a footer describing that page alone, so every encoding, codec, null layout
-and page CRC (``verified.VERIFY``) stays pyarrow's own. Measured (pyarrow 26, zstd, the
+one page (and its chunk's dictionary page) and decodes it: straight from its bytes where
+its layout is simple (:mod:`sediment.files.page_decode`: the default pages Sediment writes),
+else as a one-page Parquet file: ``PAR1``, the page bytes, a footer describing that page
+alone, so every encoding, codec, null layout and page CRC (``verified.VERIFY``) stays
+pyarrow's own. Measured (pyarrow 26, zstd, the
 benchmark schema): a one-page file decodes as fast as pyarrow's own read of the same rows
 from the whole file; encoding its footer and opening it add some 0.05-0.1 ms. So a page read
 pays off when pages hold fewer rows than row groups; pages of several columns cut at the
@@ -32,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sediment.files import thrift_compact as tc
+from sediment.files.page_decode import decode_page, direct_column
 from sediment.files.page_index import (
     TAIL_GUESS,
     ColumnPages,
@@ -66,6 +69,7 @@ from sediment.files.parquet_meta import (
 )
 from sediment.files.thrift_compact import BINARY, I32, I64, LIST, STRUCT, Struct, TList
 from sediment.files.verified import VERIFY
+from sediment.storage import checksums
 
 __all__ = ["TAIL_GUESS", "ColumnPages", "LeafColumn", "Page", "PageIndex", "ReadRange",
            "load_page_index", "page_ranges", "read_page", "read_pages"]
@@ -183,12 +187,47 @@ def read_pages(index: PageIndex, read_range: ReadRange, row_group: int,
 def _decode(index: PageIndex, read_range: ReadRange, g: int, members: list[tuple[int, int]],
             rows: int) -> list[pa.Array]:
     """The values of pages (column, page) of row group ``g``, all of ``rows`` rows, in the
-    order of ``members`` (the one-page file's columns, in that order)."""
+    order of ``members``: each straight from its bytes where it can be
+    (sediment.files.page_decode), the others read by pyarrow as one one-page file."""
+    got: dict[int, pa.Array] = {}
+    raw: dict[int, list[bytes | bytearray | memoryview]] = {}
+    for c, p in members:
+        column = direct_column(index, g, c)
+        if column is not None:
+            raw[c] = [read_exactly(read_range, s, e, index.filename)
+                      for s, e in page_ranges(index, g, c, p)]
+            dictionary = index.pages(g, c).dictionary
+            page: bytes | bytearray | memoryview = raw[c][-1]
+            words = None
+            if dictionary is not None:  # its bytes, then the page's (one range or two)
+                words = raw[c][0] if len(raw[c]) == 2 else \
+                    memoryview(raw[c][0])[:dictionary[1]]
+                if len(raw[c]) == 1:
+                    page = memoryview(raw[c][0])[dictionary[1]:]
+            values = decode_page(column, page, rows, checksums.VERIFY_READS, words)
+            if values is not None:
+                got[c] = values
+    rest = [m for m in members if m[0] not in got]
+    if rest:
+        got.update(zip((c for c, _ in rest),
+                       _decode_file(index, read_range, g, rest, rows, raw), strict=True))
+    return [got[c] for c, _ in members]
+
+
+def _decode_file(index: PageIndex, read_range: ReadRange, g: int,
+                 members: list[tuple[int, int]], rows: int,
+                 read: dict[int, list[bytes | bytearray | memoryview]]) -> list[pa.Array]:
+    """The values of pages (column, page) of row group ``g``, all of ``rows`` rows, in the
+    order of ``members``, read by pyarrow as a one-page file of those columns (``read``:
+    the bytes of those pages already read, by column)."""
     pieces: list[bytes | bytearray | memoryview] = [MAGIC]
     parts = []
     for c, p in members:
-        pieces.extend(read_exactly(read_range, s, e, index.filename)
-                      for s, e in page_ranges(index, g, c, p))
+        if c in read:
+            pieces.extend(read[c])
+        else:
+            pieces.extend(read_exactly(read_range, s, e, index.filename)
+                          for s, e in page_ranges(index, g, c, p))
         pages = index.pages(g, c)
         parts.append((c, 0 if pages.dictionary is None else pages.dictionary[1],
                       int(pages.sizes[p])))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sediment.core.deletions import Deletion, applicable
-from sediment.core.model import FileReference, FileSums, is_upsert
+from sediment.core.model import FileReference, FileSums, Partition, is_upsert
 from sediment.core.regions import Range, Region
 from sediment.core.state import TableState
 from sediment.errors import DataError, QueryError
@@ -127,14 +127,18 @@ def plan_query(state: TableState, ranges: tuple[Range, ...] | None) -> QueryPlan
         state.decode_all_references()
     above = _InheritedReferences(state)
     for leaf, hit in partitioning_of(state).prune(state, ranges):
-        refs = above.own(leaf.id)
-        if leaf.parent_id is not None:
-            refs = refs + above.inherited(leaf.parent_id)
+        refs = above.of_leaf(leaf)
         if refs:
             subs.append(SubQuery(leaf.id, leaf.region, tuple(refs), hit,
                                  sums_of(state, refs),
                                  applicable(state.deletions, leaf.id, leaf.region)))
     return QueryPlan(state.version, tuple(subs))
+
+
+def leaf_references(state: TableState, leaf: Partition) -> list[FileReference]:
+    """The references a read of ``leaf`` reads: its own, then its ancestors', nearest
+    first (as :func:`plan_query` gives them)."""
+    return _InheritedReferences(state).of_leaf(leaf)
 
 
 def sums_of(state: TableState, refs: Sequence[FileReference]) -> dict[str, FileSums]:
@@ -163,6 +167,13 @@ class _InheritedReferences:
         if partition_id not in self.holding:
             return []
         return list(self.state.references(partition_id).values())
+
+    def of_leaf(self, leaf: Partition) -> list[FileReference]:
+        """The leaf's own references, then those it inherits."""
+        refs = self.own(leaf.id)
+        if leaf.parent_id is not None:
+            refs = refs + self.inherited(leaf.parent_id)
+        return refs
 
     def inherited(self, partition_id: str) -> list[FileReference]:
         """References held by ``partition_id`` and its ancestors, nearest first."""

@@ -26,6 +26,7 @@ from sediment.query.planner import QueryPlan, normalise_ranges, plan_query
 from sediment.query.request import ReadRequest
 from sediment.query.scan import Scan, ScanSource
 from sediment.query.skipindex import narrow_plan
+from sediment.query.state_plans import StatePlans
 from sediment.query.wire import from_wire
 from sediment.storage import diskcache
 from sediment.storage.base import ObjectStore
@@ -56,7 +57,8 @@ PreparedQuery = Scan
 def prepare_query(state: TableState, executor: Executor, table: str, request: ReadRequest, *,
                   on_missing: Callable[[], None] | None = None,
                   source: ScanSource | None = None,
-                  iterators: list[RecordIterator] | None = None) -> Scan:
+                  iterators: list[RecordIterator] | None = None,
+                  plans: StatePlans | None = None) -> Scan:
     """Check the columns, gather the iterators (the table's, merge rule included, unless the
     request is raw: a raw read is the records as stored, every write of a key that compaction
     has not merged yet; then the request's) and plan. ``on_missing``: see
@@ -65,7 +67,9 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
     the iterators; its row-key constraints narrow the plan, and with record-by-record
     iterators its other constraints prune row groups by statistics (see
     sediment.query.filters). ``iterators``: the table's iterators when the caller keeps
-    them (:meth:`ExecutorCache.iterators`), else they are built from ``state``."""
+    them (:meth:`ExecutorCache.iterators`), else they are built from ``state``;
+    ``plans``: what the caller keeps of ``state`` for its reads (:meth:`ExecutorCache.plans`:
+    exact keys are planned from it, and the columns a plain read takes)."""
     from sediment.iterators import iterator_from_config
     from sediment.iterators.base import AgeOff, RowFilter
 
@@ -73,7 +77,13 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
     assert schema is not None
     columns, filter = request.columns, request.filter  # noqa: A001 (the public name)
     wanted = list(columns) if columns is not None else schema.field_names
-    for c in wanted:
+    # a read without a filter or extra iterators reads the same columns for the same ones
+    # asked, on a state: kept (checked when first asked)
+    plain = plans is not None and filter is None and not request.iterators and \
+        iterators is not None
+    memo = (request.columns, request.raw) if plain else None
+    read = plans.columns(memo) if plans is not None and memo is not None else None
+    for c in wanted if read is None else ():
         if c not in schema.field_names:
             raise QueryError(f"table {table} has no column {c!r} "
                              f"(columns: {', '.join(schema.field_names)})")
@@ -92,7 +102,10 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
         extra |= set(query_filter.fields)
     asked = normalise_ranges(state, request.keys, request.ranges, table)
     narrow = query_filter.key_ranges if query_filter is not None else None
-    plan = plan_query(state, narrow if asked is None and narrow is not None else asked)
+    plan = plans.plan(asked) if plans is not None and asked is not None and \
+        narrow is None else None
+    if plan is None:
+        plan = plan_query(state, narrow if asked is None and narrow is not None else asked)
     if asked is not None and narrow is not None:
         # both: the asked ranges drive the reads; the filter's drop the leaves it rules out
         plan = QueryPlan(plan.version, tuple(s for s in plan.subqueries
@@ -103,9 +116,13 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
         query_filter = None
     if query_filter is not None:  # the filter's skip index (query/skipindex.py)
         plan, query_filter = narrow_plan(state, plan, executor, query_filter, its, table)
-    if state.deletions:  # what they delete is judged on the keys and their filters' fields
-        extra |= executor.deletes.fields(state.deletions)
-    read = [c for c in schema.field_names if c in wanted or c in schema.key_names or c in extra]
+    if read is None:
+        if state.deletions:  # what they delete is judged on the keys and their filters' fields
+            extra |= executor.deletes.fields(state.deletions)
+        read = [c for c in schema.field_names
+                if c in wanted or c in schema.key_names or c in extra]
+        if plans is not None and memo is not None:
+            plans.keep_columns(memo, read)
     return Scan(executor, plan, schema, read, wanted, its, on_missing, query_filter, request,
                 source)
 
@@ -121,6 +138,7 @@ class ExecutorCache:
         self._footers: tuple[tuple[Any, ...], FooterCache] | None = None
         self._last: tuple[TableState, Executor] | None = None
         self._last_iterators: tuple[TableState, str, list[RecordIterator]] | None = None
+        self._last_plans: StatePlans | None = None
 
     def get(self, state: TableState) -> Executor:
         """The executor of ``state`` (the last state's again at once: a head shared by many
@@ -141,6 +159,16 @@ class ExecutorCache:
         its = table_iterators(state, table)
         self._last_iterators = (state, table, its)
         return its
+
+    def plans(self, state: TableState) -> StatePlans:
+        """What the reads of ``state`` keep of it (:class:`StatePlans`), for the last state
+        read (the head, shared by every reader until it is re-read)."""
+        last = self._last_plans
+        if last is not None and last.state is state:
+            return last
+        made = StatePlans(state)
+        self._last_plans = made
+        return made
 
     def _get(self, state: TableState) -> Executor:
         assert state.schema is not None
