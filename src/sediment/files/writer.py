@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileSums
 from sediment.errors import SedimentError, StorageError
 from sediment.files.keyfilter import FilterLayout, hash_keys
+from sediment.files.parts import PartEncoder
 from sediment.files.sample import KeySampler
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name, with_sidecars
@@ -205,7 +206,10 @@ class SortedFileWriter:
         # own, and each write into a Python sink takes the GIL and a Python call (2M rows:
         # ~20k writes, 0.26 s); through the buffer the sink sees 1 MiB writes
         self._out = pa.output_stream(self._sink, buffer_size=_SINK_BUFFER)
-        self._writer = pq.ParquetWriter(self._out, self.arrow_schema, **opts)
+        # encoded on the process's encoding threads, a few row groups a part, and joined in
+        # order: the bytes one ParquetWriter would write (sediment.files.parts)
+        self._parts = PartEncoder(self.arrow_schema, opts, self.row_group_rows,
+                                  self._out.write)
         self._sampler = KeySampler(schema.row_key_names, self.sample_size)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -272,7 +276,7 @@ class SortedFileWriter:
                 key = groups.column(self.schema.row_key_names[0])
                 layout = self._filter
                 blocks = _filter_builder().submit(lambda: layout.build(hash_keys(key)))
-            self._writer.write_table(groups, row_group_size=self.row_group_rows)
+            self._parts.add(groups)
             if blocks is not None:
                 if self._deferred is not None:
                     self._deferred.create()  # (the sidecar is made with the file)
@@ -293,9 +297,11 @@ class SortedFileWriter:
         keys = None if self._keys_sink is None else _closer().submit(self._keys_sink.close)
         try:
             try:
+                tail = self._parts.close()  # (the row groups are written now)
+                self._out.flush()
                 if isinstance(self._sink, SummingSink):
-                    self._sink.mark()  # what close writes (page indexes, footer) is kept whole
-                self._writer.close()
+                    self._sink.mark()  # what follows (page indexes, footer) is kept whole
+                self._out.write(tail)
                 self._out.close()  # flushes the buffer into the sink, and closes it
                 info = self.objects.head(self.filename)
             finally:
@@ -335,7 +341,10 @@ class SortedFileWriter:
         deferred = getattr(self, "_deferred", None)
         if deferred is not None:
             deferred.drop()  # (a file not created yet is not created to be deleted)
-        for closable in (getattr(self, "_writer", None), getattr(self, "_out", None),
+        parts = getattr(self, "_parts", None)
+        if parts is not None:
+            parts.abort()
+        for closable in (getattr(self, "_out", None),
                          getattr(self, "_sink", None), getattr(self, "_keys_sink", None)):
             try:
                 if closable is not None:

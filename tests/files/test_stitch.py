@@ -1,0 +1,137 @@
+"""Parquet files encoded in parts and joined (sediment.files.stitch, sediment.files.parts):
+held to pyarrow's own single-writer output, byte for byte."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from sediment.files.parts import PartEncoder, encode
+from sediment.files.sequence import SEQ_FIELD
+from sediment.files.stitch import Stitcher, StitchError, stitch
+from sediment.files.writer import SortedFileWriter, writer_options
+from sediment.properties import defaults
+from sediment.schema import Schema
+from sediment.storage import LocalObjectStore
+from sediment.workload import benchmark_schema
+from support import workload
+
+ROWS = 4096
+
+
+def _sorted(rows: int) -> pa.Table:
+    data = workload.generate(rows, chunk_rows=7_000)
+    order = pc.sort_indices(data, [("key", "ascending"), ("timestamp", "ascending")])
+    return data.take(order)
+
+
+def _one_writer(table: pa.Table, options: dict[str, Any]) -> bytes:
+    """The reference: pyarrow's writer, the whole table in one call."""
+    out = pa.BufferOutputStream()
+    with pq.ParquetWriter(out, table.schema, **options) as w:
+        w.write_table(table, row_group_size=ROWS)
+    return out.getvalue().to_pybytes()
+
+
+def _nested() -> tuple[Schema, pa.Table]:
+    schema = Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
+                    values=[("tags", pa.list_(pa.string())),
+                            ("point", pa.struct([("x", pa.float64()), ("y", pa.int32())])),
+                            ("note", pa.string())])
+    n = 3 * ROWS + 123
+    keys = pa.array([f"k{i:07d}" for i in range(n)])
+    table = pa.table({
+        "key": keys, "ts": pa.array(range(n), pa.int64()),
+        "tags": pa.array([None if i % 7 == 0 else [f"t{i % 5}"] * (i % 3) for i in range(n)]),
+        "point": pa.array([None if i % 11 == 0 else {"x": i / 3, "y": i} for i in range(n)],
+                          pa.struct([("x", pa.float64()), ("y", pa.int32())])),
+        "note": pa.array([None if i % 2 else f"n{i % 13}" for i in range(n)]),
+    }, schema=schema.to_arrow(field_ids=True))
+    return schema, table
+
+
+CASES = {
+    "defaults": ({}, False),
+    "blooms and dictionaries": ({"parquet.bloom_columns": "value,nullable_value",
+                                 "parquet.dictionary_columns": "nullable_value"}, False),
+    "no page rows, snappy": ({"parquet.page_rows": 0, "parquet.compression": "snappy"}, False),
+    "nested values": ({"parquet.bloom_columns": "note"}, True),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_joined_parts_are_the_single_writers_file(case: str) -> None:
+    props, nested = CASES[case]
+    if nested:
+        schema, table = _nested()
+    else:
+        schema = benchmark_schema()
+        table = _sorted(5 * ROWS + 1_000).cast(schema.to_arrow(field_ids=True))
+    options = writer_options(schema, {**defaults(), **props})
+    whole = _one_writer(table, options)
+    n = table.num_rows
+    for cuts in ([ROWS], [ROWS, 3 * ROWS], [2 * ROWS], [ROWS * (n // ROWS)]):
+        bounds = [0, *(c for c in cuts if c < n), n]
+        parts = [encode(table.slice(a, b - a), table.schema, options, ROWS).to_pybytes()
+                 for a, b in itertools.pairwise(bounds)]
+        assert stitch(parts) == whole, f"{case}: cut at {cuts}"
+
+
+def test_the_sequence_column_of_compaction_output_joins_too() -> None:
+    schema = benchmark_schema()
+    table = _sorted(3 * ROWS + 5).cast(schema.to_arrow(field_ids=True))
+    table = table.append_column(SEQ_FIELD, pa.array([i // 1000 for i in range(len(table))],
+                                                    pa.int64()))
+    options = writer_options(schema, defaults())
+    options["use_dictionary"] = [SEQ_FIELD.name]
+    whole = _one_writer(table, options)
+    written: list[Any] = []
+    parts = PartEncoder(table.schema, options, ROWS, lambda b: written.append(bytes(b)))
+    parts.add(table.slice(0, 3 * ROWS))  # several parts (two row groups each) from one call
+    parts.add(table.slice(3 * ROWS))
+    written.append(parts.close())
+    assert b"".join(written) == whole
+
+
+def test_a_writer_of_no_rows_writes_an_empty_file() -> None:
+    schema = benchmark_schema().to_arrow(field_ids=True)
+    written: list[bytes] = []
+    parts = PartEncoder(schema, writer_options(benchmark_schema(), defaults()), ROWS,
+                        lambda b: written.append(bytes(b)))
+    data = b"".join(written) + parts.close()
+    read = pq.read_table(pa.BufferReader(data))
+    assert read.num_rows == 0 and read.schema.names == schema.names
+
+
+def test_what_is_not_parquet_is_refused() -> None:
+    with pytest.raises(StitchError):
+        Stitcher().add(b"not a parquet file")
+    with pytest.raises(StitchError):
+        Stitcher().finish()
+
+
+def test_the_sorted_writer_writes_what_one_parquet_writer_would(tmp_path: Any) -> None:
+    """Rows given in pieces of every size (as a merge yields them): the file holds them in
+    order, row groups as before, read back equal, and its bytes are the single writer's."""
+    schema = benchmark_schema()
+    table = _sorted(6 * ROWS + 77).cast(schema.to_arrow(field_ids=True))
+    objects = LocalObjectStore(tmp_path)
+    writer = SortedFileWriter(objects, "data/p/a.parquet", schema, defaults())
+    start = 0
+    for size in itertools.cycle([1, 999, 4096, 5000, 3]):
+        if start >= table.num_rows:
+            break
+        writer.write(table.slice(start, size))
+        start += size
+    written = writer.close()
+    data = (tmp_path / "data/p/a.parquet").read_bytes()
+    assert written.rows == table.num_rows and written.bytes == len(data)
+    md = pq.ParquetFile(pa.BufferReader(data)).metadata
+    assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [ROWS] * 6 + [77]
+    assert pq.read_table(pa.BufferReader(data)).equals(table)
+    assert data == _one_writer(table.combine_chunks(), writer_options(schema, defaults()))
