@@ -41,6 +41,9 @@ class WrittenFile:
     bytes: int
     sums: FileSums | None = None
     """The checksums of the bytes written (None from writers that take none)."""
+    synced: bool = False
+    """Whether the file and its sidecars are durable already (``ObjectStore.sync``: the
+    sorted writer syncs them as it closes), so that their commit need not sync them again."""
 
 
 _SINK_BUFFER = 1 << 20
@@ -187,6 +190,8 @@ class SortedFileWriter:
         bits = int(properties["parquet.key_filter_bits"])
         self._filter = FilterLayout.for_rows(self.row_group_rows, bits) if bits else None
         self._keys_sink: pa.NativeFile | None = None
+        self._key_blocks: list[Future[bytes]] = []
+        """Key-filter blocks built (or being built) and not yet written to their sidecar."""
         self._ready = ready
         self._deferred = _CreatedOnWrite(self._create) if ready is not None else None
         stream = self._create() if self._deferred is None else self._deferred
@@ -278,16 +283,28 @@ class SortedFileWriter:
                 blocks = _filter_builder().submit(lambda: layout.build(hash_keys(key)))
             self._parts.add(groups)
             if blocks is not None:
-                if self._deferred is not None:
-                    self._deferred.create()  # (the sidecar is made with the file)
-                if self._keys_sink is not None:
-                    self._keys_sink.write(blocks.result())
+                self._key_blocks.append(blocks)
+                self._write_key_blocks(create=False)
         rest = t.slice(full)
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows
 
+    def _write_key_blocks(self, *, create: bool) -> None:
+        """Write the key-filter blocks built so far into the sidecar once it exists (it is
+        made with the data file, at its first bytes, once the lease is stored: until then the
+        blocks wait here, and the writer goes on gathering rows); ``create``: make it now."""
+        if self._deferred is not None and not self._deferred.created:
+            if not create:
+                return
+            self._deferred.create()
+        while self._key_blocks:
+            blocks = self._key_blocks.pop(0)
+            if self._keys_sink is not None:
+                self._keys_sink.write(blocks.result())
+
     def close(self) -> WrittenFile:
         self._flush(final=True)
+        self._write_key_blocks(create=True)
         # the sample is built and stored (a put: an fsync of it and of its folder on local
         # disk) on a thread while the file's last pages, page index and footer are written
         stored = _filter_builder().submit(self._store_sample)
@@ -303,17 +320,28 @@ class SortedFileWriter:
                     self._sink.mark()  # what follows (page indexes, footer) is kept whole
                 self._out.write(tail)
                 self._out.close()  # flushes the buffer into the sink, and closes it
-                info = self.objects.head(self.filename)
             finally:
                 if keys is not None:
                     keys.result()  # (raises what closing the sidecar raised)
+            # the file and its key filter are made durable (fsyncs of them and of their
+            # folder on local disk) on a thread while the sample is stored and the size read
+            # back: their commit need not sync them again (WrittenFile.synced)
+            synced = _closer().submit(self.objects.sync, [
+                self.filename, *([] if self._keys_sink is None else [keys_name(self.filename)])])
+            try:
+                info = self.objects.head(self.filename)
+            finally:
+                synced_error = synced.exception()
         except BaseException:
             with contextlib.suppress(Exception):  # settled before an abort deletes it
                 stored.result()
             raise
         sample_bytes = stored.result()
+        if synced_error is not None:
+            raise synced_error
         if not isinstance(self._sink, SummingSink):  # no sums: WRITE_SUMS is off
-            return WrittenFile(self.filename, self.rows, 0 if info is None else info.size)
+            return WrittenFile(self.filename, self.rows, 0 if info is None else info.size,
+                               synced=True)
         size = self._sink.size
         if info is None or info.size != size:
             raise StorageError(f"data file {self._path}: {size} bytes written, "
@@ -324,7 +352,7 @@ class SortedFileWriter:
             n = footer_length(tail) + 8
             footer = crc32(self.objects.get_range(self.filename, size - n, size))
         sums = FileSums(size, footer, self._sink.crc, crc32(sample_bytes))
-        return WrittenFile(self.filename, self.rows, size, sums)
+        return WrittenFile(self.filename, self.rows, size, sums, synced=True)
 
     def _store_sample(self) -> bytes:
         """Build the file's sample and store it (after ``ready``, as the file); its bytes."""
@@ -372,6 +400,10 @@ class _CreatedOnWrite:
     def create(self) -> None:
         if self._stream is None and not self._dropped:
             self._stream = self._make()
+
+    @property
+    def created(self) -> bool:
+        return self._stream is not None
 
     def drop(self) -> None:
         self._dropped = True

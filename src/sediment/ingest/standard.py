@@ -24,6 +24,7 @@ from sediment.core.model import FileReference, FileSums
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles
 from sediment.errors import DataError, SedimentError, StorageError
+from sediment.files.sidecars import with_sidecars
 from sediment.files.staging import Staging
 from sediment.files.writer import SortedFileWriter, WrittenFile
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
@@ -83,6 +84,8 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
         w = writers[key].close()  # (one that fails to close stays open: it is aborted)
         del writers[key]
         written.append(w)
+        if w.synced:  # durable already: the commit does not sync them again
+            staging.synced(with_sidecars([w.filename]))
         if key == "shared":
             refs.extend(FileReference(w.filename, pid, n) for pid, n in counts.items())
         else:
