@@ -18,10 +18,9 @@ Field ids: apache/parquet-format ``parquet.thrift``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from sediment.files import thrift_compact as tc
 from sediment.files.parquet_meta import (
     CC_CI_LEN,
     CC_CI_OFF,
@@ -36,64 +35,97 @@ from sediment.files.parquet_meta import (
     OI_PAGES,
     PL_OFFSET,
     RG_COLUMNS,
-    struct_list,
 )
-from sediment.files.thrift_compact import I32, I64, LIST, STRUCT, Struct, TList
+from sediment.files.thrift_compact import STRUCT, ThriftError
+from sediment.files.thrift_edit import (
+    START,
+    Plan,
+    edit,
+    edit_struct,
+    field_spans,
+    list_head,
+    struct_spans,
+)
 
 RG_FILE_OFFSET = 5
 CM_INDEX_PAGE = 10
 CM_BLOOM_OFF, CM_BLOOM_LEN = 14, 15
+_INDEXES = {"bloom": (CM_BLOOM_OFF, CM_BLOOM_LEN), "column": (CC_CI_OFF, CC_CI_LEN),
+            "offset": (CC_OI_OFF, CC_OI_LEN)}
 
 
 class StitchError(ValueError):
-    """A part is not a Parquet file this module can join (the writer then encodes on one
-    thread instead)."""
+    """Bytes that are not a Parquet part this module can join."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
+class _Chunk:
+    """One column chunk of a part: where its bloom filter and page index were, their bytes
+    (the offset index's shifted), and where they go in the joined file."""
+
+    old: dict[int, int] = field(default_factory=dict)
+    """Field id -> value, for the index fields it has (offsets and lengths)."""
+    pieces: dict[str, bytes] = field(default_factory=dict)
+    at: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class _Part:
-    data: memoryview
-    meta: Struct
-    body_end: int
-    """Where the part's row groups end (its bloom filters, page index and footer follow)."""
+    footer: bytes
+    groups: list[tuple[int, int]]
+    """(start, end) of each RowGroup in ``footer``."""
+    chunks: list[_Chunk]
+    shift: int
+    rows: int
 
 
-def _footer(data: memoryview) -> tuple[Struct, int]:
-    if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
-        raise StitchError("not a Parquet file")
-    n = int.from_bytes(data[-8:-4], "little")
-    start = len(data) - 8 - n
-    if start < 4:
-        raise StitchError("footer length past the start of the file")
-    return tc.decode(data[start:-8]), start
+def _int(buf: bytes, span: tuple[int, int, int]) -> int:
+    t, pos, end = span
+    n = shift = 0
+    for b in buf[pos:end]:
+        n |= (b & 0x7F) << shift
+        shift += 7
+    return (n >> 1) ^ -(n & 1)
 
 
-def _chunks(meta: Struct) -> list[tuple[Struct, Struct]]:
-    """(column chunk, its ColumnMetaData) of every chunk, row group by row group."""
-    return [(c, c[CC_META][1]) for g in struct_list(meta, FMD_GROUPS)
-            for c in struct_list(g, RG_COLUMNS)]
+def _recorder(chunks: list[_Chunk]) -> Plan:
+    """A plan that edits nothing and records each chunk's index fields into ``chunks``."""
+    def keep(fid: int) -> Callable[[int], int]:
+        def record(v: int) -> int:
+            chunks[-1].old[fid] = v
+            return v
+        return record
+
+    return {RG_COLUMNS: {START: lambda: chunks.append(_Chunk()),
+                         CC_META: {CM_BLOOM_OFF: keep(CM_BLOOM_OFF),
+                                   CM_BLOOM_LEN: keep(CM_BLOOM_LEN)},
+                         **{f: keep(f) for f in (CC_OI_OFF, CC_OI_LEN, CC_CI_OFF, CC_CI_LEN)}}}
 
 
-def _part(data: memoryview) -> _Part:
-    meta, footer = _footer(data)
-    ends = [footer]
-    for chunk, cm in _chunks(meta):
-        if CM_BLOOM_OFF in cm and CM_BLOOM_LEN not in cm:
-            raise StitchError("a bloom filter without its length")
-        ends += [v[1] for v in (cm.get(CM_BLOOM_OFF), chunk.get(CC_CI_OFF),
-                                chunk.get(CC_OI_OFF)) if v is not None]
-    return _Part(data, meta, min(ends))
+def _placer(part: _Part) -> Plan:
+    """A plan that moves ``part``'s row groups to their place in the joined file."""
+    chunks = iter(part.chunks)
+    now: list[_Chunk] = []
 
+    def shifted(v: int) -> int:
+        return v + part.shift
 
-def _shifted(s: Struct, fid: int, by: int) -> None:
-    if fid in s:
-        t, v = s[fid]
-        s[fid] = (t, v + by)
+    def placed(kind: str, length: bool) -> Callable[[int], int]:
+        def value(_: int) -> int:
+            c = now[0]
+            return len(c.pieces[kind]) if length else c.at[kind]
+        return value
 
+    def begin() -> None:
+        now[:] = [next(chunks)]
 
-def _located(s: Struct, off: int, length: int, off_id: int, len_id: int) -> None:
-    s[off_id] = (I64, off)
-    s[len_id] = (I32, length)
+    return {RG_FILE_OFFSET: shifted,
+            RG_COLUMNS: {START: begin,
+                         CC_META: {CM_DATA: shifted, CM_INDEX_PAGE: shifted, CM_DICT: shifted,
+                                   CM_BLOOM_OFF: placed("bloom", False),
+                                   CM_BLOOM_LEN: placed("bloom", True)},
+                         CC_OI_OFF: placed("offset", False), CC_OI_LEN: placed("offset", True),
+                         CC_CI_OFF: placed("column", False), CC_CI_LEN: placed("column", True)}}
 
 
 class Stitcher:
@@ -105,47 +137,49 @@ class Stitcher:
     def __init__(self) -> None:
         self.size = len(MAGIC)
         """Bytes of the joined file so far (the magic, and the row groups returned)."""
-        self._meta: Struct | None = None
-        self._rows = 0
-        self._groups: list[Struct] = []
-        self._chunks: list[tuple[Struct, Struct, bytes, bytes, Struct | None]] = []
-        """Per chunk, row group by row group: the joined chunk, its ColumnMetaData, its
-        bloom filter and column index bytes, and its offset index (shifted)."""
+        self._parts: list[_Part] = []
 
     def add(self, part: bytes | memoryview) -> memoryview:
         """Take ``part`` (a whole Parquet file): its row groups, to write next."""
-        p = _part(memoryview(part))
-        by = self.size - len(MAGIC)
-        if self._meta is None:
-            self._meta = p.meta
-        self._rows += p.meta[FMD_ROWS][1]
-        data = p.data
-        for g in struct_list(p.meta, FMD_GROUPS):
-            g = dict(g)
-            _shifted(g, RG_FILE_OFFSET, by)
-            chunks = []
-            for c in struct_list(g, RG_COLUMNS):
-                c = dict(c)
-                cm = dict(c[CC_META][1])
-                for fid in (CM_DATA, CM_INDEX_PAGE, CM_DICT):
-                    _shifted(cm, fid, by)
-                c[CC_META] = (STRUCT, cm)
-                chunks.append(c)
-                bloom = _bytes(data, cm, CM_BLOOM_OFF, CM_BLOOM_LEN)
-                column_index = _bytes(data, c, CC_CI_OFF, CC_CI_LEN)
-                offsets = _bytes(data, c, CC_OI_OFF, CC_OI_LEN)
-                index = None if CC_OI_OFF not in c else tc.decode(offsets)
-                if index is not None:
-                    pages = []
-                    for loc in struct_list(index, OI_PAGES):
-                        loc = dict(loc)
-                        _shifted(loc, PL_OFFSET, by)
-                        pages.append(loc)
-                    index[OI_PAGES] = (LIST, TList(STRUCT, pages))
-                self._chunks.append((c, cm, bloom, column_index, index))
-            g[RG_COLUMNS] = (LIST, TList(STRUCT, chunks))
-            self._groups.append(g)
-        body = data[len(MAGIC):p.body_end]
+        data = memoryview(part)
+        try:
+            return self._add(data)
+        except (ThriftError, IndexError, KeyError) as e:
+            raise StitchError(f"a part cannot be joined: {e}") from e
+
+    def _add(self, data: memoryview) -> memoryview:
+        if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
+            raise StitchError("a part is not a Parquet file")
+        n = int.from_bytes(data[-8:-4], "little")
+        start = len(data) - 8 - n
+        if start < 4:
+            raise StitchError("a part's footer length runs past its start")
+        footer = bytes(data[start:-8])
+        top = field_spans(footer)
+        groups = struct_spans(footer, top[FMD_GROUPS][1])
+        chunks: list[_Chunk] = []
+        recorder = _recorder(chunks)
+        scratch = bytearray()
+        for a, _ in groups:
+            edit_struct(footer, a, scratch, recorder)
+        body_end = min([start, *(c.old[f] for c in chunks for f in
+                                 (CM_BLOOM_OFF, CC_CI_OFF, CC_OI_OFF) if f in c.old)])
+        shift = self.size - len(MAGIC)
+        for c in chunks:
+            for kind, (off, length) in _INDEXES.items():
+                if off not in c.old:
+                    continue
+                if length not in c.old:
+                    raise StitchError(f"a part's {kind} index has no length")
+                a, b = c.old[off], c.old[off] + c.old[length]
+                if a < body_end or b > start:
+                    raise StitchError(f"a part's {kind} index is out of place")
+                piece = bytes(data[a:b])
+                if kind == "offset":  # its pages' offsets move with the row groups
+                    piece = edit(piece, {OI_PAGES: {PL_OFFSET: lambda v: v + shift}})
+                c.pieces[kind] = piece
+        self._parts.append(_Part(footer, groups, chunks, shift, _int(footer, top[FMD_ROWS])))
+        body = data[len(MAGIC):body_end]
         self.size += len(body)
         return body
 
@@ -153,41 +187,44 @@ class Stitcher:
         """The end of the joined file: bloom filters, column indexes and offset indexes (each
         row group by row group, as pyarrow lays them out), the footer, its length, the magic.
         At least one part must have been added."""
-        if self._meta is None:
+        if not self._parts:
             raise StitchError("no part to join")
         out = bytearray()
-        at = self.size
-        for _, cm, bloom, _, _ in self._chunks:
-            if CM_BLOOM_OFF in cm:
-                _located(cm, at + len(out), len(bloom), CM_BLOOM_OFF, CM_BLOOM_LEN)
-                out += bloom
-        for c, _, _, column_index, _ in self._chunks:
-            if CC_CI_OFF in c:
-                _located(c, at + len(out), len(column_index), CC_CI_OFF, CC_CI_LEN)
-                out += column_index
-        for c, _, _, _, index in self._chunks:
-            if index is not None:
-                encoded = tc.encode(index)
-                _located(c, at + len(out), len(encoded), CC_OI_OFF, CC_OI_LEN)
-                out += encoded
-        meta = dict(self._meta)
-        meta[FMD_ROWS] = (I64, self._rows)
-        meta[FMD_GROUPS] = (LIST, TList(STRUCT, self._groups))
-        footer = tc.encode(meta)
+        chunks = [c for p in self._parts for c in p.chunks]
+        for kind in _INDEXES:
+            for c in chunks:
+                if kind in c.pieces:
+                    c.at[kind] = self.size + len(out)
+                    out += c.pieces[kind]
+        groups = bytearray()
+        for p in self._parts:
+            placer = _placer(p)
+            for a, _ in p.groups:
+                edit_struct(p.footer, a, groups, placer)
+        first = self._parts[0].footer
+        top = field_spans(first)
+        _, rows_at, rows_end = top[FMD_ROWS]
+        _, groups_at, groups_end = top[FMD_GROUPS]
+        if rows_end > groups_at:
+            raise StitchError("a part's footer is not in field order")
+        footer = bytearray(first[:rows_at])
+        _put_int(footer, sum(p.rows for p in self._parts))
+        footer += first[rows_end:groups_at]
+        footer += list_head(sum(len(p.groups) for p in self._parts), STRUCT)
+        footer += groups
+        footer += first[groups_end:]
         out += footer
         out += len(footer).to_bytes(4, "little")
         out += MAGIC
         return bytes(out)
 
 
-def _bytes(data: memoryview, s: Struct, off_id: int, len_id: int) -> bytes:
-    """The bytes field ``off_id`` points at (``len_id`` long), or none when it is absent."""
-    if off_id not in s:
-        return b""
-    start, n = s[off_id][1], s[len_id][1]
-    if start < 0 or n < 0 or start + n > len(data):
-        raise StitchError(f"field {off_id} points past the end of the part")
-    return bytes(data[start:start + n])
+def _put_int(out: bytearray, n: int) -> None:
+    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
 
 
 def stitch(parts: Sequence[bytes]) -> bytes:
