@@ -94,8 +94,11 @@ def test_the_sequence_column_of_compaction_output_joins_too() -> None:
     parts = PartEncoder(table.schema, options, ROWS, lambda b: written.append(bytes(b)))
     parts.add(table.slice(0, 3 * ROWS))  # several parts (two row groups each) from one call
     parts.add(table.slice(3 * ROWS))
-    written.append(parts.close())
+    marked: list[int] = []
+    parts.finish(lambda: marked.append(len(written)))
     assert b"".join(written) == whole
+    # the mark comes before the tail (page indexes, footer): the footer is whole after it
+    assert marked and whole.endswith(b"".join(written[marked[0]:]))
 
 
 def test_a_writer_of_no_rows_writes_an_empty_file() -> None:
@@ -103,7 +106,8 @@ def test_a_writer_of_no_rows_writes_an_empty_file() -> None:
     written: list[bytes] = []
     parts = PartEncoder(schema, writer_options(benchmark_schema(), defaults()), ROWS,
                         lambda b: written.append(bytes(b)))
-    data = b"".join(written) + parts.close()
+    parts.finish(lambda: None)
+    data = b"".join(written)
     read = pq.read_table(pa.BufferReader(data))
     assert read.num_rows == 0 and read.schema.names == schema.names
 
@@ -115,13 +119,18 @@ def test_what_is_not_parquet_is_refused() -> None:
         Stitcher().finish()
 
 
-def test_the_sorted_writer_writes_what_one_parquet_writer_would(tmp_path: Any) -> None:
+@pytest.mark.parametrize("rows_hint", [None, 6 * ROWS + 77])
+def test_the_sorted_writer_writes_what_one_parquet_writer_would(tmp_path: Any,
+                                                                 rows_hint: int | None) -> None:
     """Rows given in pieces of every size (as a merge yields them): the file holds them in
-    order, row groups as before, read back equal, and its bytes are the single writer's."""
+    order, row groups as before, read back equal, and its bytes are the single writer's,
+    whether encoded in parts on threads (a small file: ``rows_hint``) or streamed."""
     schema = benchmark_schema()
     table = _sorted(6 * ROWS + 77).cast(schema.to_arrow(field_ids=True))
     objects = LocalObjectStore(tmp_path)
-    writer = SortedFileWriter(objects, "data/p/a.parquet", schema, defaults())
+    writer = SortedFileWriter(objects, "data/p/a.parquet", schema, defaults(),
+                              rows_hint=rows_hint)
+    assert isinstance(writer._parts, PartEncoder) == (rows_hint is not None)
     start = 0
     for size in itertools.cycle([1, 999, 4096, 5000, 3]):
         if start >= table.num_rows:

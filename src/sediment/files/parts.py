@@ -11,12 +11,13 @@ at most :data:`IN_FLIGHT` parts wait to be written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -69,6 +70,58 @@ def encode(table: pa.Table, schema: pa.Schema, options: Mapping[str, Any],
     return out.getvalue()
 
 
+class Encoder(Protocol):
+    """How a writer's row groups become a file's bytes: ``add`` whole row groups in file
+    order (the last call's last group may be short), then ``finish``."""
+
+    def add(self, table: pa.Table) -> None: ...
+
+    def finish(self, mark: Callable[[], None]) -> None:
+        """Write the rest of the file, calling ``mark`` just before what follows the row
+        groups (the page index and footer)."""
+
+    def abort(self) -> None: ...
+
+
+class StreamEncoder:
+    """One ParquetWriter encoding into ``out`` on the writer's thread, as the rows come: for
+    files of any size (compaction output, large ingests, whose other steps keep the second
+    core busy already)."""
+
+    def __init__(self, schema: pa.Schema, options: Mapping[str, Any], row_group_rows: int,
+                 out: pa.NativeFile) -> None:
+        self.row_group_rows = row_group_rows
+        self._writer = pq.ParquetWriter(out, schema, **options)
+
+    def add(self, table: pa.Table) -> None:
+        self._writer.write_table(table, row_group_size=self.row_group_rows)
+
+    def finish(self, mark: Callable[[], None]) -> None:
+        mark()
+        self._writer.close()
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError, pa.ArrowException):
+            self._writer.close()
+
+
+PARALLEL_MAX_ROWS = 262_144
+"""Files expected to hold at most this many rows are encoded in parts on the pool
+(:class:`PartEncoder`): a small ingest's encoding is most of its time and nothing else keeps
+the second core busy (50k rows: the encoding ~25 ms on one thread). Larger files stream
+through one writer (:class:`StreamEncoder`): joining parts costs ~40 us of Python per
+column chunk, and a large ingest's gathering and key filters run beside its encoding
+already."""
+
+
+def encoder_for(schema: pa.Schema, options: Mapping[str, Any], row_group_rows: int,
+                out: pa.NativeFile, rows_hint: int | None) -> Encoder:
+    """The encoder for a file of at most ``rows_hint`` rows (None: unknown)."""
+    if rows_hint is not None and rows_hint <= PARALLEL_MAX_ROWS:
+        return PartEncoder(schema, options, row_group_rows, out.write)
+    return StreamEncoder(schema, options, row_group_rows, out)
+
+
 class PartEncoder:
     """Encodes a file's row groups on the pool and hands its bytes to ``write`` in order
     (see the module). ``add`` whole row groups (the last call's last group may be short),
@@ -113,14 +166,18 @@ class PartEncoder:
             self._write(self._joined.add(memoryview(part)))
             wait = False
 
-    def close(self) -> bytes:
-        """Write every part's row groups; returns what ends the file (its bloom filters,
-        page index and footer), or the whole file when it has no rows."""
+    def finish(self, mark: Callable[[], None]) -> None:
+        """Write every part's row groups, then (after ``mark``) what ends the file: its bloom
+        filters, page index and footer (the whole file when it has no rows)."""
         self._drain(False, every=True)
         if not self._started:
-            return encode(self.schema.empty_table(), self.schema, self.options,
-                          self.row_group_rows).to_pybytes()
-        return self._joined.finish()
+            mark()
+            self._write(encode(self.schema.empty_table(), self.schema, self.options,
+                               self.row_group_rows))
+            return
+        tail = self._joined.finish()
+        mark()
+        self._write(tail)
 
     def abort(self) -> None:
         """Drop the parts not written (those encoding finish unseen)."""

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileSums
 from sediment.errors import SedimentError, StorageError
 from sediment.files.keyfilter import FilterLayout, hash_keys
-from sediment.files.parts import PartEncoder
+from sediment.files.parts import encoder_for
 from sediment.files.sample import KeySampler
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name, with_sidecars
@@ -170,10 +170,13 @@ class SortedFileWriter:
 
     def __init__(self, objects: ObjectStore, filename: str, schema: Schema,
                  properties: Mapping[str, Any], *, sequence: bool = False,
-                 ready: Callable[[], None] | None = None) -> None:
+                 ready: Callable[[], None] | None = None,
+                 rows_hint: int | None = None) -> None:
         """``ready``: called before the file (and its key-filter sidecar) is created, which
         then waits for the first bytes the writer emits (``Staging.new_file_later``: the
-        lease naming the file is written meanwhile); None: the file is created here."""
+        lease naming the file is written meanwhile); None: the file is created here.
+        ``rows_hint``: the most rows the file will hold, when known (a small file is encoded
+        on several threads: ``sediment.files.parts.encoder_for``)."""
         self.objects = objects
         self.filename = filename
         self.schema = schema
@@ -211,10 +214,10 @@ class SortedFileWriter:
         # own, and each write into a Python sink takes the GIL and a Python call (2M rows:
         # ~20k writes, 0.26 s); through the buffer the sink sees 1 MiB writes
         self._out = pa.output_stream(self._sink, buffer_size=_SINK_BUFFER)
-        # encoded on the process's encoding threads, a few row groups a part, and joined in
-        # order: the bytes one ParquetWriter would write (sediment.files.parts)
-        self._parts = PartEncoder(self.arrow_schema, opts, self.row_group_rows,
-                                  self._out.write)
+        # a small file is encoded on the process's encoding threads, a few row groups a part,
+        # and joined in order: the bytes one ParquetWriter would write (sediment.files.parts)
+        self._parts = encoder_for(self.arrow_schema, opts, self.row_group_rows, self._out,
+                                  rows_hint)
         self._sampler = KeySampler(schema.row_key_names, self.sample_size)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -314,11 +317,9 @@ class SortedFileWriter:
         keys = None if self._keys_sink is None else _closer().submit(self._keys_sink.close)
         try:
             try:
-                tail = self._parts.close()  # (the row groups are written now)
-                self._out.flush()
-                if isinstance(self._sink, SummingSink):
-                    self._sink.mark()  # what follows (page indexes, footer) is kept whole
-                self._out.write(tail)
+                # what follows the row groups (page indexes, footer) is kept whole
+                self._parts.finish(self._sink.mark if isinstance(self._sink, SummingSink)
+                                   else lambda: None)
                 self._out.close()  # flushes the buffer into the sink, and closes it
             finally:
                 if keys is not None:
