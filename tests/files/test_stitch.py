@@ -144,3 +144,32 @@ def test_the_sorted_writer_writes_what_one_parquet_writer_would(tmp_path: Any,
     assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [ROWS] * 6 + [77]
     assert pq.read_table(pa.BufferReader(data)).equals(table)
     assert data == _one_writer(table.combine_chunks(), writer_options(schema, defaults()))
+
+
+def test_editing_footer_bytes_matches_decoding_and_encoding_them() -> None:
+    """thrift_edit's walk over a real footer against thrift_compact's decode, change and
+    encode (the independent reference): an empty plan gives the bytes back, and an edit of
+    every chunk's data page offset gives what the decoded route gives."""
+    from sediment.files import thrift_compact as tc
+    from sediment.files import thrift_edit as te
+    from sediment.files.parquet_meta import CC_META, CM_DATA, FMD_GROUPS, RG_COLUMNS
+
+    schema = benchmark_schema()
+    options = writer_options(schema, {**defaults(), "parquet.bloom_columns": "value"})
+    data = encode(_sorted(3 * ROWS).cast(schema.to_arrow(field_ids=True)),
+                  schema.to_arrow(field_ids=True), options, ROWS).to_pybytes()
+    n = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - n:-8]
+    assert te.edit(footer, {}) == footer
+    assert te.skip(footer, 0, tc.STRUCT) == len(footer)
+    seen: list[int] = []
+    edited = te.edit(footer, {FMD_GROUPS: {RG_COLUMNS: {
+        te.START: lambda: seen.append(1),
+        CC_META: {CM_DATA: lambda v: v + 1_000_000}}}})
+    meta = tc.decode(footer)
+    for g in meta[FMD_GROUPS][1].items:
+        for c in g[RG_COLUMNS][1].items:
+            t, v = c[CC_META][1][CM_DATA]
+            c[CC_META][1][CM_DATA] = (t, v + 1_000_000)
+    assert edited == tc.encode(meta)
+    assert len(seen) == 3 * len(schema.to_arrow())
