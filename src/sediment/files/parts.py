@@ -28,15 +28,8 @@ from sediment.files.stitch import Stitcher
 ENCODE_THREADS = max(2, min(4, os.cpu_count() or 2))
 """Threads of the process's encoding pool (shared by every writer of the process)."""
 IN_FLIGHT = 4
-"""Parts submitted and not yet written, at most: enough to keep the pool busy while the
-writer's thread waits for the oldest."""
-PART_GROUPS = (2, 16)
-"""Row groups per part: few while a file is small (50k rows in parts of 8,192: the two
-threads end together), more once it is large (each part costs a writer's set-up and the
-reading of its footer: ~0.5 ms)."""
-GROW_AFTER = 8
-"""Parts of the smallest size a file is written in before its parts grow."""
-
+"""Parts submitted and not yet written, at most (a file has as many parts as the pool has
+threads, unless it holds more rows than its writer was told)."""
 _pool: tuple[int, ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
 
@@ -118,42 +111,55 @@ def encoder_for(schema: pa.Schema, options: Mapping[str, Any], row_group_rows: i
                 out: pa.NativeFile, rows_hint: int | None) -> Encoder:
     """The encoder for a file of at most ``rows_hint`` rows (None: unknown)."""
     if rows_hint is not None and rows_hint <= PARALLEL_MAX_ROWS:
-        return PartEncoder(schema, options, row_group_rows, out.write)
+        return PartEncoder(schema, options, row_group_rows, out.write, rows_hint)
     return StreamEncoder(schema, options, row_group_rows, out)
 
 
 class PartEncoder:
     """Encodes a file's row groups on the pool and hands its bytes to ``write`` in order
     (see the module). ``add`` whole row groups (the last call's last group may be short),
-    then ``close``."""
+    then ``finish``. A file of ``rows`` rows is cut into as many parts as the pool has
+    threads (whole row groups each): one part per thread costs the fewest writers' set-ups
+    and footers to join, and the threads end together."""
 
     def __init__(self, schema: pa.Schema, options: Mapping[str, Any], row_group_rows: int,
-                 write: Callable[[Any], Any]) -> None:
+                 write: Callable[[Any], Any], rows: int) -> None:
         self.schema = schema
         self.options = dict(options)
         self.row_group_rows = row_group_rows
+        groups = -(-max(1, rows) // row_group_rows)
+        self.part_rows = row_group_rows * -(-groups // ENCODE_THREADS)
+        """Rows of each part but the last (whole row groups)."""
         self._write = write
         self._joined = Stitcher()
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
         self._waiting: deque[Future[pa.Buffer]] = deque()
-        self._parts = 0
         self._started = False
         """Whether the file's first bytes (the magic) were written."""
 
-    def _part_rows(self) -> int:
-        low, high = PART_GROUPS
-        return self.row_group_rows * (low if self._parts < GROW_AFTER else high)
-
     def add(self, table: pa.Table) -> None:
-        """Encode ``table`` (whole row groups, in file order) as parts on the pool."""
+        """Take ``table`` (whole row groups, in file order): each part's worth is encoded on
+        the pool as soon as it is here."""
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        if self._pending_rows >= self.part_rows:
+            self._submit(final=False)
+
+    def _submit(self, *, final: bool) -> None:
+        if not self._pending_rows:
+            return
+        rows = pa.concat_tables(self._pending)
         start = 0
-        while start < table.num_rows:
-            n = self._part_rows()
+        while rows.num_rows - start >= self.part_rows or (final and start < rows.num_rows):
             self._waiting.append(_encoders().submit(
-                encode, table.slice(start, n), self.schema, self.options,
+                encode, rows.slice(start, self.part_rows), self.schema, self.options,
                 self.row_group_rows))
-            self._parts += 1
-            start += n
+            start += self.part_rows
             self._drain(len(self._waiting) > IN_FLIGHT)
+        rest = rows.slice(start)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
 
     def _drain(self, wait: bool, *, every: bool = False) -> None:
         """Write the parts done at the head of the queue (waiting for the oldest with
@@ -169,6 +175,7 @@ class PartEncoder:
     def finish(self, mark: Callable[[], None]) -> None:
         """Write every part's row groups, then (after ``mark``) what ends the file: its bloom
         filters, page index and footer (the whole file when it has no rows)."""
+        self._submit(final=True)
         self._drain(False, every=True)
         if not self._started:
             mark()
