@@ -175,3 +175,15 @@ def test_editing_footer_bytes_matches_decoding_and_encoding_them() -> None:
             c[CC_META][1][CM_DATA] = (t, v + 1_000_000)
     assert edited == tc.encode(meta)
     assert len(seen) == 3 * len(schema.to_arrow())
+
+
+def test_only_a_small_file_of_several_row_groups_is_encoded_in_parts() -> None:
+    from sediment.files.parts import PARALLEL_MAX_ROWS, StreamEncoder, encoder_for
+
+    schema = benchmark_schema().to_arrow(field_ids=True)
+    options = writer_options(benchmark_schema(), defaults())
+    kinds = {hint: type(encoder_for(schema, options, ROWS, pa.BufferOutputStream(), hint))
+             for hint in (None, 10, ROWS, ROWS + 1, PARALLEL_MAX_ROWS, PARALLEL_MAX_ROWS + 1)}
+    assert kinds == {None: StreamEncoder, 10: StreamEncoder, ROWS: StreamEncoder,
+                     ROWS + 1: PartEncoder, PARALLEL_MAX_ROWS: PartEncoder,
+                     PARALLEL_MAX_ROWS + 1: StreamEncoder}

@@ -109,8 +109,9 @@ already."""
 
 def encoder_for(schema: pa.Schema, options: Mapping[str, Any], row_group_rows: int,
                 out: pa.NativeFile, rows_hint: int | None) -> Encoder:
-    """The encoder for a file of at most ``rows_hint`` rows (None: unknown)."""
-    if rows_hint is not None and rows_hint <= PARALLEL_MAX_ROWS:
+    """The encoder for a file of at most ``rows_hint`` rows (None: unknown). A file of one
+    row group is one part anyway: it streams (no thread, nothing to join)."""
+    if rows_hint is not None and row_group_rows < rows_hint <= PARALLEL_MAX_ROWS:
         return PartEncoder(schema, options, row_group_rows, out.write, rows_hint)
     return StreamEncoder(schema, options, row_group_rows, out)
 
