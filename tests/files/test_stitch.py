@@ -11,7 +11,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from sediment.files.parts import PartEncoder, encode
+from sediment.errors import PropertyError
+from sediment.files.parts import ENCODE_THREADS_ENV, PartEncoder, encode
 from sediment.files.sequence import SEQ_FIELD
 from sediment.files.stitch import Stitcher, StitchError, stitch
 from sediment.files.writer import SortedFileWriter, writer_options
@@ -122,11 +123,12 @@ def test_what_is_not_parquet_is_refused() -> None:
 
 
 @pytest.mark.parametrize("rows_hint", [None, 6 * ROWS + 77])
-def test_the_sorted_writer_writes_what_one_parquet_writer_would(tmp_path: Any,
-                                                                 rows_hint: int | None) -> None:
+def test_the_sorted_writer_writes_what_one_parquet_writer_would(
+        tmp_path: Any, rows_hint: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows given in pieces of every size (as a merge yields them): the file holds them in
     order, row groups as before, read back equal, and its bytes are the single writer's,
     whether encoded in parts on threads (a small file: ``rows_hint``) or streamed."""
+    monkeypatch.setenv(ENCODE_THREADS_ENV, "2")
     schema = benchmark_schema()
     table = _sorted(6 * ROWS + 77).cast(schema.to_arrow(field_ids=True))
     objects = LocalObjectStore(tmp_path)
@@ -177,13 +179,39 @@ def test_editing_footer_bytes_matches_decoding_and_encoding_them() -> None:
     assert len(seen) == 3 * len(schema.to_arrow())
 
 
-def test_only_a_small_file_of_several_row_groups_is_encoded_in_parts() -> None:
+@pytest.mark.parametrize("threads", ["", "1", "2", "3"])
+def test_only_a_small_file_of_several_row_groups_is_encoded_in_parts(
+        threads: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In parts only when ``$SEDIMENT_ENCODE_THREADS`` asks for more than one thread (off by
+    default), and then one part per thread."""
     from sediment.files.parts import PARALLEL_MAX_ROWS, StreamEncoder, encoder_for
 
+    monkeypatch.setenv(ENCODE_THREADS_ENV, threads)
     schema = benchmark_schema().to_arrow(field_ids=True)
     options = writer_options(benchmark_schema(), defaults())
-    kinds = {hint: type(encoder_for(schema, options, ROWS, pa.BufferOutputStream(), hint))
-             for hint in (None, 10, ROWS, ROWS + 1, PARALLEL_MAX_ROWS, PARALLEL_MAX_ROWS + 1)}
-    assert kinds == {None: StreamEncoder, 10: StreamEncoder, ROWS: StreamEncoder,
-                     ROWS + 1: PartEncoder, PARALLEL_MAX_ROWS: PartEncoder,
-                     PARALLEL_MAX_ROWS + 1: StreamEncoder}
+    hints = (None, 10, ROWS, ROWS + 1, 13 * ROWS, PARALLEL_MAX_ROWS, PARALLEL_MAX_ROWS + 1)
+    made = {h: encoder_for(schema, options, ROWS, pa.BufferOutputStream(), h) for h in hints}
+    on = threads not in ("", "1")
+    assert {h: type(e) for h, e in made.items()} == {
+        None: StreamEncoder, 10: StreamEncoder, ROWS: StreamEncoder,
+        ROWS + 1: PartEncoder if on else StreamEncoder,
+        13 * ROWS: PartEncoder if on else StreamEncoder,
+        PARALLEL_MAX_ROWS: PartEncoder if on else StreamEncoder,
+        PARALLEL_MAX_ROWS + 1: StreamEncoder}
+    part = made[13 * ROWS]
+    if isinstance(part, PartEncoder):
+        assert part.part_rows == ROWS * -(-13 // int(threads))
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "two", "1.5"])
+def test_encode_threads_not_a_whole_number_above_zero_fail_the_ingest(
+        bad: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sediment as sd
+
+    table = sd.Store.open(str(tmp_path), create=True).create_table("t", benchmark_schema())
+    monkeypatch.setenv(ENCODE_THREADS_ENV, bad)
+    with pytest.raises(PropertyError,
+                       match=rf"\$SEDIMENT_ENCODE_THREADS must be a whole number of threads "
+                             rf">= 1, not '{bad}'"):
+        table.ingest(workload.generate(10))
+    assert table.version == 1 and table.files() == []

@@ -22,26 +22,50 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sediment.errors import PropertyError
 from sediment.files.parquet_meta import MAGIC
 from sediment.files.stitch import Stitcher
 
-ENCODE_THREADS = max(2, min(4, os.cpu_count() or 2))
-"""Threads of the process's encoding pool (shared by every writer of the process)."""
+ENCODE_THREADS_ENV = "SEDIMENT_ENCODE_THREADS"
+"""Environment variable: threads that encode one small file (default 1: one writer)."""
+
+
+def encode_threads() -> int:
+    """``$SEDIMENT_ENCODE_THREADS``: how many threads encode one small file (see
+    :data:`PARALLEL_MAX_ROWS`); 1 (the default) streams every file through one writer.
+    PropertyError naming the variable when it is not a whole number >= 1.
+
+    Off by default because it paid only where a core is free: on a shared 2-core machine
+    (load 3-7) a 50k-row ingest took p50 64 ms in two parts against 43 ms through one writer,
+    each part's encoding slowed from ~12 to ~30 ms by the other threads and processes (see
+    ``docs/performance.md``)."""
+    raw = os.environ.get(ENCODE_THREADS_ENV, "").strip()
+    if not raw:
+        return 1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise PropertyError(f"${ENCODE_THREADS_ENV} must be a whole number of threads >= 1, "
+                            f"not {raw!r}")
+    return value
+
 IN_FLIGHT = 4
 """Parts submitted and not yet written, at most (a file has as many parts as the pool has
 threads, unless it holds more rows than its writer was told)."""
-_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool: tuple[tuple[int, int], ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
 
 
-def _encoders() -> ThreadPoolExecutor:
-    """The process's encoding threads (a pool inherited through fork has no threads: a child
-    makes its own)."""
+def _encoders(threads: int) -> ThreadPoolExecutor:
+    """The process's ``threads`` encoding threads (a pool inherited through fork has no
+    threads: a child makes its own)."""
     global _pool
     with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(ENCODE_THREADS,
-                                                     thread_name_prefix="sediment-encode"))
+        if _pool is None or _pool[0] != (os.getpid(), threads):
+            _pool = ((os.getpid(), threads), ThreadPoolExecutor(
+                threads, thread_name_prefix="sediment-encode"))
         return _pool[1]
 
 
@@ -99,20 +123,22 @@ class StreamEncoder:
 
 
 PARALLEL_MAX_ROWS = 262_144
-"""Files expected to hold at most this many rows are encoded in parts on the pool
-(:class:`PartEncoder`): a small ingest's encoding is most of its time and nothing else keeps
-the second core busy (50k rows: the encoding ~25 ms on one thread). Larger files stream
-through one writer (:class:`StreamEncoder`): joining parts costs ~40 us of Python per
-column chunk, and a large ingest's gathering and key filters run beside its encoding
-already."""
+"""With :func:`encode_threads` above 1, files expected to hold at most this many rows are
+encoded in parts on the pool (:class:`PartEncoder`): a small ingest's encoding is most of
+its time (50k rows: ~25 ms on one thread). Larger files stream through one writer
+(:class:`StreamEncoder`): joining parts costs ~40 us of Python per column chunk, and a large
+ingest's gathering and key filters run beside its encoding already."""
 
 
 def encoder_for(schema: pa.Schema, options: Mapping[str, Any], row_group_rows: int,
                 out: pa.NativeFile, rows_hint: int | None) -> Encoder:
     """The encoder for a file of at most ``rows_hint`` rows (None: unknown). A file of one
     row group is one part anyway: it streams (no thread, nothing to join)."""
-    if rows_hint is not None and row_group_rows < rows_hint <= PARALLEL_MAX_ROWS:
-        return PartEncoder(schema, options, row_group_rows, out.write, rows_hint)
+    threads = encode_threads()
+    if threads > 1 and rows_hint is not None and \
+            row_group_rows < rows_hint <= PARALLEL_MAX_ROWS:
+        return PartEncoder(schema, options, row_group_rows, out.write, rows_hint,
+                           threads=threads)
     return StreamEncoder(schema, options, row_group_rows, out)
 
 
@@ -124,12 +150,13 @@ class PartEncoder:
     and footers to join, and the threads end together."""
 
     def __init__(self, schema: pa.Schema, options: Mapping[str, Any], row_group_rows: int,
-                 write: Callable[[Any], Any], rows: int) -> None:
+                 write: Callable[[Any], Any], rows: int, *, threads: int = 2) -> None:
         self.schema = schema
         self.options = dict(options)
         self.row_group_rows = row_group_rows
         groups = -(-max(1, rows) // row_group_rows)
-        self.part_rows = row_group_rows * -(-groups // ENCODE_THREADS)
+        self.threads = threads
+        self.part_rows = row_group_rows * -(-groups // threads)
         """Rows of each part but the last (whole row groups)."""
         self._write = write
         self._joined = Stitcher()
@@ -153,7 +180,7 @@ class PartEncoder:
         rows = pa.concat_tables(self._pending)
         start = 0
         while rows.num_rows - start >= self.part_rows or (final and start < rows.num_rows):
-            self._waiting.append(_encoders().submit(
+            self._waiting.append(_encoders(self.threads).submit(
                 encode, rows.slice(start, self.part_rows), self.schema, self.options,
                 self.row_group_rows))
             start += self.part_rows
