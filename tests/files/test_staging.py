@@ -286,14 +286,31 @@ def test_a_commit_makes_its_files_durable_before_the_log_entry(tmp_path: Path,
             events.append(("log", key))
         return real_put(self, key, data)
 
+    real_fsync_dir = local._fsync_directory
+
+    def fsync_dir(path: Path) -> None:
+        events.append(("fsync", f"{path.name}/"))
+        real_fsync_dir(path)
+
+    real_plain_put = local.LocalObjectStore.put
+
+    def put(self: local.LocalObjectStore, key: str, data: bytes) -> None:
+        real_plain_put(self, key, data)  # (durable as it returns: the module's promise)
+        events.append(("fsync", key.rsplit("/", 1)[-1]))
+
     monkeypatch.setattr(local, "_fsync_file", fsync)
+    monkeypatch.setattr(local, "_fsync_directory", fsync_dir)
+    monkeypatch.setattr(local.LocalObjectStore, "put", put)
     monkeypatch.setattr(local.LocalObjectStore, "put_if_absent", put_if_absent)
     table.ingest(rows(50, seed=0))
     (ref,) = table.state().all_references()
-    synced = [n for kind, n in events if kind == "fsync"]
-    assert ref.filename.rsplit("/", 1)[-1] in synced
     first_log = next(i for i, (kind, _) in enumerate(events) if kind == "log")
-    assert events.index(("fsync", ref.filename.rsplit("/", 1)[-1])) < first_log
+    # the file, its sidecars (the writer syncs the file and its key filter as it closes;
+    # the sample is put) and the folder naming them: each durable before the entry
+    folder, _, name = ref.filename.rpartition("/")
+    for synced in [name, *(n.rsplit("/", 1)[-1] for n in with_sidecars([ref.filename])),
+                   f"{folder.rsplit('/', 1)[-1]}/"]:
+        assert ("fsync", synced) in events[:first_log], synced
 
 
 def test_files_that_cannot_be_made_durable_are_not_committed(tmp_path: Path,

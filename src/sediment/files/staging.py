@@ -50,6 +50,8 @@ class Staging:
         self.table = table or objects.uri
         self._files: dict[str, None] = {}
         """The files staged and not yet settled, in staging order (a dict as an ordered set)."""
+        self._synced: set[str] = set()
+        """Staged files (and sidecars) their writer made durable already."""
         self._tried = False
         """Whether a commit of the files was tried: until then, no failure can have
         committed them."""
@@ -82,6 +84,11 @@ class Staging:
             return
         pending.register(self.objects, names)
         self._files.update(dict.fromkeys(names))
+
+    def synced(self, filenames: Iterable[str]) -> None:
+        """Record that ``filenames`` (staged files and their sidecars) were made durable by
+        their writer (``WrittenFile.synced``): :meth:`commit` syncs only the others."""
+        self._synced.update(filenames)
 
     def adopt(self, filenames: Iterable[str]) -> None:
         """Protect ``filenames``, written by another process (a Spark executor, a compaction
@@ -118,7 +125,7 @@ class Staging:
         decides, and the error is raised."""
         # the files are made durable before the log entry naming them is (a no-op on S3)
         try:
-            self.objects.sync(with_sidecars(self._files))
+            self.objects.sync([k for k in with_sidecars(self._files) if k not in self._synced])
         except BaseException as e:
             self.settle(e)  # no commit tried: the files are deleted
             raise
@@ -145,6 +152,7 @@ class Staging:
         heartbeat)."""
         names = self.files
         self._files.clear()
+        self._synced.clear()
         pending.release(self.objects, names)
 
     def __enter__(self) -> Staging:

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from sediment.core.model import FileSums
 from sediment.errors import SedimentError, StorageError
 from sediment.files.keyfilter import FilterLayout, hash_keys
+from sediment.files.parts import encoder_for
 from sediment.files.sample import KeySampler
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name, with_sidecars
@@ -40,6 +41,9 @@ class WrittenFile:
     bytes: int
     sums: FileSums | None = None
     """The checksums of the bytes written (None from writers that take none)."""
+    synced: bool = False
+    """Whether the file and its sidecars are durable already (``ObjectStore.sync``: the
+    sorted writer syncs them as it closes), so that their commit need not sync them again."""
 
 
 _SINK_BUFFER = 1 << 20
@@ -166,10 +170,13 @@ class SortedFileWriter:
 
     def __init__(self, objects: ObjectStore, filename: str, schema: Schema,
                  properties: Mapping[str, Any], *, sequence: bool = False,
-                 ready: Callable[[], None] | None = None) -> None:
+                 ready: Callable[[], None] | None = None,
+                 rows_hint: int | None = None) -> None:
         """``ready``: called before the file (and its key-filter sidecar) is created, which
         then waits for the first bytes the writer emits (``Staging.new_file_later``: the
-        lease naming the file is written meanwhile); None: the file is created here."""
+        lease naming the file is written meanwhile); None: the file is created here.
+        ``rows_hint``: the most rows the file will hold, when known (a small file is encoded
+        on several threads: ``sediment.files.parts.encoder_for``)."""
         self.objects = objects
         self.filename = filename
         self.schema = schema
@@ -186,6 +193,8 @@ class SortedFileWriter:
         bits = int(properties["parquet.key_filter_bits"])
         self._filter = FilterLayout.for_rows(self.row_group_rows, bits) if bits else None
         self._keys_sink: pa.NativeFile | None = None
+        self._key_blocks: list[Future[bytes]] = []
+        """Key-filter blocks built (or being built) and not yet written to their sidecar."""
         self._ready = ready
         self._deferred = _CreatedOnWrite(self._create) if ready is not None else None
         stream = self._create() if self._deferred is None else self._deferred
@@ -205,7 +214,10 @@ class SortedFileWriter:
         # own, and each write into a Python sink takes the GIL and a Python call (2M rows:
         # ~20k writes, 0.26 s); through the buffer the sink sees 1 MiB writes
         self._out = pa.output_stream(self._sink, buffer_size=_SINK_BUFFER)
-        self._writer = pq.ParquetWriter(self._out, self.arrow_schema, **opts)
+        # a small file is encoded on the process's encoding threads, a few row groups a part,
+        # and joined in order: the bytes one ParquetWriter would write (sediment.files.parts)
+        self._parts = encoder_for(self.arrow_schema, opts, self.row_group_rows, self._out,
+                                  rows_hint)
         self._sampler = KeySampler(schema.row_key_names, self.sample_size)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -272,18 +284,30 @@ class SortedFileWriter:
                 key = groups.column(self.schema.row_key_names[0])
                 layout = self._filter
                 blocks = _filter_builder().submit(lambda: layout.build(hash_keys(key)))
-            self._writer.write_table(groups, row_group_size=self.row_group_rows)
+            self._parts.add(groups)
             if blocks is not None:
-                if self._deferred is not None:
-                    self._deferred.create()  # (the sidecar is made with the file)
-                if self._keys_sink is not None:
-                    self._keys_sink.write(blocks.result())
+                self._key_blocks.append(blocks)
+                self._write_key_blocks(create=False)
         rest = t.slice(full)
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows
 
+    def _write_key_blocks(self, *, create: bool) -> None:
+        """Write the key-filter blocks built so far into the sidecar once it exists (it is
+        made with the data file, at its first bytes, once the lease is stored: until then the
+        blocks wait here, and the writer goes on gathering rows); ``create``: make it now."""
+        if self._deferred is not None and not self._deferred.created:
+            if not create:
+                return
+            self._deferred.create()
+        while self._key_blocks:
+            blocks = self._key_blocks.pop(0)
+            if self._keys_sink is not None:
+                self._keys_sink.write(blocks.result())
+
     def close(self) -> WrittenFile:
         self._flush(final=True)
+        self._write_key_blocks(create=True)
         # the sample is built and stored (a put: an fsync of it and of its folder on local
         # disk) on a thread while the file's last pages, page index and footer are written
         stored = _filter_builder().submit(self._store_sample)
@@ -293,21 +317,32 @@ class SortedFileWriter:
         keys = None if self._keys_sink is None else _closer().submit(self._keys_sink.close)
         try:
             try:
-                if isinstance(self._sink, SummingSink):
-                    self._sink.mark()  # what close writes (page indexes, footer) is kept whole
-                self._writer.close()
+                # what follows the row groups (page indexes, footer) is kept whole
+                self._parts.finish(self._sink.mark if isinstance(self._sink, SummingSink)
+                                   else lambda: None)
                 self._out.close()  # flushes the buffer into the sink, and closes it
-                info = self.objects.head(self.filename)
             finally:
                 if keys is not None:
                     keys.result()  # (raises what closing the sidecar raised)
+            # the file and its key filter are made durable (fsyncs of them and of their
+            # folder on local disk) on a thread while the sample is stored and the size read
+            # back: their commit need not sync them again (WrittenFile.synced)
+            synced = _closer().submit(self.objects.sync, [
+                self.filename, *([] if self._keys_sink is None else [keys_name(self.filename)])])
+            try:
+                info = self.objects.head(self.filename)
+            finally:
+                synced_error = synced.exception()
         except BaseException:
             with contextlib.suppress(Exception):  # settled before an abort deletes it
                 stored.result()
             raise
         sample_bytes = stored.result()
+        if synced_error is not None:
+            raise synced_error
         if not isinstance(self._sink, SummingSink):  # no sums: WRITE_SUMS is off
-            return WrittenFile(self.filename, self.rows, 0 if info is None else info.size)
+            return WrittenFile(self.filename, self.rows, 0 if info is None else info.size,
+                               synced=True)
         size = self._sink.size
         if info is None or info.size != size:
             raise StorageError(f"data file {self._path}: {size} bytes written, "
@@ -318,7 +353,7 @@ class SortedFileWriter:
             n = footer_length(tail) + 8
             footer = crc32(self.objects.get_range(self.filename, size - n, size))
         sums = FileSums(size, footer, self._sink.crc, crc32(sample_bytes))
-        return WrittenFile(self.filename, self.rows, size, sums)
+        return WrittenFile(self.filename, self.rows, size, sums, synced=True)
 
     def _store_sample(self) -> bytes:
         """Build the file's sample and store it (after ``ready``, as the file); its bytes."""
@@ -335,7 +370,10 @@ class SortedFileWriter:
         deferred = getattr(self, "_deferred", None)
         if deferred is not None:
             deferred.drop()  # (a file not created yet is not created to be deleted)
-        for closable in (getattr(self, "_writer", None), getattr(self, "_out", None),
+        parts = getattr(self, "_parts", None)
+        if parts is not None:
+            parts.abort()
+        for closable in (getattr(self, "_out", None),
                          getattr(self, "_sink", None), getattr(self, "_keys_sink", None)):
             try:
                 if closable is not None:
@@ -363,6 +401,10 @@ class _CreatedOnWrite:
     def create(self) -> None:
         if self._stream is None and not self._dropped:
             self._stream = self._make()
+
+    @property
+    def created(self) -> bool:
+        return self._stream is not None
 
     def drop(self) -> None:
         self._dropped = True

@@ -24,6 +24,7 @@ from sediment.core.model import FileReference, FileSums
 from sediment.core.state import TableState
 from sediment.core.transactions import AddFiles
 from sediment.errors import DataError, SedimentError, StorageError
+from sediment.files.sidecars import with_sidecars
 from sediment.files.staging import Staging
 from sediment.files.writer import SortedFileWriter, WrittenFile
 from sediment.ingest.sources import IngestInput, conform, expand_paths, iter_input, read_file
@@ -64,8 +65,8 @@ class IngestResult:
 
 
 def _write_partitioned(table: TableHandle, state: TableState, settings: TableSettings,
-                       stream: Iterator[pa.RecordBatch], strategy: str, staging: Staging
-                       ) -> tuple[list[FileReference], list[WrittenFile]]:
+                       stream: Iterator[pa.RecordBatch], strategy: str, staging: Staging,
+                       rows: int) -> tuple[list[FileReference], list[WrittenFile]]:
     """Write the sorted stream cut at ``state``'s leaves (by its partitioning): a file per
     touched leaf, or (``shared_file``) one file referenced from every leaf it touches with
     that leaf's exact count, each staged in ``staging`` before it is created. When the cut
@@ -83,6 +84,8 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
         w = writers[key].close()  # (one that fails to close stays open: it is aborted)
         del writers[key]
         written.append(w)
+        if w.synced:  # durable already: the commit does not sync them again
+            staging.synced(with_sidecars([w.filename]))
         if key == "shared":
             refs.extend(FileReference(w.filename, pid, n) for pid, n in counts.items())
         else:
@@ -96,7 +99,7 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
                 if pieces:
                     if "shared" not in writers:
                         writers["shared"] = _new_writer(table, staging, "shared", schema,
-                                                        settings)
+                                                        settings, rows)
                     writers["shared"].write(batch)
                 continue
             for piece in pieces:
@@ -105,7 +108,8 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
                     if partitioning.cuts_in_order:  # the leaves before it are done
                         for key in list(writers):
                             close(key)
-                    writer = _new_writer(table, staging, piece.leaf.id, schema, settings)
+                    writer = _new_writer(table, staging, piece.leaf.id, schema, settings,
+                                         rows)
                     writers[piece.leaf.id] = writer
                 writer.write(piece.of(batch))
         for key in list(writers):
@@ -127,12 +131,13 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
 
 
 def _new_writer(table: TableHandle, staging: Staging, partition_id: str, schema: Schema,
-                settings: TableSettings) -> SortedFileWriter:
-    """A writer of a new file of ``partition_id``: its lease is written on a thread while the
-    writer encodes, and the file created only once the lease is stored
-    (``Staging.new_file_later``)."""
+                settings: TableSettings, rows: int) -> SortedFileWriter:
+    """A writer of a new file of ``partition_id`` (of at most ``rows`` rows): its lease is
+    written on a thread while the writer encodes, and the file created only once the lease
+    is stored (``Staging.new_file_later``)."""
     name, ready = staging.new_file_later(partition_id)
-    return SortedFileWriter(table.objects, name, schema, settings, ready=ready)
+    return SortedFileWriter(table.objects, name, schema, settings, ready=ready,
+                            rows_hint=rows)
 
 
 def delete_staged(table: TableHandle, filenames: Sequence[str]) -> None:
@@ -235,7 +240,8 @@ def stage_batches(table: TableHandle, state: TableState,
             return StagedFiles(0, [], [])
         with Staging(table.objects, table.name) as staging:  # an error deletes the files
             refs, written = _write_partitioned(table, state, settings, runs.sorted_stream(),
-                                               settings.ingest_write_strategy, staging)
+                                               settings.ingest_write_strategy, staging,
+                                               rows)
         return StagedFiles(rows, refs, written, staging)
     finally:
         runs.cleanup()

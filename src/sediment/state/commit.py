@@ -20,6 +20,7 @@ transaction brings in are checked here, not protected: their staging holds the l
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -81,15 +82,14 @@ class CommitLoop:
         # whether the table was dropped is read on a thread while the transaction is built
         # and its new files are checked (a round trip less per commit); it is known before
         # anything is written, and it is what a commit into a dropped table raises
-        with ThreadPoolExecutor(1, thread_name_prefix="sediment-dropped") as pool:
-            dropped = pool.submit(self.objects.exists, DROPPED_MARKER)
-            try:
-                with traces.span("sediment.commit", self.name):
-                    state, txn = self._commit(source, lambda: self._not_dropped(dropped))
-            except BaseException:
-                self._not_dropped(dropped)
-                raise
-            self._not_dropped(dropped)  # (an empty transaction, which appends nothing, too)
+        dropped = _checkers().submit(self.objects.exists, DROPPED_MARKER)
+        try:
+            with traces.span("sediment.commit", self.name):
+                state, txn = self._commit(source, lambda: self._not_dropped(dropped))
+        except BaseException:
+            self._not_dropped(dropped)
+            raise
+        self._not_dropped(dropped)  # (an empty transaction, which appends nothing, too)
         if not txn.is_empty():
             self._maybe_snapshot(state)
         return state.copy()
@@ -186,8 +186,10 @@ class CommitLoop:
         files = [f for f in files if f not in checked]
         if not files:
             return
-        with ThreadPoolExecutor(min(16, len(files))) as pool:
-            present = list(pool.map(self.objects.exists, files))
+        if len(files) == 1:  # (one file: no thread)
+            present = [self.objects.exists(files[0])]
+        else:
+            present = list(_checkers().map(self.objects.exists, files))
         missing = [f for f, ok in zip(files, present, strict=True) if not ok]
         if missing:
             raise TransactionInvalidError(
@@ -208,6 +210,32 @@ class CommitLoop:
             write_snapshot(self.objects, state, self.heads.known_digests)
         except SedimentError as e:
             log.warning("snapshot of table %s at %s failed: %s", self.name, state.version, e)
+
+
+CHECK_THREADS = 16
+"""Threads that read what a commit checks (the drop marker, the new files' existence), one
+pool per process: a pool made per commit cost a commit of one small file ~0.5 ms."""
+_POOL: list[tuple[int, ThreadPoolExecutor]] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _reset_pool_lock() -> None:
+    """A forked child starts with a free lock (a parent's thread may have held it)."""
+    global _POOL_LOCK
+    _POOL_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_pool_lock)
+
+
+def _checkers() -> ThreadPoolExecutor:
+    """The process's checking threads (a pool inherited through fork has no threads). Their
+    tasks only read: none waits for another, so commits sharing them never deadlock."""
+    with _POOL_LOCK:
+        if not _POOL or _POOL[0][0] != os.getpid():
+            _POOL[:] = [(os.getpid(), ThreadPoolExecutor(
+                CHECK_THREADS, thread_name_prefix="sediment-commit-check"))]
+        return _POOL[0][1]
 
 
 def _rows_added(txn: Transaction) -> int:
