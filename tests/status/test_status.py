@@ -40,3 +40,26 @@ def test_deferred_events_are_written_when_the_block_ends(tmp_path: Path) -> None
     events = list(status.events("ingest"))
     assert [e.job_id for e in events] == ["v1", "v2", "v3"]
     assert events[0].time == first.time
+
+
+def test_an_event_is_written_without_a_disk_flush(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A status event is a report no guarantee rests on (``ObjectStore.put_report``): on
+    local disk it is renamed into place complete, with no fsync, where every other put syncs
+    the file and its folder."""
+    import os
+
+    from sediment.storage import local
+
+    objects = LocalObjectStore(tmp_path)
+    status = StatusStore(objects)
+    status.record("ingest", "v0", "committed")  # its folders exist from here on
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    monkeypatch.setattr(local, "_fsync_directory", lambda path: synced.append(-1))
+    status.record("ingest", "v1", "committed", rows=3)
+    assert synced == []
+    assert [(e.job_id, e.details) for e in status.events("ingest")][1] == ("v1", {"rows": 3})
+    assert not [p for p in tmp_path.rglob("*") if p.name.startswith(local._TMP)]
+    objects.put("other.json", b"{}")
+    assert len(synced) >= 2  # the file, then its folder

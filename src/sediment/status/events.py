@@ -117,7 +117,7 @@ class StatusStore:
     def _write(self, ev: Event) -> None:
         key = f"{STATUS_PREFIX}{ev.kind}/{ev.time:017.6f}-{uuid.uuid4().hex[:8]}.json"
         try:
-            self.objects.put(key, sealed(ev.to_json(), default=str))
+            self.objects.put_report(key, sealed(ev.to_json(), default=str))
         except SedimentError:
             pass
 

@@ -64,6 +64,13 @@ class ObjectStore(ABC):
     def put(self, key: str, data: bytes) -> None:
         """Write (or overwrite) an object atomically: readers see old or new, never partial."""
 
+    def put_report(self, key: str, data: bytes) -> None:
+        """:meth:`put` of an object no guarantee rests on (a status event): atomic, but a
+        store may skip making it durable, so that writing a report costs its writer no disk
+        flush (an OS crash may then lose it, or leave it empty: its reader leaves out what
+        fails its checksum)."""
+        self.put(key, data)
+
     @abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create the object only if no object has the key; False when it was taken."""
@@ -222,6 +229,9 @@ class PrefixedObjectStore(ObjectStore):
 
     def put(self, key: str, data: bytes) -> None:
         self.inner.put(self._k(key), data)
+
+    def put_report(self, key: str, data: bytes) -> None:
+        self.inner.put_report(self._k(key), data)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return self.inner.put_if_absent(self._k(key), data)

@@ -151,14 +151,25 @@ class LocalObjectStore(ObjectStore):
             if self.sync_directories:
                 _fsync_directory(d.parent)
 
-    def _write_temp(self, path: Path, data: bytes) -> Path:
+    def _write_temp(self, path: Path, data: bytes, *, durable: bool = True) -> Path:
         self._make_directories(path.parent)
         tmp = path.parent / f"{_TMP}{uuid.uuid4().hex}"
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         return tmp
+
+    def put_report(self, key: str, data: bytes) -> None:
+        """A rename of a complete temp file (atomic for readers), with no fsync of the file
+        or its folder: a report is written on its writer's path (an ingest's status event)
+        and no guarantee rests on it."""
+        path = self._p(key)
+        try:
+            os.replace(self._write_temp(path, data, durable=False), path)
+        except OSError as e:
+            raise StorageError(f"writing {key!r} in {self.uri}: {e}") from e
 
     def put(self, key: str, data: bytes) -> None:
         path = self._p(key)
@@ -289,8 +300,11 @@ class LocalObjectStore(ObjectStore):
         if not paths:
             return
         try:
-            with ThreadPoolExecutor(min(8, len(paths))) as pool:
-                list(pool.map(_fsync_file, paths))
+            if len(paths) == 1:  # no pool to start for one file
+                _fsync_file(paths[0])
+            else:
+                with ThreadPoolExecutor(min(8, len(paths))) as pool:
+                    list(pool.map(_fsync_file, paths))
             for folder in {p.parent for p in paths}:
                 if folder.is_dir():
                     _fsync_directory(folder)
