@@ -36,7 +36,7 @@ from sediment.files.parquet_meta import (
     PL_OFFSET,
     RG_COLUMNS,
 )
-from sediment.files.thrift_compact import STRUCT, ThriftError
+from sediment.files.thrift_compact import STRUCT, ThriftError, put_int
 from sediment.files.thrift_edit import (
     START,
     Plan,
@@ -208,7 +208,7 @@ class Stitcher:
         if rows_end > groups_at:
             raise StitchError("a part's footer is not in field order")
         footer = bytearray(first[:rows_at])
-        _put_int(footer, sum(p.rows for p in self._parts))
+        put_int(footer, sum(p.rows for p in self._parts))
         footer += first[rows_end:groups_at]
         footer += list_head(sum(len(p.groups) for p in self._parts), STRUCT)
         footer += groups
@@ -218,13 +218,6 @@ class Stitcher:
         out += MAGIC
         return bytes(out)
 
-
-def _put_int(out: bytearray, n: int) -> None:
-    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
 
 
 def stitch(parts: Sequence[bytes]) -> bytes:

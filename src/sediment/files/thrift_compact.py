@@ -215,7 +215,8 @@ def _put_varint(out: bytearray, n: int) -> None:
     out.append(n)
 
 
-def _put_int(out: bytearray, n: int) -> None:
+def put_int(out: bytearray, n: int) -> None:
+    """Append ``n`` as a compact-protocol integer (zigzag, then a varint)."""
     _put_varint(out, ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
@@ -226,7 +227,7 @@ def _put_value(out: bytearray, t: int, v: Any) -> None:
         else:
             _put_struct(out, v)
     elif t == I32 or t == I64 or t == I16:
-        _put_int(out, v)
+        put_int(out, v)
     elif t == BINARY:
         _put_varint(out, len(v))
         out += v
@@ -268,7 +269,7 @@ def _put_struct(out: bytearray, fields: Struct, last: int = 0, stop: bool = True
             out.append((fid - last) << 4 | nibble)
         else:
             out.append(nibble)
-            _put_int(out, fid)
+            put_int(out, fid)
         if t != BOOL:
             _put_value(out, t, v)
         last = fid

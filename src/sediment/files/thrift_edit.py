@@ -34,6 +34,7 @@ from sediment.files.thrift_compact import (
     STRUCT,
     UUID,
     ThriftError,
+    put_int,
 )
 
 START = 0
@@ -55,13 +56,6 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         if shift > 63:
             raise ThriftError("varint longer than 10 bytes")
 
-
-def _put_int(out: bytearray, n: int) -> None:
-    z = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
 
 
 def _list_head(buf: bytes, pos: int) -> tuple[int, int, int]:
@@ -193,7 +187,7 @@ def edit_struct(buf: bytes, pos: int, out: bytearray, plan: Plan) -> int:
                 raise ThriftError(f"field {fid} is not an integer")
             n, pos = _varint(buf, pos)
             edited: Callable[[int], int] = action
-            _put_int(out, edited((n >> 1) ^ -(n & 1)))
+            put_int(out, edited((n >> 1) ^ -(n & 1)))
         copied = pos
 
 
