@@ -77,6 +77,9 @@ REWRITES: list[tuple[re.Pattern[str], str, str]] = [
     (re.compile(r"(maintain --loop --interval) \d+(?!.*--max-loops)"), r"\1 0.2 --max-loops 2",
      "the maintainer runs until interrupted: two short passes instead"),
     (re.compile(r"aws s3 mb s3://[\w.-]+"), "true", "the test creates every bucket a page names"),
+    (re.compile(r"sediment bulk-import (\S+ '[^']+') --master '[^']+'"), r"sediment ingest \1",
+     "the command's own Spark driver costs a minute of the suite: tests/integration/spark/"
+     "test_bulk_import.py runs the same command on the Spark lane's session"),
 ]
 
 
@@ -388,4 +391,6 @@ def test_rewrites_apply() -> None:
     assert rewrite('session("spark://host:7077")', env) == 'session("local[2]")'
     assert rewrite("sediment maintain --loop --interval 30", env) == \
         "sediment maintain --loop --interval 0.2 --max-loops 2"
+    assert rewrite("sediment bulk-import events 's3://b/in/*.parquet' --master 'local[*]'",
+                   env) == "sediment ingest events 's3://b/in/*.parquet'"
     assert rewrite(f"--endpoint {MOTO_PLACEHOLDER}", env) == "--endpoint http://127.0.0.1:1"

@@ -4,6 +4,7 @@ before anything is committed, and a retried task leaving no duplicates."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,51 @@ def test_splits_commit_with_the_files_and_conflict_with_a_concurrent_split(
     assert reopened.version == result.version
     assert_files_in_their_regions(reopened)
     assert_same_rows(reopened.query(), frame)
+
+
+def test_the_cli_command_imports_on_the_session_it_starts(spark_local: Any, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sediment bulk-import TABLE GLOB --master M`` (README's shell card; the card's own run
+    ingests instead, so the docs test starts no JVM of its own): the command asks
+    ``sediment.spark.session`` for a session on ``M``, imports every file of the glob in one
+    commit, reports it and stops its session. Here the session it gets is the Spark lane's,
+    whose ``stop`` is recorded instead of done (the lane's other tests still need it)."""
+    from typer.testing import CliRunner
+
+    import sediment.spark
+    from sediment.cli.app import app
+
+    store = sd.Store.open(str(tmp_path / "store"), create=True)
+    table = store.create_table("events", SCHEMA)
+    fs, base, uri = input_location(store, tmp_path)
+    frames = [make_frame(400, seed=21), make_frame(300, seed=22, start=1000)]
+    for i, frame in enumerate(frames):
+        write_input(fs, base, f"part-{i}.parquet", frame)
+    calls: list[tuple[str | None, str]] = []
+
+    class Session:
+        """The lane's session, its ``stop`` recorded."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(spark_local, name)
+
+        def stop(self) -> None:
+            calls.append((None, "stop"))
+
+    def session(master: str | None = None, **kwargs: Any) -> Any:
+        calls.append((master, "session"))
+        return Session()
+
+    monkeypatch.setattr(sediment.spark, "session", session)
+    before = table.version
+    out = CliRunner().invoke(app, ["bulk-import", "events", f"{uri}/*.parquet",
+                                   "--master", "local[*]", "--store", str(tmp_path / "store"),
+                                   "--json"])
+
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)
+    assert report["table"] == "events" and report["rows"] == 700
+    assert calls == [("local[*]", "session"), (None, "stop")]
+    history = [h for h in table.history() if h.version > before]
+    assert [h.version for h in history] == [report["version"]]
+    assert_same_rows(table.query(), *frames)
