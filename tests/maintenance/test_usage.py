@@ -46,6 +46,7 @@ def test_usage_sorts_every_byte_by_what_holds_it(tmp_path: Path) -> None:
     write_sorted_file(table._handle.objects, orphan, helpers.SCHEMA, table.properties, [data])
     pending.release(table._handle.objects, [orphan])
 
+    pending.flush()  # (an emptied lease is deleted now, not by the heartbeat mid-test)
     u = table.usage()
     root = Path(table._handle.objects.local_path(""))
     objects = {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")
@@ -70,6 +71,7 @@ def test_usage_sorts_every_byte_by_what_holds_it(tmp_path: Path) -> None:
     store = table.store
     other = helpers.make_table(store, name="other")
     other.ingest(rows(10, 1))
+    pending.flush()
     su = store.usage()
     assert set(su.tables) == {table.name, "other"}
     assert su.tables[table.name] == table.usage()
@@ -103,6 +105,9 @@ def test_store_usage_on_s3_counts_every_object(s3_store_uri: tuple[str, dict[str
     table.ingest(rows(100, 1))
     table.ingest(rows(100, 2))
     table.compact()
+    # the heartbeat deletes this process's emptied pending-file lease at any moment: done
+    # now, so the two listings below see the same objects
+    pending.flush()
     u = store.usage()
     listed = {o.key: o.size for o in store.objects.list("") if not o.key.endswith("/")}
     assert u.bytes == sum(listed.values())
