@@ -371,6 +371,8 @@ def test_the_cli_command_imports_on_the_session_it_starts(spark_local: Any, tmp_
     report = json.loads(out.stdout)
     assert report["table"] == "events" and report["rows"] == 700
     assert calls == [("local[*]", "session"), (None, "stop")]
+    # (the command committed through its own handle: a fresh one reads the new head)
+    table = sd.Store.open(str(tmp_path / "store")).table("events")
     history = [h for h in table.history() if h.version > before]
     assert [h.version for h in history] == [report["version"]]
     assert_same_rows(table.query(), *frames)

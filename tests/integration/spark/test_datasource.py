@@ -300,10 +300,23 @@ REUSE_CASES = ["dataframe", "new-dataframe", "view", "cache"]
 
 @pytest.mark.spark
 @pytest.mark.parametrize("case", REUSE_CASES)
-def test_reused_relation_without_pushdown_stays_correct(spark: Any, tmp_path: Path,
+def test_reused_relation_without_pushdown_stays_correct(spark_local: Any, tmp_path: Path,
                                                         case: str) -> None:
-    """With pushdown off (the default) every reuse of a loaded relation answers right, on
-    local[2] and on the standalone cluster: the relation's one read plan reads everything."""
+    """With pushdown off (the default) every reuse of a loaded relation answers right: the
+    relation's one read plan reads everything. (Reuse is planned by the driver, the same on
+    local[2] and on a cluster; the cluster runs the cached case below.)"""
+    _assert_reuse_correct(spark_local, tmp_path, case)
+
+
+@pytest.mark.spark
+def test_a_cached_relation_on_the_cluster_stays_correct(spark_cluster: Any,
+                                                        tmp_path: Path) -> None:
+    """The cached relation's blocks live on the standalone cluster's executor: a filtered
+    count of it and its whole count still answer right."""
+    _assert_reuse_correct(spark_cluster, tmp_path, "cache")
+
+
+def _assert_reuse_correct(spark: Any, tmp_path: Path, case: str) -> None:
     store = sd.Store.open(str(tmp_path / "store"), create=True)
     _, first, second, _ = _table(store)
     both = pd.concat([first, second], ignore_index=True)
@@ -317,11 +330,13 @@ def test_reused_relation_without_pushdown_stays_correct(spark: Any, tmp_path: Pa
                    reason="Spark 4.3.0 stores a pushdown scan's read info (pickled reader and "
                    "partitions) on the relation's shared PythonDataSourceV2; a later scan that "
                    "sends Python no filter reuses it without calling Python")
-def test_reused_relation_after_pushdown_known_spark_bug(spark: Any, tmp_path: Path,
+def test_reused_relation_after_pushdown_known_spark_bug(spark_local: Any, tmp_path: Path,
                                                          case: str) -> None:
+    """(The driver's planner: the same on a cluster.)"""
     store = sd.Store.open(str(tmp_path / "store"), create=True)
     _, first, second, _ = _table(store)
-    _, total = _reuse(spark, _read(spark, store, pushdown="true"), case, "key = 'k003'")
+    _, total = _reuse(spark_local, _read(spark_local, store, pushdown="true"), case,
+                      "key = 'k003'")
     assert total == len(first) + len(second)
 
 
