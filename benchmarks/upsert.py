@@ -26,8 +26,9 @@ with ``table.upsert``), ``last`` (``merge="last"``, written with ``table.upsert`
    same rows into ``ingest_last``; Delta ``merge(...).when_matched_update_all()
    .when_not_matched_insert_all()``; Lance ``merge_insert``; Paimon a write + commit to a
    primary-key table.
-2. **Exact-key lookups**, warm, ``--lookups`` random existing keys (and as many upserted
-   ones, reported apart): p50 of ``table.query(keys=[k])`` on ``upsert`` and ``last`` right
+2. **Exact-key lookups**, footers warm and the block cache emptied before each table's block
+   of keys (every table's pages read alike), ``--lookups`` random existing keys (and as many
+   upserted ones, reported apart): p50 of ``table.query(keys=[k])`` on ``upsert`` and ``last`` right
    after round 1 (two files per leaf, no compaction), in alternating blocks with ``base``;
    again after one ``table.maintain()`` of each (``base`` maintained too). The peers'
    lookups before and after the upserts, for context.
@@ -171,7 +172,17 @@ def files_per_leaf(table: sd.Table) -> float:
 def sediment_lookups(tables: dict[str, sd.Table], keys: list[str], warm: int
                      ) -> dict[str, list[float]]:
     """Exact-key lookups on each table, in alternating blocks of ``BLOCK`` keys (so every
-    table sees the same machine load); the first ``warm`` keys are not timed."""
+    table sees the same machine load); the first ``warm`` keys are not timed (they load the
+    footers, key filters and page indexes).
+
+    The process's block cache is emptied before each table's block: every timed lookup then
+    reads its pages as a cold one does, on every table alike. Left as it was, a table whose
+    files changed since the last stage (an upsert, a maintain) was timed cold beside one whose
+    files did not and whose pages of the same keys were cached from the stage before; and
+    warming every key instead leaves the tables to evict each other's pages from the bounded
+    cache, in an order that decides the ratios."""
+    from sediment.query.blocks import BLOCKS
+
     for t in tables.values():
         for k in keys[:warm]:
             t.query(keys=[k])
@@ -179,6 +190,7 @@ def sediment_lookups(tables: dict[str, sd.Table], keys: list[str], warm: int
     timed = keys[warm:]
     for i in range(0, len(timed), BLOCK):
         for name, t in tables.items():
+            BLOCKS.clear()
             for k in timed[i:i + BLOCK]:
                 t0 = time.perf_counter()
                 t.query(keys=[k])
@@ -215,7 +227,8 @@ def lookups_stage(label: str, tables: dict[str, sd.Table], peers: dict[str, Peer
             drop_peer(peers, name, e, failed)
     print_table(["engine / table", "p50 ms", "p99 ms", "p50 ms (upserted keys)"],
                 [[k, v["p50_ms"], v["p99_ms"], v.get("upserted_p50_ms", "")]
-                 for k, v in out.items()], title=f"Exact-key lookups, warm: {label}")
+                 for k, v in out.items()],
+                title=f"Exact-key lookups, block cache emptied per block: {label}")
     return out
 
 
