@@ -312,6 +312,9 @@ def query_worker(args: dict[str, Any]) -> None:
         except sd.SedimentError as e:
             rec["error"] = f"{type(e).__name__}: {e}"
         _append(args["out"], rec)
+        # a short pause between queries: still hundreds of answers checked a run, without a
+        # reader spinning a core (with moto and the proxy) beside the processes under test
+        time.sleep(args.get("pause", 0.01))
 
 
 def _install_kill_point(kill_at: dict[str, Any]) -> None:
