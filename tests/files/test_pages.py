@@ -19,7 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sediment.errors import CorruptDataError, CorruptMetadataError
+from sediment.files import thrift_compact as tc
 from sediment.files.keys import key_value
+from sediment.files.page_index import page_locations
 from sediment.files.pages import (
     TAIL_GUESS,
     PageIndex,
@@ -263,6 +265,54 @@ def test_a_footer_or_index_that_does_not_decode_is_corrupt_metadata() -> None:
     assert damaged is not None
     with pytest.raises(CorruptMetadataError, match="page index of data file f.parquet"):
         damaged.pages(0, 0)
+
+
+@given(parquet_files())
+@settings(max_examples=15, deadline=None)
+def test_the_offset_index_loop_reads_what_the_generic_decoder_reads(
+        file: tuple[bytes, pa.Table]) -> None:
+    raw, _ = file
+    index = load_page_index(_ranges(raw)[0], len(raw), "f.parquet")
+    assert index is not None
+    for g in range(index.num_row_groups):
+        for c in range(len(index.columns)):
+            chunk = index._chunks[g, c]
+            located = index._slice(int(chunk[3]), int(chunk[4]))
+            generic = tc.decode_struct(located)[0]
+            want = [(p[1][1], p[2][1], p[3][1]) for p in generic[1][1].items]
+            assert page_locations(located) == want
+            pages = index.pages(g, c)
+            assert list(zip(pages.offsets.tolist(), pages.sizes.tolist(),
+                            pages.first_rows.tolist(), strict=True)) == want
+
+
+def test_an_offset_index_of_another_layout_is_read_by_the_generic_decoder() -> None:
+    # a PageLocation with a field the loop does not know, and one written long-form
+    places = tc.TList(tc.STRUCT, [{1: (tc.I64, 4), 2: (tc.I32, 100), 3: (tc.I64, 0),
+                                   9: (tc.I32, 7)}])
+    assert page_locations(tc.encode({1: (tc.LIST, places)})) is None
+    plain = tc.encode({1: (tc.LIST, tc.TList(tc.STRUCT, [
+        {1: (tc.I64, 4), 2: (tc.I32, 100), 3: (tc.I64, 0)},
+        {1: (tc.I64, 104), 2: (tc.I32, 50), 3: (tc.I64, 1 << 40)}]))})
+    assert page_locations(plain) == [(4, 100, 0), (104, 50, 1 << 40)]
+    assert page_locations(plain[:-3]) is None  # cut short
+    assert page_locations(b"") is None
+
+
+def test_a_damaged_column_index_is_corrupt_metadata_when_its_bounds_are_read() -> None:
+    raw = _file()
+    index = load_page_index(_ranges(raw)[0], len(raw), "f.parquet")
+    assert index is not None
+    chunk = index._chunks[0, 0]
+    start, length = int(chunk[5]), int(chunk[6])
+    broken = raw[:start] + b"\x1e" * length + raw[start + length:]
+    damaged = load_page_index(_ranges(broken)[0], len(raw), "f.parquet")
+    assert damaged is not None
+    pages = damaged.pages(0, 0)  # the offset index alone: every page still found
+    assert len(pages) == len(index.pages(0, 0))
+    with pytest.raises(CorruptMetadataError, match="page index of data file f.parquet"):
+        pages.pages_holding(3)
+    assert damaged.pages(0, 1).mins == index.pages(0, 1).mins  # other chunks unharmed
 
 
 @pytest.mark.parametrize("table, options", [

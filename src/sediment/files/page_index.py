@@ -95,6 +95,10 @@ class LeafColumn:
     """Decodes a ColumnIndex min or max (plain encoding) to the model's value."""
 
 
+Bounds = tuple[tuple[Any, ...] | None, tuple[Any, ...] | None, bool]
+"""A chunk's page bounds: (mins, maxs, ascending) as :class:`ColumnPages` gives them."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ColumnPages:
     """The pages of one column chunk (one row group, one column), from the page index."""
@@ -111,13 +115,32 @@ class ColumnPages:
     """First row (of the row group) of each page, int64, ascending from 0."""
     dictionary: tuple[int, int] | None
     """(offset, bytes) of the chunk's dictionary page, when it has one."""
-    mins: tuple[Any, ...] | None
-    """Each page's minimum in the model's form (ints for temporal values, ``str`` for
-    strings, ``bytes`` for binaries; None for an all-null page); None when the chunk has no
-    column index (pyarrow drops it for values past its statistics size limit)."""
-    maxs: tuple[Any, ...] | None
-    ascending: bool
-    """Whether the column index says the pages' bounds ascend (a sorted column)."""
+    _read_bounds: Callable[[], Bounds] = field(repr=False)
+    """Decodes the chunk's ColumnIndex: only a lookup's key column needs its pages' bounds,
+    so the other columns' (strings decoded to values) are never decoded."""
+    _bounds: list[Bounds] = field(default_factory=list, repr=False)
+    """The bounds once decoded (two threads may both decode: the same value)."""
+
+    def _known_bounds(self) -> Bounds:
+        if not self._bounds:
+            self._bounds.append(self._read_bounds())
+        return self._bounds[0]
+
+    @property
+    def mins(self) -> tuple[Any, ...] | None:
+        """Each page's minimum in the model's form (ints for temporal values, ``str`` for
+        strings, ``bytes`` for binaries; None for an all-null page); None when the chunk has
+        no column index (pyarrow drops it for values past its statistics size limit)."""
+        return self._known_bounds()[0]
+
+    @property
+    def maxs(self) -> tuple[Any, ...] | None:
+        return self._known_bounds()[1]
+
+    @property
+    def ascending(self) -> bool:
+        """Whether the column index says the pages' bounds ascend (a sorted column)."""
+        return self._known_bounds()[2]
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -218,28 +241,14 @@ class PageIndex:
     def _parse(self, g: int, c: int) -> ColumnPages:
         chunk = self._chunks[g, c]
         try:
-            oi = tc.decode_struct(self._slice(int(chunk[_S_OI]), int(chunk[_S_OI_LEN])),
-                                  until=OI_PAGES)[0]
-            places = [(get_field(p, PL_OFFSET, I64), get_field(p, PL_SIZE, I32),
-                       get_field(p, PL_FIRST, I64)) for p in struct_list(oi, OI_PAGES)]
-            mins = maxs = None
-            ascending = False
-            if chunk[_S_CI] >= 0:
-                ci = tc.decode_struct(self._slice(int(chunk[_S_CI]), int(chunk[_S_CI_LEN])),
-                                      until=CI_ORDER)[0]
-                nulls = get_field(ci, CI_NULL_PAGES, LIST).items
-                lows = get_field(ci, CI_MINS, LIST).items
-                highs = get_field(ci, CI_MAXS, LIST).items
-                ascending = get_field(ci, CI_ORDER, I32) == ASCENDING
-                if not len(nulls) == len(lows) == len(highs) == len(places):
-                    raise ThriftError("column index and offset index count different pages")
-                value = self.columns[c].value
-                mins = tuple(None if n else value(v) for n, v in zip(nulls, lows, strict=True))
-                maxs = tuple(None if n else value(v) for n, v in zip(nulls, highs, strict=True))
+            located = self._slice(int(chunk[_S_OI]), int(chunk[_S_OI_LEN]))
+            places = page_locations(located)
+            if places is None:  # another writer's layout: the generic decoder reads it
+                oi = tc.decode_struct(located, until=OI_PAGES)[0]
+                places = [(get_field(p, PL_OFFSET, I64), get_field(p, PL_SIZE, I32),
+                           get_field(p, PL_FIRST, I64)) for p in struct_list(oi, OI_PAGES)]
         except (ThriftError, TypeError, ValueError, struct.error) as e:
-            raise CorruptMetadataError(f"the page index of data file {self.filename} "
-                                       f"(row group {g}, column {c}) does not decode: {e}"
-                                       ) from e
+            raise self._damage(g, c, e) from e
         rows = self.row_group_rows[g]
         end = self.size - 8 - len(MAGIC)  # where the footer starts
         # a few pages a chunk: checked in Python, faster than numpy on arrays this small
@@ -253,7 +262,84 @@ class PageIndex:
         offsets, sizes, first = table[:, 0], table[:, 1], table[:, 2]
         d = int(chunk[_S_DICT])
         dictionary = (d, places[0][0] - d) if 0 <= d < places[0][0] else None
-        return ColumnPages(g, c, rows, offsets, sizes, first, dictionary, mins, maxs, ascending)
+        ci, ci_len = int(chunk[_S_CI]), int(chunk[_S_CI_LEN])
+        index, at, value, name = self._index, self._index_start, self.columns[c].value, \
+            self.filename
+        # (the closure holds the index bytes, not this object: no cycle keeps an evicted
+        # index alive)
+        return ColumnPages(g, c, rows, offsets, sizes, first, dictionary, lambda: _bounds(
+            index[ci - at:ci - at + ci_len] if ci >= 0 else None, len(places), value,
+            name, g, c))
+
+    def _damage(self, g: int, c: int, e: Exception) -> CorruptMetadataError:
+        return _damage(self.filename, g, c, e)
+
+
+def _damage(filename: str, g: int, c: int, e: Exception) -> CorruptMetadataError:
+    return CorruptMetadataError(f"the page index of data file {filename} (row group {g}, "
+                                f"column {c}) does not decode: {e}")
+
+
+def _bounds(ci: bytes | None, pages: int, value: Callable[[bytes], Any], filename: str,
+            g: int, c: int) -> Bounds:
+    """A chunk's ColumnIndex bytes (None: it has none) of ``pages`` pages, decoded: each
+    page's min and max in the model's form, and whether they ascend."""
+    if ci is None:
+        return None, None, False
+    try:
+        index = tc.decode_struct(ci, until=CI_ORDER)[0]
+        nulls = get_field(index, CI_NULL_PAGES, LIST).items
+        lows = get_field(index, CI_MINS, LIST).items
+        highs = get_field(index, CI_MAXS, LIST).items
+        ascending = get_field(index, CI_ORDER, I32) == ASCENDING
+        if not len(nulls) == len(lows) == len(highs) == pages:
+            raise ThriftError("column index and offset index count different pages")
+        mins = tuple(None if n else value(v) for n, v in zip(nulls, lows, strict=True))
+        maxs = tuple(None if n else value(v) for n, v in zip(nulls, highs, strict=True))
+    except (ThriftError, TypeError, ValueError, struct.error) as e:
+        raise _damage(filename, g, c, e) from e
+    return mins, maxs, ascending
+
+
+def page_locations(data: bytes) -> list[tuple[int, int, int]] | None:
+    """An OffsetIndex's pages as (offset, compressed size, first row), read straight from the
+    layout writers give it: field 1, a list of PageLocation structs of fields 1 (i64), 2
+    (i32) and 3 (i64) in order; what follows the list is not read. A loop over the bytes
+    where the generic decoder builds a dict a struct: a lookup parses the index of each
+    column chunk it reads first. None for any other layout (the generic decoder reads it,
+    and names what is wrong)."""
+    varint = tc.read_varint
+    try:
+        if data[0] != _OI_LIST or data[1] & 0x0F != tc.STRUCT:
+            return None
+        count, pos = data[1] >> 4, 2
+        if count == 15:
+            count, pos = varint(data, pos)
+        places = []
+        for _ in range(count):
+            if data[pos] != _PL_OFFSET:
+                return None
+            at, pos = varint(data, pos + 1)
+            if data[pos] != _PL_SIZE:
+                return None
+            size, pos = varint(data, pos + 1)
+            if data[pos] != _PL_FIRST:
+                return None
+            first, pos = varint(data, pos + 1)
+            if data[pos] != tc.STOP:
+                return None
+            pos += 1
+            places.append(((at >> 1) ^ -(at & 1), (size >> 1) ^ -(size & 1),
+                           (first >> 1) ^ -(first & 1)))
+        return places
+    except (IndexError, ThriftError):
+        return None
+
+
+# compact-protocol field headers (id delta << 4 | type) of the layout page_locations reads
+_OI_LIST = 1 << 4 | LIST
+_PL_OFFSET, _PL_SIZE, _PL_FIRST = 1 << 4 | I64, 1 << 4 | I32, 1 << 4 | I64
+
 
 def read_exactly(read_range: ReadRange, start: int, end: int, filename: str
           ) -> bytes | bytearray | memoryview:
