@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from sediment.errors import CorruptDataError, CorruptMetadataError
 from sediment.files import thrift_compact as tc
+from sediment.files.chunk_index import page_locations
 from sediment.files.keys import key_value
-from sediment.files.page_index import page_locations
 from sediment.files.pages import (
     TAIL_GUESS,
     PageIndex,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import bisect
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -26,10 +25,10 @@ import pyarrow as pa
 
 from sediment.errors import CorruptDataError, CorruptMetadataError
 from sediment.files import thrift_compact as tc
+from sediment.files.chunk_index import Bounds, column_bounds, offset_index
 from sediment.files.page_values import value_decoder
 from sediment.files.parquet_meta import (
     ARROW_SCHEMA,
-    ASCENDING,
     CC_CI_LEN,
     CC_CI_OFF,
     CC_CRYPT,
@@ -37,10 +36,6 @@ from sediment.files.parquet_meta import (
     CC_OI_LEN,
     CC_OI_OFF,
     CC_PATH,
-    CI_MAXS,
-    CI_MINS,
-    CI_NULL_PAGES,
-    CI_ORDER,
     CM_DATA,
     CM_DICT,
     CM_TEMPLATE,
@@ -52,10 +47,6 @@ from sediment.files.parquet_meta import (
     FMD_SCHEMA,
     FMD_VERSION,
     MAGIC,
-    OI_PAGES,
-    PL_FIRST,
-    PL_OFFSET,
-    PL_SIZE,
     REPEATED,
     RG_COLUMNS,
     RG_ROWS,
@@ -68,7 +59,7 @@ from sediment.files.parquet_meta import (
     struct_list,
     template,
 )
-from sediment.files.thrift_compact import BINARY, I32, I64, LIST, STRUCT, Struct, ThriftError
+from sediment.files.thrift_compact import BINARY, I32, I64, STRUCT, Struct, ThriftError
 
 ReadRange = Callable[[int, int], "bytes | bytearray | memoryview"]
 """``read_range(start, end)``: bytes ``[start, end)`` of the file (any bytes-like object)."""
@@ -93,10 +84,6 @@ class LeafColumn:
     """Its ColumnOrder, encoded, when the file has them."""
     value: Callable[[bytes], Any] = field(repr=False)
     """Decodes a ColumnIndex min or max (plain encoding) to the model's value."""
-
-
-Bounds = tuple[tuple[Any, ...] | None, tuple[Any, ...] | None, bool]
-"""A chunk's page bounds: (mins, maxs, ascending) as :class:`ColumnPages` gives them."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -240,15 +227,8 @@ class PageIndex:
 
     def _parse(self, g: int, c: int) -> ColumnPages:
         chunk = self._chunks[g, c]
-        try:
-            located = self._slice(int(chunk[_S_OI]), int(chunk[_S_OI_LEN]))
-            places = page_locations(located)
-            if places is None:  # another writer's layout: the generic decoder reads it
-                oi = tc.decode_struct(located, until=OI_PAGES)[0]
-                places = [(get_field(p, PL_OFFSET, I64), get_field(p, PL_SIZE, I32),
-                           get_field(p, PL_FIRST, I64)) for p in struct_list(oi, OI_PAGES)]
-        except (ThriftError, TypeError, ValueError, struct.error) as e:
-            raise self._damage(g, c, e) from e
+        places = offset_index(self._slice(int(chunk[_S_OI]), int(chunk[_S_OI_LEN])),
+                              self.filename, g, c)
         rows = self.row_group_rows[g]
         end = self.size - 8 - len(MAGIC)  # where the footer starts
         # a few pages a chunk: checked in Python, faster than numpy on arrays this small
@@ -267,78 +247,9 @@ class PageIndex:
             self.filename
         # (the closure holds the index bytes, not this object: no cycle keeps an evicted
         # index alive)
-        return ColumnPages(g, c, rows, offsets, sizes, first, dictionary, lambda: _bounds(
+        return ColumnPages(g, c, rows, offsets, sizes, first, dictionary, lambda: column_bounds(
             index[ci - at:ci - at + ci_len] if ci >= 0 else None, len(places), value,
             name, g, c))
-
-    def _damage(self, g: int, c: int, e: Exception) -> CorruptMetadataError:
-        return _damage(self.filename, g, c, e)
-
-
-def _damage(filename: str, g: int, c: int, e: Exception) -> CorruptMetadataError:
-    return CorruptMetadataError(f"the page index of data file {filename} (row group {g}, "
-                                f"column {c}) does not decode: {e}")
-
-
-def _bounds(ci: bytes | None, pages: int, value: Callable[[bytes], Any], filename: str,
-            g: int, c: int) -> Bounds:
-    """A chunk's ColumnIndex bytes (None: it has none) of ``pages`` pages, decoded: each
-    page's min and max in the model's form, and whether they ascend."""
-    if ci is None:
-        return None, None, False
-    try:
-        index = tc.decode_struct(ci, until=CI_ORDER)[0]
-        nulls = get_field(index, CI_NULL_PAGES, LIST).items
-        lows = get_field(index, CI_MINS, LIST).items
-        highs = get_field(index, CI_MAXS, LIST).items
-        ascending = get_field(index, CI_ORDER, I32) == ASCENDING
-        if not len(nulls) == len(lows) == len(highs) == pages:
-            raise ThriftError("column index and offset index count different pages")
-        mins = tuple(None if n else value(v) for n, v in zip(nulls, lows, strict=True))
-        maxs = tuple(None if n else value(v) for n, v in zip(nulls, highs, strict=True))
-    except (ThriftError, TypeError, ValueError, struct.error) as e:
-        raise _damage(filename, g, c, e) from e
-    return mins, maxs, ascending
-
-
-def page_locations(data: bytes) -> list[tuple[int, int, int]] | None:
-    """An OffsetIndex's pages as (offset, compressed size, first row), read straight from the
-    layout writers give it: field 1, a list of PageLocation structs of fields 1 (i64), 2
-    (i32) and 3 (i64) in order; what follows the list is not read. A loop over the bytes
-    where the generic decoder builds a dict a struct: a lookup parses the index of each
-    column chunk it reads first. None for any other layout (the generic decoder reads it,
-    and names what is wrong)."""
-    varint = tc.read_varint
-    try:
-        if data[0] != _OI_LIST or data[1] & 0x0F != tc.STRUCT:
-            return None
-        count, pos = data[1] >> 4, 2
-        if count == 15:
-            count, pos = varint(data, pos)
-        places = []
-        for _ in range(count):
-            if data[pos] != _PL_OFFSET:
-                return None
-            at, pos = varint(data, pos + 1)
-            if data[pos] != _PL_SIZE:
-                return None
-            size, pos = varint(data, pos + 1)
-            if data[pos] != _PL_FIRST:
-                return None
-            first, pos = varint(data, pos + 1)
-            if data[pos] != tc.STOP:
-                return None
-            pos += 1
-            places.append(((at >> 1) ^ -(at & 1), (size >> 1) ^ -(size & 1),
-                           (first >> 1) ^ -(first & 1)))
-        return places
-    except (IndexError, ThriftError):
-        return None
-
-
-# compact-protocol field headers (id delta << 4 | type) of the layout page_locations reads
-_OI_LIST = 1 << 4 | LIST
-_PL_OFFSET, _PL_SIZE, _PL_FIRST = 1 << 4 | I64, 1 << 4 | I32, 1 << 4 | I64
 
 
 def read_exactly(read_range: ReadRange, start: int, end: int, filename: str
