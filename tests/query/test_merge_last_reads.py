@@ -5,16 +5,19 @@ write, the last of each record key kept, deleted keys left out."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sediment as sd
 from helpers import make_table
+from sediment.iterators.merge_rules import KeepFirst, KeepLast
 
 SCHEMA = sd.Schema(row_keys=[("k", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("v", pa.int64())])
@@ -63,3 +66,29 @@ def test_scan_after_upserts_equals_keep_last(tmp_path_factory: object,
     scanned = pa.Table.from_batches(list(t.scan()), schema=SCHEMA.to_arrow())
     for got in (scanned, t.query()):
         assert got.to_pandas().equals(want), (got.to_pandas(), want)
+
+
+@pytest.mark.parametrize("rule", ["last", "first"])
+def test_lookup_of_one_record_runs_no_merge_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 rule: str) -> None:
+    """A lookup whose leaf answers one record returns it without running the merge rule
+    (``last`` and ``first`` keep one record per key: one record has nothing to drop); one
+    that finds a key's several writes (files not merged yet) still runs it."""
+    kind = KeepLast if rule == "last" else KeepFirst
+    t = make_table(tmp_path, schema=SCHEMA, merge=rule)
+    t.ingest(pa.table({"k": ["a", "b"], "ts": [1, 1], "v": [1, 2]}))
+    t.ingest(pa.table({"k": ["b"], "ts": [1], "v": [3]}))  # a second file: b written twice
+    calls: list[str] = []
+    real = kind.apply
+
+    def spy(self: KeepLast | KeepFirst, batches: Iterator[pa.RecordBatch]
+            ) -> Iterator[pa.RecordBatch]:
+        calls.append(rule)
+        return real(self, batches)
+
+    monkeypatch.setattr(kind, "apply", spy)
+    assert t.query(keys=["a"]).to_pylist() == [{"k": "a", "ts": 1, "v": 1}]
+    assert calls == []
+    assert t.query(keys=["b"]).to_pylist() == [{"k": "b", "ts": 1,
+                                               "v": 3 if rule == "last" else 2}]
+    assert calls == [rule]

@@ -32,7 +32,7 @@ from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, 
 from sediment.files.upserts import settle_batches, settle_table
 from sediment.files.verified import reading
 from sediment.iterators.base import RecordIterator, apply_iterators
-from sediment.iterators.merge_rules import KeepLast
+from sediment.iterators.merge_rules import KeepFirst, KeepLast
 from sediment.query.blocks import BlockCache
 from sediment.query.cached_files import keep_reads, prefetch_reads
 from sediment.query.deletes import Deletes, merge_of
@@ -146,6 +146,13 @@ def _last_of(sub: SubQuery, iterators: Sequence[RecordIterator],
     if iterators and isinstance(iterators[0], KeepLast) and not sub.deletions:
         return list(key_names)
     return None
+
+
+def _one_record_kept(iterators: Sequence[RecordIterator]) -> bool:
+    """Whether the iterators are merge rules that keep one whole record of each key, and
+    nothing else (``merge="last"`` or ``"first"``): an answer of at most one record passes
+    them unchanged, so a lookup of one record need not run them."""
+    return all(isinstance(it, KeepLast | KeepFirst) for it in iterators)
 
 
 def _boxes(subs: Sequence[SubQuery]) -> bool:
@@ -478,7 +485,9 @@ class Executor:
         if sequence:
             data = without_sequence(self.deletes.apply(data, sub.deletions,
                                                        merge=merge_of(iterators)))
-        if iterators:
+        if iterators and (data.num_rows > 1 or not _one_record_kept(iterators)):
+            # (a leaf's answer of one record, a lookup's, has nothing a merge rule that
+            # keeps one record per key could drop: its batches are not rebuilt for it)
             batches = apply_iterators(iter(data.to_batches()), iterators)
             data = pa.Table.from_batches(list(batches), schema=schema)
         if query_filter is not None:
