@@ -159,6 +159,34 @@ def sorted_span(column: pa.Array, value: Any) -> tuple[int, int] | None:
     the column's buffers: a lookup in a decoded row group costs a dozen comparisons, not a
     pass over its rows (measured on a 4,096-row string group: 3 us against 50-80 us for a
     compute mask and filter). None for a type it does not search (the caller filters)."""
+    search = _searcher(column, value)
+    if search is None:
+        return None
+    if isinstance(search, tuple):
+        return bisect_span(len(column), *search)
+    return search(False), search(True)
+
+
+def sorted_bound(column: pa.Array, value: Any, *, right: bool = False) -> int | None:
+    """The first row of a column sorted ascending, without nulls, whose value is >=
+    ``value`` (> with ``right``), by binary search as :func:`sorted_span`; None for a type
+    it does not search."""
+    search = _searcher(column, value)
+    if search is None:
+        return None
+    if isinstance(search, tuple):
+        target, at = search
+        return (bisect.bisect_right if right else bisect.bisect_left)(
+            range(len(column)), target, key=at)
+    return search(right)
+
+
+def _searcher(column: pa.Array, value: Any
+              ) -> tuple[bytes, Callable[[int], bytes]] | Callable[[bool], int] | None:
+    """How to search a sorted column for ``value``: for strings and binaries the target
+    bytes and the ``i``-th value's bytes; for integers and temporal values a
+    ``search(right)`` giving the first row >= (> with ``right``) the value; None for other
+    types, or a value not of the column's kind."""
     t = column.type
     n = len(column)
     if pa.types.is_string(t) or pa.types.is_binary(t) or \
@@ -174,7 +202,8 @@ def sorted_span(column: pa.Array, value: Any) -> tuple[int, int] | None:
 
         def at(i: int) -> bytes:
             return data[offsets[i]:offsets[i + 1]].tobytes()
-    elif pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_date(t) or \
+        return target, at
+    if pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_date(t) or \
             pa.types.is_time(t) or pa.types.is_duration(t):
         if isinstance(value, bool) or not isinstance(value, int):
             return None
@@ -182,14 +211,60 @@ def sorted_span(column: pa.Array, value: Any) -> tuple[int, int] | None:
         kind = "u" if pa.types.is_unsigned_integer(t) else "i"
         values = np.frombuffer(column.buffers()[1], dtype=f"<{kind}{width}", count=n,
                                offset=column.offset * width)
-        try:
-            return (int(np.searchsorted(values, value, "left")),
-                    int(np.searchsorted(values, value, "right")))
-        except OverflowError:  # outside the type's range: no row holds it
-            return (0, 0)
-    else:
+
+        def search(right: bool) -> int:
+            try:
+                return int(np.searchsorted(values, value, "right" if right else "left"))
+            except OverflowError:  # outside the type's range: before or after every row
+                return 0 if value < 0 else n
+        return search
+    return None
+
+
+def sorted_rows_in(data: pa.Table, name: str, region: Region,
+                   ranges: Sequence[Range] | None) -> pa.Table | None:
+    """:func:`rows_in` for data sorted by its one key field ``name``: the rows of the region
+    and of each range found by binary search and sliced, no mask built nor rows copied (a
+    0.1% range of 10M rows reads ~3 row groups, where comparing every row to the ends and
+    filtering cost ~0.7 ms). None where it does not apply (a box partition, a per-field
+    range, a key type :func:`sorted_bound` does not search): the caller uses rows_in."""
+    if region.cell is not None:
         return None
-    return bisect_span(n, target, at)
+    col = data.column(name)
+    col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    n = len(col)
+
+    def bound(key: Key | None, right: bool, default: int) -> int | None:
+        if key is None:
+            return default
+        return sorted_bound(col, key[0], right=right) if len(key) == 1 else None
+
+    lo, hi = bound(region.min, False, 0), bound(region.max, False, n)
+    if lo is None or hi is None:
+        return None
+    spans = [(lo, hi)]
+    if ranges is not None:
+        spans = []
+        for r in ranges:
+            if r.per_field is not None:
+                return None
+            a = bound(r.start, not r.start_inclusive, 0)
+            b = bound(r.end, r.end_inclusive, n)
+            if a is None or b is None:
+                return None
+            spans.append((max(a, lo), min(b, hi)))
+    merged: list[list[int]] = []
+    for a, b in sorted(s for s in spans if s[1] > s[0]):
+        if merged and a <= merged[-1][1]:  # overlapping ranges: their rows once
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    if len(merged) == 1 and merged[0] == [0, n]:
+        return data
+    if not merged:
+        return data.slice(0, 0)
+    parts = [data.slice(a, b - a) for a, b in merged]
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
 def bisect_span(n: int, target: Any, at: Callable[[int], Any]) -> tuple[int, int]:

@@ -26,7 +26,7 @@ from sediment.core.regions import Range, Region
 from sediment.core.state import schema_in_force
 from sediment.files.columns import IDENTITY, ColumnMap, column_map, conform
 from sediment.files.keyfilter import hash_key_values, hash_keys
-from sediment.files.keys import bounds_inside, rows_in, sort_indices, sorted_span
+from sediment.files.keys import bounds_inside, rows_in, sort_indices, sorted_rows_in, sorted_span
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
 from sediment.files.upserts import settle_batches, settle_table
@@ -239,6 +239,10 @@ class Executor:
             col = data.column(names[0])
             data = data.filter(pc.is_in(col, value_set=pa.array(keys, type=col.type)))
             return rows_in(data, names, sub.region, None)
+        if self.single_field_key:  # (a run of a file's row groups is sorted by key)
+            got = sorted_rows_in(data, names[0], sub.region, sub.ranges)
+            if got is not None:
+                return got
         return rows_in(data, names, sub.region, sub.ranges)
 
     def row_groups(self, ref: FileReference, sub: SubQuery, hashes: np.ndarray | None,
