@@ -3,9 +3,9 @@ row) and its ColumnIndex (each page's min and max), for :mod:`sediment.files.pag
 
 A cold lookup decodes the OffsetIndex of every chunk it reads first, and the ColumnIndex of
 its key column alone: the first by a loop over the bytes of the layout writers give it
-(:func:`page_locations`, about 4x the generic decoder's speed), the second, rarer, by the
-generic decoder (:mod:`sediment.files.thrift_compact`). Bytes that do not decode raise
-CorruptMetadataError naming the file, row group and column.
+(:func:`page_locations`: 14-21 us a chunk, where the generic decoder took 59 for both
+indexes), the second, rarer, by the generic decoder (:mod:`sediment.files.thrift_compact`).
+Bytes that do not decode raise CorruptMetadataError naming the file, row group and column.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ def offset_index(data: bytes, filename: str, g: int, c: int) -> list[tuple[int, 
 
 
 def index_damage(filename: str, g: int, c: int, e: Exception) -> CorruptMetadataError:
+    """The error for chunk (row group ``g``, column ``c``) of ``filename`` whose index bytes
+    do not decode (``e`` says why)."""
     return CorruptMetadataError(f"the page index of data file {filename} (row group {g}, "
                                 f"column {c}) does not decode: {e}")
 

@@ -75,7 +75,7 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 read_varint = _varint
 """``read_varint(buf, pos)``: the unsigned varint at ``pos`` and the position past it
 (IndexError past the end, ThriftError past 10 bytes), for a reader of one fixed layout
-(``sediment.files.page_index``)."""
+(``sediment.files.chunk_index``)."""
 
 
 def _zigzag(n: int) -> int:
