@@ -387,6 +387,33 @@ def test_s3_refuses_an_unknown_option_naming_it(aws_test_env: None) -> None:
                           endpoint="http://127.0.0.1:9")
 
 
+def test_s3_retries_follow_aws_max_attempts(aws_test_env: None,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """$AWS_MAX_ATTEMPTS (tries in all, as the AWS SDKs read it) sets the retries of the
+    client and of pyarrow's filesystem; unset, five retries; not a whole number >= 1 refused
+    naming the variable."""
+    from sediment.errors import PropertyError
+    from sediment.storage import s3
+
+    def retries() -> int:
+        store = open_object_store("s3://my-bucket/p", endpoint_url="http://127.0.0.1:9")
+        assert isinstance(store, S3ObjectStore)
+        got = store._client.meta.config.retries  # (botocore counts the first try in)
+        assert got["mode"] == "legacy"
+        return int(got["total_max_attempts"]) - 1
+
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    assert retries() == s3.RETRIES == 5
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+    assert retries() == 1 and s3.request_retries() == 1
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    assert retries() == 0
+    for bad in ("0", "two", "-3"):
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", bad)
+        with pytest.raises(PropertyError, match=rf"\$AWS_MAX_ATTEMPTS .*'{bad}'"):
+            open_object_store("s3://my-bucket/p", endpoint_url="http://127.0.0.1:9")
+
+
 def test_store_open_refuses_an_unknown_storage_option(tmp_path: Path) -> None:
     import sediment as sd
 

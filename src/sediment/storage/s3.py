@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow.fs as pafs
 from botocore.exceptions import BotoCoreError, ClientError, FlexibleChecksumError
 
-from sediment.errors import AccessDeniedError, ObjectNotFoundError, StorageError
+from sediment.errors import AccessDeniedError, ObjectNotFoundError, PropertyError, StorageError
 from sediment.storage.base import ObjectInfo, ObjectStore
 from sediment.storage.checksums import ChecksumMismatch
 from sediment.storage.streams import CopyResult, MultipartUpload, ObjectWriter
@@ -25,6 +25,34 @@ CHECKSUM_READS = 3
 (``x-amz-checksum-crc32``, checked by botocore) before it counts as damaged: a byte changed on
 the way is gone on the next read, so it is read again, as Sediment's own checks do
 (``storage.checksums.get_verified``)."""
+
+RETRIES = 5
+"""Retries of a failed S3 request (throttling, 5xx, a dropped connection) after its first
+try, unless ``$AWS_MAX_ATTEMPTS`` says otherwise."""
+MAX_ATTEMPTS_ENV = "AWS_MAX_ATTEMPTS"
+"""The AWS SDKs' own setting: tries of one request in all, the first included."""
+
+
+def request_retries() -> int:
+    """Retries of one S3 request after its first try: ``$AWS_MAX_ATTEMPTS`` - 1 when it is
+    set (as the AWS SDKs read it; a client configured in code ignores it otherwise), else
+    :data:`RETRIES`. PropertyError naming the variable when it is not a whole number >= 1.
+
+    Fewer retries answer sooner when S3 does not: a write whose answer was lost is resolved by
+    reading it back (``storage.conditional``), not by the client's retries, which find the
+    object taken and back off up to 31 s in all for nothing."""
+    raw = os.environ.get(MAX_ATTEMPTS_ENV, "").strip()
+    if not raw:
+        return RETRIES
+    try:
+        attempts = int(raw)
+    except ValueError:
+        attempts = 0
+    if attempts < 1:
+        raise PropertyError(f"${MAX_ATTEMPTS_ENV} must be a whole number of tries >= 1 "
+                            f"(the first included), not {raw!r}")
+    return attempts - 1
+
 
 S3_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key", "session_token")
 """The options an S3 store takes (each defaults to its AWS environment variable)."""
@@ -72,7 +100,8 @@ class S3ObjectStore(ObjectStore):
             # quota: standard mode's (500 tokens, 14 a retried error, 1 back a clean answer)
             # empties under a sustained error rate and turns retries off for the client's life
             # (benchmarks/soak.py --chaos: one operation in two then failed at a 35% rate)
-            config=Config(retries={"max_attempts": 5, "mode": "legacy"},
+            # (botocore's legacy "max_attempts" counts the retries after the first try)
+            config=Config(retries={"max_attempts": request_retries(), "mode": "legacy"},
                           max_pool_connections=32),
             aws_access_key_id=self._creds["aws_access_key_id"] or None,
             aws_secret_access_key=self._creds["aws_secret_access_key"] or None,
@@ -270,7 +299,8 @@ class S3ObjectStore(ObjectStore):
             # as many attempts as the boto3 client's (pyarrow's default, 3, lets one request in 23
             # fail under a 35% error rate), and no retry quota (the AWS SDK's standard strategy
             # has one, as botocore's standard mode: see above)
-            kwargs["retry_strategy"] = pafs.AwsDefaultS3RetryStrategy(max_attempts=5)
+            kwargs["retry_strategy"] = pafs.AwsDefaultS3RetryStrategy(
+                max_attempts=request_retries())  # (the AWS C++ SDK's retries: after the first)
             # an output stream opens nothing until it is written past a part or closed: a
             # file smaller than a part is then one PutObject, not a multipart upload's three
             # requests (create, one part, complete)
