@@ -2,7 +2,7 @@
 a table, and nothing of the façade.
 
 :class:`~sediment.table.Table` is the public façade: it composes a handle and passes it to the
-services, which never import ``table.py`` (the import contracts in pyproject.toml hold that).
+services, which never import ``sediment.table`` (the import contracts in pyproject.toml hold that).
 A handle is the table's identity (name, id), its state store and object store, the readers
 built on them (samples, job events, query executors), and how to reach storage the way its
 store does (``store_spec``, ``object_store_at``). Everything it derives from the state is read
@@ -146,7 +146,7 @@ class TableHandle:
 
 TableLike: TypeAlias = Any
 """A :class:`~sediment.table.Table` or its :class:`TableHandle`: what public entry points below
-the façade accept (the façade's type is out of their reach: ``table.py`` imports them)."""
+the façade accept (the façade's type is out of their reach: ``sediment.table`` imports them)."""
 
 
 def handle_of(table: TableLike) -> TableHandle:
