@@ -76,3 +76,32 @@ def test_sort_order_on_small_tables_is_stable(monkeypatch: pytest.MonkeyPatch) -
     got = sort_table(t.select(["key", "ts", "pos"]), ["key", "ts"])
     want = sorted(range(n), key=lambda i: (i % 7, i))
     assert got.column("pos").to_pylist() == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(KEYS, st.integers(-2, 2)), min_size=1, max_size=400),
+       st.integers(2, 4), st.floats(0.0, 1.0))
+def test_split_orders_are_runs_of_the_stable_sort(rows: list[tuple[str, int]], parts: int,
+                                                  tie_fraction: float) -> None:
+    """The runs ``split_orders`` gives, joined, are the stable sort (equal keys in input
+    order), and rows of equal keys (equal prefixes) are never in two runs."""
+    sort_mod._MAX_TIE_FRACTION = tie_fraction
+    t = pa.table({"key": [k for k, _ in rows], "ts": pa.array([v for _, v in rows], pa.int64()),
+                  "pos": pa.array(range(len(rows)), pa.int64())})
+    orders = sort_mod.split_orders(t, ["key", "ts"], parts)
+    if orders is None:  # one prefix for every row: nothing to cut
+        return
+    assert 2 <= len(orders) <= parts
+    got = t.take(pa.chunked_array(orders))
+    want = t.take(pc.sort_indices(t, sort_keys=[("key", "ascending"), ("ts", "ascending"),
+                                                ("pos", "ascending")]))
+    assert got.equals(want)
+    runs = [set(t.take(o).column("key").to_pylist()) for o in orders]
+    assert all(not (a & b) for i, a in enumerate(runs) for b in runs[i + 1:])
+
+
+def test_split_orders_need_a_string_first_key() -> None:
+    t = pa.table({"key": pa.array(range(5000), pa.int64()), "ts": pa.array([0] * 5000)})
+    assert sort_mod.split_orders(t, ["key", "ts"], 2) is None
+    one = pa.table({"key": ["same-key"] * 5000, "ts": list(range(5000))})
+    assert sort_mod.split_orders(one, ["key", "ts"], 2) is None  # nothing to cut

@@ -96,13 +96,23 @@ def prefix_keys(col: pa.Array) -> np.ndarray | None:
 
 
 def _normalised_key_order(table: pa.Table, names: Sequence[str]) -> np.ndarray | None:
-    first = table.column(names[0]).combine_chunks()
-    prefix = prefix_keys(first)
+    prefix = prefix_keys(table.column(names[0]).combine_chunks())
     if prefix is None:
         return None
+    return _prefix_order(table, names, prefix, None)
+
+
+def _prefix_order(table: pa.Table, names: Sequence[str], prefix: np.ndarray,
+                  rows: np.ndarray | None) -> np.ndarray | None:
+    """The row numbers of ``rows`` (None: every row) in key order, stably: by ``prefix``
+    (each row's :func:`prefix_keys`), rows of tied prefixes by the full keys, then input
+    position. None when too many prefixes tie (DataFusion sorts faster)."""
+    p = prefix if rows is None else prefix[rows]
     # not stable: tied prefixes are re-sorted below by the full keys and the input position
-    order = np.argsort(prefix)
-    sp = prefix[order]
+    order = np.argsort(p)
+    sp = p[order]
+    if rows is not None:
+        order = rows[order]
     tie = np.zeros(len(sp), dtype=bool)
     eq = sp[1:] == sp[:-1]
     tie[1:] |= eq
@@ -117,16 +127,60 @@ def _normalised_key_order(table: pa.Table, names: Sequence[str]) -> np.ndarray |
     run_start = np.ones(len(positions), dtype=bool)
     run_start[1:] = ~((positions[1:] == positions[:-1] + 1) & eq[positions[1:] - 1])
     run_id = np.cumsum(run_start) - 1
-    rows = order[positions]
-    sub = table.select(list(names)).take(int64s(rows))
+    tied = order[positions]
+    sub = table.select(list(names)).take(int64s(tied))
     # ... and by input position: the argsort above is not stable, so within a run the rows'
     # order no longer tells which came first (sorting by position keeps equal keys in order)
-    sub = sub.append_column(_RUN, int64s(run_id)).append_column(_POS, int64s(rows))
+    sub = sub.append_column(_RUN, int64s(run_id)).append_column(_POS, int64s(tied))
     sub_order = pc.sort_indices(sub, sort_keys=[(_RUN, "ascending"),
                                                 *((n, "ascending") for n in names),
                                                 (_POS, "ascending")])
-    order[positions] = rows[sub_order.to_numpy()]
+    order[positions] = tied[sub_order.to_numpy()]
     return order
+
+
+_SPLIT_SAMPLE = 4096
+"""Prefixes sampled to choose where :func:`split_orders` cuts the key order."""
+
+
+def split_orders(table: pa.Table, names: Sequence[str], parts: int
+                 ) -> list[pa.Array] | None:
+    """The rows of ``table`` in key order (stably, as :func:`sort_order`), as up to ``parts``
+    consecutive runs of that order, each sorted on a thread of its own: the rows are cut
+    into runs by their 8-byte key prefixes (at quantiles of a sample of them), so rows of
+    equal keys are always in the same run. For writers that write the runs side by side
+    (``sediment.ingest.spill``). None when the first key is not a string or binary without
+    nulls, or the rows do not cut into two runs (one prefix for all)."""
+    if parts < 2 or table.num_rows < _NORMALISED_MIN_ROWS:
+        return None
+    from concurrent.futures import ThreadPoolExecutor
+
+    first = table.column(names[0]).combine_chunks()
+    cuts = [len(first) * k // parts for k in range(parts + 1)]
+    with ThreadPoolExecutor(parts) as pool:  # (numpy's gathers and casts release the GIL)
+        pieces = list(pool.map(prefix_keys, [first.slice(a, b - a)
+                                             for a, b in zip(cuts, cuts[1:], strict=False)]))
+    if any(p is None for p in pieces):
+        return None
+    prefix = np.concatenate([p for p in pieces if p is not None])
+    sample = np.sort(prefix[::max(1, len(prefix) // _SPLIT_SAMPLE)])
+    pivots = np.unique(sample[[len(sample) * k // parts for k in range(1, parts)]])
+    # the run of a row: how many pivots its prefix reaches (equal prefixes, equal runs)
+    run = np.searchsorted(pivots, prefix, side="right")
+    groups = [g for g in (np.flatnonzero(run == r) for r in range(len(pivots) + 1)) if len(g)]
+    if len(groups) < 2:
+        return None
+
+    def order_of(rows: np.ndarray) -> pa.Array:
+        order = _prefix_order(table, names, prefix, rows)
+        if order is None:  # many tied prefixes: Arrow's (stable) sort of the run's keys
+            keys = table.select(list(names)).take(int64s(rows))
+            order = rows[np.asarray(sort_indices(keys, names).to_numpy(), dtype=np.int64)]
+        return int64s(order)
+
+    # numpy's argsort and Arrow's sort release the GIL: the runs sort on all cores
+    with ThreadPoolExecutor(len(groups)) as pool:
+        return list(pool.map(order_of, groups))
 
 
 def _datafusion_sort(table: pa.Table, names: Sequence[str]) -> pa.Table:

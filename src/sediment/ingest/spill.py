@@ -25,12 +25,17 @@ import pyarrow as pa
 
 from sediment.errors import StorageError
 from sediment.files.merge import merge_sorted
-from sediment.files.sort import sort_order, sort_table
+from sediment.files.sort import sort_order, sort_table, split_orders
 
 SPILL_ENV = "SEDIMENT_SPILL_DIR"
 """Environment variable naming the spill folder when no ``spill_dir`` argument is given."""
 
 SpillDir = str | os.PathLike[str] | None
+
+PARALLEL_MIN_ROWS = 262_144
+"""Rows of each stream at least when :meth:`SortedRuns.sorted_streams` cuts the sorted rows
+into streams written side by side: below it, the second stream's writer (its file, key
+filter, sample, lease and fsyncs) costs more than the encoding it takes off the first."""
 
 _GATHER_AHEAD_ROWS = 131_072
 """Below this many rows the sorted rows are gathered at once, not piece by piece on a
@@ -110,6 +115,30 @@ class SortedRuns:
             streams.append(iter(memory.to_batches(max_chunksize=self.row_group_rows)))
         yield from merge_sorted(streams, self.keys, self.schema)
 
+    def sorted_streams(self, parts: int) -> list[Iterator[pa.RecordBatch]]:
+        """Everything added, as up to ``parts`` sorted streams, each a consecutive run of the
+        key order (rows of equal keys in one), for writers that write them side by side; one
+        stream (:meth:`sorted_stream`) when the rows spilled, are fewer than
+        :data:`PARALLEL_MIN_ROWS` a stream, or do not cut (``files.sort.split_orders``)."""
+        rows = sum(b.num_rows for b in self.buffer)
+        parts = min(parts, rows // PARALLEL_MIN_ROWS)
+        if self.runs or parts < 2:
+            return [self.sorted_stream()]
+        t = pa.Table.from_batches(self.buffer, schema=self.schema)
+        with ThreadPoolExecutor(1) as side:
+            # (a take from chunked columns joins their chunks each time: they are joined once,
+            # on a thread while the keys sort)
+            combined = side.submit(t.combine_chunks)
+            orders = split_orders(t, self.keys, parts)
+            t = combined.result()
+        if orders is None:
+            return [self.sorted_stream()]
+        self.buffer, self.buffered = [], 0
+        step = self.row_group_rows * 4
+        # each stream gathers its rows a piece at a time on its writer's thread (the writers
+        # keep both cores busy: no thread gathers ahead)
+        return [_gather(t, order, step) for order in orders]
+
     def _gathered(self) -> Iterator[pa.RecordBatch]:
         """What is buffered, sorted, gathered a piece at a time, the next piece on a thread
         while the caller writes this one (gathering and Parquet encoding both release the
@@ -146,3 +175,9 @@ class SortedRuns:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _gather(table: pa.Table, order: pa.Array, step: int) -> Iterator[pa.RecordBatch]:
+    """The rows ``order`` numbers, gathered ``step`` at a time."""
+    for start in range(0, len(order), step):
+        yield from table.take(order.slice(start, step)).to_batches(max_chunksize=step)

@@ -5,15 +5,20 @@ and spilled as a sorted run to a local folder chosen by the client (``spill_dir`
 :mod:`sediment.ingest.spill`). At the end the runs (and what is still in
 memory) are merged into one sorted stream, cut at leaf-partition boundaries, and written as one
 file per touched leaf (``per_partition``) or as one file referenced from every leaf it covers
-(``shared_file``). All files commit in one AddFiles transaction; on any failure the written
-files are deleted and nothing is committed (``sediment.files.staging``).
+(``shared_file``). A large ``per_partition`` ingest that did not spill is cut into one run of the
+key order per core, each written by a thread of its own (:func:`_write_partitioned`): the leaf
+where two runs meet gets a file from each. All files commit in one AddFiles transaction; on
+any failure the written files are deleted and nothing is committed (``sediment.files.staging``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -65,14 +70,48 @@ class IngestResult:
 
 
 def _write_partitioned(table: TableHandle, state: TableState, settings: TableSettings,
-                       stream: Iterator[pa.RecordBatch], strategy: str, staging: Staging,
-                       rows: int) -> tuple[list[FileReference], list[WrittenFile]]:
+                       streams: Sequence[Iterator[pa.RecordBatch]], strategy: str,
+                       staging: Staging, rows: int
+                       ) -> tuple[list[FileReference], list[WrittenFile]]:
+    """Write the sorted rows, ``streams`` (consecutive runs of the key order: one, or several
+    written side by side, each on a thread of its own: ``SortedRuns.sorted_streams``), as
+    :func:`_write_stream` writes one. A leaf two runs share gets a file from each (rows of
+    equal keys are never in two runs). If one run's writing fails, the others stop at their
+    next batch and its error is raised: the caller's staging deletes what was written."""
+    if len(streams) == 1:
+        return _write_stream(table, state, settings, streams[0], strategy, staging, rows,
+                             threading.Event())
+    stop = threading.Event()
+    with ThreadPoolExecutor(len(streams), thread_name_prefix="sediment-write") as pool:
+        futures = [pool.submit(_write_stream, table, state, settings, s, strategy, staging,
+                               rows, stop) for s in streams]
+        done: list[tuple[list[FileReference], list[WrittenFile]]] = []
+        errors: list[BaseException] = []
+        for f in futures:
+            try:
+                done.append(f.result())
+            except BaseException as e:  # (every run's error waited for, the first raised)
+                stop.set()
+                errors.append(e)
+    if errors:
+        raise next((e for e in errors if not isinstance(e, _Stopped)), errors[0])
+    return [r for refs, _ in done for r in refs], [w for _, written in done for w in written]
+
+
+class _Stopped(Exception):
+    """A run of the key order stopped writing because another run's writing failed."""
+
+
+def _write_stream(table: TableHandle, state: TableState, settings: TableSettings,
+                  stream: Iterator[pa.RecordBatch], strategy: str, staging: Staging,
+                  rows: int, stop: threading.Event
+                  ) -> tuple[list[FileReference], list[WrittenFile]]:
     """Write the sorted stream cut at ``state``'s leaves (by its partitioning): a file per
     touched leaf, or (``shared_file``) one file referenced from every leaf it touches with
     that leaf's exact count, each staged in ``staging`` before it is created. When the cut
     gives each leaf's rows together, in key order, one file is open at a time; otherwise one
-    per touched leaf. On failure the open writers are aborted and the error raised: the
-    caller's staging deletes what was written."""
+    per touched leaf. On failure (or ``stop``, checked at each batch) the open writers are
+    aborted and the error raised: the caller's staging deletes what was written."""
     schema = schema_of(state, table.name)
     partitioning = partitioning_of(state)
     refs: list[FileReference] = []
@@ -93,6 +132,8 @@ def _write_partitioned(table: TableHandle, state: TableState, settings: TableSet
 
     try:
         for batch, pieces in partitioning.cut(state, stream, schema.row_key_names):
+            if stop.is_set():
+                raise _Stopped(f"ingest into table {table.name}: stopped")
             if strategy == "shared_file":  # the pieces cover the (sorted) batch: it goes whole
                 for piece in pieces:
                     counts[piece.leaf.id] = counts.get(piece.leaf.id, 0) + piece.rows
@@ -239,9 +280,13 @@ def stage_batches(table: TableHandle, state: TableState,
         if rows == 0:
             return StagedFiles(0, [], [])
         with Staging(table.objects, table.name) as staging:  # an error deletes the files
-            refs, written = _write_partitioned(table, state, settings, runs.sorted_stream(),
-                                               settings.ingest_write_strategy, staging,
-                                               rows)
+            strategy = settings.ingest_write_strategy
+            # per leaf, a large ingest's sorted rows are written by a writer per core, each a
+            # run of the key order (its sort, gather and Parquet encoding its own)
+            streams = runs.sorted_streams(os.cpu_count() or 1) \
+                if strategy == "per_partition" else [runs.sorted_stream()]
+            refs, written = _write_partitioned(table, state, settings, streams, strategy,
+                                               staging, rows)
         return StagedFiles(rows, refs, written, staging)
     finally:
         runs.cleanup()
