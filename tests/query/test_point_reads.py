@@ -140,3 +140,41 @@ def test_files_without_a_page_index_read_whole_row_groups(
     both = pa.concat_tables([old, new])
     for key in [*old.column("key").to_pylist()[:20], *new.column("key").to_pylist()[:20]]:
         assert table.query(keys=[key]) == _expected(both, key)
+
+
+@pytest.mark.parametrize("merge", ["none", "last"])
+def test_a_lookup_reads_only_the_files_that_may_hold_it(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        merge: str) -> None:
+    """In a leaf of files apart in key (a large ingest's runs, ingests of other key ranges),
+    a lookup or range within one file reads that file alone, as from a one-file leaf: no
+    record sequences, no merge; one whose keys are in both files merges them."""
+    from sediment.query.executor import Executor
+
+    table = sd.Store.open(str(tmp_path), create=True).create_table(
+        "t", SCHEMA, properties={"merge": merge})
+    data = _data(3_000)
+    low = data.filter(pc.less(data.column("key"), "k5"))
+    high = data.filter(pc.greater_equal(data.column("key"), "k5"))
+    table.ingest(low)
+    table.ingest(high)
+    assert len(table.files()) == 2
+    reads: list[tuple[str, bool]] = []
+    real = Executor.read_groups
+
+    def spy(self: Executor, ref: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append((ref.filename, kwargs.get("sequence", False)))
+        return real(self, ref, *args, **kwargs)
+
+    monkeypatch.setattr(Executor, "read_groups", spy)
+    key = low.column("key")[7].as_py()
+    assert table.query(keys=[key]).equals(_expected(data, key))
+    assert len(reads) == 1 and reads[0][1] is False
+    reads.clear()
+    got = table.query(ranges=[sd.Range("k1", "k3")])
+    assert got.num_rows and len(reads) == 1 and reads[0][1] is False
+    reads.clear()
+    other = high.column("key")[3].as_py()
+    both = table.query(keys=[key, other])
+    assert both.equals(pa.concat_tables([_expected(data, key), _expected(data, other)]))
+    assert len(reads) == 2 and all(seq for _, seq in reads)

@@ -460,18 +460,21 @@ class Executor:
         ``block_cache``: the read request's switch (:meth:`block_cache`)."""
         schema = self.columns_schema(columns)
         hashes = self.point_hashes(sub)
+        # the files with row groups the read may want (by their bounds, key filters and
+        # statistics): a lookup or range in a leaf of files apart in key (a large ingest's
+        # runs, upserts of other keys) reads one, as from a one-file leaf
+        wanted = [(ref, *found) for ref in sub.references
+                  if (found := self.row_groups(ref, sub, hashes, query_filter))[2]]
         # several files: merged by (keys, sequence) so equal keys come out in commit order
         # (one file's rows are in that order already); upserts and deletions judge records
         # by sequence
         settle = _settles(sub, iterators)
-        sequence = len(sub.references) > 1 or bool(sub.deletions) or settle
+        sequence = len(wanted) > 1 or bool(sub.deletions) or settle
         blocks = self.block_cache(sub, block_cache)
-        per_file = [p for ref in sub.references
-                    if (p := list(self._file_row_groups(ref, sub, columns, hashes,
-                                                        sequence=sequence,
-                                                        query_filter=query_filter,
-                                                        blocks=blocks,
-                                                        eager=block_cache is True)))]
+        per_file = [p for ref, pf, footer, groups in wanted
+                    if (p := list(self.read_groups(ref, sub, columns, groups, pf, footer,
+                                                   sequence=sequence, blocks=blocks,
+                                                   eager=block_cache is True)))]
         if not per_file:
             return schema.empty_table()
         if len(per_file) == 1:
