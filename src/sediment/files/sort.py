@@ -156,18 +156,32 @@ def split_orders(table: pa.Table, names: Sequence[str], parts: int
     from concurrent.futures import ThreadPoolExecutor
 
     first = table.column(names[0]).combine_chunks()
-    cuts = [len(first) * k // parts for k in range(parts + 1)]
-    with ThreadPoolExecutor(parts) as pool:  # (numpy's gathers and casts release the GIL)
-        pieces = list(pool.map(prefix_keys, [first.slice(a, b - a)
-                                             for a, b in zip(cuts, cuts[1:], strict=False)]))
-    if any(p is None for p in pieces):
+    n = len(first)
+    sample = prefix_keys(first.take(np.arange(0, n, max(1, n // _SPLIT_SAMPLE))))
+    if sample is None:
         return None
-    prefix = np.concatenate([p for p in pieces if p is not None])
-    sample = np.sort(prefix[::max(1, len(prefix) // _SPLIT_SAMPLE)])
+    sample.sort()
     pivots = np.unique(sample[[len(sample) * k // parts for k in range(1, parts)]])
-    # the run of a row: how many pivots its prefix reaches (equal prefixes, equal runs)
-    run = np.searchsorted(pivots, prefix, side="right")
-    groups = [g for g in (np.flatnonzero(run == r) for r in range(len(pivots) + 1)) if len(g)]
+
+    def cut(start: int, end: int) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        """The prefixes of rows ``start:end``, and those rows by run: a run is how many
+        pivots a row's prefix reaches (equal prefixes, equal runs). None: nulls."""
+        prefix = prefix_keys(first.slice(start, end - start))
+        if prefix is None:
+            return None
+        run = np.searchsorted(pivots, prefix, side="right")
+        return prefix, [np.flatnonzero(run == r) + start for r in range(len(pivots) + 1)]
+
+    bounds = [n * k // parts for k in range(parts + 1)]
+    # a thread per slice of the rows (numpy's gathers, casts and searches release the GIL)
+    with ThreadPoolExecutor(parts) as pool:
+        got = list(pool.map(cut, bounds, bounds[1:]))
+    slices = [s for s in got if s is not None]
+    if len(slices) < len(got):
+        return None
+    prefix = np.concatenate([p for p, _ in slices])
+    groups = [g for g in (np.concatenate([runs[r] for _, runs in slices])
+                          for r in range(len(pivots) + 1)) if len(g)]
     if len(groups) < 2:
         return None
 
