@@ -107,3 +107,17 @@ def test_a_run_that_fails_commits_nothing(tmp_path: Path,
     data_files = sorted(p.name for p in (tmp_path / "store").rglob("*.parquet")
                         if "/data/" in str(p))
     assert len(data_files) == 1  # the first ingest's file only: the runs' files are deleted
+
+
+def test_one_writer_when_asked(tmp_path: Path) -> None:
+    """A Spark task stages its rows with one writer (its executor's other cores run other
+    tasks): one file per leaf, whatever the input's size."""
+    from sediment.ingest.standard import stage_batches
+
+    table = _table(tmp_path)
+    handle = table._handle
+    staged = stage_batches(handle, handle.states.head(),
+                           (("input", b) for b in _input(7).to_batches()), writers=1)
+    assert staged.rows == ROWS and len(staged.references) == 1
+    assert staged.staging is not None
+    staged.staging.delete()

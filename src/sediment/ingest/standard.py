@@ -251,14 +251,17 @@ class StagedFiles:
 def stage_batches(table: TableHandle, state: TableState,
                   batches: Iterator[tuple[str, pa.RecordBatch]],
                   progress: Progress | None = None, *, spill_dir: SpillDir = None,
-                  on_batch: Callable[[pa.RecordBatch], None] | None = None) -> StagedFiles:
+                  on_batch: Callable[[pa.RecordBatch], None] | None = None,
+                  writers: int | None = None) -> StagedFiles:
     """Validate, sort (spilling past the memory limit to ``spill_dir``, else as
     :func:`~sediment.ingest.spill.resolve_spill_dir` finds) and write files cut at the leaves
     of ``state``; nothing is committed (the files stay staged, protected from GC, until
     :func:`commit_staged`; on failure they are deleted). Used by standard ingest and by Spark
     tasks (which spill where their executor's environment says). ``on_batch`` sees each
     batch as given, once it validated, in input order (a keyed write hashes its payload
-    there: see :class:`~sediment.ingest.idempotency.PayloadHash`)."""
+    there: see :class:`~sediment.ingest.idempotency.PayloadHash`). ``writers``: how many
+    runs of the key order a large input is written in, side by side (None: one per core; a
+    Spark task gives 1, its executor's cores running other tasks)."""
     schema = schema_of(state, table.name)
     settings = settings_of(state, table.name)
     runs = SortedRuns(schema.to_arrow(), schema.key_names, settings.ingest_memory_limit_bytes,
@@ -283,7 +286,7 @@ def stage_batches(table: TableHandle, state: TableState,
             strategy = settings.ingest_write_strategy
             # per leaf, a large ingest's sorted rows are written by a writer per core, each a
             # run of the key order (its sort, gather and Parquet encoding its own)
-            streams = runs.sorted_streams(os.cpu_count() or 1) \
+            streams = runs.sorted_streams(writers or os.cpu_count() or 1) \
                 if strategy == "per_partition" else [runs.sorted_stream()]
             refs, written = _write_partitioned(table, state, settings, streams, strategy,
                                                staging, rows)

@@ -180,7 +180,8 @@ def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], nam
                 b = b.drop_columns(internal)
             yield "Spark input", b
 
-    staged = stage_batches(table, state, rows())
+    # one writer: the executor's other cores run other tasks (Spark's parallelism)
+    staged = stage_batches(table, state, rows(), writers=1)
     if staged.staging is not None:
         # the driver adopts the files before committing them; this Python worker outlives the
         # task, so its lease would protect them (orphans, if the import fails) for as long as
