@@ -124,13 +124,10 @@ class SortedRuns:
         parts = min(parts, rows // PARALLEL_MIN_ROWS)
         if self.runs or parts < 2:
             return [self.sorted_stream()]
-        t = pa.Table.from_batches(self.buffer, schema=self.schema)
-        with ThreadPoolExecutor(1) as side:
-            # (a take from chunked columns joins their chunks each time: they are joined once,
-            # on a thread while the keys sort)
-            combined = side.submit(t.combine_chunks)
-            orders = split_orders(t, self.keys, parts)
-            t = combined.result()
+        # (a take from chunked columns joins their chunks each time: joined once, first, the
+        # sort's prefixes and ties read the joined columns too, and no other copy is made)
+        t = pa.Table.from_batches(self.buffer, schema=self.schema).combine_chunks()
+        orders = split_orders(t, self.keys, parts)
         if orders is None:
             return [self.sorted_stream()]
         self.buffer, self.buffered = [], 0
