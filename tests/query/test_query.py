@@ -446,8 +446,9 @@ def test_random_multi_field_ranges(hyp_store: str, rows: list[tuple[Any, ...]],
 
 def test_row_group_runs_and_region_containment() -> None:
     from sediment.core.model import Region
-    from sediment.query.executor import _inside, _runs
     from sediment.query.footers import FileFooter
+    from sediment.query.readplan import inside as _inside
+    from sediment.query.readplan import runs as _runs
 
     assert list(_runs([0, 1, 2, 5, 6, 9], 2)) == [[0, 1], [2], [5, 6], [9]]
     assert list(_runs([], 16)) == []

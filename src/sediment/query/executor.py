@@ -8,7 +8,6 @@ cannot hold the key, so its cost hardly grows with the files in a leaf.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -22,17 +21,15 @@ import pyarrow.parquet as pq
 
 from sediment.core.model import RANK_BITS, FileReference
 from sediment.core.prefetch import prefetched, read_ahead
-from sediment.core.regions import Range, Region
 from sediment.core.state import schema_in_force
 from sediment.files.columns import IDENTITY, ColumnMap, column_map, conform
 from sediment.files.keyfilter import hash_key_values, hash_keys
-from sediment.files.keys import bounds_inside, rows_in, sort_indices, sorted_rows_in, sorted_span
+from sediment.files.keys import rows_in, sort_indices, sorted_rows_in, sorted_span
 from sediment.files.merge import merge_sorted
 from sediment.files.sequence import SEQ, SEQ_FIELD, merge_names, with_sequence, without_sequence
 from sediment.files.upserts import settle_batches, settle_table
 from sediment.files.verified import reading
 from sediment.iterators.base import RecordIterator, apply_iterators
-from sediment.iterators.merge_rules import KeepFirst, KeepLast
 from sediment.query.blocks import BlockCache
 from sediment.query.cached_files import keep_reads, prefetch_reads
 from sediment.query.deletes import Deletes, merge_of
@@ -40,125 +37,23 @@ from sediment.query.filters import QueryFilter
 from sediment.query.footers import FileFooter, FooterCache
 from sediment.query.planner import QueryPlan, SubQuery
 from sediment.query.pointread import PointReader
+from sediment.query.readplan import (
+    RUN_GROUPS,
+    bounds_on_first,
+    boxes,
+    exact_single_keys,
+    first_field_points,
+    inside,
+    last_of,
+    one_record_kept,
+    row_groups_meeting,
+    runs,
+    settles,
+)
 from sediment.query.regions import box_row_groups
 from sediment.schema import Schema
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
-
-
-def _bounds_on_first(region: Region, ranges: tuple[Range, ...] | None) -> list[tuple[Any, Any]]:
-    """Closed intervals on the first key field that may hold wanted rows (None: unbounded)."""
-    lo_r = None if region.min is None else region.min[0]
-    hi_r = None if region.max is None else region.max[0]
-    if ranges is None:
-        return [(lo_r, hi_r)]
-    out = []
-    for r in ranges:
-        lo = None if r.start is None else r.start[0]
-        hi = None if r.end is None else r.end[0]
-        lo = lo_r if lo is None else (lo if lo_r is None else max(lo, lo_r))
-        hi = hi_r if hi is None else (hi if hi_r is None else min(hi, hi_r))
-        if lo is not None and hi is not None and lo > hi:
-            continue
-        out.append((lo, hi))
-    return out
-
-
-def _row_groups(footer: FileFooter, intervals: list[tuple[Any, Any]]) -> list[int]:
-    """Row groups whose [min, max] on the first key field meets any interval."""
-    n = len(footer.mins)
-    if not footer.bounded:
-        return list(range(n))
-    keep: set[int] = set()
-    for lo, hi in intervals:
-        # row groups are sorted: first whose max >= lo, last whose min <= hi
-        a = 0 if lo is None else bisect.bisect_left(footer.maxs, lo)
-        b = n if hi is None else bisect.bisect_right(footer.mins, hi)
-        keep.update(range(a, b))
-    return sorted(keep)
-
-
-RUN_GROUPS = 16
-"""Consecutive row groups read in one call when a query reads many (a scan): Arrow decodes
-them on its threads (measured: 4M-row scan 9.7 -> 15+ M rows/s against one call per group)."""
-
-
-def _runs(groups: list[int], most: int) -> Iterator[list[int]]:
-    """Runs of consecutive row-group indices, at most ``most`` long."""
-    run: list[int] = []
-    for g in groups:
-        if run and (g != run[-1] + 1 or len(run) == most):
-            yield run
-            run = []
-        run.append(g)
-    if run:
-        yield run
-
-
-def _inside(footer: FileFooter, first: int, last: int, region: Region) -> bool:
-    """Whether row groups ``first..last`` lie inside the region by their statistics on the
-    first key field: then a whole-region read needs no row filter."""
-    return bounds_inside(footer.mins[first], footer.maxs[last], region)
-
-
-def _first_field_points(ranges: tuple[Range, ...] | None) -> list[Any] | None:
-    """The values of the first key field the ranges allow, when every range pins it to one
-    value (exact keys, and prefixes or ranges inside one first-field value); else None."""
-    if not ranges:
-        return None
-    points = []
-    for r in ranges:
-        if r.start is None or r.end is None or r.start[0] != r.end[0]:
-            return None
-        points.append(r.start[0])
-    return points
-
-
-def _exact_single_keys(ranges: tuple[Range, ...] | None) -> list[Any] | None:
-    if not ranges:
-        return None
-    keys = []
-    for r in ranges:
-        if r.start is None or r.start != r.end or len(r.start) != 1 or \
-                not (r.start_inclusive and r.end_inclusive):
-            return None
-        keys.append(r.start[0])
-    return keys
-
-
-def _settles(sub: SubQuery, iterators: Sequence[RecordIterator]) -> bool:
-    """Whether a read of the sub-query settles upserts (sediment.files.upserts): when a file
-    holds upserted records, unless the merge rule keeps the last record of each key anyway
-    (``merge="last"``, first among the iterators: it keeps what settling keeps) and no
-    delete by filter could remove an upserted record but not the older one it replaced."""
-    if not sub.upserts:
-        return False
-    return not (iterators and isinstance(iterators[0], KeepLast)
-                and all(d.filter is None for d in sub.deletions))
-
-
-def _last_of(sub: SubQuery, iterators: Sequence[RecordIterator],
-             key_names: Sequence[str]) -> list[str] | None:
-    """The record key, when the merge of the sub-query's files may leave out records that a
-    later one of the same key follows (``merge_sorted``'s ``last_of``): the merge rule keeps
-    the last record of each key (``merge="last"``, first among the iterators) and no
-    deletion judges records before it; else None."""
-    if iterators and isinstance(iterators[0], KeepLast) and not sub.deletions:
-        return list(key_names)
-    return None
-
-
-def _one_record_kept(iterators: Sequence[RecordIterator]) -> bool:
-    """Whether the iterators are merge rules that keep one whole record of each key, and
-    nothing else (``merge="last"`` or ``"first"``): an answer of at most one record passes
-    them unchanged, so a lookup of one record need not run them."""
-    return all(isinstance(it, KeepLast | KeepFirst) for it in iterators)
-
-
-def _boxes(subs: Sequence[SubQuery]) -> bool:
-    """Whether several sub-queries read box partitions (cells: sediment.core.regions), whose
-    rows are not runs of the key order."""
-    return len(subs) > 1 and any(s.region.cell is not None for s in subs)
 
 
 class Executor:
@@ -192,7 +87,7 @@ class Executor:
             else pa.int64()
 
     def point_hashes(self, sub: SubQuery) -> np.ndarray | None:
-        points = _first_field_points(sub.ranges)
+        points = first_field_points(sub.ranges)
         if points is None:
             return None
         if len(points) == 1:  # a lookup: hot keys come again, their hash is kept
@@ -220,7 +115,7 @@ class Executor:
 
     def _filter(self, data: pa.Table, sub: SubQuery) -> pa.Table:
         names = self.schema.row_key_names
-        keys = _exact_single_keys(sub.ranges) if self.single_field_key else None
+        keys = exact_single_keys(sub.ranges) if self.single_field_key else None
         if keys is not None and data.column(names[0]).num_chunks == 1:
             # (a decoded row group is sorted by key: the keys' rows are found by binary
             # search, those outside the leaf dropped first)
@@ -256,7 +151,7 @@ class Executor:
         if footer is None:
             pf, footer = self.footers.open(ref.filename, sub.sums.get(ref.filename),
                                            cache_rows=sub.ranges is not None)
-        groups = _row_groups(footer, _bounds_on_first(sub.region, sub.ranges))
+        groups = row_groups_meeting(footer, bounds_on_first(sub.region, sub.ranges))
         if sub.ranges:  # per-field regions: every limited field's statistics
             groups = box_row_groups(self.schema, footer.metadata, groups, sub.ranges)
         layout = self.footers.layout(ref.filename) if hashes is not None and groups else None
@@ -374,7 +269,7 @@ class Executor:
         index = None if points is None else self.footers.page_index(ref.filename, sums)
         key = cmap.file_columns([self.schema.row_key_names[0]])[0]
         for run in ([[g] for g in groups] if index is not None
-                    else _runs(groups, RUN_GROUPS)):
+                    else runs(groups, RUN_GROUPS)):
             t = None if index is None or points is None else self.points.rows(
                 index, run[0], key, points, columns,
                 self._file_schema(ref.filename, footer, columns), blocks, sums is not None)
@@ -384,7 +279,7 @@ class Executor:
                     self._cached_run(blocks, ref.filename, footer, run, columns, load, eager)
             t = conform(t, cmap, wanted, self._arrow)
             if not exact and (sub.ranges is not None or
-                              not _inside(footer, run[0], run[-1], sub.region)):
+                              not inside(footer, run[0], run[-1], sub.region)):
                 t = self._filter(t, sub)
             if t.num_rows:
                 yield with_sequence(t, ref.sequence) if sequence else t
@@ -437,7 +332,7 @@ class Executor:
     def _points(self, sub: SubQuery) -> list[Any] | None:
         """The sub-query's exact keys inside its leaf, sorted and distinct, when it asks
         for exact values of a one-field row key (a lookup: page-sized reads); else None."""
-        keys = _exact_single_keys(sub.ranges) if self.single_field_key else None
+        keys = exact_single_keys(sub.ranges) if self.single_field_key else None
         if keys is None:
             return None
         try:
@@ -468,7 +363,7 @@ class Executor:
         # several files: merged by (keys, sequence) so equal keys come out in commit order
         # (one file's rows are in that order already); upserts and deletions judge records
         # by sequence
-        settle = _settles(sub, iterators)
+        settle = settles(sub, iterators)
         sequence = len(wanted) > 1 or bool(sub.deletions) or settle
         blocks = self.block_cache(sub, block_cache)
         per_file = [p for ref, pf, footer, groups in wanted
@@ -485,14 +380,14 @@ class Executor:
             data = pa.Table.from_batches(
                 list(merge_sorted(streams, merge_names(self.schema.key_names),
                                   schema.append(SEQ_FIELD),
-                                  last_of=_last_of(sub, iterators, self.schema.key_names))),
+                                  last_of=last_of(sub, iterators, self.schema.key_names))),
                 schema=schema.append(SEQ_FIELD))
         if settle:
             data = settle_table(data, self.schema.key_names)
         if sequence:
             data = without_sequence(self.deletes.apply(data, sub.deletions,
                                                        merge=merge_of(iterators)))
-        if iterators and (data.num_rows > 1 or not _one_record_kept(iterators)):
+        if iterators and (data.num_rows > 1 or not one_record_kept(iterators)):
             # (a leaf's answer of one record, a lookup's, has nothing a merge rule that
             # keeps one record per key could drop: its batches are not rebuilt for it)
             batches = apply_iterators(iter(data.to_batches()), iterators)
@@ -517,7 +412,7 @@ class Executor:
         if not tables:
             return self.columns_schema(columns).empty_table()
         out = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        if _boxes(subs):  # box leaves interleave in key order; one key lives in one leaf,
+        if boxes(subs):  # box leaves interleave in key order; one key lives in one leaf,
             # so a stable sort keeps each key's records in the order the leaf gave them
             out = out.take(sort_indices(out, self.schema.key_names))
         return out
@@ -530,7 +425,7 @@ class Executor:
         several leaves, up to ``threads`` leaves are read at once, each on its own thread and
         a few batches ahead (Arrow decodes without the GIL), so memory stays bounded."""
         subs = plan.subqueries
-        if _boxes(subs):  # box leaves interleave in key order: merged, one batch at a time
+        if boxes(subs):  # box leaves interleave in key order: merged, one batch at a time
             arrow = self.schema.to_arrow()
             yield from merge_sorted(
                 [self._stream_leaf(s, columns, iterators, query_filter, block_cache)
@@ -554,7 +449,7 @@ class Executor:
         arrow = self.schema.to_arrow()
         schema = pa.schema([arrow.field(c) for c in columns])
         hashes = self.point_hashes(sub)
-        settle = _settles(sub, iterators)
+        settle = settles(sub, iterators)
         sequence = len(sub.references) > 1 or bool(sub.deletions) or settle
         blocks = self.block_cache(sub, block_cache)
         streams: list[Iterator[pa.RecordBatch]] = [
@@ -574,7 +469,7 @@ class Executor:
         if sequence:
             merged = merge_sorted(streams, merge_names(self.schema.key_names),
                                   schema.append(SEQ_FIELD),
-                                  last_of=_last_of(sub, iterators, self.schema.key_names))
+                                  last_of=last_of(sub, iterators, self.schema.key_names))
             if settle:
                 merged = settle_batches(merged, self.schema.key_names)
             merged = (without_sequence(b) for b in self.deletes.apply_batches(
