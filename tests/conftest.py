@@ -176,8 +176,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     standalone cluster serve them all, instead of one per worker on a 2-core machine; other
     Spark tests join them, finding that session), and
     the blocks of one docs page (they run in order in one process per page; blocks spread
-    over workers would each re-run the page's earlier blocks; the pages that start Spark in
-    one group, one session for them all), and the tests of one server or
+    over workers would each re-run the page's earlier blocks; the pages that use Spark join
+    the Spark group and reuse its session), and the tests of one server or
     dashboard module (they share the module's server process)."""
     spark_dir = _TESTS / "integration" / "spark"
     proof_dir = _TESTS / "proof"
@@ -206,10 +206,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "spark_sessions" in names:
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif block is not None and hasattr(block, "page"):
-            # the pages that start Spark share one group: in page order on one worker, a later
-            # page finds the earlier page's session (test_docs_snippets stops it at the end)
+            # the pages that use Spark run on the Spark worker, in page order after the local
+            # Spark tests (tests/integration/spark/conftest.py puts the cluster's last): they
+            # find the shared local session and reuse it (its JVM already started and warm)
             spark = item.get_closest_marker("spark") is not None
-            item.add_marker(pytest.mark.xdist_group("docs:spark" if spark
+            item.add_marker(pytest.mark.xdist_group("spark" if spark
                                                     else f"docs:{block.page}"))
         elif any(d in item.path.parents for d in module_groups):
             # a module's server process (a module-scoped fixture) starts once, on one worker
