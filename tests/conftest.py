@@ -123,11 +123,36 @@ def no_prune_grace(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---- fault injection (tests/faultproxy.py) ---------------------------------------------------
+def _no_retry_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore in this process retries every fault as it does in production, only without
+    the seconds of backoff between tries: Sediment's clients retry in botocore's "legacy"
+    mode (storage/s3.py), whose handler returns a random delay of up to 2^n s before try n+1
+    (1+2+4+8+16 s for a request that fails every try: most of a fault test's time, spent
+    asleep); capped here at 1 ms. Standard mode's backoff is capped too. What a retry proves
+    (the request sent again, its answer settled) is unchanged; processes a test starts keep
+    the real backoff."""
+    from botocore import retryhandler
+    from botocore.retries import standard
+
+    legacy = retryhandler.RetryHandler.__call__
+
+    def no_wait(self: Any, attempts: int, response: Any, caught_exception: Any,
+                **kwargs: Any) -> float | None:
+        delay = legacy(self, attempts, response, caught_exception, **kwargs)
+        return None if delay is None else min(delay, 0.001)
+
+    monkeypatch.setattr(retryhandler.RetryHandler, "__call__", no_wait)
+    monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, ctx: 0.001)
+
+
 @pytest.fixture
-def fault_proxy(s3_server: str) -> Iterator[Any]:
+def fault_proxy(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A :class:`faultproxy.FaultProxy` in front of the moto server, with no rules yet
-    (a seed per test for probabilistic rules); stopped after the test."""
+    (a seed per test for probabilistic rules), and no retry backoff in this process
+    (:func:`_no_retry_backoff`); stopped after the test."""
     from faultproxy import FaultProxy
+
+    _no_retry_backoff(monkeypatch)
 
     proxy = FaultProxy(s3_server, seed=int(os.environ.get("SEDIMENT_FAULT_SEED", "0"))).start()
     try:

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,22 +75,11 @@ def settled_cleanly(table: sd.Table) -> None:
     assert status["running"] == [] and status["unsettled"] == []
 
 
-@pytest.fixture
-def fast_retries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """botocore retries every 503 as it does in production, only without the seconds of backoff
-    between tries (a 503 is a throttling error: up to 1+2+4+8 s for one failed request)."""
-    from botocore.retries import standard
-
-    monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, ctx: 0.001)
-    yield
-
-
 # ---- the tests --------------------------------------------------------------------------------
 @pytest.mark.s3
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_runner_killed_at_its_commit_then_recovery_under_503s_and_a_prune(
-        when: str, proxied_s3: Any, tmp_path: Path, no_prune_grace: None,
-        fast_retries: None) -> None:
+        when: str, proxied_s3: Any, tmp_path: Path, no_prune_grace: None) -> None:
     proxy = proxied_s3.proxy
     store = proxied_s3.open()
     table = store.create_table("events", SCHEMA, properties=PROPERTIES)
