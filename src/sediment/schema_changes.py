@@ -20,7 +20,8 @@ from typing import Any
 import pyarrow as pa
 
 from sediment.errors import PropertyError, SchemaError
-from sediment.schema import RESERVED_PREFIX, Schema, _as_field, parse_type
+from sediment.schema import RESERVED_PREFIX, Schema, _as_field
+from sediment.types import parse_type
 
 OPS = ("add_columns", "drop_columns", "rename_column", "widen_column")
 

@@ -17,7 +17,8 @@ from sediment.properties import (
     describe_properties,
     validate_properties,
 )
-from sediment.schema import KEY_TYPES, Schema, parse_type, storage_type
+from sediment.schema import Schema
+from sediment.types import KEY_TYPES, parse_type, storage_type
 
 # ---- schema definition ----------------------------------------------------------------------
 
@@ -41,7 +42,7 @@ def test_schema_fields_and_views() -> None:
 @pytest.mark.parametrize("key_type", list(KEY_TYPES.values()), ids=str)
 def test_every_key_type_is_accepted(key_type: pa.DataType) -> None:
     s = Schema(row_keys=[("k", key_type)], sort_keys=[("s", key_type)])
-    # timestamp[s] and date64 are stored as timestamp[ms] and date32 (schema.storage_type)
+    # timestamp[s] and date64 are stored as timestamp[ms] and date32 (types.storage_type)
     assert s.row_keys[0].type == storage_type(key_type) and not s.row_keys[0].nullable
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import sediment as sd
 from sediment.errors import DataError, SchemaError
-from sediment.schema import parse_type, storage_type
+from sediment.types import parse_type, storage_type
 
 KEY_TYPES = [pa.timestamp("s"), pa.timestamp("s", tz="UTC"), pa.timestamp("ms", tz="Asia/Tokyo"),
              pa.timestamp("us", tz="UTC"), pa.timestamp("ns", tz="America/New_York"),

@@ -28,7 +28,8 @@ from sediment.cli.options import (
 from sediment.cli.output import emit, key_value_table, to_json
 from sediment.cli.parsing import convert_split_point
 from sediment.cli.terminal import progress_bar, stdout_console
-from sediment.schema import Schema, key_from_text
+from sediment.schema import Schema
+from sediment.types import key_from_text
 
 if TYPE_CHECKING:  # imported where used: a command's start imports only its rooms
     from sediment.core.regions import Range

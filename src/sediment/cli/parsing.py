@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from sediment.cli.errors import CliError
 from sediment.errors import SchemaError
-from sediment.schema import Schema, key_from_text, parse_type
+from sediment.schema import Schema
+from sediment.types import key_from_text, parse_type
 
 
 def _parse_field(spec: str, *, option: str, nullable: bool) -> pa.Field:
@@ -46,7 +47,7 @@ def _schema_from_file(path: Path) -> Schema:
 
 def convert_split_point(text: str, field: pa.Field) -> Any:
     """A split point (or key) typed on the command line, as a value of ``field``'s type
-    (:func:`sediment.schema.key_from_text`)."""
+    (:func:`sediment.types.key_from_text`)."""
     try:
         return key_from_text(text, field)
     except ValueError:

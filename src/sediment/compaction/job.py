@@ -57,9 +57,10 @@ from sediment.files.verified import Sums
 from sediment.files.writer import SortedFileWriter, WrittenFile
 from sediment.iterators.base import RecordIterator, apply_iterators
 from sediment.query.deletes import Deletes, merge_of
-from sediment.schema import Schema, quote_identifier
+from sediment.schema import Schema
 from sediment.settings import as_settings
 from sediment.storage.base import ObjectStore
+from sediment.types import quote_identifier
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,9 @@ from sediment.core.regions import Range
 from sediment.dashboard.aggregate import region_text
 from sediment.errors import QueryError
 from sediment.query.request import ReadRequest
-from sediment.schema import Schema, key_from_text
+from sediment.schema import Schema
 from sediment.table import Table
+from sediment.types import key_from_text
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -40,7 +41,7 @@ class FormError(QueryError):
 
 
 def _scalar(text: str, field: pa.Field) -> Any:
-    """A value of a row-key field from form text (:func:`sediment.schema.key_from_text`)."""
+    """A value of a row-key field from form text (:func:`sediment.types.key_from_text`)."""
     try:
         return key_from_text(text, field)
     except ValueError as e:

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from sediment.files.keys import sort_indices
 from sediment.files.sample import int64s
-from sediment.schema import quote_identifier
+from sediment.types import quote_identifier
 
 _DATAFUSION_MIN_ROWS = 65_536
 _NORMALISED_MIN_ROWS = 2_048

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from sediment.errors import BadRequestError, FilterError, SchemaError
-from sediment.schema import Schema, parse_type
+from sediment.schema import Schema
 from sediment.schema_changes import OPS
 from sediment.serve.middleware import Admission
 from sediment.serve.protocol import (
@@ -59,6 +59,7 @@ from sediment.serve.protocol import (
 )
 from sediment.serve.stats import Request, Stats
 from sediment.tokens import Right
+from sediment.types import parse_type
 
 if TYPE_CHECKING:
     from sediment.serve.puts import GroupedPuts

@@ -11,10 +11,11 @@ from sediment.core.transactions import AlterSchema, SetOnline, SetProperties
 from sediment.core.transactions.schema import filtered_fields
 from sediment.errors import PropertyError, SchemaError, did_you_mean
 from sediment.properties import PROPERTIES, check_combined, validate_properties
-from sediment.schema import Schema, parse_type
+from sediment.schema import Schema
 from sediment.schema_changes import add_args, drop_args, judged_change
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold
 from sediment.table.base import TableBase
+from sediment.types import parse_type
 
 if TYPE_CHECKING:
     pass
