@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
-import threading
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,6 +22,7 @@ from sediment.files.sample import KeySampler
 from sediment.files.sequence import SEQ, SEQ_FIELD
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name, with_sidecars
 from sediment.files.sums import SummingSink, footer_crc, footer_length
+from sediment.pools import shared_pool
 from sediment.properties import bloom_columns
 from sediment.schema import Schema
 from sediment.storage import checksums
@@ -49,20 +48,6 @@ class WrittenFile:
 _SINK_BUFFER = 1 << 20
 """Bytes the Parquet writer's output is buffered in before the (Python) sink sees them."""
 
-_filter_pool: tuple[int, ThreadPoolExecutor] | None = None
-_filter_pool_lock = threading.Lock()
-
-
-def _reset_filter_pool_lock() -> None:
-    """A forked child starts with a free lock (a parent's thread may have held it at the fork)."""
-    global _filter_pool_lock
-    _filter_pool_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_filter_pool_lock)
-
-
-_closer_pool: tuple[int, ThreadPoolExecutor] | None = None
 CLOSER_THREADS = 16
 """Threads that close key-filter sidecars (upload them) beside their data files: enough for
 the writers of a server taking puts one ingest each (dozens at once) not to queue behind
@@ -70,28 +55,16 @@ each other for them."""
 
 
 def _closer() -> ThreadPoolExecutor:
-    """Threads that close writers' key-filter sidecars, one pool per process (as
-    :func:`_filter_builder`'s; apart from it, so that an upload never waits behind filter
-    building, nor the reverse)."""
-    global _closer_pool
-    with _filter_pool_lock:
-        if _closer_pool is None or _closer_pool[0] != os.getpid():
-            _closer_pool = (os.getpid(), ThreadPoolExecutor(
-                CLOSER_THREADS, thread_name_prefix="sediment-sidecar-close"))
-        return _closer_pool[1]
+    """Threads that close writers' key-filter sidecars (sediment.pools; apart from
+    :func:`_filter_builder`'s, so that an upload never waits behind filter building, nor the
+    reverse)."""
+    return shared_pool("sidecar-close", CLOSER_THREADS)
 
 
 def _filter_builder() -> ThreadPoolExecutor:
-    """Threads that build key-filter blocks while writers encode Parquet, one pool per process
-    (a pool inherited through fork has no threads: it would never run anything). Made under a
-    lock: writers on several threads (compaction jobs) would otherwise each make a pool, and
-    all but one would be dropped while work was queued on them."""
-    global _filter_pool
-    with _filter_pool_lock:
-        if _filter_pool is None or _filter_pool[0] != os.getpid():
-            _filter_pool = (os.getpid(),
-                            ThreadPoolExecutor(2, thread_name_prefix="sediment-keys"))
-        return _filter_pool[1]
+    """Threads that build key-filter blocks while writers encode Parquet (sediment.pools)."""
+    return shared_pool("keys", 2)
+
 
 def sample_name(filename: str) -> str:
     """The sidecar sample of a data file (its current name: see sediment.files.sidecars)."""

@@ -43,11 +43,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +63,7 @@ from sediment.errors import (
     TransactionError,
 )
 from sediment.files.staging import Staging
+from sediment.pools import shared_pool
 from sediment.state.documents import read_sealed, sealed
 from sediment.storage.conditional import create_once
 
@@ -253,21 +252,13 @@ class KeyIndex:
         list(_parallel(put, list(zip(records, results, strict=True))))
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
 def _parallel(fn: Any, items: Sequence[Any]) -> Iterable[Any]:
-    """``fn`` of each item, 16 at a time in a pool kept for the process (a flush of many
-    keys claims and records each: small object writes, far faster in parallel; a pool made
-    per call spent more time starting threads than writing)."""
-    global _POOL
+    """``fn`` of each item, 16 at a time in a pool kept for the process (sediment.pools: a
+    flush of many keys claims and records each, small object writes far faster in parallel;
+    a pool made per call spent more time starting threads than writing)."""
     if len(items) <= 1:
         return [fn(i) for i in items]
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(16, thread_name_prefix="sediment-keys")
-    return list(_POOL.map(fn, items))
+    return list(shared_pool("idempotency", 16).map(fn, items))
 
 
 @dataclass(frozen=True, slots=True)

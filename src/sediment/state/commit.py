@@ -20,7 +20,6 @@ transaction brings in are checked here, not protected: their staging holds the l
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 import time
@@ -40,6 +39,7 @@ from sediment.errors import (
     WriteOutcomeUnknownError,
 )
 from sediment.metrics import traces
+from sediment.pools import shared_pool
 from sediment.state import pending
 from sediment.state.head_cache import HeadCache, prop
 from sediment.state.snapshot import write_snapshot
@@ -215,27 +215,10 @@ class CommitLoop:
 CHECK_THREADS = 16
 """Threads that read what a commit checks (the drop marker, the new files' existence), one
 pool per process: a pool made per commit cost a commit of one small file ~0.5 ms."""
-_POOL: list[tuple[int, ThreadPoolExecutor]] = []
-_POOL_LOCK = threading.Lock()
-
-
-def _reset_pool_lock() -> None:
-    """A forked child starts with a free lock (a parent's thread may have held it)."""
-    global _POOL_LOCK
-    _POOL_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_pool_lock)
-
-
 def _checkers() -> ThreadPoolExecutor:
-    """The process's checking threads (a pool inherited through fork has no threads). Their
-    tasks only read: none waits for another, so commits sharing them never deadlock."""
-    with _POOL_LOCK:
-        if not _POOL or _POOL[0][0] != os.getpid():
-            _POOL[:] = [(os.getpid(), ThreadPoolExecutor(
-                CHECK_THREADS, thread_name_prefix="sediment-commit-check"))]
-        return _POOL[0][1]
+    """The process's checking threads (sediment.pools). Their tasks only read: none waits
+    for another, so commits sharing them never deadlock."""
+    return shared_pool("commit-check", CHECK_THREADS)
 
 
 def _rows_added(txn: Transaction) -> int:

@@ -6,7 +6,6 @@ import math
 import os
 import socket
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,6 +17,7 @@ from sediment.core.transactions import (
 )
 from sediment.core.transactions.idempotency import keys_from_json
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, UnsupportedFormatError
+from sediment.pools import shared_pool
 from sediment.state.documents import open_sealed, sealed
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import get_verified
@@ -256,14 +256,17 @@ class TransactionLog:
         return list(_fetch_all(self.history_entry, self._gap_free(version, listed, None)))
 
 
+FETCH_THREADS = 16
+"""Log entries read at once (object stores answer many small reads in parallel far faster
+than in turn)."""
+
+
 def _fetch_all(read: Callable[[int], _T], versions: list[int]) -> Iterator[_T]:
-    """``read`` of each version, in order, up to 16 at a time (object stores answer many
-    small reads in parallel far faster than in turn)."""
+    """``read`` of each version, in order, up to :data:`FETCH_THREADS` at a time, on the
+    process's log pool (sediment.pools: no threads started per call)."""
     if not versions:
         return
-    workers = min(16, len(versions))
-    if workers == 1:
+    if len(versions) == 1:
         yield read(versions[0])
         return
-    with ThreadPoolExecutor(workers) as pool:
-        yield from pool.map(read, versions)
+    yield from shared_pool("log", FETCH_THREADS).map(read, versions)

@@ -49,6 +49,7 @@ from sediment.errors import (
     PropertyError,
     SedimentError,
 )
+from sediment.pools import shared_pool
 from sediment.state.documents import read_sealed, sealed
 from sediment.storage.base import ObjectStore
 
@@ -273,16 +274,9 @@ def _named(objects: ObjectStore, filenames: Iterable[str]) -> _Lease | None:
     return lease
 
 
-_POOL: list[tuple[int, ThreadPoolExecutor]] = []
-
-
 def _writer_pool() -> ThreadPoolExecutor:
-    """The threads that write leases for :func:`register_later`, one pool per process (a pool
-    inherited through fork has no threads)."""
-    with _LOCK:
-        if not _POOL or _POOL[0][0] != os.getpid():
-            _POOL[:] = [(os.getpid(), ThreadPoolExecutor(2, thread_name_prefix="sediment-lease"))]
-        return _POOL[0][1]
+    """The threads that write leases for :func:`register_later` (sediment.pools)."""
+    return shared_pool("lease", 2)
 
 
 def release(objects: ObjectStore, filenames: Iterable[str], *, now: bool = False) -> None:
