@@ -11,12 +11,9 @@ newest object is older than a timeout by the object store's own clock.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
 from sediment.core.names import validate_name
@@ -33,6 +30,11 @@ from sediment.errors import (
     TableNotFoundError,
     did_you_mean,
 )
+from sediment.maintenance.unnamed import (
+    CATALOG_PREFIX,
+    UnnamedTablesResult,
+    collect_unnamed_tables,
+)
 from sediment.properties import check_combined, defaults, validate_properties
 from sediment.schema import Schema, schema_difference
 from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes, member_tree
@@ -48,7 +50,6 @@ from sediment.storage import (
     open_object_store_beside,
     spec_options,
 )
-from sediment.storage.clock import object_store_time
 from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
@@ -59,28 +60,11 @@ if TYPE_CHECKING:
     from sediment.maintenance.usage import StoreUsage
     from sediment.table import Table
 
-log = logging.getLogger(__name__)
-
 STORE_FILE = "store.json"
-CATALOG_PREFIX = "catalog/"
-TABLES_PREFIX = "tables/"
 UNNAMED_TABLE_TIMEOUT_SECONDS = 3600.0
 """A table folder no catalog entry names is removed once its newest object is this old (or
 ``gc.orphan_timeout_seconds`` of the store, if longer): a table being created or loaded has no
 catalog entry until it is complete, and its writers keep writing (data files, leases)."""
-
-
-@dataclass(frozen=True, slots=True)
-class UnnamedTablesResult:
-    """What :meth:`Store.collect_unnamed_tables` did."""
-
-    removed: tuple[str, ...] = ()
-    """Table ids whose folders were deleted."""
-    waiting: tuple[str, ...] = ()
-    """Unnamed folders not old enough yet."""
-    objects_deleted: int = 0
-    note: str = ""
-    """Why nothing was collected, when something stood in the way."""
 
 
 def validate_table_name(name: object) -> str:
@@ -368,24 +352,6 @@ class Store(SchemeMethods):
         self.objects.delete_many([self._catalog_key(name)])
         objects.delete_many(o.key for o in objects.list("") if o.key != DROPPED_MARKER)
 
-    def _named_table_ids(self) -> set[str]:
-        """Ids of the tables the catalog names (CorruptMetadataError when an entry cannot be
-        read: then no folder can safely be called unnamed)."""
-        ids: set[str] = set()
-        for o in self.objects.list(CATALOG_PREFIX):
-            if not o.key.endswith(".json"):
-                continue
-            where = f"catalog entry {o.key} of store {self.uri}"
-            try:
-                doc = read_sealed(self.objects, o.key, where)
-            except ObjectNotFoundError:
-                continue  # dropped since the listing
-            try:
-                ids.add(str(doc["table_id"]))
-            except KeyError as e:
-                raise CorruptMetadataError(f"{where} is corrupt: {e!r}") from e
-        return ids
-
     def collect_unnamed_tables(self, *, timeout: float | None = None) -> UnnamedTablesResult:
         """Delete the folders ``tables/<id>/`` that no catalog entry names, once their newest
         object (temporaries included) is older than ``timeout`` seconds by the object store's
@@ -402,37 +368,7 @@ class Store(SchemeMethods):
         if timeout is None:
             timeout = max(UNNAMED_TABLE_TIMEOUT_SECONDS,
                           as_settings(self.properties).gc_orphan_timeout_seconds)
-        folders = self.objects.list_folders(TABLES_PREFIX)
-        if not folders:
-            return UnnamedTablesResult()
-        try:
-            named = self._named_table_ids()
-        except CorruptMetadataError as e:
-            log.warning("not collecting unnamed table folders: %s", e)
-            return UnnamedTablesResult(note=str(e))
-        unnamed = [f for f in folders if f not in named]
-        if not unnamed:
-            return UnnamedTablesResult()
-        now = object_store_time(self.objects)
-        if now is None:
-            note = f"the clock of store {self.uri} could not be read"
-            return UnnamedTablesResult(waiting=tuple(unnamed), note=note)
-        removed: list[str] = []
-        waiting: list[str] = []
-        deleted = 0
-        for table_id in unnamed:
-            prefix = f"{TABLES_PREFIX}{table_id}/"
-            newest = max((o.mtime for o in chain(self.objects.list(prefix),
-                                                 self.objects.temporaries(prefix))),
-                         default=None)
-            if newest is not None and now - newest < timeout:
-                waiting.append(table_id)
-                continue
-            deleted += self.objects.delete_folder(prefix)
-            removed.append(table_id)
-            log.info("removed the folder of unnamed table %s from store %s", table_id,
-                     self.uri)
-        return UnnamedTablesResult(tuple(removed), tuple(waiting), deleted)
+        return collect_unnamed_tables(self.objects, self.uri, timeout)
 
     def _delete_prefix(self, prefix: str) -> None:
         self.objects.delete_many(o.key for o in self.objects.list(prefix))

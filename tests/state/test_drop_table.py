@@ -23,10 +23,11 @@ from sediment.cli import app
 from sediment.core.state import build_partition_tree
 from sediment.core.transactions import InitialiseTable
 from sediment.errors import TableNotFoundError
+from sediment.maintenance.unnamed import TABLES_PREFIX
 from sediment.state.log import LOG_PREFIX
 from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage.base import ObjectStore
-from sediment.store import TABLES_PREFIX, UNNAMED_TABLE_TIMEOUT_SECONDS
+from sediment.store import UNNAMED_TABLE_TIMEOUT_SECONDS
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], values=[("value", pa.int64())])
 

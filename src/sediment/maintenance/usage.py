@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from sediment.files.sidecars import data_file_of
 from sediment.maintenance.gc import survey
 from sediment.maintenance.kept import GcPlan
+from sediment.maintenance.unnamed import TABLES_PREFIX
 from sediment.status.events import STATUS_PREFIX
 from sediment.storage.base import ObjectInfo, ObjectStore
 
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from sediment.handle import TableHandle
 
 DATA_PREFIX = "data/"
-TABLES_PREFIX = "tables/"
 
 
 def _add(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:

@@ -173,8 +173,8 @@ class TableVersions(TableBase):
 
         Raises QueryError for a version the table does not have.
         """
+        from sediment.maintenance.unnamed import CATALOG_PREFIX
         from sediment.maintenance.verify import CATALOG_ENTRY, STORE_FILE, verify_table
-        from sediment.store import CATALOG_PREFIX
         from sediment.store import STORE_FILE as STORE_KEY
 
         documents = [(STORE_FILE, STORE_KEY),
