@@ -7,6 +7,8 @@ happen into one of these, with a message naming the table, field, file or row co
     ├── StorageError                 an object store failed (I/O, permissions, network)
     │   ├── ObjectNotFoundError      a key that should exist does not
     │   ├── AccessDeniedError        the store refused for want of permission (never retried)
+    │   ├── WriteRefusedError        a write that cannot land (local disk: a file on the path,
+    │   │                            a full or read-only disk; never retried)
     │   └── WriteOutcomeUnknownError a conditional write the store never confirmed or denied
     ├── CatalogError
     │   ├── StoreNotFoundError       no Sediment store at a URI (open with create=True to make one)
@@ -80,6 +82,13 @@ class AccessDeniedError(StorageError):
     """The store refused the request for want of permission (S3's 403 ``AccessDenied``): an
     answer, not a failure to answer, so it is never retried (a read-only role learns at once
     that it cannot write)."""
+
+
+class WriteRefusedError(StorageError):
+    """The store could not make the object, for a reason that settles it: nothing was written
+    (local disk: a folder on the path that is a file, a full or read-only disk, a name too
+    long). An answer, not a failure to answer: a conditional create raises it at once rather
+    than trying again for an outcome it already knows."""
 
 
 class WriteOutcomeUnknownError(StorageError):

@@ -8,6 +8,7 @@ The same faults over real HTTP (moto behind a fault-injecting proxy) are in test
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -27,6 +28,7 @@ from sediment.errors import (
     CommitOutcomeUnknownError,
     StorageError,
     TransactionInvalidError,
+    WriteRefusedError,
 )
 from sediment.state.log import log_key
 from sediment.state.store import StateStore
@@ -146,6 +148,40 @@ def test_create_once_raises_a_refusal_at_once(tmp_path: Path) -> None:
         create_once(objects, "log/x", b"mine-123")
     assert objects.puts == 1 and time.monotonic() - started < 1  # no retries, no backoff
     assert not objects.inner.exists("log/x")
+
+
+@pytest.mark.parametrize("blocker", ["a file on the path", "a read-only folder"])
+def test_a_disk_that_cannot_hold_the_object_refuses_at_once(tmp_path: Path, blocker: str
+                                                            ) -> None:
+    """Local disk: a write that cannot land (a file where a folder must be, a folder the
+    process may not write) is a WriteRefusedError at once, not eight tries and ~12 s of
+    backoff ending in "could not learn whether it was created"."""
+    if blocker == "a file on the path":
+        (tmp_path / "store").write_text("")
+        root = tmp_path / "store" / "inside"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("file permissions do not bind root")
+        root = tmp_path / "ro"
+        root.mkdir()
+        root.chmod(0o555)
+    objects = LocalObjectStore(root)
+    started = time.monotonic()
+    try:
+        with pytest.raises(WriteRefusedError, match=r"log/x"):
+            create_once(objects, "log/x", b"mine-123")
+    finally:
+        if blocker != "a file on the path":
+            root.chmod(0o755)
+    assert time.monotonic() - started < 1  # no retries, no backoff
+
+
+def test_a_store_in_a_folder_that_cannot_be_made_fails_at_once(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    started = time.monotonic()
+    with pytest.raises(WriteRefusedError, match="store.json"):
+        sd.Store.open(str(tmp_path / "a-file" / "store"), create=True)
+    assert time.monotonic() - started < 1
 
 
 # ---- lost answers and unknown outcomes ---------------------------------------------------------

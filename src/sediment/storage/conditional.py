@@ -25,6 +25,7 @@ from sediment.errors import (
     ObjectNotFoundError,
     StorageError,
     WriteOutcomeUnknownError,
+    WriteRefusedError,
 )
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import TRAILER_BYTES, ChecksumMismatch, unseal_json
@@ -54,7 +55,7 @@ def create_once(objects: ObjectStore, key: str, data: bytes, *,
         try:
             if objects.put_if_absent(key, data):
                 return True
-        except AccessDeniedError:
+        except (AccessDeniedError, WriteRefusedError):
             if error is None:  # refused, and no earlier try of ours can have landed
                 raise
             # an earlier try's answer was lost: the read-back below tells

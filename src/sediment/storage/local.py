@@ -20,7 +20,7 @@ from urllib.request import url2pathname
 
 import pyarrow.fs as pafs
 
-from sediment.errors import ObjectNotFoundError, StorageError
+from sediment.errors import ObjectNotFoundError, StorageError, WriteRefusedError
 from sediment.storage.base import ObjectInfo, ObjectStore
 from sediment.storage.streams import ObjectWriter
 
@@ -182,17 +182,20 @@ class LocalObjectStore(ObjectStore):
             raise StorageError(f"writing {key!r} in {self.uri}: {e}") from e
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` unless it exists. A failure to write the temp file or to link it
+        into place leaves no object (the link is the only step that creates it), so it is
+        a :class:`WriteRefusedError`, never an unknown outcome: a disk refuses at once."""
         path = self._p(key)
         try:
             tmp = self._write_temp(path, data)
         except OSError as e:
-            raise StorageError(f"writing {key!r} in {self.uri}: {e}") from e
+            raise WriteRefusedError(f"writing {key!r} in {self.uri}: {e}") from e
         try:
             os.link(tmp, path)  # atomic: fails if the name exists; content is complete
         except FileExistsError:
             return False
         except OSError as e:
-            raise StorageError(f"creating {key!r} in {self.uri}: {e}") from e
+            raise WriteRefusedError(f"creating {key!r} in {self.uri}: {e}") from e
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
