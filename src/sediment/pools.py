@@ -2,9 +2,9 @@
 
 Starting a thread costs more than it seems in a busy interpreter: the new thread needs the
 GIL to begin, and ``Thread.start`` waits until it has it, up to a switch interval (5 ms) while
-other threads compute. A pool made per call starts its threads every time: 16 threads to
-read 40 log entries took a third of a change feed's time (0.33 of 1.0 s, 53 starts). A pool
-kept for the process starts them once and reuses idle ones.
+other threads compute. A pool made per call starts its threads every time (a log read of a
+few dozen entries started 16); a pool kept for the process starts them once and reuses idle
+ones (docs/architecture.md has the measurement).
 
 A pool inherited through fork has no threads (it would never run anything): each process
 makes its own. A pool's tasks must never wait for other tasks of the same pool (a bounded

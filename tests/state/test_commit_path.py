@@ -8,6 +8,7 @@ The same faults over real HTTP (moto behind a fault-injecting proxy) are in test
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -174,6 +175,27 @@ def test_a_disk_that_cannot_hold_the_object_refuses_at_once(tmp_path: Path, bloc
         if blocker != "a file on the path":
             root.chmod(0o755)
     assert time.monotonic() - started < 1  # no retries, no backoff
+
+
+@pytest.mark.parametrize(("code", "refused"), [(errno.EROFS, True), (errno.ENOSPC, True),
+                                               (errno.EIO, False)])
+def test_a_link_refused_is_an_answer_and_an_io_error_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, refused: bool) -> None:
+    """The link that makes a local object: refused for a reason that says it made nothing
+    (read-only, no room) -> WriteRefusedError; an I/O error (which a network file system may
+    give for a link it did make) stays an unknown outcome, settled by reading the key."""
+    from sediment.storage import local
+
+    objects = LocalObjectStore(tmp_path)
+
+    def link(src: str, dst: str) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(local.os, "link", link)
+    with pytest.raises(StorageError) as e:
+        objects.put_if_absent("log/x", b"mine")
+    assert isinstance(e.value, WriteRefusedError) is refused
+    assert not (tmp_path / "log" / "x").exists()
 
 
 def test_a_store_in_a_folder_that_cannot_be_made_fails_at_once(tmp_path: Path) -> None:

@@ -215,6 +215,8 @@ class CommitLoop:
 CHECK_THREADS = 16
 """Threads that read what a commit checks (the drop marker, the new files' existence), one
 pool per process: a pool made per commit cost a commit of one small file ~0.5 ms."""
+
+
 def _checkers() -> ThreadPoolExecutor:
     """The process's checking threads (sediment.pools). Their tasks only read: none waits
     for another, so commits sharing them never deadlock."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import os
 import stat
 import uuid
@@ -80,6 +81,12 @@ def _fsync_directory(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_LINK_REFUSED = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS,
+                           errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC),
+                           errno.ENAMETOOLONG, errno.EXDEV, errno.EMLINK})
+"""Errors of ``link`` that say it made nothing."""
 
 
 class LocalObjectStore(ObjectStore):
@@ -182,9 +189,12 @@ class LocalObjectStore(ObjectStore):
             raise StorageError(f"writing {key!r} in {self.uri}: {e}") from e
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create ``key`` unless it exists. A failure to write the temp file or to link it
-        into place leaves no object (the link is the only step that creates it), so it is
-        a :class:`WriteRefusedError`, never an unknown outcome: a disk refuses at once."""
+        """Create ``key`` unless it exists. A failure to write the temp file leaves no object
+        (the link is the only step that creates it), and so does a link refused for a reason
+        the file system settles (a missing or read-only folder, no room, no right): those are
+        a :class:`WriteRefusedError`, an answer, not an unknown outcome. Any other failure of
+        the link (an I/O error, which a network file system may give for a link it made) is
+        a plain StorageError, which a reader of the key settles."""
         path = self._p(key)
         try:
             tmp = self._write_temp(path, data)
@@ -195,7 +205,9 @@ class LocalObjectStore(ObjectStore):
         except FileExistsError:
             return False
         except OSError as e:
-            raise WriteRefusedError(f"creating {key!r} in {self.uri}: {e}") from e
+            refused = e.errno in _LINK_REFUSED
+            raise (WriteRefusedError if refused else StorageError)(
+                f"creating {key!r} in {self.uri}: {e}") from e
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
