@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +24,7 @@ import pyarrow.parquet as pq
 from sediment.errors import PropertyError
 from sediment.files.parquet_meta import MAGIC
 from sediment.files.stitch import Stitcher
+from sediment.pools import shared_pool
 
 ENCODE_THREADS_ENV = "SEDIMENT_ENCODE_THREADS"
 """Environment variable: threads that encode one small file (default 1: one writer)."""
@@ -54,27 +54,11 @@ def encode_threads() -> int:
 IN_FLIGHT = 4
 """Parts submitted and not yet written, at most (a file has as many parts as the pool has
 threads, unless it holds more rows than its writer was told)."""
-_pool: tuple[tuple[int, int], ThreadPoolExecutor] | None = None
-_pool_lock = threading.Lock()
 
 
 def _encoders(threads: int) -> ThreadPoolExecutor:
-    """The process's ``threads`` encoding threads (a pool inherited through fork has no
-    threads: a child makes its own)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != (os.getpid(), threads):
-            _pool = ((os.getpid(), threads), ThreadPoolExecutor(
-                threads, thread_name_prefix="sediment-encode"))
-        return _pool[1]
-
-
-def _reset_lock() -> None:
-    global _pool_lock
-    _pool_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_lock)
+    """The process's ``threads`` encoding threads (sediment.pools: kept, fork-safe)."""
+    return shared_pool(f"encode-{threads}", threads)
 
 
 def encode(table: pa.Table, schema: pa.Schema, options: Mapping[str, Any],
