@@ -59,11 +59,25 @@ def open_sealed(data: bytes, where: str) -> dict[str, Any]:
     ``"crc32"`` field but no valid trailer (damaged, or edited and re-encoded: a checksum that
     cannot be checked is not taken on trust). An object without a seal (written before seals)
     reads unchecked."""
+    return parse_sealed(data, where, check_seal(data, where))
+
+
+def check_seal(data: bytes, where: str) -> bool | None:
+    """The first half of :func:`open_sealed`: whether ``data``'s seal holds (True), or it has
+    none (None); MetadataChecksumMismatch naming ``where`` when its CRC differs. Cheap (a
+    CRC, which releases the GIL): a reader fetching many objects on threads checks them there
+    and parses them in its own thread, where parsing in turn is faster than threads taking
+    the GIL from each other."""
     try:
-        verified = unseal_json(data)
+        return unseal_json(data)
     except ChecksumMismatch as e:
         raise MetadataChecksumMismatch(f"{where}: checksum mismatch: {e.detail}",
                                        e.detail) from None
+
+
+def parse_sealed(data: bytes, where: str, verified: bool | None) -> dict[str, Any]:
+    """The second half of :func:`open_sealed`: ``data`` parsed, given its
+    :func:`check_seal` answer ``verified``."""
     doc = json_object(data, where)
     seal = doc.pop(SEAL_FIELD, None)
     if seal is not None and verified is None and checksums.VERIFY_READS:

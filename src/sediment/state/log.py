@@ -7,7 +7,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from sediment.core.transactions import (
     TRANSACTION_KINDS,
@@ -18,7 +18,7 @@ from sediment.core.transactions import (
 from sediment.core.transactions.idempotency import keys_from_json
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError, UnsupportedFormatError
 from sediment.pools import shared_pool
-from sediment.state.documents import open_sealed, sealed
+from sediment.state.documents import check_seal, parse_sealed, sealed
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import get_verified
 from sediment.storage.conditional import create_once
@@ -122,9 +122,14 @@ class TransactionLog:
     def _where(self, version: int) -> str:
         return f"log entry {version} of table {self.name} ({log_key(version)})"
 
-    def _document(self, version: int, data: bytes) -> dict[str, Any]:
+    def _document(self, version: int, data: bytes,
+                  verified: bool | None | Literal["unchecked"] = "unchecked") -> dict[str, Any]:
+        """The entry's checked document; ``verified``: its seal's :func:`check_seal` answer
+        when the caller took it already (``_sealed``), else it is checked here."""
         where = self._where(version)
-        doc = open_sealed(data, where)
+        if verified == "unchecked":
+            verified = check_seal(data, where)
+        doc = parse_sealed(data, where, verified)
         check_format(doc, where)
         if doc.get("version") != version:
             raise CorruptMetadataError(f"{where} claims version {doc.get('version')}")
@@ -137,6 +142,23 @@ class TransactionLog:
         return get_verified(self.objects, log_key(version),
                             lambda data: self._document(version, data),
                             error_cls=CorruptMetadataError, where=self._where(version))
+
+    def _sealed(self, version: int) -> tuple[int, bytes, bool | None]:
+        """The entry's bytes with their seal checked (read again while it fails), not yet
+        parsed: what the log's reading threads do, leaving the parse (which holds the GIL) to
+        the reader's own thread (``_fetch_all``). CorruptMetadataError when it is missing."""
+        where = self._where(version)
+        try:
+            data, verified = get_verified(self.objects, log_key(version),
+                                          lambda data: (data, check_seal(data, where)),
+                                          error_cls=CorruptMetadataError, where=where)
+        except ObjectNotFoundError:
+            raise CorruptMetadataError(f"{where} is missing") from None
+        return version, data, verified
+
+    def _parsed(self, got: tuple[int, bytes, bool | None]) -> dict[str, Any]:
+        version, data, verified = got
+        return self._document(version, data, verified)
 
     def decode(self, version: int, data: bytes) -> LogEntry:
         """The entry in ``data``; CorruptMetadataError naming the table and the key for any
@@ -166,6 +188,9 @@ class TransactionLog:
             doc = self._fetch(version)
         except ObjectNotFoundError:
             raise CorruptMetadataError(f"{self._where(version)} is missing") from None
+        return self._history_row(version, doc)
+
+    def _history_row(self, version: int, doc: dict[str, Any]) -> HistoryEntry:
         summary, kind = doc.get("summary"), doc.get("kind")
         if not isinstance(summary, str) or not isinstance(kind, str) \
                 or kind not in TRANSACTION_KINDS:
@@ -221,7 +246,8 @@ class TransactionLog:
         caller's own ``versions_after(version)``, to save listing the log again."""
         if listed is None:
             listed = self.versions_after(version)
-        yield from _fetch_all(self.read, self._gap_free(version, listed, upto))
+        for got in _fetch_all(self._sealed, self._gap_free(version, listed, upto)):
+            yield self._entry(got[0], self._parsed(got))
 
     def _gap_free(self, version: int, listed: list[int], upto: int | None) -> list[int]:
         """The listed versions after ``version`` (up to ``upto``), checked gap-free. A
@@ -253,7 +279,8 @@ class TransactionLog:
     def history_after(self, version: int, *, listed: list[int]) -> list[HistoryEntry]:
         """History rows of the entries after ``version``; ``listed`` is the caller's
         ``versions_after(version)``, checked gap-free as ``read_after`` checks it."""
-        return list(_fetch_all(self.history_entry, self._gap_free(version, listed, None)))
+        return [self._history_row(got[0], self._parsed(got))
+                for got in _fetch_all(self._sealed, self._gap_free(version, listed, None))]
 
 
 FETCH_THREADS = 16
@@ -263,7 +290,8 @@ than in turn)."""
 
 def _fetch_all(read: Callable[[int], _T], versions: list[int]) -> Iterator[_T]:
     """``read`` of each version, in order, up to :data:`FETCH_THREADS` at a time, on the
-    process's log pool (sediment.pools: no threads started per call)."""
+    process's log pool (sediment.pools: no threads started per call). ``read`` should do I/O
+    and little else: work holding the GIL goes faster in the caller's thread, in turn."""
     if not versions:
         return
     if len(versions) == 1:
