@@ -41,7 +41,7 @@ from sediment.schemes.catalog import check_scheme_alive, collect_unnamed_schemes
 from sediment.schemes.methods import SchemeMethods
 from sediment.settings import as_settings
 from sediment.state.documents import read_sealed, sealed
-from sediment.state.log import FORMAT_VERSION, check_format
+from sediment.state.log import BASE_FORMAT, check_format
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold
 from sediment.state.store import DROPPED_MARKER, StateStore
 from sediment.storage import (
@@ -157,7 +157,7 @@ class Store(SchemeMethods):
                 raise StoreNotFoundError(
                     f"no Sediment store at {objects.uri}: run `sediment init` or open it "
                     "with create=True to make one") from None
-            doc = {"format": FORMAT_VERSION, "created": time.time(), "properties": props,
+            doc = {"format": BASE_FORMAT, "created": time.time(), "properties": props,
                    "id": uuid.uuid4().hex}  # the id makes the bytes ours (create_once)
             if not create_once(objects, STORE_FILE, sealed(doc)):
                 doc = cls._read_store_file(objects)  # created meanwhile by another process
@@ -262,7 +262,7 @@ class Store(SchemeMethods):
             except BaseException:
                 self._delete_prefix(f"tables/{table_id}/")
                 raise
-        entry = {"format": FORMAT_VERSION, "name": name, "table_id": table_id,
+        entry = {"format": BASE_FORMAT, "name": name, "table_id": table_id,
                  "created": time.time(), **({"scheme_id": scheme_id} if scheme_id else {})}
         if not create_once(self.objects, key, sealed(entry)):
             self._delete_prefix(f"tables/{table_id}/")
@@ -346,7 +346,7 @@ class Store(SchemeMethods):
         """
         table = self.table(name)
         objects = self.table_objects(table.table_id)
-        marker = {"format": FORMAT_VERSION, "name": name, "table_id": table.table_id,
+        marker = {"format": BASE_FORMAT, "name": name, "table_id": table.table_id,
                   "dropped": time.time()}
         objects.put(DROPPED_MARKER, sealed(marker))
         self.objects.delete_many([self._catalog_key(name)])

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pytest
 
-from sediment.core.deletions import Deletion
+from sediment.core.deletions import COMPACT_KEYS, KEYS_FORMAT, Deletion
 from sediment.core.model import FileReference, Partition, Region
 from sediment.core.regions import Box, FieldRange, Range
 from sediment.core.state import ROOT_PARTITION_ID, TableState
@@ -549,6 +549,9 @@ DELETE_ROUND_TRIPS: list[Transaction] = [
     AlterSchema("drop_columns", {"names": ["value"]}),
     AlterSchema("rename_column", {"old": "value", "new": "v2"}),
     AlterSchema("widen_column", {"name": "n", "type": "int64"}),
+    # a delete by at least COMPACT_KEYS whole keys: written compactly (format 2)
+    DeleteRecords(tuple(Range.exact(f"k{i:02d}") for i in range(15))
+                  + (Range.exact((b"\x00", 7)),)),
 ]
 DELETE_GOLDEN_LOG_BODIES = [
     ('{"kind":"delete_records","transaction":{"ranges":[{"start":[{"b64":"AGs="}],'
@@ -582,6 +585,9 @@ DELETE_GOLDEN_LOG_BODIES = [
      '"new":"v2"}}}'),
     ('{"kind":"alter_schema","transaction":{"op":"widen_column","args":{"name":"n",'
      '"type":"int64"}}}'),
+    ('{"kind":"delete_records","transaction":{"ranges":{"keys":[["k00"],["k01"],["k02"],'
+     '["k03"],["k04"],["k05"],["k06"],["k07"],["k08"],["k09"],["k10"],["k11"],["k12"],'
+     '["k13"],["k14"],[{"b64":"AA=="},7]]}}}'),
 ]
 
 
@@ -594,6 +600,31 @@ def test_json_round_trip(txn: Transaction) -> None:
     assert back == txn
     assert back.to_json() == txn.to_json()
     assert back.summary() == txn.summary()
+
+
+def test_a_log_entry_names_the_oldest_format_that_reads_it() -> None:
+    """Every entry is format 1 but a delete by many whole keys (written compactly) and a
+    restore carrying one: an older Sediment refuses those by their format instead of
+    reading the compact form as a delete of every record."""
+    from sediment.state.log import BASE_FORMAT, FORMAT_VERSION, TransactionLog
+    from sediment.storage.memory import MemoryObjectStore
+
+    log = TransactionLog(MemoryObjectStore(), "t-1", "events")
+    many = tuple(Range.exact(f"k{i:03d}") for i in range(COMPACT_KEYS))
+
+    def fmt(txn: Transaction) -> int:
+        return int(json.loads(log.encode(3, 1.0, txn, "c"))["format"])
+
+    for txn in ROUND_TRIPS + DELETE_ROUND_TRIPS[:-1]:
+        assert fmt(txn) == BASE_FORMAT, txn.kind
+    assert fmt(DeleteRecords(many)) == KEYS_FORMAT == FORMAT_VERSION
+    assert fmt(DeleteRecords(many[:-1])) == BASE_FORMAT  # a few keys: the old form
+    assert fmt(DeleteRecords((*many, Range("a", "b")))) == BASE_FORMAT  # not all whole keys
+    restore = RestoreVersion(3, [Partition("root", None, Region())], [], [], deletions=(
+        Deletion(2, many, None, frozenset({"root"})),))
+    assert fmt(restore) == KEYS_FORMAT
+    back = log.decode(3, log.encode(3, 1.0, DeleteRecords(many), "c")).transaction
+    assert back == DeleteRecords(many)
 
 
 def test_round_trips_cover_every_kind() -> None:

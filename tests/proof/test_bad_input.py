@@ -24,6 +24,7 @@ import pytest
 import workers as w
 
 import sediment as sd
+from sediment.core.deletions import COMPACT_KEYS, KEYS_FORMAT
 from sediment.errors import (
     CorruptDataError,
     CorruptMetadataError,
@@ -442,6 +443,33 @@ def test_log_entry_from_a_newer_format(store: sd.Store, table: sd.Table) -> None
     old = sd.Store.open(store.uri).table(w.TABLE)
     with pytest.raises(UnsupportedFormatError):
         old.query(version=nxt - 1)  # loading any version checks the head first
+
+
+def test_a_delete_by_many_keys_is_refused_by_an_older_sediment(
+        store: sd.Store, table: sd.Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete by many whole keys is written compactly, in format 2, in its log entry and in
+    the snapshots that keep it: this Sediment reads it back exactly; one that understands
+    only format 1 refuses the table (saying to upgrade) rather than read the compact form as
+    a delete of every record."""
+    from sediment.state import log as log_module
+    from sediment.state.snapshot import snapshot_key
+
+    before = table.query().to_pandas()
+    gone = sorted(set(before["key"]))[: COMPACT_KEYS + 4]
+    v = table.delete(keys=gone)
+    table._handle.states.write_snapshot()
+    entry = _unsealed(table._handle.objects.get(log_key(v)).decode())
+    pointer = _unsealed(table._handle.objects.get(snapshot_key(v)).decode())
+    assert entry["format"] == pointer["format"] == KEYS_FORMAT
+    assert isinstance(entry["transaction"]["ranges"], dict)
+    kept = before[~before["key"].isin(gone)].sort_values(["key", "ts"]).reset_index(drop=True)
+    for fresh in (sd.Store.open(store.uri).table(w.TABLE), table):
+        got = fresh.query().to_pandas().sort_values(["key", "ts"]).reset_index(drop=True)
+        assert got.equals(kept)
+    monkeypatch.setattr(log_module, "FORMAT_VERSION", 1)  # what the older Sediment knows
+    for at in (None, v - 1):
+        with pytest.raises(UnsupportedFormatError, match=r"format 2.*upgrade Sediment"):
+            sd.Store.open(store.uri).table(w.TABLE).query(version=at)
 
 
 def test_catalog_entry_from_a_newer_format(store: sd.Store, table: sd.Table) -> None:

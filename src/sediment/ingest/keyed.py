@@ -185,7 +185,7 @@ def keyed_delete(table: TableHandle, state: TableState, key: str,
     returns its version (the original one for a retry). ``state``: the head the delete was
     checked against."""
     check_key(table.name, key)
-    payload = delete_payload(selection_to_json(ranges, tree))
+    payload = delete_payload(selection_to_json(ranges, tree, compact=False))
     write = KeyedWrite(key, payload)
     index = index_of(table, state)
     record = index.claim(write, state.version)

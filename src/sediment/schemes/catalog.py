@@ -37,7 +37,7 @@ from sediment.errors import (
 from sediment.properties import validate_properties
 from sediment.schema import Schema
 from sediment.state.documents import read_sealed, sealed
-from sediment.state.log import FORMAT_VERSION, check_format
+from sediment.state.log import BASE_FORMAT, check_format
 from sediment.state.schemes import (
     SCHEMES_PREFIX,
     THRESHOLD,
@@ -128,7 +128,7 @@ def create_scheme(store: CatalogStore, name: str, row_keys: Sequence[Any],
     scheme_id = uuid.uuid4().hex
     states = scheme_states(store, scheme_id, name)
     states.commit(InitialiseTable(schema, props, partitions))
-    entry = {"format": FORMAT_VERSION, "name": name, "scheme_id": scheme_id,
+    entry = {"format": BASE_FORMAT, "name": name, "scheme_id": scheme_id,
              "created": time.time()}
     if not create_once(store.objects, key, sealed(entry)):
         _delete_folder(store, scheme_id)
@@ -207,7 +207,7 @@ def drop_scheme(store: CatalogStore, name: str) -> None:
     """Drop a scheme no table uses (SchemeInUseError naming them otherwise)."""
     sid = scheme_id_of(store, name)
     objects = store.objects.child(f"{SCHEMES_PREFIX}{sid}")
-    marker = {"format": FORMAT_VERSION, "name": name, "scheme_id": sid,
+    marker = {"format": BASE_FORMAT, "name": name, "scheme_id": sid,
               "dropped": time.time()}
     objects.put(DROPPED_MARKER, sealed(marker))
     members = members_of(store, sid)

@@ -23,8 +23,15 @@ from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import get_verified
 from sediment.storage.conditional import create_once
 
-FORMAT_VERSION = 1
-"""Version of the on-storage metadata format this code writes and understands."""
+FORMAT_VERSION = 2
+"""The newest on-storage metadata format this code understands. Each document is written in
+the oldest format that holds it (``BASE_FORMAT`` unless it needs more), so a document names
+the oldest Sediment that can read it, and older ones refuse it by name."""
+
+BASE_FORMAT = 1
+"""The format of every document that needs nothing newer. 2 (sediment.core.deletions
+.KEYS_FORMAT): a delete by many whole keys written compactly, in a log entry or a
+snapshot's deletions."""
 
 LOG_PREFIX = "log/"
 _T = TypeVar("_T")
@@ -103,7 +110,7 @@ class TransactionLog:
         member of a partition scheme, the scheme version whose tree the transaction was
         validated against (co-sharding; the state records it too)."""
         doc: dict[str, Any] = {
-            "format": FORMAT_VERSION, "table_id": self.table_id, "version": version,
+            "format": txn.format(), "table_id": self.table_id, "version": version,
             "time": time, "writer": _WRITER, "commit_id": commit_id, "kind": txn.kind,
             "summary": txn.summary()}
         if scheme_version is not None:

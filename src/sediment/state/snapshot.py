@@ -32,7 +32,7 @@ from sediment.core.state import TableState, partition_runs
 from sediment.errors import CorruptMetadataError, ObjectNotFoundError
 from sediment.schema import Schema
 from sediment.state.documents import json_value, open_sealed, sealed
-from sediment.state.log import FORMAT_VERSION, check_format, version_of_key
+from sediment.state.log import BASE_FORMAT, check_format, version_of_key
 from sediment.storage import checksums
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import ChecksumMismatch, get_verified
@@ -262,7 +262,9 @@ def write_snapshot(objects: ObjectStore, state: TableState, known: KnownDigests
         _noted(known, (meta_digest,), started)
     assert state.schema is not None
     pointer = {
-        "format": FORMAT_VERSION, "table_id": state.table_id, "version": state.version,
+        # a snapshot's deletions are an object of their own, read only through this pointer
+        "format": max([BASE_FORMAT, *(d.format for d in state.deletions)]),
+        "table_id": state.table_id, "version": state.version,
         "schema": state.schema.to_json(), "properties": state.properties,
         "online": state.online, "last_update": state.last_update,
         "metarange": meta_digest,

@@ -56,6 +56,11 @@ class Transaction(ABC):
         """One line for ``history``."""
         return self.kind
 
+    def format(self) -> int:
+        """The metadata format (sediment.state.log.FORMAT_VERSION) its log entry needs: the
+        oldest that holds it, so older versions of Sediment read what they can."""
+        return 1
+
     def new_files(self) -> list[str]:
         """Data files this transaction brings into the table, in order: each must still exist
         when it commits (see ``sediment.state.pending``). None by default."""

@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from sediment.core.deletions import Deletion, selection_from_json, selection_to_json
+from sediment.core.deletions import (
+    Deletion,
+    selection_format,
+    selection_from_json,
+    selection_to_json,
+)
 from sediment.core.regions import Range
 from sediment.core.settling import pending_leaves
 from sediment.core.state import TableState
@@ -60,6 +65,9 @@ class DeleteRecords(Transaction):
                                Deletion(state.version + 1, self.ranges,
                                         None if self.filter is None else dict(self.filter),
                                         pending))
+
+    def format(self) -> int:
+        return selection_format(self.ranges)
 
     def to_json(self) -> dict[str, Any]:
         return keys_to_json(selection_to_json(self.ranges, self.filter), self.keys)

@@ -75,6 +75,9 @@ class RestoreVersion(Transaction):
             if back != state.schema:
                 state.set_schema(back)
 
+    def format(self) -> int:
+        return max([1, *(d.format for d in self.deletions or ())])
+
     def to_json(self) -> dict[str, Any]:
         doc = {"version": self.version, "partitions": [p.to_json() for p in self.partitions],
                "drop": [list(d) for d in self.drop], "add": [r.to_json() for r in self.add]}
