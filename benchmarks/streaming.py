@@ -265,7 +265,8 @@ def main() -> None:
     ratio = rate["changes"] / rate["scan"]
     goals.append(goal_line("change feed read rate / plain scan", ratio, 0.8, "x"))
     results.update(times=times, counts=counts, rates=rate, ratio=ratio, goals=goals)
-    save_results("streaming", results, quick=args.quick)
+    if not args.no_save:
+        save_results("streaming", results, quick=args.quick)
 
 
 if __name__ == "__main__":
