@@ -135,9 +135,7 @@ def selection_from_json(doc: Mapping[str, Any]
     """The inverse of :func:`selection_to_json`."""
     ranges = doc.get("ranges")
     if isinstance(ranges, Mapping):  # KEYS_FORMAT: each key is the start and end of a range
-        of = Range.of
-        return (tuple(of(k, k, True, True) for k in map(decode_key, ranges["keys"])),
-                doc.get("filter"))
+        return Range.exact_many(map(decode_key, ranges["keys"])), doc.get("filter")
     return (None if ranges is None else tuple(range_from_json(r) for r in ranges),
             doc.get("filter"))
 
