@@ -37,6 +37,12 @@ import sediment.query.changes as changes_module
 KEYS = ["a", "b", "é", "m", "z"]
 SCHEMA = sd.Schema(row_keys=[("k", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("v", pa.int64())])
+SORTLESS = sd.Schema(row_keys=[("k", pa.string())], values=[("ts", pa.int64()), ("v", pa.int64())])
+"""No sort key: a record key is its row key, and an upsert replaces every record of it."""
+TWO_SORTS = sd.Schema(row_keys=[("k", pa.string())],
+                      sort_keys=[("ts", pa.int64()), ("s", pa.int64())],
+                      values=[("v", pa.int64())])
+"""Two sort keys (``s`` is ``v % 2``): an upsert replaces only records equal on both."""
 REMOVED = ("delete", "update_preimage")
 ADDED = ("insert", "update_postimage")
 
@@ -51,6 +57,8 @@ def _rows(table: pa.Table, names: list[str]) -> Counter[tuple[Any, ...]]:
 
 
 class ChangeFeedMachine(RuleBasedStateMachine):
+    schema = SCHEMA
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="sediment-changes-")
@@ -68,7 +76,8 @@ class ChangeFeedMachine(RuleBasedStateMachine):
     @initialize(merge=st.sampled_from(["none", "last", "first"]), split=st.booleans())
     def create(self, merge: str, split: bool) -> None:
         self.merge = merge
-        self.t = self.store.create_table("t", SCHEMA, split_points=["m"] if split else None,
+        self.t = self.store.create_table("t", self.schema,
+                                         split_points=["m"] if split else None,
                                          properties={"merge": merge,
                                                      "partition.split.threshold": 6})
         self.first = self.checked = self.t.version
@@ -76,6 +85,8 @@ class ChangeFeedMachine(RuleBasedStateMachine):
     def _batch(self, recs: list[tuple[str, int, int]]) -> pa.Table:
         data: dict[str, list[Any]] = {"k": [r[0] for r in recs], "ts": [r[1] for r in recs],
                                       "v": [r[2] for r in recs]}
+        if "s" in self.schema.field_names:
+            data["s"] = [r[2] % 2 for r in recs]
         if "c" in self.t.schema.field_names:  # added (a restore may take it away again)
             data["c"] = [f"c{r[2]}" for r in recs]
         return pa.table(data)
@@ -210,3 +221,20 @@ class KeyedRunMachine(ComposedMachine):
 TestKeyedRuns = KeyedRunMachine.TestCase
 TestKeyedRuns.settings = settings(max_examples=10, stateful_step_count=16, deadline=None,
                                   suppress_health_check=[HealthCheck.too_slow])
+
+
+class SortlessKeyedRunMachine(KeyedRunMachine):
+    schema = SORTLESS
+
+
+class TwoSortKeyedRunMachine(KeyedRunMachine):
+    schema = TWO_SORTS
+
+
+# the record key's shape matters to the runs' joins alone: fewer examples each
+TestSortlessKeyedRuns = SortlessKeyedRunMachine.TestCase
+TestSortlessKeyedRuns.settings = settings(max_examples=6, stateful_step_count=14, deadline=None,
+                                          suppress_health_check=[HealthCheck.too_slow])
+TestTwoSortKeyedRuns = TwoSortKeyedRunMachine.TestCase
+TestTwoSortKeyedRuns.settings = settings(max_examples=6, stateful_step_count=14, deadline=None,
+                                         suppress_health_check=[HealthCheck.too_slow])

@@ -134,10 +134,15 @@ class KeyHistory:
             return
         rid = hits.column(_RID).to_numpy()
         keep = hits.column(_V).to_numpy() > born[rid]
-        same = hits.column(_DEL)
+        # a delete kills every record of its row key; an upsert those whose sort keys all
+        # equal its own (with no sort keys, every record of its row key: its record key)
+        same_sort: pa.ChunkedArray | None = None
         for n in self.sort_keys:
-            same = pc.or_kleene(same, pc.equal(hits.column(n), hits.column(f"{_SORT}{n}")))
-        keep &= pc.fill_null(same, False).to_numpy(zero_copy_only=False)
+            equal = pc.equal(hits.column(n), hits.column(f"{_SORT}{n}"))
+            same_sort = equal if same_sort is None else pc.and_kleene(same_sort, equal)
+        if same_sort is not None:  # else every hit kills: a delete or the same record key
+            same = pc.or_kleene(hits.column(_DEL), same_sort)
+            keep &= pc.fill_null(same, False).to_numpy(zero_copy_only=False)
         if not keep.any():
             return
         rid, death = rid[keep], hits.column(_V).to_numpy()[keep]
