@@ -128,3 +128,25 @@ def test_purge_of_nothing_commits_only_the_delete(tmp_path: Path) -> None:
     assert r.version == v + 1 and r.held_by_versions == () and r.held_by_tags == ()
     assert _files_stored(tmp_path) == files
     assert os.path.isdir(tmp_path)
+
+
+def test_files_an_earlier_compaction_replaced_are_reported_with_the_tags_that_read_them(
+        tmp_path: Path) -> None:
+    """A record compacted into a new file before the purge is also in the file it came from,
+    kept by the retained versions and by a tag whose version reads it: the purge reports
+    that tag (and no tag that keeps such a file without reading a purged record), the
+    retained versions from the oldest, and no expiry while the tag stands."""
+    t = sd.Store.open(str(tmp_path / "s"), create=True).create_table(
+        "events", sd.Schema(row_keys=[("user", pa.string())], values=[("v", pa.int64())]))
+    t.ingest(pa.table({"user": ["ann"], "v": [1]}))
+    t.tag("ann-only")  # keeps ann's first file, which never held bob
+    t.ingest(pa.table({"user": ["bob"], "v": [2]}))
+    t.tag("with-bob")
+    t.compact(full=True)
+    r = t.purge(keys=["bob"])
+    assert r.held_by_tags == ("with-bob",)
+    assert r.expires is None
+    deleted = next(e.version for e in t.history() if e.kind == "delete_records")
+    assert r.held_by_versions == tuple(range(1, deleted))  # every retained version before it
+    assert t.query(keys=["bob"], version="with-bob").num_rows == 1
+    assert t.query(keys=["bob"]).num_rows == 0

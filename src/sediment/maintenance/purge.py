@@ -45,6 +45,7 @@ from sediment.maintenance.gc import tag_holds
 from sediment.query.prepare import prepare_query
 from sediment.query.request import request_of
 from sediment.settings import settings_of
+from sediment.state.tags import scan_tags
 
 ROUNDS = 5
 """Rewrites tried before a purge gives up on leaves another job keeps busy (each round waits
@@ -99,7 +100,7 @@ def purge(table: TableHandle, keys: Sequence[Any] | None = None,
             raise JobError(f"purge of table {table.name}: other compaction jobs kept its "
                            f"leaves busy through {ROUNDS} rounds; the records are deleted from "
                            f"every read but some files still hold them (purge again)")
-    return _result(table, version, deleted, replaced, keys, ranges)
+    return _result(table, version, deleted, replaced, keys, ranges, filter)
 
 
 def _deletion(state: TableState, version: int) -> Deletion | None:
@@ -165,16 +166,31 @@ def _rewrite(table: TableHandle, jobs: list[CompactionJob]) -> int:
 
 
 def _result(table: TableHandle, version: int, deleted: int, replaced: list[FileReference],
-            keys: Sequence[Any] | None, ranges: Sequence[Range] | Range | None
-            ) -> PurgeResult:
+            keys: Sequence[Any] | None, ranges: Sequence[Range] | Range | None,
+            filter: Any) -> PurgeResult:  # noqa: A002
+    """What still holds purged records after the rewrite. Besides the live files it replaced,
+    files an earlier compaction replaced (unreferenced, kept for the retained versions that
+    read them and for tags and pins) may hold some: a retained version older than the
+    replaced files' own may read them (reported from the oldest retained version when any
+    such file is kept), and a tag or pin is reported when a read of the purge at its version
+    returns a record, as well as when it keeps a replaced file."""
     state = table.states.head()
     split_keys = _split_keys(state, keys, ranges)
-    if not replaced:
-        return PurgeResult(version, (), (), None, split_keys)
-    first = max(min(r.sequence >> RANK_BITS for r in replaced), table.states.earliest_version())
     names = {r.filename for r in replaced}
+    older = set(table.state(deleted - 1).unreferenced) if deleted > 1 else set()
+    if not names and not older:
+        return PurgeResult(version, (), (), None, split_keys)
+    earliest = table.states.earliest_version()
+    first = earliest if older else \
+        max(min(r.sequence >> RANK_BITS for r in replaced), earliest)
+    scan = scan_tags(table.states)
+    at = {t.name: t.version for t in scan.tags}
     holds, _ = tag_holds(table)
-    held = [h for h in holds if h.files & names]
+    held = [h for h in holds if h.files & names or (
+        h.files & older and at.get(h.name, deleted) < deleted
+        and _reads_any(table, at[h.name], keys, ranges, filter))]
+    if not names and not held and first >= deleted:
+        return PurgeResult(version, (), (), None, split_keys)
     settings = settings_of(state, table.name)
     expires: float | None = time.time() + max(settings.gc_delay_seconds,
                                               settings.retention_seconds) \
@@ -183,6 +199,16 @@ def _result(table: TableHandle, version: int, deleted: int, replaced: list[FileR
         expires = None if h.expires is None or expires is None else max(expires, h.expires)
     return PurgeResult(version, tuple(range(first, deleted)),
                        tuple(sorted(h.name for h in held)), expires, split_keys)
+
+
+def _reads_any(table: TableHandle, version: int, keys: Sequence[Any] | None,
+               ranges: Sequence[Range] | Range | None, filter: Any) -> bool:  # noqa: A002
+    """Whether a read of the purge's selection at ``version`` returns a record."""
+    state = table.state(version)
+    names = state.schema.row_key_names if state.schema is not None else []
+    request = request_of(keys, ranges, columns=names, filter=filter)
+    return prepare_query(state, table.executors.get(state), table.name,
+                         request).to_arrow().num_rows > 0
 
 
 def _split_keys(state: TableState, keys: Sequence[Any] | None,
