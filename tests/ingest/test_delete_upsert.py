@@ -131,6 +131,8 @@ def test_bad_deletes_are_refused_naming_the_table_and_nothing_is_committed(
     v = t.version
     with pytest.raises(QueryError, match="events.*clear"):
         t.delete()
+    with pytest.raises(QueryError, match="purge on table events names no keys.*clear"):
+        t.purge()
     with pytest.raises(WhereError, match="events.*nope"):
         t.delete(filter="nope > 1")
     with pytest.raises(QueryError, match="events.*no column 'nope'"):

@@ -36,7 +36,7 @@ from sediment.core.model import RANK_BITS, FileReference
 from sediment.core.regions import Range
 from sediment.core.state import TableState
 from sediment.core.transactions import ReplaceFileReferences, ReplaceFileReferencesBatch
-from sediment.errors import JobError
+from sediment.errors import JobError, QueryError
 from sediment.files.keys import region_mask
 from sediment.files.staging import Staging
 from sediment.handle import TableHandle
@@ -78,6 +78,9 @@ def purge(table: TableHandle, keys: Sequence[Any] | None = None,
     table when a rewrite fails or other jobs keep a leaf busy through every round (the
     delete stands: reads never return the records; a later purge or compaction removes them
     from storage)."""
+    if keys is None and ranges is None and filter is None:
+        raise QueryError(f"purge on table {table.name} names no keys, ranges or filter: to "
+                         f"remove every record use clear() (then gc)")
     version = deleted = delete(table, keys, ranges, filter=filter)
     held = _leaves_holding(table, deleted, keys, ranges, filter)
     replaced: list[FileReference] = []
