@@ -48,7 +48,8 @@ class ChangeSource:
                                  f"its changes (versions 0..{head.version})")
         if a > b:
             raise QueryError(f"table {self.name}: changes from version {a} to {b}: the start "
-                             f"is after the end")
+                             f"is after the end (the changes of versions {b + 1}..{a} are "
+                             f"changes({b}, {a}))")
         target = schema_in_force(head.schemas, b) or head.schema
         assert target is not None
         feed, start = self.feed(a, target, columns, filter)

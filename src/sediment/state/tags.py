@@ -282,6 +282,11 @@ def _parse_tag(raw: bytes, key: str, table: str, mtime: float | None = None) -> 
         raise CorruptMetadataError(_damaged(key, table, repr(e))) from e
 
 
+def _no_tag(table: str, name: str) -> str:
+    return (f"table {table} has no tag {name!r} (its tags: `sediment tags {table}` or "
+            f"table.tags())")
+
+
 def get_tag(states: StateStore, name: str) -> Tag:
     """The tag (or live pin) ``name``. Raises InvalidTagNameError, TagNotFoundError (for an
     expired pin too), CorruptMetadataError."""
@@ -289,11 +294,11 @@ def get_tag(states: StateStore, name: str) -> Tag:
     try:
         raw, tag = _read_raw_tag(states.objects, key, states.name)
     except ObjectNotFoundError:
-        raise TagNotFoundError(f"table {states.name} has no tag {name!r}") from None
+        raise TagNotFoundError(_no_tag(states.name, name)) from None
     if tag.is_pin:
         info = states.objects.head(key)
         if info is None:
-            raise TagNotFoundError(f"table {states.name} has no tag {name!r}")
+            raise TagNotFoundError(_no_tag(states.name, name))
         tag = _parse_tag(raw, key, states.name, info.mtime)
         now = object_store_time(states.objects) or time.time()
         if tag.expires is not None and tag.expires <= now:
@@ -307,5 +312,5 @@ def delete_tag(states: StateStore, name: str) -> None:
     pin too (as ``unpin``). Raises InvalidTagNameError, TagNotFoundError."""
     key = _tag_key(name, states.name)
     if not states.objects.exists(key):
-        raise TagNotFoundError(f"table {states.name} has no tag {name!r}")
+        raise TagNotFoundError(_no_tag(states.name, name))
     states.objects.delete_many([key])
