@@ -211,14 +211,15 @@ def _render_describe(d: dict[str, Any]) -> list[RenderableType]:
                          ("status", "online" if d["online"] else "offline")]),
     ]
     out.append(schema_table(d["schema"]))
+    # records as stored: deleted and replaced ones count until compaction drops them
     out.append(make_table(
-        ["partitions", "leaves", "files", "references", "records", "unreferenced",
+        ["partitions", "leaves", "files", "references", "records stored", "unreferenced",
          "unreferenced bytes"],
         [[d["partitions"], d["leaf_partitions"], d["files"], d["references"], d["records"],
           d["unreferenced_files"], human_bytes(d["unreferenced_bytes"])]],
         title="Contents",
-        numeric=["partitions", "leaves", "files", "references", "records", "unreferenced",
-                 "unreferenced bytes"]))
+        numeric=["partitions", "leaves", "files", "references", "records stored",
+                 "unreferenced", "unreferenced bytes"]))
     if d.get("tags"):
         out.append(make_table(["tag", "version", "expires"], [
             [t["name"], t["version"], iso_time(t["expires"]) if "expires" in t else ""]
