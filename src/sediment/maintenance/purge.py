@@ -36,7 +36,7 @@ from sediment.core.model import RANK_BITS, FileReference
 from sediment.core.regions import Range
 from sediment.core.state import TableState
 from sediment.core.transactions import ReplaceFileReferences, ReplaceFileReferencesBatch
-from sediment.errors import JobError, QueryError
+from sediment.errors import JobError, QueryError, SedimentError
 from sediment.files.keys import region_mask
 from sediment.files.staging import Staging
 from sediment.handle import TableHandle
@@ -206,12 +206,17 @@ def _result(table: TableHandle, version: int, deleted: int, replaced: list[FileR
 
 def _reads_any(table: TableHandle, version: int, keys: Sequence[Any] | None,
                ranges: Sequence[Range] | Range | None, filter: Any) -> bool:  # noqa: A002
-    """Whether a read of the purge's selection at ``version`` returns a record."""
-    state = table.state(version)
-    names = state.schema.row_key_names if state.schema is not None else []
-    request = request_of(keys, ranges, columns=names, filter=filter)
-    return prepare_query(state, table.executors.get(state), table.name,
-                         request).to_arrow().num_rows > 0
+    """Whether a read of the purge's selection at ``version`` returns a record; True when
+    that version cannot be read (the purge has committed: what holds the records is
+    reported conservatively, never raised)."""
+    try:
+        state = table.state(version)
+        names = state.schema.row_key_names if state.schema is not None else []
+        request = request_of(keys, ranges, columns=names, filter=filter)
+        return prepare_query(state, table.executors.get(state), table.name,
+                             request).to_arrow().num_rows > 0
+    except SedimentError:
+        return True
 
 
 def _split_keys(state: TableState, keys: Sequence[Any] | None,
