@@ -26,6 +26,25 @@ from sediment.types import parse_type
 OPS = ("add_columns", "drop_columns", "rename_column", "widen_column")
 
 
+def conformed(rows: pa.Table, schema: Schema, target: Schema) -> pa.Table:
+    """``rows``, read under ``schema``, as ``target`` (a later schema of the same table)
+    shapes them: columns matched by field id (a renamed column keeps its values, a widened
+    one is cast exactly), a column added since is null, a dropped one gone."""
+    if schema == target:
+        arrow = target.to_arrow()
+        return rows if rows.schema.equals(arrow) else rows.cast(arrow)
+    old = {i: f.name for i, f in zip(schema.ids, schema.fields, strict=True)}
+    arrays = []
+    for f, i in zip(target.fields, target.ids, strict=True):
+        name = old.get(i)
+        if name is None or name not in rows.column_names:
+            arrays.append(pa.nulls(rows.num_rows, f.type))
+        else:
+            col = rows.column(name)
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+    return pa.Table.from_arrays(arrays, schema=target.to_arrow())
+
+
 def add_columns(schema: Schema, columns: Sequence[tuple[str, pa.DataType | str]]) -> Schema:
     """``schema`` with nullable value columns appended, each with a new id."""
     if not columns:

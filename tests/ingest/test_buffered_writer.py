@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import sediment as sd
@@ -143,3 +144,42 @@ def test_a_flush_whose_key_another_writer_committed_commits_only_the_rest(
     assert v == first + 1
     expected = pd.concat([keyed.to_pandas(), plain.to_pandas()])
     pd.testing.assert_frame_equal(frame(table.query()), frame(expected))
+
+
+def test_writes_across_schema_changes_commit_under_the_changed_schema(tmp_path: Path) -> None:
+    """A write is validated against the table's schema when it is made, and what waited in
+    the buffer across a change is committed as any write prepared before it: a renamed
+    column keeps its values, an added one is null, a dropped one is left out."""
+    table = make_table(tmp_path / "s")
+    w = table.writer(max_rows=10_000, max_seconds=60)
+    first = rows(10, 1)
+    w.write(first)
+    table.rename_column("value", "amount")
+    table.add_columns([("note", "string")])
+    second = rows(10, 2).rename_columns(["key", "timestamp", "amount", "nullable_value"])
+    second = second.append_column("note", pa.array(["n"] * 10))
+    w.write(second)  # the columns the table has now, at once
+    with pytest.raises(DataError, match="'value'"):
+        w.write(rows(1, 3))  # and no longer the old name
+    assert w.close() == [table.version]
+    got = table.query().to_pandas().sort_values(["key", "timestamp"]).reset_index(drop=True)
+    want = pd.concat([first.rename_columns(second.column_names[:4]).to_pandas().assign(note=None),
+                      second.to_pandas()]).sort_values(["key", "timestamp"])
+    pd.testing.assert_frame_equal(got, want.reset_index(drop=True), check_dtype=False)
+
+
+def test_a_change_another_process_made_reshapes_the_waiting_writes(tmp_path: Path) -> None:
+    """The writer's head is cached (another process's change not yet seen): its writes are
+    validated against the schema it knows and the flush commits them under the new one."""
+    table = make_table(tmp_path / "s", **{"state.cache.refresh_seconds": 3600})
+    w = table.writer(max_rows=10_000, max_seconds=60)
+    other = sd.Store.open(str(tmp_path / "s")).table(table.name)
+    other.rename_column("value", "amount")
+    other.drop_columns(["nullable_value"])
+    data = rows(20, 4)
+    w.write(data)  # as the writer's cached head has the table
+    assert w.close() == [other.version]
+    got = other.query().to_pandas().sort_values(["key", "timestamp"]).reset_index(drop=True)
+    want = data.select(["key", "timestamp", "value"]).rename_columns(
+        ["key", "timestamp", "amount"]).to_pandas().sort_values(["key", "timestamp"])
+    pd.testing.assert_frame_equal(got, want.reset_index(drop=True))

@@ -310,3 +310,30 @@ def test_a_groups_status_event_is_written_after_its_puts_are_answered(
     assert seen and set(seen) == {0}
     recorded = {e.job_id for e in handle.status.events("ingest")}
     assert {f"v{v}" for v in versions} <= recorded
+
+
+def test_puts_validated_before_a_schema_change_commit_under_it(tmp_path: Path) -> None:
+    """A put validated against the schema before a rename and a drop, grouped with one
+    validated after them: one commit, the first put's values under the new name."""
+    table = make_table(tmp_path / "s")
+    old = table.schema
+    before = rows(5, 1)
+    table.rename_column("value", "amount")
+    table.drop_columns(["nullable_value"])
+    after = rows(5, 2).select(["key", "timestamp", "value"]).rename_columns(
+        ["key", "timestamp", "amount"])
+    committer = GroupCommitter(handle_of(table), lambda: 0.3, 1 << 20)
+    try:
+        first = write(before)
+        first.schema = old
+        second = write(after)
+        second.schema = table.schema
+        versions = [r.version for r in results([committer.submit(first, upsert=False),
+                                                committer.submit(second, upsert=False)])]
+    finally:
+        committer.close()
+    assert versions == [table.version] * 2
+    want = pa.concat_tables([before.select(["key", "timestamp", "value"]).rename_columns(
+        after.column_names), after]).sort_by([("key", "ascending"), ("timestamp", "ascending")])
+    got = table.query().sort_by([("key", "ascending"), ("timestamp", "ascending")])
+    assert got.to_pylist() == want.to_pylist()

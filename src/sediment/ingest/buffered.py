@@ -57,7 +57,7 @@ class BufferedWriter:
         self.table = table
         self.max_rows, self.max_bytes, self.max_seconds = max_rows, max_bytes, max_seconds
         head = table.states.cached_head()
-        self._schema = schema_of(head, table.name)
+        schema_of(head, table.name)  # a table without a schema yet fails here, not at write
         self._index = index_of(table, head)  # the key window, read once
         self._cond = threading.Condition()
         self._buffer: list[Write] = []
@@ -80,10 +80,13 @@ class BufferedWriter:
         runs. Raises DataError for records that do not fit the schema,
         IdempotencyKeyReusedError for a key used for other records."""
         name = self.table.name
+        # the table's schema now (a column added, renamed or dropped since the writer was
+        # opened is written as the table has it; a flush reshapes what waited across one)
+        schema = schema_of(self.table.states.cached_head(), name)
         batches, rows, offset = [], 0, 0
         hasher = PayloadHash("ingest") if idempotency_key is not None else None
         for b in iter_input(data, name):
-            checked = conform(b, self._schema, name, offset)
+            checked = conform(b, schema, name, offset)
             offset += b.num_rows
             if checked.num_rows:
                 batches.append(checked)
@@ -117,7 +120,7 @@ class BufferedWriter:
                 self._raise_if_closed()
             if not rows:
                 return
-            self._buffer.append(Write(batches, rows, key))
+            self._buffer.append(Write(batches, rows, key, schema=schema))
             if key is not None:
                 self._keys[key.key] = key.payload
             self._rows += rows

@@ -63,11 +63,14 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from sediment import metrics
+from sediment.core.head import schema_of
 from sediment.core.state import TableState
 from sediment.core.transactions import KeyedWrite
 from sediment.errors import ServerBusyError, definitely_not_committed
 from sediment.ingest.keyed import PartlyCommitted, commit_staged_keyed, index_of
 from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged, stage_batches
+from sediment.schema import Schema
+from sediment.schema_changes import conformed
 
 if TYPE_CHECKING:
     from sediment.handle import TableHandle
@@ -77,20 +80,26 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class Write:
-    """One write of a group: its validated batches, rows, and key (None: unkeyed)."""
+    """One write of a group: its validated batches, rows, and key (None: unkeyed);
+    ``schema``: the table's schema they were validated against (None: the head's when
+    staged)."""
 
     batches: list[pa.RecordBatch]
     rows: int
     key: KeyedWrite | None
     nbytes: int = 0
+    schema: Schema | None = None
 
 
-def _combined(writes: list[Write]) -> Iterator[tuple[str, pa.RecordBatch]]:
+def _combined(writes: list[Write], target: Schema) -> Iterator[tuple[str, pa.RecordBatch]]:
     """The writes' batches, in order, joined into few large ones (runs of one schema): the
     commit validates them again against its head, once per batch, and thousands of
-    100-row batches made that half a flush's time."""
+    100-row batches made that half a flush's time. A write validated against an earlier
+    schema than ``target`` (the table's columns changed while it waited) is reshaped as a
+    write prepared before a concurrent change commits: a renamed column keeps its values,
+    a widened one is cast, a dropped one is left out, an added one is null."""
     run: list[pa.RecordBatch] = []
-    for b in (b for w in writes for b in w.batches):
+    for b in (b for w in writes for b in _as_of(w, target)):
         if run and b.schema != run[0].schema:
             yield from _joined(run)
             run = []
@@ -98,10 +107,17 @@ def _combined(writes: list[Write]) -> Iterator[tuple[str, pa.RecordBatch]]:
     yield from _joined(run)
 
 
+def _as_of(write: Write, target: Schema) -> list[pa.RecordBatch]:
+    """``write``'s batches in the shape of ``target`` (module: :func:`_combined`)."""
+    if write.schema is None or write.schema == target:
+        return write.batches
+    return conformed(pa.Table.from_batches(write.batches), write.schema, target).to_batches()
+
+
 def _joined(run: list[pa.RecordBatch]) -> Iterator[tuple[str, pa.RecordBatch]]:
     if run:
         for b in pa.Table.from_batches(run).combine_chunks().to_batches():
-            yield "writes", b
+            yield "the grouped writes", b
 
 
 @dataclass(slots=True)
@@ -125,7 +141,11 @@ def stage_writes(table: TableHandle, writes: list[Write], *, upsert: bool = Fals
     commit validates at the real head."""
     started = time.perf_counter()
     state = table.states.head() if state is None else state
-    staged = stage_batches(table, state, _combined(writes))
+    if any(w.schema is not None and w.schema != state.schema for w in writes):
+        # the writes saw another schema than ``state`` (a cached head): the log's head is
+        # at least as new as any head they were validated against
+        state = table.states.head()
+    staged = stage_batches(table, state, _combined(writes, schema_of(state, table.name)))
     return StagedGroup(writes, upsert, state, staged, started)
 
 

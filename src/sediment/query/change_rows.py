@@ -105,25 +105,6 @@ def labelled(rows: pa.Table, rank: np.ndarray | int, version: int, time: float) 
     return out
 
 
-def conformed(rows: pa.Table, schema: Schema, target: Schema) -> pa.Table:
-    """``rows``, read under ``schema``, as ``target`` (a later schema of the same table)
-    shapes them: columns matched by field id (a renamed column keeps its values, a widened
-    one is cast exactly), a column added since is null, a dropped one gone."""
-    if schema == target:
-        arrow = target.to_arrow()
-        return rows if rows.schema.equals(arrow) else rows.cast(arrow)
-    old = {i: f.name for i, f in zip(schema.ids, schema.fields, strict=True)}
-    arrays = []
-    for f, i in zip(target.fields, target.ids, strict=True):
-        name = old.get(i)
-        if name is None or name not in rows.column_names:
-            arrays.append(pa.nulls(rows.num_rows, f.type))
-        else:
-            col = rows.column(name)
-            arrays.append(col if col.type == f.type else col.cast(f.type))
-    return pa.Table.from_arrays(arrays, schema=target.to_arrow())
-
-
 def empty_changes(schema: Schema) -> pa.Schema:
     """The schema of change rows for a table of ``schema``."""
     return pa.schema([*schema.to_arrow(), *CHANGE_FIELDS])

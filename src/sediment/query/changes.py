@@ -49,7 +49,6 @@ from sediment.core.state import TableState
 from sediment.errors import QueryError, SchemaError, WhereError
 from sediment.query.change_rows import (
     CHANGE_COLUMNS,
-    conformed,
     empty_changes,
     labelled,
     record_changes,
@@ -58,6 +57,7 @@ from sediment.query.change_runs import RUN_ROWS, STORAGE_KINDS, Step, run_rows
 from sediment.query.where import parse_where
 from sediment.query.wire import from_wire
 from sediment.schema import Schema
+from sediment.schema_changes import conformed
 from sediment.state.log import LogEntry
 
 LOOKUP_ROWS = 500

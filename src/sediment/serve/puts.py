@@ -216,7 +216,7 @@ class GroupedPuts:
                     record.check(name, keyed.payload)  # IdempotencyKeyReusedError
                     if record.version is not None:  # a retry of a committed put
                         return _answer(record, started)
-            future = self.committer(table).submit(Write(held, rows, keyed, nbytes),
+            future = self.committer(table).submit(Write(held, rows, keyed, nbytes, schema),
                                                   upsert=upsert)
             return future.result()
         finally:

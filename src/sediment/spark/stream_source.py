@@ -59,10 +59,10 @@ from sediment.query.change_rows import (
     DELETE,
     INSERT,
     POSTIMAGE,
-    conformed,
     labelled,
 )
 from sediment.query.request import ReadRequest
+from sediment.schema_changes import conformed
 from sediment.spark import tasks
 from sediment.spark.sparktypes import batch_schema, cast_for_spark
 from sediment.spark.stream_offsets import (
