@@ -42,6 +42,20 @@ class PutCall(Protocol):
 PUT_WRITES = ("ingest", "upsert")
 """What a put descriptor's ``"write"`` may ask for (default ``ingest``)."""
 
+PUT_FIELDS = ("table", "write", "idempotency_key", "end_marker")
+"""The fields a put descriptor may carry. Any other is refused: a misspelt
+``"idempotency_key"`` or ``"write"`` ignored would turn exactly-once or the upsert off
+without a word."""
+
+
+def check_put_fields(doc: dict[str, Any]) -> None:
+    """BadRequestError naming the first field of ``doc`` that a put descriptor does not
+    have."""
+    for name in doc:
+        if name not in PUT_FIELDS:
+            raise BadRequestError(f"malformed put descriptor: unknown field {quoted(name)} "
+                                  f"(fields: {', '.join(PUT_FIELDS)})")
+
 
 def put_write(doc: dict[str, Any]) -> str:
     """The write a put descriptor asks for: ``"write": "upsert"`` replaces every record of
@@ -63,6 +77,7 @@ def serve_put(doc: dict[str, Any], call: PutCall, context: Any,
     commit, open tables and read-only check."""
     name = table_name(doc, "put descriptor")
     req.table = call.table = name
+    check_put_fields(doc)
     call.allow("write", name, "do_put")
     upsert = put_write(doc) == "upsert"
     writable(f"{'an upsert' if upsert else 'a put'} into table {name}")

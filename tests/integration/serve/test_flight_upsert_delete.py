@@ -127,6 +127,17 @@ def test_refusals_are_one_clear_error_and_the_server_keeps_serving(server: Serve
         writer, _ = fl.FlightClient(server.uri).do_put(descriptor, records.schema)
         writer.write_table(records)
         writer.close()
+    # a misspelt field is refused, not ignored (ignored, it would turn exactly-once or the
+    # upsert off without a word)
+    for doc in ({"table": table.name, "idempotencyKey": "k1"},
+                {"table": table.name, "mode": "upsert"}):
+        descriptor = fl.FlightDescriptor.for_command(json.dumps(doc).encode())
+        field = next(k for k in doc if k != "table")
+        with pytest.raises(fl.FlightError, match=rf"put descriptor: unknown field '{field}' "
+                                                 r"\(fields: table, write, idempotency_key"):
+            writer, _ = fl.FlightClient(server.uri).do_put(descriptor, records.schema)
+            writer.write_table(records)
+            writer.close()
     assert table.version == before
     assert client.health()["status"] == "ok"
     assert remote.query().equals(records)
