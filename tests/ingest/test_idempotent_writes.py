@@ -51,6 +51,7 @@ def test_a_retry_with_the_same_key_and_records_returns_the_first_version_and_wri
     streamed = table.ingest(rechunked, idempotency_key="job-1")  # staged, then dropped
     assert again.version == streamed.version == first.version == table.version
     assert (again.rows, again.files, again.bytes) == (first.rows, first.files, first.bytes)
+    assert again.replayed and streamed.replayed and not first.replayed
     assert objects(tmp_path / "s") == before
     assert table.query().num_rows == 50
     assert keyed_versions(table) == {"job-1": [first.version]}
@@ -247,6 +248,10 @@ def test_the_cli_passes_its_idempotency_key_on(tmp_path: Path) -> None:
     import json
 
     assert [json.loads(o.stdout)["version"] for o in outs] == [2, 2]
+    assert [json.loads(o.stdout)["replayed"] for o in outs] == [False, True]
+    human = CliRunner().invoke(app, args[:-1])
+    assert human.exit_code == 0 and "a retry under its idempotency key: nothing written" \
+        in " ".join(human.output.split()), human.output
     assert keyed_versions(table) == {"cli-1": [2]}
     assert table.query().num_rows == 12
     refused = CliRunner().invoke(app, ["delete", table.name, "--key", "x", "--store",

@@ -158,7 +158,12 @@ def write_files(how: str, name: str, files: list[str], spill_dir: Path | None,
             "rows_per_second": result.rows_per_second}
     if result.stalled_seconds:  # waited for compaction (ingest.stall_files)
         data["stalled_seconds"] = result.stalled_seconds
-    emit(data, json_out, lambda d: key_value_table(human_items(d), title=how))
+    # a retry of a committed write says so (as ``delete`` says ``committed``): it wrote
+    # nothing and prints the first run's result
+    data["replayed"] = result.replayed
+    title = f"{how} (a retry under its idempotency key: nothing written)" \
+        if result.replayed else how
+    emit(data, json_out, lambda d: key_value_table(human_items(d), title=title))
 
 
 class Format(StrEnum):

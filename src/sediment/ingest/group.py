@@ -169,7 +169,8 @@ def commit_writes(table: TableHandle, writes: list[Write], *, upsert: bool = Fal
             for i in pending:
                 w = writes[i]
                 if w.key is not None and w.key.key in e.found:
-                    results[i] = IngestResult(w.rows, 0, 0, e.found[w.key.key], seconds)
+                    results[i] = IngestResult(w.rows, 0, 0, e.found[w.key.key], seconds,
+                                              replayed=True)
                 else:
                     rest.append(i)
             pending = rest

@@ -60,7 +60,7 @@ def _answer(record: KeyRecord, started: float) -> IngestResult:
     r = record.result
     assert record.version is not None
     return IngestResult(int(r.get("rows", 0)), int(r.get("files", 0)), int(r.get("bytes", 0)),
-                        record.version, time.perf_counter() - started)
+                        record.version, time.perf_counter() - started, replayed=True)
 
 
 def keyed_ingest(table: TableHandle, data: IngestInput, key: str, *,
@@ -157,8 +157,8 @@ def commit_staged_keyed(table: TableHandle, staged: StagedFiles, writes: Sequenc
         if len(outcome.found) != len(writes) or unkeyed:
             raise PartlyCommitted(outcome.found)
         version = next(iter(outcome.found.values()))
-        return [IngestResult(w.rows, 0, 0, version, time.perf_counter() - started)
-                for w in writes]
+        return [IngestResult(w.rows, 0, 0, version, time.perf_counter() - started,
+                             replayed=True) for w in writes]
     seconds = time.perf_counter() - started
     results = [IngestResult(w.rows, len(staged.written), staged.bytes, outcome.version,
                             seconds) for w in writes]

@@ -55,7 +55,9 @@ BeforeCommit = Callable[["StagedFiles"], None]
 class IngestResult:
     """What an ingest did: rows and files written, bytes, the committed version, time taken
     (``stalled_seconds`` of it waiting for room in crowded leaves: see
-    :mod:`sediment.ingest.stall`)."""
+    :mod:`sediment.ingest.stall`). ``replayed``: the write was a retry of one an earlier
+    call committed under the same idempotency key; this call wrote nothing and answers with
+    that write's version (and its rows, files and bytes as recorded)."""
 
     rows: int
     files: int
@@ -63,6 +65,7 @@ class IngestResult:
     version: int
     seconds: float
     stalled_seconds: float = 0.0
+    replayed: bool = False
 
     @property
     def rows_per_second(self) -> float:

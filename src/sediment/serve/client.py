@@ -11,6 +11,7 @@ back as the Sediment class the server raised.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -357,7 +358,9 @@ class RemoteTable:
         if answer is None:
             raise SedimentError(f"table {self.name}: the server sent no ingest result")
         doc = json.loads(answer.to_pybytes())
-        return IngestResult(**doc)
+        # the fields this client knows (a newer server may answer with more)
+        known = {f.name for f in dataclasses.fields(IngestResult)}
+        return IngestResult(**{k: v for k, v in doc.items() if k in known})
 
     # ---- metadata and versions ------------------------------------------------------------
     def describe(self, version: int | None = None) -> dict[str, Any]:

@@ -24,7 +24,8 @@ def test_a_keyed_put_retried_across_a_server_restart_commits_once(
     second = start_server(store.uri)
     with second.connect() as c:
         remote = c.table("keyed")
-        assert remote.ingest(data, idempotency_key="put-1").version == put.version
+        again = remote.ingest(data, idempotency_key="put-1")
+        assert again.version == put.version and again.replayed and not put.replayed
         assert remote.delete(keys=["a"], idempotency_key="del-1") == deleted
         with pytest.raises(sd.IdempotencyKeyReusedError, match="put-1"):
             remote.ingest(rows(["z"]), idempotency_key="put-1")
