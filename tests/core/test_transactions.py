@@ -896,3 +896,12 @@ def test_state_equality_ignores_insertion_order_but_not_content() -> None:
     commit(b, SetOnline(False))
     b.version = a.version
     assert a != b
+
+
+def test_a_delete_is_summarised_by_what_it_names() -> None:
+    """``history`` says keys for a delete by keys, ranges for one by ranges."""
+    by_keys = DeleteRecords(ranges=(Range.exact("a"), Range.exact("b")))
+    by_range = DeleteRecords(ranges=(Range("a", "b"),), filter={"op": "is_null",
+                                                              "args": [{"field": "v"}]})
+    assert by_keys.summary() == "deleted records by 2 keys"
+    assert by_range.summary() == "deleted records by 1 range and a filter"

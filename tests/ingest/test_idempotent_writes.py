@@ -6,6 +6,7 @@ table's rows against the rows written once."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -281,3 +282,15 @@ def test_keyed_writes_through_lost_s3_answers_commit_once(proxied_s3: Any) -> No
     assert {k: len(v) for k, v in keyed_versions(table).items()} == {
         "s3-0": 1, "s3-1": 1, "s3-2": 1}
     assert proxied_s3.open_direct().table(table.name).query().num_rows == 60
+
+
+@pytest.mark.parametrize(("key", "said"), [(42, "is a string, not int 42"),
+                                           ("", "non-empty string"),
+                                           ("k" * 600, "(600 characters)")],
+                         ids=["int", "empty", "long"])
+def test_a_bad_key_is_refused_before_anything_is_written(tmp_path: Path, key: Any,
+                                                         said: str) -> None:
+    table = make_table(tmp_path / "s")
+    with pytest.raises(DataError, match=rf"table {table.name}: .*{re.escape(said)}"):
+        table.ingest(rows(3, 1), idempotency_key=key)
+    assert table.version == 1

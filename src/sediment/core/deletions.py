@@ -101,8 +101,14 @@ def whole_keys(ranges: tuple[Range, ...] | None) -> bool:
     inclusive)."""
     if ranges is None or len(ranges) < COMPACT_KEYS:
         return False
-    return all(r.per_field is None and r.start is not None and r.start == r.end and
-               r.start_inclusive and r.end_inclusive for r in ranges)
+    return all(is_key(r) for r in ranges)
+
+
+def is_key(r: Range) -> bool:
+    """Whether ``r`` is one key or key prefix (both ends the same, inclusive): what a delete
+    by keys names."""
+    return r.per_field is None and r.start is not None and r.start == r.end and \
+        r.start_inclusive and r.end_inclusive
 
 
 def compact_keys(ranges: tuple[Range, ...]) -> dict[str, Any]:

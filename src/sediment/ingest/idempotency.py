@@ -85,9 +85,13 @@ _NOTHING = AddFiles(())
 
 def check_key(table: str, key: object) -> str:
     """``key`` as an idempotency key, or DataError naming the table."""
-    if not isinstance(key, str) or not key or len(key) > KEY_MAX_CHARS:
+    if not isinstance(key, str):
+        raise DataError(f"table {table}: an idempotency key is a string, not "
+                        f"{type(key).__name__} {str(key)[:80]}")
+    if not key or len(key) > KEY_MAX_CHARS:
         raise DataError(f"table {table}: an idempotency key is a non-empty string of at most "
-                        f"{KEY_MAX_CHARS} characters, not {str(key)[:80]!r}")
+                        f"{KEY_MAX_CHARS} characters, not {key[:80]!r}"
+                        f"{f' ({len(key)} characters)' if key else ''}")
     return key
 
 
@@ -189,7 +193,8 @@ class KeyRecord:
                 f"table {table}: idempotency key {self.key!r} was used for a different "
                 f"payload (first at version {self.version if self.version else '?'}, "
                 f"recorded {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(self.created))} "
-                f"UTC): a retry must send the same records; this call committed nothing")
+                f"UTC): a retry must send what the first attempt sent (its records, or a "
+                f"delete's keys, ranges and filter); this call committed nothing")
 
 
 class KeyIndex:

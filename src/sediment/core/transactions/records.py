@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from sediment.core.deletions import (
     Deletion,
+    is_key,
     selection_format,
     selection_from_json,
     selection_to_json,
@@ -77,7 +78,8 @@ class DeleteRecords(Transaction):
         return cls(*selection_from_json(doc), keys=keys_from_json(doc))
 
     def summary(self) -> str:
-        what = [] if self.ranges is None else [counted(len(self.ranges), "range")]
+        what = [] if self.ranges is None else [counted(len(self.ranges), "key")] \
+            if all(is_key(r) for r in self.ranges) else [counted(len(self.ranges), "range")]
         if self.filter is not None:
             what.append("a filter")
         return "deleted records by " + " and ".join(what)
