@@ -145,6 +145,20 @@ def test_parquet_to_a_pipe_from_the_console_script(store: str) -> None:
     assert pq.read_table(io.BytesIO(done.stdout)).num_rows == 9
 
 
+def test_a_reader_that_went_away_ends_the_command_quietly(store: str) -> None:
+    """``sediment query ... | head -1``: the pipe's reader is gone, so the command stops
+    with the code a shell gives a process SIGPIPE ended, and says nothing on stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before the first write: every write fails
+    try:
+        done = subprocess.run([str(SCRIPT), "--store", store, "query", "events", "--json"],
+                              stdout=write_end, stderr=subprocess.PIPE, timeout=120,
+                              check=False)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (128 + 13, b"")
+
+
 # ---- 2. --version takes tags everywhere ------------------------------------------------------
 def test_version_accepts_tags(runner: CliRunner, store: str, tmp_path: Path) -> None:
     def keys(*args: str) -> list[str]:

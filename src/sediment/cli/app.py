@@ -22,8 +22,10 @@ written instead of being read as rich markup.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import TYPE_CHECKING, Annotated, Any
+import sys
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -49,6 +51,8 @@ class SedimentGroup(TyperGroup):
             return super().invoke(ctx)
         except (TyperException, typer.Exit, typer.Abort):
             raise  # usage errors, --help, exits: typer reports them
+        except BrokenPipeError:
+            reader_went_away()
         except (SedimentError, CliError) as exc:
             report_error(exc)
             raise typer.Exit(1) from None
@@ -61,6 +65,21 @@ class SedimentGroup(TyperGroup):
             typer.echo(f"error: internal error: {type(exc).__name__}: {error_message(exc)} "
                        f"(set {DEBUG_ENV}=1 for the traceback)", err=True)
             raise typer.Exit(1) from None
+
+
+SIGPIPE_EXIT = 128 + 13
+"""The exit code of a command whose reader closed the pipe (``sediment query ... | head``):
+what a shell reports for a process SIGPIPE ended, as ``cat`` and ``grep`` do."""
+
+
+def reader_went_away() -> NoReturn:
+    """Exit quietly with :data:`SIGPIPE_EXIT`: stdout's reader is gone, so nothing more can be
+    said there and nothing went wrong to say on stderr. Stdout is pointed at ``/dev/null``
+    first, so the interpreter's last flush of what is buffered does not fail again."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(SIGPIPE_EXIT)
 
 
 DEBUG_ENV = "SEDIMENT_DEBUG"
@@ -151,4 +170,11 @@ _register()
 
 def main() -> None:
     """Entry point of the ``sediment`` console script."""
-    app(prog_name="sediment")
+    try:
+        app(prog_name="sediment")
+    except SystemExit as done:
+        try:
+            sys.stdout.flush()  # what is left in the buffer, while a closed pipe can be told
+        except BrokenPipeError:
+            reader_went_away()
+        raise done from None
