@@ -148,9 +148,13 @@ class Admission(fl.ServerMiddlewareFactory):
             self.stats.refused("auth")
             LOG.warning("refused method=%s reason=authentication detail=%s", method,
                         log_value(refusal))
-            raise to_flight_error(AuthenticationError(
-                "authentication required: send the server's token as 'authorization: "
-                "Bearer <token>' (sd.connect(uri, token=...))"))
+            # the client is told whether its token was missing or refused (never what it
+            # sent): a wrong token and a forgotten one are different mistakes to fix
+            said = ("the token sent is not one this server accepts (check the token, or the "
+                    "server's --token / --tokens-file)" if refusal == "wrong token" else
+                    "send the server's token as 'authorization: Bearer <token>' "
+                    "(sd.connect(uri, token=...))")
+            raise to_flight_error(AuthenticationError(f"authentication required: {said}"))
         if info.method in _REFUSED:
             self.stats.record(Request(method, outcome="error:BadRequestError"), 0.0)
             raise to_flight_error(BadRequestError(
