@@ -281,3 +281,20 @@ def test_spill_dir_property_is_no_longer_read(tmp_path: Path,
     assert seen and all(not p.startswith(str(not_a_folder)) for p in seen)
     with pytest.warns(UserWarning, match=r"no longer read .* --spill-dir .*SEDIMENT_SPILL_DIR"):
         reopened.set_properties({"ingest.spill_dir": str(tmp_path)})
+
+
+def test_an_upsert_refused_says_upsert(tmp_path: Path) -> None:
+    """The refusals name the write they refuse: an upsert's say upsert, on every route of
+    it (Arrow input, a DataFrame, a keyed write, files)."""
+    table = new_table(tmp_path)
+    extra = rows(2).append_column("colour", pa.array(["red", "blue"]))
+    refused(table, DataError, r"upsert into table events: input has field 'colour'",
+            lambda: table.upsert(extra))
+    refused(table, DataError, r"upsert into table events: input has field 'colour'",
+            lambda: table.upsert(extra, idempotency_key="u-1"))
+    refused(table, DataError, r"upsert into table events: input has field 'colour'",
+            lambda: table.upsert(extra.to_pandas()))
+    refused(table, DataError, r"upsert into table events: no input files given",
+            lambda: table.upsert_files([]))
+    refused(table, DataError, r"ingest into table events: input has field 'colour'",
+            lambda: table.ingest(extra))

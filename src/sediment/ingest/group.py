@@ -68,7 +68,13 @@ from sediment.core.state import TableState
 from sediment.core.transactions import KeyedWrite
 from sediment.errors import ServerBusyError, definitely_not_committed
 from sediment.ingest.keyed import PartlyCommitted, commit_staged_keyed, index_of
-from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged, stage_batches
+from sediment.ingest.standard import (
+    IngestResult,
+    StagedFiles,
+    commit_staged,
+    stage_batches,
+    verb_of,
+)
 from sediment.schema import Schema
 from sediment.schema_changes import conformed
 
@@ -145,7 +151,8 @@ def stage_writes(table: TableHandle, writes: list[Write], *, upsert: bool = Fals
         # the writes saw another schema than ``state`` (a cached head): the log's head is
         # at least as new as any head they were validated against
         state = table.states.head()
-    staged = stage_batches(table, state, _combined(writes, schema_of(state, table.name)))
+    staged = stage_batches(table, state, _combined(writes, schema_of(state, table.name)),
+                           verb=verb_of(upsert))
     return StagedGroup(writes, upsert, state, staged, started)
 
 

@@ -42,7 +42,7 @@ from sediment.ingest.idempotency import (
 )
 from sediment.ingest.sources import IngestInput, expand_paths, iter_input, read_file
 from sediment.ingest.spill import SpillDir, resolve_spill_dir
-from sediment.ingest.standard import IngestResult, Progress, StagedFiles, stage_batches
+from sediment.ingest.standard import IngestResult, Progress, StagedFiles, stage_batches, verb_of
 from sediment.settings import settings_of
 
 if TYPE_CHECKING:
@@ -69,7 +69,8 @@ def keyed_ingest(table: TableHandle, data: IngestInput, key: str, *,
     """Ingest (``upsert``: upsert) ``data`` under idempotency key ``key`` (see the module).
     Raises IdempotencyKeyReusedError for a key recorded with another payload; otherwise as
     ``ingest``."""
-    return _keyed(table, lambda: (("input", b) for b in iter_input(data, table.name)), key,
+    return _keyed(table, lambda: (("input", b) for b in iter_input(data, table.name,
+                                                                    verb=verb_of(upsert))), key,
                   progress=progress, spill_dir=spill_dir, upsert=upsert)
 
 
@@ -82,7 +83,7 @@ def keyed_ingest_files(table: TableHandle, paths: Sequence[str] | str, key: str,
         paths = [paths]
     files = expand_paths(paths, table.objects)
     if not files:
-        raise DataError(f"ingest into table {table.name}: no input files given")
+        raise DataError(f"{verb_of(upsert)} into table {table.name}: no input files given")
 
     def batches() -> Iterator[tuple[str, pa.RecordBatch]]:
         schema = schema_of(table.states.cached_head(), table.name)
@@ -99,7 +100,7 @@ def _keyed(table: TableHandle, batches: Callable[[], Iterator[tuple[str, pa.Reco
     check_key(table.name, key)
     started = time.perf_counter()
     folder = resolve_spill_dir(spill_dir, table.name)
-    kind = "upsert" if upsert else "ingest"
+    kind = verb_of(upsert)
     state = table.states.head()
     index = index_of(table, state)
     record = index.get(key)
@@ -111,7 +112,7 @@ def _keyed(table: TableHandle, batches: Callable[[], Iterator[tuple[str, pa.Reco
             hasher.update(batch)
         record.check(table.name, hasher.hexdigest())
         return _answer(record, started)
-    staged = stage_batches(table, state, batches(), progress, spill_dir=folder,
+    staged = stage_batches(table, state, batches(), progress, spill_dir=folder, verb=kind,
                            on_batch=hasher.update)
     if staged.rows == 0:  # nothing to commit, nothing to remember
         return IngestResult(0, 0, 0, state.version, time.perf_counter() - started)

@@ -26,20 +26,21 @@ from sediment.storage import ObjectStore, open_object_store
 IngestInput = Any  # pa.Table | pa.RecordBatch | pa.RecordBatchReader | DataFrame | Iterable
 
 
-def iter_input(data: IngestInput, table: str = "?", source: str = "input"
-               ) -> Iterator[pa.RecordBatch]:
+def iter_input(data: IngestInput, table: str = "?", source: str = "input", *,
+               verb: str = "ingest") -> Iterator[pa.RecordBatch]:
     """Record batches from any accepted input type (no copies for Arrow input).
 
     A pandas DataFrame Arrow cannot convert (a column mixing strings and numbers, a string
     that is not valid Unicode, two columns of one name) raises DataError naming the table, the
-    column and the first bad row, counted across everything before it in ``data``."""
+    column and the first bad row, counted across everything before it in ``data``; ``verb``:
+    the write it is for, as its errors say (``ingest``, ``upsert``)."""
     seen = [0]  # rows yielded so far: where a DataFrame's row 0 is in the whole input
-    for batch in _batches(data, table, source, seen):
+    for batch in _batches(data, table, source, seen, verb):
         yield batch
         seen[0] += batch.num_rows
 
 
-def _batches(data: IngestInput, table: str, source: str, seen: list[int]
+def _batches(data: IngestInput, table: str, source: str, seen: list[int], verb: str
              ) -> Iterator[pa.RecordBatch]:
     if isinstance(data, pa.RecordBatch):
         yield data
@@ -48,19 +49,19 @@ def _batches(data: IngestInput, table: str, source: str, seen: list[int]
     elif isinstance(data, pa.RecordBatchReader):
         yield from data
     elif _is_dataframe(data):
-        yield from _from_pandas(data, table, source, seen[0]).to_batches()
+        yield from _from_pandas(data, table, source, seen[0], verb).to_batches()
     elif hasattr(data, "__arrow_c_stream__"):
         yield from pa.RecordBatchReader.from_stream(data)
     elif isinstance(data, Iterable) and not isinstance(data, str | bytes | dict):
         for item in data:
             if isinstance(item, pa.RecordBatchReader | pa.Table | pa.RecordBatch) or \
                     _is_dataframe(item):
-                yield from _batches(item, table, source, seen)
+                yield from _batches(item, table, source, seen, verb)
             else:
-                raise DataError(f"cannot ingest an element of type {type(item).__name__}; "
+                raise DataError(f"cannot {verb} an element of type {type(item).__name__}; "
                                 "give Arrow tables/batches or pandas DataFrames")
     else:
-        raise DataError(f"cannot ingest {type(data).__name__}; give a pyarrow Table, "
+        raise DataError(f"cannot {verb} {type(data).__name__}; give a pyarrow Table, "
                         "RecordBatch, RecordBatchReader, pandas DataFrame or an iterable of them")
 
 
@@ -70,13 +71,13 @@ _PANDAS_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedErro
 UnicodeEncodeError, mixed types an ArrowTypeError, duplicate names a ValueError)."""
 
 
-def _from_pandas(df: Any, table: str, source: str, offset: int) -> pa.Table:
+def _from_pandas(df: Any, table: str, source: str, offset: int, verb: str) -> pa.Table:
     """The DataFrame as an Arrow table, or DataError naming the column and row at fault
     (found on the error path only: the columns one by one, then the rows by bisection)."""
     names = [str(c) for c in df.columns]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise DataError(f"ingest into table {table}: {source} has two columns named "
+        raise DataError(f"{verb} into table {table}: {source} has two columns named "
                         f"{twice[0]!r}; refusing to pick one")
     try:
         return pa.Table.from_pandas(df, preserve_index=False)
@@ -92,10 +93,10 @@ def _from_pandas(df: Any, table: str, source: str, offset: int) -> pa.Table:
         row = _first_bad_pandas_row(column)
         value = repr(column.iloc[row])  # repr: a lone surrogate shows escaped, printable
         value = value if len(value) <= 60 else value[:57] + "..."
-        raise DataError(f"ingest into table {table}: field {name!r} at row {offset + row} of "
+        raise DataError(f"{verb} into table {table}: field {name!r} at row {offset + row} of "
                         f"{source} ({value}) cannot be converted from the DataFrame: "
                         f"{_describe(reason)}") from None
-    raise DataError(f"ingest into table {table}: {source} cannot be converted from the "
+    raise DataError(f"{verb} into table {table}: {source} cannot be converted from the "
                     f"DataFrame: {_describe(reason)}") from None
 
 
@@ -127,21 +128,21 @@ def _is_dataframe(obj: Any) -> bool:
 
 
 def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
-            source: str = "input") -> pa.RecordBatch:
-    """The batch with the table's fields in order and types, or DataError. A field a
-    schema change added (``Schema.added``) may be missing: it is all nulls, as in the files
-    written before it was added."""
+            source: str = "input", *, verb: str = "ingest") -> pa.RecordBatch:
+    """The batch with the table's fields in order and types, or DataError (saying ``verb``
+    into table ``table``). A field a schema change added (``Schema.added``) may be missing:
+    it is all nulls, as in the files written before it was added."""
     optional = schema.added
     names = batch.schema.names
     wanted = schema.to_arrow()
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise DataError(f"ingest into table {table}: {source} has two fields named "
+        raise DataError(f"{verb} into table {table}: {source} has two fields named "
                         f"{twice[0]!r}; refusing to pick one")
     keys = set(schema.key_names)
     extra = [n for n in names if n not in wanted.names]
     if extra:
-        raise DataError(f"ingest into table {table}: {source} has field {extra[0]!r} which is "
+        raise DataError(f"{verb} into table {table}: {source} has field {extra[0]!r} which is "
                         f"not in the table's schema ({', '.join(wanted.names)})")
     cols = []
     for f in wanted:
@@ -149,11 +150,11 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
             cols.append(pa.nulls(batch.num_rows, f.type))
             continue
         if f.name not in names:
-            raise DataError(f"ingest into table {table}: {source} has no field {f.name!r}")
+            raise DataError(f"{verb} into table {table}: {source} has no field {f.name!r}")
         col = batch.column(names.index(f.name))
         if _temporal_into_number(col.type, f.type):
             raise DataError(
-                f"ingest into table {table}: field {f.name!r} of {source} is {col.type} "
+                f"{verb} into table {table}: field {f.name!r} of {source} is {col.type} "
                 f"({_unit_words(col.type)}) but the table stores it as {f.type}: refusing to "
                 "store the raw count of that unit, which would silently mix units with the "
                 "values already stored. Convert it to the table's unit first (a pandas "
@@ -161,13 +162,13 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
                 "or declare the field a timestamp")
         if _quietly_stringified(col.type, f.type):
             raise DataError(
-                f"ingest into table {table}: field {f.name!r} of {source} is {col.type} but "
+                f"{verb} into table {table}: field {f.name!r} of {source} is {col.type} but "
                 f"the table stores it as {f.type}: refusing to turn those values into text"
                 f"{_example_text(col)}; convert the column to strings first if that is what "
                 "you mean")
         if f.name in keys and not _key_kind_fits(col.type, f.type):
             raise DataError(
-                f"ingest into table {table}: key field {f.name!r} of {source} is {col.type} "
+                f"{verb} into table {table}: key field {f.name!r} of {source} is {col.type} "
                 f"but the table's key is {f.type}: keys are compared as stored (7 is not "
                 "'7'), so a key of another kind is refused, as query(keys=...) refuses it; "
                 "convert the column to the key's type first")
@@ -177,11 +178,11 @@ def conform(batch: pa.RecordBatch, schema: Schema, table: str, row_offset: int,
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
                 row = _first_bad_row(col, f.type)
                 at = f" at row {row_offset + row}" if row is not None else ""
-                raise DataError(f"ingest into table {table}: field {f.name!r}{at} of {source} "
+                raise DataError(f"{verb} into table {table}: field {f.name!r}{at} of {source} "
                                 f"cannot be cast from {col.type} to {f.type}: {e}") from None
         if not f.nullable and col.null_count:
             row = pc.indices_nonzero(pc.is_null(col))[0].as_py()
-            raise DataError(f"ingest into table {table}: key field {f.name!r} is null at row "
+            raise DataError(f"{verb} into table {table}: key field {f.name!r} is null at row "
                             f"{row_offset + row} of {source}")
         cols.append(col)
     return pa.RecordBatch.from_arrays(cols, schema=wanted)

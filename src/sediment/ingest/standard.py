@@ -191,6 +191,11 @@ def delete_staged(table: TableHandle, filenames: Sequence[str]) -> None:
     Staging(table.objects, table.name).delete(filenames)
 
 
+def verb_of(upsert: bool) -> str:
+    """What errors call the write: ``upsert`` or ``ingest``."""
+    return "upsert" if upsert else "ingest"
+
+
 def ingest(table: TableHandle, data: IngestInput, *, progress: Progress | None = None,
            source: str = "input", spill_dir: SpillDir = None,
            upsert: bool = False) -> IngestResult:
@@ -201,7 +206,8 @@ def ingest(table: TableHandle, data: IngestInput, *, progress: Progress | None =
     older record of its record key (the last of equal keys in the input wins)."""
     folder = resolve_spill_dir(spill_dir, table.name)  # before reading any input
     return _ingest_batches(table, table.states.head(),
-                           ((source, b) for b in iter_input(data, table.name, source)),
+                           ((source, b) for b in iter_input(data, table.name, source,
+                                                            verb=verb_of(upsert))),
                            progress, spill_dir=folder, upsert=upsert)
 
 
@@ -217,7 +223,7 @@ def ingest_files(table: TableHandle, paths: Sequence[str] | str, *,
         paths = [paths]
     files = expand_paths(paths, table.objects)
     if not files:
-        raise DataError(f"ingest into table {table.name}: no input files given")
+        raise DataError(f"{verb_of(upsert)} into table {table.name}: no input files given")
     state = table.states.head()
     schema = schema_of(state, table.name)
 
@@ -255,7 +261,7 @@ def stage_batches(table: TableHandle, state: TableState,
                   batches: Iterator[tuple[str, pa.RecordBatch]],
                   progress: Progress | None = None, *, spill_dir: SpillDir = None,
                   on_batch: Callable[[pa.RecordBatch], None] | None = None,
-                  writers: int | None = None) -> StagedFiles:
+                  writers: int | None = None, verb: str = "ingest") -> StagedFiles:
     """Validate, sort (spilling past the memory limit to ``spill_dir``, else as
     :func:`~sediment.ingest.spill.resolve_spill_dir` finds) and write files cut at the leaves
     of ``state``; nothing is committed (the files stay staged, protected from GC, until
@@ -264,7 +270,8 @@ def stage_batches(table: TableHandle, state: TableState,
     batch as given, once it validated, in input order (a keyed write hashes its payload
     there: see :class:`~sediment.ingest.idempotency.PayloadHash`). ``writers``: how many
     runs of the key order a large input is written in, side by side (None: one per core; a
-    Spark task gives 1, its executor's cores running other tasks)."""
+    Spark task gives 1, its executor's cores running other tasks). ``verb``: the write, as
+    errors name it (``ingest``, ``upsert``)."""
     schema = schema_of(state, table.name)
     settings = settings_of(state, table.name)
     runs = SortedRuns(schema.to_arrow(), schema.key_names, settings.ingest_memory_limit_bytes,
@@ -275,7 +282,7 @@ def stage_batches(table: TableHandle, state: TableState,
     try:
         for src, batch in batches:
             offset = offsets.get(src, 0)
-            checked = conform(batch, schema, table.name, offset, src)
+            checked = conform(batch, schema, table.name, offset, src, verb=verb)
             if on_batch is not None:
                 on_batch(batch)
             runs.add(checked)
@@ -371,6 +378,7 @@ def _ingest_batches(table: TableHandle, state: TableState,
                     spill_dir: SpillDir = None, upsert: bool = False) -> IngestResult:
     started = time.perf_counter()
     with traces.span("sediment.ingest", table.name):
-        staged = stage_batches(table, state, batches, progress, spill_dir=spill_dir)
+        staged = stage_batches(table, state, batches, progress, spill_dir=spill_dir,
+                               verb=verb_of(upsert))
         return commit_staged(table, staged, started, before_commit=before_commit, state=state,
                              kind="upsert" if upsert else "ingest", upsert=upsert)

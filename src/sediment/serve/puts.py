@@ -37,7 +37,7 @@ from sediment.ingest.group import GroupCommitter, Write
 from sediment.ingest.idempotency import PayloadHash, check_key
 from sediment.ingest.keyed import _answer, index_of
 from sediment.ingest.sources import conform
-from sediment.ingest.standard import IngestResult
+from sediment.ingest.standard import IngestResult, verb_of
 from sediment.settings import settings_of
 from sediment.table import Table
 
@@ -191,7 +191,7 @@ class GroupedPuts:
         hint = 2 * max(self.window_ms / 1000, self.committer(table).commit_seconds)
         try:
             for b in batches:
-                checked = conform(b, schema, name, offset)
+                checked = conform(b, schema, name, offset, verb=verb_of(upsert))
                 offset += b.num_rows
                 if not checked.num_rows:
                     continue
