@@ -164,7 +164,7 @@ def test_refusals_name_the_table_and_commit_nothing(tmp_path: Path) -> None:
     assert "'ghost'" in _refused("delete", "ghost", "--key", "a", "--store", store)
     (tmp_path / "bad.csv").write_text("key,ts,value,n,colour\nb,1,x,1,red\n")
     err = _refused("upsert", "events", str(tmp_path / "bad.csv"), "--store", store)
-    assert "table events" in err and "'colour'" in err
+    assert "upsert into table events" in err and "'colour'" in err
     assert table.version == before
     assert table.query().to_pylist() == [{"key": "a", "ts": 1, "value": "x", "n": 1}]
 
