@@ -177,3 +177,23 @@ def test_the_lease_timeout_comes_from_the_environment(monkeypatch: pytest.Monkey
         pending.lease_timeout()
     monkeypatch.delenv(pending.LEASE_TIMEOUT_ENV)
     assert pending.lease_timeout() == pending.LEASE_TIMEOUT_SECONDS
+
+
+def test_a_process_that_exits_after_its_commit_leaves_no_lease(tmp_path: Path) -> None:
+    """A short-lived writer (a CLI command, a script) exits before its heartbeat would
+    delete its emptied lease: the lease is deleted as it exits, so ``sediment doctor`` does
+    not find a dead writer's lease after every command."""
+    import subprocess
+    import sys
+
+    table = make_table(tmp_path / "s")
+    script = ("import sys; sys.path.insert(0, 'tests'); import sediment as sd\n"
+              "from helpers import rows\n"
+              f"t = sd.Store.open({str(tmp_path / 's')!r}).table({table.name!r})\n"
+              "t.ingest(rows(20, 1)); t.compact()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr
+    assert table.query().num_rows == 20
+    objects = table._handle.objects
+    assert [o.key for o in objects.list(pending.PENDING_PREFIX)] == []

@@ -32,6 +32,7 @@ slow writer's lease, and the writer's commit is refused cleanly.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
@@ -140,6 +141,9 @@ commits are refused: see the module)."""
 _OWNER = [0]
 """The pid that owns ``_LEASES`` (a forked child starts with none, and its own thread)."""
 _STOP = threading.Event()
+_AT_EXIT = [False]
+"""Whether :func:`_at_exit` is registered (once per interpreter; a spawned child registers its
+own)."""
 
 
 def _leases() -> dict[str, _Lease]:
@@ -148,7 +152,28 @@ def _leases() -> dict[str, _Lease]:
         _RETIRED.clear()
         _OWNER[0] = os.getpid()
         threading.Thread(target=_heartbeat, name="sediment-leases", daemon=True).start()
+        if not _AT_EXIT[0]:
+            _AT_EXIT[0] = True
+            atexit.register(_at_exit)
     return _LEASES
+
+
+def _at_exit() -> None:
+    """Delete this process's empty leases as it exits. A lease emptied by its commit is
+    deleted by the next heartbeat, which a short-lived process (a CLI command, a script)
+    never reaches: left behind, the lease outlives its timeout and ``sediment doctor``
+    reports a dead writer after every such command. A lease that still names files is left
+    (a writer that exits with files it did not commit: they are orphans, the lease's
+    timeout and the collector settle them)."""
+    if _OWNER[0] != os.getpid():  # a forked child exiting through atexit: not its leases
+        return
+    with _LOCK:
+        empty = [lease for lease in _LEASES.values() if not lease.files]
+    for lease in empty:
+        try:
+            lease.write()  # (empty: deleted)
+        except SedimentError as e:  # the lease's timeout settles it
+            log.warning("could not delete pending-file lease %s at exit: %s", lease.key, e)
 
 
 def _lapse_limit() -> float:
