@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -199,8 +200,22 @@ def test_dump_lock_and_abandon(runner: CliRunner, setup: tuple[str, sd.Table, Re
     table._handle.objects.put(LOCK_KEY, json.dumps(stale).encode())
     err = fails(runner, "dump", "events", str(tmp_path / "dumps"), "--store", store)
     assert "abandon" in err and stale["job_id"] in err
-    assert js(runner, "dump", "events", "ignored", "--abandon", "--store", store) == {
-        "table": "events", "abandoned": True}
+    # a ROOT that is not the locked job's is refused, naming the job's
+    err = fails(runner, "dump", "events", str(tmp_path / "other"), "--abandon", "--store", store)
+    assert str(tmp_path / "elsewhere") in err and table._handle.objects.exists(LOCK_KEY)
+    assert js(runner, "dump", "events", str(tmp_path / "elsewhere"), "--abandon", "--store",
+              store) == {"table": "events", "abandoned": True, "job_id": stale["job_id"]}
+    assert not table._handle.objects.exists(LOCK_KEY)
+    assert js(runner, "dump", "events", str(tmp_path / "elsewhere"), "--abandon", "--store",
+              store) == {"table": "events", "abandoned": False, "job_id": None}
+    # a fresh heartbeat: the dump may be running, so its lock is kept unless --force
+    fresh = {**stale, "heartbeat": time.time()}
+    table._handle.objects.put(LOCK_KEY, json.dumps(fresh).encode())
+    err = fails(runner, "dump", "events", str(tmp_path / "elsewhere"), "--abandon", "--store",
+                store)
+    assert "may be running" in err and table._handle.objects.exists(LOCK_KEY)
+    assert js(runner, "dump", "events", str(tmp_path / "elsewhere"), "--abandon", "--force",
+              "--store", store)["abandoned"] is True
     assert not table._handle.objects.exists(LOCK_KEY)
     job = js(runner, "dump", "events", str(tmp_path / "dumps"), "--store", store)
     js(runner, "load", job["manifest"], "copy", "--store", store)

@@ -7,10 +7,12 @@ output helpers so the tests can stand in for the terminal in one place.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import typer
@@ -110,6 +112,29 @@ def confirm_or_refuse(yes: bool, what: str, question: str) -> None:
     typer.confirm(question, abort=True)
 
 
+
+
+SIGTERM_EXIT = 128 + signal.SIGTERM
+"""The exit code of a command SIGTERM stopped (what a shell reports for it)."""
+
+
+@contextlib.contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM (unless ignored) stops the command as Ctrl-C does: an
+    exception in the main thread, so the work's own clean-up runs (a dump marks its lock
+    stopped) before the process exits with :data:`SIGTERM_EXIT`, instead of dying at once."""
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(SIGTERM_EXIT)
+
+    before = signal.getsignal(signal.SIGTERM)
+    if before is signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def stop_on_signals(message: str) -> threading.Event:

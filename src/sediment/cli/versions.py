@@ -21,7 +21,7 @@ from sediment.cli.options import (
     resolve_version_option,
 )
 from sediment.cli.output import emit, iso_time, key_value_table, make_table
-from sediment.cli.terminal import progress_bar
+from sediment.cli.terminal import progress_bar, stopped_by_sigterm
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -133,8 +133,13 @@ def dump(name: TableArg, root: Annotated[str, typer.Argument(help="Destination f
          = None,
          version: VersionOption = None,
          spark: Annotated[bool, typer.Option("--spark", help="Run tasks on Spark.")] = False,
-         abandon: Annotated[bool, typer.Option("--abandon", help="Drop an interrupted dump "
-                                               "job's lock instead of dumping.")] = False,
+         abandon: Annotated[bool, typer.Option("--abandon", help="Drop the lock of an "
+                                               "interrupted dump job to ROOT instead of "
+                                               "dumping (refused while its heartbeat is "
+                                               "fresh: the dump may be running).")] = False,
+         force: Annotated[bool, typer.Option("--force", help="With --abandon: drop the lock "
+                                             "even though its heartbeat is fresh (the dump "
+                                             "holding it breaks).")] = False,
          store: StoreOption = None, json_out: JsonOption = False,
          print_manifest: Annotated[bool, typer.Option(
              "--print-manifest", help="Print only the job manifest's path, for a script: "
@@ -144,12 +149,19 @@ def dump(name: TableArg, root: Annotated[str, typer.Argument(help="Destination f
     if print_manifest and json_out:
         raise CliError("--print-manifest prints the manifest's path alone: leave out --json")
     t = open_table(store, name)
+    if force and not abandon:
+        raise CliError("--force goes with --abandon")
     if abandon:
-        t.abandon_dump()
-        emit({"table": name, "abandoned": True}, json_out, lambda d: "dump lock removed")
+        held = t.abandon_dump(root, force=force)
+        emit({"table": name, "abandoned": held is not None,
+              "job_id": None if held is None else held.get("job_id")}, json_out,
+             lambda d: f"dump lock of job {d['job_id']} removed" if d["abandoned"] else
+             f"no dump of table {name} holds the lock: nothing to abandon")
         return
     rng = parse_range(range_, t.schema) if range_ else None
-    with progress_bar(json_out or print_manifest, "tasks") as bar:
+    # SIGTERM ends the dump as Ctrl-C does (its lock marked stopped: the next dump to ROOT
+    # resumes at once, --abandon drops it at once), not with the lock's heartbeat fresh
+    with stopped_by_sigterm(), progress_bar(json_out or print_manifest, "tasks") as bar:
         task = bar.add_task(f"dump {name}", total=None)
         job = t.dump(root, range=rng, version=resolve_version_option(t, version),
                      runner="spark" if spark else "local",

@@ -26,6 +26,7 @@ answers alike).
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -42,7 +43,16 @@ from sediment.core.state import TableState
 from sediment.core.transactions.table import SCHEME_PROPERTIES
 from sediment.dump.batches import clear_task_folder
 from sediment.dump.batches import write_batch as _write_batch
-from sediment.dump.lock import GUARD, LOCK_KEY, DumpLock, DumpLockLostError, check_owner, guard
+from sediment.dump.lock import (
+    GUARD,
+    LOCK_KEY,
+    DumpLock,
+    DumpLockLostError,
+    check_owner,
+    guard,
+    lock_age,
+    read_lock,
+)
 from sediment.dump.lock import abandon as abandon_lock
 from sediment.dump.manifest import (
     FORMAT,
@@ -209,10 +219,31 @@ def run_dump_task_retried(table: TableHandle, dest: ObjectStore, job_id: str, ve
     raise JobError(f"dump job {job_id}: task {task.task_id} failed {RETRIES} times: {last}")
 
 
-def abandon_dump(table: TableHandle) -> None:
+def abandon_dump(table: TableHandle, root: str | None = None, *, force: bool = False,
+                 lock_timeout: float | None = None) -> dict[str, Any] | None:
     """Remove the dump lock (and the version tag) of an interrupted job, and abort the
     multipart uploads its killed tasks left under its folder (S3 keeps, and bills, their
-    parts; a root that cannot be reached any more is left as it is, with a warning)."""
+    parts; a root that cannot be reached any more is left as it is, with a warning). The
+    abandoned lock's document, or None when no dump held the lock.
+
+    Refused (JobError, nothing removed) when the lock's heartbeat is younger than
+    ``lock_timeout`` (its dump may be running: abandoning it would break it) unless
+    ``force``, and when ``root`` names another folder than the lock's job writes to."""
+    lock = read_lock(table.objects)
+    if lock is not None:
+        doc = lock[1]
+        if root is not None and doc.get("root") is not None and \
+                not _same_root(str(doc["root"]), dump_root_of(table, root)):
+            raise JobError(f"table {table.name}: the dump lock is held by job "
+                           f"{doc.get('job_id')} to {doc.get('root')}, not to {root}: name "
+                           "that root to abandon it")
+        age = lock_age(table.objects, doc)
+        limit = LOCK_TIMEOUT_SECONDS if lock_timeout is None else lock_timeout
+        if not force and age is not None and age < limit:
+            raise JobError(f"table {table.name}: dump job {doc.get('job_id')} to "
+                           f"{doc.get('root')} may be running (heartbeat {age:.0f} s ago): "
+                           f"its lock is abandoned once its heartbeat is {limit:.0f} s old "
+                           "(stop the dump first; force=True / --force abandons it now)")
     held = abandon_lock(table.objects)
     if held is not None and held.get("job_id"):
         _forget_tag(table, f"dump-{held['job_id']}")
@@ -222,6 +253,7 @@ def abandon_dump(table: TableHandle) -> None:
         except (SedimentError, KeyError) as e:
             log.warning("table %s: the abandoned dump's uploads under %s were not aborted: %s",
                         table.name, held.get("root"), e)
+    return held
 
 
 def _forget_tag(table: TableHandle, tag: str) -> None:
@@ -230,6 +262,13 @@ def _forget_tag(table: TableHandle, tag: str) -> None:
         delete_tag(table.states, tag)
     except QueryError:
         pass
+
+
+def _same_root(a: str, b: str) -> bool:
+    """Whether two dump roots name one folder (local paths compared absolute, from here)."""
+    if "://" in a or "://" in b:
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.abspath(a) == os.path.abspath(b)
 
 
 def dump_root_of(table: TableHandle, root: str) -> str:

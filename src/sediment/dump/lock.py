@@ -149,19 +149,7 @@ class DumpLock:
                        "it; try again")
 
     def _age(self, doc: dict[str, Any]) -> float | None:
-        """Seconds since the lock was last written (None: it vanished meanwhile)."""
-        if doc.get("heartbeat") == 0:
-            return math.inf
-        if "owner" not in doc:  # written before owners: its own heartbeat field, as then
-            try:
-                return time.time() - float(doc.get("heartbeat", 0))
-            except (TypeError, ValueError):
-                return math.inf
-        info = self.objects.head(LOCK_KEY)
-        if info is None:
-            return None
-        now = object_store_time(self.objects) or time.time()
-        return max(0.0, now - info.mtime)
+        return lock_age(self.objects, doc)
 
     def _take_over(self, raw: bytes, doc: dict[str, Any]) -> bool:
         """Resume the stale job holding ``raw``: True when this dump now holds its lock."""
@@ -253,6 +241,23 @@ class DumpLock:
             self.objects.delete_many([LOCK_KEY])
             self.lost = True
             return True
+
+
+def lock_age(objects: ObjectStore, doc: dict[str, Any]) -> float | None:
+    """Seconds since the lock holding ``doc`` was last written, by the object store's clock
+    (None: it vanished meanwhile)."""
+    if doc.get("heartbeat") == 0:
+        return math.inf
+    if "owner" not in doc:  # written before owners: its own heartbeat field, as then
+        try:
+            return time.time() - float(doc.get("heartbeat", 0))
+        except (TypeError, ValueError):
+            return math.inf
+    info = objects.head(LOCK_KEY)
+    if info is None:
+        return None
+    now = object_store_time(objects) or time.time()
+    return max(0.0, now - info.mtime)
 
 
 def abandon(objects: ObjectStore) -> dict[str, Any] | None:

@@ -5,7 +5,7 @@ the commit history (part of the :class:`~sediment.table.Table` façade).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sediment.errors import VersionExpiredError
 from sediment.settings import settings_of
@@ -146,13 +146,17 @@ class TableVersions(TableBase):
         return dump_table(self._handle, root, range=range, version=version, runner=runner,
                           progress=progress)
 
-    def abandon_dump(self) -> None:
+    def abandon_dump(self, root: str | None = None, *, force: bool = False
+                     ) -> dict[str, Any] | None:
         """Remove the lock (and the version tag) of an interrupted dump job, so that another
         dump may start, and abort the multipart uploads its tasks left unfinished under its
-        folder; nothing is done when no dump holds the lock."""
+        folder; returns the abandoned job's lock document (``job_id``, ``root``, ...), or
+        None when no dump held the lock. Refused (JobError) while the lock's heartbeat is
+        fresh, so a running dump is never broken (``force``: abandon it anyway), and when
+        ``root`` is given and is not the folder the locked job writes to."""
         from sediment.dump.dump import abandon_dump
 
-        abandon_dump(self._handle)
+        return abandon_dump(self._handle, root, force=force)
 
     def prune(self) -> PruneResult:
         """Delete log entries and snapshots no tag or retained version needs."""
