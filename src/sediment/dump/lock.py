@@ -142,7 +142,7 @@ class DumpLock:
                 raise JobError(f"table {self.table}: an interrupted dump job "
                                f"{doc.get('job_id')} to {doc.get('root')} must be resumed (dump "
                                "to that root and range again) or abandoned (`sediment dump "
-                               "--abandon`) first")
+                               f"{self.table} {doc.get('root')} --abandon`) first")
             if self._take_over(raw, doc):
                 return False
         raise JobError(f"table {self.table}: the dump lock kept changing while this dump read "
@@ -170,7 +170,10 @@ class DumpLock:
 
     def _busy(self, doc: dict[str, Any], why: str) -> JobError:
         return JobError(f"table {self.table}: dump job {doc.get('job_id')} to {doc.get('root')} "
-                        f"is running ({why}); one dump job per table at a time")
+                        f"is running ({why}); one dump job per table at a time (a dump that "
+                        f"was killed holds the lock until its heartbeat is {self.timeout:.0f} s "
+                        f"old; then dump to that root again to resume it, or `sediment dump "
+                        f"{self.table} {doc.get('root')} --abandon`)")
 
     # ---- holding it --------------------------------------------------------------------------
     def _bytes(self) -> bytes:
