@@ -325,3 +325,21 @@ def test_maintain_loop_runs_the_batcher_and_reports_its_leases(
     assert len({r["member"] for r in leases.values()}) == 1
     text = ok(runner, "report", "maintainers", "--store", root).stdout
     assert "0 maintainers" in text and "4 leases" in text and "released" in text
+
+
+def test_loop_arguments_that_cannot_work_are_refused_before_anything_runs(
+        runner: CliRunner, store: tuple[str, dict[str, Reference]]) -> None:
+    """A table name mistyped (the loop would report it for ever and exit 0), a loop interval
+    of no time (it would spin a core) and a negative orphan timeout: refused at once."""
+    root, _ = store
+    before = table(root, "a").version
+    assert "'nosuch'" in fails(runner, "maintain", "--loop", "--table", "nosuch",
+                               "--max-loops", "1", "--store", root)
+    for args in (["maintain", "--loop", "--interval", "0"],
+                 ["compact", "--loop", "--interval", "-1"],
+                 ["gc", "--orphan-timeout", "-5"]):
+        result = runner.invoke(app, [*args, "--max-loops", "1", "--store", root]
+                               if "--loop" in args else [*args, "--store", root])
+        assert result.exit_code == 2, (args, result.output)
+        assert "must be" in result.output, result.output
+    assert table(root, "a").version == before

@@ -19,7 +19,7 @@ from sediment.cli.metrics_options import (
     check_metrics,
     start_metrics,
 )
-from sediment.cli.options import JsonOption, StoreOption, open_store
+from sediment.cli.options import JsonOption, StoreOption, open_store, open_table
 from sediment.cli.output import iso_time
 from sediment.cli.passes import (
     LoopLines,
@@ -45,11 +45,27 @@ commands = typer.Typer()
 TableOption = Annotated[str | None, typer.Option("--table", "-t",
                                                  help="One table (default: every table).")]
 LoopOption = Annotated[bool, typer.Option("--loop", help="Repeat until interrupted.")]
-IntervalOption = Annotated[float, typer.Option("--interval", help="Seconds between loop "
+def _more_than_zero(value: float) -> float:
+    """``--interval``: a loop with no wait between passes would spin a core."""
+    if not value > 0:
+        raise typer.BadParameter(f"must be more than 0 seconds, not {value:g}")
+    return value
+
+
+def _not_negative(value: float | None) -> float | None:
+    """``--orphan-timeout``: a negative age is no age."""
+    if value is not None and not value >= 0:
+        raise typer.BadParameter(f"must be 0 seconds or more, not {value:g}")
+    return value
+
+
+IntervalOption = Annotated[float, typer.Option("--interval", callback=_more_than_zero,
+                                               help="Seconds between loop "
                                                "passes (maintain: between its report rows and "
                                                "GC runs; jobs start as soon as they are due).")]
 OrphanTimeoutOption = Annotated[float | None, typer.Option(
-    "--orphan-timeout", help="Seconds after which files no transaction added and no live "
+    "--orphan-timeout", callback=_not_negative,
+    help="Seconds after which files no transaction added and no live "
     "writer holds are deleted; overrides gc.orphan_timeout_seconds (which is at least an "
     "hour). Lower it only where no writer can be slower, e.g. in tests.")]
 PassesOption = Annotated[int, typer.Option("--max-loops", help="Stop --loop after this many "
@@ -210,6 +226,8 @@ def maintain(table: TableOption = None, loop: LoopOption = False,
         from sediment.maintenance.lease_store import LeaseHolder
         from sediment.runners import load_runner
 
+        if table:  # a table named on the command line exists (a typo would loop for ever)
+            open_table(store, table)
         stop = stop_on_signals("stopping: waiting for running compaction jobs (again to abort)")
         try:
             whole: StoreMaintenance | None = None if table else maintenance_of_store()
