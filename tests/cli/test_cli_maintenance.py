@@ -207,7 +207,7 @@ def test_loop_with_max_loops(runner: CliRunner, store: tuple[str, dict[str, Refe
                              command: str) -> None:
     root, refs = store
     out = ok(runner, command, "--store", root, "--table", "a", "--loop", "--max-loops", "2",
-             "--interval", "0", "--json").stdout
+             "--interval", "0.01", "--json").stdout
     docs = [json.loads(line) for line in out.splitlines()]  # a loop prints JSON lines
     assert len(docs) == 2
     assert all(d["table"] == "a" for d in docs)

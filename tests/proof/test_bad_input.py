@@ -543,7 +543,7 @@ def test_maintain_loop_survives_a_table_it_cannot_read(store: sd.Store, table: s
            "time": 0.0, "writer": "future", "kind": "hyperdrive", "transaction": {}}
     table._handle.objects.put(log_key(nxt), json.dumps(doc).encode())
     cli = [sys.executable, "-m", "sediment.cli", "maintain", "--store", store.uri, "--json"]
-    loop = subprocess.run([*cli, "--loop", "--max-loops", "2", "--interval", "0"],
+    loop = subprocess.run([*cli, "--loop", "--max-loops", "2", "--interval", "0.01"],
                           capture_output=True, text=True, env=w.worker_env(), timeout=120)
     assert loop.returncode == 0, loop.stderr
     rows_ = [json.loads(line) for line in loop.stdout.splitlines()]  # JSON lines

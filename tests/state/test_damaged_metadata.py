@@ -163,7 +163,7 @@ def test_maintain_loop_goes_on_past_corrupt_tables(tmp_path: Path) -> None:
     store.objects.put("catalog/garbled.json", b"{not json")
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     loop = subprocess.run([sys.executable, "-m", "sediment.cli", "maintain", "--store", root,
-                           "--json", "--loop", "--max-loops", "3", "--interval", "0"],
+                           "--json", "--loop", "--max-loops", "3", "--interval", "0.01"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert loop.returncode == 0, loop.stderr
     assert "Traceback" not in loop.stderr
@@ -198,7 +198,7 @@ def test_maintain_loop_reports_a_bad_tag(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     loop = subprocess.run([sys.executable, "-m", "sediment.cli", "maintain", "--store",
                            str(tmp_path / "store"), "--json", "--loop", "--max-loops", "1",
-                           "--interval", "0"], capture_output=True, text=True, env=env,
+                           "--interval", "0.01"], capture_output=True, text=True, env=env,
                           timeout=120)
     assert loop.returncode == 0, loop.stderr
     (row,) = [json.loads(line) for line in loop.stdout.splitlines()]
