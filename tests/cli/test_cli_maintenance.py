@@ -210,6 +210,7 @@ def test_loop_with_max_loops(runner: CliRunner, store: tuple[str, dict[str, Refe
              "--interval", "0.01", "--json").stdout
     docs = [json.loads(line) for line in out.splitlines()]  # a loop prints JSON lines
     assert len(docs) == 2
+    assert all(d["time"].endswith("Z") for d in docs)  # each line says when it was
     assert all(d["table"] == "a" for d in docs)
     if command == "compact":
         assert docs[0]["jobs_committed"] == 1 and docs[1]["jobs_created"] == 0

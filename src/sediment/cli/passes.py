@@ -60,10 +60,13 @@ def warn_errors(rows: list[dict[str, Any]], verb: str, loop: bool) -> None:
 def emit_rows(rows: list[dict[str, Any]], json_out: bool, *, loop: bool = False) -> None:
     """One row per table: full values in JSON, rounded for people in the table. A loop's
     JSON is one compact object per line (JSON lines): a log collector such as journald
-    takes each line as one record, and a report never spans lines."""
+    takes each line as one record, and a report never spans lines; each line carries the
+    ``time`` it was reported (ISO 8601 UTC), so a line read alone says when it was."""
     if json_out and loop:
+        now = time.time()
         for row in rows:
-            typer.echo(json.dumps(iso_times(row), default=json_default))
+            typer.echo(json.dumps(iso_times({"time": iso_time(now), **row}),
+                                  default=json_default))
         return
 
     def render(r: list[dict[str, Any]]) -> RenderableType:
