@@ -41,7 +41,7 @@ from sediment.files.verified import reading
 from sediment.files.writer import sample_name, write_key_filters
 from sediment.partitioning import PARTITIONINGS
 from sediment.properties import validate_properties
-from sediment.schema import Schema
+from sediment.schema import Schema, schema_difference
 from sediment.storage.base import ObjectStore
 from sediment.storage.checksums import ChecksumMismatch, crc32, get_verified
 from sediment.storage.transfer import Digest, Expected, transfer
@@ -217,7 +217,9 @@ def load_into(table: TableHandle, dump: VerifiedDump, *,
     transaction (each file referenced from every leaf its range covers). ``progress``: see
     :func:`copy_and_reference`."""
     if table.schema.to_arrow() != dump.schema.to_arrow():
-        raise SchemaError(f"table {table.name}: schema differs from the dump's")
+        why = schema_difference(table.schema, dump.schema) or "the fields' metadata differ"
+        raise SchemaError(f"table {table.name}: schema differs from the dump's ({why}; the "
+                          "dump's is 'the one given'): load it into a new table")
     add, staging = copy_and_reference(dump, table, progress=progress)
     # refused for certain: the copies go now; an unknown outcome: left to GC
     staging.commit(table.states, add)
