@@ -17,7 +17,7 @@ import pytest
 from sediment.core.regions import Box, FieldRange, Range, Region
 from sediment.core.state import TableState, build_partition_tree
 from sediment.core.transactions import InitialiseTable, SplitPartition
-from sediment.errors import PropertyError
+from sediment.errors import PropertyError, QueryError
 from sediment.files.sample import KeySampler
 from sediment.partitioning import (
     PARTITIONINGS,
@@ -311,3 +311,19 @@ def test_a_region_is_not_patched_at_import_time() -> None:
         again = Region.from_json(p.region.to_json())
         assert again == p.region and again.cell is not None
     assert Region.from_json(Region(("a", 1), None).to_json()).cell is None
+
+
+def test_a_range_reads_as_written_in_messages() -> None:
+    """``str(Range)`` is the interval (errors print it), not the dataclass's repr."""
+    assert str(Range("m", "a")) == "['m', 'a')"
+    assert str(Range(None, 5, end_inclusive=True)) == "[-inf, 5]"
+    assert str(Range(("a", 1), ("b",), start_inclusive=False)) == "(('a', 1), 'b')"
+
+
+def test_a_ranges_sleeper_aliases_agree_with_its_names_or_are_refused() -> None:
+    assert Range(1, 60, min_inclusive=False) == Range(1, 60, start_inclusive=False)
+    assert Range(1, 60, max_inclusive=True, end_inclusive=True).end_inclusive
+    with pytest.raises(QueryError, match="start_inclusive=True and min_inclusive=False"):
+        Range(1, 60, min_inclusive=False, start_inclusive=True)
+    with pytest.raises(QueryError, match="end_inclusive=False and max_inclusive=True"):
+        Range(1, 60, max_inclusive=True, end_inclusive=False)

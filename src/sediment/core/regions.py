@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 from sediment.core.keys import Key, as_key, decode_key, decode_value, encode_key, encode_value
+from sediment.errors import QueryError
 
 
 # ---- partition regions --------------------------------------------------------------------
@@ -178,6 +179,17 @@ def whole_region(partitioning: str, fields: int) -> Region:
 
 
 # ---- query ranges -------------------------------------------------------------------------
+def _one_of(name: str, value: bool | None, alias: str, alias_value: bool | None,
+            default: bool) -> bool:
+    """An end's inclusiveness given by its name or its Sleeper alias (QueryError when both
+    are given and disagree)."""
+    if value is not None and alias_value is not None and bool(value) != bool(alias_value):
+        raise QueryError(f"Range: {name}={value} and {alias}={alias_value} name the same end "
+                         "and disagree: give one")
+    chosen = value if value is not None else alias_value
+    return default if chosen is None else bool(chosen)
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class Range:
     """A range of row keys. ``Range("a", "m")`` is ``["a", "m")``; ``None`` ends are open.
@@ -191,18 +203,26 @@ class Range:
     start_inclusive: bool
     end_inclusive: bool
 
-    def __init__(self, start: Any = None, end: Any = None, *, start_inclusive: bool = True,
-                 end_inclusive: bool = False, min_inclusive: bool | None = None,
-                 max_inclusive: bool | None = None) -> None:
-        # Sleeper's names for the same ends (a per-field region's ranges read as Sleeper's)
-        if min_inclusive is not None:
-            start_inclusive = min_inclusive
-        if max_inclusive is not None:
-            end_inclusive = max_inclusive
+    def __init__(self, start: Any = None, end: Any = None, *,
+                 start_inclusive: bool | None = None, end_inclusive: bool | None = None,
+                 min_inclusive: bool | None = None, max_inclusive: bool | None = None) -> None:
+        # Sleeper's names for the same ends (a per-field region's ranges read as Sleeper's);
+        # both names given must agree (one silently winning would change the range)
         object.__setattr__(self, "start", None if start is None else as_key(start))
         object.__setattr__(self, "end", None if end is None else as_key(end))
-        object.__setattr__(self, "start_inclusive", start_inclusive)
-        object.__setattr__(self, "end_inclusive", end_inclusive)
+        object.__setattr__(self, "start_inclusive",
+                           _one_of("start_inclusive", start_inclusive, "min_inclusive",
+                                   min_inclusive, True))
+        object.__setattr__(self, "end_inclusive",
+                           _one_of("end_inclusive", end_inclusive, "max_inclusive",
+                                   max_inclusive, False))
+
+    def __str__(self) -> str:
+        def end(k: Key | None, inf: str) -> str:
+            return inf if k is None else repr(k if len(k) > 1 else k[0])
+
+        return (f"{'[' if self.start_inclusive else '('}{end(self.start, '-inf')}, "
+                f"{end(self.end, '+inf')}{']' if self.end_inclusive else ')'}")
 
     @classmethod
     def of(cls, start: Key | None, end: Key | None, start_inclusive: bool,
