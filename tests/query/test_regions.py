@@ -268,6 +268,7 @@ def test_cli_query_with_regions(tmp_path: Path) -> None:
     assert got == [("a", 3), *(("h", d) for d in range(7990, 8000)),
                    *(("i", d) for d in range(8000, 8010))]
     for bad, says in (("nope=[1,2)", "'nope'"), ("dst=[x,2)", "int64"),
-                      ("dst=[9,2)", "empty")):
+                      ("dst=[9,2)", "empty"),
+                      ("dst=[50,50];dst=[1,1]", "given twice")):
         r = query("--region", bad)
         assert r.exit_code == 1 and says in r.stderr, (bad, r.stderr)

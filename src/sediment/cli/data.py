@@ -97,6 +97,9 @@ def parse_region(text: str, schema: Schema) -> Range:
             raise CliError(f"region {text!r}: {name!r} is not a row key field (row key "
                            f"fields: {', '.join(schema.row_key_names)}); write "
                            f"field=[start,end);field=...")
+        if name in fields:  # (the last one silently winning would read another region)
+            raise CliError(f"region {text!r}: {name!r} is given twice; give each row key "
+                           "field one range")
         if len(rng) < 3 or rng[0] not in "[(" or rng[-1] not in "])" or "," not in rng:
             raise CliError(f"region {text!r}: write {name}=[start,end), (start,end], [start,)")
         a, b = (x.strip() for x in rng[1:-1].split(",", 1))
