@@ -298,3 +298,20 @@ def test_an_upsert_refused_says_upsert(tmp_path: Path) -> None:
             lambda: table.upsert_files([]))
     refused(table, DataError, r"ingest into table events: input has field 'colour'",
             lambda: table.ingest(extra))
+
+
+def test_a_file_named_twice_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """By two names or a name and a glob: its records would be written twice (ingest,
+    upsert, the batcher)."""
+    from sediment.ingest import batcher
+
+    table = new_table(tmp_path)
+    path = tmp_path / "one.parquet"
+    pq.write_table(rows(5), path)
+    for names in ([str(path), str(path)], [str(path), str(tmp_path / "o*.parquet")],
+                  [str(tmp_path / "one.parquet"), str(tmp_path / "." / "one.parquet")]):
+        refused(table, DataError, "is named twice", lambda n=names: table.ingest_files(n))
+        refused(table, DataError, "is named twice", lambda n=names: table.upsert_files(n))
+        with pytest.raises(DataError, match="is named twice"):
+            batcher.submit(table, names)
+    assert batcher.pending(table) == []

@@ -304,9 +304,21 @@ def _filesystem_for(path: str, store: ObjectStore) -> tuple[pafs.FileSystem, str
 
 
 def expand_paths(paths: Sequence[str], store: ObjectStore) -> list[tuple[pafs.FileSystem, str]]:
-    """Files named by paths and globs, in order; DataError for a pattern matching nothing."""
+    """Files named by paths and globs, in order; DataError for a pattern matching nothing,
+    and for a file named twice (by two names, or a name and a glob): its records would be
+    written twice."""
     out: list[tuple[pafs.FileSystem, str]] = []
-    for p in paths:
+    named: dict[tuple[str, str], int] = {}  # (filesystem, resolved path) -> the path naming it
+
+    def take(fs: pafs.FileSystem, path: str, given: int) -> None:
+        where = (fs.type_name, os.path.realpath(path) if fs.type_name == "local" else path)
+        first = named.setdefault(where, given)
+        if first != given:
+            raise DataError(f"input file {path!r} is named twice (by {str(paths[first])!r} and "
+                            f"{str(paths[given])!r}): its records would be written twice")
+        out.append((fs, path))
+
+    for i, p in enumerate(paths):
         fs, path = _filesystem_for(str(p), store)
         if any(ch in path for ch in "*?["):
             if isinstance(fs, pafs.LocalFileSystem):
@@ -319,12 +331,13 @@ def expand_paths(paths: Sequence[str], store: ObjectStore) -> list[tuple[pafs.Fi
                                  if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path))
             if not matches:
                 raise DataError(f"no files match {p!r}")
-            out.extend((fs, m) for m in matches)
+            for m in matches:
+                take(fs, m, i)
         else:
             info = fs.get_file_info(path)
             if info.type != pafs.FileType.File:
                 raise DataError(f"input file {p!r} does not exist")
-            out.append((fs, path))
+            take(fs, path, i)
     return out
 
 
