@@ -100,3 +100,52 @@ def test_killed_worker_job_runs_again(tmp_path: Path) -> None:
     assert out.records == len(ref.rows) == 80_000
     assert_matches(table.query(), ref)
     assert not table.state().jobs
+
+
+@pytest.mark.slow  # a maintainer process and its workers: the full lane
+def test_workers_go_when_their_maintainer_is_killed(tmp_path: Path) -> None:
+    """Workers ignore SIGTERM and Ctrl-C (the maintainer stops them): a maintainer killed
+    with -9 must not leave them running for ever, reparented."""
+    import subprocess
+    import sys
+
+    helpers.make_table(tmp_path / "s")
+    script = ("import sys\nfrom sediment.cli.app import main\n"
+              "sys.argv = ['sediment', 'maintain', '--loop', '--interval', '0.5', '--workers',"
+              f" 'process', '--store', {str(tmp_path / 's')!r}]\nmain()\n")
+    maintainer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+
+    def children() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == maintainer.pid:
+                    found.append(int(entry.name))
+        return found
+
+    try:
+        deadline = time.monotonic() + 60
+        while not children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = children()
+        assert workers, "the maintainer started no worker processes"
+        time.sleep(1.0)  # past the workers' start-up
+        maintainer.kill()
+        maintainer.wait(30)
+        deadline = time.monotonic() + 30
+        alive = workers
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = [p for p in alive if Path(f"/proc/{p}").exists()
+                     and "Z" not in (Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1]
+                                     .split()[:1])]
+        assert alive == [], f"workers {alive} outlived their maintainer"
+    finally:
+        maintainer.kill()
+        for p in children():
+            os.kill(p, signal.SIGKILL)

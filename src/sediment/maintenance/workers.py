@@ -26,8 +26,10 @@ registered them: a table whose ``compaction.iterators`` names one needs thread w
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -86,15 +88,34 @@ def _execute(uri: str, options: dict[str, Any], table: str, schema: Schema,
     return out.handed_over()
 
 
-def _ignore_stop_signals() -> None:
+def _ignore_stop_signals(parent: int) -> None:
     """Workers leave Ctrl-C and SIGTERM to the maintainer, which stops them once their jobs
     end (a terminal's Ctrl-C reaches the whole process group; a worker dying of it would only
     be run again)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # ignoring those, a worker outliving a maintainer that was killed (kill -9, the OOM
+    # killer) would run on for ever, reparented: it goes when its parent (``parent``, the
+    # maintainer's pid as it started the pool: one that died before this ran is seen too) does
+    threading.Thread(target=_exit_with_parent, args=(parent,), name="sediment-parent-watch",
+                     daemon=True).start()
     # several run side by side: each keeps a small block cache, not a server's
     from sediment.query.blocks import use_worker_bound
     use_worker_bound()
+
+
+PARENT_WATCH_SECONDS = 1.0
+"""How often a worker looks whether its maintainer is still its parent."""
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker once ``parent`` is no longer its parent (it died: the worker was
+    reparented). A job it was running is left as a killed worker's is: uncommitted, its
+    files orphans for GC, the job run again by the next maintainer."""
+    while True:
+        time.sleep(PARENT_WATCH_SECONDS)
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 def _ready() -> None:
@@ -117,6 +138,7 @@ class WorkerProcesses:
         Sediment, PyArrow and DataFusion, which the first jobs would otherwise wait for
         while new files pile up (a spawn pool starts a worker per submitted call)."""
         pool = ProcessPoolExecutor(self.processes, initializer=_ignore_stop_signals,
+                                   initargs=(os.getpid(),),
                                    mp_context=multiprocessing.get_context("spawn"))
         for _ in range(self.processes):
             pool.submit(_ready)
