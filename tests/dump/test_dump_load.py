@@ -863,3 +863,15 @@ def test_dump_copies_whole_compacted_files_byte_for_byte(tmp_path: Path) -> None
     copy = store.load(job.manifest_uri, "copy")
     assert copy.query().equals(table.query())
     assert pa.Table.from_batches(list(copy.scan())).num_rows == 30_000
+
+
+def test_a_root_inside_the_store_is_refused(tmp_path: Path) -> None:
+    """Inside the store's folder a dump would be taken for the store's own objects (under
+    ``tables/``, an unnamed table folder GC of unnamed folders deletes)."""
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    table, _ = source_table(store, n=10, files=1)
+    for root in (str(tmp_path / "s" / "tables" / "backup"), str(tmp_path / "s"),
+                 f"file://{tmp_path / 's' / 'x'}"):
+        with pytest.raises(QueryError, match="inside the store's own folder"):
+            table.dump(root)
+    table.dump(str(tmp_path / "s-dumps"))  # a sibling whose name starts alike is outside

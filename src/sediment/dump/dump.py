@@ -281,7 +281,24 @@ def dump_root_of(table: TableHandle, root: str) -> str:
     if out.endswith(":"):
         raise QueryError(f"table {table.name}: dump destination (root) {root!r} names no "
                          "folder; give a folder or s3://bucket/prefix")
+    store = table.objects.root().uri
+    if _inside(out, store):
+        raise QueryError(f"table {table.name}: dump destination (root) {root!r} is inside the "
+                         f"store's own folder {store}: the store's maintenance would take it "
+                         "for its own objects (and delete it); dump to a folder outside it")
     return out
+
+
+def _inside(root: str, store: str) -> bool:
+    """Whether the dump root ``root`` (a path or URI) is ``store``'s folder (a URI) or in it."""
+    if store.startswith("file://"):
+        if "://" in root and not root.startswith("file://"):
+            return False
+        here = os.path.abspath(root.removeprefix("file://"))
+        base = os.path.abspath(store.removeprefix("file://"))
+        return here == base or here.startswith(base.rstrip("/") + "/")
+    base = store.rstrip("/")
+    return root == base or root.startswith(base + "/")
 
 
 def _finished_by_peer(dest: ObjectStore, root: str, job_id: str, started: float,
