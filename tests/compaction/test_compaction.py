@@ -465,7 +465,8 @@ def test_offline_table_is_not_compacted(tmp_path: Path) -> None:
     table = make_table(tmp_path, **{"compaction.strategy": "basic", "compaction.batch_size": 2})
     ref = Reference(SCHEMA)
     ingest_files(table, ref, 2, 50)
-    table.set_online(False)
+    v = table.set_online(False)
+    assert table.set_online(False) == v == table.version  # already offline: no commit
     before = table.files()
     assert not table.compact().did_work
     assert table.files() == before

@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sediment.core.transactions import AlterSchema, SetOnline, SetProperties
+from sediment.core.state import TableState
+from sediment.core.transactions import AddFiles, AlterSchema, SetOnline, SetProperties, Transaction
 from sediment.core.transactions.schema import filtered_fields
 from sediment.errors import PropertyError, SchemaError, did_you_mean
 from sediment.properties import PROPERTIES, check_combined, validate_properties
@@ -16,9 +17,6 @@ from sediment.schema_changes import add_args, drop_args, judged_change
 from sediment.state.schemes import THRESHOLD, set_scheme_threshold
 from sediment.table.base import TableBase
 from sediment.types import parse_type
-
-if TYPE_CHECKING:
-    pass
 
 
 class TableAlter(TableBase):
@@ -113,8 +111,13 @@ class TableAlter(TableBase):
         return self._handle.states.commit(AlterSchema(op, args)).version
 
     def set_online(self, online: bool) -> int:
-        """Bring the table online or take it offline (maintenance skips offline tables).
+        """Bring the table online or take it offline (maintenance skips offline tables); the
+        version committed, or the head's when the table already was so (judged at the head
+        the commit would land on: nothing is committed).
 
         Raises TransactionError: the commit was refused or its outcome is unknown.
         """
-        return self._handle.states.commit(SetOnline(online)).version
+        def change(head: TableState) -> Transaction:
+            return SetOnline(online) if head.online != online else AddFiles(())
+
+        return self._handle.states.commit(change).version
