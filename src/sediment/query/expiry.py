@@ -47,7 +47,8 @@ def expired_by_gc(name: str, state: TableState, head: TableState, files: list[st
     return VersionExpiredError(
         f"table {name}: version {state.version} has expired{when}: garbage collection deleted "
         f"its data files ({files[0]}{more}), as it does for versions older than the table's "
-        f"{_retention(head)}; tag a version to keep it readable, or raise retention.seconds")
+        f"retention when it ran (the table's {_retention(head)} now); tag a version to keep it "
+        f"readable, or raise retention.seconds")
 
 
 def expired_by_prune(name: str, version: int, head: TableState, earliest: int
