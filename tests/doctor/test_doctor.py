@@ -120,6 +120,7 @@ def test_leftovers_past_their_time_are_found(tmp_path: Path) -> None:
     assert set(found) == {"stale_lease", "orphans_due", "dump_stuck", "batcher_stuck",
                           "maintainer_stopped"}
     assert "maintainers/members/killed.json" in found["maintainer_stopped"]["problem"]
+    assert "the 1 running took its leases" in found["maintainer_stopped"]["action"]
     assert found["maintainer_stopped"]["table"] is None
     assert [f["check"] for f in doc["findings"]].count("maintainer_stopped") == 1
     assert "pending/dead-writer.json" in found["stale_lease"]["problem"]
@@ -155,3 +156,16 @@ def test_the_command_as_a_process(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     doc = json.loads(done.stdout)
     assert doc["ok"] is False and len(doc["findings"]) == 5
+
+
+def test_a_stopped_maintainer_alone_is_said_to_leave_its_tables_unmaintained(
+        tmp_path: Path) -> None:
+    _table(tmp_path / "s")
+    member = tmp_path / "s" / "maintainers" / "members" / "only.json"
+    member.parent.mkdir(parents=True, exist_ok=True)
+    member.write_text(json.dumps({"member": "only", "host": "h", "pid": 1, "timeout": 10.0,
+                                  "leases": []}))
+    os.utime(member, (HOURS_AGO, HOURS_AGO))
+    result, doc = _doctor(tmp_path / "s")
+    action = _checks(doc)["maintainer_stopped"]["action"]
+    assert "no other maintainer is running" in action and "took its leases" not in action

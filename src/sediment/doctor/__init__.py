@@ -49,16 +49,22 @@ def maintainers(root: ObjectStore, now: float | None = None) -> list[Finding]:
     :data:`STOPPED_TIMEOUTS` of their lease timeouts. A clean stop deletes the member."""
     out = []
     listing = list_maintainers(root, now=now)
+    stopped = {m for m, (age, doc) in listing.members.items()
+               if age > STOPPED_TIMEOUTS * float(doc.get("timeout", 30.0) or 30.0)}
+    running = len(listing.members) - len(stopped)
     for member, (age, doc) in sorted(listing.members.items()):
-        timeout = float(doc.get("timeout", 30.0) or 30.0)
-        if age <= STOPPED_TIMEOUTS * timeout:
+        if member not in stopped:
             continue
+        timeout = float(doc.get("timeout", 30.0) or 30.0)
         who = f"{doc.get('host', '?')} (process {doc.get('pid', '?')})"
         key = f"{MEMBERS}{quote(member, safe='')}.json"
+        # what became of its tables: taken by the maintainers still beating, or by nobody
+        taken = (f"the {running} running took its leases after {human_seconds(timeout)}"
+                 if running else "no other maintainer is running: its tables are not "
+                 "maintained until one is")
         out.append(Finding(None, "maintainer_stopped", f"the maintainer {member} on {who} "
                            f"last beat {human_seconds(age)} ago ({key})",
-                           f"restart `sediment maintain --loop` there or elsewhere (the "
-                           f"others took its leases after {human_seconds(timeout)}); a "
-                           f"maintainer stopped for good is forgotten by the others after "
+                           f"restart `sediment maintain --loop` there or elsewhere ({taken}); "
+                           f"a maintainer stopped for good is forgotten by the others after "
                            f"10 lease timeouts, or delete {key}"))
     return out
