@@ -35,7 +35,7 @@ from sediment.core.transactions import AddFilesWithSplits, SplitPartition
 from sediment.errors import DataError, JobError, SedimentError
 from sediment.files.staging import Staging
 from sediment.handle import TableHandle, handle_of
-from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged
+from sediment.ingest.standard import IngestResult, StagedFiles, commit_staged, verb_of
 from sediment.settings import settings_of
 from sediment.spark import tasks
 from sediment.spark.planning import plan_splits, planned_state, sample_input, spark_columns
@@ -333,7 +333,7 @@ def bulk_import(spark: SparkSession, table: Table | TableHandle,
         named = [*table.schema.to_arrow().names, tasks.PID, *([tasks.ORDER] if upsert else [])]
         staged_rows = shuffled.mapInArrow(
             lambda it: tasks.stage_partition(_renamed(it, named), spec, name, version,
-                                             table_id, splits),
+                                             table_id, splits, verb_of(upsert)),
             from_arrow_schema(tasks.STAGED_SCHEMA)).collect()
     except SedimentError:
         raise

@@ -204,16 +204,21 @@ class SedimentDataSource(DataSource):
                                     SedimentReader)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        from sediment.ingest.standard import verb_of
+
         writer = SedimentWriter(dict(self.options), overwrite=overwrite)
-        check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema)
+        check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema,
+                     verb_of(writer.upsert))
         return writer
 
     def streamWriter(self, schema: StructType, overwrite: bool  # noqa: N802 (Spark API)
                      ) -> DataSourceStreamArrowWriter:
+        from sediment.ingest.standard import verb_of
         from sediment.spark.sink import SedimentStreamWriter
 
         writer = SedimentStreamWriter(dict(self.options), overwrite=overwrite)
-        check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema)
+        check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema,
+                     verb_of(writer.upsert))
         return writer
 
 

@@ -95,7 +95,10 @@ class SedimentStreamWriter(DataSourceStreamArrowWriter):
         self.version = table.version
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
-        return stage_message(iterator, self.spec, self.name, self.version, self.table_id)
+        from sediment.ingest.standard import verb_of
+
+        return stage_message(iterator, self.spec, self.name, self.version, self.table_id,
+                             verb_of(self.upsert))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int  # noqa: N803
                ) -> None:

@@ -160,10 +160,11 @@ def with_order(batches: Iterable[pa.RecordBatch], origin: int, position: int = 0
 
 def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], name: str,
                     version: int, table_id: str | None = None,
-                    splits: Sequence[Any] = ()) -> Iterator[pa.RecordBatch]:
+                    splits: Sequence[Any] = (), verb: str = "ingest"
+                    ) -> Iterator[pa.RecordBatch]:
     """Sort and write one Spark partition's rows as data files (not committed), cut at the
     leaves of ``version`` with ``splits`` (SplitPartition transactions the driver plans to
-    commit with the files) applied in memory."""
+    commit with the files) applied in memory; ``verb``: the write, as errors name it."""
     from sediment.ingest.standard import stage_batches
 
     table = open_handle(spec, name, table_id)
@@ -181,7 +182,7 @@ def stage_partition(batches: Iterator[pa.RecordBatch], spec: dict[str, Any], nam
             yield "Spark input", b
 
     # one writer: the executor's other cores run other tasks (Spark's parallelism)
-    staged = stage_batches(table, state, rows(), writers=1)
+    staged = stage_batches(table, state, rows(), writers=1, verb=verb)
     if staged.staging is not None:
         # the driver adopts the files before committing them; this Python worker outlives the
         # task, so its lease would protect them (orphans, if the import fails) for as long as

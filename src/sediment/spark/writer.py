@@ -43,7 +43,7 @@ def write_kind(options: Mapping[str, str]) -> str:
     return given.strip().lower()
 
 
-def check_fields(table: Any, schema: StructType) -> None:
+def check_fields(table: Any, schema: StructType, verb: str = "ingest") -> None:
     """The DataFrame's field names checked against ``table``'s as each write task checks its
     rows (``conform``: a field twice, one the table lacks, one missing), before any task
     runs: the same DataError, at once rather than from every task of a failing job (types
@@ -55,7 +55,7 @@ def check_fields(table: Any, schema: StructType) -> None:
               for n in schema.fieldNames()]
     conform(pa.RecordBatch.from_arrays([pa.array([], f.type) for f in fields],
                                        schema=pa.schema(fields)),
-            table.schema, table.name, 0, "Spark input")
+            table.schema, table.name, 0, "Spark input", verb=verb)
 
 
 class SedimentWriter(DataSourceArrowWriter):
@@ -72,7 +72,10 @@ class SedimentWriter(DataSourceArrowWriter):
         self.version = table.version
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedMessage:
-        return stage_message(iterator, self.spec, self.name, self.version, self.table_id)
+        from sediment.ingest.standard import verb_of
+
+        return stage_message(iterator, self.spec, self.name, self.version, self.table_id,
+                             verb_of(self.upsert))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         import time
@@ -108,11 +111,11 @@ class SedimentWriter(DataSourceArrowWriter):
 
 
 def stage_message(iterator: Iterator[pa.RecordBatch], spec: dict[str, Any], name: str,
-                  version: int, table_id: str) -> StagedMessage:
+                  version: int, table_id: str, verb: str = "ingest") -> StagedMessage:
     """A write task's work: its rows sorted and written as files cut at the leaves of
     ``version`` (not committed), and the message naming them for the driver."""
     rows: list[dict[str, Any]] = []
-    for b in tasks.stage_partition(iterator, spec, name, version, table_id):
+    for b in tasks.stage_partition(iterator, spec, name, version, table_id, verb=verb):
         rows.extend(b.to_pylist())
     return StagedMessage(rows)
 

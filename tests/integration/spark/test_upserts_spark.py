@@ -238,7 +238,7 @@ def test_bad_write_option_and_mismatched_schema_are_refused(spark_local: Any,
                                         r"append, upsert"):
         writer.option("write", "merge").save()
 
-    # no field n: the upsert is refused as the append is, on both routes
+    # no field n: the upsert is refused as the append is, on both routes, each naming itself
     short = frame.drop("n")
     errors = []
     for write in ("append", "upsert"):
@@ -247,7 +247,8 @@ def test_bad_write_option_and_mismatched_schema_are_refused(spark_local: Any,
                 .option("table", "events").option("write", write).mode("append").save()
         errors.append(next(line for line in str(err.value).splitlines()
                            if "sediment.errors.DataError" in line))
-    assert errors[0] == errors[1] and "has no field 'n'" in errors[0]
+    assert "ingest into table events" in errors[0] and "has no field 'n'" in errors[0]
+    assert errors[1] == errors[0].replace("ingest into", "upsert into")
     refused = []
     for upsert in (False, True):
         with pytest.raises(DataError) as bulk:
