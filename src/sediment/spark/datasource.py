@@ -69,6 +69,7 @@ from sediment.properties import bloom_columns, defaults
 from sediment.query.blocks import use_worker_bound
 from sediment.query.request import ReadRequest
 from sediment.spark import tasks
+from sediment.spark.option_names import check_option_names
 from sediment.spark.pushdown import bloom_filter, bloom_point, other_field, with_other_fields
 from sediment.spark.sparktypes import batch_schema, cast_for_spark, spark_struct
 from sediment.spark.tasks import TRUST_OPTION, trust_options
@@ -163,6 +164,7 @@ class SedimentDataSource(DataSource):
         return "sediment"
 
     def schema(self) -> StructType:
+        check_option_names(self.options, "read")
         trust_options(self.options)
         table = tasks.open_table(_spec(self.options), self.options["table"])
         # Spark keeps this instance (pickled after schema()) for the DataFrame's lifetime:
@@ -206,6 +208,7 @@ class SedimentDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         from sediment.ingest.standard import verb_of
 
+        check_option_names(self.options, "write")
         writer = SedimentWriter(dict(self.options), overwrite=overwrite)
         check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema,
                      verb_of(writer.upsert))
@@ -216,6 +219,7 @@ class SedimentDataSource(DataSource):
         from sediment.ingest.standard import verb_of
         from sediment.spark.sink import SedimentStreamWriter
 
+        check_option_names(self.options, "stream write")
         writer = SedimentStreamWriter(dict(self.options), overwrite=overwrite)
         check_fields(tasks.open_table(writer.spec, writer.name, writer.table_id), schema,
                      verb_of(writer.upsert))
