@@ -866,12 +866,13 @@ def test_dump_copies_whole_compacted_files_byte_for_byte(tmp_path: Path) -> None
 
 
 def test_a_root_inside_the_store_is_refused(tmp_path: Path) -> None:
-    """Inside the store's folder a dump would be taken for the store's own objects (under
-    ``tables/``, an unnamed table folder GC of unnamed folders deletes)."""
+    """Among the store's table folders a dump would be taken for a dropped table's folder,
+    which the collection of unnamed folders deletes."""
     store = sd.Store.open(str(tmp_path / "s"), create=True)
     table, _ = source_table(store, n=10, files=1)
-    for root in (str(tmp_path / "s" / "tables" / "backup"), str(tmp_path / "s"),
-                 f"file://{tmp_path / 's' / 'x'}"):
-        with pytest.raises(QueryError, match="inside the store's own folder"):
+    for root in (str(tmp_path / "s" / "tables" / "backup"), str(tmp_path / "s" / "tables"),
+                 f"file://{tmp_path / 's' / 'tables' / 'x'}"):
+        with pytest.raises(QueryError, match="inside the store's table folders"):
             table.dump(root)
-    table.dump(str(tmp_path / "s-dumps"))  # a sibling whose name starts alike is outside
+    table.dump(str(tmp_path / "s" / "tables-dumps"))  # a sibling named alike is outside
+    table.dump(str(tmp_path / "s" / "dumps"))  # beside the table folders: nothing takes it

@@ -281,16 +281,18 @@ def dump_root_of(table: TableHandle, root: str) -> str:
     if out.endswith(":"):
         raise QueryError(f"table {table.name}: dump destination (root) {root!r} names no "
                          "folder; give a folder or s3://bucket/prefix")
-    store = table.objects.root().uri
-    if _inside(out, store):
+    tables = table.objects.uri.rstrip("/").rsplit("/", 1)[0]  # the folder of table folders
+    if _inside(out, tables):
         raise QueryError(f"table {table.name}: dump destination (root) {root!r} is inside the "
-                         f"store's own folder {store}: the store's maintenance would take it "
-                         "for its own objects (and delete it); dump to a folder outside it")
+                         f"store's table folders ({tables}): the store's maintenance would "
+                         "take it for a dropped table's folder and delete it; dump to a "
+                         "folder outside it")
     return out
 
 
 def _inside(root: str, store: str) -> bool:
-    """Whether the dump root ``root`` (a path or URI) is ``store``'s folder (a URI) or in it."""
+    """Whether the dump root ``root`` (a path or URI) is the folder ``store`` (a URI) or in
+    it."""
     if store.startswith("file://"):
         if "://" in root and not root.startswith("file://"):
             return False
