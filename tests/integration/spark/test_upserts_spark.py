@@ -231,31 +231,31 @@ def test_bad_write_option_and_mismatched_schema_are_refused(spark_local: Any,
     table.ingest(arrow(make_frame(100, seed=5)))
     before = table.version
     frame = spark_local.createDataFrame(make_frame(50, seed=6))
-    writer = frame.write.format("sediment").options(**reader_options(store)) \
-        .option("table", "events").mode("append")
+
+    def writer() -> Any:  # a new writer each time: .option() changes the one it is called on
+        return frame.write.format("sediment").options(**reader_options(store)) \
+            .option("table", "events").mode("append")
+
+    def reader(how: Any) -> Any:
+        return how.format("sediment").options(**reader_options(store)).option("table", "events")
+
     with pytest.raises(Exception, match=r"QueryError: the sediment data source writing to "
                                         r"table events: option write='merge' is not one of "
                                         r"append, upsert"):
-        writer.option("write", "merge").save()
+        writer().option("write", "merge").save()
     # a misspelt option is refused, not ignored (ignored, wirte=upsert appended duplicates),
     # and so is a read's option on a write
-    fresh = frame.write.format("sediment").options(**reader_options(store)) \
-        .option("table", "events").mode("append")
     with pytest.raises(Exception, match=r"QueryError: the sediment data source \(write of "
                                         r"table events\): unknown option 'wirte' \(did you "
                                         r"mean 'write'\?\)"):
-        fresh.option("wirte", "upsert").save()
-    fresh = frame.write.format("sediment").options(**reader_options(store)) \
-        .option("table", "events").mode("append")
+        writer().option("wirte", "upsert").save()
     with pytest.raises(Exception, match=r"unknown option 'startingversion'"):
-        fresh.option("startingVersion", "2").save()
+        writer().option("startingVersion", "2").save()
     with pytest.raises(Exception, match=r"unknown option 'verison' \(did you mean 'version'"):
-        spark_local.read.format("sediment").options(**reader_options(store)) \
-            .option("table", "events").option("verison", "2").load()
+        reader(spark_local.read).option("verison", "2").load()
     with pytest.raises(Exception, match=r"unknown option 'startingversoin' \(did you mean "
                                         r"'startingVersion'"):
-        spark_local.readStream.format("sediment").options(**reader_options(store)) \
-            .option("table", "events").option("startingVersoin", "latest").load()
+        reader(spark_local.readStream).option("startingVersoin", "latest").load()
 
     # no field n: the upsert is refused as the append is, on both routes, each naming itself
     short = frame.drop("n")
