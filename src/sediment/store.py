@@ -53,6 +53,7 @@ from sediment.storage import (
 from sediment.storage.conditional import create_once
 
 if TYPE_CHECKING:
+    from sediment.dump.load import Loaded
     from sediment.files.staging import Staging
     from sediment.handle import TableHandle
     from sediment.maintenance.orchestrator import StoreMaintenance
@@ -421,19 +422,25 @@ class Store(SchemeMethods):
                 (CommitOutcomeUnknownError).
             StorageError: the object store failed.
         """
-        from sediment.dump.load import copy_and_reference, load_into, open_dump
+        return self._load(job_manifest_uri, table_name, progress=progress)[0]
 
-        dump = open_dump(job_manifest_uri, self.object_store_at)
+    def _load(self, job_manifest_uri: str, table_name: str, *,
+              progress: Callable[[int, int], None] | None = None) -> tuple[Table, Loaded]:
+        """:meth:`load`, and what it did (the CLI's summary: the dump's records, and
+        whether the table already held them)."""
+        from sediment.dump.load import KeyedLoad, open_dump
+
+        load = KeyedLoad(open_dump(job_manifest_uri, self.object_store_at), progress)
+        dump = load.dump
         try:
             table = self.table(table_name)
         except TableNotFoundError:
-            return self.create_table(table_name, dump.schema, split_points=dump.boundaries,
-                                     properties={**dump.properties,
-                                                 "partitioning": dump.partitioning},
-                                     initial_files=lambda h: copy_and_reference(
-                                         dump, h, progress=progress))
-        load_into(table._handle, dump, progress=progress)
-        return table
+            table = self.create_table(table_name, dump.schema, split_points=dump.boundaries,
+                                      properties={**dump.properties,
+                                                  "partitioning": dump.partitioning},
+                                      initial_files=load.into_new)
+            return table, load.created(table._handle)
+        return table, load.into(table._handle)
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"

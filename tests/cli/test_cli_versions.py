@@ -166,6 +166,11 @@ def test_dump_and_load(runner: CliRunner, setup: tuple[str, sd.Table, Reference]
     assert Path(job["manifest"]).exists()
     loaded = js(runner, "load", job["manifest"], "copy", "--store", store)
     assert loaded["table"] == "copy" and loaded["records"] == 450 and loaded["files"] == 3
+    assert loaded["loaded_records"] == 450 and loaded["replayed"] is False
+    # the same dump again (a retry): answered with the first load's version, nothing added
+    again = js(runner, "load", job["manifest"], "copy", "--store", store)
+    assert again["replayed"] is True and again["version"] == loaded["version"]
+    assert again["records"] == 450
     assert_matches(sd.Store.open(store).table("copy").query(), ref)
 
     # a key range at a tagged version, with the human output
@@ -178,7 +183,8 @@ def test_dump_and_load(runner: CliRunner, setup: tuple[str, sd.Table, Reference]
     assert_matches(sd.Store.open(store).table("part").query(), ref.upto(2), ranges=[rng])
     assert part["records"] == len(ref.upto(2).query(ranges=[rng]))
     # loading into the existing table (same schema) adds the dumped rows once more
-    js(runner, "load", job["manifest"], "part", "--store", store)
+    more = js(runner, "load", job["manifest"], "part", "--store", store)
+    assert more["loaded_records"] == 450 and more["records"] == part["records"] + 450
     assert sd.Store.open(store).table("part").query().num_rows == part["records"] + 450
 
     # a corrupt dump fails naming the file, and creates nothing

@@ -8,6 +8,7 @@ before committing anything. Expected contents come from the independent referenc
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -814,6 +815,53 @@ def test_load_into_existing_table_with_other_partitions(store_uri: StoreUri) -> 
     target.compact()
     assert_matches(target.query(), both)
     assert sum(x.records for x in target.files()) == len(both.rows)
+
+
+def test_a_load_retried_adds_the_dump_once(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load is committed under the dump's identity (its job manifest's SHA-256) as an
+    idempotency key: run again (a retry after a lost answer or a crash, a second run of the
+    same command) it answers the first load's version and adds nothing, into a new table
+    (created by the first) or an existing one; another dump still loads."""
+    from sediment.dump.load import KeyedLoad, load_key, open_dump
+    from sediment.ingest.idempotency import KeyRecord, record_key
+    from sediment.state.documents import read_sealed
+
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    table, ref = source_table(store, n=200, files=2)
+    job = table.dump(str(tmp_path / "dumps"))
+    copy, first = store._load(job.manifest_uri, "copy")
+    assert not first.replayed and first.rows == 400 and first.version == copy.version
+    for _ in range(2):
+        again = store._load(job.manifest_uri, "copy")[1]
+        assert again.replayed and again.version == first.version
+    assert_matches(copy.query(), ref)
+
+    # into an existing table: once; the key's record left as claimed (a crash after the
+    # commit, before the record was updated): the log holds the key, and the copies made
+    # again are deleted
+    target = make_table(store, name="target")
+    loaded = store._load(job.manifest_uri, "target")[1]
+    assert not loaded.replayed and store.table("target").version == loaded.version
+    dump = open_dump(job.manifest_uri, store.object_store_at)
+    target_objects = target._handle.objects
+    path = record_key(load_key(dump).key)
+    held = KeyRecord.from_doc(read_sealed(target_objects, path, path))
+    assert held.version == loaded.version
+    target_objects.put(path, dataclasses.replace(held, version=None, result={}).to_bytes())
+    data_before = {o.key for o in target_objects.list("data/")}
+    again = KeyedLoad(dump).into(target._handle)
+    assert again.replayed and again.version == loaded.version
+    assert {o.key for o in target_objects.list("data/")} == data_before
+    assert store.table("target").version == loaded.version
+    assert_matches(store.table("target").query(), ref)
+
+    # another dump of the same table (one more ingest since) is another load
+    ingest(table, ref, 50, 7)
+    job2 = table.dump(str(tmp_path / "dumps2"))
+    more = store._load(job2.manifest_uri, "target")[1]
+    assert not more.replayed and more.rows == 450
+    assert store.table("target").query().num_rows == 400 + 450
 
 
 def test_load_into_table_with_other_schema(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import sediment as sd
 from helpers import make_table, rows
 from sediment.cli import app
-from sediment.dump.load import copy_and_reference, load_into, open_dump
+from sediment.dump.load import KeyedLoad, copy_and_reference, open_dump
 
 Calls = list[tuple[int, int]]
 
@@ -107,7 +107,7 @@ def test_load_reports_bytes_copied(tmp_path: Path) -> None:
     assert total > 0 and len(dump.files) > 1
     calls, progress = recorder()
     target = table.store.create_table("copy", table.schema)
-    load_into(target._handle, dump, progress=progress)
+    KeyedLoad(dump, progress).into(target._handle)
     assert calls[0] == (0, total)
     assert calls[-1] == (total, total)
     assert len(calls) == len(dump.files) + 1

@@ -184,11 +184,16 @@ def load(manifest: Annotated[str, typer.Argument(help="<root>/<job>/job-manifest
     with progress_bar(json_out, "bytes") as bar:
         # bytes copied of the dump's total (reported once the dump is verified)
         task = bar.add_task(f"load {name}", total=None)
-        t = open_store(store).load(manifest, name, progress=lambda done, total: bar.update(
-            task, completed=done, total=total))
+        t, loaded = open_store(store)._load(
+            manifest, name, progress=lambda done, total: bar.update(
+                task, completed=done, total=total))
     d = t.describe()
-    emit({"table": name, "version": d["version"], "records": d["records"],
-          "files": d["files"], "seconds": time.perf_counter() - started}, json_out,
+    # the dump's records and files (loaded now, or by an earlier load of the same dump:
+    # replayed), then the table's totals
+    emit({"table": name, "version": loaded.version, "loaded_records": loaded.rows,
+          "loaded_files": loaded.files, "replayed": loaded.replayed,
+          "records": d["records"], "files": d["files"],
+          "seconds": time.perf_counter() - started}, json_out,
          lambda x: key_value_table(human_items(x), title="load"))
 
 

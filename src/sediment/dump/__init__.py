@@ -2,6 +2,6 @@
 bulk load (verify, then add the dumped files to a new or existing table in one transaction)."""
 
 from sediment.dump.dump import DumpJob, dump_table
-from sediment.dump.load import VerifiedDump, load_into, open_dump
+from sediment.dump.load import KeyedLoad, Loaded, VerifiedDump, open_dump
 
-__all__ = ["DumpJob", "VerifiedDump", "dump_table", "load_into", "open_dump"]
+__all__ = ["DumpJob", "KeyedLoad", "Loaded", "VerifiedDump", "dump_table", "open_dump"]

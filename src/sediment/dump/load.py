@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -25,10 +25,10 @@ import pyarrow.parquet as pq
 
 from sediment.core.model import FileReference, FileSums
 from sediment.core.regions import Range
-from sediment.core.transactions import AddFiles
+from sediment.core.transactions import AddFiles, KeyedWrite
 from sediment.core.transactions.table import SCHEME_PROPERTIES
 from sediment.dump.checked import CheckedFile, check_dump_file, check_keys, check_parquet, expected
-from sediment.dump.manifest import range_from_json, read_manifest, safe_path, tiles
+from sediment.dump.manifest import range_from_json, read_manifest, safe_path, sha256, tiles
 from sediment.errors import (
     CorruptDataError,
     CorruptMetadataError,
@@ -39,6 +39,8 @@ from sediment.errors import (
 from sediment.files.staging import Staging
 from sediment.files.verified import reading
 from sediment.files.writer import sample_name, write_key_filters
+from sediment.ingest.idempotency import KeyIndex, KeyRecord, commit_keyed
+from sediment.ingest.keyed import index_of
 from sediment.partitioning import PARTITIONINGS
 from sediment.properties import validate_properties
 from sediment.schema import Schema, schema_difference
@@ -87,8 +89,13 @@ def _read_manifest(src: ObjectStore, key: str, named_in: str, where: str, *,
                    sha: str | None = None) -> dict[str, Any]:
     """A manifest of the dump, checked (``read_manifest``); CorruptMetadataError naming
     ``named_in`` when it is missing."""
+    return _read_manifest_bytes(src, key, named_in, where, sha=sha)[1]
+
+
+def _read_manifest_bytes(src: ObjectStore, key: str, named_in: str, where: str, *,
+                         sha: str | None = None) -> tuple[bytes, dict[str, Any]]:
     try:
-        return read_manifest(src, key, where, sha=sha)[1]
+        return read_manifest(src, key, where, sha=sha)
     except ObjectNotFoundError:
         raise CorruptMetadataError(f"{named_in}: file {key} is missing from {src.uri}") from None
 
@@ -112,10 +119,13 @@ def _read_dump_file(src: ObjectStore, path: str, mpath: str, want: Expected) -> 
                                    f"{src.uri}") from None
 
 
-def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[DumpedFile]]:
-    """Check every manifest, checksum, path and the tiling; returns the job and its files."""
+def verify_dump(src: ObjectStore, job_key: str
+                ) -> tuple[dict[str, Any], list[DumpedFile], str]:
+    """Check every manifest, checksum, path and the tiling; returns the job, its files and
+    the SHA-256 of the job manifest's bytes (which name every task manifest by its SHA-256,
+    each naming its files by theirs: the dump's identity)."""
     where = f"dump job manifest {src.uri}/{job_key}"
-    job = _read_manifest(src, job_key, where, where)
+    raw, job = _read_manifest_bytes(src, job_key, where, where)
     try:
         dumped = Schema.from_json(job["schema"])
         fields = [(f.name, f.type) for f in dumped.to_arrow()]
@@ -158,7 +168,7 @@ def verify_dump(src: ObjectStore, job_key: str) -> tuple[dict[str, Any], list[Du
                                           checked["data"], mpath))
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptMetadataError(f"{where} is malformed: {e!r}") from e
-    return job, out
+    return job, out, sha256(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +185,12 @@ class VerifiedDump:
     properties: dict[str, Any] = field(default_factory=dict)
     """The dumped table's properties, checked (a new table is made with them; a dump written
     before dumps carried them has none, and its table takes the store's defaults)."""
+    digest: str = ""
+    """SHA-256 of the job manifest: the dump's identity (:func:`load_key`)."""
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
 
 
 def open_dump(job_manifest_uri: str, open_root: Callable[[str], ObjectStore]) -> VerifiedDump:
@@ -182,7 +198,7 @@ def open_dump(job_manifest_uri: str, open_root: Callable[[str], ObjectStore]) ->
     the way the destination store reaches storage); nothing is written."""
     root, job_key = _split_uri(job_manifest_uri)
     src = open_root(root)
-    job, files = verify_dump(src, job_key)
+    job, files, digest = verify_dump(src, job_key)
     boundaries = [range_from_json(t["range"]).start for t in job["tasks"][1:]]
     partitioning = str(job.get("partitioning", "lexicographic"))
     if partitioning not in PARTITIONINGS:
@@ -190,7 +206,8 @@ def open_dump(job_manifest_uri: str, open_root: Callable[[str], ObjectStore]) ->
                                    f"partitioning {partitioning!r}")
     schema = Schema.from_json(job["schema"])
     return VerifiedDump(src, schema, boundaries, files, partitioning,
-                        _properties(job, schema, f"dump job manifest {src.uri}/{job_key}"))
+                        _properties(job, schema, f"dump job manifest {src.uri}/{job_key}"),
+                        digest)
 
 
 def _properties(job: dict[str, Any], schema: Schema, where: str) -> dict[str, Any]:
@@ -211,18 +228,91 @@ def _properties(job: dict[str, Any], schema: Schema, where: str) -> dict[str, An
         raise CorruptMetadataError(f"{where}: {e}") from None
 
 
-def load_into(table: TableHandle, dump: VerifiedDump, *,
-              progress: Progress | None = None) -> None:
-    """Add a verified dump's files to an existing table of the same schema, in one
-    transaction (each file referenced from every leaf its range covers). ``progress``: see
-    :func:`copy_and_reference`."""
-    if table.schema.to_arrow() != dump.schema.to_arrow():
-        why = schema_difference(table.schema, dump.schema) or "the fields' metadata differ"
-        raise SchemaError(f"table {table.name}: schema differs from the dump's ({why}; the "
-                          "dump's is 'the one given'): load it into a new table")
-    add, staging = copy_and_reference(dump, table, progress=progress)
-    # refused for certain: the copies go now; an unknown outcome: left to GC
-    staging.commit(table.states, add)
+def load_key(dump: VerifiedDump) -> KeyedWrite:
+    """The idempotency key a load of ``dump`` commits with: the dump's identity (the SHA-256
+    of its job manifest), so a load retried (after a lost answer, a crash, a second run of the
+    same command) within the table's ``write.idempotency_window_seconds`` finds the first
+    one's commit and writes nothing again, as a keyed ingest does."""
+    return KeyedWrite(f"dump:{dump.digest}", dump.digest, dump.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """What a load did: the ``version`` that holds the dump's records, their count and
+    files; ``replayed`` when that version was an earlier load's (nothing was written)."""
+
+    version: int
+    rows: int
+    files: int
+    replayed: bool = False
+
+
+class KeyedLoad:
+    """One load of a verified dump, committed exactly once under :func:`load_key` (the
+    claim, the log check and the key's record are ``sediment.ingest.idempotency``'s)."""
+
+    def __init__(self, dump: VerifiedDump, progress: Progress | None = None) -> None:
+        self.dump = dump
+        self.progress = progress
+        self.write = load_key(dump)
+
+    def _claim(self, table: TableHandle, since: int) -> tuple[KeyIndex, KeyRecord]:
+        index = index_of(table, table.states.head())
+        record = index.claim(self.write, since)
+        record.check(table.name, self.write.payload)
+        return index, record
+
+    def into_new(self, table: TableHandle) -> tuple[AddFiles, Staging]:
+        """The initial files of a table being created for the dump (``create_table``'s
+        ``initial_files``), its key claimed first: a later load of the same dump into it
+        finds the key (in its record, or in this commit's log entry)."""
+        add, staging = copy_and_reference(self.dump, table, progress=self.progress)
+        if not self.dump.rows:  # nothing to add twice: no key, as a keyed write of no records
+            return add, staging
+        self._claim(table, 0)
+        return replace(add, keys=(self.write,)), staging
+
+    def created(self, table: TableHandle) -> Loaded:
+        """Record the new table's commit under the key (its version read from the log: the
+        table is open to other writers once created)."""
+        if not self.dump.rows:
+            return Loaded(table.states.head().version, 0, len(self.dump.files))
+        index, record = self._claim(table, 0)
+        version = next(v for v in range(1, table.states.head().version + 1)
+                       if any(k.key == self.write.key for k in table.states.log.keys_at(v) or ()))
+        index.record_all([record], version, [self._result()])
+        return Loaded(version, self.dump.rows, len(self.dump.files))
+
+    def _result(self) -> dict[str, Any]:
+        return {"rows": self.dump.rows, "files": len(self.dump.files)}
+
+    def into(self, table: TableHandle) -> Loaded:
+        """Add the dump's files to an existing table of the same schema, in one transaction
+        (each file referenced from every leaf its range covers), unless the table already
+        holds this dump under its key: then its version is answered and nothing is copied."""
+        dump = self.dump
+        if table.schema.to_arrow() != dump.schema.to_arrow():
+            why = schema_difference(table.schema, dump.schema) or "the fields' metadata differ"
+            raise SchemaError(f"table {table.name}: schema differs from the dump's ({why}; "
+                              "the dump's is 'the one given'): load it into a new table")
+        if not dump.rows:  # nothing to add twice: committed as it is, under no key
+            add, staging = copy_and_reference(dump, table, progress=self.progress)
+            state = staging.commit(table.states, add)
+            return Loaded(state.version, 0, len(dump.files))
+        index, record = self._claim(table, table.states.head().version)
+        if record.version is not None:
+            return Loaded(record.version, dump.rows, len(dump.files), replayed=True)
+        add, staging = copy_and_reference(dump, table, progress=self.progress)
+        # refused for certain: the copies go now; an unknown outcome: left to GC
+        outcome = commit_keyed(table, [self.write], record.since,
+                               replace(add, keys=(self.write,)), staging)
+        if not outcome.committed:  # an earlier attempt's commit is in the log
+            staging.delete([f for f in add.new_files() if f not in outcome.state.refcount
+                            and f not in outcome.state.unreferenced])
+            return Loaded(outcome.found[self.write.key], dump.rows, len(dump.files),
+                          replayed=True)
+        index.record_all([record], outcome.version, [self._result()])
+        return Loaded(outcome.version, dump.rows, len(dump.files))
 
 
 def copy_and_reference(dump: VerifiedDump, table: TableHandle, *,
