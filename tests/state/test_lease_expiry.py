@@ -197,3 +197,23 @@ def test_a_process_that_exits_after_its_commit_leaves_no_lease(tmp_path: Path) -
     assert table.query().num_rows == 20
     objects = table._handle.objects
     assert [o.key for o in objects.list(pending.PENDING_PREFIX)] == []
+
+
+def test_an_exit_does_not_wait_on_a_store_that_no_longer_answers(tmp_path: Path) -> None:
+    """The leases' deletion at exit is bounded (``EXIT_SECONDS``): a store that no longer
+    answers (an S3 endpoint gone before the process) would hold the exit for every retry
+    and backoff of its client; the lease's timeout settles what is left."""
+    import subprocess
+    import sys
+
+    table = make_table(tmp_path / "s")
+    script = ("import sys, time; sys.path.insert(0, 'tests'); import sediment as sd\n"
+              "from helpers import rows\n"
+              "from sediment.state import pending\n"
+              f"t = sd.Store.open({str(tmp_path / 's')!r}).table({table.name!r})\n"
+              "t.ingest(rows(20, 1))\n"
+              "pending._Lease.write = lambda self: time.sleep(600)  # a store that hangs\n")
+    # without the bound, the exit waits out the hang: TimeoutExpired
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr

@@ -141,6 +141,8 @@ commits are refused: see the module)."""
 _OWNER = [0]
 """The pid that owns ``_LEASES`` (a forked child starts with none, and its own thread)."""
 _STOP = threading.Event()
+EXIT_SECONDS = 2.0
+"""How long a process's exit waits for its empty leases to be deleted (:func:`_at_exit`)."""
 _AT_EXIT = [False]
 """Whether :func:`_at_exit` is registered (once per interpreter; a spawned child registers its
 own)."""
@@ -169,11 +171,22 @@ def _at_exit() -> None:
         return
     with _LOCK:
         empty = [lease for lease in _LEASES.values() if not lease.files]
-    for lease in empty:
-        try:
-            lease.write()  # (empty: deleted)
-        except SedimentError as e:  # the lease's timeout settles it
-            log.warning("could not delete pending-file lease %s at exit: %s", lease.key, e)
+    if not empty:
+        return
+
+    def delete() -> None:
+        for lease in empty:
+            try:
+                lease.write()  # (empty: deleted)
+            except SedimentError as e:  # the lease's timeout settles it
+                log.warning("could not delete pending-file lease %s at exit: %s", lease.key, e)
+
+    # bounded: a store that no longer answers (an endpoint gone before the process) would
+    # hold the exit for the storage client's every retry and backoff; what is left, the
+    # lease's timeout settles
+    worker = threading.Thread(target=delete, name="sediment-leases-exit", daemon=True)
+    worker.start()
+    worker.join(EXIT_SECONDS)
 
 
 def _lapse_limit() -> float:
