@@ -254,7 +254,7 @@ class Store(SchemeMethods):
             partitions = build_partition_tree(schema, split_points,
                                               str(props.get("partitioning", "lexicographic")))
         table_id = uuid.uuid4().hex
-        states = StateStore(self.table_objects(table_id), table_id, name)
+        states = StateStore(self.table_objects(table_id), table_id, name, shared=True)
         states.commit(InitialiseTable(schema, props, partitions, online))
         if initial_files is not None:
             try:
@@ -313,7 +313,7 @@ class Store(SchemeMethods):
         except KeyError as e:
             raise CorruptMetadataError(f"{where} is corrupt: {e!r}") from e
         return Table(self, name, table_id,
-                     StateStore(self.table_objects(table_id), table_id, name))
+                     StateStore(self.table_objects(table_id), table_id, name, shared=True))
 
     def tables(self) -> list[str]:
         """Names of the tables in the store, sorted.

@@ -15,6 +15,7 @@ import sediment as sd
 from helpers import make_table, rows, run_together
 from sediment.errors import DataError, TableNotFoundError
 from sediment.ingest import group
+from support.races import as_another_process
 
 COLUMNS = ["key", "timestamp", "value", "nullable_value"]
 
@@ -173,7 +174,7 @@ def test_a_change_another_process_made_reshapes_the_waiting_writes(tmp_path: Pat
     validated against the schema it knows and the flush commits them under the new one."""
     table = make_table(tmp_path / "s", **{"state.cache.refresh_seconds": 3600})
     w = table.writer(max_rows=10_000, max_seconds=60)
-    other = sd.Store.open(str(tmp_path / "s")).table(table.name)
+    other = as_another_process(sd.Store.open(str(tmp_path / "s")).table(table.name))
     other.rename_column("value", "amount")
     other.drop_columns(["nullable_value"])
     data = rows(20, 4)

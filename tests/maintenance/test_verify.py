@@ -22,6 +22,7 @@ from sediment.cli import app
 from sediment.errors import SedimentError
 from sediment.files.keyfilter import HEADER_BYTES, HEADER_V1, MAGIC, FilterLayout
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name
+from support.races import as_another_process
 
 SCHEMA = sd.Schema(row_keys=[("key", pa.string())], sort_keys=[("ts", pa.int64())],
                    values=[("value", pa.string())])
@@ -52,7 +53,7 @@ def _table(tmp_path: Path, **props: Any) -> sd.Table:
 
 def _fresh(tmp_path: Path) -> sd.Table:
     """The table opened anew: no state cached from before the damage."""
-    return sd.Store.open(str(tmp_path / "s")).table("t")
+    return as_another_process(sd.Store.open(str(tmp_path / "s")).table("t"))
 
 
 def _path(table: sd.Table, key: str) -> Path:

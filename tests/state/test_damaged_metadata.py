@@ -30,6 +30,7 @@ from sediment.state.log import log_key
 from sediment.state.snapshot import snapshot_key
 from sediment.workload import benchmark_schema
 from support.internals import write_sorted_file
+from support.races import as_another_process
 
 SCHEMA = benchmark_schema()
 GC_NOW = {"gc.delay_seconds": 0, "retention.seconds": 0, "gc.clock_skew_seconds": 0}
@@ -49,7 +50,7 @@ def corrupt_time(table: sd.Table) -> str:
 
 def reopened(table: sd.Table) -> sd.Table:
     """The table as another process sees it (nothing cached)."""
-    return sd.Store.open(table.store.uri).table(table.name)
+    return as_another_process(sd.Store.open(table.store.uri).table(table.name))
 
 
 def compacted(tmp_path: Path, **props: Any) -> tuple[sd.Table, list[str]]:

@@ -25,6 +25,7 @@ from helpers import SCHEMA, rows
 from sediment.handle import handle_of
 from sediment.ingest.standard import ingest_files
 from support.counting import CountingMemoryStore, StateReads, count_head_calls
+from support.races import as_another_process
 
 
 @pytest.fixture
@@ -91,7 +92,7 @@ def test_the_commit_loop_reads_the_log_again_on_a_conflict(
     """Another writer commits between an ingest's read of the head and its commit: the commit
     loses the version, reads the entry that took it, and commits after it."""
     table, reads = counted
-    other = table.store.table("t")  # a state store of its own, as another process has
+    other = as_another_process(table.store.table("t"))  # as another process's
     before = other.version
     path = str(tmp_path / "in.parquet")
     pq.write_table(rows(50, 4), path)
@@ -134,3 +135,24 @@ def test_readers_of_an_expired_head_share_one_reread(
         t.join()
     assert got == [version] * 8
     assert reads.log_checks == 1 and reads.log_misses == 1, reads  # one probe: 8 before
+
+
+def test_every_handle_of_a_table_in_a_process_sees_its_commits_at_once(tmp_path: Path) -> None:
+    """Handles of one table in one process (the application's ``Table``, another from
+    ``store.table``, a Spark writer's on the driver) share the newest head any of them
+    read or committed: a commit through one is in every other's next read at once, however
+    long ``state.cache.refresh_seconds`` (this process's own commits show at once); another
+    process's commits still wait for a re-read."""
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    mine = store.create_table("t", SCHEMA, properties={"state.cache.refresh_seconds": 3600})
+    mine.ingest(rows(10, 1))
+    assert mine.query().num_rows == 10  # the head is cached now, for an hour
+    other = sd.Store.open(str(tmp_path / "s")).table("t")
+    other.ingest(rows(5, 2))
+    assert mine.version == other.version
+    assert mine.query().num_rows == 15
+    other.delete(keys=[r["key"] for r in rows(5, 2).to_pylist()])
+    assert mine.query().num_rows == 10 and mine.version == other.version
+    # the handles' caches are their own: a stale one reads what it had when the other is gone
+    del other
+    assert mine.query().num_rows == 10

@@ -57,3 +57,14 @@ class InThread:
         if "error" in self._out:
             raise self._out["error"]
         return self._out["result"]
+
+
+def as_another_process(table: Any) -> Any:
+    """``table`` (a Table or a handle), its head cache detached from the head its process
+    shares with the table's other handles (``sediment.state.head_cache.SharedHead``): it
+    sees the others' commits only by reading the log, as another process does. Returns it."""
+    from sediment.handle import handle_of
+    from sediment.state.head_cache import SharedHead
+
+    handle_of(table).states.heads._shared = SharedHead()
+    return table

@@ -8,6 +8,12 @@ cannot tell, and from the newest snapshot when the entries after it were pruned.
 may be a little behind take :meth:`HeadCache.cached_head`, re-read ahead of its age limit on a
 background thread (refresh-ahead); those that find it past the limit share one re-read. The
 commit loop (``sediment.state.commit``) publishes the states it commits here.
+
+Every handle of one table in a process (a ``Table`` the application holds, another opened by
+``store.table``, a load, a Spark data source's writer on the driver, a server's) has its own
+cache, and each publishes what it reads or commits to the table's :class:`SharedHead` too, the
+newest head any of them knows: a commit through one handle is in every other's head at once,
+as ``state.cache.refresh_seconds`` promises for "this process's own commits".
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from typing import Any
 
@@ -34,6 +41,41 @@ REFRESH_AHEAD = 0.5
 background re-read of the log (see ``HeadCache.cached_head``)."""
 
 
+class SharedHead:
+    """The newest head of one table any :class:`HeadCache` of this process published, and when
+    it was synced (one tuple, swapped under the lock, read without it)."""
+
+    __slots__ = ("__weakref__", "_lock", "now")
+
+    def __init__(self) -> None:
+        self.now: tuple[TableState | None, float] = (None, 0.0)
+        self._lock = threading.Lock()
+
+    def publish(self, state: TableState, synced: float) -> None:
+        with self._lock:
+            head, was = self.now
+            if head is None or state.version > head.version:
+                self.now = (state, synced)
+            elif state.version == head.version and synced > was:
+                self.now = (head, synced)
+
+
+_SHARED: weakref.WeakValueDictionary[tuple[str, str], SharedHead] = \
+    weakref.WeakValueDictionary()
+"""The shared head of each table (by store location and table id) while a cache holds it."""
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_head(objects: ObjectStore, table_id: str) -> SharedHead:
+    """The shared head of the table ``table_id`` in ``objects`` (table-rooted)."""
+    key = (objects.identity, table_id)
+    with _SHARED_LOCK:
+        found = _SHARED.get(key)
+        if found is None:
+            found = _SHARED[key] = SharedHead()
+        return found
+
+
 def prop(state: TableState, name: str) -> Any:
     """A property of ``state``, or its default."""
     return state.properties.get(name, PROPERTIES[name].default)
@@ -44,7 +86,7 @@ class HeadCache:
     state it loads carries the table's ``name`` (for errors)."""
 
     def __init__(self, objects: ObjectStore, table_id: str, name: str,
-                 log: TransactionLog) -> None:
+                 log: TransactionLog, *, shared: bool = False) -> None:
         self.objects = objects
         self.table_id = table_id
         self.name = name
@@ -57,6 +99,9 @@ class HeadCache:
         without the lock (one attribute read is atomic), so readers on many threads never
         queue on a lock (a blocked ``acquire`` gives up the GIL, and with many threads each
         such wait hands it to another thread: their lookups collapse)."""
+        self._shared = shared_head(objects, table_id) if shared else SharedHead()
+        """The newest head of the table any handle in this process knows (module doc); one
+        of its own when not ``shared``."""
         self._lock = threading.Lock()
         """Guards swapping ``_now`` (and the re-read flags) only: never held across I/O."""
         """When the cached head was last known to be current (monotonic seconds)."""
@@ -76,17 +121,25 @@ class HeadCache:
 
     # ---- the head: swapped under the lock, read without it, never mutated --------------
     def cached(self) -> tuple[TableState | None, float]:
-        """The cached head (None before the first read) and when it was last synced."""
-        return self._now
+        """The cached head (None before the first read) and when it was last synced: this
+        cache's, or the table's shared head when another handle's is newer."""
+        mine, theirs = self._now, self._shared.now
+        if theirs[0] is not None and (mine[0] is None or theirs[0].version > mine[0].version
+                                      or (theirs[0].version == mine[0].version
+                                          and theirs[1] > mine[1])):
+            return theirs
+        return mine
 
     def publish(self, state: TableState, synced: float) -> TableState:
         """Make ``state`` the cached head unless a newer one was published meanwhile; returns
         the cached head."""
         with self._lock:
-            head, was = self._now
+            head, was = self.cached()
             if head is None or state.version >= head.version:
                 self._now = (state, max(was, synced))
+                self._shared.publish(state, max(was, synced))
                 return state
+            self._now = (head, was)
             return head
 
     def current(self, *, max_age: float | None) -> tuple[TableState, bool]:

@@ -33,14 +33,17 @@ __all__ = ["DROPPED_MARKER", "PRUNE_GRACE_SECONDS", "StateStore", "TransactionSo
 class StateStore:
     """The state of one table, backed by its log and snapshots in ``objects`` (table-rooted)."""
 
-    def __init__(self, objects: ObjectStore, table_id: str, name: str | None = None) -> None:
+    def __init__(self, objects: ObjectStore, table_id: str, name: str | None = None, *,
+                 shared: bool = False) -> None:
         self.objects = objects
         self.table_id = table_id
         self.name = name or table_id
         """The table's name in errors (its id when the store was opened without one)."""
         self.log = TransactionLog(objects, table_id, self.name)
-        self.heads = HeadCache(objects, table_id, self.name, self.log)
-        """The cached head (read by queries, advanced by this process's commits)."""
+        self.heads = HeadCache(objects, table_id, self.name, self.log, shared=shared)
+        """The cached head (read by queries, advanced by this process's commits; ``shared``:
+        by the commits and reads of every shared state store of the table in this process,
+        as the tables a Store opens are)."""
         self.commits = CommitLoop(self.heads)
         """The commit loop."""
 

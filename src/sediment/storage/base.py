@@ -39,6 +39,14 @@ class ObjectStore(ABC):
     """The normalised root URI (``file:///abs/path`` percent-encoded, ``s3://bucket/prefix``
     and ``memory://x`` as written); ``open_object_store(uri)`` opens this store again."""
     probe_limit: int = 64
+
+    @property
+    def identity(self) -> str:
+        """What names the storage behind this store: two stores of one identity hold the same
+        objects (a process shares what it knows of a table among its handles by it:
+        ``sediment.state.head_cache``). The URI, unless the URI alone cannot tell."""
+        return self.uri
+
     part_size: int = PART_SIZE
     """Bytes per part of a streaming write (S3: a multipart upload's parts) and per ranged
     read of :meth:`read_parts` (``sediment.storage.streams``)."""
@@ -202,6 +210,10 @@ class PrefixedObjectStore(ObjectStore):
         self.probe_limit = inner.probe_limit
         self.prefix = prefix.strip("/") + "/"
         self.uri = inner.uri.rstrip("/") + "/" + prefix.strip("/")
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity.rstrip("/") + "/" + self.prefix.rstrip("/")
 
     def _k(self, key: str) -> str:
         return self.prefix + key

@@ -33,6 +33,11 @@ class MemoryObjectStore(ObjectStore):
         self._lock = threading.Lock()
         self._fs: pafs.FileSystem | None = None
 
+    @property
+    def identity(self) -> str:
+        # an unnamed instance is a store of its own (every one has the URI memory://)
+        return self.uri if self.uri != "memory://" else f"memory://#{id(self)}"
+
     @classmethod
     def named(cls, name: str) -> MemoryObjectStore:
         if name not in cls._named:

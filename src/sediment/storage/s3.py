@@ -110,6 +110,11 @@ class S3ObjectStore(ObjectStore):
         self._fs: pafs.S3FileSystem | None = None
 
     # ---- helpers ---------------------------------------------------------------------
+    @property
+    def identity(self) -> str:
+        # one bucket name on two endpoints (AWS and a MinIO, two test servers) is two stores
+        return f"{self.uri} at {self.endpoint_url or 'the default endpoint'}"
+
     def _k(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
