@@ -35,14 +35,19 @@ class TableActivity:
 
 
 def report_rows(activity: Mapping[str, TableActivity], running: Mapping[str, int],
-                ingests: Mapping[str, BatcherActivity]) -> list[dict[str, object]]:
+                ingests: Mapping[str, BatcherActivity], *,
+                batching: bool = False) -> list[dict[str, object]]:
     """One row per table, by name: its maintenance since the last report, its jobs running
-    now, and (when the batcher lane ran for it) the batcher jobs it committed or failed."""
+    now, and (when the batcher lane runs: ``batching``) the batcher jobs it committed or
+    failed, 0 and 0 for a table the lane has not reached yet (every row has the same keys
+    from the first report on)."""
     rows = []
     for name in sorted({*activity, *ingests}):
         act = activity.get(name, TableActivity())
         row = {"table": name, **act.row(), "running": running.get(name, 0)}
         b = ingests.get(name)
+        if b is None and batching:
+            b = BatcherActivity()
         if b is not None:
             row["ingests"] = b.committed
             row["ingests_failed"] = b.failed

@@ -373,7 +373,7 @@ class Maintainer:
             # swapped under the lock: the GC thread adds to the activity of the next report
             activity, self._activity = self._activity, {}
         ingests = self._batcher.report() if self._batcher is not None else {}
-        return report_rows(activity, running, ingests)
+        return report_rows(activity, running, ingests, batching=self._batcher is not None)
 
     def run(self, *, report_every: float, on_report: Callable[[list[dict[str, object]]], None],
             max_reports: int = 0, stop: threading.Event | None = None) -> None:
