@@ -24,9 +24,10 @@ fails with VersionExpiredError saying how to restart.
 The driver plans; tasks read. The content at the start is read per leaf (cut into key
 pieces as the batch reader cuts big leaves), changes per group of whole versions (several
 groups per batch), each task reopening the store from the options as the batch reader does.
-The stream's schema is the table's when it starts: rows of later versions are shaped by it,
-matched by field id (a renamed column keeps its stream name, an added one is left out, a
-dropped one is null); restart the stream to take a new schema.
+The stream's schema is the table's when the query starts: rows of later versions are shaped
+by it, matched by field id (a renamed column keeps its stream name, an added one is left out,
+a dropped one is null); a query restarted, from its checkpoint or a new one, takes the
+schema at its restart (Spark asks a source for its schema before it reads a checkpoint).
 """
 
 from __future__ import annotations
