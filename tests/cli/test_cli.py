@@ -565,3 +565,23 @@ def test_reinitialise(runner: CliRunner, events: str) -> None:
     assert "increasing" in fails(runner, "reinitialise", "events", "--store", events,
                                  "--split-point", "m", "--split-point", "c")
     assert _records(events) == 0
+
+
+def test_a_process_assembles_only_the_command_it_runs() -> None:
+    """``main`` hands typer the app narrowed to the invoked command or group (root options
+    and their values skipped); root options alone, or a name of no command, get the whole
+    app (its help lists every command; its error names the unknown one)."""
+    from sediment.cli.app import invoked, narrowed
+
+    assert invoked(["--store", "s", "query", "t"]) == "query"
+    assert invoked(["--trust-iterator-module", "m", "--store=s", "alter", "add-columns"]) \
+        == "alter"
+    assert invoked(["--version"]) is None and invoked([]) is None
+    query = narrowed("query")
+    assert [c.callback.__name__ for c in query.registered_commands] == ["query"]
+    assert not query.registered_groups and query.registered_callback is app.registered_callback
+    alter = narrowed("alter")
+    assert [g.name for g in alter.registered_groups] == ["alter"]
+    assert not alter.registered_commands
+    assert narrowed(None) is app and narrowed("nosuch") is app
+    assert len(app.registered_commands) > 40  # the app itself is left whole

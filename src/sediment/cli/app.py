@@ -23,6 +23,7 @@ written instead of being read as rich markup.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -168,10 +169,48 @@ def _register() -> None:
 _register()
 
 
+ROOT_OPTIONS_WITH_VALUES = ("--store", "--trust-iterator-module")
+"""The root options that take a value (the word after them is no command name)."""
+
+
+def invoked(argv: list[str]) -> str | None:
+    """The name of the command (or group) ``argv`` invokes, None for root options alone."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word in ROOT_OPTIONS_WITH_VALUES:
+            i += 2
+        elif word.startswith("-"):
+            i += 1
+        else:
+            return word
+    return None
+
+
+def narrowed(name: str | None) -> typer.Typer:
+    """``app`` with only the command or group ``name`` (all of them when it names none): a
+    process runs one command, and typer assembles every command it holds before it runs
+    one, some 0.12 s of CPU for the 46 here, a tenth of a short command's whole run. A name
+    ``app`` does not hold gets the whole app, whose error names the commands there are."""
+    from typer.main import get_command_name
+
+    if name is None:
+        return app
+    commands = [c for c in app.registered_commands
+                if (c.name or get_command_name(c.callback.__name__ if c.callback else "")) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    one = copy.copy(app)
+    one.registered_commands = commands
+    one.registered_groups = groups
+    return one
+
+
 def main() -> None:
     """Entry point of the ``sediment`` console script."""
     try:
-        app(prog_name="sediment")
+        narrowed(invoked(sys.argv[1:]))(prog_name="sediment")
     except SystemExit as done:
         try:
             sys.stdout.flush()  # what is left in the buffer, while a closed pipe can be told
