@@ -177,7 +177,8 @@ print("ok")
 
 @pytest.mark.slow  # builds a wheel and installs it: the full lane
 def test_wheel_ships_license_and_py_typed(tmp_path: Path) -> None:
-    """Builds the wheel from a copy of the sources (not the work tree: no stale build/)."""
+    """Builds the wheel from a copy of the sources (not the work tree: no stale build/): its
+    license, py.typed, extras, and the dashboard's templates and static files."""
     wheel = build_wheel(ROOT, tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     assert "sediment/py.typed" in names
@@ -192,3 +193,13 @@ def test_wheel_ships_license_and_py_typed(tmp_path: Path) -> None:
     assert "Provides-Extra: spark" in meta
     assert not any(line.startswith("Requires-Dist: pyspark") and "extra ==" not in line
                    for line in meta.splitlines())
+    # the dashboard's templates and static files, and its extra (one wheel built for both:
+    # a build is some 7 s of CPU)
+    package = ROOT / "src" / "sediment" / "dashboard"
+    shipped = {f"sediment/dashboard/{p.relative_to(package)}"
+               for folder in ("templates", "static") for p in (package / folder).iterdir()}
+    assert len(shipped) >= 8 and shipped <= set(names), shipped - set(names)
+    assert "Provides-Extra: dashboard" in meta
+    for dep in ("starlette", "uvicorn", "jinja2", "plotly"):
+        assert any(line.startswith(f"Requires-Dist: {dep}") and 'extra == "dashboard"' in line
+                   for line in meta.splitlines()), dep

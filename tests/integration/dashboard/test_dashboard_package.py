@@ -1,19 +1,16 @@
-"""The dashboard as installed: its templates and static files ship in the wheel, and without
-its extra the rest of Sediment works while the command says what to install."""
+"""The dashboard as installed: without its extra the rest of Sediment works while the command
+says what to install. (Its templates and static files ship in the wheel:
+tests/project/test_packaging.py checks them in the one wheel the suite builds.)"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from helpers import build_wheel
-
-ROOT = Path(__file__).resolve().parents[3]
 HINT = "pip install 'sediment-lsm[dashboard]'"
 
 _NO_WEB_STACK = '''
@@ -57,19 +54,3 @@ def test_without_the_extra_the_command_says_what_to_install(tmp_path: Path,
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: the dashboard needs starlette, uvicorn")
     assert HINT in done.stderr
-
-
-@pytest.mark.slow
-def test_wheel_ships_templates_and_static_files(tmp_path: Path) -> None:
-    wheel = build_wheel(ROOT, tmp_path)
-    names = set(zipfile.ZipFile(wheel).namelist())
-    package = ROOT / "src" / "sediment" / "dashboard"
-    shipped = {f"sediment/dashboard/{p.relative_to(package)}"
-               for folder in ("templates", "static") for p in (package / folder).iterdir()}
-    assert len(shipped) >= 8 and shipped <= names, shipped - names
-    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
-    text = zipfile.ZipFile(wheel).read(meta).decode()
-    assert "Provides-Extra: dashboard" in text
-    for dep in ("starlette", "uvicorn", "jinja2", "plotly"):
-        assert any(line.startswith(f"Requires-Dist: {dep}") and 'extra == "dashboard"' in line
-                   for line in text.splitlines()), dep
