@@ -19,6 +19,7 @@ as ``state.cache.refresh_seconds`` promises for "this process's own commits".
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -64,6 +65,18 @@ _SHARED: weakref.WeakValueDictionary[tuple[str, str], SharedHead] = \
     weakref.WeakValueDictionary()
 """The shared head of each table (by store location and table id) while a cache holds it."""
 _SHARED_LOCK = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A forked child (the maintainer's job workers) starts with fresh locks: one another
+    thread of the parent held at the fork would never be released in it."""
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+    for shared in list(_SHARED.values()):
+        shared._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def shared_head(objects: ObjectStore, table_id: str) -> SharedHead:
