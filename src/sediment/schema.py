@@ -351,7 +351,10 @@ _INT_BOUNDS = {32: (-(2**31), 2**31 - 1), 64: (-(2**63), 2**63 - 1)}
 
 
 def _fits(v: Any, t: pa.DataType) -> bool:
-    """Is a Python value a valid key value of Arrow type ``t``?"""
+    """Is a Python value a valid key value of Arrow type ``t``? Never None: a key has no
+    nulls (Arrow takes None as a null of any type, which no key order places)."""
+    if v is None:
+        return False
     if pa.types.is_string(t):
         return isinstance(v, str)
     if pa.types.is_binary(t):

@@ -158,3 +158,35 @@ def test_overwrite_replaces_every_record_in_one_commit(tmp_path: Path) -> None:
     assert r.version == state.version + 1
     assert t.query().column("user").to_pylist() == ["z"]
     assert not h.states.head().deletions
+
+
+@pytest.mark.parametrize("key_type", [pa.date32(), pa.timestamp("us", tz="UTC"), pa.string(),
+                                      pa.int64()])
+def test_a_null_key_is_refused_and_nothing_is_committed(tmp_path: Path,
+                                                         key_type: pa.DataType) -> None:
+    """A key has no nulls: a None in a delete's key or range, or a read's, is a QueryError
+    naming the table and the field (Arrow takes None as a null of a date or timestamp, and a
+    delete by it was committed, a log entry no reader could replay: the table was lost to
+    every process that opened it afterwards)."""
+    import datetime as dt
+
+    schema = sd.Schema(row_keys=[("a", key_type), ("b", pa.string())],
+                       values=[("v", pa.int64())])
+    values = {"date32[day]": [dt.date(2024, 1, d) for d in (1, 5, 9)],
+              "string": ["a", "e", "i"], "int64": [1, 5, 9]}.get(
+        str(key_type), [dt.datetime(2024, 1, d, tzinfo=dt.UTC) for d in (1, 5, 9)])
+    t = make_table(tmp_path, schema=schema, name="t", split_points=[(values[1], "m")])
+    t.ingest(pa.table({"a": pa.array(values, key_type), "b": ["x", "y", "z"], "v": [1, 2, 3]}))
+    v = t.version
+    for call in (lambda: t.delete(keys=[(None,)]), lambda: t.delete(keys=[None]),
+                 lambda: t.delete(keys=[(values[0], None)]),
+                 lambda: t.delete(ranges=[sd.Range(None, (None,))])):
+        with pytest.raises(QueryError, match=r"delete on table t: .*None is not a valid .* "
+                                             r"field '[ab]'"):
+            call()
+    for read in (lambda: t.query(keys=[(None, "a")]), lambda: t.query(keys=[None]),
+                 lambda: t.query(ranges=[sd.Range((None, "a"), None)])):
+        with pytest.raises(QueryError, match="None is not a valid"):
+            read()
+    assert t.version == v
+    assert sd.Store.open(str(tmp_path)).table("t").query().num_rows == 3  # readable anew

@@ -48,7 +48,7 @@ def delete(handle: TableHandle, keys: Sequence[Any] | None = None,
         parts = [normalise_ranges(state, keys, None, name) if keys is not None else None,
                  normalise_ranges(state, None, ranges, name) if ranges is not None else None]
     except QueryError as e:
-        if name in str(e):
+        if f"table {name}" in str(e):  # (not the name alone: a table "t" is in most texts)
             raise
         raise type(e)(f"delete on table {name}: {e}") from None
     if any(p is not None for p in parts):

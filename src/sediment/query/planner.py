@@ -103,9 +103,9 @@ def check_range(schema: Schema, r: Any, table: str) -> Range:
         raise QueryError(f"ranges must be sediment.Range or sediment.Region values, "
                          f"got {r!r}")
     ends = []
-    for end in (r.start, r.end):
+    for end, what in ((r.start, "range start"), (r.end, "range end")):
         try:  # checked, and temporal values as the model's integers
-            ends.append(None if end is None else schema.check_row_key(end, what="range end"))
+            ends.append(None if end is None else schema.check_row_key(end, what=what))
         except DataError as e:
             raise DataError(f"query of table {table}: {e}") from None
         except Exception as e:
