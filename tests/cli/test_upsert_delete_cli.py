@@ -165,6 +165,10 @@ def test_refusals_name_the_table_and_commit_nothing(tmp_path: Path) -> None:
     (tmp_path / "bad.csv").write_text("key,ts,value,n,colour\nb,1,x,1,red\n")
     err = _refused("upsert", "events", str(tmp_path / "bad.csv"), "--store", store)
     assert "upsert into table events" in err and "'colour'" in err
+    # a key array longer than the row key is refused, not cut to it (a delete of every
+    # record of the shorter key)
+    err = _refused("delete", "events", "--key", '["a", 1]', "--store", store)
+    assert "must have 1..1 values (key)" in err
     assert table.version == before
     assert table.query().to_pylist() == [{"key": "a", "ts": 1, "value": "x", "n": 1}]
 

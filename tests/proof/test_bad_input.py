@@ -38,6 +38,7 @@ from sediment.errors import (
 )
 from sediment.files.sidecars import SAMPLE, sidecar_name
 from sediment.state.log import FORMAT_VERSION, log_key
+from support.races import as_another_process
 
 
 @pytest.fixture
@@ -175,6 +176,18 @@ def test_bad_csv_value(store: sd.Store, table: sd.Table, tmp_path: Path) -> None
     path.write_text("key,ts,value,n\nab,1,x,1\ncd,notanumber,y,2\n")
     expect(store, DataError, r"cannot read csv file '.*in\.csv'.*'notanumber'",
            lambda: table.ingest_files([str(path)]))
+
+
+def test_csv_text_that_reads_as_null_elsewhere_is_kept(table: sd.Table, tmp_path: Path) -> None:
+    """Only an empty cell is null: Arrow's default null markers ("NA", "null", "N/A",
+    "nan"...) are text a cell may hold, and in a key each became the one empty key."""
+    path = tmp_path / "in.csv"
+    path.write_text('key,ts,value,n\nNA,1,N/A,1\nnull,2,"",\nnan,3,,3\n')
+    table.ingest_files([str(path)])
+    got = sorted(table.query(keys=["NA", "null", "nan"]).to_pylist(), key=lambda r: r["ts"])
+    assert got == [{"key": "NA", "ts": 1, "value": "N/A", "n": 1},
+                   {"key": "null", "ts": 2, "value": "", "n": None},
+                   {"key": "nan", "ts": 3, "value": None, "n": 3}]
 
 
 def test_missing_file(store: sd.Store, table: sd.Table, tmp_path: Path) -> None:
@@ -434,13 +447,13 @@ def test_log_entry_from_a_newer_format(store: sd.Store, table: sd.Table) -> None
                    lambda t: t.set_properties({"gc.delay_seconds": 1}), lambda t: t.version,
                    lambda t: t.history(), lambda t: t.gc()):
         with leaves_store_as_it_was_raw(store):
-            fresh = sd.Store.open(store.uri).table(w.TABLE)
+            fresh = as_another_process(sd.Store.open(store.uri).table(w.TABLE))
             with pytest.raises(UnsupportedFormatError,
                                match=rf"log entry {nxt} .*written in format "
                                      rf"{FORMAT_VERSION + 1}.*upgrade Sediment"):
                 action(fresh)
     # the older versions stay readable
-    old = sd.Store.open(store.uri).table(w.TABLE)
+    old = as_another_process(sd.Store.open(store.uri).table(w.TABLE))
     with pytest.raises(UnsupportedFormatError):
         old.query(version=nxt - 1)  # loading any version checks the head first
 
@@ -463,13 +476,13 @@ def test_a_delete_by_many_keys_is_refused_by_an_older_sediment(
     assert entry["format"] == pointer["format"] == KEYS_FORMAT
     assert isinstance(entry["transaction"]["ranges"], dict)
     kept = before[~before["key"].isin(gone)].sort_values(["key", "ts"]).reset_index(drop=True)
-    for fresh in (sd.Store.open(store.uri).table(w.TABLE), table):
+    for fresh in (as_another_process(sd.Store.open(store.uri).table(w.TABLE)), table):
         got = fresh.query().to_pandas().sort_values(["key", "ts"]).reset_index(drop=True)
         assert got.equals(kept)
     monkeypatch.setattr(log_module, "FORMAT_VERSION", 1)  # what the older Sediment knows
     for at in (None, v - 1):
         with pytest.raises(UnsupportedFormatError, match=r"format 2.*upgrade Sediment"):
-            sd.Store.open(store.uri).table(w.TABLE).query(version=at)
+            as_another_process(sd.Store.open(store.uri).table(w.TABLE)).query(version=at)
 
 
 def test_catalog_entry_from_a_newer_format(store: sd.Store, table: sd.Table) -> None:
@@ -487,7 +500,7 @@ def test_corrupt_log_entry(store: sd.Store, table: sd.Table) -> None:
     table._handle.objects.put(log_key(nxt), b"{not json")
     with leaves_store_as_it_was_raw(store), \
             pytest.raises(CorruptMetadataError, match=rf"log entry {nxt} .*not valid JSON"):
-        sd.Store.open(store.uri).table(w.TABLE).query()
+        as_another_process(sd.Store.open(store.uri).table(w.TABLE)).query()
 
 
 @contextlib.contextmanager

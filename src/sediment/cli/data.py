@@ -49,10 +49,16 @@ def key_values(text: str, schema: Schema, what: str) -> tuple[Any, ...]:
             raise CliError(f"{what} {text!r} is not a JSON array: {e}") from None
         if not isinstance(values, list):
             raise CliError(f"{what} {text!r} must be a JSON array")
+        if not values or len(values) > len(schema.row_keys):
+            # a longer array cut to the row key would name more records than asked (a
+            # delete or purge of every record of the shorter key)
+            raise CliError(f"{what} {text!r} must have 1..{len(schema.row_keys)} values "
+                           f"({', '.join(schema.row_key_names)})")
         return tuple(
-            convert_split_point(v, f) if isinstance(v, str) and not pa.types.is_string(f.type)
-            else v for v, f in zip(values, schema.row_keys, strict=False))
-    return (convert_split_point(text, schema.row_keys[0]),)
+            convert_split_point(v, f, what) if isinstance(v, str)
+            and not pa.types.is_string(f.type) else v
+            for v, f in zip(values, schema.row_keys, strict=False))
+    return (convert_split_point(text, schema.row_keys[0], what),)
 
 
 def parse_range(text: str, schema: Schema) -> Range:

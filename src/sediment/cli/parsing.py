@@ -45,11 +45,11 @@ def _schema_from_file(path: Path) -> Schema:
         raise SchemaError(f"schema file {str(path)!r}: {exc}") from None
 
 
-def convert_split_point(text: str, field: pa.Field) -> Any:
-    """A split point (or key) typed on the command line, as a value of ``field``'s type
-    (:func:`sediment.types.key_from_text`)."""
+def convert_split_point(text: str, field: pa.Field, what: str = "split point") -> Any:
+    """A split point (or a key: ``what`` names it in the error) typed on the command line,
+    as a value of ``field``'s type (:func:`sediment.types.key_from_text`)."""
     try:
         return key_from_text(text, field)
     except ValueError:
-        raise CliError(f"split point {text!r} is not a valid {field.type} for row key field "
+        raise CliError(f"{what} {text!r} is not a valid {field.type} for row key field "
                        f"{field.name!r}") from None

@@ -367,10 +367,13 @@ def read_file(fs: pafs.FileSystem, path: str, schema: Schema) -> Iterator[pa.Rec
         elif fmt == "csv":
             simple = {f.name: f.type for f in arrow if not pa.types.is_nested(f.type)}
             stream = fs.open_input_stream(path, compression="detect")
+            # only an empty cell is null ('""' is ""): Arrow's default null markers ("NA",
+            # "null", "N/A", "nan", ...) are text a cell may hold (Namibia's country code;
+            # in a key, every such cell would have become the one empty key)
             reader = pacsv.open_csv(
                 stream, convert_options=pacsv.ConvertOptions(
-                    column_types=simple, strings_can_be_null=True,
-                    quoted_strings_can_be_null=False))  # '""' is "", an empty cell null
+                    column_types=simple, null_values=[""], strings_can_be_null=True,
+                    quoted_strings_can_be_null=False))
             # an empty cell in a string/binary key field is the empty key (keys are never null)
             empty_keys = [f for f in arrow if not f.nullable and
                           (pa.types.is_string(f.type) or pa.types.is_binary(f.type))]
