@@ -301,8 +301,11 @@ class _Parser:
                 self.i += 1
                 values.append(self.literal(name, typ))
             self.expect_punct(")")
-            e = f.isin(pa.array(values, typ))
-            return _Part(~e, 3, 3) if negate else _Part(e, 2, 2)
+            # SQL's IN is null for a null field, where Arrow's is_in is false, which NOT
+            # turns true (NOT IN would match every null, as != and NOT (f = 1) never do):
+            # or-ed with null exactly where the field is null
+            e = f.isin(pa.array(values, typ)) | (f.is_null() & (f != f))
+            return _Part(~e, 5, 10) if negate else _Part(e, 4, 9, "or_kleene")
         if self.accept("between"):
             lo = self.literal(name, typ)
             self.expect("and", "AND")
