@@ -114,3 +114,11 @@ def test_cli_query_refuses_a_lone_surrogate_cleanly(table: sd.Table, tmp_path: P
     assert result.output.startswith("error: "), result.output
     assert "internal error" not in result.output
     assert "table events" in result.output and "lone surrogate" in result.output
+
+
+def test_a_join_column_neither_table_has_is_refused(table: sd.Table) -> None:
+    """``sd.join(columns=...)`` reads from each table the columns it has: a name neither
+    has is a typo, refused as ``query(columns=...)`` refuses it (it was left out)."""
+    with pytest.raises(QueryError, match=r"join of tables events and events: neither has "
+                                         r"column 'vaule'.*'value'"):
+        sd.join(table, table, on=["key", "n"], columns=["vaule"])

@@ -122,7 +122,7 @@ def purge(
     transaction, so that once retention, pins and tags allow, gc leaves no data file or
     sidecar holding them. Prints the version, the retained versions and the tags that still
     read them, and when gc may delete their files. Example:
-    sediment purge events --key user-42 && sediment gc events.
+    sediment purge events --key user-42 && sediment gc --table events.
     """
     table, keys, ranges = _selection("purge", name, key, range_, region, where, store)
     r = table.purge(keys, ranges, filter=where)

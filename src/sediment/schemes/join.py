@@ -29,7 +29,7 @@ from sediment.core.model import FileReference
 from sediment.core.prefetch import read_ahead
 from sediment.core.regions import Range, Region
 from sediment.core.state import TableState
-from sediment.errors import NotCoShardedError, QueryError
+from sediment.errors import NotCoShardedError, QueryError, did_you_mean
 from sediment.files.sample import COUNT, cut_keys
 from sediment.handle import handle_of
 from sediment.query.planner import SubQuery, sums_of
@@ -254,6 +254,14 @@ def prepare_join(left: Table, right: Table, *, on: str | Sequence[str] | None = 
 
     if how not in HOW:
         raise QueryError(f"how must be 'inner' or 'left', not {how!r}")
+    if columns is not None:
+        # each table reads the columns it has: one neither has is a mistake, not a column
+        # to leave out (as query(columns=...) refuses it)
+        held = {*left.schema.to_arrow().names, *right.schema.to_arrow().names}
+        missing = [c for c in columns if c not in held]
+        if missing:
+            raise QueryError(f"join of tables {left.name} and {right.name}: neither has "
+                             f"column {missing[0]!r}{did_you_mean(missing[0], sorted(held))}")
     lv, rv = _versions(version)
     lp = _prepare(left, keys, ranges, columns, lv)
     rp = _prepare(right, keys, ranges, columns, rv)
