@@ -258,6 +258,17 @@ def test_the_cli_passes_its_idempotency_key_on(tmp_path: Path) -> None:
     refused = CliRunner().invoke(app, ["delete", table.name, "--key", "x", "--store",
                                        str(tmp_path / "s"), "--idempotency-key", "cli-1"])
     assert refused.exit_code != 0 and "cli-1" in refused.output
+    # a delete's retry says it was replayed, not that there was nothing to delete
+    key = table.query().column("key")[0].as_py()
+    delete = ["delete", table.name, "--key", key, "--store", str(tmp_path / "s"),
+              "--idempotency-key", "cli-2", "--json"]
+    outs = [CliRunner().invoke(app, delete) for _ in range(2)]
+    docs = [json.loads(o.stdout) for o in outs]
+    assert [(d["committed"], d["replayed"]) for d in docs] == [(True, False), (False, True)]
+    assert docs[0]["version"] == docs[1]["version"] == 3
+    human = CliRunner().invoke(app, delete[:-1])
+    assert "was committed at version 3 before: nothing deleted again" in \
+        " ".join(human.output.split()), human.output
 
 
 def test_keyed_writes_through_lost_s3_answers_commit_once(proxied_s3: Any) -> None:

@@ -103,8 +103,13 @@ def delete(
     table, keys, ranges = _selection("delete", name, key, range_, region, where, store)
     before = table.version
     version = table.delete(keys, ranges, filter=where, idempotency_key=idempotency_key)
-    emit({"table": name, "version": version, "committed": version != before}, json_out,
+    # a keyed delete answered with an earlier version: the key's delete, committed before
+    replayed = idempotency_key is not None and version <= before
+    emit({"table": name, "version": version, "committed": version > before,
+          "replayed": replayed}, json_out,
          lambda d: f"deleted from table {name}: version {version}" if d["committed"]
+         else f"table {name}: the delete under idempotency key {idempotency_key!r} was committed "
+              f"at version {version} before: nothing deleted again" if replayed
          else f"table {name}: nothing to delete (version {version})")
 
 
