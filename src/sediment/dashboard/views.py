@@ -19,7 +19,7 @@ from sediment.dashboard.changes import merge_rule, pending_deletes, schema_histo
 from sediment.dashboard.commits import CommitTimeline
 from sediment.dashboard.jobs import JobEvents
 from sediment.dashboard.leaves import FileSizes, leaf_list
-from sediment.errors import TableNotFoundError
+from sediment.errors import SedimentError, TableNotFoundError
 from sediment.handle import handle_of
 from sediment.ingest.batcher import pending
 from sediment.maintenance.lease_store import maintainers_report
@@ -93,6 +93,7 @@ class Views:
         """Every table: records, leaves, files, version, last commit, online, keeping up,
         its batcher queue; and the maintainers of the store with the leases they hold."""
         rows = []
+        unreadable = []
         now = time.time()
         for name in self.store.tables():
             try:
@@ -105,11 +106,15 @@ class Views:
                 rows.append(row)
             except TableNotFoundError:
                 continue  # dropped while listing
+            except SedimentError as e:
+                # one damaged table (a log entry that cannot be replayed, a newer format)
+                # is listed with its error, as sediment doctor lists it; the others show
+                unreadable.append({"name": name, "error": f"{type(e).__name__}: {e}"})
         # ages by this server's clock: the dashboard writes nothing (no clock probe)
         maintainers = maintainers_report(self.store.objects, now=now)
         maintainers["time"] = iso(maintainers["time"])
         return {"store": self.store.uri, "generated": iso(now), "tables": rows,
-                "maintainers": maintainers}
+                "unreadable": unreadable, "maintainers": maintainers}
 
     def table_view(self, name: str) -> dict[str, Any]:
         """A table's summary, merge rule and unsettled deletes, files-per-leaf histogram,

@@ -362,3 +362,29 @@ def test_store_api_shows_batcher_queues_and_maintainers(server: Server, store: s
     finally:
         holder.close()
         handle_of(web).objects.delete_many([f"batcher/requests/{r.id}.json" for r in queued])
+
+
+def test_a_damaged_table_does_not_take_the_store_page_down(tmp_path: Path) -> None:
+    """A table whose log cannot be replayed is listed with its error (as sediment doctor
+    lists it); the other tables show, and the store page answers 200 (it was a 500 for
+    all of them)."""
+    from dashboard_helpers import start, stop
+
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    store.create_table("good", SCHEMA).ingest(
+        pd.DataFrame({"key": ["a"], "timestamp": [1], "value": ["x"],
+                      "nullable_value": [None]}))
+    bad = store.create_table("bad", SCHEMA)
+    bad._handle.objects.put(f"log/{bad.version + 1:020d}.json", b"{not json")
+    proc, server = start(store.uri, tmp_path / "dashboard.log")
+    try:
+        data = get_json(server, "/api/store")
+        assert [t["name"] for t in data["tables"]] == ["good"]
+        (unreadable,) = data["unreadable"]
+        assert unreadable["name"] == "bad"
+        assert unreadable["error"].startswith("CorruptMetadataError") \
+            and "table bad" in unreadable["error"]
+        status, _, body = fetch(server.url + "/")
+        assert status == 200, body[:300]
+    finally:
+        stop(proc)

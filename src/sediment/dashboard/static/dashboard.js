@@ -136,7 +136,10 @@
       ["records", num(tables.reduce((a, t) => a + t.records, 0))],
       ["files", num(tables.reduce((a, t) => a + t.files, 0))],
       ["behind on compaction", num(behind), behind ? "bad" : "good"],
+      ["cannot be read", num(data.unreadable.length), data.unreadable.length ? "bad" : "good"],
     ]);
+    fillTable("unreadable", data.unreadable, t => [
+      link(tableHref(t.name), t.name), el("span", t.error, "bad")]);
     fillTable("tables", tables, t => [
       link(tableHref(t.name), t.name), num(t.records), num(t.leaves), num(t.files),
       t.version, el("span", t.last_commit, "time"), t.online ? "online" : "offline", num(t.max_files_per_leaf),
