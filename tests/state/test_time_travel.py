@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import sediment as sd
@@ -83,6 +84,32 @@ def test_reading_a_version_gc_collected_raises_version_expired(tmp_path: Path) -
     assert [t.name for t in table.tags()] == []  # (dump's tag on the version: never made)
     assert table.query().equals(ref)
     assert table.query(version=table.version).equals(ref)
+
+
+def test_a_scan_prepared_at_the_head_and_read_after_gc_raises_version_expired(
+        tmp_path: Path) -> None:
+    """A scan prepared at the head reads that version: once later commits replaced its
+    files and GC collected them, reading it is VersionExpiredError on every route (the
+    Scan's own, Arrow's and Polars' through the PyCapsule stream), as for a version asked
+    by number (it was ObjectNotFoundError, which reads like lost data)."""
+    import polars as pl
+
+    table = make_table(tmp_path / "s", name="events", **{
+        "gc.delay_seconds": 0, "gc.clock_skew_seconds": 0, "retention.seconds": RETENTION})
+    for seed in range(3):
+        table.ingest(rows(200, seed))
+    scans = [table.prepare() for _ in range(4)]
+    table.compact(full=True)
+    assert gc(table._handle, now=time.time() + RETENTION + 1).deleted == 3
+    with pytest.raises(VersionExpiredError, match="garbage collection deleted"):
+        scans[0].to_arrow()
+    with pytest.raises(VersionExpiredError):
+        scans[1].to_batches().read_all()
+    with pytest.raises(pa.ArrowInvalid, match="version 4 has expired"):
+        pa.table(scans[2])
+    with pytest.raises(pl.exceptions.ComputeError, match="version 4 has expired"):
+        pl.DataFrame(scans[3])
+    assert table.query().num_rows == 600
 
 
 def test_a_file_deleted_by_hand_stays_a_missing_file_error(tmp_path: Path) -> None:

@@ -76,20 +76,23 @@ class TableReads(TableBase):
 
         source = ScanSource(self.name, self._handle.objects, self.prepare)
         executors = self._handle.executors
-        if request.version is None:
-            return prepare_query(state, executors.get(state), self.name, request,
-                                 source=source, iterators=executors.iterators(state, self.name),
-                                 plans=executors.plans(state))
-        # An old version: the files the plan reads must not have been collected by GC (one
-        # set lookup per file against the head). A file found missing on read is judged
-        # again, against the head then (GC may run meanwhile): VersionExpiredError, or the
-        # missing-file error when the head still knows the file (lost some other way).
+        # A file found missing on read is judged against the head then (GC may have run
+        # since the scan was prepared, at the head of that time too): VersionExpiredError,
+        # or the missing-file error when the head still knows the file (lost some other way).
         files: set[str] = set()
         states = self._handle.states
 
         def on_missing() -> None:
             check_files(states, self.name, state, files)
 
+        if request.version is None:
+            scan = prepare_query(state, executors.get(state), self.name, request,
+                                 source=source, iterators=executors.iterators(state, self.name),
+                                 plans=executors.plans(state), on_missing=on_missing)
+            files.update(scan.plan.files)
+            return scan
+        # An old version: the files the plan reads must not have been collected by GC (one
+        # set lookup per file against the head)
         scan = prepare_query(state, self._handle.executors.get(state), self.name, request,
                              on_missing=on_missing, source=source)
         files.update(scan.plan.files)
