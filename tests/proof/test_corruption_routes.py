@@ -38,6 +38,7 @@ from sediment.files.keyfilter import FilterLayout
 from sediment.files.sidecars import KEYS, SAMPLE, sidecar_name
 from sediment.storage.checksums import ChecksumMismatch
 from sediment.storage.s3 import S3ObjectStore
+from support.races import as_another_process
 from support.s3 import DUMMY_AWS_ENV, S3_CREDENTIALS, S3_REGION, UNSET_AWS_ENV, s3_client
 
 pytestmark = [pytest.mark.s3, pytest.mark.faults]
@@ -97,7 +98,7 @@ class World:
     def open(self, name: str = "t") -> sd.Table:
         """A fresh handle through the proxy (its catalog entry read again, its own state,
         footer, key filter and sample caches): nothing of an earlier read is reused."""
-        return self.store.table(name)
+        return as_another_process(self.store.table(name))
 
     def unfaulted(self, name: str) -> sd.Table:
         """A fresh handle that reads without the proxy: for checks that must see no fault."""
