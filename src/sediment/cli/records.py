@@ -133,7 +133,7 @@ def purge(
     r = table.purge(keys, ranges, filter=where)
     held = r.held_by_versions
     doc = {"table": name, "version": r.version,
-           "held_by_versions": [held[0], held[-1]] if held else None,
+           "held_by_versions": list(held),
            "held_by_tags": list(r.held_by_tags), "expires": r.expires,
            "split_keys": [list(k) for k in r.split_keys]}
 
