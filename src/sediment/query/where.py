@@ -315,6 +315,11 @@ class _Parser:
         raise self.error("expected a comparison (= != < <= > >=), IN, BETWEEN or IS")
 
 
+_OFFSET_OR_Z = re.compile(r"[T ]\d\d(?::\d\d){0,2}(?:\.\d+)?(?:[zZ]|[+-]\d\d(?::?\d\d)?)$")
+"""The end of a time literal that carries its offset after its time (``Z``, ``+02:00``,
+``-0500``; a date alone has none: its ``-01`` is its day)."""
+
+
 def cast_literal(value: Any, typ: pa.DataType) -> pa.Scalar:
     """A JSON-like value (number, string, boolean) as a scalar of a field's type, as
     ``--where`` reads literals: a string is parsed for temporal and numeric fields and
@@ -332,6 +337,13 @@ def cast_literal(value: Any, typ: pa.DataType) -> pa.Scalar:
                                            or pa.types.is_large_string(typ)):
             if pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
                 return pa.scalar(value.encode(), typ)
+            if pa.types.is_timestamp(typ) and typ.tz is not None \
+                    and _OFFSET_OR_Z.search(value) is None:
+                # a time without an offset, on a field with a time zone: a wall time in that
+                # zone, as SQL reads a plain timestamp literal against a zoned column
+                # ('2024-01-01' on a UTC field is its midnight UTC)
+                naive = pa.array([value]).cast(pa.timestamp(typ.unit))
+                return pc.assume_timezone(naive, typ.tz)[0]
             return pa.scalar(value).cast(typ)
         return pa.scalar(value, typ)
     except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError,
