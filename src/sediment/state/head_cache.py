@@ -10,7 +10,7 @@ background thread (refresh-ahead); those that find it past the limit share one r
 commit loop (``sediment.state.commit``) publishes the states it commits here.
 
 Every handle of one table in a process (a ``Table`` the application holds, another opened by
-``store.table``, a load, a Spark data source's writer on the driver, a server's) has its own
+``store.table``, a load, a bulk import on the Spark driver, a server's) has its own
 cache, and each publishes what it reads or commits to the table's :class:`SharedHead` too, the
 newest head any of them knows: a commit through one handle is in every other's head at once,
 as ``state.cache.refresh_seconds`` promises for "this process's own commits".
