@@ -56,6 +56,10 @@ def test_changes_prints_what_the_library_gives(tmp_path: Path) -> None:
         (r["k"], r["v"], r["_change_type"], r["_commit_version"]) for r in expected]
     assert [r["_change_type"] for r in lines] == ["insert", "update_preimage",
                                                   "update_postimage", "delete"]
+    # a commit time in --json's one time format: UTC ending in Z, to the millisecond
+    assert [r["_commit_timestamp"] for r in lines] == [
+        r["_commit_timestamp"].isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        for r in expected]
     # --to a tag, --columns and --where (on a change column)
     out = runner.invoke(app, ["changes", "events", "--from", str(start), "--to", "after-upsert",
                               "--columns", "k,v,_change_type", "--where",

@@ -51,6 +51,11 @@ def json_default(obj: Any) -> Any:
             return obj.decode("utf-8")
         except UnicodeDecodeError:
             return {"base64": base64.b64encode(obj).decode()}
+    if isinstance(obj, dt.datetime) and obj.utcoffset() == dt.timedelta(0):
+        # a UTC moment as every other time of --json (iso_time: milliseconds, Z), its
+        # microseconds kept when it has them
+        spec = "milliseconds" if obj.microsecond % 1000 == 0 else "microseconds"
+        return obj.isoformat(timespec=spec).removesuffix("+00:00") + "Z"
     if isinstance(obj, dt.datetime | dt.date):
         return obj.isoformat()
     if isinstance(obj, set | frozenset):
