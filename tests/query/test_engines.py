@@ -310,6 +310,11 @@ def test_datafusion_table_equals_query(any_table: sd.Table, version: str | None)
     assert canon(ctx.sql("select * from narrow").to_arrow_table()) == canon(
         t.query(ranges=[sd.Range("k010", "k020")], columns=["key", "timestamp"],
                 version=version))
+    # registering a name again replaces it (as to_duckdb replaces its view)
+    t.register_datafusion(ctx, "narrow", version=version, ranges=[sd.Range("k020", "k030")],
+                          columns=["key"])
+    assert canon(ctx.sql("select * from narrow").to_arrow_table()) == canon(
+        t.query(ranges=[sd.Range("k020", "k030")], columns=["key"], version=version))
 
 
 def test_datafusion_empty_table(tmp_path: Path) -> None:

@@ -170,13 +170,17 @@ def _conjoin(a: pc.Expression | None, b: pc.Expression | None) -> pc.Expression 
 
 def register_datafusion(scan: Scan, ctx: Any, name: str) -> None:
     """``Scan.register_datafusion``: the scan's records, read once, as record batches in
-    groups (one DataFusion partition per group, as many as cores)."""
+    groups (one DataFusion partition per group, as many as cores). A table registered under
+    ``name`` before is replaced, as ``to_duckdb`` replaces its view: registering again is how
+    a caller reads a newer version under the same name."""
     data = scan.to_arrow()
     batches = data.to_batches()
     if not batches:
         batches = [pa.RecordBatch.from_pylist([], schema=data.schema)]
     parts = max(1, min(len(batches), os.cpu_count() or 2))
     size = -(-len(batches) // parts)
+    if ctx.table_exist(name):
+        ctx.deregister_table(name)
     ctx.register_record_batches(name, [batches[i:i + size]
                                        for i in range(0, len(batches), size)])
 
