@@ -182,6 +182,13 @@ def test_version_accepts_tags(runner: CliRunner, store: str, tmp_path: Path) -> 
     assert tagged["version"] == 2
     diff = json.loads(ok(runner, "diff", "events", "v1", "--store", store, "--json").stdout)
     assert diff["from_version"] == 2 and diff["records_change"] == 3
+    assert diff["deletions_added"] == [] and diff["deletions_removed"] == []
+    # a delete keeps its files until compaction: diff names it all the same
+    ok(runner, "delete", "events", "--key", "a", "--store", store)
+    diff = json.loads(ok(runner, "diff", "events", "v1", "--store", store, "--json").stdout)
+    assert [d["ranges"] for d in diff["deletions_added"]] == [1]
+    assert diff["deletions_added"][0]["filter"] is False
+    assert "deletions_added" in ok(runner, "diff", "events", "v1", "--store", store).stdout
     job = json.loads(ok(runner, "dump", "events", str(tmp_path / "d"), "--version", "v1",
                         "--store", store, "--json").stdout)
     assert job["version"] == 2 and job["rows"] == 6

@@ -4,7 +4,7 @@ load."""
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,6 +22,9 @@ from sediment.cli.options import (
 )
 from sediment.cli.output import emit, iso_time, key_value_table, make_table
 from sediment.cli.terminal import progress_bar, stopped_by_sigterm
+
+if TYPE_CHECKING:
+    from sediment.core.deletions import Deletion
 
 commands = typer.Typer()
 """This group's commands (added to the root app by ``sediment.cli.app``)."""
@@ -100,13 +103,24 @@ def diff(name: TableArg, v1: VersionArg,
         "partitions_removed": list(d.partitions_removed),
         "references_added": len(d.references_added),
         "references_removed": len(d.references_removed),
-        "records_change": d.records_change}
+        "records_change": d.records_change,
+        # deletes leave their files in place until compaction: without these a delete's
+        # version showed no change at all
+        "deletions_added": [_deletion(x) for x in d.deletions_added],
+        "deletions_removed": [_deletion(x) for x in d.deletions_removed]}
     if d.schemas is not None:  # the columns as each version reads them
         data["schema_from"] = ", ".join(f"{f.name}:{f.type}" for f in d.schemas[0].values)
         data["schema_to"] = ", ".join(f"{f.name}:{f.type}" for f in d.schemas[1].values)
     emit(data, json_out, lambda x: key_value_table(
         [(k, len(v) if isinstance(v, list) else v) for k, v in x.items()],
         title=f"diff {d.from_version} -> {d.to_version}"))
+
+
+def _deletion(d: Deletion) -> dict[str, Any]:
+    """A pending delete as ``diff --json`` shows it: its version, how many key ranges it
+    names (None: every row key) and whether a filter narrows it."""
+    return {"version": d.version, "ranges": None if d.ranges is None else len(d.ranges),
+            "filter": d.filter is not None}
 
 
 @commands.command()
