@@ -8,6 +8,7 @@ a key value typed as text (a command line, a web form); a field name quoted for 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -170,3 +171,48 @@ def _split_top_level(text: str) -> list[str]:
             start = i + 1
     parts.append(text[start:])
     return parts
+
+
+def key_text(value: Any, type_: pa.DataType) -> str:
+    """A key value as a person reads it: dates and times in ISO 8601 (a region holds temporal
+    keys as the integers they are stored as, which read as nothing: ``19875`` is
+    2024-06-01), strings and bytes quoted as Python writes them, numbers as they are."""
+    import datetime as dt
+
+    if isinstance(value, int) and not isinstance(value, bool) and (
+            pa.types.is_date(type_) or pa.types.is_timestamp(type_)):
+        stored = storage_type(type_)
+        try:
+            value = pa.scalar(value, pa.int32() if pa.types.is_date32(stored) else pa.int64()
+                              ).cast(stored).as_py()
+        except (pa.ArrowInvalid, OverflowError, ValueError):
+            return repr(value)  # out of Python's range: the number stands
+    if isinstance(value, dt.date):  # a datetime too
+        return value.isoformat()
+    return repr(value)
+
+
+def key_end_text(key: tuple[Any, ...] | None, types: Sequence[pa.DataType]) -> str | None:
+    """A region's end (a key tuple, None: unbounded) for people: a one-field key as its
+    value, a longer one as a tuple, each value by :func:`key_text` under ``types``."""
+    if key is None:
+        return None
+    parts = [key_text(v, types[i] if i < len(types) else pa.null()) for i, v in enumerate(key)]
+    return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
+
+
+def region_text(region: Any, types: Sequence[pa.DataType]) -> str:
+    """``str(region)`` with each end's values shown by :func:`key_text` under the row-key
+    field types ``types``: ``[-inf, 2024-06-01)`` where ``str`` gives ``[-inf, 19875)``. A
+    run of the key order (``Region``) shows a one-field end as its value, a longer one as a
+    tuple; a per-field cell (``Cell``) shows each field's ``[lo, hi)``."""
+    def one(v: Any, i: int, inf: str) -> str:
+        return inf if v is None else key_text(v, types[i] if i < len(types) else pa.null())
+
+    bounds = getattr(region, "bounds", None)  # a Cell's (types sits below core: no import)
+    if bounds:
+        return " x ".join(f"[{one(lo, i, '-inf')}, {one(hi, i, '+inf')})"
+                          for i, (lo, hi) in enumerate(bounds))
+
+    return (f"[{key_end_text(region.min, types) or '-inf'}, "
+            f"{key_end_text(region.max, types) or '+inf'})")

@@ -85,3 +85,35 @@ def test_inspect_empty_and_multi_field_keys(tmp_path: Path) -> None:
     assert parts["split_key"][0].as_py() == repr(("m", 3))
     assert parts.schema.field("region_min").type == pa.string()
     assert t.inspect.files()["records"].to_pylist() == [1, 1]
+
+
+def test_temporal_key_regions_read_as_dates_and_times(tmp_path: Path) -> None:
+    """A region holds a date or timestamp key as the integer it is stored as; every text of a
+    region (the inspector's, the CLI's tree, the dashboard's) shows the date or time."""
+    import datetime as dt
+
+    from typer.testing import CliRunner
+
+    import sediment as sd
+    from sediment.cli.app import app
+    from sediment.dashboard.aggregate import compute, tree
+    from sediment.types import region_text
+
+    store = sd.Store.open(str(tmp_path / "s"), create=True)
+    day = dt.date(2024, 6, 1)
+    t = store.create_table("days", sd.Schema(row_keys=[("d", pa.date32())],
+                                             values=[("v", pa.int64())]), split_points=[day])
+    t.ingest(pa.table({"d": pa.array([dt.date(2024, 1, 1), dt.date(2024, 7, 1)]),
+                       "v": [1, 2]}))
+    assert t.inspect.partitions()["region"].to_pylist() == [
+        "[-inf, +inf)", "[-inf, 2024-06-01)", "[2024-06-01, +inf)"]
+    out = CliRunner().invoke(app, ["report", "partitions", "-t", "days", "--store",
+                                   str(tmp_path / "s")])
+    assert out.exit_code == 0 and "[2024-06-01, +inf)" in out.stdout, out.output
+    nodes = tree(compute(t.state()))["nodes"]
+    assert {n["split_key"] for n in nodes} == {"2024-06-01", None}
+    assert "[-inf, 2024-06-01)" in {n["region"] for n in nodes}
+    # a timestamp with a time zone, in a two-field key; a string stays quoted
+    ts = pa.timestamp("ms", tz="UTC")
+    region = sd.Region(min=(1717200000000, "a"), max=None)
+    assert region_text(region, [ts, pa.string()]) == "[(2024-06-01T00:00:00+00:00, 'a'), +inf)"

@@ -24,6 +24,7 @@ from sediment.cli.options import (
     resolve_version_option,
 )
 from sediment.cli.output import emit, iso_time, make_table
+from sediment.types import region_text
 
 if TYPE_CHECKING:
     from sediment.table import Table
@@ -38,7 +39,9 @@ def _partition_rows(t: Table, version: int | None) -> list[dict[str, Any]]:
     for r in t.files(version):
         files[r.partition_id] = files.get(r.partition_id, 0) + 1
         records[r.partition_id] = records.get(r.partition_id, 0) + r.records
-    return [{"id": p.id, "parent": p.parent_id, "leaf": p.is_leaf, "region": str(p.region),
+    types = [f.type for f in t.schema.row_keys]
+    return [{"id": p.id, "parent": p.parent_id, "leaf": p.is_leaf,
+             "region": region_text(p.region, types),
              "files": files.get(p.id, 0), "records": records.get(p.id, 0),
              "children": list(p.children)} for p in t.partitions(version)]
 

@@ -14,10 +14,12 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from sediment.core.model import Partition
-from sediment.core.regions import Region
 from sediment.core.state import ROOT_PARTITION_ID, TableState
 from sediment.core.units import iso_time
+from sediment.types import key_end_text, region_text
 
 TREE_BUDGET = 600
 """At most this many partition nodes go to the browser per tree view (whole levels only):
@@ -38,6 +40,8 @@ class Figures:
     leaves_below: dict[str, int]
     leaf_files: dict[str, int]
     """Files a read of each leaf merges: its own references and its ancestors'."""
+    key_types: tuple[pa.DataType, ...] = ()
+    """The row-key fields' types, which region ends are shown under (a date as a date)."""
 
     @property
     def leaves(self) -> int:
@@ -84,8 +88,9 @@ def compute(state: TableState) -> Figures:
             leaves_below[pid] = sum(leaves_below[c] for c in p.children)
             total[pid] += sum(total[c] for c in p.children)
     leaf_files = {pid: above[pid] + own_files[pid] for pid in order if parts[pid].is_leaf}
+    types = tuple(f.type for f in state.schema.row_keys) if state.schema is not None else ()
     return Figures(state.version, dict(parts), depth, own_files, own_records, total,
-                   leaves_below, leaf_files)
+                   leaves_below, leaf_files, types)
 
 
 class FiguresCache:
@@ -118,16 +123,6 @@ def iso(epoch: float | None) -> str | None:
     ``isoTime``, which writes the same format)."""
     return None if not epoch else iso_time(epoch)
 
-
-def key_text(key: tuple[Any, ...] | None) -> str | None:
-    """A region end for people: a one-field key as its value, a longer one as a tuple."""
-    if key is None:
-        return None
-    return repr(key[0]) if len(key) == 1 else repr(key)
-
-
-def region_text(region: Region) -> str:
-    return str(region)
 
 
 def histogram(figures: Figures) -> list[dict[str, int]]:
@@ -162,10 +157,10 @@ def tree(figures: Figures, root: str = ROOT_PARTITION_ID,
         nodes.append({
             "id": pid,
             "parent": None if pid == root else p.parent_id,
-            "region": region_text(p.region),
-            "min": key_text(p.region.min),
-            "max": key_text(p.region.max),
-            "split_key": key_text(p.split_key),
+            "region": region_text(p.region, figures.key_types),
+            "min": key_end_text(p.region.min, figures.key_types),
+            "max": key_end_text(p.region.max, figures.key_types),
+            "split_key": key_end_text(p.split_key, figures.key_types),
             "depth": figures.depth.get(pid, 0),
             "leaf": p.is_leaf,
             "records": figures.total_records.get(pid, 0),
@@ -178,7 +173,7 @@ def tree(figures: Figures, root: str = ROOT_PARTITION_ID,
     p = parts[root]
     while p.parent_id is not None:
         p = parts[p.parent_id]
-        path.append({"id": p.id, "region": region_text(p.region)})
+        path.append({"id": p.id, "region": region_text(p.region, figures.key_types)})
     path.reverse()
     return {"version": figures.version, "root": root, "path": path, "nodes": nodes,
             "partitions": len(parts), "budget": budget}

@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sediment.core.state import TableState
-from sediment.dashboard.aggregate import Figures, key_text, region_text
+from sediment.dashboard.aggregate import Figures
 from sediment.storage.base import ObjectStore
+from sediment.types import key_end_text, region_text
 
 LEAF_LIST = 200
 """Leaves listed per view (key order from the view's root): the icicle's first ones."""
@@ -77,8 +78,9 @@ def leaf_list(figures: Figures, state: TableState, sizes: FileSizes, root: str,
         region = figures.partitions[pid].region
         held = refs[pid]
         rows.append({
-            "n": n, "id": pid, "region": region_text(region),
-            "min": key_text(region.min), "max": key_text(region.max),
+            "n": n, "id": pid, "region": region_text(region, figures.key_types),
+            "min": key_end_text(region.min, figures.key_types),
+            "max": key_end_text(region.max, figures.key_types),
             "files": figures.own_files.get(pid, 0),
             "files_read": figures.leaf_files.get(pid, 0),
             "records": figures.own_records.get(pid, 0),

@@ -21,12 +21,11 @@ from typing import Any
 import pyarrow as pa
 
 from sediment.core.regions import Range
-from sediment.dashboard.aggregate import region_text
 from sediment.errors import QueryError
 from sediment.query.request import ReadRequest
 from sediment.schema import Schema
 from sediment.table import Table
-from sediment.types import key_from_text
+from sediment.types import key_from_text, region_text
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -159,7 +158,8 @@ def query_view(table: Table, form: Mapping[str, str]) -> dict[str, Any]:
     scan = table.prepare(request)
     plan = scan.plan
     columns, rows, more = first_rows(scan.to_batches(), limit)
-    leaves = [{"leaf_id": s.leaf_id, "region": region_text(s.region),
+    types = [f.type for f in table.schema.row_keys]
+    leaves = [{"leaf_id": s.leaf_id, "region": region_text(s.region, types),
                "files": len(s.references),
                "records": sum(r.records for r in s.references)}
               for s in plan.subqueries]

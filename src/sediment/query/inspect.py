@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from sediment.core.keys import Key
+from sediment.types import region_text
 
 TIME = pa.timestamp("us", tz="UTC")
 
@@ -132,7 +133,8 @@ class TableInspector:
             "approximate": pa.array(approx, pa.bool_()),
             # the whole region as text: a box partition's (partitioning=dimensions) bounds
             # every field, which region_min and region_max (first-field bounds) cannot show
-            "region": pa.array([str(p.region) for p in ps], pa.string()),
+            "region": pa.array([region_text(p.region, [f.type for f in state.schema.row_keys])
+                                for p in ps], pa.string()),
         })
 
     def history(self, limit: int | None = None) -> pa.Table:
