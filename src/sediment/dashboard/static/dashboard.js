@@ -133,7 +133,9 @@
     const behind = tables.filter(t => !t.keeping_up).length;
     cards("store-cards", [
       ["tables", num(tables.length)],
-      ["records", num(tables.reduce((a, t) => a + t.records, 0))],
+      // stored, as `sediment describe` says: deleted and replaced records count until
+      // compaction drops them
+      ["records stored", num(tables.reduce((a, t) => a + t.records, 0))],
       ["files", num(tables.reduce((a, t) => a + t.files, 0))],
       ["behind on compaction", num(behind), behind ? "bad" : "good"],
       ["cannot be read", num(data.unreadable.length), data.unreadable.length ? "bad" : "good"],
@@ -304,7 +306,7 @@
     lastView = data;
     const t = view.table;
     cards("table-cards", [
-      ["records", num(t.records)], ["leaves", num(t.leaves)],
+      ["records stored", num(t.records)], ["leaves", num(t.leaves)],
       ["partitions", num(t.partitions)], ["files", num(t.files)], ["version", t.version],
       ["last commit", t.last_commit || "-"], ["state", t.online ? "online" : "offline",
                                               t.online ? "good" : "bad"],
