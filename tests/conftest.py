@@ -223,12 +223,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     that S3 answers as local disk does; the same logic over moto repeats its local run at
     moto's per-request cost); and keep together on one xdist worker (``xdist_group``) what
     shares a process's state: every test of the shared Spark sessions (one session and one
-    standalone cluster serve them all, instead of one per worker on a 2-core machine; other
-    Spark tests join them, finding that session), and
-    the blocks of one docs page (they run in order in one process per page; blocks spread
-    over workers would each re-run the page's earlier blocks; the pages that use Spark join
-    the Spark group and reuse its session), and the tests of one server or
-    dashboard module (they share the module's server process)."""
+    standalone cluster serve them all, instead of one per worker on a 2-core machine), the
+    blocks of one docs page (they run in order in one process per page; blocks spread over
+    workers would each re-run the page's earlier blocks), and the tests of one server or
+    dashboard module (they share the module's server process). The docs pages that use Spark
+    and the other Spark tests with a session of their own form a second Spark group, on
+    another worker: with them in the first, that one worker's Spark tests took 20 of the
+    suite's 24 minutes (a 2026-11-29 timeline), the longest path of the whole run, against
+    one more driver JVM's start (some 15 s of CPU)."""
     spark_dir = _TESTS / "integration" / "spark"
     proof_dir = _TESTS / "proof"
     storage_dir = _TESTS / "storage"
@@ -256,20 +258,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "spark_sessions" in names:
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif block is not None and hasattr(block, "page"):
-            # the pages that use Spark run on the Spark worker, in page order after the local
-            # Spark tests (tests/integration/spark/conftest.py puts the cluster's last): they
-            # find the shared local session and reuse it (its JVM already started and warm)
+            # the pages that use Spark share one worker and the local session the first of
+            # them starts (tests/project/test_docs_snippets.py stops it after the pages)
             spark = item.get_closest_marker("spark") is not None
-            item.add_marker(pytest.mark.xdist_group("spark" if spark
+            item.add_marker(pytest.mark.xdist_group("spark-pages" if spark
                                                     else f"docs:{block.page}"))
         elif any(d in item.path.parents for d in module_groups):
             # a module's server process (a module-scoped fixture) starts once, on one worker
             item.add_marker(pytest.mark.xdist_group(f"module:{item.path.name}"))
         elif item.get_closest_marker("spark") is not None:
             # a Spark test with a session fixture of its own (tests/storage's awkward paths):
-            # on the Spark worker, after the local Spark tests, it finds their session and
-            # reuses it instead of starting a second driver JVM on another worker
-            item.add_marker(pytest.mark.xdist_group("spark"))
+            # with the Spark pages, whose local session it finds and reuses
+            item.add_marker(pytest.mark.xdist_group("spark-pages"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -14,10 +14,10 @@ What the test environment changes, and nothing else:
   it, and the MinIO endpoint the docs use (``http://127.0.0.1:9000``) is replaced by the
   server's. Such pages are marked ``s3``.
 - Spark: cluster URLs (``spark://host:port``) are replaced by ``local[2]``; pages that use Spark
-  are marked ``spark`` and ``slow`` and run on the Spark tests' worker (tests/conftest.py), where
-  ``session()`` finds the Spark tests' shared local session and reuses it (a warm JVM, and no
-  second driver JVM on a 2-core machine). A Spark session the pages start
-  themselves (run alone) is stopped at the end of this module, not after each page. Every Spark
+  are marked ``spark`` and ``slow`` and run together on one worker (tests/conftest.py's
+  ``spark-pages`` group, beside the Spark tests' own worker), where ``session()`` finds the
+  local session the first of them started and reuses it. A Spark session the pages start
+  themselves is stopped at the end of this module, not after each page. Every Spark
   driver JVM, the page's own or a command's, takes the tests' ``SPARK_SUBMIT_OPTS`` (JIT and GC
   options for short runs: ``tests/conftest.py``).
 - ``REWRITES`` below: each replacement applied to the code before it runs, with its reason.
