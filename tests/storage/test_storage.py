@@ -509,6 +509,28 @@ def test_s3_stores_under_prefix(s3_store_uri: tuple[str, dict[str, str]]) -> Non
     assert [o["Key"] for o in listed["Contents"]] == ["store/a/b"]
 
 
+def test_s3_stores_share_the_parsed_service_model_never_credentials(
+        aws_test_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every S3 store of a process reuses the service model botocore parsed once (a store
+    opened in ~16 ms, not ~170), while each resolves its own credentials: given, or from the
+    environment as it is when the store is opened."""
+    def key(store: S3ObjectStore) -> str:
+        return str(store._client._request_signer._credentials.access_key)
+
+    a = S3ObjectStore("b1", endpoint_url="http://127.0.0.1:9", access_key_id="ka",
+                      secret_access_key="sa")
+    b = S3ObjectStore("b2", endpoint_url="http://127.0.0.1:9", access_key_id="kb",
+                      secret_access_key="sb")
+    assert a._client._loader is b._client._loader
+    assert (key(a), key(b)) == ("ka", "kb")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env-1")
+    c = S3ObjectStore("b3", endpoint_url="http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env-2")
+    d = S3ObjectStore("b3", endpoint_url="http://127.0.0.1:9")
+    assert (key(c), key(d)) == ("from-env-1", "from-env-2")
+    assert c._client._loader is a._client._loader
+
+
 class _NotBotocore(RuntimeError):
     pass
 

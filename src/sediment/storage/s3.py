@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -54,6 +55,31 @@ def request_retries() -> int:
     return attempts - 1
 
 
+_LOADER: Any = None
+_LOADER_LOCK = threading.Lock()
+
+
+def _session() -> Any:
+    """A fresh boto3 session (its own credentials, resolved as boto3 always does) whose
+    botocore data loader is shared by every session of the process. A new session otherwise
+    loads and parses S3's service model, its endpoint rules and partitions (some megabytes
+    of JSON) again for each client: ~170 ms a store opened on S3, against ~30 ms with the
+    loader shared. The loader only reads the files botocore ships (and ``$AWS_DATA_PATH``),
+    which do not change while the process runs; it caches what it parsed and holds no
+    credentials, sockets or threads, so a forked child can keep it."""
+    import boto3
+    import botocore.session
+
+    global _LOADER
+    core = botocore.session.get_session()
+    with _LOADER_LOCK:
+        if _LOADER is None:
+            _LOADER = core.get_component("data_loader")
+        else:
+            core.register_component("data_loader", _LOADER)
+    return boto3.session.Session(botocore_session=core)
+
+
 S3_OPTIONS = ("endpoint_url", "region", "access_key_id", "secret_access_key", "session_token")
 """The options an S3 store takes (each defaults to its AWS environment variable)."""
 
@@ -79,7 +105,6 @@ class S3ObjectStore(ObjectStore):
                  region: str | None = None, access_key_id: str | None = None,
                  secret_access_key: str | None = None,
                  session_token: str | None = None) -> None:
-        import boto3
         from botocore.config import Config
 
         self.bucket = bucket
@@ -94,7 +119,7 @@ class S3ObjectStore(ObjectStore):
             "aws_secret_access_key": secret_access_key or os.environ.get("AWS_SECRET_ACCESS_KEY"),
             "aws_session_token": session_token or os.environ.get("AWS_SESSION_TOKEN"),
         }
-        self._client = boto3.session.Session().client(
+        self._client = _session().client(
             "s3", endpoint_url=self.endpoint_url, region_name=self.region,
             # "legacy": the same retries of throttling, 5xx and dropped connections, with no retry
             # quota: standard mode's (500 tokens, 14 a retried error, 1 back a clean answer)
