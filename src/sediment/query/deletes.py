@@ -176,12 +176,24 @@ class Deletes:
         if c.points is not None:
             if len(self.names) == 1:
                 col = data.column(self.names[0])
-                found = pc.is_in(col, value_set=c.points.column(0).cast(col.type))
+                points = c.points.column(0).cast(col.type)
+                if 4 * n < len(points):
+                    # few records against many deleted keys (a lookup under a large delete):
+                    # is_in hashes its value set on every call, so the records' keys are
+                    # hashed and the keys probed instead (50k keys: ~8 ms a lookup -> ~1)
+                    points = points.filter(pc.is_in(points, value_set=col))
+                found = pc.is_in(col, value_set=points)
                 hit |= np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
             else:
                 keys = data.select(self.names).append_column(
                     _ROW, pa.array(np.arange(n, dtype=np.int64)))
-                rows = keys.join(c.points, self.names, join_type="left semi").column(_ROW)
+                points = c.points
+                if 4 * n < points.num_rows:  # as above (the join hashes its right side):
+                    # the keys whose first field some record has, found by hashing those
+                    first = points.column(0)
+                    points = points.filter(pc.is_in(first, value_set=data.column(
+                        self.names[0]).cast(first.type)))
+                rows = keys.join(points, self.names, join_type="left semi").column(_ROW)
                 hit[rows.to_numpy()] = True
         for r in c.ranges:
             m = range_mask(data, self.names, r)
