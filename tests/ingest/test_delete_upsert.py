@@ -173,6 +173,12 @@ def test_bad_deletes_are_refused_naming_the_table_and_nothing_is_committed(
         t.delete(filter=pc.field("v") + 1)  # not a boolean
     with pytest.raises(QueryError, match="events"):
         t.delete(keys=[("a", "not a number")])
+    # one key where a list is due: refused as query and purge refuse it (a str is a sequence
+    # of characters, each a key to Python)
+    for call in (t.delete, t.purge, t.query):
+        with pytest.raises(QueryError, match=r"table events: keys must be a list of row "
+                                             r"keys, not one str \(write keys=\['a'\]\)"):
+            call(keys="a")
     assert t.version == v
     assert t.delete(keys=[]) == v  # nothing named: nothing committed
 

@@ -41,8 +41,6 @@ def delete(handle: TableHandle, keys: Sequence[Any] | None = None,
     state = handle.states.head()
     schema = state.schema
     assert schema is not None
-    if keys is not None and isinstance(keys, str | bytes):
-        keys = [keys]
     asked = None
     try:
         parts = [normalise_ranges(state, keys, None, name) if keys is not None else None,

@@ -73,8 +73,8 @@ def normalise_ranges(state: TableState, keys: Sequence[Any] | None,
     if keys is None and ranges is None:
         return None
     if isinstance(keys, str | bytes):  # iterating would query each character as a key
-        raise QueryError(f"keys must be a list of row keys, not one {type(keys).__name__} "
-                         f"(write keys=[{keys!r}])")
+        raise QueryError(f"{f'table {table}: ' if table else ''}keys must be a list of row "
+                         f"keys, not one {type(keys).__name__} (write keys=[{keys!r}])")
     out: list[Range] = []
     for k in keys or ():
         try:
