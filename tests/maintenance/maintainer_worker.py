@@ -1,10 +1,11 @@
 """``sediment maintain ...`` in a process that records every compaction job it runs (for
 ``test_maintainers.py``): ``python maintainer_worker.py JOURNAL ARGS...``.
 
-Each job appends ``{"pid", "job", "table", "start"}`` before it runs and ``{"pid", "job",
-"end", "committed"}`` after, one JSON line each, flushed at once (a SIGKILLed process keeps
-what it wrote: the lines are in the kernel's page cache). The test then checks that no two
-processes ran one job at the same time and that each job committed at most once.
+Each job appends ``{"pid", "job", "table", "start", "assigned"}`` before it runs (``assigned``:
+when the table's state gave the job its id) and ``{"pid", "job", "end", "committed"}`` after,
+one JSON line each, flushed at once (a SIGKILLed process keeps what it wrote: the lines are in
+the kernel's page cache). The test then checks that no two processes ran one job at the same
+time unless the second took it up as stale, and that each job committed at most once.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ if __name__ == "__main__":
     real = continuous.run_job
 
     def run_job(table: Any, state: Any, job: Any, **kw: Any) -> Any:
-        write({"job": job.job_id, "table": table.name, "start": time.time()})
+        assigned = state.jobs.get(job.job_id, (None, None))[1]  # when its job id was given
+        write({"job": job.job_id, "table": table.name, "start": time.time(),
+               "assigned": assigned})
         r = real(table, state, job, **kw)
         write({"job": job.job_id, "table": table.name, "end": time.time(),
                "committed": r.committed})
