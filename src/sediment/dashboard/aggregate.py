@@ -124,7 +124,6 @@ def iso(epoch: float | None) -> str | None:
     return None if not epoch else iso_time(epoch)
 
 
-
 def histogram(figures: Figures) -> list[dict[str, int]]:
     """Leaves per count of files read: ``[{"files": n, "leaves": count}, ...]`` by n."""
     counts = Counter(figures.leaf_files.values())
