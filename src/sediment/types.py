@@ -192,12 +192,17 @@ def key_text(value: Any, type_: pa.DataType) -> str:
     return repr(value)
 
 
+def _key_text_at(value: Any, types: Sequence[pa.DataType], i: int) -> str:
+    """:func:`key_text` of field ``i``'s value (a field past ``types``: as it is)."""
+    return key_text(value, types[i] if i < len(types) else pa.null())
+
+
 def key_end_text(key: tuple[Any, ...] | None, types: Sequence[pa.DataType]) -> str | None:
     """A region's end (a key tuple, None: unbounded) for people: a one-field key as its
     value, a longer one as a tuple, each value by :func:`key_text` under ``types``."""
     if key is None:
         return None
-    parts = [key_text(v, types[i] if i < len(types) else pa.null()) for i, v in enumerate(key)]
+    parts = [_key_text_at(v, types, i) for i, v in enumerate(key)]
     return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
 
 
@@ -207,7 +212,7 @@ def region_text(region: Any, types: Sequence[pa.DataType]) -> str:
     run of the key order (``Region``) shows a one-field end as its value, a longer one as a
     tuple; a per-field cell (``Cell``) shows each field's ``[lo, hi)``."""
     def one(v: Any, i: int, inf: str) -> str:
-        return inf if v is None else key_text(v, types[i] if i < len(types) else pa.null())
+        return inf if v is None else _key_text_at(v, types, i)
 
     bounds = getattr(region, "bounds", None)  # a Cell's (types sits below core: no import)
     if bounds:

@@ -120,6 +120,7 @@ class TableInspector:
             files.append(len(refs))
             records.append(sum(r.records for r in refs))
             approx.append(any(r.approximate for r in refs))
+        key_types = [f.type for f in state.schema.row_keys]
         return pa.table({
             "partition_id": pa.array([p.id for p in ps], pa.string()),
             "parent_id": pa.array([p.parent_id for p in ps], pa.string()),
@@ -133,8 +134,7 @@ class TableInspector:
             "approximate": pa.array(approx, pa.bool_()),
             # the whole region as text: a box partition's (partitioning=dimensions) bounds
             # every field, which region_min and region_max (first-field bounds) cannot show
-            "region": pa.array([region_text(p.region, [f.type for f in state.schema.row_keys])
-                                for p in ps], pa.string()),
+            "region": pa.array([region_text(p.region, key_types) for p in ps], pa.string()),
         })
 
     def history(self, limit: int | None = None) -> pa.Table:
