@@ -189,7 +189,9 @@ def reader_worker(args: dict[str, Any]) -> None:
     table = open_table(args)
     rng = random.Random(f"{args['seed']}/{args['reader']}/{time.time()}")
     stop = Path(args["stop"])
-    while not stop.exists():
+    first = True  # one answer at least per process, however late it started: a reader
+    while first or not stop.exists():  # restarted after a kill near the end checks one too
+        first = False
         lo, hi = w.random_range(rng)
         rec: dict[str, Any] = {"lo": lo, "hi": hi}
         try:

@@ -10,7 +10,9 @@ GC and prune with every delay at 0 leave nothing but what the head references.
 
 Short: fewer processes than the long runs (the machine has 2 cores), the dump is not among
 the processes killed (a killed dump's lock holds the next one off for two minutes), and a
-maintainer, reader or GC still busy 5 s after the writers are done is killed, not waited for.
+maintainer or GC still busy 5 s after the writers are done is killed, not waited for; a reader
+gets up to a minute to end its last query (every reader process answers one at least: under
+the fault mix, S3's backoff can hold a query past the writing).
 """
 
 from __future__ import annotations
