@@ -83,7 +83,12 @@ def serialised(environ, start_response):
             elif FIXED in data:
                 return [re.sub(rb"<Upload>.*?</Upload>", dated, data, flags=re.S)]
         return body
-run_simple(host, port, serialised, threaded=True, request_handler=MotoRequestHandler)
+# no access-log line per request: werkzeug formats and writes one under a logging lock, some
+# 7% of the server's CPU per request; the log keeps start-up output and errors
+class Quiet(MotoRequestHandler):
+    def log_request(self, code="-", size="-"):
+        pass
+run_simple(host, port, serialised, threaded=True, request_handler=Quiet)
 """
 """The launcher: ``python -c SERIALISED_MOTO HOST PORT`` (see the module docs)."""
 
