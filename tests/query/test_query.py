@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,12 @@ def test_columns_subset(tmp_path: Path) -> None:
         assert_matches(scanned.read_all(), ref, ranges=r, columns=cols)
     with pytest.raises(QueryError, match="nope"):
         table.query(columns=["key", "nope"])
+    # a column asked twice would answer two columns of one name (ingest refuses such tables)
+    for read in (table.query, table.scan, table.prepare):
+        with pytest.raises(QueryError, match=re.escape(
+                f"table {table.name}: column 'value' is asked for twice "
+                "(columns=['value', 'key', 'value'])")):
+            read(columns=["value", "key", "value"])
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

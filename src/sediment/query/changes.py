@@ -149,10 +149,14 @@ class ChangeFeed:
                     f"change-feed column: rename it (table.rename_column) to read its changes")
         full = empty_changes(schema)
         if self.columns is not None:
-            for c in self.columns:
+            for i, c in enumerate(self.columns):
                 if c not in full.names:
                     raise QueryError(f"table {self.table} has no column {c!r} for its change "
                                      f"feed (columns: {', '.join(full.names)})")
+                if c in self.columns[:i]:
+                    raise QueryError(f"table {self.table}: column {c!r} is asked for twice "
+                                     f"in its change feed (columns={list(self.columns)!r}): "
+                                     "name each column once")
         out = full if self.columns is None else pa.schema([full.field(c) for c in self.columns])
         shaped = (out, self._compile(self._filter, full))
         self._shapes[schema] = shaped

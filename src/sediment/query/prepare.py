@@ -83,10 +83,13 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
         iterators is not None
     memo = (request.columns, request.raw) if plain else None
     read = plans.columns(memo) if plans is not None and memo is not None else None
-    for c in wanted if read is None else ():
+    for i, c in enumerate(wanted if read is None else ()):
         if c not in schema.field_names:
             raise QueryError(f"table {table} has no column {c!r} "
                              f"(columns: {', '.join(schema.field_names)})")
+        if c in wanted[:i]:  # an answer's columns are unique by name, as an ingest's are
+            raise QueryError(f"table {table}: column {c!r} is asked for twice "
+                             f"(columns={wanted!r}): name each column once")
     its = [] if request.raw else list(table_iterators(state, table) if iterators is None
                                       else iterators)
     for it in request.iterators or ():
