@@ -83,6 +83,23 @@ def serialised(environ, start_response):
             elif FIXED in data:
                 return [re.sub(rb"<Upload>.*?</Upload>", dated, data, flags=re.S)]
         return body
+# a listing's every LastModified is parsed from its text by dateutil to be written back as text,
+# a third of a LIST's CPU; the text of one (value, format) never changes: kept, boundedly
+import moto.core.serialize as serialize
+to_text = serialize.TimestampSerializer._convert_timestamp_to_str
+texts = {}
+def cached_text(self, value, timestamp_format):
+    try:
+        return texts[value, timestamp_format]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable value: converted each time
+        return to_text(self, value, timestamp_format)
+    if len(texts) > 100000:
+        texts.clear()
+    out = texts[value, timestamp_format] = to_text(self, value, timestamp_format)
+    return out
+serialize.TimestampSerializer._convert_timestamp_to_str = cached_text
 # no access-log line per request: werkzeug formats and writes one under a logging lock, some
 # 7% of the server's CPU per request; the log keeps start-up output and errors
 class Quiet(MotoRequestHandler):
