@@ -59,6 +59,10 @@ host, port = sys.argv[1], int(sys.argv[2])
 modules = tuple(moto.backends.list_of_moto_modules())
 moto.backends.list_of_moto_modules = lambda: iter(modules)
 app = DomainDispatcherApplication(create_backend_app)
+# a host's backend is found by matching every service's URL patterns (some 90 regex matches, twice
+# a request); the answer for a host never changes
+import functools
+app.get_backend_for_host = functools.lru_cache(maxsize=256)(app.get_backend_for_host)
 lock = threading.Lock()
 # moto lists every incomplete multipart upload as started on 2010-11-10, so a collector judging
 # an upload's age by its listed start (as GC does on S3) takes a live writer's for a dead one;
