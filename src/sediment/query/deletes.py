@@ -180,13 +180,12 @@ class Deletes:
         if c.points is not None:
             if len(self.names) == 1:
                 col = data.column(self.names[0])
-                points = c.points.column(0).cast(col.type)
-                if 4 * n < len(points):
-                    # few records against many deleted keys (a lookup under a large delete):
-                    # is_in hashes its value set on every call, so the records' keys are
-                    # hashed and the keys probed instead (50k keys: ~8 ms a lookup -> ~1)
-                    points = points.filter(pc.is_in(points, value_set=col))
-                found = pc.is_in(col, value_set=points)
+                # few records against many deleted keys (a lookup under a large delete):
+                # is_in hashes its value set on every call, so only the deleted keys near
+                # the records' are its value set (50k keys: ~8 ms a lookup -> ~1)
+                near = self._sharing_first_field(c, data) if 4 * n < c.points.num_rows \
+                    else c.points
+                found = pc.is_in(col, value_set=near.column(0).cast(col.type))
                 hit |= np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
             else:
                 points = c.points
