@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sediment as sd
+import sediment.query.deletes as deletes_module
 from sediment.query.deletes import _few_keys_in
 
 NAMES = ["user", "n", "day"]
@@ -28,7 +30,7 @@ def _table(rows: list[tuple[object, ...]], n_type: pa.DataType | None = None) ->
                      "day": pa.array(cols[2], pa.date32())})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(records=st.lists(keys, max_size=8), deleted=st.lists(keys, max_size=40))
 def test_few_records_against_deleted_keys_match_a_set_of_tuples(
         records: list[tuple[object, ...]], deleted: list[tuple[object, ...]]) -> None:
@@ -39,13 +41,15 @@ def test_few_records_against_deleted_keys_match_a_set_of_tuples(
     assert found.tolist() == [r in dead for r in records]
 
 
-def test_too_many_distinct_values_leave_it_to_the_join() -> None:
-    many = 1 << 21  # three fields of 2M distinct values: 2^63 codes do not fit an int64
-    deleted = pa.table({"user": pa.array(np.arange(many).astype(str)),
-                        "n": pa.array(np.arange(many)), "day": pa.array(np.arange(many),
-                                                                        pa.int64())})
+def test_too_many_distinct_values_leave_it_to_the_join(monkeypatch: pytest.MonkeyPatch) -> None:
+    # codes past an int64 (three fields of 2M distinct values), scaled down: 11^3 > 1,000
+    monkeypatch.setattr(deletes_module, "_FEW_CODES", 1_000)
+    deleted = pa.table({"user": pa.array(np.arange(10).astype(str)), "n": pa.array(np.arange(10)),
+                        "day": pa.array(np.arange(10), pa.int64())})
     records = pa.table({"user": ["1"], "n": [1], "day": pa.array([1], pa.int64())})
     assert _few_keys_in(records, deleted, NAMES) is None
+    assert _few_keys_in(records, deleted.slice(0, 9).filter(
+        pa.array([True] * 2 + [False] * 7)), NAMES) is not None  # 3^3 codes fit
     none = _few_keys_in(records, deleted.slice(0, 0), NAMES)
     assert none is not None and none.tolist() == [False]
 
@@ -66,3 +70,32 @@ def test_lookups_under_many_deleted_keys_sharing_long_prefixes(tmp_path: Path) -
         assert table.query(keys=[key]).num_rows == (0 if key in gone or key not in rows
                                                     else 1), key
     assert table.query(keys=[("same-pre",)]).num_rows == 1  # a prefix key: (same-pre, 2)
+
+
+def test_a_reader_keeps_a_bounded_number_of_compiled_deletions() -> None:
+    """A long-lived reader (a server) sees every delete ever committed: it keeps the most
+    recently used KEPT_DELETIONS compiled, each with its sorted keys, and recompiles the
+    others when asked, with the same answer."""
+    from sediment.core.deletions import Deletion
+    from sediment.core.regions import Range
+    from sediment.files.sequence import SEQ
+    from sediment.query.deletes import KEPT_DELETIONS, Deletes
+
+    schema = sd.Schema(row_keys=[("user", pa.string()), ("n", pa.int64())],
+                       values=[("v", pa.int64())])
+    deletes = Deletes(schema)
+    users = [f"u{i:04d}" for i in range(KEPT_DELETIONS + 40)]
+    record = pa.table({"user": [users[0]], "n": [1], "v": [0], SEQ: pa.array([0], pa.uint64())})
+    for version, user in enumerate(users, start=1):
+        # deleted keys: (user, 1) and enough others that a one-record read takes the
+        # binary-search route
+        gone = tuple(Range.exact_many([(user, 1), *((user, k) for k in range(2, 10))]))
+        d = Deletion(version, gone, None, frozenset())
+        kept = deletes.apply(record, [d]).num_rows
+        assert kept == (0 if user == users[0] else 1), version
+        assert len(deletes._compiled) <= KEPT_DELETIONS
+        assert set(deletes._by_first) <= set(deletes._compiled)
+    first = Deletion(1, tuple(Range.exact_many([(users[0], 1), (users[0], 2)] * 5)), None,
+                     frozenset())
+    assert 1 not in deletes._compiled  # dropped long ago: compiled again, same answer
+    assert deletes.apply(record, [first]).num_rows == 0

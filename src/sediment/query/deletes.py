@@ -12,6 +12,7 @@ one Arrow evaluation.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -30,10 +31,15 @@ from sediment.iterators.base import RecordIterator
 from sediment.iterators.combine import Aggregate
 from sediment.iterators.merge_rules import KeepFirst, KeepLast, PartialUpdate
 from sediment.query.expressions import decompose, field_names
+from sediment.query.lru import lru_get
 from sediment.query.wire import from_wire
 from sediment.schema import Schema
 
 _ROW = "__sediment_row"
+KEPT_DELETIONS = 256
+"""Compiled deletions a table's reader keeps, the least recently used dropped first: a
+long-lived server sees every delete ever committed, and each keeps its keys as a table (and,
+once a lookup needed them, sorted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +65,7 @@ class Deletes:
         self.schema = schema
         self.names = schema.row_key_names
         self._arrow = schema.to_arrow()
-        self._compiled: dict[int, _Compiled] = {}
+        self._compiled: OrderedDict[int, _Compiled] = OrderedDict()
         self._by_first: dict[int, tuple[pa.Table, np.ndarray | None]] = {}
         self._lock = threading.Lock()
 
@@ -72,8 +78,7 @@ class Deletes:
         return out
 
     def _compile(self, d: Deletion) -> _Compiled:
-        with self._lock:
-            found = self._compiled.get(d.version)
+        found = lru_get(self._compiled, self._lock, d.version, None)
         if found is not None:
             return found
         points: list[tuple[object, ...]] = []
@@ -100,6 +105,9 @@ class Deletes:
                              fields, d.version)
         with self._lock:
             self._compiled[d.version] = compiled
+            while len(self._compiled) > KEPT_DELETIONS:
+                old, _ = self._compiled.popitem(last=False)
+                self._by_first.pop(old, None)
         return compiled
 
     def apply(self, data: pa.Table, deletions: Sequence[Deletion],
@@ -213,7 +221,8 @@ class Deletes:
             by_first = c.points.sort_by(self.names[0])
             found = (by_first, ordered_prefix(by_first.column(0).combine_chunks()))
             with self._lock:
-                self._by_first[c.version] = found
+                if c.version in self._compiled:  # (not one dropped meanwhile)
+                    self._by_first[c.version] = found
         points, prefix = found
         first = data.column(self.names[0]).cast(points.schema.field(0).type)
         asked = ordered_prefix(first.combine_chunks()) if prefix is not None else None
