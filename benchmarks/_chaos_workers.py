@@ -227,10 +227,12 @@ def gc_worker(args: dict[str, Any]) -> None:
 
 
 def dump_worker(args: dict[str, Any]) -> None:
-    store = sd.Store.open(args["uri"], **args.get("options", {}))
-    table = store.table(w.TABLE)
     for attempt in range(100):  # a killed predecessor's lock lasts until its heartbeat is old
         try:
+            # opened within the attempt: under the fault mix opening the store can exhaust the
+            # client's retries too (a dump that died there left the run with no dump at all)
+            store = sd.Store.open(args["uri"], **args.get("options", {}))
+            table = store.table(w.TABLE)
             job = table.dump(args["root"])
             manifest = job.manifest_uri
             loaded = store.load(manifest, args["table"])
