@@ -180,8 +180,8 @@ def test_bad_requests_are_refused_naming_the_table(store: sd.Store) -> None:
         t.changes(9)
     with pytest.raises(QueryError, match="table bad has no column 'zz' for its change feed"):
         t.changes(0, columns=["zz"])
-    with pytest.raises(QueryError, match="table bad: column 'k' is asked for twice in its "
-                                         "change feed"):
+    with pytest.raises(QueryError, match="table bad's change feed: column 'k' is asked for twice "
+                                         "\\(columns="):
         t.changes(0, columns=["k", "_change_type", "k"])
     with pytest.raises(WhereError, match="change feed of table bad"):
         t.changes(0, filter="zz = 1")

@@ -54,6 +54,7 @@ from sediment.query.change_rows import (
     record_changes,
 )
 from sediment.query.change_runs import RUN_ROWS, STORAGE_KINDS, Step, run_rows
+from sediment.query.prepare import check_columns_once
 from sediment.query.where import parse_where
 from sediment.query.wire import from_wire
 from sediment.schema import Schema
@@ -149,14 +150,11 @@ class ChangeFeed:
                     f"change-feed column: rename it (table.rename_column) to read its changes")
         full = empty_changes(schema)
         if self.columns is not None:
-            for i, c in enumerate(self.columns):
+            for c in self.columns:
                 if c not in full.names:
                     raise QueryError(f"table {self.table} has no column {c!r} for its change "
                                      f"feed (columns: {', '.join(full.names)})")
-                if c in self.columns[:i]:
-                    raise QueryError(f"table {self.table}: column {c!r} is asked for twice "
-                                     f"in its change feed (columns={list(self.columns)!r}): "
-                                     "name each column once")
+            check_columns_once(self.columns, f"table {self.table}'s change feed")
         out = full if self.columns is None else pa.schema([full.field(c) for c in self.columns])
         shaped = (out, self._compile(self._filter, full))
         self._shapes[schema] = shaped

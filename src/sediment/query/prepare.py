@@ -11,7 +11,7 @@ on merged tables, the rows they keep) are read to narrow the plan (sediment.quer
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sediment.core.state import TableState
@@ -54,6 +54,15 @@ PreparedQuery = Scan
 """The scan object's name before it owned its outputs (kept for callers of that name)."""
 
 
+def check_columns_once(columns: Sequence[str], where: str) -> None:
+    """QueryError after ``where`` when ``columns`` names one twice: an answer's columns are
+    unique by name, as an ingest's fields are."""
+    for i, c in enumerate(columns):
+        if c in columns[:i]:
+            raise QueryError(f"{where}: column {c!r} is asked for twice "
+                             f"(columns={list(columns)!r}): name each column once")
+
+
 def prepare_query(state: TableState, executor: Executor, table: str, request: ReadRequest, *,
                   on_missing: Callable[[], None] | None = None,
                   source: ScanSource | None = None,
@@ -83,13 +92,12 @@ def prepare_query(state: TableState, executor: Executor, table: str, request: Re
         iterators is not None
     memo = (request.columns, request.raw) if plain else None
     read = plans.columns(memo) if plans is not None and memo is not None else None
-    for i, c in enumerate(wanted if read is None else ()):
+    for c in wanted if read is None else ():
         if c not in schema.field_names:
             raise QueryError(f"table {table} has no column {c!r} "
                              f"(columns: {', '.join(schema.field_names)})")
-        if c in wanted[:i]:  # an answer's columns are unique by name, as an ingest's are
-            raise QueryError(f"table {table}: column {c!r} is asked for twice "
-                             f"(columns={wanted!r}): name each column once")
+    if read is None:
+        check_columns_once(wanted, f"table {table}")
     its = [] if request.raw else list(table_iterators(state, table) if iterators is None
                                       else iterators)
     for it in request.iterators or ():
