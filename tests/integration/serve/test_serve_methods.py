@@ -271,11 +271,14 @@ def test_an_aborted_put_commits_nothing(server: Server, store: sd.Store, remote:
 
 def test_one_log_line_per_request(server: Server, remote: Any) -> None:
     remote.table("events").query(keys=["d03"])
+    with pytest.raises(sd.SedimentError):  # its own refused request (not an earlier test's)
+        remote.table("no_such_table").query(keys=["d03"])
     deadline = time.monotonic() + 5
     while True:
         lines = server.log.read_text().splitlines()
         hits = [ln for ln in lines if "method=do_get table=events rows=1 " in ln]
-        if hits or time.monotonic() > deadline:
+        if hits and any("outcome=error:TableNotFoundError" in ln for ln in lines) \
+                or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     assert hits and "duration_ms=" in hits[-1] and hits[-1].endswith("outcome=ok")
